@@ -1,0 +1,193 @@
+"""The Plan: the one contract between the orchestrator and the runtime.
+
+Plain data, standard library only (the runtime imports this module; it must never pull
+in omegaconf, jinja2 or torch). A Plan is frozen and round-trips through JSON:
+``Plan.from_json(plan.to_json()) == plan``.
+
+Rank order (fixed, documented, relied on by the runtime):
+    rank = ((dp_i * cfg + cfg_i) * ring + ring_i) * ulysses + ulysses_i
+dp outermost, then cfg, then ring, then ulysses innermost. With ``ulysses == gpus_per_node``
+a Ulysses group is the contiguous ranks of one node, and a ring group takes the same local
+GPU index on every node (one ring per NIC rail).
+
+A rank's position in its *sequence group* (the ring x ulysses ranks that share one sample)
+is ``ring_i * ulysses + ulysses_i``: ring-major, ulysses-minor. Its sequence chunk is the
+chunk with that index.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+SCHEMA_VERSION = 1
+
+#: Mesh dimensions, outermost first.
+DIMS: tuple[str, ...] = ("dp", "cfg", "ring", "ulysses")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of the four parallel dimensions; ``world_size`` is their product."""
+
+    dp: int = 1
+    cfg: int = 1
+    ring: int = 1
+    ulysses: int = 1
+
+    def __post_init__(self) -> None:
+        for name in DIMS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"layout.{name} must be a positive integer, got {value!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.cfg * self.ring * self.ulysses
+
+    @property
+    def sequence_degree(self) -> int:
+        """Ranks that share one sample's sequence: ring x ulysses."""
+        return self.ring * self.ulysses
+
+    def sizes(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in DIMS}
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """The rank's coordinate on every dimension."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} outside world of {self.world_size}")
+        out: dict[str, int] = {}
+        rest = rank
+        for name in reversed(DIMS):
+            size = getattr(self, name)
+            out[name] = rest % size
+            rest //= size
+        return {name: out[name] for name in DIMS}
+
+    def rank_of(self, dp: int = 0, cfg: int = 0, ring: int = 0, ulysses: int = 0) -> int:
+        return ((dp * self.cfg + cfg) * self.ring + ring) * self.ulysses + ulysses
+
+    def sequence_index(self, rank: int) -> int:
+        """Position of ``rank`` in its sequence group (ring-major, ulysses-minor)."""
+        c = self.coords(rank)
+        return c["ring"] * self.ulysses + c["ulysses"]
+
+    def groups(self, dim: str) -> list[list[int]]:
+        """All groups along ``dim`` ("dp", "cfg", "ring", "ulysses" or "sequence"), each a
+        sorted list of ranks; groups are listed in order of their smallest rank."""
+        if dim == "sequence":
+            varying = ("ring", "ulysses")
+        elif dim in DIMS:
+            varying = (dim,)
+        else:
+            raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMS + ('sequence',)}")
+        by_key: dict[tuple[int, ...], list[int]] = {}
+        for rank in range(self.world_size):
+            c = self.coords(rank)
+            key = tuple(c[d] for d in DIMS if d not in varying)
+            by_key.setdefault(key, []).append(rank)
+        return sorted(by_key.values(), key=lambda g: g[0])
+
+    def all_groups(self) -> dict[str, list[list[int]]]:
+        return {dim: self.groups(dim) for dim in DIMS + ("sequence",)}
+
+    def describe(self) -> str:
+        return " x ".join(f"{name} {getattr(self, name)}" for name in DIMS)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    node: int
+    local_rank: int
+    dp: int
+    cfg: int
+    ring: int
+    ulysses: int
+    sequence_index: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a rank needs to run, and everything a person needs to check it.
+
+    ``cluster``, ``job``, ``model``, ``workload``, ``sequence``, ``heads`` and ``estimates``
+    are plain JSON objects (dicts); their keys are documented in docs/plan.md.
+    """
+
+    layout: Layout
+    world_size: int
+    nodes: int
+    gpus_per_node: int
+    ranks: tuple[RankInfo, ...]
+    groups: dict[str, list[list[int]]]
+    cluster: dict[str, Any]
+    job: dict[str, Any]
+    model: dict[str, Any]
+    workload: dict[str, Any]
+    sequence: dict[str, Any]
+    heads: dict[str, Any]
+    estimates: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    # -- construction helpers -------------------------------------------------------
+    @staticmethod
+    def rank_table(layout: Layout, gpus_per_node: int) -> tuple[RankInfo, ...]:
+        rows = []
+        for rank in range(layout.world_size):
+            c = layout.coords(rank)
+            rows.append(
+                RankInfo(
+                    rank=rank,
+                    node=rank // gpus_per_node,
+                    local_rank=rank % gpus_per_node,
+                    sequence_index=layout.sequence_index(rank),
+                    **c,
+                )
+            )
+        return tuple(rows)
+
+    def rank(self, rank: int) -> RankInfo:
+        return self.ranks[rank]
+
+    def iter_ranks(self) -> Iterator[RankInfo]:
+        return iter(self.ranks)
+
+    # -- JSON ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layout"] = self.layout.sizes()
+        d["ranks"] = [asdict(r) for r in self.ranks]
+        d["warnings"] = list(self.warnings)
+        # Keys a reader looks for first come first.
+        head = {k: d.pop(k) for k in ("schema_version", "layout", "world_size", "nodes", "gpus_per_node")}
+        return {**head, **d}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"plan schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
+                "re-create the plan with this version of sporch"
+            )
+        d = dict(d)
+        d["layout"] = Layout(**d["layout"])
+        d["ranks"] = tuple(RankInfo(**r) for r in d["ranks"])
+        d["warnings"] = tuple(d.get("warnings", ()))
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str) -> "Plan":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_json(fh.read())

@@ -1,0 +1,1 @@
+"""sporch runtime: runs on every rank (torch.distributed, device mesh, USP attention, DiT)."""
