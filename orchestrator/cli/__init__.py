@@ -1,0 +1,1 @@
+"""The ``sporch`` command line. ``main.COMMANDS`` maps command names to their modules."""

@@ -1,0 +1,48 @@
+"""Shared CLI pieces: options, loading cluster + job, a rich console."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Sequence
+
+import click
+
+cluster_option = click.option(
+    "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",
+    help="Cluster name (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters) or YAML path.",
+)
+
+
+def job_arguments(fn: Callable) -> Callable:
+    """JOB.yaml followed by KEY=VALUE overrides (``parallel.ring=2``)."""
+    fn = click.argument("overrides", nargs=-1, metavar="[KEY=VALUE]...")(fn)
+    fn = click.argument("job_path", metavar="JOB.yaml", type=click.Path(dir_okay=False))(fn)
+    return fn
+
+
+def load(cluster_ref: str, job_path: str, overrides: Sequence[str]):
+    """(ClusterSpec, JobSpec), or SporchError."""
+    from orchestrator.config.cluster import find_cluster
+    from orchestrator.config.job import load_job
+
+    return find_cluster(cluster_ref), load_job(job_path, overrides)
+
+
+def console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 140
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"

@@ -1,0 +1,95 @@
+"""``sporch``: click group with lazily imported commands and one-line errors.
+
+Adding a command: write ``orchestrator/cli/<name>_cmd.py`` exposing a click command (or
+group) and add one line to ``COMMANDS``. Nothing else is imported until that command runs,
+so ``sporch --help`` and the dry-run stay fast (and never import torch).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib import import_module
+from typing import Optional, Sequence
+
+import click
+
+from orchestrator.errors import SporchError
+
+#: command name -> "module:attribute" of a click command; keep sorted by name.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "clusters": ("orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
+    "plan": ("orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
+    "render": ("orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
+    "submit": ("orchestrator.cli.submit_cmd:submit", "Submit a job (--dry-run: show what would run where)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+        if name in self.commands:
+            return self.commands[name]
+        if name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[name][0].partition(":")
+        return getattr(import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="sporch", prog_name="sporch")
+def cli(debug: bool) -> None:
+    """sporch: sequence-parallel DiT jobs from a YAML file to a Slurm job."""
+
+
+def _debug_requested(argv: Sequence[str]) -> bool:
+    return "--debug" in argv or os.environ.get("SPORCH_DEBUG", "") not in ("", "0")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Console entry point. Returns the exit code (0 ok, 2 bad input, 1 internal error)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_requested(args)
+    try:
+        cli.main(args=args, prog_name="sporch", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:  # usage errors: click's own message, exit 2
+        if debug:
+            raise
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    except SporchError as e:
+        if debug:
+            raise
+        click.echo(f"sporch: error: {' '.join(str(e).split())}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # a bug: say so in one line
+        if debug:
+            raise
+        click.echo(
+            f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
+            err=True,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

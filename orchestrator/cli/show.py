@@ -1,0 +1,137 @@
+"""Human-readable views of a Plan (rich), shared by ``plan`` and ``submit --dry-run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.cli.common import fmt_int, human_bytes
+from orchestrator.plan.schema import DIMS, Plan
+
+#: Worlds up to this size print every rank; bigger ones print the first and last node.
+FULL_RANK_TABLE = 32
+
+
+def summary_lines(plan: Plan) -> list[str]:
+    from orchestrator.plan.layouts import short
+
+    m, w, s, h = plan.model, plan.workload, plan.sequence, plan.heads
+    c = plan.cluster
+    name = m["preset"] or "custom"
+    blocks = f"{m['depth']} blocks" + (f" + {m['single_depth']} single" if m["single_depth"] else "")
+    if w["seq_len"] is not None:
+        shape = f"seq_len {fmt_int(w['seq_len'])}"
+    else:
+        shape = f"{w['frames']}x{w['height']}x{w['width']}"
+    grid = "x".join(str(g) for g in s["grid"])
+    cfg = "CFG on" if w["cfg_enabled"] else "CFG off"
+    lay = plan.layout
+    pad = f", padded to {fmt_int(s['padded_len'])} (+{s['pad']})" if s["pad"] else ""
+    return [
+        f"job       {plan.job['name']} on {c['name']}: {plan.nodes} node{'s' if plan.nodes != 1 else ''} x {plan.gpus_per_node} GPUs "
+        f"({c['gpu']['model']}) = {plan.world_size} ranks",
+        f"model     {name}: {m['attention']} attention, {blocks}, hidden {m['hidden']}, "
+        f"{m['num_heads']} heads x {m['head_dim']} (kv {m['num_kv_heads']}), ffn {m['ffn_dim']}",
+        f"workload  {w['kind']}, batch {w['batch']}, {shape} -> grid {grid} = {fmt_int(s['seq_len'])} tokens, "
+        f"{w['steps']} steps, guidance {w['guidance_scale']:g} ({cfg}), {w['dtype']}",
+        f"layout    dp {lay.dp} x cfg {lay.cfg} x ring {lay.ring} x ulysses {lay.ulysses} = {plan.world_size}"
+        f"  ({short(lay)})",
+        f"sequence  {fmt_int(s['seq_len'])} tokens{pad}, {fmt_int(s['tokens_per_rank'])} per rank",
+        f"heads     {h['num_heads']} over ulysses {lay.ulysses}: {_runs(h['q_heads_per_rank'])} per rank, "
+        f"kv {h['num_kv_heads']} ({h['kv_mode']})",
+    ]
+
+
+def _runs(values: list[int]) -> str:
+    """[2, 2, 1] -> '2,2,1'; long uniform lists compress to '8 x 5'."""
+    if len(set(values)) == 1:
+        return f"{len(values)} x {values[0]}"
+    out, prev, n = [], None, 0
+    for v in values + [None]:
+        if v == prev:
+            n += 1
+            continue
+        if prev is not None:
+            out.append(f"{n} x {prev}")
+        prev, n = v, 1
+    return " + ".join(out)
+
+
+def groups_table(plan: Plan) -> Any:
+    from rich.table import Table
+
+    t = Table(title="groups")
+    for col in ("dim", "size", "count", "first group", "nodes per group"):
+        t.add_column(col, justify="right" if col in ("size", "count", "nodes per group") else "left")
+    gpn = plan.gpus_per_node
+    for dim in DIMS + ("sequence",):
+        groups = plan.groups[dim]
+        first = groups[0]
+        shown = ", ".join(str(r) for r in first[:8]) + (", ..." if len(first) > 8 else "")
+        spans = sorted({len({r // gpn for r in g}) for g in groups})
+        t.add_row(dim, str(len(first)), str(len(groups)), f"[{shown}]", "/".join(str(x) for x in spans))
+    return t
+
+
+def rank_table(plan: Plan, all_ranks: bool = False) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"ranks ({plan.world_size})")
+    for col in ("rank", "node", "local", "dp", "cfg", "ring", "ulysses", "seq idx"):
+        t.add_column(col, justify="right")
+    ranks = list(plan.ranks)
+    if not all_ranks and plan.world_size > FULL_RANK_TABLE:
+        last_node = plan.nodes - 1
+        keep = [r for r in ranks if r.node in (0, last_node)]
+        head = [r for r in keep if r.node == 0]
+        tail = [r for r in keep if r.node == last_node]
+        rows: list[Any] = head + [None] + tail
+        t.caption = f"nodes 1..{last_node - 1} omitted ({len(ranks) - len(keep)} ranks); --all-ranks shows them"
+    else:
+        rows = ranks
+    for r in rows:
+        if r is None:
+            t.add_row(*(["..."] * 8))
+            continue
+        t.add_row(*(str(x) for x in (r.rank, r.node, r.local_rank, r.dp, r.cfg, r.ring, r.ulysses, r.sequence_index)))
+    return t
+
+
+def estimates_table(plan: Plan) -> Any:
+    from rich.table import Table
+
+    e = plan.estimates
+    t = Table(title="estimates (per GPU)")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [
+        ("tokens per rank", fmt_int(e["tokens_per_rank"])),
+        ("samples per rank per step", str(e["samples_per_rank"])),
+        ("all-to-all bytes / attention call", human_bytes(e["all_to_all_bytes_per_rank"])),
+        ("ring bytes / attention call", human_bytes(e["ring_bytes_per_rank"])),
+        ("attention calls per step", str(e["attention_calls_per_step"])),
+        ("parameters", f"{e['parameters'] / 1e9:.2f} B"),
+        ("parameter memory", human_bytes(e["parameter_bytes_per_gpu"])),
+        ("activation memory", human_bytes(e["activation_bytes_per_gpu"])),
+        (
+            "total vs GPU memory",
+            f"{e['memory_gib_per_gpu']:.1f} / {e['gpu_memory_gib']:g} GiB ({100 * e['memory_fraction']:.0f}%)"
+            + ("" if e["fits"] else " DOES NOT FIT"),
+        ),
+        ("ideal compute per step", f"{e['compute_s_per_step_ideal']:.3f} s"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
+    for line in summary_lines(plan):
+        con.print(line, markup=False)
+    from rich.markup import escape
+
+    for w in plan.warnings:
+        con.print(f"[yellow]warning[/yellow]   {escape(w)}", soft_wrap=True)
+    con.print(groups_table(plan))
+    if ranks:
+        con.print(rank_table(plan, all_ranks))
+    con.print(estimates_table(plan))

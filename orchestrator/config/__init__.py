@@ -1,0 +1,1 @@
+"""Typed configuration: cluster descriptors (cluster.py) and job specs (job.py)."""

@@ -1,0 +1,105 @@
+"""OmegaConf plumbing shared by cluster and job loading.
+
+Everything that can go wrong while reading user YAML (syntax, unknown key, wrong type,
+broken interpolation, malformed override) becomes a one-line :class:`SporchError` that
+names the file and the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+from orchestrator.errors import SporchError
+
+T = TypeVar("T")
+
+
+def _first_line(text: str) -> str:
+    return str(text).strip().splitlines()[0] if str(text).strip() else ""
+
+
+def _oc_error(err: Exception, source: str) -> SporchError:
+    """Translate an OmegaConf error into a one-line SporchError."""
+    from omegaconf import errors as oe
+
+    key = getattr(err, "full_key", None) or ""
+    msg = _first_line(getattr(err, "msg", None) or str(err))
+    where = f"{source}: " if source else ""
+    if isinstance(err, oe.ConfigKeyError) and not isinstance(err, oe.InterpolationKeyError):
+        parent, _, leaf = key.rpartition(".")
+        section = f" in section '{parent}'" if parent else ""
+        return SporchError(f"{where}unknown key '{key}'{section} ({msg}); check the spelling in docs")
+    if isinstance(err, (oe.InterpolationResolutionError,)):
+        return SporchError(f"{where}cannot resolve interpolation in '{key}': {msg}")
+    if isinstance(err, oe.ValidationError):
+        return SporchError(f"{where}wrong type for '{key}': {msg}")
+    return SporchError(f"{where}invalid configuration at '{key}': {msg}")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file into an OmegaConf DictConfig (not yet typed)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    p = Path(path)
+    if not p.is_file():
+        raise SporchError(f"{p}: no such file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SporchError(f"{p}: cannot read ({e.strerror})") from e
+    try:
+        cfg = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+    except Exception as e:  # yaml.YAMLError and OmegaConf's own errors
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or _first_line(str(e))
+        loc = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise SporchError(f"{p}{loc}: YAML syntax error: {problem}") from e
+    if not isinstance(cfg, DictConfig):
+        raise SporchError(f"{p}: expected a mapping of keys at the top level, got a {type(cfg).__name__}")
+    return cfg
+
+
+def parse_overrides(overrides: Sequence[str]) -> Any:
+    """``["parallel.ring=2", ...]`` -> DictConfig. Malformed items raise SporchError."""
+    from omegaconf import OmegaConf
+
+    for item in overrides:
+        key, eq, _ = item.partition("=")
+        if not eq or not key.strip() or " " in key.strip():
+            raise SporchError(f"override {item!r} is not KEY=VALUE (for example parallel.ring=2)")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except Exception as e:
+        raise SporchError(f"bad override: {_first_line(str(e))}") from e
+
+
+def to_typed(schema: type[T], layers: Sequence[tuple[Any, str]]) -> T:
+    """Merge ``layers`` (config, source-name) onto the structured ``schema`` in struct mode
+    and return the resolved dataclass instance (interpolations resolved)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    merged = OmegaConf.structured(schema)
+    source = ""
+    try:
+        for cfg, source in layers:
+            merged = OmegaConf.merge(merged, cfg)
+        source = layers[0][1] if layers else ""
+        obj = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise _oc_error(e, source) from e
+    return obj  # type: ignore[return-value]
+
+
+def to_plain(obj: Any) -> Any:
+    """Dataclass (possibly nested) -> plain JSON-able dict/list values."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    return obj

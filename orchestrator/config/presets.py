@@ -1,0 +1,68 @@
+"""Model presets: published shapes of common DiTs, as plain data.
+
+Keys match ``plan.model`` (docs/contracts.md). ``ffn_dim`` is the FFN inner width;
+``patch`` is [pt, ph, pw] and ``vae_stride`` [st, sh, sw] (image models: pt = st = 1).
+``joint_single_depth`` is the single-stream depth used when a job switches the preset to
+``attention: joint`` without giving ``single_depth``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Wan2.1 text-to-video (umT5 text encoder, 4096-d, 512 tokens).
+    "wan2.1-t2v-1.3b": dict(
+        attention="cross", depth=30, single_depth=0, hidden=1536, num_heads=12, num_kv_heads=12,
+        head_dim=128, ffn_dim=8960, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+        text_len=512, text_dim=4096, qk_norm=True,
+    ),
+    "wan2.1-t2v-14b": dict(
+        attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+        head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+        text_len=512, text_dim=4096, qk_norm=True,
+    ),
+    # FLUX.1 [dev]: MMDiT, 19 double-stream + 38 single-stream blocks, T5-XXL text.
+    "flux.1-dev": dict(
+        attention="joint", depth=19, single_depth=38, hidden=3072, num_heads=24, num_kv_heads=24,
+        head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[1, 8, 8],
+        text_len=512, text_dim=4096, qk_norm=True,
+    ),
+    # HunyuanVideo: 20 dual-stream + 40 single-stream blocks.
+    "hunyuan-video": dict(
+        attention="joint", depth=20, single_depth=40, hidden=3072, num_heads=24, num_kv_heads=24,
+        head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+        text_len=256, text_dim=4096, qk_norm=True,
+    ),
+    # CogVideoX-5B: expert blocks with full (joint) 3D attention over text + video.
+    "cogvideox-5b": dict(
+        attention="joint", depth=42, single_depth=0, hidden=3072, num_heads=48, num_kv_heads=48,
+        head_dim=64, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+        text_len=226, text_dim=4096, qk_norm=True,
+    ),
+    # DiT-XL/2: class-conditional image DiT (no text).
+    "dit-xl-2": dict(
+        attention="self", depth=28, single_depth=0, hidden=1152, num_heads=16, num_kv_heads=16,
+        head_dim=72, ffn_dim=4608, patch=[1, 2, 2], in_channels=4, vae_stride=[1, 8, 8],
+        text_len=0, text_dim=0, qk_norm=False,
+    ),
+    # tiny: for tests (CPU, gloo, seconds).
+    "tiny": dict(
+        attention="cross", depth=2, single_depth=0, hidden=64, num_heads=4, num_kv_heads=4,
+        head_dim=16, ffn_dim=128, patch=[1, 2, 2], in_channels=4, vae_stride=[4, 8, 8],
+        text_len=8, text_dim=32, qk_norm=True, joint_single_depth=1,
+    ),
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    from orchestrator.errors import SporchError
+
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise SporchError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}")
+    return dict(PRESETS[key])

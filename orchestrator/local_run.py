@@ -1,0 +1,158 @@
+"""Run a Plan on this machine: one CPU process per rank, emulating the cluster's nodes.
+
+Each rank is ``python -m runtime.launch --plan plan.json`` with the Slurm variables a real
+srun would set (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``...),
+so the same Plan, groups and entry point run here as on the cluster. Like
+``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others.
+
+Torch-free: only the rank processes import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+#: After a rank fails, the others get this long to write their error files before being killed.
+KILL_GRACE_S = 10.0
+
+
+@dataclass
+class RankProcess:
+    rank: int
+    node: int
+    popen: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class LocalRunResult:
+    run_dir: Path
+    returncodes: dict[int, int]
+    result: dict | None
+    failed_rank: int | None = None
+    logs: dict[int, Path] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_rank is None and all(rc == 0 for rc in self.returncodes.values())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_name(cluster: str, node: int) -> str:
+    return f"{cluster}-node{node}"
+
+
+def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str) -> dict[str, str]:
+    info = plan_dict["ranks"][rank]
+    nodes = plan_dict["nodes"]
+    cluster = plan_dict["cluster"].get("name", "local")
+    env = dict(os.environ)
+    env.update(
+        SLURM_PROCID=str(rank),
+        SLURM_LOCALID=str(info["local_rank"]),
+        SLURM_NODEID=str(info["node"]),
+        SLURM_NTASKS=str(plan_dict["world_size"]),
+        SLURM_NNODES=str(nodes),
+        SLURM_JOB_ID=job_id,
+        SLURM_JOB_NODELIST=",".join(node_name(cluster, n) for n in range(nodes)),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        SPORCH_HOSTNAME=node_name(cluster, info["node"]),
+        SPORCH_FORCE_CPU="1",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        PYTHONUNBUFFERED="1",
+    )
+    # Slurm would never hand a task torchrun's variables; make sure stale ones don't win.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK"):
+        env.pop(key, None)
+    return env
+
+
+def run_local(
+    plan_path: Path,
+    run_dir: Path,
+    *,
+    python: str = sys.executable,
+    timeout_s: float | None = None,
+    on_tick: Callable[[int, int], None] | None = None,
+) -> LocalRunResult:
+    """Spawn every rank of the plan at ``plan_path``; wait; return codes and rank 0's result.
+
+    ``on_tick(finished, world_size)`` is called about twice a second (progress display).
+    """
+    plan_dict = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    world = plan_dict["world_size"]
+    logs_dir = run_dir / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    job_id = f"local{os.getpid()}"
+    procs: list[RankProcess] = []
+    for rank in range(world):
+        log = logs_dir / f"rank{rank}.log"
+        fh = open(log, "wb")  # noqa: SIM115 - closed when the process ends
+        popen = subprocess.Popen(
+            [python, "-m", "runtime.launch", "--plan", str(plan_path)],
+            env=rank_environment(plan_dict, rank, port, job_id),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        fh.close()
+        procs.append(RankProcess(rank, plan_dict["ranks"][rank]["node"], popen, log))
+
+    failed_rank: int | None = None
+    failed_at: float | None = None
+    start = time.monotonic()
+    try:
+        while True:
+            codes = {p.rank: p.popen.poll() for p in procs}
+            finished = sum(rc is not None for rc in codes.values())
+            if on_tick:
+                on_tick(finished, world)
+            if finished == world:
+                break
+            bad = [r for r, rc in codes.items() if rc not in (None, 0)]
+            if bad and failed_rank is None:
+                failed_rank, failed_at = bad[0], time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_S:
+                _kill_all(procs)
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                _kill_all(procs)
+                failed_rank = failed_rank if failed_rank is not None else -1
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        _kill_all(procs)
+        raise
+    returncodes = {p.rank: p.popen.wait() for p in procs}
+    result_path = Path(plan_dict["job"]["output_dir"]) / "result.json"
+    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+    return LocalRunResult(
+        run_dir=run_dir,
+        returncodes=returncodes,
+        result=result,
+        failed_rank=failed_rank,
+        logs={p.rank: p.log for p in procs},
+    )
+
+
+def _kill_all(procs: list[RankProcess]) -> None:
+    for p in procs:
+        if p.popen.poll() is None:
+            try:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,112 @@
+"""``make_plan(cluster, job) -> Plan``: pure (no I/O, no clock, no randomness)."""
+
+from __future__ import annotations
+
+from orchestrator.config.cluster import ClusterSpec
+from orchestrator.config.job import PARALLEL_DIMS, JobSpec, resolve_model, sequence_shape
+from orchestrator.errors import SporchError
+from orchestrator.plan.estimates import GIB, estimate
+from orchestrator.plan.layouts import (
+    LayoutContext,
+    head_split,
+    kv_mode,
+    padded_length,
+    resolve_layout,
+)
+from orchestrator.plan.schema import Plan
+
+
+def layout_context(cluster: ClusterSpec, job: JobSpec, model: dict, seq_len: int) -> LayoutContext:
+    nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
+    if nodes > cluster.nodes:
+        raise SporchError(
+            f"resources.nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}; "
+            f"use resources.nodes <= {cluster.nodes} or a bigger cluster"
+        )
+    return LayoutContext(
+        cluster=cluster.name,
+        nodes=nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        num_heads=model["num_heads"],
+        num_kv_heads=model["num_kv_heads"],
+        batch=job.workload.batch,
+        guidance=job.workload.guidance_scale > 1,
+        seq_len=seq_len,
+    )
+
+
+def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
+    model = resolve_model(job.model)
+    seq_len, grid = sequence_shape(model, job.workload)
+    ctx = layout_context(cluster, job, model, seq_len)
+    requested = {d: getattr(job.parallel, d) for d in PARALLEL_DIMS}
+    layout, warnings = resolve_layout(ctx, requested)
+
+    degree = layout.ring * layout.ulysses
+    padded = padded_length(seq_len, degree)
+    sequence = {
+        "seq_len": seq_len,
+        "padded_len": padded,
+        "pad": padded - seq_len,
+        "tokens_per_rank": padded // degree,
+        "grid": grid,
+        "degree": degree,
+    }
+    heads = {
+        "num_heads": model["num_heads"],
+        "num_kv_heads": model["num_kv_heads"],
+        "q_heads_per_rank": head_split(model["num_heads"], layout.ulysses),
+        "kv_mode": kv_mode(model["num_heads"], model["num_kv_heads"], layout.ulysses),
+        "even": model["num_heads"] % layout.ulysses == 0,
+    }
+    w = job.workload
+    workload = {
+        "kind": w.kind,
+        "batch": w.batch,
+        "frames": w.frames if w.frames is not None else (None if w.seq_len is not None else 1),
+        "height": w.height,
+        "width": w.width,
+        "seq_len": w.seq_len,
+        "steps": w.steps,
+        "guidance_scale": float(w.guidance_scale),
+        "cfg_enabled": w.guidance_scale > 1,
+        "dtype": w.dtype,
+        "warmup": w.warmup,
+        "repeat": w.repeat,
+        "seed": w.seed,
+    }
+    cluster_d = cluster.to_dict()
+    spec = job.to_dict()
+    spec.pop("source", None)
+    job_d = {
+        "name": job.name,
+        "output_dir": job.output_dir,
+        "entrypoint": job.entrypoint,
+        "time": job.resources.time or cluster.slurm.time,
+        "source": job.source or None,
+        "spec": spec,
+    }
+    est = estimate(model, workload, layout, sequence, heads, cluster_d)
+    if not est["fits"]:
+        warnings.append(
+            f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
+            f"(parameters {est['parameter_bytes_per_gpu'] / GIB:.1f} + activations "
+            f"{est['activation_bytes_per_gpu'] / GIB:.1f}) exceeds 90% of the {cluster.gpu.memory_gib:g} GiB "
+            f"of a {cluster.gpu.model}; raise ring/ulysses, lower the batch or use a bigger GPU"
+        )
+    return Plan(
+        layout=layout,
+        world_size=layout.world_size,
+        nodes=ctx.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        ranks=Plan.rank_table(layout, cluster.gpus_per_node),
+        groups=layout.all_groups(),
+        cluster=cluster_d,
+        job=job_d,
+        model=model,
+        workload=workload,
+        sequence=sequence,
+        heads=heads,
+        estimates=est,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,92 @@
+"""A SubmitRequest: everything a backend needs to submit, computed without side effects.
+
+TorchX-style: ``build_request`` is pure (the clock is a parameter); ``dry_run`` writes the
+files into a fresh temporary folder only, and submits nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from orchestrator.config.cluster import ClusterSpec
+from orchestrator.config.job import JobSpec
+from orchestrator.plan.schema import Plan
+from orchestrator.render import PLAN_FILE, SCRIPT_FILE, render_sbatch
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    cluster: str
+    plan: Plan
+    script: str
+    job_dir: str  # where the job's files go on the cluster
+    destination: str  # human-readable: where and how it would be submitted
+    remote: bool  # True when submission goes through the cluster's login host (ssh)
+
+    def files(self) -> dict[str, str]:
+        """Relative path -> content of the files a backend writes into ``job_dir``."""
+        return {PLAN_FILE: self.plan.to_json(), SCRIPT_FILE: self.script}
+
+    @property
+    def script_path(self) -> str:
+        return posixpath.join(self.job_dir, SCRIPT_FILE)
+
+    def sbatch_command(self) -> str:
+        return f"sbatch --parsable {self.script_path}"
+
+
+def default_job_dir(cluster: ClusterSpec, job: JobSpec, now: _dt.datetime) -> str:
+    """``<output_dir>/<name>/<YYYYmmdd-HHMMSS>``; a relative output_dir is taken from the
+    login workdir (remote) or the current directory (local)."""
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    out = job.output_dir
+    if cluster.login is not None and not out.startswith(("/", "~")):
+        out = posixpath.join(cluster.login.workdir, out)
+    elif not out.startswith(("/", "~")):
+        out = str(Path.cwd() / out)
+    return posixpath.join(out, job.name, stamp)
+
+
+def destination_text(cluster: ClusterSpec) -> str:
+    part = f" (partition {cluster.slurm.partition})" if cluster.slurm.partition else ""
+    if cluster.login is None:
+        return f"sbatch on this machine{part}"
+    lg = cluster.login
+    who = f"{lg.user}@{lg.host}" if lg.user else lg.host
+    return f"sbatch over ssh on {who}:{lg.port}{part}"
+
+
+def build_request(
+    cluster: ClusterSpec,
+    job: JobSpec,
+    *,
+    job_dir: Optional[str] = None,
+    now: Optional[_dt.datetime] = None,
+) -> SubmitRequest:
+    from orchestrator.plan.planner import make_plan
+
+    plan = make_plan(cluster, job)
+    jd = job_dir or default_job_dir(cluster, job, now or _dt.datetime.now())
+    return SubmitRequest(
+        cluster=cluster.name,
+        plan=plan,
+        script=render_sbatch(plan, jd),
+        job_dir=jd,
+        destination=destination_text(cluster),
+        remote=cluster.login is not None,
+    )
+
+
+def write_dry_run(request: SubmitRequest, folder: Optional[str] = None) -> Path:
+    """Write the request's files into ``folder`` (default: a new temporary folder)."""
+    import tempfile
+
+    root = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="sporch-dryrun-"))
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, text in request.files().items():
+        (root / rel).write_text(text, encoding="utf-8")
+    return root

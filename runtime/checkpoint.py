@@ -1,0 +1,116 @@
+"""Progress that survives a requeue.
+
+A workload calls ``progress.step_done(step, state)`` after every finished step; rank 0
+persists the state (JSON metadata + optional tensors) atomically under
+``<output_dir>/checkpoint/``. A requeued job (``scontrol requeue``, preemption, or our own
+USR2 handler near the time limit) starts again, finds the checkpoint and resumes from the
+last finished step, never from zero.
+
+USR2 (not USR1: NCCL uses it) only sets a flag; ranks agree on it at the next step
+boundary (one tiny all-reduce) so that every rank stops at the same step, and rank 0 then
+asks Slurm to requeue the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runtime.results import write_json_atomic
+
+
+class RequeueRequested(Exception):
+    """Raised at a step boundary after USR2: progress is saved and the job is requeued."""
+
+
+@dataclass
+class Progress:
+    output_dir: Path
+    rank: int
+    group: Any = None  # process group used to agree on a stop; None = default world
+    _stop: bool = field(default=False, init=False)
+    _previous_handler: Any = field(default=None, init=False)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.output_dir) / "checkpoint"
+
+    # -- signals -------------------------------------------------------------------
+    def install_signal_handler(self) -> None:
+        self._previous_handler = signal.signal(signal.SIGUSR2, self._on_usr2)
+
+    def _on_usr2(self, signum, frame) -> None:  # noqa: ARG002 (signal API)
+        self._stop = True
+
+    def request_stop(self) -> None:
+        self._stop = True
+
+    def stop_agreed(self) -> bool:
+        """True on every rank when any rank got USR2 (one all-reduce of one int)."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return self._stop
+        flag = torch.tensor([1 if self._stop else 0], dtype=torch.int32)
+        if dist.get_backend(self.group) == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flag.item())
+
+    # -- state -----------------------------------------------------------------------
+    def load(self) -> dict[str, Any] | None:
+        meta = self.folder / "progress.json"
+        if not meta.exists():
+            return None
+        state = json.loads(meta.read_text(encoding="utf-8"))
+        tensors = self.folder / "tensors.pt"
+        if state.get("has_tensors") and tensors.exists():
+            state["tensors"] = torch.load(tensors, map_location="cpu", weights_only=True)
+        return state
+
+    def step_done(self, step: int, state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
+        """Record that ``step`` finished (rank 0 writes), then honour a pending stop."""
+        if self.rank == 0:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if tensors:
+                tmp = self.folder / ".tensors.pt.tmp"
+                torch.save({k: v.detach().cpu() for k, v in tensors.items()}, tmp)
+                os.replace(tmp, self.folder / "tensors.pt")
+            write_json_atomic(
+                self.folder / "progress.json", {**state, "step": step, "has_tensors": bool(tensors)}
+            )
+        if self.stop_agreed():
+            if self.rank == 0:
+                requeue_self()
+            raise RequeueRequested(f"stopped after step {step} on USR2; progress saved, job requeued")
+
+
+def restart_count() -> int:
+    """How many times Slurm restarted this job (0 on the first run)."""
+    try:
+        return int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def requeue_self() -> bool:
+    """Ask Slurm to requeue the running job. False when not under Slurm or refused."""
+    job_id = os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID")
+    job_id = (
+        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+        if job_id
+        else os.environ.get("SLURM_JOB_ID")
+    )
+    if not job_id:
+        return False
+    try:
+        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False

@@ -1,0 +1,163 @@
+"""The rank entry point: ``python -m runtime.launch --plan plan.json``.
+
+Every rank: read its place from Slurm / torchrun (runtime.rank_env), bind its device,
+initialise torch.distributed (NCCL on CUDA, gloo on CPU), build the ParallelContext from
+the Plan, run the workload, write ``ranks/rank<N>.json``; rank 0 also writes
+``result.json`` with the layout, hosts per rank, timings and errors. A failure is recorded
+with its rank and exception, and the process exits non-zero so that
+``srun --kill-on-bad-exit`` ends the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.plan.schema import Plan
+from runtime.rank_env import RankEnv, RankEnvError
+from runtime.results import error_record, read_rank_files, rank_file, result_file, write_json_atomic
+
+#: Exit code of a rank that stopped on USR2 after saving progress (the job is requeued).
+EXIT_REQUEUED = 3
+#: How long rank 0 waits for the other ranks' error files after a failure.
+ERROR_COLLECT_S = 5.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m runtime.launch", description=__doc__.splitlines()[0])
+    p.add_argument("--plan", required=True, help="plan.json written by `sporch plan --json` / submit")
+    p.add_argument("--output-dir", default=None, help="override plan.job.output_dir")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = Plan.load(args.plan)
+    output_dir = Path(args.output_dir or plan.job["output_dir"])
+    try:
+        env = RankEnv.detect()
+    except RankEnvError as exc:
+        print(f"sporch runtime: {exc}", file=sys.stderr)
+        return 2
+    return run_rank(plan, env, output_dir)
+
+
+def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
+    # torch is imported here, not at module import, so `--help` stays fast.
+    import torch.distributed as dist
+
+    from runtime.checkpoint import Progress, RequeueRequested, restart_count
+    from runtime.distributed import init_distributed, pick_device, shutdown
+    from runtime.parallel import ParallelContext
+    from runtime.workloads import run_workload
+
+    started = time.time()
+    record: dict[str, Any] = {
+        "rank": env.rank,
+        "hostname": env.hostname,
+        "node_rank": env.node_rank,
+        "local_rank": env.local_rank,
+        "launcher": env.source,
+        "job_id": env.job_id,
+        "restart": restart_count(),
+        "started": started,
+    }
+    status, metrics, error = "failed", {}, None
+    try:
+        if env.world_size != plan.world_size:
+            raise RuntimeError(
+                f"the launcher started {env.world_size} ranks but the plan needs {plan.world_size} "
+                f"({plan.layout.describe()}); submit with nodes={plan.nodes} x {plan.gpus_per_node} tasks"
+            )
+        device = pick_device(env)
+        record["device"] = str(device)
+        record["backend"] = init_distributed(env, device)
+        ctx = ParallelContext.from_plan(plan)
+        progress = Progress(output_dir=output_dir, rank=env.rank)
+        progress.install_signal_handler()
+        metrics = run_workload(plan, ctx, device, progress)
+        status = "completed"
+    except RequeueRequested as exc:
+        status, error = "requeued", {"rank": env.rank, "error": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - recorded, then the rank exits non-zero
+        error = error_record(env.rank, exc)
+        print(error["traceback"], file=sys.stderr, flush=True)
+    record.update(status=status, finished=time.time(), metrics=metrics)
+    if error:
+        record["error"] = error
+    write_json_atomic(rank_file(output_dir, env.rank), record)
+
+    if env.rank == 0:
+        _write_result(plan, output_dir, record, dist)
+    shutdown()
+    if status == "completed":
+        return 0
+    return EXIT_REQUEUED if status == "requeued" else 1
+
+
+def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> None:
+    """Rank 0: gather every rank's record (all_gather_object when the world is healthy,
+    else the rank files) and write result.json."""
+    records: dict[int, dict[str, Any]] = {}
+    if own["status"] == "completed" and dist.is_initialized():
+        gathered: list[Any] = [None] * plan.world_size
+        try:
+            dist.all_gather_object(gathered, own)
+            records = {r["rank"]: r for r in gathered if r}
+        except Exception:  # noqa: BLE001 - a peer died: fall back to its file
+            records = {}
+    if len(records) < plan.world_size:
+        deadline = time.time() + (0 if own["status"] == "completed" else ERROR_COLLECT_S)
+        while True:
+            records = {**read_rank_files(output_dir), 0: own}
+            if len(records) >= plan.world_size or time.time() > deadline:
+                break
+            time.sleep(0.25)
+    errors = [r["error"] for r in sorted(records.values(), key=lambda r: r["rank"]) if r.get("error")]
+    statuses = {r.get("status") for r in records.values()}
+    status = "completed" if statuses == {"completed"} and len(records) == plan.world_size else (
+        "requeued" if "requeued" in statuses and not any(s == "failed" for s in statuses) else "failed"
+    )
+    first_error = _root_cause(errors)
+    result = {
+        "status": status,
+        "job_name": plan.job.get("name"),
+        "layout": plan.layout.sizes(),
+        "world_size": plan.world_size,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "cluster": plan.cluster.get("name"),
+        "workload": plan.workload.get("kind"),
+        "sequence": plan.sequence,
+        "hosts": {str(r): records[r].get("hostname") for r in sorted(records)},
+        "distinct_hosts": sorted({rec.get("hostname") for rec in records.values() if rec.get("hostname")}),
+        "metrics": own.get("metrics", {}),
+        "restart": own.get("restart", 0),
+        "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in errors],
+        "failed_rank": first_error.get("rank") if first_error else None,
+        "error": first_error.get("error") if first_error else None,
+        "launcher_host": socket.gethostname(),
+        "wall_s": own["finished"] - own["started"],
+    }
+    write_json_atomic(result_file(output_dir), result)
+
+
+def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The error that most likely started the failure: the first that is not a peer's
+    broken collective (gloo/NCCL connection errors on the survivors)."""
+    if not errors:
+        return None
+    secondary = ("Connection closed by peer", "Connection reset", "NCCL communicator", "timed out",
+                 "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
+    for e in errors:
+        if not any(s in e.get("error", "") for s in secondary):
+            return e
+    return errors[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The attention seam: one call site for the model, two implementations.
+
+* unsharded (``ctx is None``): torch scaled_dot_product_attention over the whole sequence;
+* sharded: ``runtime.attention.usp_attention`` on this rank's sequence shard.
+
+Tensors are [B, S, H, D]. Key/value heads may be fewer than query heads (GQA): each kv head
+serves ``H // H_kv`` consecutive query heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Repeat kv heads [B, S, Hkv, D] to [B, S, H, D] (consecutive query heads share a kv head)."""
+    hkv = k.shape[2]
+    if hkv == num_heads:
+        return k
+    return k.repeat_interleave(num_heads // hkv, dim=2)
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Full (non-causal) attention, [B, S, H, D] layout, GQA by expansion."""
+    h = q.shape[2]
+    k, v = expand_kv(k, h), expand_kv(v, h)
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    return out.transpose(1, 2)
+
+
+@dataclass
+class SequenceAttention:
+    """How the model's sequence (self / joint) attention runs.
+
+    ``ctx``: a ``runtime.parallel.ParallelContext`` or None (unsharded). ``seq_len``: the
+    unpadded global number of sharded tokens (keys past it are padding and masked).
+    ``backend`` is passed through to usp_attention.
+    """
+
+    ctx: Any = None
+    seq_len: int | None = None
+    backend: str = "auto"
+
+    @property
+    def sharded(self) -> bool:
+        """True when the sequence is split over more than one rank (a sequence group of one
+        holds the whole sequence: plain local attention, no communication)."""
+        return self.ctx is not None and self.ctx.sequence_size > 1
+
+    def __call__(self, q, k, v, joint_q=None, joint_k=None, joint_v=None):
+        """Self attention over the (sharded) sequence, optionally joined by replicated text
+        tokens (``joint_*``, [B, T, H, D], whole on every rank). Returns ``out`` or
+        ``(out, joint_out)`` when joint tokens are given."""
+        if self.sharded:
+            from runtime.attention import usp_attention
+
+            if joint_q is None:
+                return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend)
+            return usp_attention(
+                q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend,
+                joint_q=joint_q, joint_k=joint_k, joint_v=joint_v,
+            )
+        if joint_q is None:
+            return sdpa(q, k, v)
+        s = q.shape[1]
+        out = sdpa(torch.cat([q, joint_q], 1), torch.cat([k, joint_k], 1), torch.cat([v, joint_v], 1))
+        return out[:, :s], out[:, s:]

@@ -1,0 +1,136 @@
+"""Build a model from a ``plan.model`` dict with deterministic random weights, or load a
+local safetensors file. No hub downloads."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from .base import DiTBase
+from .config import ModelConfig
+
+#: Scale of the weights that produce adaLN modulation (keeps random deep stacks tame).
+MOD_SCALE = 0.5
+
+
+def model_class(attention: str) -> type[DiTBase]:
+    from .dit import ClassDiT
+    from .mmdit import MMDiT
+    from .wan import WanDiT
+
+    return {"cross": WanDiT, "joint": MMDiT, "self": ClassDiT}[attention]
+
+
+def as_config(model: ModelConfig | Mapping[str, Any]) -> ModelConfig:
+    return model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
+
+
+def param_generator(seed: int, name: str) -> torch.Generator:
+    """One generator per parameter, from (seed, name): values do not depend on creation order,
+    device, dtype, or which other parameters exist."""
+    g = torch.Generator()
+    g.manual_seed((int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1))
+    return g
+
+
+def init_value(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
+    """Float32 initial value of parameter ``name`` (CPU)."""
+    g = param_generator(seed, name)
+    leaf = name.rsplit(".", 1)[-1]
+    is_mod = any(k in name for k in ("modulation", "_mod.", "adaLN", "time_projection"))
+    if len(shape) >= 2 and leaf == "weight":
+        if "embedder" in name and name.startswith("y_"):  # class embedding table
+            return torch.randn(shape, generator=g) * 0.5
+        fan_in = shape[-1]
+        std = 1.0 / math.sqrt(fan_in) * (MOD_SCALE if is_mod else 1.0)
+        return torch.randn(shape, generator=g) * std
+    if leaf == "modulation":  # Wan-style learned modulation table [1, k, D]
+        return torch.randn(shape, generator=g) / math.sqrt(shape[-1])
+    if leaf == "weight":  # norm scales
+        return 1.0 + 0.1 * torch.randn(shape, generator=g)
+    # biases
+    return 0.02 * torch.randn(shape, generator=g)
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, seed: int = 0) -> nn.Module:
+    for name, p in model.named_parameters():
+        if p.device.type == "meta":
+            continue
+        p.copy_(init_value(name, p.shape, seed).to(p.dtype))
+    return model
+
+
+def build_model(
+    model: ModelConfig | Mapping[str, Any],
+    seed: int = 0,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str = "cpu",
+    weights: str | None = None,
+) -> DiTBase:
+    """The model for a ``plan.model`` dict (or ModelConfig), in eval mode.
+
+    Weights are random from ``seed`` (identical on every rank and every run), or loaded from
+    the local safetensors file ``weights``. ``device="meta"`` builds the shapes only (parameter
+    counting for the real presets without allocating)."""
+    cfg = as_config(model)
+    if isinstance(dtype, str):
+        dtype = resolve_dtype(dtype)
+    device = torch.device(device)
+    # Build on meta (no allocation, no draws from the global RNG by the default
+    # initialisers), then allocate and fill from our own seeded generators.
+    m = model_class(cfg.attention)(cfg, device=torch.device("meta"), dtype=dtype)
+    if device.type != "meta":
+        m = m.to_empty(device=device)
+        if weights:
+            load_safetensors(m, weights)
+        else:
+            init_weights(m, seed)
+    return m.eval().requires_grad_(False)
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    try:
+        return table[str(name)]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(table)}") from None
+
+
+def count_parameters(model: ModelConfig | Mapping[str, Any]) -> int:
+    """Parameter count of a config, built on the meta device (no memory)."""
+    return build_model(model, device="meta").num_parameters()
+
+
+def save_safetensors(model: nn.Module, path: str) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, path)
+
+
+@torch.no_grad()
+def load_safetensors(model: nn.Module, path: str, strict: bool = True) -> nn.Module:
+    """Load a local safetensors file into ``model`` (cast to each parameter's dtype). With
+    ``strict`` every parameter must be present with the right shape and no extra keys."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(path)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    bad = sorted(k for k in set(own) & set(tensors) if tuple(own[k].shape) != tuple(tensors[k].shape))
+    if bad:
+        raise ValueError(f"{path}: shape mismatch for {bad[:5]}" + (" ..." if len(bad) > 5 else ""))
+    if strict and (missing or unexpected):
+        raise ValueError(f"{path}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    for k, v in tensors.items():
+        if k in own:
+            own[k].copy_(v.to(own[k].dtype))
+    return model

@@ -1,0 +1,81 @@
+"""Small building blocks shared by the DiT variants."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dim, computed in float32, learnable scale."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+
+
+def layer_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """LayerNorm without affine parameters, computed in float32."""
+    return F.layer_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """adaLN modulation: ``x * (1 + scale) + shift``; shift/scale are [B, D] or [B, 1, D]."""
+    if shift.dim() == 2:
+        shift = shift.unsqueeze(1)
+    if scale.dim() == 2:
+        scale = scale.unsqueeze(1)
+    return x * (1 + scale) + shift
+
+
+def gate(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    return x * (g.unsqueeze(1) if g.dim() == 2 else g)
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal embedding of (possibly fractional) timesteps ``t`` [B] -> [B, dim] float32,
+    laid out [cos | sin]."""
+    half = dim // 2
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, dtype=torch.float64, device=t.device) / half
+    )
+    args = t.to(torch.float64)[:, None] * freqs[None]
+    emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+    if dim % 2:
+        emb = torch.cat([emb, torch.zeros_like(emb[:, :1])], dim=-1)
+    return emb.float()
+
+
+class TimestepEmbedder(nn.Module):
+    """Sinusoid -> Linear -> SiLU -> Linear."""
+
+    def __init__(self, freq_dim: int, hidden: int, device=None, dtype=None) -> None:
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.fc1 = nn.Linear(freq_dim, hidden, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(hidden, hidden, device=device, dtype=dtype)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        emb = timestep_embedding(t, self.freq_dim).to(self.fc1.weight.dtype)
+        return self.fc2(F.silu(self.fc1(emb)))
+
+
+class MLP(nn.Module):
+    """Linear -> GELU(tanh) -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, out: int | None = None, device=None, dtype=None) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(hidden, out if out is not None else dim, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))

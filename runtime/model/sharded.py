@@ -1,0 +1,148 @@
+"""The model over a ParallelContext: sequence sharding, CFG parallel, data parallel.
+
+* Sequence: the patchified latent tokens are split over the sequence group with
+  ``ctx.shard_sequence`` (chunk index = ``ring_i*ulysses + ulysses_i``, tail zero-padded);
+  RoPE angles come from each shard's *global* token indices; attention runs through
+  ``usp_attention``; outputs are gathered with ``ctx.gather_sequence`` (padding dropped).
+* CFG parallel (``cfg == 2``): cfg rank 0 runs the conditional pass, cfg rank 1 the
+  unconditional one (null condition); the two velocities are exchanged over the cfg group and
+  combined as ``uncond + g * (cond - uncond)``; both halves carry on with the same result.
+  Without CFG parallel (``cfg == 1``, or no ctx) both passes run as one doubled batch.
+* Data parallel: each dp replica takes its slice of the global batch (:func:`dp_slice`).
+
+Everything also works with ``ctx=None`` (one process, no torch.distributed): that *is* the
+unsharded reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .base import DiTBase, patchify, unpatchify
+
+#: Flow-matching time -> the model's timestep input (Wan / SD3 convention).
+NUM_TRAIN_TIMESTEPS = 1000.0
+
+
+def dp_slice(batch: int, ctx: Any = None) -> slice:
+    """This dp replica's rows of a global batch (contiguous; uneven split allowed, the first
+    replicas get one more)."""
+    if ctx is None or ctx.dp == 1:
+        return slice(0, batch)
+    if batch < ctx.dp:
+        raise ValueError(f"global batch {batch} is smaller than dp={ctx.dp}")
+    base, extra = divmod(batch, ctx.dp)
+    i = ctx.dp_rank
+    start = i * base + min(i, extra)
+    return slice(start, start + base + (1 if i < extra else 0))
+
+
+def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    cond, uncond = cond.float(), uncond.float()
+    return uncond + scale * (cond - uncond)
+
+
+class ShardedDiT:
+    """A model bound to a ParallelContext (or None) and one latent token grid.
+
+    ``grid``: the [f, h, w] token grid (``plan.sequence.grid``). ``seq_len`` = f*h*w.
+    Token tensors are [B, N, C*pt*ph*pw]; "local" ones are this rank's padded chunk.
+    """
+
+    def __init__(self, model: DiTBase, ctx: Any = None, *, grid: Sequence[int], backend: str = "auto") -> None:
+        self.model = model
+        self.cfg = model.cfg
+        self.ctx = ctx
+        self.grid = tuple(int(g) for g in grid)
+        self.seq_len = self.grid[0] * self.grid[1] * self.grid[2]
+        self.backend = backend
+        if ctx is not None and ctx.cfg not in (1, 2):
+            raise ValueError(f"cfg parallel degree must be 1 or 2, got {ctx.cfg}")
+        if ctx is None:
+            self.local_len = self.seq_len
+            self.token_index = torch.arange(self.seq_len)
+        else:
+            self.local_len = ctx.local_len(self.seq_len)
+            start = ctx.sequence_rank * self.local_len
+            self.token_index = torch.arange(start, start + self.local_len)
+
+    @property
+    def sharded(self) -> bool:
+        return self.ctx is not None and self.ctx.sequence_size > 1
+
+    # -- tokens ----------------------------------------------------------------------------
+    def shard(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Full tokens [B, S, F] -> this rank's chunk [B, local_len, F]."""
+        if self.ctx is None:
+            return tokens
+        return self.ctx.shard_sequence(tokens, dim=1)
+
+    def gather(self, local: torch.Tensor) -> torch.Tensor:
+        """This rank's chunk -> full tokens [B, S, F] (padding removed), on every rank."""
+        if self.ctx is None:
+            return local
+        return self.ctx.gather_sequence(local, dim=1, seq_len=self.seq_len)
+
+    def shard_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """Full latents [B, C, F, H, W] -> this rank's token chunk, on the model's device."""
+        tokens, grid = patchify(latents.to(self.model.device), self.cfg.patch)
+        if tuple(grid) != self.grid:
+            raise ValueError(f"latents give token grid {grid}, expected {self.grid}")
+        return self.shard(tokens)
+
+    def gather_latents(self, local: torch.Tensor, channels: int | None = None) -> torch.Tensor:
+        c = self.cfg.out_dim if channels is None else channels
+        return unpatchify(self.gather(local), self.grid, self.cfg.patch, c)
+
+    # -- model -----------------------------------------------------------------------------
+    def _run(self, x_local: torch.Tensor, timestep: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_tokens(
+            x_local, timestep, cond, grid=self.grid, token_index=self.token_index,
+            seq_len=self.seq_len, ctx=self.ctx, backend=self.backend,
+        )
+
+    @torch.no_grad()
+    def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: torch.Tensor, *,
+                 guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None) -> torch.Tensor:
+        """The model's prediction on this rank's chunk, with classifier-free guidance when
+        ``guidance_scale > 1``. ``timestep`` in model units (sigma * 1000), scalar or [B].
+        Returns float32 [B, local_len, patch_out]; identical on both halves of a cfg group."""
+        b = x_local.shape[0]
+        t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(b)
+        if guidance_scale <= 1.0:
+            return self._run(x_local, t, cond).float()
+        if null_cond is None:
+            null_cond = self.model.null_condition(cond)
+        ctx = self.ctx
+        if ctx is not None and ctx.cfg == 2:
+            mine = cond if ctx.cfg_rank == 0 else null_cond
+            out = self._run(x_local, t, mine).contiguous()
+            parts = [torch.empty_like(out) for _ in range(2)]
+            with ctx.guard():
+                dist.all_gather(parts, out, group=ctx.cfg_group)
+            return cfg_combine(parts[0], parts[1], guidance_scale)
+        both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), torch.cat([cond, null_cond]))
+        return cfg_combine(both[:b], both[b:], guidance_scale)
+
+    @torch.no_grad()
+    def forward(self, latents: torch.Tensor, timestep: torch.Tensor | float, cond: torch.Tensor, *,
+                guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None) -> torch.Tensor:
+        """Full latents [B, C, F, H, W] (whole on every rank) -> full (gathered) velocity
+        latents, float32. The inputs are this dp replica's samples."""
+        x_local = self.shard_latents(latents)
+        v = self.velocity(x_local, timestep, cond, guidance_scale=guidance_scale, null_cond=null_cond)
+        return self.gather_latents(v)
+
+
+def sharded_forward(model: DiTBase, latents: torch.Tensor, timestep, cond: torch.Tensor, ctx: Any = None, *,
+                    guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None,
+                    backend: str = "auto") -> torch.Tensor:
+    """One forward of ``model`` over ``ctx`` (None = unsharded reference); see ShardedDiT.forward."""
+    tokens_grid = patchify(latents[:1], model.cfg.patch)[1]
+    runner = ShardedDiT(model, ctx, grid=tokens_grid, backend=backend)
+    return runner.forward(latents, timestep, cond, guidance_scale=guidance_scale, null_cond=null_cond)

@@ -1,0 +1,232 @@
+"""Run a function on N real ``torch.distributed`` processes (gloo on CPU), for tests and benches.
+
+    from runtime.testing import run_distributed
+
+    def work(n):                      # module level: the child processes import it
+        import torch.distributed as dist
+        return dist.get_rank() * n
+
+    run_distributed(work, 4, 10)      # -> [0, 10, 20, 30]
+
+Each rank is a fresh process (``spawn``) with ``torch.distributed`` already initialised
+(gloo, a FileStore in a private temporary directory, so no TCP port is picked or raced for),
+``torch.set_num_threads(threads)`` applied, and ``fn(*args, **kwargs)`` called. The rank
+is ``torch.distributed.get_rank()``. Return values are pickled back and returned as a list
+indexed by rank.
+
+Failure never hangs the caller: if any rank raises, the other ranks are terminated and
+:class:`RankError` is raised in the parent, naming the rank that failed *first* (later
+failures are usually the consequence: a peer's connection closed) and carrying its
+traceback text; the original exception, when it can be unpickled, is ``err.original``
+and the ``__cause__``. If the job does not finish within ``timeout`` seconds, every rank is
+terminated and :class:`DistributedTimeout` (a ``TimeoutError``) names the ranks that had
+not finished. Collectives inside the ranks use the same timeout (``init_process_group``).
+
+Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable
+
+__all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env"]
+
+
+class RankError(RuntimeError):
+    """A rank raised. ``rank``: the first rank that failed; ``original``: its exception
+    (``None`` if it could not be unpickled); ``remote_traceback``: its traceback text;
+    ``failures``: ``{rank: one-line summary}`` for every rank that failed."""
+
+    def __init__(self, rank: int, message: str, remote_traceback: str = "", original: BaseException | None = None,
+                 failures: dict[int, str] | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.original = original
+        self.remote_traceback = remote_traceback
+        self.failures = dict(failures or {})
+
+
+class DistributedTimeout(TimeoutError):
+    """The job did not finish in time; ``pending``: the ranks that had not returned."""
+
+    def __init__(self, message: str, pending: list[int]) -> None:
+        super().__init__(message)
+        self.pending = list(pending)
+
+
+# --------------------------------------------------------------------------------------
+# child side
+# --------------------------------------------------------------------------------------
+
+def init_env(rank: int, world_size: int, init_method: str, *, backend: str = "gloo", timeout: float = 120.0,
+             threads: int | None = 1) -> None:
+    """Initialise ``torch.distributed`` in this process (what every spawned rank does first)."""
+    import torch
+    import torch.distributed as dist
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(world_size))
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    dist.init_process_group(backend=backend, init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=max(1.0, float(timeout))))
+
+
+def _write_atomic(path: str, payload: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def _worker(rank: int, world_size: int, workdir: str, fn: Callable[..., Any], args: tuple, kwargs: dict,
+            backend: str, timeout: float, threads: int | None) -> None:
+    result_path = os.path.join(workdir, f"rank{rank}.result")
+    error_path = os.path.join(workdir, f"rank{rank}.error")
+    try:
+        init_env(rank, world_size, "file://" + os.path.join(workdir, "store"), backend=backend,
+                 timeout=timeout, threads=threads)
+        value = fn(*args, **kwargs)
+        _write_atomic(result_path, value)
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+        when = time.time()
+        tb = traceback.format_exc()
+        try:
+            blob = pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - unpicklable exceptions still report their text
+            blob = None
+        try:
+            _write_atomic(error_path, {"time": when, "type": type(exc).__name__, "message": str(exc),
+                                       "traceback": tb, "exception": blob})
+        finally:
+            # Skip destroy_process_group and atexit handlers: peers may be gone and gloo
+            # teardown can block; the parent is about to terminate everyone anyway.
+            os._exit(1)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the result is already written
+        pass
+
+
+# --------------------------------------------------------------------------------------
+# parent side
+# --------------------------------------------------------------------------------------
+
+def _read(path: str) -> Any:
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 5.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(2.0)
+
+
+def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
+                    backend: str = "gloo", threads: int | None = 1, start_method: str = "spawn",
+                    **kwargs: Any) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the results, by rank.
+
+    ``fn`` must be importable by the children (defined at module level). ``timeout`` bounds
+    the whole run (process start included) and every collective inside it. ``threads`` is
+    ``torch.set_num_threads`` in each rank (``None``: leave torch's default).
+    """
+    import multiprocessing as mp
+
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    ctx = mp.get_context(start_method)
+    workdir = tempfile.mkdtemp(prefix="sporch-dist-")
+    procs = []
+    try:
+        for rank in range(world_size):
+            p = ctx.Process(target=_worker, name=f"sporch-rank{rank}",
+                            args=(rank, world_size, workdir, fn, args, kwargs, backend, timeout, threads),
+                            daemon=True)
+            p.start()
+            procs.append(p)
+
+        deadline = time.monotonic() + timeout
+        done: set[int] = set()
+        while True:
+            failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
+            died = [r for r, p in enumerate(procs)
+                    if r not in done and not p.is_alive() and p.exitcode not in (0, None) and r not in failed]
+            if failed or died:
+                time.sleep(0.2)  # let near-simultaneous reports land, then pick the first
+                failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
+                _stop(procs)
+                _raise_failure(workdir, procs, failed)
+            for r, p in enumerate(procs):
+                if r not in done and not p.is_alive() and p.exitcode == 0:
+                    if os.path.exists(os.path.join(workdir, f"rank{r}.result")):
+                        done.add(r)
+            if len(done) == world_size:
+                break
+            if time.monotonic() > deadline:
+                pending = sorted(set(range(world_size)) - done)
+                _stop(procs)
+                raise DistributedTimeout(
+                    f"distributed run of {getattr(fn, '__qualname__', fn)!r} on {world_size} ranks did not finish "
+                    f"within {timeout:g}s; ranks still running: {pending}", pending)
+            time.sleep(0.01)
+        for p in procs:
+            p.join(5.0)
+        return [_read(os.path.join(workdir, f"rank{r}.result")) for r in range(world_size)]
+    finally:
+        _stop(procs)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _raise_failure(workdir: str, procs: list, failed: list[int]) -> None:
+    reports: dict[int, dict] = {}
+    for r in failed:
+        try:
+            reports[r] = _read(os.path.join(workdir, f"rank{r}.error"))
+        except Exception:  # noqa: BLE001
+            reports[r] = {"time": float("inf"), "type": "?", "message": "(unreadable error report)",
+                          "traceback": "", "exception": None}
+    if not reports:
+        # A rank died without reporting (signal, os._exit, segfault).
+        dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (0, None)]
+        r, code = dead[0] if dead else (-1, None)
+        raise RankError(r, f"rank {r} died without reporting an error (exit code {code})",
+                        failures={d: f"exit code {c}" for d, c in dead})
+    first = min(reports, key=lambda r: (reports[r]["time"], r))
+    rep = reports[first]
+    original = None
+    if rep.get("exception") is not None:
+        try:
+            original = pickle.loads(rep["exception"])
+        except Exception:  # noqa: BLE001
+            original = None
+    summary = {r: f"{v['type']}: {v['message']}".splitlines()[0][:300] if v["message"] else v["type"]
+               for r, v in sorted(reports.items())}
+    others = ", ".join(f"rank {r}" for r in sorted(reports) if r != first)
+    msg = f"rank {first} raised {rep['type']}: {rep['message']}"
+    if others:
+        msg += f"\n(also failed afterwards: {others})"
+    msg += f"\n--- traceback of rank {first} ---\n{rep['traceback']}"
+    err = RankError(first, msg, rep["traceback"], original, summary)
+    if original is not None:
+        raise err from original
+    raise err

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install sporch with its runtime and test dependencies into the current Python.
+# torch is pinned explicitly: an open `torch` spec would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" -m pip install -q --disable-pip-version-check "torch==${SPORCH_TORCH_VERSION:-2.13.0}"
+"$PY" -m pip install -q --disable-pip-version-check -e '.[runtime,test,report]'

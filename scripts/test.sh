@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: install, start the loopback Slurm cluster (root only), run every test.
+#   ./scripts/test.sh [pytest args...]
+# As root (CI), the Slurm tests are required to run; elsewhere they skip with a reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+./scripts/setup.sh
+if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
+  bash scripts/slurmlab/start.sh
+  export SPORCH_REQUIRE_SLURM=1
+fi
+exec "$PY" -m pytest -q "$@"

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.plan.schema import Plan
+from orch_testutil import EXAMPLES, ROOT, write
+
+WAN14B = str(EXAMPLES / "wan14b-720p.yaml")
+TINY = str(EXAMPLES / "tiny.yaml")
+
+
+def test_help_lists_commands(run_cli):
+    code, out, _ = run_cli("--help")
+    assert code == 0
+    for name in ("clusters", "plan", "render", "submit"):
+        assert name in out
+
+
+def test_clusters_list_and_show(run_cli):
+    code, out, _ = run_cli("clusters", "list")
+    assert code == 0
+    for name in ("a100x8", "a100x32", "h100x64", "h200x16", "l40x16", "local", "slurmlab"):
+        assert name in out
+    assert "builtin:" in out
+    code, out, _ = run_cli("clusters", "show", "a100x32")
+    assert code == 0 and "gpus_per_node: 8" in out and "NCCL_IB_HCA" in out
+    code, out, _ = run_cli("clusters", "show", "l40x16", "--json")
+    assert code == 0 and json.loads(out)["inter_node"]["fabric"] == "ethernet"
+
+
+def test_plan_table(run_cli):
+    code, out, err = run_cli("plan", "--cluster", "a100x32", WAN14B)
+    assert code == 0, err
+    assert "dp 1 x cfg 1 x ring 4 x ulysses 8 = 32" in out
+    assert "75,600 tokens" in out and "padded to 75,616" in out
+    for word in ("groups", "ranks (32)", "estimates", "seq idx", "all-to-all"):
+        assert word in out
+
+
+def test_plan_big_world_is_abridged(run_cli):
+    code, out, _ = run_cli("plan", "-c", "h100x64", WAN14B)
+    assert code == 0 and "omitted" in out and "--all-ranks" in out
+    code, out, _ = run_cli("plan", "-c", "h100x64", WAN14B, "--all-ranks")
+    assert code == 0 and "omitted" not in out
+
+
+def test_plan_json(run_cli):
+    code, out, _ = run_cli("plan", "--cluster", "a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["layout"] == {"dp": 1, "cfg": 2, "ring": 2, "ulysses": 8}
+    assert d["world_size"] == 32 and len(d["ranks"]) == 32
+    assert d["groups"]["ulysses"][0] == list(range(8))
+    assert Plan.from_dict(d).layout.cfg == 2
+
+
+def test_render(run_cli, tmp_path):
+    code, out, _ = run_cli("render", "-c", "slurmlab", TINY, "parallel.ulysses=2", "parallel.ring=4",
+                           "--job-dir", "/x/job")
+    assert code == 0 and out.startswith("#!/bin/bash") and "--plan /x/job/plan.json" in out
+    dest = tmp_path / "job.sbatch"
+    code, out, err = run_cli("render", "-c", "local", TINY, "-o", dest)
+    assert code == 0 and dest.read_text().startswith("#!/bin/bash") and "wrote" in err
+
+
+def test_submit_dry_run_writes_only_temp(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    code, out, err = run_cli("submit", "--dry-run", "--cluster", "a100x32", WAN14B)
+    assert code == 0, err
+    assert "nothing submitted" in out and "sbatch --parsable" in out and "#!/bin/bash" in out
+    assert "srun --kill-on-bad-exit=1" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # nothing in the cwd
+    written = [p for p in tmpdir.rglob("*") if p.is_file() and "sporch-dryrun" in str(p)]
+    assert sorted(p.name for p in written) == ["job.sbatch", "plan.json"]
+    Plan.load(str([p for p in written if p.name == "plan.json"][0]))
+
+
+def test_submit_without_dry_run_is_refused(run_cli):
+    code, _, err = run_cli("submit", "-c", "local", TINY)
+    assert code == 2 and "--dry-run" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["plan", "-c", "a100x33", WAN14B], "known clusters: a100x32"),
+        (["plan", "-c", "a100x32", WAN14B, "parallel.ring=2"], "feasible (dp x cfg x ring x ulysses)"),
+        (["plan", "-c", "a100x32", WAN14B, "parallel.rnig=2"], "'parallel.rnig'"),
+        (["plan", "-c", "a100x32", WAN14B, "workload.batch=x"], "'workload.batch'"),
+        (["plan", "-c", "a100x32", WAN14B, "model.preset=wan3"], "presets: wan2.1-t2v-1.3b"),
+        (["plan", "-c", "a100x32", "/no/such/job.yaml"], "no such file"),
+        (["render", "-c", "local", TINY, "parallel.cfg=3"], "cfg must be 1 or 2"),
+        (["submit", "--dry-run", "-c", "local", TINY, "model.num_heads=3", "model.head_dim=8",
+          "model.hidden=24"], "ulysses 4 > num_heads 3"),
+    ],
+)
+def test_bad_input_one_line_exit_2(run_cli, args, needle):
+    code, out, err = run_cli(*args)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_yaml_file(run_cli, tmp_path):
+    p = write(tmp_path, "j.yaml", "model: {preset: tiny\n")
+    code, _, err = run_cli("plan", "-c", "local", p)
+    assert code == 2 and "YAML syntax error" in err and str(p) in err
+
+
+def test_debug_shows_traceback():
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "--debug", "plan", "-c", "nope", TINY],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode != 0 and "Traceback" in r.stderr and "SporchError" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "plan", "-c", "nope", TINY],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_commands_are_registered_lazily():
+    from orchestrator.cli import main as climain
+
+    assert set(climain.COMMANDS) >= {"clusters", "plan", "render", "submit"}
+    for target, _help in climain.COMMANDS.values():
+        module, _, attr = target.partition(":")
+        assert module.startswith("orchestrator.cli.") and attr

@@ -1,0 +1,198 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.config.cluster import find_cluster
+from orchestrator.config.job import load_job
+from orchestrator.plan.layouts import LayoutError, head_split, kv_mode
+from orchestrator.plan.planner import make_plan
+from orchestrator.plan.schema import Plan
+from orch_testutil import EXAMPLES
+
+WAN14B = EXAMPLES / "wan14b-720p.yaml"
+TINY = EXAMPLES / "tiny.yaml"
+
+
+def plan(cluster, job=WAN14B, *overrides):
+    return make_plan(find_cluster(cluster), load_job(job, list(overrides)))
+
+
+def test_default_layout_a100x32():
+    p = plan("a100x32")
+    assert p.layout.sizes() == {"dp": 1, "cfg": 1, "ring": 4, "ulysses": 8}
+    assert p.world_size == 32 == len(p.ranks)
+    # Ulysses group: contiguous ranks on one node; ring group: same local index on every node.
+    assert p.groups["ulysses"][0] == list(range(8))
+    assert p.groups["ring"][3] == [3, 11, 19, 27]
+    for g in p.groups["ulysses"]:
+        assert len({p.ranks[r].node for r in g}) == 1
+    for g in p.groups["ring"]:
+        assert len({p.ranks[r].local_rank for r in g}) == 1
+        assert len({p.ranks[r].node for r in g}) == 4
+    assert p.sequence == {"seq_len": 75600, "padded_len": 75616, "pad": 16, "tokens_per_rank": 2363,
+                          "grid": [21, 45, 80], "degree": 32}
+    assert p.heads["q_heads_per_rank"] == [5] * 8 and p.heads["kv_mode"] == "follow"
+    assert any("padded to 75616" in w for w in p.warnings)
+
+
+def test_rank_order_formula():
+    p = plan("h100x64", WAN14B, "parallel.cfg=2", "parallel.ring=4")
+    lay = p.layout
+    assert lay.sizes() == {"dp": 1, "cfg": 2, "ring": 4, "ulysses": 8}
+    for r in p.ranks:
+        assert r.rank == ((r.dp * lay.cfg + r.cfg) * lay.ring + r.ring) * lay.ulysses + r.ulysses
+        assert r.node == r.rank // 8 and r.local_rank == r.rank % 8
+        assert r.sequence_index == r.ring * lay.ulysses + r.ulysses
+    assert p.groups["cfg"][0] == [0, 32]
+
+
+def test_plan_json_round_trip_and_keys():
+    p = plan("a100x32")
+    d = json.loads(p.to_json())
+    assert list(d)[:5] == ["schema_version", "layout", "world_size", "nodes", "gpus_per_node"]
+    assert d["layout"] == {"dp": 1, "cfg": 1, "ring": 4, "ulysses": 8}
+    assert {"ranks", "groups", "model", "workload", "sequence", "heads", "estimates", "cluster", "job"} <= set(d)
+    assert Plan.from_json(p.to_json()) == p
+    for key in ("preset", "attention", "depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim",
+                "ffn_dim", "mlp_ratio", "patch", "in_channels", "vae_stride", "text_len", "text_dim", "qk_norm"):
+        assert key in d["model"]
+    for key in ("kind", "batch", "frames", "height", "width", "seq_len", "steps", "guidance_scale", "dtype",
+                "warmup", "repeat", "seed"):
+        assert key in d["workload"]
+    for key in ("seq_len", "padded_len", "pad", "tokens_per_rank", "grid"):
+        assert key in d["sequence"]
+    for key in ("num_heads", "num_kv_heads", "q_heads_per_rank", "kv_mode"):
+        assert key in d["heads"]
+    for key in ("name", "output_dir", "entrypoint"):
+        assert key in d["job"]
+    assert d["cluster"]["name"] == "a100x32" and d["cluster"]["env"]["NCCL_IB_DISABLE"] == "0"
+
+
+def test_world_size_error_lists_feasible():
+    with pytest.raises(LayoutError) as ei:
+        plan("a100x32", WAN14B, "parallel.ring=2")
+    msg = str(ei.value)
+    assert msg.startswith("ulysses 8 x ring 2 = 16 ranks, but a100x32 has 4 nodes x 8 GPUs = 32")
+    assert "feasible (dp x cfg x ring x ulysses): " in msg and "1x1x4x8" in msg and "1x2x2x8" in msg
+    assert "\n" not in msg
+    assert all(lay.world_size == 32 for lay in ei.value.feasible)
+
+
+def test_cfg_rules():
+    with pytest.raises(LayoutError, match="cfg must be 1 or 2"):
+        plan("a100x32", WAN14B, "parallel.cfg=4", "parallel.ring=1")
+    with pytest.raises(LayoutError, match="needs classifier-free guidance"):
+        plan("a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2", "workload.guidance_scale=1.0")
+    p = plan("a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2")
+    assert p.layout.cfg == 2 and p.estimates["samples_per_rank"] == 1
+    assert plan("a100x32").estimates["samples_per_rank"] == 2  # CFG on, cfg=1: both branches per rank
+
+
+def test_dp_must_divide_batch():
+    with pytest.raises(LayoutError, match="dp 2 does not divide the global batch 1"):
+        plan("a100x32", WAN14B, "parallel.dp=2", "parallel.ring=2")
+    p = plan("a100x32", WAN14B, "parallel.dp=2", "parallel.ring=2", "workload.batch=4")
+    assert p.layout.dp == 2
+
+
+def test_uneven_heads_warn():
+    p = plan("a100x8", EXAMPLES / "wan1.3b-480p.yaml", "parallel.cfg=1", "parallel.ring=1", "parallel.ulysses=8")
+    assert p.heads["q_heads_per_rank"] == [2, 2, 2, 2, 1, 1, 1, 1]
+    assert any("splits 12 heads unevenly" in w and "2.00x" in w for w in p.warnings)
+
+
+def test_too_many_ulysses_ranks():
+    with pytest.raises(LayoutError, match="ulysses 8 > num_heads 4"):
+        plan("a100x8", TINY)
+
+
+@pytest.mark.parametrize(
+    "heads,kv,u,mode",
+    [(8, 8, 4, "follow"), (8, 4, 4, "split"), (8, 4, 2, "split"), (8, 2, 4, "replicate"), (8, 1, 8, "replicate"),
+     (12, 4, 3, None), (6, 6, 4, "follow")],
+)
+def test_kv_modes(heads, kv, u, mode):
+    assert kv_mode(heads, kv, u) == mode
+
+
+def test_kv_refused_and_replicated():
+    with pytest.raises(LayoutError, match="num_kv_heads 6 and ulysses 4"):
+        make_plan(find_cluster("a100x8"), load_job(TINY, ["model.num_heads=12", "model.head_dim=16",
+                                                           "model.num_kv_heads=6", "parallel.ulysses=4",
+                                                           "parallel.ring=2"]))
+    with pytest.raises(LayoutError, match="every completion is refused: num_kv_heads 6 and ulysses 4"):
+        make_plan(find_cluster("a100x8"), load_job(TINY, ["model.num_heads=12", "model.head_dim=16",
+                                                           "model.num_kv_heads=6", "parallel.ulysses=4",
+                                                           "parallel.ring=auto"]))
+    p = plan("local", TINY, "model.num_kv_heads=2")
+    assert p.heads["kv_mode"] == "replicate" and p.layout.ulysses == 4
+    p = plan("local", TINY, "model.num_kv_heads=2", "parallel.ulysses=2", "parallel.ring=2")
+    assert p.heads["kv_mode"] == "split"
+
+
+def test_head_split():
+    assert head_split(12, 8) == [2, 2, 2, 2, 1, 1, 1, 1]
+    assert head_split(40, 8) == [5] * 8
+    assert sum(head_split(7, 3)) == 7
+
+
+def test_sequence_too_short():
+    with pytest.raises(LayoutError, match="sequence of 2 tokens < ring 1 x ulysses 4"):
+        plan("local", TINY, "workload.frames=1", "workload.height=16", "workload.width=32")
+
+
+def test_cross_node_ulysses_and_intra_node_ring_warn():
+    p = plan("a100x32", WAN14B, "parallel.ulysses=16", "parallel.ring=2")
+    assert any("Ulysses group of 16 ranks spans 2 nodes" in w for w in p.warnings)
+    p = plan("a100x32", WAN14B, "parallel.ulysses=4", "parallel.ring=8")
+    assert any("ring group of 8 ranks stays inside one node" in w for w in p.warnings) is False
+    p = plan("l40x16", WAN14B, "parallel.ulysses=4", "parallel.ring=4")
+    assert not any("stays inside one node" in w for w in p.warnings)  # ring 0,4 | 8,12 spans both nodes
+    p = plan("l40x16", WAN14B, "parallel.cfg=2", "parallel.ulysses=4", "parallel.ring=2")
+    assert p.groups["ring"][0] == [0, 4]
+    assert any("ring group of 2 ranks stays inside one node" in w for w in p.warnings)
+
+
+def test_auto_fill():
+    p = plan("a100x32", WAN14B, "parallel.ring=auto")
+    assert p.layout.sizes() == {"dp": 1, "cfg": 1, "ring": 4, "ulysses": 8}
+    p = plan("a100x32", WAN14B, "parallel.ulysses=auto", "parallel.ring=2")
+    assert (p.layout.ring, p.layout.ulysses) == (2, 16)
+    p = plan("a100x32", WAN14B, "parallel.cfg=auto", "parallel.ring=2")
+    assert p.layout.cfg == 2
+    p = plan("local", TINY, "parallel.ulysses=auto", "parallel.ring=auto")
+    assert (p.layout.ring, p.layout.ulysses) == (1, 4)
+    # 12 heads: auto prefers an even head split inside the node
+    p = plan("a100x8", EXAMPLES / "wan1.3b-480p.yaml")
+    assert p.layout.cfg == 2 and p.layout.ulysses == 4 and p.layout.ring == 1
+    with pytest.raises(LayoutError, match="cannot fill parallel.ulysses=auto with dp 1, cfg 1, ring 3"):
+        plan("a100x32", WAN14B, "parallel.ring=3", "parallel.ulysses=auto")
+
+
+def test_resources_nodes_override():
+    p = plan("a100x32", WAN14B, "resources.nodes=2")
+    assert p.nodes == 2 and p.layout.ring == 2 and p.world_size == 16
+    from orchestrator.errors import SporchError
+
+    with pytest.raises(SporchError, match="resources.nodes 8 exceeds the 4 nodes"):
+        plan("a100x32", WAN14B, "resources.nodes=8")
+
+
+def test_estimates_present_and_memory_check():
+    p = plan("a100x32")
+    e = p.estimates
+    assert 13e9 < e["parameters"] < 15.5e9
+    assert e["tokens_per_rank"] == 2363
+    assert e["all_to_all_bytes_per_rank"] > 0 and e["ring_bytes_per_rank"] > 0
+    assert e["fits"] and 0 < e["memory_fraction"] < 1
+    single = plan("a100x8", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=8", "workload.batch=8")
+    assert single.estimates["all_to_all_bytes_per_rank"] == 0 and single.estimates["ring_bytes_per_rank"] == 0
+    big = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16")
+    assert not big.estimates["fits"] and any("exceeds 90%" in w for w in big.warnings)
+
+
+def test_planner_is_pure():
+    c, j = find_cluster("a100x32"), load_job(WAN14B)
+    assert make_plan(c, j) == make_plan(c, j)

@@ -1,0 +1,134 @@
+"""Property tests: every accepted Plan satisfies the layout invariants; every rejection lists
+alternatives that are themselves accepted."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.config.cluster import ClusterSpec
+from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+from orchestrator.plan.layouts import LayoutError, compact, divisors, feasible_layouts
+from orchestrator.plan.planner import layout_context, make_plan
+from orchestrator.plan.schema import DIMS, Plan
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def cases(draw):
+    nodes = draw(st.integers(1, 6))
+    gpn = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
+    world = nodes * gpn
+    heads = draw(st.integers(1, 48))
+    kv = draw(st.sampled_from(divisors(heads)))
+    batch = draw(st.integers(1, 8))
+    guidance = draw(st.sampled_from([1.0, 4.0]))
+    seq = draw(st.integers(1, 3000))
+    dim_value = st.one_of(
+        st.none(), st.just("auto"), st.sampled_from(divisors(world)), st.integers(1, 12)
+    )
+    par = {d: draw(dim_value) for d in DIMS}
+    cluster = ClusterSpec(name="rnd", nodes=nodes, gpus_per_node=gpn)
+    job = JobSpec(
+        name="prop",
+        model=ModelSpec(attention="self", depth=1, hidden=heads * 8, num_heads=heads, num_kv_heads=kv,
+                        patch=[1, 1, 1], in_channels=4, vae_stride=[1, 1, 1], text_len=0, mlp_ratio=2.0),
+        workload=WorkloadSpec(batch=batch, seq_len=seq, guidance_scale=guidance, steps=1),
+        parallel=ParallelSpec(**par),
+    )
+    return cluster, validate_job(job, "<prop>")
+
+
+def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
+    lay, gpn = p.layout, cluster.gpus_per_node
+    assert p.world_size == lay.world_size == cluster.nodes * gpn == len(p.ranks)
+    for i, r in enumerate(p.ranks):
+        assert r.rank == i
+        assert r.rank == ((r.dp * lay.cfg + r.cfg) * lay.ring + r.ring) * lay.ulysses + r.ulysses
+        assert (r.node, r.local_rank) == divmod(r.rank, gpn)
+        assert r.sequence_index == r.ring * lay.ulysses + r.ulysses
+    for dim in DIMS + ("sequence",):
+        groups = p.groups[dim]
+        size = lay.sequence_degree if dim == "sequence" else getattr(lay, dim)
+        assert sorted(x for g in groups for x in g) == list(range(p.world_size))
+        assert all(len(g) == size for g in groups)
+        if dim in DIMS:  # members differ only in this coordinate
+            for g in groups:
+                others = {tuple(getattr(p.ranks[x], d) for d in DIMS if d != dim) for x in g}
+                assert len(others) == 1
+    # Ulysses groups are contiguous ranks.
+    for g in p.groups["ulysses"]:
+        assert g == list(range(g[0], g[0] + lay.ulysses))
+    # Checks.
+    assert lay.cfg in (1, 2)
+    assert lay.cfg == 1 or job.workload.guidance_scale > 1
+    assert job.workload.batch % lay.dp == 0
+    H, KV = p.heads["num_heads"], p.heads["num_kv_heads"]
+    assert lay.ulysses <= H
+    q = p.heads["q_heads_per_rank"]
+    assert len(q) == lay.ulysses and sum(q) == H and max(q) - min(q) <= 1 and q == sorted(q, reverse=True)
+    mode = p.heads["kv_mode"]
+    assert mode == ("follow" if KV == H else "split" if KV % lay.ulysses == 0 else "replicate")
+    if mode == "replicate":
+        assert lay.ulysses % KV == 0
+    s = p.sequence
+    deg = lay.ring * lay.ulysses
+    assert s["padded_len"] % deg == 0 and 0 <= s["pad"] < deg and s["padded_len"] == s["seq_len"] + s["pad"]
+    assert s["tokens_per_rank"] * deg == s["padded_len"] and s["seq_len"] >= deg
+    # Requested ints are honoured; unset dims take the defaults when nothing is auto.
+    req = {d: getattr(job.parallel, d) for d in DIMS}
+    for d, v in req.items():
+        if isinstance(v, int):
+            assert getattr(lay, d) == v
+    if "auto" not in req.values():
+        defaults = {"dp": 1, "cfg": 1, "ring": cluster.nodes, "ulysses": gpn}
+        for d, v in req.items():
+            if v is None:
+                assert getattr(lay, d) == defaults[d]
+    # Warnings about placement are exact.
+    spans = any(len({x // gpn for x in g}) > 1 for g in p.groups["ulysses"])
+    assert spans == any("Ulysses group" in w for w in p.warnings)
+    uneven = H % lay.ulysses != 0
+    assert uneven == any("unevenly" in w for w in p.warnings)
+    assert Plan.from_json(p.to_json()) == p
+
+
+@SETTINGS
+@given(cases())
+def test_accepted_plans_hold_invariants_and_rejections_list_accepted_alternatives(case):
+    cluster, job = case
+    try:
+        p = make_plan(cluster, job)
+    except LayoutError as e:
+        msg = str(e)
+        assert "\n" not in msg
+        if not e.feasible:
+            assert "no layout is feasible" in msg
+        for lay in e.feasible[:40]:
+            assert compact(lay) in msg
+        for lay in e.feasible:
+            job.parallel = ParallelSpec(**lay.sizes())
+            alt = make_plan(cluster, job)
+            assert alt.layout == lay
+            check_invariants(cluster, job, alt)
+        return
+    check_invariants(cluster, job, p)
+
+
+@SETTINGS
+@given(cases())
+def test_auto_everywhere_finds_a_layout_when_one_exists(case):
+    cluster, job = case
+    job.parallel = ParallelSpec(dp="auto", cfg="auto", ring="auto", ulysses="auto")
+    try:
+        p = make_plan(cluster, job)
+    except LayoutError as e:
+        assert e.feasible == []
+        return
+    check_invariants(cluster, job, p)
+    # auto prefers Ulysses inside one node when any feasible layout allows it
+    gpn = cluster.gpus_per_node
+    if p.layout.ulysses > gpn or gpn % p.layout.ulysses:
+        ctx = layout_context(cluster, job, p.model, p.sequence["seq_len"])
+        assert all(lay.ulysses > gpn or gpn % lay.ulysses for lay in feasible_layouts(ctx))

@@ -1,0 +1,128 @@
+"""Fixtures for tests that need the loopback Slurm lab (scripts/slurmlab/start.sh).
+
+``slurm_cluster`` (session): loads the lab's env file (SLURM_CONF, SLURMLAB_*), checks that
+``sinfo`` answers, and skips with the reason otherwise -- or fails when SPORCH_REQUIRE_SLURM=1
+(CI as root starts the lab, so a missing lab there is a bug, not a skip).
+``slurm_jobs``: submit helper; every job it submitted is cancelled at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+
+DEFAULT_DIR = "/var/tmp/sporch-slurmlab"
+
+
+def env_file() -> Path:
+    if os.environ.get("SLURMLAB_ENV"):
+        return Path(os.environ["SLURMLAB_ENV"])
+    return Path(os.environ.get("SLURMLAB_DIR", DEFAULT_DIR)) / "slurmlab.env"
+
+
+def read_env_file(path: Path) -> Dict[str, str]:
+    """``export K=V`` lines of the lab's env file -> {K: V}."""
+    out: Dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            k, _, v = line[len("export "):].partition("=")
+            out[k.strip()] = v.strip().strip('"').strip("'")
+    return out
+
+
+@dataclass
+class SlurmLab:
+    env: Dict[str, str]
+    partition: str
+    nodes: int
+    gpus_per_node: int
+    cpus_per_node: int
+    accounting: bool
+    max_time: str
+
+
+def _unavailable(reason: str):
+    if os.environ.get("SPORCH_REQUIRE_SLURM") == "1":
+        pytest.fail(f"SPORCH_REQUIRE_SLURM=1 but the Slurm lab is not usable: {reason}", pytrace=False)
+    pytest.skip(f"Slurm lab not available: {reason} (start it: sudo scripts/slurmlab/start.sh)")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    path = env_file()
+    if not path.is_file():
+        _unavailable(f"no env file {path}")
+    if shutil.which("sinfo") is None:
+        _unavailable("sinfo is not installed")
+    env = read_env_file(path)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        partition = env.get("SLURMLAB_PARTITION", "lab")
+        try:
+            p = subprocess.run(["sinfo", "--noheader", "-p", partition, "-o", "%D %T"], capture_output=True,
+                               text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            _unavailable("sinfo did not answer within 10 s (slurmctld down?)")
+        if p.returncode != 0 or not p.stdout.strip():
+            _unavailable(f"sinfo failed: {(p.stderr or p.stdout).strip() or p.returncode}")
+        yield SlurmLab(
+            env=env,
+            partition=partition,
+            nodes=int(env.get("SLURMLAB_NODES", 4)),
+            gpus_per_node=int(env.get("SLURMLAB_GPUS_PER_NODE", 2)),
+            cpus_per_node=int(env.get("SLURMLAB_CPUS_PER_NODE", 2)),
+            accounting=env.get("SLURMLAB_ACCOUNTING", "1") == "1",
+            max_time=env.get("SLURMLAB_MAX_TIME", "02:00:00"),
+        )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass
+class JobTracker:
+    lab: SlurmLab
+    ids: List[str] = field(default_factory=list)
+
+    def submit(self, *args: str, wrap: str = "sleep 300", name: str = "sporch-test") -> str:
+        """sbatch --wrap on the lab; returns the job id; cancelled at teardown."""
+        from orchestrator.slurm.commands import sbatch
+
+        job_id = sbatch(["-p", self.lab.partition, "-J", name, "-o", "/dev/null", "-t", "5", *args,
+                         f"--wrap={wrap}"])
+        self.ids.append(job_id)
+        return job_id
+
+    def wait(self, job_id: str, until: Callable[[object], bool], timeout: float = 15.0, source: str = "squeue"):
+        """Poll squeue (or sacct) until ``until(state)``; return that state."""
+        from orchestrator.slurm.query import sacct_states, squeue_states
+
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            states = squeue_states([job_id]) if source == "squeue" else (sacct_states([job_id]) or {})
+            state = states.get(job_id)
+            if state is not None and until(state):
+                return state
+            time.sleep(0.25)
+        raise AssertionError(f"job {job_id}: {source} state {state} did not reach the condition in {timeout}s")
+
+
+@pytest.fixture
+def slurm_jobs(slurm_cluster):
+    tracker = JobTracker(slurm_cluster)
+    yield tracker
+    if tracker.ids:
+        subprocess.run(["scancel", *tracker.ids], capture_output=True, timeout=30)
