@@ -56,7 +56,7 @@ def node_name(cluster: str, node: int) -> str:
     return f"{cluster}-node{node}"
 
 
-def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str) -> dict[str, str]:
+def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str, run_dir: Path) -> dict[str, str]:
     info = plan_dict["ranks"][rank]
     nodes = plan_dict["nodes"]
     cluster = plan_dict["cluster"].get("name", "local")
@@ -73,6 +73,7 @@ def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str) -> dict
         MASTER_PORT=str(port),
         SPORCH_HOSTNAME=node_name(cluster, info["node"]),
         SPORCH_FORCE_CPU="1",
+        SPORCH_JOB_DIR=str(run_dir),
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         PYTHONUNBUFFERED="1",
     )
@@ -106,7 +107,7 @@ def run_local(
         fh = open(log, "wb")  # noqa: SIM115 - closed when the process ends
         popen = subprocess.Popen(
             [python, "-m", "runtime.launch", "--plan", str(plan_path)],
-            env=rank_environment(plan_dict, rank, port, job_id),
+            env=rank_environment(plan_dict, rank, port, job_id, run_dir),
             stdout=fh,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -138,7 +139,7 @@ def run_local(
         _kill_all(procs)
         raise
     returncodes = {p.rank: p.popen.wait() for p in procs}
-    result_path = Path(plan_dict["job"]["output_dir"]) / "result.json"
+    result_path = run_dir / "result.json"
     result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
     return LocalRunResult(
         run_dir=run_dir,

@@ -65,30 +65,65 @@ class Progress:
 
     # -- state -----------------------------------------------------------------------
     def load(self) -> dict[str, Any] | None:
+        """The last saved progress (``step`` = finished steps), or None on a first run."""
         meta = self.folder / "progress.json"
         if not meta.exists():
             return None
-        state = json.loads(meta.read_text(encoding="utf-8"))
-        tensors = self.folder / "tensors.pt"
-        if state.get("has_tensors") and tensors.exists():
-            state["tensors"] = torch.load(tensors, map_location="cpu", weights_only=True)
-        return state
+        return json.loads(meta.read_text(encoding="utf-8"))
 
-    def step_done(self, step: int, state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
-        """Record that ``step`` finished (rank 0 writes), then honour a pending stop."""
+    def _shard_path(self, step: int) -> Path:
+        return self.folder / f"rank{self.rank}_step{step}.pt"
+
+    def load_shard(self, step: int) -> torch.Tensor | None:
+        """This rank's tensor saved with ``step``, or None on every rank when any rank
+        lacks its file (collective: all ranks resume from the same step or none does)."""
+        path = self._shard_path(step)
+        have = path.exists()
+        if dist.is_available() and dist.is_initialized():
+            flag = torch.tensor([1 if have else 0], dtype=torch.int32)
+            if dist.get_backend(self.group) == "nccl":
+                flag = flag.cuda()
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+            have = bool(flag.item())
+        if not have:
+            return None
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+    def step_done(self, step: int, state: dict[str, Any], shard: torch.Tensor | None = None) -> None:
+        """Record that ``step`` finished, then honour a pending stop (collective).
+
+        ``shard``: this rank's piece of the state (each rank writes its own file, named by
+        step, so a crash between the files and progress.json never mixes two steps). Rank 0
+        writes progress.json once every rank's shard is on disk."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if shard is not None:
+            path = self._shard_path(step)
+            tmp = path.with_suffix(".tmp")
+            torch.save(shard.detach().cpu(), tmp)
+            os.replace(tmp, path)
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier(group=self.group)
         if self.rank == 0:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            if tensors:
-                tmp = self.folder / ".tensors.pt.tmp"
-                torch.save({k: v.detach().cpu() for k, v in tensors.items()}, tmp)
-                os.replace(tmp, self.folder / "tensors.pt")
             write_json_atomic(
-                self.folder / "progress.json", {**state, "step": step, "has_tensors": bool(tensors)}
+                self.folder / "progress.json", {**state, "step": step, "has_shards": shard is not None}
             )
+        if shard is not None:
+            # After the barrier of this step progress.json names at least step - 1, so the
+            # file of step - 2 is the newest one nobody can need any more.
+            old = self._shard_path(step - 2)
+            if old.exists():
+                old.unlink()
         if self.stop_agreed():
             if self.rank == 0:
                 requeue_self()
             raise RequeueRequested(f"stopped after step {step} on USR2; progress saved, job requeued")
+
+
+    def finish(self) -> None:
+        """The workload completed: drop the per-rank shard files (progress.json stays as a
+        record of what ran)."""
+        for path in self.folder.glob(f"rank{self.rank}_step*.pt"):
+            path.unlink(missing_ok=True)
 
 
 def restart_count() -> int:

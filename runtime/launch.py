@@ -11,6 +11,7 @@ with its rank and exception, and the process exits non-zero so that
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 import time
@@ -30,14 +31,15 @@ ERROR_COLLECT_S = 5.0
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m runtime.launch", description=__doc__.splitlines()[0])
     p.add_argument("--plan", required=True, help="plan.json written by `sporch plan --json` / submit")
-    p.add_argument("--output-dir", default=None, help="override plan.job.output_dir")
+    p.add_argument("--output-dir", default=None,
+                   help="where results go (default: $SPORCH_JOB_DIR, else plan.job.output_dir)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan.load(args.plan)
-    output_dir = Path(args.output_dir or plan.job["output_dir"])
+    output_dir = Path(args.output_dir or os.environ.get("SPORCH_JOB_DIR") or plan.job["output_dir"])
     try:
         env = RankEnv.detect()
     except RankEnvError as exc:
@@ -123,6 +125,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "requeued" if "requeued" in statuses and not any(s == "failed" for s in statuses) else "failed"
     )
     first_error = _root_cause(errors)
+    summary = _summarise_metrics([records[r].get("metrics") or {} for r in sorted(records)])
     result = {
         "status": status,
         "job_name": plan.job.get("name"),
@@ -136,6 +139,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "hosts": {str(r): records[r].get("hostname") for r in sorted(records)},
         "distinct_hosts": sorted({rec.get("hostname") for rec in records.values() if rec.get("hostname")}),
         "metrics": own.get("metrics", {}),
+        **summary,
         "restart": own.get("restart", 0),
         "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in errors],
         "failed_rank": first_error.get("rank") if first_error else None,
@@ -144,6 +148,21 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "wall_s": own["finished"] - own["started"],
     }
     write_json_atomic(result_file(output_dir), result)
+
+
+def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Job-level numbers over all ranks: the worst verify error, the slowest step."""
+    out: dict[str, Any] = {}
+    errs = [m["max_abs_err"] for m in per_rank if "max_abs_err" in m]
+    if errs:
+        out["max_abs_err"] = max(errs)
+        out["max_rel_err"] = max(m.get("max_rel_err", 0.0) for m in per_rank)
+        out["tolerance"] = per_rank[0].get("tolerance")
+        out["verified"] = all(m.get("ok", False) for m in per_rank if "max_abs_err" in m)
+    medians = [m["step_ms_median"] for m in per_rank if m.get("step_ms_median") is not None]
+    if medians:
+        out["step_ms_median_max"] = max(medians)
+    return out
 
 
 def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any] | None:

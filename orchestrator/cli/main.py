@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clusters": ("orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
     "plan": ("orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
     "render": ("orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
+    "run": ("orchestrator.cli.run_cmd:run", "Run a job on this machine (--local: one CPU process per rank)."),
     "submit": ("orchestrator.cli.submit_cmd:submit", "Submit a job (--dry-run: show what would run where)."),
 }
 

@@ -118,6 +118,8 @@ def estimates_table(plan: Plan) -> Any:
             + ("" if e["fits"] else " DOES NOT FIT"),
         ),
         ("ideal compute per step", f"{e['compute_s_per_step_ideal']:.3f} s"),
+        ("ideal all-to-all per step", f"{e['all_to_all_s_per_step_ideal']:.3f} s at {e['all_to_all_gb_per_s']:g} GB/s"),
+        ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
     for k, v in rows:
         t.add_row(k, v)

@@ -92,7 +92,13 @@ def estimate(
     flops_sample = 2 * params * seq_group + 4 * seq_group * seq_group * model["hidden"] * layers
     flops_step_rank = flops_sample * samples / (R * U)
     tflops = float(cluster["gpu"]["bf16_tflops"])
+    gpn = int(cluster["gpus_per_node"])
     intra = float(cluster["intra_node"]["gb_per_s"]) * 1e9
+    inter_per_gpu = float(cluster["inter_node"]["gb_per_s"]) * 1e9 / gpn
+    # Ulysses groups are contiguous ranks: inside a node when U divides GPUs per node. Ring
+    # groups stride by U ranks: they leave the node when ring x U > GPUs per node.
+    a2a_bw = intra if gpn % U == 0 else min(intra, inter_per_gpu)
+    ring_bw = intra if R * U <= gpn and gpn % (R * U) == 0 else min(intra, inter_per_gpu)
     return {
         "dtype_bytes": b,
         "samples_per_rank": samples,
@@ -112,5 +118,8 @@ def estimate(
         "fits": total <= 0.9 * gpu_mem,
         "flops_per_step_per_rank": flops_step_rank,
         "compute_s_per_step_ideal": round(flops_step_rank / (tflops * 1e12), 6),
-        "all_to_all_s_per_step_ideal": round(a2a * layers / intra, 6),
+        "all_to_all_gb_per_s": a2a_bw / 1e9,
+        "ring_gb_per_s": ring_bw / 1e9,
+        "all_to_all_s_per_step_ideal": round(a2a * layers / a2a_bw, 6),
+        "ring_s_per_step_ideal": round(ring_bytes * layers / ring_bw, 6),
     }

@@ -94,6 +94,15 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
             f"{est['activation_bytes_per_gpu'] / GIB:.1f}) exceeds 90% of the {cluster.gpu.memory_gib:g} GiB "
             f"of a {cluster.gpu.model}; raise ring/ulysses, lower the batch or use a bigger GPU"
         )
+    comm_s = est["all_to_all_s_per_step_ideal"] + est["ring_s_per_step_ideal"]
+    if comm_s > est["compute_s_per_step_ideal"] > 0:
+        warnings.append(
+            f"communication-bound: all-to-all {est['all_to_all_s_per_step_ideal']:.3g} s "
+            f"({est['all_to_all_gb_per_s']:g} GB/s) + ring {est['ring_s_per_step_ideal']:.3g} s "
+            f"({est['ring_gb_per_s']:g} GB/s) per step exceed ideal compute "
+            f"{est['compute_s_per_step_ideal']:.3g} s on {cluster.name} "
+            f"({cluster.intra_node.fabric} in a node, {cluster.inter_node.fabric} between nodes)"
+        )
     return Plan(
         layout=layout,
         world_size=layout.world_size,

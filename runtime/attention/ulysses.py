@@ -41,63 +41,87 @@ def _nbytes(t: torch.Tensor) -> int:
 
 def _a2a(recv: torch.Tensor, send: torch.Tensor, out_splits: list[int], in_splits: list[int], group,
          me: int, stats: CommStats | None, name: str) -> None:
+    """all_to_all_single split along dim 0; counts the bytes addressed to other ranks."""
     dist.all_to_all_single(recv, send, out_splits, in_splits, group=group)
     if stats is not None:
-        row = _nbytes(send) // max(1, send.shape[0])
-        stats.add(name, (sum(in_splits) - in_splits[me]) * row)
+        unit = _nbytes(send) // max(1, send.shape[0])
+        stats.add(name, (sum(in_splits) - in_splits[me]) * unit)
 
 
 def qkv_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, me: int, q_ranges, kv_ranges,
            stats: CommStats | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q ``[B, L, H, D]``, k/v ``[B, L, Hkv, D]`` (this rank's sequence chunk, all heads) ->
     ``[B, h, U*L, D]`` each (the Ulysses group's whole sequence, this rank's heads).
-    One all-to-all when q, k, v share dtype and trailing shape; three otherwise."""
+
+    One all-to-all when q, k, v share dtype and head dim (three otherwise). The send buffer
+    holds, per destination, ``[B, L, h_q + 2 h_kv, D]``; received, the pieces are viewed (for
+    B == 1 without a copy) as ``[B, h, U*L, D]`` with a sequence stride of ``rows * D``, which
+    the kernels take as is."""
     U = len(q_ranges)
     B, L = q.shape[0], q.shape[1]
     hq = q_ranges[me][1] - q_ranges[me][0]
     hk = kv_ranges[me][1] - kv_ranges[me][0]
     if U == 1:
-        return (q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous())
-    qt, kt, vt = q.permute(2, 0, 1, 3), k.permute(2, 0, 1, 3), v.permute(2, 0, 1, 3)  # [H, B, L, D]
-
-    def unpack(recv: torch.Tensor, rows: int, lo: int, n: int) -> torch.Tensor:
-        r = recv.view(U, rows, B, L, recv.shape[-1])[:, lo:lo + n]  # [U, n, B, L, D]
-        return r.permute(2, 1, 0, 3, 4).reshape(B, n, U * L, recv.shape[-1])
-
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     packable = q.dtype == k.dtype == v.dtype and q.shape[-1] == k.shape[-1] == v.shape[-1]
-    if packable:
-        pieces, in_splits = [], []
-        for (s, e), (ks, ke) in zip(q_ranges, kv_ranges):
-            pieces += [qt[s:e], kt[ks:ke], vt[ks:ke]]
-            in_splits.append((e - s) + 2 * (ke - ks))
-        send = torch.cat(pieces, 0)
-        rows = hq + 2 * hk
-        recv = send.new_empty((U * rows,) + tuple(send.shape[1:]))
-        _a2a(recv, send, [rows] * U, in_splits, group, me, stats, "ulysses_qkv")
-        return unpack(recv, rows, 0, hq), unpack(recv, rows, hq, hk), unpack(recv, rows, hq + hk, hk)
-    outs = []
-    for t, ranges, n in ((qt, q_ranges, hq), (kt, kv_ranges, hk), (vt, kv_ranges, hk)):
-        send = torch.cat([t[s:e] for s, e in ranges], 0)
-        recv = send.new_empty((U * n,) + tuple(send.shape[1:]))
-        _a2a(recv, send, [n] * U, [e - s for s, e in ranges], group, me, stats, "ulysses_qkv")
-        outs.append(unpack(recv, n, 0, n))
+    tensors = (q, k, v)
+    ranges_of = (q_ranges, kv_ranges, kv_ranges)
+    outs: list[torch.Tensor] = []
+    for index in ([0, 1, 2],) if packable else ([0], [1], [2]):
+        members = [tensors[i] for i in index]
+        D = members[0].shape[-1]
+        counts = [[ranges_of[i][j][1] - ranges_of[i][j][0] for i in index] for j in range(U)]
+        rows = [sum(c) for c in counts]
+        unit = B * L * D
+        send = members[0].new_empty(sum(rows) * unit)
+        off = 0
+        for j in range(U):
+            blk = send[off:off + rows[j] * unit].view(B, L, rows[j], D)
+            col = 0
+            for t, i in zip(members, index):
+                s, e = ranges_of[i][j]
+                blk[:, :, col:col + e - s].copy_(t[:, :, s:e])
+                col += e - s
+            off += rows[j] * unit
+        recv = send.new_empty(U * rows[me] * unit)
+        dist.all_to_all_single(recv, send, [rows[me] * unit] * U, [r * unit for r in rows], group=group)
+        if stats is not None:
+            stats.add("ulysses_qkv", (sum(rows) - rows[me]) * unit * send.element_size())
+        r = recv.view(U, B, L, rows[me], D)
+        col = 0
+        for n in counts[me]:
+            outs.append(r[:, :, :, col:col + n].permute(1, 3, 0, 2, 4).reshape(B, n, U * L, D))
+            col += n
     return outs[0], outs[1], outs[2]
 
 
-def out_back(o: torch.Tensor, group, me: int, q_ranges, stats: CommStats | None = None) -> torch.Tensor:
+def out_back(o: torch.Tensor, group, me: int, q_ranges, stats: CommStats | None = None,
+             dtype: torch.dtype | None = None) -> torch.Tensor:
     """``[B, h, U*L, D]`` (this rank's heads, the group's sequence) -> ``[B, L, H, D]``
-    (this rank's sequence chunk, all heads)."""
+    (this rank's sequence chunk, all heads), cast to ``dtype`` on the way (one copy)."""
     U = len(q_ranges)
     B, h, S, D = o.shape
+    dtype = o.dtype if dtype is None else dtype
     if U == 1:
-        return o.transpose(1, 2).contiguous()
+        out = torch.empty((B, S, h, D), dtype=dtype, device=o.device)
+        out.copy_(o.transpose(1, 2))
+        return out
     L = S // U
-    send = o.reshape(B, h, U, L, D).permute(2, 1, 0, 3, 4).contiguous()  # [U, h, B, L, D]
-    send = send.view(U * h, B, L, D)
-    H = q_ranges[-1][1]
-    recv = o.new_empty((H, B, L, D))
-    _a2a(recv, send, [e - s for s, e in q_ranges], [h] * U, group, me, stats, "ulysses_out")
-    return recv.permute(1, 2, 0, 3).contiguous()
+    send = torch.empty((U, B, L, h, D), dtype=dtype, device=o.device)
+    send.copy_(o.reshape(B, h, U, L, D).permute(2, 0, 3, 1, 4))
+    counts = [e - s for s, e in q_ranges]
+    unit = B * L * D
+    recv = send.new_empty(sum(counts) * unit)
+    dist.all_to_all_single(recv, send.view(-1), [c * unit for c in counts], [h * unit] * U, group=group)
+    if stats is not None:
+        stats.add("ulysses_out", (U - 1) * h * unit * send.element_size())
+    H = sum(counts)
+    out = torch.empty((B, L, H, D), dtype=dtype, device=o.device)
+    off = 0
+    for (s, e), c in zip(q_ranges, counts):
+        out[:, :, s:e].copy_(recv[off:off + c * unit].view(B, L, c, D))
+        off += c * unit
+    return out
 
 
 def exchange_heads(x: torch.Tensor, group, me: int, q_ranges, stats: CommStats | None = None,

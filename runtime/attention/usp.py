@@ -116,11 +116,10 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq
                                 ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
                                 seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
                                 compute_dtype=compute_dtype)
-        out = out.to(q.dtype)
 
-        # 4. Ulysses out
-        local = out_back(out[:, :, :block_len], ctx.ulysses_group, me, q_ranges, stats)
+        # 4. Ulysses out (cast to the input dtype on the way)
+        local = out_back(out[:, :, :block_len], ctx.ulysses_group, me, q_ranges, stats, dtype=q.dtype)
         if joint_q is None:
             return local
-        text = exchange_heads(out[:, :, block_len:], ctx.ulysses_group, me, q_ranges, stats)
+        text = exchange_heads(out[:, :, block_len:].to(q.dtype), ctx.ulysses_group, me, q_ranges, stats)
         return local, text

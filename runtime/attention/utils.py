@@ -19,11 +19,12 @@ def merge_block(out: torch.Tensor | None, lse: torch.Tensor | None, block_out: t
         out -= sigmoid(lse_b - lse) * (out - out_b)
         lse -= logsigmoid(lse - lse_b)
 
-    The first block initialises the pair (copied: the caller's tensors are never aliased).
+    The first block initialises the pair and is updated in place afterwards: pass kernel
+    outputs (fresh tensors), not tensors the caller still needs.
     """
     ct = torch.float64 if block_out.dtype == torch.float64 else torch.float32
     if out is None:
-        return block_out.to(ct, copy=True), block_lse.to(ct, copy=True)
+        return block_out.to(ct), block_lse.to(ct)
     block_lse = block_lse.to(ct)
     w = torch.sigmoid(block_lse - lse).unsqueeze(-1)
     out.sub_(w * (out - block_out.to(ct)))

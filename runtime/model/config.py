@@ -6,7 +6,7 @@ keys freely. Missing optional keys get defaults.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 ATTENTION_KINDS = ("cross", "joint", "self")

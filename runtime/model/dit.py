@@ -4,7 +4,6 @@ other variants (instead of a fixed sin-cos table) so sequence shards need no tab
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 

@@ -229,3 +229,13 @@ def test_real_presets_on_meta():
     assert abs(nflux - 12e9) / 12e9 < 0.05
     m = build_model(WAN_14B, device="meta")
     assert next(m.parameters()).device.type == "meta"
+
+
+def test_orchestrator_presets_build_on_meta():
+    presets = pytest.importorskip("orchestrator.config.presets")
+    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "dit-xl-2": 675e6}
+    for name, d in presets.PRESETS.items():
+        n = count_parameters(d)
+        assert n > 0, name
+        if name in expected:
+            assert abs(n - expected[name]) / expected[name] < 0.02, (name, n)

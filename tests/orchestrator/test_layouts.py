@@ -196,3 +196,10 @@ def test_estimates_present_and_memory_check():
 def test_planner_is_pure():
     c, j = find_cluster("a100x32"), load_job(WAN14B)
     assert make_plan(c, j) == make_plan(c, j)
+
+
+def test_pcie_ethernet_cluster_is_flagged_communication_bound():
+    p = plan("l40x16")
+    assert p.estimates["all_to_all_gb_per_s"] == 25 and p.estimates["ring_gb_per_s"] == 12.5 / 8
+    assert any(w.startswith("communication-bound") for w in p.warnings)
+    assert not any(w.startswith("communication-bound") for w in plan("a100x32").warnings)

@@ -1,0 +1,101 @@
+"""``sporch run --local``: run a job here, one CPU process per rank, emulating the cluster."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from orchestrator.cli.common import cluster_option, console, job_arguments, load
+
+#: Exit codes: 0 ok, 1 the run failed or verification exceeded its tolerance, 2 bad input.
+EXIT_FAILED = 1
+
+
+@click.command("run")
+@cluster_option
+@job_arguments
+@click.option("--local", "local", is_flag=True, help="Run on this machine: nodes x GPUs-per-node CPU ranks (gloo).")
+@click.option("--verify", is_flag=True, help="Run workload.kind=verify: the sharded model against the unsharded one.")
+@click.option("--run-dir", default=None, type=click.Path(file_okay=False),
+              help="Folder for plan, logs and results (default: <output_dir>/<name>/<time>-local).")
+@click.option("--timeout", "timeout_s", default=None, type=float, help="Kill the run after this many seconds.")
+def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
+        run_dir: Optional[str], timeout_s: Optional[float]) -> None:
+    """Run JOB.yaml on this machine with the layout it would have on --cluster."""
+    from orchestrator.errors import SporchError
+    from orchestrator.local_run import run_local
+    from orchestrator.plan.planner import make_plan
+    from orchestrator.submit.request import default_job_dir
+
+    if not local:
+        raise SporchError("`sporch run` runs on this machine only: add --local (use `sporch submit` for a cluster)")
+    if verify:
+        overrides = tuple(overrides) + ("workload.kind=verify",)
+    cluster, job = load(cluster_ref, job_path, overrides)
+    plan = make_plan(cluster, job)
+    folder = Path(run_dir) if run_dir else Path(default_job_dir(cluster, job, _dt.datetime.now()) + "-local")
+    if folder.exists() and any(folder.iterdir()):
+        raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
+    folder.mkdir(parents=True, exist_ok=True)
+    plan_path = folder / "plan.json"
+    plan_path.write_text(plan.to_json(), encoding="utf-8")
+
+    con = console(stderr=True)
+    con.print(f"[bold]run[/] {plan.job.get('name')} on {cluster.name}: {plan.layout.describe()} = "
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {folder}")
+    res = _run_with_progress(run_local, plan_path, folder, plan.world_size, timeout_s, con)
+    _print_summary(res, plan, console())
+    if not res.ok or res.result is None or res.result.get("status") != "completed":
+        sys.exit(EXIT_FAILED)
+    if plan.workload.get("kind") == "verify":
+        click.echo(f"max_abs_err={res.result.get('max_abs_err')!r}")
+        if not res.result.get("verified", False):
+            click.echo(
+                f"sporch: verification failed: max_rel_err={res.result.get('max_rel_err')} > "
+                f"tolerance {res.result.get('tolerance')}",
+                err=True,
+            )
+            sys.exit(EXIT_FAILED)
+
+
+def _run_with_progress(run_local, plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("ranks finished"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=con, transient=True, disable=not con.is_terminal) as bar:
+        task = bar.add_task("ranks", total=world)
+        return run_local(plan_path, folder, timeout_s=timeout_s,
+                         on_tick=lambda done, total: bar.update(task, completed=done))
+
+
+def _print_summary(res, plan, con) -> None:
+    from rich.table import Table
+
+    result = res.result or {}
+    table = Table(title="result", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("status", str(result.get("status", "no result (see logs)")))
+    table.add_row("layout", plan.layout.describe())
+    hosts = result.get("hosts") or {}
+    table.add_row("ranks", f"{len(hosts)} on {len(result.get('distinct_hosts') or [])} node name(s)")
+    metrics = result.get("metrics") or {}
+    for key in ("max_abs_err", "max_rel_err", "tolerance", "step_ms_median_max"):
+        if result.get(key) is not None:
+            table.add_row(key, f"{result[key]:.3g}" if isinstance(result[key], float) else str(result[key]))
+    for key in ("step_ms_median", "tokens_per_s", "comm_ms_per_step", "resumed_from_step", "latents_path"):
+        if metrics.get(key) is not None:
+            v = metrics[key]
+            table.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
+    if res.failed_rank is not None or result.get("error"):
+        rank = result.get("failed_rank", res.failed_rank)
+        table.add_row("failed rank", str(rank))
+        table.add_row("error", str(result.get("error") or f"see {res.logs.get(rank, res.run_dir / 'logs')}"))
+    table.add_row("result", str(res.run_dir / "result.json"))
+    table.add_row("logs", str(res.run_dir / "logs"))
+    con.print(table)

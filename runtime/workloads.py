@@ -1,0 +1,216 @@
+"""What a rank runs: the job's own entrypoint, or the built-in DiT workloads.
+
+- ``entrypoint: "pkg.module:function"`` in job.yaml: ``function(ctx, plan)`` is called on
+  every rank with the ParallelContext and the Plan (``plan.job`` is the resolved job config,
+  ``plan.model`` / ``plan.workload`` / ``plan.sequence`` the rest). It may return a dict of
+  JSON-able metrics.
+- ``inference``: the flow-matching Euler sampler; progress (each rank's latent shard) is
+  saved after every step, so a requeued job resumes from its last finished step.
+- ``benchmark``: ``warmup`` untimed + ``repeat`` timed denoising steps (one model
+  evaluation with CFG each); per-step latency, tokens/s, peak memory, bytes sent and time in
+  communication; finished steps are saved, so a requeued benchmark continues where it was.
+- ``verify``: the sharded forward and a short sampling run against the unsharded model
+  (computed on every rank from the same seeded inputs); max error against the tolerance.
+"""
+
+from __future__ import annotations
+
+import importlib
+import resource
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from orchestrator.plan.schema import Plan
+from runtime.checkpoint import Progress
+
+
+def resolve_entrypoint(spec: str) -> Callable[..., Any]:
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"entrypoint {spec!r} must look like 'package.module:function'")
+    fn = importlib.import_module(module)
+    for part in attr.split("."):
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise TypeError(f"entrypoint {spec!r} is not callable")
+    return fn
+
+
+def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+    entrypoint = plan.job.get("entrypoint")
+    if entrypoint:
+        result = resolve_entrypoint(entrypoint)(ctx, plan)
+        return {"entrypoint": entrypoint, **(result or {})}
+    kind = plan.workload.get("kind", "inference")
+    if kind == "verify":
+        return _verify(plan, ctx)
+    if kind == "benchmark":
+        return _benchmark(plan, ctx, device, progress)
+    if kind == "inference":
+        return _inference(plan, ctx, device, progress)
+    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify)")
+
+
+# -- shared -------------------------------------------------------------------------------
+
+def _setup(plan: Plan, ctx: Any, device: torch.device):
+    from runtime.model import ShardedDiT, build_model, make_inputs, resolve_dtype
+    from runtime.model.workload import workload_grid
+
+    wl = plan.workload
+    dtype = resolve_dtype(wl.get("dtype") or "float32")
+    seed = int(wl.get("seed") or 0)
+    grid = workload_grid(plan)
+    model = build_model(plan.model, seed=seed, dtype=dtype, device=device, weights=plan.model.get("weights"))
+    runner = ShardedDiT(model, ctx, grid=grid)
+    inputs = make_inputs(model, grid, int(wl.get("batch") or 1), seed, ctx)
+    return model, runner, inputs, grid
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
+def _verify(plan: Plan, ctx: Any) -> dict[str, Any]:
+    from runtime.model.workload import run_model_workload
+
+    out = run_model_workload(plan, ctx)
+    out["max_abs_err"] = max(
+        out["forward"]["max_abs_err"], out.get("sample", {}).get("max_abs_err", 0.0)
+    )
+    return out
+
+
+# -- benchmark ------------------------------------------------------------------------------
+
+_COMM_OPS = ("all_to_all", "alltoall", "send", "recv", "all_gather", "allgather", "all_reduce",
+             "allreduce", "broadcast", "barrier", "isend", "irecv", "c10d", "gloo", "nccl")
+
+
+def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None:
+    """Time spent in collectives during one step, from the profiler's host-side events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    try:
+        with profile(activities=activities) as prof:
+            step()
+            _sync(device)
+    except RuntimeError:
+        return None
+    total_us = 0.0
+    for evt in prof.key_averages():
+        name = evt.key.lower()
+        if any(op in name for op in _COMM_OPS):
+            # self time: a collective wrapper and its inner op are not counted twice.
+            total_us += evt.self_device_time_total if device.type == "cuda" else evt.self_cpu_time_total
+    return total_us / 1e3
+
+
+def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+    from runtime.model import NUM_TRAIN_TIMESTEPS
+
+    wl = plan.workload
+    warmup, repeat = int(wl.get("warmup") or 0), int(wl.get("repeat") or 1)
+    guidance = float(wl.get("guidance_scale") or 1.0)
+    model, runner, inputs, grid = _setup(plan, ctx, device)
+    x_local = runner.shard_latents(inputs.noise)
+
+    def step() -> None:
+        runner.velocity(x_local, 0.5 * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
+                        null_cond=inputs.null_cond)
+
+    saved = progress.load() or {}
+    times: list[float] = list(saved.get("step_ms", []))
+    resumed_from = len(times)
+    with torch.no_grad():
+        for _ in range(warmup):
+            step()
+        for i in range(resumed_from, repeat):
+            _sync(device)
+            start = time.perf_counter()
+            step()
+            _sync(device)
+            times.append((time.perf_counter() - start) * 1e3)
+            progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times})
+        comm_ms = _comm_time_ms(step, device)
+    seq_tokens = grid[0] * grid[1] * grid[2] * int(wl.get("batch") or 1)
+    median = statistics.median(times) if times else float("nan")
+    return {
+        "kind": "benchmark",
+        "steps_timed": len(times),
+        "step_ms": times,
+        "step_ms_median": median,
+        "step_ms_min": min(times) if times else float("nan"),
+        "tokens_per_s": seq_tokens / (median / 1e3) if times else 0.0,
+        "comm_ms_per_step": comm_ms,
+        "comm_fraction": (comm_ms / median) if comm_ms is not None and times else None,
+        "peak_memory_bytes": _peak_memory_bytes(device),
+        "local_tokens": runner.local_len,
+        "parameters": model.num_parameters(),
+        "resumed": resumed_from > 0,
+        "resumed_from_step": resumed_from,
+    }
+
+
+# -- inference ------------------------------------------------------------------------------
+
+def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+    from runtime.model import NUM_TRAIN_TIMESTEPS, flow_sigmas
+
+    wl = plan.workload
+    steps = int(wl.get("steps") or 1)
+    guidance = float(wl.get("guidance_scale") or 1.0)
+    model, runner, inputs, grid = _setup(plan, ctx, device)
+    sigmas = flow_sigmas(steps, float(wl.get("shift") or 1.0))
+
+    saved = progress.load() or {}
+    start_step = int(saved.get("step", 0))
+    x_local = progress.load_shard(start_step) if start_step else None
+    if x_local is None:
+        start_step = 0
+        x_local = runner.shard_latents(inputs.noise).float()
+    step_ms: list[float] = list(saved.get("step_ms", []))[:start_step]
+    with torch.no_grad():
+        for i in range(start_step, steps):
+            _sync(device)
+            t0 = time.perf_counter()
+            s, s_next = float(sigmas[i]), float(sigmas[i + 1])
+            v = runner.velocity(x_local, s * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
+                                null_cond=inputs.null_cond)
+            x_local = x_local + (s_next - s) * v.float()
+            _sync(device)
+            step_ms.append((time.perf_counter() - t0) * 1e3)
+            progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms}, shard=x_local)
+        latents = runner.gather_latents(x_local, channels=model.cfg.in_channels)
+    progress.finish()
+    out: dict[str, Any] = {
+        "kind": "inference",
+        "steps": steps,
+        "step_ms": step_ms,
+        "latent_shape": list(latents.shape),
+        "latent_mean": float(latents.mean()),
+        "latent_std": float(latents.std()) if latents.numel() > 1 else 0.0,
+        "peak_memory_bytes": _peak_memory_bytes(device),
+        "resumed": start_step > 0,
+        "resumed_from_step": start_step,
+    }
+    writer = ctx.sequence_rank == 0 and ctx.cfg_rank == 0
+    if writer:
+        from safetensors.torch import save_file
+
+        path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({"latents": latents.contiguous().cpu()}, str(path))
+        out["latents_path"] = str(path)
+    return out
