@@ -83,6 +83,83 @@ def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str, run_dir
     return env
 
 
+class LocalRun:
+    """The rank processes of one local run: start, watch, signal, wait."""
+
+    def __init__(self, plan_path: Path, run_dir: Path, *, python: str = sys.executable) -> None:
+        self.plan_path = Path(plan_path)
+        self.run_dir = Path(run_dir)
+        self.python = python
+        self.plan_dict = json.loads(self.plan_path.read_text(encoding="utf-8"))
+        self.world = int(self.plan_dict["world_size"])
+        self.procs: list[RankProcess] = []
+
+    def start(self) -> "LocalRun":
+        logs_dir = self.run_dir / "logs"
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        job_id = f"local{os.getpid()}"
+        for rank in range(self.world):
+            log = logs_dir / f"rank{rank}.log"
+            with open(log, "ab") as fh:
+                popen = subprocess.Popen(
+                    [self.python, "-m", "runtime.launch", "--plan", str(self.plan_path)],
+                    env=rank_environment(self.plan_dict, rank, port, job_id, self.run_dir),
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            self.procs.append(RankProcess(rank, self.plan_dict["ranks"][rank]["node"], popen, log))
+        return self
+
+    def send_signal(self, sig: int) -> None:
+        """Signal every live rank (as Slurm does with --signal / scancel --signal)."""
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.send_signal(sig)
+
+    def kill(self) -> None:
+        _kill_all(self.procs)
+
+    def wait(self, *, timeout_s: float | None = None,
+             on_tick: Callable[[int, int], None] | None = None) -> LocalRunResult:
+        """Wait for every rank; like ``srun --kill-on-bad-exit``, a rank that fails ends the
+        others after ``KILL_GRACE_S``. ``on_tick(finished, world)`` about 5 times a second."""
+        failed_rank: int | None = None
+        failed_at: float | None = None
+        start = time.monotonic()
+        try:
+            while True:
+                codes = {p.rank: p.popen.poll() for p in self.procs}
+                finished = sum(rc is not None for rc in codes.values())
+                if on_tick:
+                    on_tick(finished, self.world)
+                if finished == self.world:
+                    break
+                bad = [r for r, rc in codes.items() if rc not in (None, 0)]
+                if bad and failed_rank is None:
+                    failed_rank, failed_at = bad[0], time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_S:
+                    self.kill()
+                if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    self.kill()
+                    failed_rank = failed_rank if failed_rank is not None else -1
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            self.kill()
+            raise
+        returncodes = {p.rank: p.popen.wait() for p in self.procs}
+        result_path = self.run_dir / "result.json"
+        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+        return LocalRunResult(
+            run_dir=self.run_dir,
+            returncodes=returncodes,
+            result=result,
+            failed_rank=failed_rank,
+            logs={p.rank: p.log for p in self.procs},
+        )
+
+
 def run_local(
     plan_path: Path,
     run_dir: Path,
@@ -91,63 +168,8 @@ def run_local(
     timeout_s: float | None = None,
     on_tick: Callable[[int, int], None] | None = None,
 ) -> LocalRunResult:
-    """Spawn every rank of the plan at ``plan_path``; wait; return codes and rank 0's result.
-
-    ``on_tick(finished, world_size)`` is called about twice a second (progress display).
-    """
-    plan_dict = json.loads(Path(plan_path).read_text(encoding="utf-8"))
-    world = plan_dict["world_size"]
-    logs_dir = run_dir / "logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    job_id = f"local{os.getpid()}"
-    procs: list[RankProcess] = []
-    for rank in range(world):
-        log = logs_dir / f"rank{rank}.log"
-        fh = open(log, "wb")  # noqa: SIM115 - closed when the process ends
-        popen = subprocess.Popen(
-            [python, "-m", "runtime.launch", "--plan", str(plan_path)],
-            env=rank_environment(plan_dict, rank, port, job_id, run_dir),
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        fh.close()
-        procs.append(RankProcess(rank, plan_dict["ranks"][rank]["node"], popen, log))
-
-    failed_rank: int | None = None
-    failed_at: float | None = None
-    start = time.monotonic()
-    try:
-        while True:
-            codes = {p.rank: p.popen.poll() for p in procs}
-            finished = sum(rc is not None for rc in codes.values())
-            if on_tick:
-                on_tick(finished, world)
-            if finished == world:
-                break
-            bad = [r for r, rc in codes.items() if rc not in (None, 0)]
-            if bad and failed_rank is None:
-                failed_rank, failed_at = bad[0], time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_S:
-                _kill_all(procs)
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                _kill_all(procs)
-                failed_rank = failed_rank if failed_rank is not None else -1
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        _kill_all(procs)
-        raise
-    returncodes = {p.rank: p.popen.wait() for p in procs}
-    result_path = run_dir / "result.json"
-    result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
-    return LocalRunResult(
-        run_dir=run_dir,
-        returncodes=returncodes,
-        result=result,
-        failed_rank=failed_rank,
-        logs={p.rank: p.log for p in procs},
-    )
+    """Spawn every rank of the plan at ``plan_path``, wait, return codes and rank 0's result."""
+    return LocalRun(plan_path, run_dir, python=python).start().wait(timeout_s=timeout_s, on_tick=on_tick)
 
 
 def _kill_all(procs: list[RankProcess]) -> None:

@@ -46,7 +46,7 @@ def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress)
         return {"entrypoint": entrypoint, **(result or {})}
     kind = plan.workload.get("kind", "inference")
     if kind == "verify":
-        return _verify(plan, ctx)
+        return _verify(plan, ctx, device)
     if kind == "benchmark":
         return _benchmark(plan, ctx, device, progress)
     if kind == "inference":
@@ -56,17 +56,33 @@ def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress)
 
 # -- shared -------------------------------------------------------------------------------
 
-def _setup(plan: Plan, ctx: Any, device: torch.device):
-    from runtime.model import ShardedDiT, build_model, make_inputs, resolve_dtype
-    from runtime.model.workload import workload_grid
+def workload_grid(plan: Plan) -> list[int]:
+    """The latent token grid [f, h, w]; [1, 1, seq_len] when the job gave seq_len directly."""
+    grid = (plan.sequence or {}).get("grid")
+    if grid:
+        return [int(g) for g in grid]
+    seq_len = (plan.sequence or {}).get("seq_len") or plan.workload.get("seq_len")
+    if not seq_len:
+        raise ValueError("plan.sequence has neither grid nor seq_len")
+    return [1, 1, int(seq_len)]
+
+
+def _build(plan: Plan, device: torch.device):
+    from runtime.model import build_model, resolve_dtype
 
     wl = plan.workload
     dtype = resolve_dtype(wl.get("dtype") or "float32")
-    seed = int(wl.get("seed") or 0)
+    return build_model(plan.model, seed=int(wl.get("seed") or 0), dtype=dtype, device=device,
+                       weights=plan.model.get("weights"))
+
+
+def _setup(plan: Plan, ctx: Any, device: torch.device):
+    from runtime.model import ShardedDiT, make_inputs
+
     grid = workload_grid(plan)
-    model = build_model(plan.model, seed=seed, dtype=dtype, device=device, weights=plan.model.get("weights"))
+    model = _build(plan, device)
     runner = ShardedDiT(model, ctx, grid=grid)
-    inputs = make_inputs(model, grid, int(wl.get("batch") or 1), seed, ctx)
+    inputs = make_inputs(model, grid, int(plan.workload.get("batch") or 1), int(plan.workload.get("seed") or 0), ctx)
     return model, runner, inputs, grid
 
 
@@ -81,13 +97,17 @@ def _peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
 
-def _verify(plan: Plan, ctx: Any) -> dict[str, Any]:
-    from runtime.model.workload import run_model_workload
+def _verify(plan: Plan, ctx: Any, device: torch.device) -> dict[str, Any]:
+    """Sharded forward + min(steps, 2) sampling steps against the unsharded model."""
+    from runtime.model import verify
 
-    out = run_model_workload(plan, ctx)
-    out["max_abs_err"] = max(
-        out["forward"]["max_abs_err"], out.get("sample", {}).get("max_abs_err", 0.0)
-    )
+    wl = plan.workload
+    model = _build(plan, device)
+    out = verify(model, ctx, grid=workload_grid(plan), batch=int(wl.get("batch") or 1),
+                 seed=int(wl.get("seed") or 0), guidance_scale=float(wl.get("guidance_scale") or 1.0),
+                 steps=min(int(wl.get("steps") or 0), 2), shift=float(wl.get("shift") or 1.0))
+    out["kind"] = "verify"
+    out["max_abs_err"] = max(out["forward"]["max_abs_err"], out.get("sample", {}).get("max_abs_err", 0.0))
     return out
 
 

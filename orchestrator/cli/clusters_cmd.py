@@ -1,4 +1,4 @@
-"""``sporch clusters list|show``."""
+"""``sporch clusters list|show|discover``."""
 
 from __future__ import annotations
 
@@ -61,3 +61,41 @@ def show_cmd(name: str, as_json: bool) -> None:
 
     click.echo(f"# {c.name}: {c.summary()} ({c.source})")
     click.echo(OmegaConf.to_yaml(OmegaConf.create(d)).rstrip())
+
+
+@clusters.command("discover")
+@click.option("--partition", "-p", default=None, help="Partition to describe (default: the default partition).")
+@click.option("--name", default=None, help="Cluster name (default: Slurm's ClusterName, plus the partition).")
+@click.option("--output", "-o", "output", default=None, type=click.Path(dir_okay=False),
+              help="Write the descriptor here (default: print it).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+def discover_cmd(partition, name, output, force) -> None:
+    """Write a cluster descriptor from the live cluster (sinfo/scontrol).
+
+    Node count, CPUs, memory, GPU gres count and type, features and the time limit come from
+    Slurm; what Slurm cannot know (GPU memory/TFLOP/s, fabric bandwidths) is guessed and
+    marked ``# guessed`` so you can fill it in.
+    """
+    from pathlib import Path
+
+    from orchestrator.errors import SporchError
+    from orchestrator.slurm.discover import descriptor_yaml, discover_cluster
+
+    desc = discover_cluster(partition, name=name)
+    text = descriptor_yaml(desc)
+    guessed = ", ".join(desc.get("guessed", [])) or "nothing"
+    if output is None:
+        click.echo(text, nl=False)
+        click.echo(f"# guessed (check these): {guessed}", err=True)
+        return
+    path = Path(output).expanduser()
+    if path.exists() and not force:
+        raise SporchError(f"{path} exists; pass --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    obs = desc.get("observed", {})
+    click.echo(f"wrote {path}: {desc['name']}, partition {desc['slurm']['partition']}, {desc['nodes']} nodes x "
+               f"{desc['gpus_per_node']} GPUs ({obs.get('gres_type') or 'untyped'} gres), "
+               f"{obs.get('cpus_per_node')} CPUs and {obs.get('mem_mb_per_node')} MB per node")
+    click.echo(f"guessed   {guessed} (marked '# guessed'; fill in the real values)")
+    click.echo(f"use it    sporch plan --cluster {path} JOB.yaml")

@@ -18,11 +18,15 @@ from orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "cancel": ("orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
     "clusters": ("orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
+    "logs": ("orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
     "plan": ("orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
     "render": ("orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
     "run": ("orchestrator.cli.run_cmd:run", "Run a job on this machine (--local: one CPU process per rank)."),
+    "status": ("orchestrator.cli.status_cmd:status", "States of submitted jobs (failed rank and error line)."),
     "submit": ("orchestrator.cli.submit_cmd:submit", "Submit a job (--dry-run: show what would run where)."),
+    "wait": ("orchestrator.cli.wait_cmd:wait", "Wait for a job to end; exit code from the job."),
 }
 
 

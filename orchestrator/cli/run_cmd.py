@@ -51,7 +51,7 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     _print_summary(res, plan, console())
     if not res.ok or res.result is None or res.result.get("status") != "completed":
         sys.exit(EXIT_FAILED)
-    if plan.workload.get("kind") == "verify":
+    if plan.workload.get("kind") == "verify" and not plan.job.get("entrypoint"):
         click.echo(f"max_abs_err={res.result.get('max_abs_err')!r}")
         if not res.result.get("verified", False):
             click.echo(

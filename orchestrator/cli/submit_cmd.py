@@ -1,7 +1,12 @@
-"""``sporch submit``: in this version only ``--dry-run`` (plan + script + destination)."""
+"""``sporch submit``: plan, then submit through submitit (default) or the rendered sbatch script.
+
+``--dry-run`` shows the plan, the destination and the script and submits nothing; ``--check``
+asks the real scheduler (``sbatch --test-only``) whether it would accept the job.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import click
@@ -13,28 +18,71 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 @cluster_option
 @job_arguments
 @click.option("--dry-run", is_flag=True, help="Show what would run where; submit nothing.")
+@click.option("--check", is_flag=True,
+              help="Ask Slurm whether it would accept the job (sbatch --test-only); submit nothing.")
+@click.option("--via", "backend", type=click.Choice(["submitit", "sbatch"]), default="submitit", show_default=True,
+              help="submitit: one submitit job running the runtime per task; sbatch: the rendered script "
+                   "(the one --dry-run shows).")
 @click.option("--job-dir", default=None, help="Job folder on the cluster (default: <output_dir>/<name>/<time>).")
-@click.option("--no-script", is_flag=True, help="Do not print the batch script.")
-def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, job_dir: Optional[str],
-           no_script: bool) -> None:
-    """Submit JOB.yaml to --cluster (use --dry-run to see the plan and the script)."""
+@click.option("--no-script", is_flag=True, help="Do not print the batch script (--dry-run).")
+@click.option("--wait", "wait_after", is_flag=True, help="Wait for the job to end (like `sporch wait`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the job record as JSON.")
+def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, check: bool, backend: str,
+           job_dir: Optional[str], no_script: bool, wait_after: bool, as_json: bool) -> None:
+    """Submit JOB.yaml to --cluster; prints the job's id (use it with status/logs/wait/cancel)."""
     from orchestrator.errors import SporchError
     from orchestrator.submit.request import build_request, write_dry_run
 
+    if dry_run and check:
+        raise click.UsageError("--dry-run and --check are exclusive")
     cluster, job = load(cluster_ref, job_path, overrides)
-    req = build_request(cluster, job, job_dir=job_dir)
-    if not dry_run:
-        raise SporchError(
-            "real submission is not available in this version of sporch; add --dry-run to see what would be submitted"
-        )
-    from orchestrator.cli.show import print_plan
+    if dry_run:
+        req = build_request(cluster, job, job_dir=job_dir)
+        from orchestrator.cli.show import print_plan
 
-    con = console()
-    print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
-    tmp = write_dry_run(req)
-    click.echo(f"dry run   nothing submitted; would run `{req.sbatch_command()}` via {req.destination}")
-    click.echo(f"job dir   {req.job_dir}")
-    click.echo(f"files     {tmp}/plan.json, {tmp}/job.sbatch (local copies for inspection)")
-    if not no_script:
-        click.echo("---- job.sbatch ----")
-        click.echo(req.script, nl=False)
+        con = console()
+        print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
+        tmp = write_dry_run(req)
+        how = req.sbatch_command() if backend == "sbatch" else "submitit (same resources as the script below)"
+        click.echo(f"dry run   nothing submitted; would run `{how}` via {req.destination}"
+                   if backend == "sbatch" else f"dry run   nothing submitted; would submit through {how} "
+                   f"via {req.destination}")
+        click.echo(f"job dir   {req.job_dir}")
+        click.echo(f"files     {tmp}/plan.json, {tmp}/job.sbatch (local copies for inspection)")
+        if not no_script:
+            click.echo("---- job.sbatch ----")
+            click.echo(req.script, nl=False)
+        return
+
+    from orchestrator.submit import submitter
+
+    if check:
+        req = build_request(cluster, job, job_dir=job_dir)
+        res = submitter.check(req)
+        if not res.accepted:
+            raise SporchError(f"Slurm rejected the job: {res.reason}")
+        if res.start_time:
+            click.echo(f"ok        Slurm would accept {req.plan.job['name']}: start at {res.start_time} using "
+                       f"{res.processors} processors on {res.nodes}"
+                       + (f" in partition {res.partition}" if res.partition else "") + " (nothing submitted)")
+        else:
+            click.echo(f"ok        Slurm would accept {req.plan.job['name']} (nothing submitted)")
+        return
+
+    req = submitter.prepare(cluster, job, job_dir=job_dir)
+    rec = submitter.submit(req, backend=backend, command=submitter.command_line())
+    if as_json:
+        import json
+
+        click.echo(json.dumps(rec.to_dict(), indent=2))
+    else:
+        plan = req.plan
+        click.echo(f"submitted {rec.id}  (Slurm job {rec.slurm_job_id}, via {rec.backend}) on {rec.cluster}: "
+                   f"{plan.nodes} nodes x {plan.gpus_per_node} = {plan.world_size} ranks")
+        click.echo(f"job dir   {rec.job_dir}")
+        click.echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}")
+    if wait_after:
+        from orchestrator.cli.wait_cmd import wait_for
+
+        code = wait_for(rec, timeout=None, interval=2.0, quiet=as_json)
+        sys.exit(code)

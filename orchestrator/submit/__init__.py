@@ -1,2 +1,7 @@
-"""Submission. ``request.py`` builds a pure, dry-run SubmitRequest; real backends (local
-sbatch, ssh) come in later modules of this package."""
+"""Submission.
+
+- :mod:`.request`   a pure SubmitRequest (plan, rendered script, job dir, destination); dry run
+- :mod:`.backend`   the backend interface and registry (``submitit`` default, ``sbatch``)
+- :mod:`.submitter` job dir + backend + record, atomically; ``sbatch --test-only`` checks
+- :mod:`.task`      what each submitit task runs (``runtime.launch`` with the Plan)
+"""

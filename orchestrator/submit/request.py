@@ -35,6 +35,10 @@ class SubmitRequest:
     def script_path(self) -> str:
         return posixpath.join(self.job_dir, SCRIPT_FILE)
 
+    @property
+    def plan_path(self) -> str:
+        return posixpath.join(self.job_dir, PLAN_FILE)
+
     def sbatch_command(self) -> str:
         return f"sbatch --parsable {self.script_path}"
 

@@ -54,7 +54,10 @@ def _world(cases):
     import torch.distributed as dist
 
     from runtime.model import build_model, generate, tiny_model_dict, verify
-    from runtime.model.workload import run_model_workload
+    import tempfile
+
+    from runtime.checkpoint import Progress
+    from runtime.workloads import run_workload
     from runtime.parallel import ParallelContext
 
     out = {}
@@ -76,9 +79,14 @@ def _world(cases):
                 "warmup": 0, "repeat": 1}
     plan = _plan(dict(cfg=2, ring=2), model_dict, workload, (2, 3, 3))
     ctx = ParallelContext.from_plan(plan)
-    out["plan-verify-cfg2-r2"] = run_model_workload(plan, ctx)
+    cpu = torch.device("cpu")
+
+    def progress():
+        return Progress(output_dir=tempfile.mkdtemp(prefix="sporch-test-"), rank=dist.get_rank())
+
+    out["plan-verify-cfg2-r2"] = run_workload(plan, ctx, cpu, progress())
     bench_plan = _plan(dict(ulysses=4), model_dict, dict(workload, kind="benchmark", repeat=2), (2, 4, 4))
-    bench = run_model_workload(bench_plan, ParallelContext.from_plan(bench_plan))
+    bench = run_workload(bench_plan, ParallelContext.from_plan(bench_plan), cpu, progress())
     out["plan-benchmark-u4"] = {"ok": bench["step_ms_median"] > 0 and bench["local_tokens"] == 8,
                                 "max_rel_err": 0.0}
     return out

@@ -1,0 +1,36 @@
+"""``sporch cancel JOB ...``: scancel, saying what state each job was in."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import click
+
+
+@click.command("cancel")
+@click.argument("jobs", nargs=-1, required=True, metavar="JOB...")
+def cancel(jobs: tuple) -> None:
+    """Cancel JOBs (sporch id, Slurm job id or name). Finished jobs are left alone."""
+    from orchestrator.jobs import store
+    from orchestrator.jobs.status import poll
+    from orchestrator.slurm.commands import scancel
+
+    recs = store.load_all()
+    targets = []
+    for ref in jobs:
+        r = store.find(ref, recs)
+        if all(t.id != r.id for t in targets):
+            targets.append(r)
+    statuses = poll(targets)
+    live = [(r, s) for r, s in zip(targets, statuses) if not s.terminal]
+    for r, s in zip(targets, statuses):
+        if s.terminal:
+            click.echo(f"{r.id}: already {s.state} (Slurm job {r.slurm_job_id}); nothing to cancel")
+    if not live:
+        return
+    scancel([r.slurm_job_id for r, _ in live])
+    stamp = _dt.datetime.now().isoformat(timespec="seconds")
+    for r, s in live:
+        r.cancelled = stamp
+        store.save(r)
+        click.echo(f"{r.id}: cancelled Slurm job {r.slurm_job_id} (was {s.state})")

@@ -1,0 +1,71 @@
+"""``sporch status [JOB ...]``: known jobs and their states (one squeue call per poll)."""
+
+from __future__ import annotations
+
+import click
+
+
+def _records(refs, show_all: bool, last: int):
+    from orchestrator.jobs import store
+
+    if refs:
+        recs = store.load_all()
+        out, seen = [], set()
+        for ref in refs:
+            r = store.find(ref, recs)
+            if r.id not in seen:
+                seen.add(r.id)
+                out.append(r)
+        return out
+    recs = store.load_all()
+    return recs if show_all else recs[-last:]
+
+
+@click.command("status")
+@click.argument("jobs", nargs=-1, metavar="[JOB]...")
+@click.option("--all", "show_all", is_flag=True, help="Every known job (default: the latest --last).")
+@click.option("--last", default=20, show_default=True, help="How many of the latest jobs to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
+@click.option("--refresh", is_flag=True, help="Ask Slurm again about jobs whose final state is cached.")
+def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool) -> None:
+    """State of JOBs (sporch id, Slurm job id or name; default: the latest jobs).
+
+    Final states come from sacct when the cluster keeps accounting, else from the job
+    directory. For a job that did not complete, the failed rank and its error line are shown.
+    """
+    from orchestrator.jobs.status import poll
+
+    recs = _records(jobs, show_all, last)
+    statuses = poll(recs, refresh=refresh)
+    if as_json:
+        import json
+
+        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
+        return
+    if not statuses:
+        from orchestrator.jobs.store import jobs_dir
+
+        click.echo(f"no jobs known (records in {jobs_dir()}); submit one with `sporch submit`")
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.common import console
+
+    table = Table(title=None, show_lines=False)
+    for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "failed rank", "error"):
+        table.add_column(col, overflow="fold")
+    colors = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "FAILED": "red", "CANCELLED": "magenta",
+              "TIMEOUT": "red"}
+    for s in statuses:
+        state = s.state + (f" ({s.reason})" if s.reason and not s.terminal else "")
+        if s.terminal and s.exit_code and s.exit_code != "0:0":
+            state += f" exit {s.exit_code}"
+        if s.step is not None and not s.terminal:
+            state += f" step {s.step}"
+        color = colors.get(s.state)
+        state = escape(state)
+        table.add_row(escape(s.id), s.slurm_job_id, escape(s.cluster), f"[{color}]{state}[/]" if color else state,
+                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")),
+                      "-" if s.failed_rank is None else str(s.failed_rank), escape(s.error or ""))
+    console().print(table)

@@ -1,0 +1,95 @@
+"""``sporch wait JOB``: poll until the job ends; the exit code says how it ended.
+
+Exit codes: 0 COMPLETED; 1 FAILED (also NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, or a result that
+says failed); 3 CANCELLED, TIMEOUT, PREEMPTED or DEADLINE; 124 when ``--timeout`` passed first
+(the job keeps running).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+import click
+
+EXIT_WAIT_TIMEOUT = 124
+
+
+def _describe(s) -> str:
+    parts = [s.state]
+    if s.reason and not s.terminal:
+        parts.append(f"({s.reason})")
+    if s.elapsed:
+        parts.append(f"elapsed {s.elapsed}")
+    if s.nodelist:
+        parts.append(f"on {s.nodelist}")
+    if s.step is not None and not s.terminal:
+        parts.append(f"step {s.step}")
+    return " ".join(parts)
+
+
+def final_line(s) -> str:
+    line = f"{s.id}: {s.state}"
+    if s.exit_code and s.exit_code != "0:0":
+        line += f" (exit {s.exit_code})"
+    if s.elapsed:
+        line += f" after {s.elapsed}"
+    if s.failed_rank is not None or s.error:
+        who = f"rank {s.failed_rank}" if s.failed_rank is not None else "error"
+        line += f"; {who}: {s.error or 'failed'}"
+    if s.restart:
+        line += f"; restarted {s.restart}x"
+    return line
+
+
+def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: bool = False) -> int:
+    """Poll ``record`` until it is terminal; print progress; return the exit code."""
+    from orchestrator.jobs.status import poll_one
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tty = sys.stdout.isatty() and not quiet
+    last = None
+    spinner = None
+    if tty:
+        from orchestrator.cli.common import console
+
+        spinner = console().status(f"waiting for {record.id} (Slurm job {record.slurm_job_id})")
+        spinner.start()
+    try:
+        while True:
+            st = poll_one(record)
+            if st.terminal:
+                break
+            if spinner is not None:
+                spinner.update(f"{record.id} (Slurm job {record.slurm_job_id}): {_describe(st)}")
+            else:
+                key = (st.state, st.reason, st.nodelist, st.step)  # a line per change, not per poll
+                if key != last and not quiet:
+                    click.echo(f"{time.strftime('%H:%M:%S')} {record.id}: {_describe(st)}")
+                last = key
+            if deadline is not None and time.monotonic() >= deadline:
+                click.echo(f"{record.id}: still {st.state} after {timeout:g} s (--timeout); the job keeps running",
+                           err=True)
+                return EXIT_WAIT_TIMEOUT
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+    finally:
+        if spinner is not None:
+            spinner.stop()
+    if not quiet:
+        click.echo(final_line(st))
+    return st.exit_status()
+
+
+@click.command("wait")
+@click.argument("job", metavar="JOB")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit code tells.")
+def wait(job: str, timeout: Optional[float], interval: float, quiet: bool) -> None:
+    """Wait for JOB to end. Exit 0 COMPLETED, 1 FAILED, 3 CANCELLED/TIMEOUT, 124 --timeout."""
+    from orchestrator.jobs import store
+
+    rec = store.find(job)
+    code = wait_for(rec, timeout=timeout, interval=max(0.1, interval), quiet=quiet)
+    sys.exit(code)

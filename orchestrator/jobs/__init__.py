@@ -1,0 +1,4 @@
+"""Submitted jobs: records (:mod:`.store`) and their state (:mod:`.status`).
+
+Standard library only (plus orchestrator.slurm): ``sporch status/logs/cancel/wait`` stay fast.
+"""

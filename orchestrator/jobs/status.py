@@ -1,0 +1,326 @@
+"""Where are my jobs? One ``squeue`` call per poll for every job that may still be alive,
+one ``sacct`` call for those squeue no longer knows, and the job directory when the cluster
+keeps no accounting (TorchX falls back the same way).
+
+For a job that did not complete, the failed rank and its one-line error come from
+``<job_dir>/result.json`` (rank 0's summary), else ``<job_dir>/ranks/rank<N>.json``, else the
+last error line of the rank logs.
+
+Exit status of ``sporch wait`` (:meth:`JobStatus.exit_status`): 0 COMPLETED, 1 FAILED (and
+NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, anything else that is not a success), 3 CANCELLED,
+TIMEOUT, PREEMPTED or DEADLINE.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from orchestrator.errors import SporchError
+from orchestrator.jobs import store
+from orchestrator.jobs.store import JobRecord
+
+SEP = "|"
+#: Terminal states that mean "stopped from outside" (wait exits 3).
+STOPPED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
+EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 3
+#: A peer's broken collective: not the root cause of a failure.
+SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset", "NCCL communicator", "timed out",
+                    "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
+_ERROR_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)|error|fatal)\b.*",
+                            re.IGNORECASE)
+
+
+@dataclass
+class SlurmRow:
+    state: str
+    reason: Optional[str] = None
+    exit_code: Optional[str] = None
+    elapsed: Optional[str] = None
+    nodelist: Optional[str] = None
+
+
+@dataclass
+class JobStatus:
+    id: str
+    name: str
+    cluster: str
+    slurm_job_id: str
+    state: str
+    terminal: bool
+    source: str  # squeue | sacct | job dir | record
+    reason: Optional[str] = None
+    exit_code: Optional[str] = None
+    elapsed: Optional[str] = None
+    nodelist: Optional[str] = None
+    nodes: int = 0
+    failed_rank: Optional[int] = None
+    error: Optional[str] = None
+    result_status: Optional[str] = None  # result.json "status"
+    restart: Optional[int] = None
+    step: Optional[int] = None  # last finished step in the progress checkpoint
+    job_dir: str = ""
+
+    @property
+    def completed(self) -> bool:
+        return self.terminal and self.state == "COMPLETED" and self.result_status != "failed"
+
+    def exit_status(self) -> int:
+        if self.completed:
+            return EXIT_OK
+        if self.state in STOPPED_STATES:
+            return EXIT_STOPPED
+        return EXIT_FAILED
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def final_dict(self) -> Dict[str, Any]:
+        keys = ("state", "reason", "exit_code", "elapsed", "nodelist", "failed_rank", "error", "result_status",
+                "restart", "step")
+        return {k: getattr(self, k) for k in keys}
+
+
+# -- Slurm queries (one call each) --------------------------------------------------------------
+def squeue_rows(ids: Sequence[str]) -> Dict[str, SlurmRow]:
+    """State of every job slurmctld still knows, in one squeue call."""
+    from orchestrator.slurm.commands import run_slurm, slurm_reason
+    from orchestrator.slurm.states import parse_state
+
+    if not ids:
+        return {}
+    proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
+                      f"--format=%i{SEP}%T{SEP}%r{SEP}%M{SEP}%N"], check=False)
+    if proc.returncode != 0:
+        reason = slurm_reason(proc.stderr, proc.stdout)
+        if "invalid job id" in reason.lower():  # every id unknown
+            return {}
+        raise SporchError(f"squeue failed: {reason or f'exit code {proc.returncode}'}")
+    out: Dict[str, SlurmRow] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.strip().split(SEP)
+        if len(parts) < 2 or not parts[0]:
+            continue
+        parts += [""] * (5 - len(parts))
+        st = parse_state(parts[1], reason=parts[2])
+        out[parts[0].strip()] = SlurmRow(st.name, st.reason, None, parts[3].strip() or None,
+                                         parts[4].strip() or None)
+    return out
+
+
+def sacct_rows(ids: Sequence[str]) -> Optional[Dict[str, SlurmRow]]:
+    """Final states from accounting, in one sacct call; None when the cluster has none."""
+    from orchestrator.slurm.commands import run_slurm, slurm_reason
+    from orchestrator.slurm.states import parse_state
+
+    if not ids:
+        return {}
+    proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
+                      "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], check=False)
+    if proc.returncode != 0:
+        text = f"{proc.stderr}\n{proc.stdout}".lower()
+        if "accounting storage is disabled" in text or "accounting_storage/none" in text:
+            return None
+        raise SporchError(f"sacct failed: {slurm_reason(proc.stderr, proc.stdout) or f'exit code {proc.returncode}'}")
+    out: Dict[str, SlurmRow] = {}
+    for line in proc.stdout.splitlines():
+        parts = line.strip().split(SEP)
+        if len(parts) < 2 or not parts[0]:
+            continue
+        parts += [""] * (6 - len(parts))
+        st = parse_state(parts[1], reason=parts[3])
+        nodelist = parts[5].strip()
+        out[parts[0].strip()] = SlurmRow(st.name, st.reason, parts[2].strip() or None, parts[4].strip() or None,
+                                         None if nodelist in ("", "None assigned") else nodelist)
+    return out
+
+
+def is_terminal(state: str) -> bool:
+    from orchestrator.slurm.states import TERMINAL_STATES
+
+    return state in TERMINAL_STATES
+
+
+# -- the job directory --------------------------------------------------------------------------
+def _read_json(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_result(job_dir: str) -> Optional[Dict[str, Any]]:
+    return _read_json(Path(job_dir) / "result.json")
+
+
+def progress_step(job_dir: str) -> Optional[int]:
+    data = _read_json(Path(job_dir) / "checkpoint" / "progress.json")
+    if data and isinstance(data.get("step"), int):
+        return data["step"]
+    return None
+
+
+def one_line(text: Any, limit: int = 300) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _root_cause(errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if not errors:
+        return None
+    for e in errors:
+        if not any(s in str(e.get("error", "")) for s in SECONDARY_ERRORS):
+            return e
+    return errors[0]
+
+
+def _rank_of(path: Path) -> Optional[int]:
+    m = re.search(r"(\d+)", path.stem.replace("rank", ""))
+    return int(m.group(1)) if m else None
+
+
+def failure_from_rank_files(job_dir: str) -> Optional[Dict[str, Any]]:
+    errors = []
+    for p in sorted((Path(job_dir) / "ranks").glob("rank*.json"), key=lambda q: _rank_of(q) or 0):
+        rec = _read_json(p)
+        if not rec or rec.get("status") == "completed":
+            continue
+        err = rec.get("error")
+        if isinstance(err, dict):
+            errors.append({"rank": err.get("rank", rec.get("rank")), "error": err.get("error", "")})
+        elif err:
+            errors.append({"rank": rec.get("rank", _rank_of(p)), "error": str(err)})
+    return _root_cause(errors)
+
+
+def last_error_line(path: Path, max_bytes: int = 65536) -> Optional[str]:
+    """The last line of a log that looks like an error (``ValueError: ...``, ``error: ...``)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if _ERROR_LINE_RE.match(line) and not line.startswith("Traceback"):
+            return line
+    return None
+
+
+def failure_from_logs(record: JobRecord, max_ranks: int = 4096) -> Optional[Dict[str, Any]]:
+    pattern = record.logs.get("rank_err")
+    errors: List[Dict[str, Any]] = []
+    if pattern:
+        for rank in range(min(record.world_size or 0, max_ranks)):
+            line = last_error_line(record.log_path("rank_err", rank))
+            if line:
+                errors.append({"rank": rank, "error": line})
+    cause = _root_cause(errors)
+    if cause is None and record.logs.get("batch_err"):
+        line = last_error_line(record.log_path("batch_err"))
+        if line:
+            cause = {"rank": None, "error": line}
+    return cause
+
+
+def failure_info(record: JobRecord, result: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """{rank, error} of the failure: result.json, else rank files, else the logs."""
+    if result and result.get("status") == "failed" and (result.get("error") or result.get("failed_rank") is not None):
+        return {"rank": result.get("failed_rank"), "error": result.get("error") or ""}
+    if result and result.get("status") == "completed":
+        return None
+    return failure_from_rank_files(record.job_dir) or failure_from_logs(record)
+
+
+# -- putting it together ------------------------------------------------------------------------
+def _from_final(record: JobRecord) -> JobStatus:
+    f = dict(record.final or {})
+    return JobStatus(id=record.id, name=record.name, cluster=record.cluster, slurm_job_id=record.slurm_job_id,
+                     state=f.get("state", "UNKNOWN"), terminal=True, source="record", reason=f.get("reason"),
+                     exit_code=f.get("exit_code"), elapsed=f.get("elapsed"), nodelist=f.get("nodelist"),
+                     nodes=record.nodes, failed_rank=f.get("failed_rank"), error=f.get("error"),
+                     result_status=f.get("result_status"), restart=f.get("restart"), step=f.get("step"),
+                     job_dir=record.job_dir)
+
+
+def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]]) -> SlurmRow:
+    """No squeue row and no accounting: what the job left behind."""
+    status = (result or {}).get("status")
+    if status == "completed":
+        return SlurmRow("COMPLETED")
+    if record.cancelled:
+        return SlurmRow("CANCELLED", reason=f"cancelled by sporch at {record.cancelled}")
+    if status == "failed":
+        return SlurmRow("FAILED")
+    if status == "requeued":
+        return SlurmRow("FAILED", reason="stopped for a requeue but no longer in the queue")
+    if failure_from_rank_files(record.job_dir):
+        return SlurmRow("FAILED")
+    return SlurmRow("FAILED", reason="left the queue without a result (no accounting on this cluster)")
+
+
+def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = True) -> List[JobStatus]:
+    """The status of every record: at most one squeue and one sacct call in all.
+
+    Jobs whose terminal status is cached in the record are not asked about again unless
+    ``refresh``. Newly terminal statuses are cached (``save``).
+    """
+    records = list(records)
+    live = [r for r in records if refresh or not r.final]
+    ids = [r.slurm_job_id for r in live]
+    rows: Dict[str, SlurmRow] = dict(squeue_rows(ids)) if ids else {}
+    sources = {i: "squeue" for i in rows}
+    missing = [i for i in ids if i not in rows]
+    accounting = True
+    if missing:
+        acct = sacct_rows(missing)
+        if acct is None:
+            accounting = False
+        else:
+            for i in missing:
+                if i in acct:
+                    rows[i] = acct[i]
+                    sources[i] = "sacct"
+
+    out: List[JobStatus] = []
+    for rec in records:
+        if rec.final and not refresh:
+            out.append(_from_final(rec))
+            continue
+        result = read_result(rec.job_dir)
+        row = rows.get(rec.slurm_job_id)
+        source = sources.get(rec.slurm_job_id, "job dir")
+        if row is None:
+            row = _from_job_dir(rec, result)
+            if accounting and not row.reason:
+                row.reason = "not in squeue or sacct"
+        terminal = is_terminal(row.state) or source == "job dir"
+        st = JobStatus(id=rec.id, name=rec.name, cluster=rec.cluster, slurm_job_id=rec.slurm_job_id,
+                       state=row.state, terminal=terminal, source=source, reason=row.reason,
+                       exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
+                       result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
+                       step=progress_step(rec.job_dir), job_dir=rec.job_dir)
+        if terminal and not st.completed:
+            info = failure_info(rec, result)
+            if info:
+                st.failed_rank = info.get("rank")
+                st.error = one_line(info.get("error", "")) or None
+        out.append(st)
+        if terminal and save:
+            rec.final = st.final_dict()
+            try:
+                store.save(rec, job_dir_copy=False)
+            except OSError:
+                pass
+    return out
+
+
+def poll_one(record: JobRecord, *, refresh: bool = False) -> JobStatus:
+    return poll([record], refresh=refresh)[0]

@@ -1,0 +1,135 @@
+"""Submit a request: job dir, backend, record -- all or nothing.
+
+1. the job dir is claimed (created; a ``-2``, ``-3``... suffix when that second is taken);
+2. ``plan.json``, ``job.sbatch`` and ``logs/`` are written into it;
+3. the backend submits;
+4. the record is written (``$SPORCH_HOME/jobs/<id>.json`` and ``<job_dir>/record.json``).
+
+When Slurm rejects the job (or anything else fails) the job dir is removed and no record is
+written; when writing the record fails after Slurm accepted the job, the job is cancelled.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from orchestrator.errors import SporchError
+from orchestrator.jobs import store
+from orchestrator.jobs.store import JobRecord
+from orchestrator.submit.backend import DEFAULT_BACKEND, get_backend
+from orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
+
+
+def claim_job_dir(path: str) -> str:
+    """Create ``path`` (or ``path-2``, ``path-3``...) and return the one created."""
+    base = path.rstrip("/") or path
+    candidate, n = base, 1
+    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = f"{base}-{n}"
+        except OSError as e:
+            raise SporchError(f"cannot create the job dir {candidate}: {e.strerror}") from None
+
+
+def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.datetime] = None
+            ) -> SubmitRequest:
+    """Plan the job and claim its (new, empty) job dir; the request's script names that dir."""
+    if cluster.login is not None:
+        raise SporchError(f"cluster {cluster.name} submits over ssh (login: {cluster.login.host}); remote "
+                          "submission is not available yet: run sporch on the login node, or use --dry-run")
+    now = now or _dt.datetime.now()
+    # plan first: a bad job is an error before anything is written
+    request = build_request(cluster, job, job_dir=job_dir or "/nonexistent-job-dir", now=now)
+    if job_dir is None:
+        wanted = default_job_dir(cluster, job, now)
+        claimed = claim_job_dir(wanted)
+    else:
+        claimed = str(Path(job_dir).expanduser().resolve())
+        if Path(claimed).exists() and any(Path(claimed).iterdir()):
+            raise SporchError(f"job dir {claimed} exists and is not empty; pick a new --job-dir")
+        Path(claimed).mkdir(parents=True, exist_ok=True)
+    try:
+        return build_request(cluster, job, job_dir=claimed, now=now)
+    except BaseException:
+        shutil.rmtree(claimed, ignore_errors=True)
+        raise
+
+
+def write_files(request: SubmitRequest) -> None:
+    root = Path(request.job_dir)
+    for rel, text in request.files().items():
+        (root / rel).write_text(text, encoding="utf-8")
+    (root / "logs").mkdir(exist_ok=True)  # Slurm does not create the log folder
+
+
+def submit(request: SubmitRequest, *, backend: str = DEFAULT_BACKEND, command: Sequence[str] = (),
+           now: Optional[_dt.datetime] = None) -> JobRecord:
+    """Submit a prepared request (its job dir exists and is empty). Returns the saved record."""
+    now = now or _dt.datetime.now()
+    jd = request.job_dir
+    record: Optional[JobRecord] = None
+    submitted = None
+    try:
+        impl = get_backend(backend)
+        write_files(request)
+        submitted = impl.submit(request)
+        plan = request.plan
+        record = JobRecord(
+            id=store.unique_id(store.make_id(plan.job["name"], now)),
+            name=plan.job["name"],
+            cluster=request.cluster,
+            backend=submitted.backend,
+            slurm_job_id=submitted.slurm_job_id,
+            job_dir=jd,
+            submitted=now.isoformat(timespec="seconds"),
+            command=list(command),
+            world_size=plan.world_size,
+            nodes=plan.nodes,
+            workload=str(plan.workload.get("kind", "")),
+            logs=dict(submitted.logs),
+        )
+        store.save(record)
+        return record
+    except BaseException:
+        if submitted is not None:  # accepted, but we could not record it: take it back
+            try:
+                from orchestrator.slurm.commands import scancel
+
+                scancel(submitted.slurm_job_id)
+            except Exception:  # noqa: BLE001 - best effort; the original error matters
+                pass
+        if record is not None:
+            store.delete(record.id)
+        shutil.rmtree(jd, ignore_errors=True)
+        raise
+
+
+def check(request: SubmitRequest):
+    """``sbatch --test-only`` on the rendered script (written to a temporary folder); submits
+    nothing, writes nothing under the job dir. Returns ``orchestrator.slurm.query.TestOnlyResult``."""
+    import tempfile
+
+    from orchestrator.render import SCRIPT_FILE
+    from orchestrator.slurm.query import test_only
+
+    if request.remote:
+        raise SporchError("remote submission (cluster.login) is not available yet; --check runs sbatch locally")
+    with tempfile.TemporaryDirectory(prefix="sporch-check-") as tmp:
+        script = Path(tmp) / SCRIPT_FILE
+        script.write_text(request.script, encoding="utf-8")
+        return test_only(script)
+
+
+def command_line(argv: Optional[List[str]] = None) -> List[str]:
+    import sys
+
+    return ["sporch", *(sys.argv[1:] if argv is None else argv)]

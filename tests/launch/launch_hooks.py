@@ -1,0 +1,29 @@
+"""Entrypoints for the launch tests (``entrypoint: "launch_hooks:NAME"``; the tests put this
+folder on the ranks' PYTHONPATH)."""
+
+import os
+
+
+def report_layout(ctx, plan):
+    """Return what this rank sees: its coordinates and the sizes of its groups."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    return {
+        "rank": rank,
+        "coords": {dim: ctx.coord(dim) for dim in ("dp", "cfg", "ring", "ulysses")},
+        "ulysses_group": ctx.group_ranks("ulysses"),
+        "ring_group": ctx.group_ranks("ring"),
+        "job_name": plan.job["name"],
+    }
+
+
+def fail_on_rank(ctx, plan):
+    """Raise on the rank named by SPORCH_TEST_FAIL_RANK; the others wait in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == int(os.environ["SPORCH_TEST_FAIL_RANK"]):
+        raise ValueError("injected failure for the test")
+    dist.all_reduce(torch.ones(1))
+    return {}
