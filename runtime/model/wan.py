@@ -39,22 +39,11 @@ class WanSelfAttention(nn.Module):
         return self.o(attn(q, k, v).reshape(b, n, -1))
 
 
-class WanCrossAttention(nn.Module):
+class WanCrossAttention(WanSelfAttention):
     """Queries from the (local) video tokens, keys/values from all text tokens: no
-    communication, the text is whole on every rank."""
+    communication, the text is whole on every rank. Same projections as self-attention."""
 
-    def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
-        super().__init__()
-        d, kv = cfg.hidden, cfg.num_kv_heads * cfg.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q = nn.Linear(d, d, device=device, dtype=dtype)
-        self.k = nn.Linear(d, kv, device=device, dtype=dtype)
-        self.v = nn.Linear(d, kv, device=device, dtype=dtype)
-        self.o = nn.Linear(d, d, device=device, dtype=dtype)
-        self.norm_q = RMSNorm(d, cfg.eps, device, dtype) if cfg.qk_norm else nn.Identity()
-        self.norm_k = RMSNorm(kv, cfg.eps, device, dtype) if cfg.qk_norm else nn.Identity()
-
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         b, n, _ = x.shape
         t = context.shape[1]
         q = self.norm_q(self.q(x)).view(b, n, self.num_heads, self.head_dim)
