@@ -109,7 +109,7 @@ def estimates_table(plan: Plan) -> Any:
         ("all-to-all bytes / attention call", human_bytes(e["all_to_all_bytes_per_rank"])),
         ("ring bytes / attention call", human_bytes(e["ring_bytes_per_rank"])),
         ("attention calls per step", str(e["attention_calls_per_step"])),
-        ("parameters", f"{e['parameters'] / 1e9:.2f} B"),
+        ("parameters", _count(e["parameters"])),
         ("parameter memory", human_bytes(e["parameter_bytes_per_gpu"])),
         ("activation memory", human_bytes(e["activation_bytes_per_gpu"])),
         (
@@ -137,3 +137,11 @@ def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True
     if ranks:
         con.print(rank_table(plan, all_ranks))
     con.print(estimates_table(plan))
+
+
+def _count(n: float) -> str:
+    """1234 -> '1.23 K', 1.4e9 -> '1.40 B' (parameter counts)."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f}"

@@ -14,6 +14,8 @@ from typing import Optional
 import click
 
 EXIT_WAIT_TIMEOUT = 124
+#: Without a terminal, a progress line for new steps at most this often.
+STEP_LINE_S = 10.0
 
 
 def _describe(s) -> str:
@@ -50,6 +52,7 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
     deadline = None if timeout is None else time.monotonic() + timeout
     tty = sys.stdout.isatty() and not quiet
     last = None
+    last_step, last_line = None, 0.0
     spinner = None
     if tty:
         from orchestrator.cli.common import console
@@ -64,9 +67,13 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
             if spinner is not None:
                 spinner.update(f"{record.id} (Slurm job {record.slurm_job_id}): {_describe(st)}")
             else:
-                key = (st.state, st.reason, st.nodelist, st.step)  # a line per change, not per poll
-                if key != last and not quiet:
+                # a line per change of state (progress steps: at most every STEP_LINE_S), not per poll
+                key = (st.state, st.reason, st.nodelist)
+                now = time.monotonic()
+                step_due = st.step != last_step and now - last_line >= STEP_LINE_S
+                if (key != last or step_due) and not quiet:
                     click.echo(f"{time.strftime('%H:%M:%S')} {record.id}: {_describe(st)}")
+                    last_line, last_step = now, st.step
                 last = key
             if deadline is not None and time.monotonic() >= deadline:
                 click.echo(f"{record.id}: still {st.state} after {timeout:g} s (--timeout); the job keeps running",

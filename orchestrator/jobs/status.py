@@ -307,7 +307,7 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
                        step=progress_step(rec.job_dir), job_dir=rec.job_dir)
-        if terminal and not st.completed:
+        if terminal and not st.completed and st.state != "CANCELLED":
             info = failure_info(rec, result)
             if info:
                 st.failed_rank = info.get("rank")
