@@ -65,8 +65,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(args)
     try:
-        cli.main(args=args, prog_name="sporch", standalone_mode=False)
-        return 0
+        # standalone_mode=False: click *returns* the code of ctx.exit(n) instead of raising.
+        rc = cli.main(args=args, prog_name="sporch", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.ClickException as e:  # usage errors: click's own message, exit 2

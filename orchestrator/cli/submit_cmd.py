@@ -43,10 +43,11 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         con = console()
         print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
         tmp = write_dry_run(req)
-        how = req.sbatch_command() if backend == "sbatch" else "submitit (same resources as the script below)"
-        click.echo(f"dry run   nothing submitted; would run `{how}` via {req.destination}"
-                   if backend == "sbatch" else f"dry run   nothing submitted; would submit through {how} "
-                   f"via {req.destination}")
+        if backend == "sbatch":
+            click.echo(f"dry run   nothing submitted; would run `{req.sbatch_command()}` via {req.destination}")
+        else:
+            click.echo(f"dry run   nothing submitted; would submit through submitit via {req.destination}, with "
+                       f"the resources of `{req.sbatch_command()}` (--via sbatch submits that script)")
         click.echo(f"job dir   {req.job_dir}")
         click.echo(f"files     {tmp}/plan.json, {tmp}/job.sbatch (local copies for inspection)")
         if not no_script:

@@ -15,7 +15,7 @@ import datetime as _dt
 import os
 import shutil
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from orchestrator.errors import SporchError
 from orchestrator.jobs import store
@@ -24,14 +24,29 @@ from orchestrator.submit.backend import DEFAULT_BACKEND, get_backend
 from orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
 
 
+#: job dir -> the topmost folder sporch created for it (removed again when submission fails)
+_CREATED: Dict[str, str] = {}
+
+
+def _first_missing(path: Path) -> Optional[Path]:
+    top = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        top = p
+    return top
+
+
 def claim_job_dir(path: str) -> str:
     """Create ``path`` (or ``path-2``, ``path-3``...) and return the one created."""
     base = path.rstrip("/") or path
     candidate, n = base, 1
+    top = _first_missing(Path(base).parent)
     Path(base).parent.mkdir(parents=True, exist_ok=True)
     while True:
         try:
             os.mkdir(candidate)
+            _CREATED[candidate] = str(top) if top is not None else candidate
             return candidate
         except FileExistsError:
             n += 1
@@ -56,12 +71,31 @@ def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.da
         claimed = str(Path(job_dir).expanduser().resolve())
         if Path(claimed).exists() and any(Path(claimed).iterdir()):
             raise SporchError(f"job dir {claimed} exists and is not empty; pick a new --job-dir")
+        top = _first_missing(Path(claimed))
         Path(claimed).mkdir(parents=True, exist_ok=True)
+        if top is not None:
+            _CREATED[claimed] = str(top)
     try:
         return build_request(cluster, job, job_dir=claimed, now=now)
     except BaseException:
-        shutil.rmtree(claimed, ignore_errors=True)
+        remove_job_dir(claimed)
         raise
+
+
+def remove_job_dir(job_dir: str) -> None:
+    """Remove a job dir that never became a job, and the empty folders sporch made for it."""
+    top = _CREATED.pop(job_dir, None)
+    shutil.rmtree(job_dir, ignore_errors=True)
+    if top is None:
+        return
+    p = Path(job_dir).parent
+    stop = Path(top)
+    while p != stop.parent and str(p).startswith(str(stop)):
+        try:
+            p.rmdir()  # only when empty
+        except OSError:
+            break
+        p = p.parent
 
 
 def write_files(request: SubmitRequest) -> None:
@@ -109,7 +143,7 @@ def submit(request: SubmitRequest, *, backend: str = DEFAULT_BACKEND, command: S
                 pass
         if record is not None:
             store.delete(record.id)
-        shutil.rmtree(jd, ignore_errors=True)
+        remove_job_dir(jd)
         raise
 
 

@@ -86,9 +86,13 @@ def test_submit_dry_run_writes_only_temp(run_cli, tmp_path, monkeypatch):
     Plan.load(str([p for p in written if p.name == "plan.json"][0]))
 
 
-def test_submit_without_dry_run_is_refused(run_cli):
-    code, _, err = run_cli("submit", "-c", "local", TINY)
-    assert code == 2 and "--dry-run" in err and len(err.strip().splitlines()) == 1
+def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(run_cli, tmp_path):
+    remote = tmp_path / "remote.yaml"
+    remote.write_text((ROOT / "clusters" / "a100x8.yaml").read_text()
+                      + "login: {host: login.example.org, user: me, workdir: /scratch/me}\n")
+    code, _, err = run_cli("submit", "-c", str(remote), TINY, "--job-dir", str(tmp_path / "job"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "job").exists()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Fixtures for tests that need the loopback Slurm lab (scripts/slurmlab/start.sh).
+"""Shared fixtures. The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm and
+tests/submit:
 
 ``slurm_cluster`` (session): loads the lab's env file (SLURM_CONF, SLURMLAB_*), checks that
 ``sinfo`` answers, and skips with the reason otherwise -- or fails when SPORCH_REQUIRE_SLURM=1

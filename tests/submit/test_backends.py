@@ -1,0 +1,268 @@
+"""Backend parameters from cluster + plan, one-line errors, atomic submission (no Slurm)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.cluster import find_cluster
+from orchestrator.config.job import load_job
+from orchestrator.errors import SporchError
+from orchestrator.jobs import store
+from orchestrator.slurm.commands import SlurmCommandError
+from orchestrator.submit import submitter
+from orchestrator.submit.backend import Submitted, get_backend
+from orchestrator.submit.request import build_request
+from orchestrator.submit.submitit_backend import executor_parameters, setup_lines, time_to_minutes
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+FULL_CLUSTER = """
+name: fullopts
+nodes: 4
+gpus_per_node: 2
+gpu: {model: fake, memory_gib: 4, bf16_tflops: 0.1}
+intra_node: {fabric: pcie, gb_per_s: 5}
+inter_node: {fabric: ethernet, gb_per_s: 1, nics_per_node: 1}
+slurm:
+  partition: gpu
+  account: proj1
+  qos: high
+  constraint: "a100&ib"
+  time: "1-02:00:00"
+  cpus_per_task: 3
+  mem: 200G
+  exclusive: true
+  gpu_directive: gres
+  extra: ["--reservation=resv1", "#SBATCH --hint=nomultithread", "--overcommit"]
+env: {FOO: "a b"}
+setup: ["module load cuda"]
+"""
+
+
+def _request(cluster_ref, *overrides, job_dir="/jobs/JOB"):
+    cluster = find_cluster(cluster_ref)
+    job = load_job(str(EXAMPLES / "tiny.yaml"), list(overrides))
+    return build_request(cluster, job, job_dir=job_dir)
+
+
+@pytest.mark.parametrize("text,minutes", [("10", 10), ("00:10:00", 10), ("00:10:01", 11), ("1:30", 2),
+                                          ("2-00", 2880), ("1-01:30", 1530), ("1-00:00:30", 1441),
+                                          ("0:0:1", 1)])
+def test_time_to_minutes(text, minutes):
+    assert time_to_minutes(text) == minutes
+
+
+def test_time_to_minutes_rejects_garbage():
+    with pytest.raises(SporchError):
+        time_to_minutes("soon")
+
+
+def test_slurmlab_parameters():
+    req = _request("slurmlab", "resources.nodes=2")
+    p = executor_parameters(req)
+    assert p["nodes"] == 2 and p["tasks_per_node"] == 2 and p["gpus_per_node"] == 2
+    assert p["name"] == "tiny" and p["cpus_per_task"] == 1 and p["timeout_min"] == 10
+    assert p["slurm_partition"] == "lab"
+    assert p["slurm_srun_args"] == ["--kill-on-bad-exit=1"]
+    assert p["slurm_signal_delay_s"] == 90
+    assert p["slurm_additional_parameters"] == {"requeue": True}
+    for key in ("slurm_account", "slurm_qos", "slurm_constraint", "slurm_exclusive", "slurm_gres"):
+        assert key not in p
+    setup = "\n".join(p["slurm_setup"])
+    assert "export GLOO_SOCKET_IFNAME=lo" in setup  # the Plan's env
+    assert "export SPORCH_JOB_DIR=/jobs/JOB" in setup and "export SPORCH_PLAN=/jobs/JOB/plan.json" in setup
+    assert "unset RANK" in setup and "mkdir -p /jobs/JOB/logs" in setup
+
+
+def test_all_cluster_options_are_mapped(tmp_path):
+    path = tmp_path / "fullopts.yaml"
+    path.write_text(FULL_CLUSTER)
+    req = _request(str(path), "resources.time=00:30:00")
+    p = executor_parameters(req)
+    assert p["slurm_gres"] == "gpu:2" and "gpus_per_node" not in p
+    assert (p["slurm_partition"], p["slurm_account"], p["slurm_qos"], p["slurm_constraint"]) == (
+        "gpu", "proj1", "high", "a100&ib")
+    assert p["slurm_exclusive"] is True and p["cpus_per_task"] == 3
+    assert p["timeout_min"] == 30  # the job's time wins over the cluster's
+    assert p["slurm_additional_parameters"] == {"requeue": True, "mem": "200G", "reservation": "resv1",
+                                                "hint": "nomultithread", "overcommit": True}
+    lines = setup_lines(req)
+    assert lines[0] == "module load cuda" and "export FOO='a b'" in lines
+
+
+def test_gpus_per_task_directive(tmp_path):
+    path = tmp_path / "pertask.yaml"
+    path.write_text(FULL_CLUSTER.replace("gpu_directive: gres", "gpu_directive: gpus-per-task"))
+    p = executor_parameters(_request(str(path)))
+    assert p["slurm_gpus_per_task"] == 1 and "slurm_gres" not in p
+
+
+@pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's SlurmExecutor needs srun on PATH")
+def test_submitit_accepts_the_parameters_and_writes_the_expected_script(tmp_path):
+    import submitit
+
+    req = _request("slurmlab", "resources.nodes=2", job_dir=str(tmp_path / "jd"))
+    ex = submitit.AutoExecutor(folder=str(tmp_path / "jd" / "submitit"), cluster="slurm")
+    ex.update_parameters(**executor_parameters(req))
+    script = ex._executor._make_submission_file_text("CMD", "uuid")
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --gpus-per-node=2",
+                 "#SBATCH --partition=lab", "#SBATCH --requeue", "#SBATCH --signal=USR2@90",
+                 "#SBATCH --time=10", "#SBATCH --cpus-per-task=1"):
+        assert line in script, line
+    assert "--kill-on-bad-exit=1" in script
+    assert "export SPORCH_JOB_DIR=" in script
+
+
+def test_unknown_backend_is_one_line():
+    with pytest.raises(SporchError, match="unknown submission backend 'pbs'"):
+        get_backend("pbs")
+
+
+def test_submitit_rejection_becomes_one_line_with_slurms_reason(monkeypatch, tmp_path, capsys):
+    import submitit
+
+    from orchestrator.submit import submitit_backend
+
+    class FakeExecutor:
+        def __init__(self, folder, cluster, **kw):
+            pass
+
+        def update_parameters(self, **kw):
+            pass
+
+        def submit(self, *a):
+            print("sbatch: error: invalid partition specified: foo", file=sys.stderr)  # what submitit prints
+            raise submitit.core.utils.FailedJobError(
+                "sbatch: error: invalid partition specified: foo\n"
+                "sbatch: error: Batch job submission failed: Invalid partition name specified")
+
+    monkeypatch.setattr(submitit, "AutoExecutor", FakeExecutor)
+    req = _request("slurmlab", job_dir=str(tmp_path))
+    with pytest.raises(SlurmCommandError) as e:
+        submitit_backend.SubmititBackend().submit(req)
+    assert str(e.value) == "Slurm rejected the job: invalid partition specified: foo"
+    assert capsys.readouterr().err == ""  # submitit's own print was captured
+
+
+class _Rejecting:
+    name = "fake"
+
+    def submit(self, request):
+        raise SlurmCommandError("Slurm rejected the job: Node count specification invalid", tool="sbatch",
+                                reason="Node count specification invalid", returncode=1)
+
+
+class _Accepting:
+    name = "fake"
+
+    def __init__(self):
+        self.seen = None
+
+    def submit(self, request):
+        self.seen = request
+        assert Path(request.plan_path).is_file() and Path(request.script_path).is_file()
+        assert (Path(request.job_dir) / "logs").is_dir()
+        return Submitted("12345", "fake", {"batch_out": "logs/{job_id}.out"})
+
+
+def test_rejected_submit_leaves_nothing(monkeypatch, tmp_path, sporch_home, run_cli):
+    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: _Rejecting())
+    out_dir = tmp_path / "runs" / "deeper"
+    code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", f"output_dir={out_dir}")
+    assert code == 2
+    assert err == "sporch: error: Slurm rejected the job: Node count specification invalid\n"
+    assert "Traceback" not in out + err
+    assert not (tmp_path / "runs").exists()  # job dir and the folders made for it are gone
+    assert store.load_all() == []
+
+
+def test_accepted_submit_writes_record_and_job_dir(monkeypatch, tmp_path, sporch_home, run_cli):
+    fake = _Accepting()
+    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: fake)
+    code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "resources.nodes=2",
+                             f"output_dir={tmp_path}")
+    assert code == 0, err
+    [rec] = store.load_all()
+    assert rec.slurm_job_id == "12345" and rec.name == "tiny" and rec.world_size == 4 and rec.nodes == 2
+    assert rec.id.startswith("tiny-") and f"submitted {rec.id}" in out
+    jd = Path(rec.job_dir)
+    assert jd.parent == tmp_path / "tiny"
+    assert store.load_file(jd / "record.json") == rec
+    assert rec.command[:2] == ["sporch", "submit"] or rec.command[0] == "sporch"
+    # a second submission in the same second gets its own dir and id
+    code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "resources.nodes=2",
+                             f"output_dir={tmp_path}")
+    assert code == 0
+    recs = store.load_all()
+    assert len({r.id for r in recs}) == 2 and len({r.job_dir for r in recs}) == 2
+
+
+def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_home):
+    cancelled = []
+    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: _Accepting())
+    monkeypatch.setattr("orchestrator.slurm.commands.scancel", lambda ids, **kw: cancelled.append(ids))
+
+    def boom(record, **kw):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("orchestrator.jobs.store.save", boom)
+    req = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
+                                                               [f"output_dir={tmp_path}"]))
+    with pytest.raises(OSError):
+        submitter.submit(req, backend="fake")
+    assert cancelled == ["12345"]
+    assert not Path(req.job_dir).exists()
+
+
+def test_remote_cluster_is_a_clear_error(tmp_path, sporch_home, run_cli):
+    path = tmp_path / "remote.yaml"
+    path.write_text(FULL_CLUSTER + "login: {host: login.example.org, user: me}\n")
+    code, out, err = run_cli("submit", "--cluster", path, EXAMPLES / "tiny.yaml", f"output_dir={tmp_path}/runs")
+    assert code == 2 and "remote submission is not available yet" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_existing_nonempty_job_dir_is_refused(tmp_path, sporch_home, run_cli):
+    (tmp_path / "jd").mkdir()
+    (tmp_path / "jd" / "x").write_text("")
+    code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "--job-dir", tmp_path / "jd")
+    assert code == 2 and "exists and is not empty" in err
+
+
+def test_dry_run_and_check_are_exclusive(run_cli):
+    code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "--dry-run", "--check")
+    assert code == 2
+
+
+def test_task_module_imports_runtime_only_when_called():
+    code = ("import sys, orchestrator.submit.task, orchestrator.submit.submitit_backend; "
+            "print(any(m == 'torch' or m.startswith(('torch.', 'runtime')) for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_run_rank_maps_exit_codes(monkeypatch, tmp_path):
+    import types
+
+    from orchestrator.submit import task
+
+    codes = iter([0, 1, 3])
+    fake = types.SimpleNamespace(main=lambda argv: next(codes))
+    monkeypatch.setattr(task.importlib, "import_module", lambda name: fake)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    assert task.run_rank(str(tmp_path / "plan.json"), str(tmp_path)) == 0
+    with pytest.raises(task.RankFailed, match="rank 2"):
+        task.run_rank(str(tmp_path / "plan.json"), str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        task.run_rank(str(tmp_path / "plan.json"), str(tmp_path))
+    assert e.value.code == 3
+    import os
+    import signal
+
+    assert os.environ["SPORCH_JOB_DIR"] == str(tmp_path)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

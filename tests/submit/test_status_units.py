@@ -1,0 +1,183 @@
+"""status / wait / cancel logic with Slurm's answers faked (no Slurm)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.jobs import status as js
+from orchestrator.jobs import store
+from orchestrator.jobs.status import SlurmRow
+from orchestrator.jobs.store import JobRecord
+
+
+def _rec(tmp_path: Path, i: str, slurm_id: str) -> JobRecord:
+    jd = tmp_path / i
+    (jd / "logs").mkdir(parents=True)
+    r = JobRecord(id=i, name=i, cluster="lab", backend="sbatch", slurm_job_id=slurm_id, job_dir=str(jd),
+                  submitted=f"2026-01-01T00:00:0{slurm_id[-1]}", world_size=4, nodes=2,
+                  logs={"batch_out": "logs/{job_id}.out", "batch_err": "logs/{job_id}.err",
+                        "rank_out": "logs/{job_id}_{rank}.out", "rank_err": "logs/{job_id}_{rank}.err"})
+    store.save(r)
+    return r
+
+
+class FakeSlurm:
+    def __init__(self, squeue=None, sacct=None, accounting=True):
+        self.squeue = squeue or {}
+        self.sacct = sacct or {}
+        self.accounting = accounting
+        self.calls = []
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(js, "squeue_rows", self._squeue)
+        monkeypatch.setattr(js, "sacct_rows", self._sacct)
+        return self
+
+    def _squeue(self, ids):
+        self.calls.append(("squeue", list(ids)))
+        return {i: self.squeue[i] for i in ids if i in self.squeue}
+
+    def _sacct(self, ids):
+        self.calls.append(("sacct", list(ids)))
+        if not self.accounting:
+            return None
+        return {i: self.sacct[i] for i in ids if i in self.sacct}
+
+
+def test_one_squeue_and_one_sacct_call_per_poll(monkeypatch, tmp_path, sporch_home):
+    a, b, c = _rec(tmp_path, "a", "11"), _rec(tmp_path, "b", "12"), _rec(tmp_path, "c", "13")
+    fake = FakeSlurm(squeue={"11": SlurmRow("RUNNING", elapsed="0:05", nodelist="node[1-2]"),
+                             "12": SlurmRow("PENDING", reason="Resources")},
+                     sacct={"13": SlurmRow("COMPLETED", exit_code="0:0", elapsed="00:00:09")}).install(monkeypatch)
+    sts = js.poll([a, b, c])
+    assert fake.calls == [("squeue", ["11", "12", "13"]), ("sacct", ["13"])]
+    assert [(s.state, s.terminal, s.source) for s in sts] == [
+        ("RUNNING", False, "squeue"), ("PENDING", False, "squeue"), ("COMPLETED", True, "sacct")]
+    assert sts[0].nodelist == "node[1-2]" and sts[1].reason == "Resources"
+    assert sts[2].exit_status() == 0
+    # the final state is cached: the next poll does not ask about c again
+    fake.calls.clear()
+    sts = js.poll(store.load_all())
+    assert fake.calls == [("squeue", ["11", "12"])]
+    assert sts[2].source == "record" and sts[2].state == "COMPLETED"
+
+
+def test_failed_rank_from_result_json(monkeypatch, tmp_path, sporch_home):
+    r = _rec(tmp_path, "f", "21")
+    (Path(r.job_dir) / "result.json").write_text(json.dumps(
+        {"status": "failed", "failed_rank": 2, "error": "ValueError: bad\nthing", "restart": 0}))
+    FakeSlurm(squeue={"21": SlurmRow("FAILED")}).install(monkeypatch)
+    [s] = js.poll([r])
+    assert (s.state, s.failed_rank, s.error, s.exit_status()) == ("FAILED", 2, "ValueError: bad thing", 1)
+
+
+def test_failed_rank_from_rank_files_skips_peer_errors(monkeypatch, tmp_path, sporch_home):
+    r = _rec(tmp_path, "g", "22")
+    ranks = Path(r.job_dir) / "ranks"
+    ranks.mkdir()
+    (ranks / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "status": "failed", "error": {"rank": 0, "error": "RuntimeError: Connection closed by peer"}}))
+    (ranks / "rank3.json").write_text(json.dumps(
+        {"rank": 3, "status": "failed", "error": {"rank": 3, "error": "RuntimeError: injected failure on rank 3"}}))
+    (ranks / "rank1.json").write_text(json.dumps({"rank": 1, "status": "completed"}))
+    FakeSlurm(sacct={"22": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch)
+    [s] = js.poll([r])
+    assert (s.failed_rank, s.error) == (3, "RuntimeError: injected failure on rank 3")
+
+
+def test_failed_rank_from_logs(monkeypatch, tmp_path, sporch_home):
+    r = _rec(tmp_path, "h", "23")
+    logs = Path(r.job_dir) / "logs"
+    (logs / "23_0.err").write_text("warming up\n")
+    (logs / "23_2.err").write_text("Traceback (most recent call last):\n  File x\nKeyError: 'latents'\n")
+    FakeSlurm(squeue={"23": SlurmRow("FAILED")}).install(monkeypatch)
+    [s] = js.poll([r])
+    assert (s.failed_rank, s.error) == (2, "KeyError: 'latents'")
+
+
+def test_no_accounting_falls_back_to_the_job_dir(monkeypatch, tmp_path, sporch_home):
+    done, failed, gone, cancelled = (_rec(tmp_path, n, i) for n, i in
+                                     (("d", "31"), ("x", "32"), ("y", "33"), ("z", "34")))
+    (Path(done.job_dir) / "result.json").write_text(json.dumps({"status": "completed", "restart": 1}))
+    (Path(failed.job_dir) / "result.json").write_text(json.dumps(
+        {"status": "failed", "failed_rank": 1, "error": "boom"}))
+    cancelled.cancelled = "2026-01-01T00:00:00"
+    fake = FakeSlurm(accounting=False).install(monkeypatch)
+    sts = {s.id: s for s in js.poll([done, failed, gone, cancelled])}
+    assert fake.calls == [("squeue", ["31", "32", "33", "34"]), ("sacct", ["31", "32", "33", "34"])]
+    assert (sts["d"].state, sts["d"].source, sts["d"].restart, sts["d"].exit_status()) == (
+        "COMPLETED", "job dir", 1, 0)
+    assert (sts["x"].state, sts["x"].failed_rank, sts["x"].error) == ("FAILED", 1, "boom")
+    assert sts["y"].state == "FAILED" and "without a result" in sts["y"].reason
+    assert sts["z"].state == "CANCELLED" and sts["z"].exit_status() == 3
+
+
+@pytest.mark.parametrize("state,result,code", [("COMPLETED", None, 0), ("COMPLETED", "failed", 1),
+                                               ("FAILED", None, 1), ("NODE_FAIL", None, 1),
+                                               ("OUT_OF_MEMORY", None, 1), ("CANCELLED", None, 3),
+                                               ("TIMEOUT", None, 3), ("PREEMPTED", None, 3)])
+def test_exit_status(state, result, code):
+    s = js.JobStatus(id="a", name="a", cluster="c", slurm_job_id="1", state=state, terminal=True, source="sacct",
+                     result_status=result)
+    assert s.exit_status() == code
+
+
+def test_wait_returns_the_jobs_code_and_times_out(monkeypatch, tmp_path, sporch_home, run_cli):
+    r = _rec(tmp_path, "w", "41")
+    fake = FakeSlurm(squeue={"41": SlurmRow("RUNNING")}).install(monkeypatch)
+    code, out, err = run_cli("wait", "w", "--timeout", "0.3", "--interval", "0.1")
+    assert code == 124 and "still RUNNING" in err
+    fake.squeue["41"] = SlurmRow("CANCELLED", elapsed="0:03")
+    code, out, err = run_cli("wait", "41", "--interval", "0.1")
+    assert code == 3 and "w: CANCELLED" in out
+
+
+def test_cancel_skips_finished_jobs(monkeypatch, tmp_path, sporch_home, run_cli):
+    _rec(tmp_path, "live", "51")
+    _rec(tmp_path, "done", "52")
+    FakeSlurm(squeue={"51": SlurmRow("RUNNING"), "52": SlurmRow("COMPLETED")}).install(monkeypatch)
+    cancelled = []
+    monkeypatch.setattr("orchestrator.slurm.commands.scancel", lambda ids, **kw: cancelled.append(list(ids)))
+    code, out, err = run_cli("cancel", "live", "done")
+    assert code == 0, err
+    assert cancelled == [["51"]]
+    assert "live: cancelled Slurm job 51 (was RUNNING)" in out
+    assert "done: already COMPLETED" in out
+    assert store.find("live").cancelled
+
+
+def test_status_lists_jobs_and_json(monkeypatch, tmp_path, sporch_home, run_cli):
+    _rec(tmp_path, "s1", "61")
+    FakeSlurm(squeue={"61": SlurmRow("PENDING", reason="Priority")}).install(monkeypatch)
+    code, out, err = run_cli("status")
+    assert code == 0 and "s1" in out and "PENDING" in out
+    code, out, err = run_cli("status", "--json", "61")
+    assert json.loads(out)[0]["state"] == "PENDING"
+    code, out, err = run_cli("status", "nope")
+    assert code == 2 and err.startswith("sporch: error: no job 'nope' known")
+
+
+def test_status_without_jobs(sporch_home, run_cli):
+    code, out, err = run_cli("status")
+    assert code == 0 and "no jobs known" in out
+
+
+def test_logs_prints_batch_and_rank_logs(monkeypatch, tmp_path, sporch_home, run_cli):
+    r = _rec(tmp_path, "l", "71")
+    logs = Path(r.job_dir) / "logs"
+    (logs / "71.out").write_text("batch says hi\n")
+    (logs / "71_1.out").write_text("rank one\n")
+    code, out, err = run_cli("logs", "l")
+    assert code == 0 and out == "batch says hi\n"
+    code, out, err = run_cli("logs", "l", "--rank", "1", "--stream", "out")
+    assert out == "rank one\n"
+    code, out, err = run_cli("logs", "l", "--rank", "9")
+    assert code == 2 and "ranks 0..3" in err
+    code, out, err = run_cli("logs", "l", "--rank", "2")
+    assert code == 2 and "no log yet" in err
+    FakeSlurm(squeue={"71": SlurmRow("COMPLETED")}).install(monkeypatch)
+    code, out, err = run_cli("logs", "l", "-f", "--interval", "0.1")
+    assert code == 0 and out == "batch says hi\n" and "COMPLETED" in err
