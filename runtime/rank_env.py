@@ -6,7 +6,7 @@ Sources, first match wins:
 - Slurm (srun, and submitit, which runs tasks under srun): ``SLURM_PROCID``,
   ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``, ``SLURM_JOB_NODELIST``,
   ``SLURM_JOB_ID``. MASTER_ADDR defaults to the first host of the node list and
-  MASTER_PORT to ``20000 + job_id % 20000`` (the same rule as the sbatch template).
+  MASTER_PORT to ``20000 + job_id % 10000`` (the same rule as the sbatch template).
 
 ``sporch run --local`` emulates Slurm: it sets the Slurm variables for every CPU rank and
 ``SPORCH_HOSTNAME`` to the emulated node's name.
@@ -91,8 +91,9 @@ class RankEnv:
 
 
 def default_master_port(job_id: int) -> int:
-    """The port rule shared with templates/sbatch.j2."""
-    return 20000 + job_id % 20000
+    """The port rule shared with templates/sbatch.j2: 20000-29999, below Linux's ephemeral
+    range (32768-60999), so no outgoing connection on the first node can hold it."""
+    return 20000 + job_id % 10000
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:

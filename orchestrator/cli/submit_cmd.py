@@ -70,8 +70,9 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
             click.echo(f"ok        Slurm would accept {req.plan.job['name']} (nothing submitted)")
         return
 
-    req = submitter.prepare(cluster, job, job_dir=job_dir)
-    rec = submitter.submit(req, backend=backend, command=submitter.command_line())
+    prepared = submitter.prepare(cluster, job, job_dir=job_dir)
+    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line())
+    req = prepared.request
     if as_json:
         import json
 

@@ -78,9 +78,9 @@ def setup_lines(request: SubmitRequest) -> List[str]:
     cluster = plan.cluster
     jd = request.job_dir.rstrip("/") or "/"
     lines = list(cluster.get("setup", []))
+    # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
+    # MASTER_PORT (from the job id) itself: runtime.rank_env, the same rule as the template.
     lines.append("unset " + " ".join(SCRUB_ENV))
-    lines.append('export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)')
-    lines.append("export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))")
     for key, value in dict(cluster.get("env", {})).items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
     lines.append(f"export SPORCH_JOB_DIR={shlex.quote(jd)}")

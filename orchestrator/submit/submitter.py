@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from orchestrator.errors import SporchError
 from orchestrator.jobs import store
@@ -24,8 +25,13 @@ from orchestrator.submit.backend import DEFAULT_BACKEND, get_backend
 from orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
 
 
-#: job dir -> the topmost folder sporch created for it (removed again when submission fails)
-_CREATED: Dict[str, str] = {}
+@dataclass(frozen=True)
+class Prepared:
+    """A planned request whose job dir now exists (empty). ``created_root``: the topmost
+    folder sporch created for it, removed again when the submission does not go through."""
+
+    request: SubmitRequest
+    created_root: str
 
 
 def _first_missing(path: Path) -> Optional[Path]:
@@ -37,8 +43,8 @@ def _first_missing(path: Path) -> Optional[Path]:
     return top
 
 
-def claim_job_dir(path: str) -> str:
-    """Create ``path`` (or ``path-2``, ``path-3``...) and return the one created."""
+def claim_job_dir(path: str) -> tuple[str, str]:
+    """Create ``path`` (or ``path-2``, ``path-3``...); return it and the topmost folder created."""
     base = path.rstrip("/") or path
     candidate, n = base, 1
     top = _first_missing(Path(base).parent)
@@ -46,8 +52,7 @@ def claim_job_dir(path: str) -> str:
     while True:
         try:
             os.mkdir(candidate)
-            _CREATED[candidate] = str(top) if top is not None else candidate
-            return candidate
+            return candidate, str(top) if top is not None else candidate
         except FileExistsError:
             n += 1
             candidate = f"{base}-{n}"
@@ -56,7 +61,7 @@ def claim_job_dir(path: str) -> str:
 
 
 def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.datetime] = None
-            ) -> SubmitRequest:
+            ) -> Prepared:
     """Plan the job and claim its (new, empty) job dir; the request's script names that dir."""
     if cluster.login is not None:
         raise SporchError(f"cluster {cluster.name} submits over ssh (login: {cluster.login.host}); remote "
@@ -65,29 +70,25 @@ def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.da
     # plan first: a bad job is an error before anything is written
     request = build_request(cluster, job, job_dir=job_dir or "/nonexistent-job-dir", now=now)
     if job_dir is None:
-        wanted = default_job_dir(cluster, job, now)
-        claimed = claim_job_dir(wanted)
+        claimed, root = claim_job_dir(default_job_dir(cluster, job, now))
     else:
         claimed = str(Path(job_dir).expanduser().resolve())
         if Path(claimed).exists() and any(Path(claimed).iterdir()):
             raise SporchError(f"job dir {claimed} exists and is not empty; pick a new --job-dir")
         top = _first_missing(Path(claimed))
         Path(claimed).mkdir(parents=True, exist_ok=True)
-        if top is not None:
-            _CREATED[claimed] = str(top)
+        root = str(top) if top is not None else claimed
     try:
-        return build_request(cluster, job, job_dir=claimed, now=now)
+        return Prepared(build_request(cluster, job, job_dir=claimed, now=now), root)
     except BaseException:
-        remove_job_dir(claimed)
+        remove_job_dir(claimed, root)
         raise
 
 
-def remove_job_dir(job_dir: str) -> None:
-    """Remove a job dir that never became a job, and the empty folders sporch made for it."""
-    top = _CREATED.pop(job_dir, None)
+def remove_job_dir(job_dir: str, top: str) -> None:
+    """Remove a job dir that never became a job, and the empty folders sporch made for it
+    (up to ``top``)."""
     shutil.rmtree(job_dir, ignore_errors=True)
-    if top is None:
-        return
     p = Path(job_dir).parent
     stop = Path(top)
     while p != stop.parent and str(p).startswith(str(stop)):
@@ -105,10 +106,11 @@ def write_files(request: SubmitRequest) -> None:
     (root / "logs").mkdir(exist_ok=True)  # Slurm does not create the log folder
 
 
-def submit(request: SubmitRequest, *, backend: str = DEFAULT_BACKEND, command: Sequence[str] = (),
+def submit(prepared: Prepared, *, backend: str = DEFAULT_BACKEND, command: Sequence[str] = (),
            now: Optional[_dt.datetime] = None) -> JobRecord:
     """Submit a prepared request (its job dir exists and is empty). Returns the saved record."""
     now = now or _dt.datetime.now()
+    request = prepared.request
     jd = request.job_dir
     record: Optional[JobRecord] = None
     submitted = None
@@ -143,7 +145,7 @@ def submit(request: SubmitRequest, *, backend: str = DEFAULT_BACKEND, command: S
                 pass
         if record is not None:
             store.delete(record.id)
-        remove_job_dir(jd)
+        remove_job_dir(jd, prepared.created_root)
         raise
 
 

@@ -14,7 +14,7 @@ def test_slurm_environment():
     r = RankEnv.detect(env)
     assert (r.rank, r.local_rank, r.node_rank, r.world_size) == (5, 1, 2, 8)
     assert r.master_addr == "gpu07"
-    assert r.master_port == default_master_port(12345) == 20000 + 12345 % 20000
+    assert r.master_port == default_master_port(12345) == 20000 + 12345 % 10000
     assert r.source == "slurm" and r.hostname == "gpu09"
 
 

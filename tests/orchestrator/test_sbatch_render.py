@@ -43,7 +43,7 @@ def test_script_essentials():
         "#SBATCH --account=dit", "#SBATCH --exclusive", "#SBATCH --signal=USR2@90", "#SBATCH --requeue",
         f"#SBATCH --output={GOLDEN_JOB_DIR}/logs/%j.out", f"#SBATCH --error={GOLDEN_JOB_DIR}/logs/%j.err",
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))",
         "export NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3", "export NCCL_IB_DISABLE=0",
         "module load cuda/12.4 nccl",
     ):

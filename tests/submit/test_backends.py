@@ -211,12 +211,12 @@ def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_h
         raise OSError("disk full")
 
     monkeypatch.setattr("orchestrator.jobs.store.save", boom)
-    req = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
-                                                               [f"output_dir={tmp_path}"]))
+    prepared = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
+                                                                    [f"output_dir={tmp_path}"]))
     with pytest.raises(OSError):
-        submitter.submit(req, backend="fake")
+        submitter.submit(prepared, backend="fake")
     assert cancelled == ["12345"]
-    assert not Path(req.job_dir).exists()
+    assert not Path(prepared.request.job_dir).exists()
 
 
 def test_remote_cluster_is_a_clear_error(tmp_path, sporch_home, run_cli):
