@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{'wall ratio':>10} {'sent MiB':>9} {'min MiB':>8} {'sent/min':>8}"
     print(header)
     print("-" * len(header))
+    bad = []
     for i, (U, R) in enumerate(layouts):
         for j, d in enumerate(dtypes):
             rows = [res[i * len(dtypes) + j] for res in results]
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{f'{U}x{R}':>6} {d:>5} {base[d]:8.3f} {cpu / P:10.3f} {cpu / base[d]:10.3f} {wall:8.3f} "
                   f"{wall * min(P, cores) / base[d]:10.3f} {sent / 2**20:9.2f} {minimum / 2**20:8.2f} "
                   f"{ratio:8.3f}")
-    return 0
+            if sent != minimum:
+                bad.append(f"{U}x{R} {d}: sent {sent} bytes, the minimum is {minimum}")
+    for line in bad:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

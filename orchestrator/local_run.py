@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
+import uuid
 import subprocess
 import sys
 import time
@@ -46,17 +46,11 @@ class LocalRunResult:
         return self.failed_rank is None and all(rc == 0 for rc in self.returncodes.values())
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def node_name(cluster: str, node: int) -> str:
     return f"{cluster}-node{node}"
 
 
-def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str, run_dir: Path) -> dict[str, str]:
+def rank_environment(plan_dict: dict, rank: int, rendezvous: Path, job_id: str, run_dir: Path) -> dict[str, str]:
     info = plan_dict["ranks"][rank]
     nodes = plan_dict["nodes"]
     cluster = plan_dict["cluster"].get("name", "local")
@@ -70,7 +64,7 @@ def rank_environment(plan_dict: dict, rank: int, port: int, job_id: str, run_dir
         SLURM_JOB_ID=job_id,
         SLURM_JOB_NODELIST=",".join(node_name(cluster, n) for n in range(nodes)),
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
+        SPORCH_INIT_METHOD=f"file://{rendezvous}",
         SPORCH_HOSTNAME=node_name(cluster, info["node"]),
         SPORCH_FORCE_CPU="1",
         SPORCH_JOB_DIR=str(run_dir),
@@ -97,14 +91,16 @@ class LocalRun:
     def start(self) -> "LocalRun":
         logs_dir = self.run_dir / "logs"
         logs_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        # A FileStore unique to this start (a rerun in the same folder must not meet the
+        # stale file of a killed run).
+        rendezvous = self.run_dir / f".rendezvous-{uuid.uuid4().hex[:12]}"
         job_id = f"local{os.getpid()}"
         for rank in range(self.world):
             log = logs_dir / f"rank{rank}.log"
             with open(log, "ab") as fh:
                 popen = subprocess.Popen(
                     [self.python, "-m", "runtime.launch", "--plan", str(self.plan_path)],
-                    env=rank_environment(self.plan_dict, rank, port, job_id, self.run_dir),
+                    env=rank_environment(self.plan_dict, rank, rendezvous, job_id, self.run_dir),
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -149,6 +145,8 @@ class LocalRun:
             self.kill()
             raise
         returncodes = {p.rank: p.popen.wait() for p in self.procs}
+        for stale in self.run_dir.glob(".rendezvous-*"):  # left behind by killed ranks
+            stale.unlink(missing_ok=True)
         result_path = self.run_dir / "result.json"
         result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
         return LocalRunResult(

@@ -27,12 +27,15 @@ def init_distributed(env: RankEnv, device: torch.device, timeout_s: int = DEFAUL
     """Initialise the default process group (NCCL on CUDA, gloo on CPU); returns the backend."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     env.export()
+    # SPORCH_INIT_METHOD (e.g. file:///run/dir/.rendezvous-<id>, set by `sporch run --local`)
+    # replaces the MASTER_ADDR/PORT rendezvous: no port to pick, so none to race for.
+    init_method = os.environ.get("SPORCH_INIT_METHOD") or "env://"
     kwargs = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
     dist.init_process_group(
         backend=backend,
-        init_method="env://",
+        init_method=init_method,
         rank=env.rank,
         world_size=env.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),

@@ -9,5 +9,8 @@ PY=${PYTHON:-python3}
 if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   bash scripts/slurmlab/start.sh
   export SPORCH_REQUIRE_SLURM=1
+  # tests/remote: a real sshd on loopback (remote submission over ssh)
+  command -v /usr/sbin/sshd >/dev/null || (apt-get update && apt-get install -y openssh-server)
+  export SPORCH_REQUIRE_SSH=1
 fi
 exec "$PY" -m pytest -q "$@"

@@ -1,4 +1,5 @@
-"""``sporch cancel JOB ...``: scancel, saying what state each job was in."""
+"""``sporch cancel JOB ...``: scancel (on the login host for jobs submitted over ssh), saying
+what state each job was in."""
 
 from __future__ import annotations
 
@@ -28,7 +29,18 @@ def cancel(jobs: tuple) -> None:
             click.echo(f"{r.id}: already {s.state} (Slurm job {r.slurm_job_id}); nothing to cancel")
     if not live:
         return
-    scancel([r.slurm_job_id for r, _ in live])
+    # one scancel per place: here, and each login host of jobs submitted over ssh
+    by_host: dict = {}
+    for r, _ in live:
+        key = None if not r.remote else (r.remote.get("host"), r.remote.get("port"), r.remote.get("user"))
+        by_host.setdefault(key, []).append(r)
+    for key, recs in by_host.items():
+        if key is None:
+            scancel([r.slurm_job_id for r in recs])
+        else:
+            from orchestrator.remote.ssh import runner_for
+
+            scancel([r.slurm_job_id for r in recs], runner=runner_for(recs[0].remote))
     stamp = _dt.datetime.now().isoformat(timespec="seconds")
     for r, s in live:
         r.cancelled = stamp

@@ -1,5 +1,5 @@
 """``sporch logs JOB [--rank N] [-f]``: the batch log, or one rank's log; ``-f`` follows it
-until the job ends."""
+until the job ends. Jobs submitted over ssh: the files are read over SFTP (``-f`` polls)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,32 @@ class _Tail:
         return data.decode("utf-8", errors="replace")
 
 
+class _RemoteTail(_Tail):
+    """The same over SFTP (``host``: a connected orchestrator.remote.ssh.SshHost)."""
+
+    def __init__(self, path: Path, host) -> None:
+        super().__init__(path)
+        self.host = host
+
+    def exists(self) -> bool:
+        return self.host.exists(str(self.path))
+
+    def read_new(self) -> str:
+        size = self.host.size(str(self.path))
+        if size is None:
+            return ""
+        if size < self.pos:
+            self.pos = 0
+        if size == self.pos:
+            return ""
+        try:
+            data = self.host.read_bytes(str(self.path), self.pos)
+        except FileNotFoundError:
+            return ""
+        self.pos += len(data)
+        return data.decode("utf-8", errors="replace")
+
+
 def _emit(text: str, err_stream: bool) -> None:
     if text:
         out = sys.stderr if err_stream else sys.stdout
@@ -62,11 +88,21 @@ def logs(job: str, rank: Optional[int], stream: str, follow: bool, interval: flo
 
     rec = store.find(job)
     paths = _paths(rec, rank, stream)
-    tails = [(_Tail(p), p.name.endswith(".err")) for p in paths]
+    if rec.remote:
+        from orchestrator.remote.ssh import connect
+
+        host = connect(rec.remote)
+        tails = [(_RemoteTail(p, host), p.name.endswith(".err")) for p in paths]
+        where = f" on {host.where}"
+        exists = lambda p: host.exists(str(p))  # noqa: E731
+    else:
+        tails = [(_Tail(p), p.name.endswith(".err")) for p in paths]
+        where = ""
+        exists = lambda p: p.exists()  # noqa: E731
     if not follow:
-        found = [p for p in paths if p.exists()]
+        found = [p for p in paths if exists(p)]
         if not found:
-            raise SporchError(f"no log yet for job {rec.id} ({', '.join(str(p) for p in paths)}); "
+            raise SporchError(f"no log yet for job {rec.id} ({', '.join(str(p) for p in paths)}{where}); "
                               "the job may still be pending: `sporch status " + rec.id + "`")
         for t, is_err in tails:
             _emit(t.read_new(), is_err)

@@ -20,9 +20,9 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 @click.option("--dry-run", is_flag=True, help="Show what would run where; submit nothing.")
 @click.option("--check", is_flag=True,
               help="Ask Slurm whether it would accept the job (sbatch --test-only); submit nothing.")
-@click.option("--via", "backend", type=click.Choice(["submitit", "sbatch"]), default="submitit", show_default=True,
-              help="submitit: one submitit job running the runtime per task; sbatch: the rendered script "
-                   "(the one --dry-run shows).")
+@click.option("--via", "backend", type=click.Choice(["submitit", "sbatch"]), default=None,
+              help="submitit (default): one submitit job running the runtime per task; sbatch: the rendered "
+                   "script (the one --dry-run shows). Clusters with a login section (ssh) use sbatch.")
 @click.option("--job-dir", default=None, help="Job folder on the cluster (default: <output_dir>/<name>/<time>).")
 @click.option("--no-script", is_flag=True, help="Do not print the batch script (--dry-run).")
 @click.option("--wait", "wait_after", is_flag=True, help="Wait for the job to end (like `sporch wait`).")
@@ -36,6 +36,13 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
     if dry_run and check:
         raise click.UsageError("--dry-run and --check are exclusive")
     cluster, job = load(cluster_ref, job_path, overrides)
+    if cluster.login is not None:  # remote: over ssh, the rendered script only
+        if backend == "submitit":
+            from orchestrator.submit.backend import remote_backend_error
+
+            raise remote_backend_error(backend, cluster.name)
+        backend = "sbatch"
+    backend = backend or "submitit"
     if dry_run:
         req = build_request(cluster, job, job_dir=job_dir)
         from orchestrator.cli.show import print_plan
@@ -81,7 +88,8 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         plan = req.plan
         click.echo(f"submitted {rec.id}  (Slurm job {rec.slurm_job_id}, via {rec.backend}) on {rec.cluster}: "
                    f"{plan.nodes} nodes x {plan.gpus_per_node} = {plan.world_size} ranks")
-        click.echo(f"job dir   {rec.job_dir}")
+        click.echo(f"job dir   {rec.job_dir}" + (f" on {rec.remote['user']}@{rec.remote['host']}"
+                                                   if rec.remote else ""))
         click.echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}")
     if wait_after:
         from orchestrator.cli.wait_cmd import wait_for

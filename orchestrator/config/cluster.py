@@ -18,6 +18,7 @@ from orchestrator.errors import SporchError
 INTRA_FABRICS = ("nvlink", "pcie")
 INTER_FABRICS = ("infiniband", "roce", "ethernet")
 GPU_DIRECTIVES = ("gpus-per-node", "gres", "gpus-per-task")
+HOST_KEY_POLICIES = ("reject", "accept-new")
 
 #: Environment exported in every job, before the fabric defaults and the cluster's own env.
 COMMON_ENV: dict[str, str] = {
@@ -83,6 +84,8 @@ class LoginSpec:
     identity_file: Optional[str] = None
     workdir: str = "~/sporch"
     setup: List[str] = field(default_factory=list)  # run on the login node before sbatch
+    known_hosts: Optional[str] = None  # extra known_hosts file (~/.ssh/known_hosts is always read)
+    host_key_policy: str = "reject"  # reject | accept-new (unknown host keys)
 
 
 @dataclass
@@ -157,6 +160,11 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
             raise bad(f"env.{k}", "is not a valid environment variable name")
     if c.login is not None and not (1 <= c.login.port <= 65535):
         raise bad("login.port", f"must be in 1..65535, got {c.login.port}")
+    if c.login is not None and c.login.host_key_policy not in HOST_KEY_POLICIES:
+        raise bad("login.host_key_policy",
+                  f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
+    if c.login is not None and not c.login.host:
+        raise bad("login.host", "must be a host name")
     return c
 
 

@@ -6,6 +6,9 @@ For a job that did not complete, the failed rank and its one-line error come fro
 ``<job_dir>/result.json`` (rank 0's summary), else ``<job_dir>/ranks/rank<N>.json``, else the
 last error line of the rank logs.
 
+Jobs submitted over ssh (``record.remote``) are asked about on their login host: the same
+squeue/sacct calls through an ssh runner (one of each per host), the job dir read over SFTP.
+
 Exit status of ``sporch wait`` (:meth:`JobStatus.exit_status`): 0 COMPLETED, 1 FAILED (and
 NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, anything else that is not a success), 3 CANCELLED,
 TIMEOUT, PREEMPTED or DEADLINE.
@@ -84,8 +87,38 @@ class JobStatus:
         return {k: getattr(self, k) for k in keys}
 
 
+# -- where the job dir is: here, or on a login host (``files``: orchestrator.remote.ssh.SftpFiles) ------
+class LocalFiles:
+    """The reads of a job dir on this machine (missing -> None / [])."""
+
+    def read_text(self, path: str) -> Optional[str]:
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> List[str]:
+        try:
+            return [p.name for p in Path(path).iterdir()]
+        except OSError:
+            return []
+
+    def read_tail(self, path: str, max_bytes: int) -> Optional[str]:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                fh.seek(max(0, size - max_bytes))
+                return fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+
+LOCAL = LocalFiles()
+
+
 # -- Slurm queries (one call each) --------------------------------------------------------------
-def squeue_rows(ids: Sequence[str]) -> Dict[str, SlurmRow]:
+def squeue_rows(ids: Sequence[str], runner=None) -> Dict[str, SlurmRow]:
     """State of every job slurmctld still knows, in one squeue call."""
     from orchestrator.slurm.commands import run_slurm, slurm_reason
     from orchestrator.slurm.states import parse_state
@@ -93,7 +126,7 @@ def squeue_rows(ids: Sequence[str]) -> Dict[str, SlurmRow]:
     if not ids:
         return {}
     proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                      f"--format=%i{SEP}%T{SEP}%r{SEP}%M{SEP}%N"], check=False)
+                      f"--format=%i{SEP}%T{SEP}%r{SEP}%M{SEP}%N"], check=False, runner=runner)
     if proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout)
         if "invalid job id" in reason.lower():  # every id unknown
@@ -111,7 +144,7 @@ def squeue_rows(ids: Sequence[str]) -> Dict[str, SlurmRow]:
     return out
 
 
-def sacct_rows(ids: Sequence[str]) -> Optional[Dict[str, SlurmRow]]:
+def sacct_rows(ids: Sequence[str], runner=None) -> Optional[Dict[str, SlurmRow]]:
     """Final states from accounting, in one sacct call; None when the cluster has none."""
     from orchestrator.slurm.commands import run_slurm, slurm_reason
     from orchestrator.slurm.states import parse_state
@@ -119,7 +152,7 @@ def sacct_rows(ids: Sequence[str]) -> Optional[Dict[str, SlurmRow]]:
     if not ids:
         return {}
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
-                      "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], check=False)
+                      "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], check=False, runner=runner)
     if proc.returncode != 0:
         text = f"{proc.stderr}\n{proc.stdout}".lower()
         if "accounting storage is disabled" in text or "accounting_storage/none" in text:
@@ -145,20 +178,23 @@ def is_terminal(state: str) -> bool:
 
 
 # -- the job directory --------------------------------------------------------------------------
-def _read_json(path: Path) -> Optional[Dict[str, Any]]:
+def _read_json(path: Path, files=None) -> Optional[Dict[str, Any]]:
+    text = (files or LOCAL).read_text(str(path))
+    if text is None:
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(text)
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
 
-def read_result(job_dir: str) -> Optional[Dict[str, Any]]:
-    return _read_json(Path(job_dir) / "result.json")
+def read_result(job_dir: str, files=None) -> Optional[Dict[str, Any]]:
+    return _read_json(Path(job_dir) / "result.json", files)
 
 
-def progress_step(job_dir: str) -> Optional[int]:
-    data = _read_json(Path(job_dir) / "checkpoint" / "progress.json")
+def progress_step(job_dir: str, files=None) -> Optional[int]:
+    data = _read_json(Path(job_dir) / "checkpoint" / "progress.json", files)
     if data and isinstance(data.get("step"), int):
         return data["step"]
     return None
@@ -183,10 +219,12 @@ def _rank_of(path: Path) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def failure_from_rank_files(job_dir: str) -> Optional[Dict[str, Any]]:
+def failure_from_rank_files(job_dir: str, files=None) -> Optional[Dict[str, Any]]:
     errors = []
-    for p in sorted((Path(job_dir) / "ranks").glob("rank*.json"), key=lambda q: _rank_of(q) or 0):
-        rec = _read_json(p)
+    folder = Path(job_dir) / "ranks"
+    names = [n for n in (files or LOCAL).listdir(str(folder)) if n.startswith("rank") and n.endswith(".json")]
+    for p in sorted((folder / n for n in names), key=lambda q: _rank_of(q) or 0):
+        rec = _read_json(p, files)
         if not rec or rec.get("status") == "completed":
             continue
         err = rec.get("error")
@@ -197,15 +235,10 @@ def failure_from_rank_files(job_dir: str) -> Optional[Dict[str, Any]]:
     return _root_cause(errors)
 
 
-def last_error_line(path: Path, max_bytes: int = 65536) -> Optional[str]:
+def last_error_line(path: Path, max_bytes: int = 65536, files=None) -> Optional[str]:
     """The last line of a log that looks like an error (``ValueError: ...``, ``error: ...``)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            text = fh.read().decode("utf-8", errors="replace")
-    except OSError:
+    text = (files or LOCAL).read_tail(str(path), max_bytes)
+    if text is None:
         return None
     for line in reversed(text.splitlines()):
         line = line.strip()
@@ -214,29 +247,29 @@ def last_error_line(path: Path, max_bytes: int = 65536) -> Optional[str]:
     return None
 
 
-def failure_from_logs(record: JobRecord, max_ranks: int = 4096) -> Optional[Dict[str, Any]]:
+def failure_from_logs(record: JobRecord, max_ranks: int = 4096, files=None) -> Optional[Dict[str, Any]]:
     pattern = record.logs.get("rank_err")
     errors: List[Dict[str, Any]] = []
     if pattern:
         for rank in range(min(record.world_size or 0, max_ranks)):
-            line = last_error_line(record.log_path("rank_err", rank))
+            line = last_error_line(record.log_path("rank_err", rank), files=files)
             if line:
                 errors.append({"rank": rank, "error": line})
     cause = _root_cause(errors)
     if cause is None and record.logs.get("batch_err"):
-        line = last_error_line(record.log_path("batch_err"))
+        line = last_error_line(record.log_path("batch_err"), files=files)
         if line:
             cause = {"rank": None, "error": line}
     return cause
 
 
-def failure_info(record: JobRecord, result: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def failure_info(record: JobRecord, result: Optional[Dict[str, Any]], files=None) -> Optional[Dict[str, Any]]:
     """{rank, error} of the failure: result.json, else rank files, else the logs."""
     if result and result.get("status") == "failed" and (result.get("error") or result.get("failed_rank") is not None):
         return {"rank": result.get("failed_rank"), "error": result.get("error") or ""}
     if result and result.get("status") == "completed":
         return None
-    return failure_from_rank_files(record.job_dir) or failure_from_logs(record)
+    return failure_from_rank_files(record.job_dir, files) or failure_from_logs(record, files=files)
 
 
 # -- putting it together ------------------------------------------------------------------------
@@ -250,7 +283,7 @@ def _from_final(record: JobRecord) -> JobStatus:
                      job_dir=record.job_dir)
 
 
-def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]]) -> SlurmRow:
+def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], files=None) -> SlurmRow:
     """No squeue row and no accounting: what the job left behind."""
     status = (result or {}).get("status")
     if status == "completed":
@@ -261,7 +294,7 @@ def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]]) -> SlurmR
         return SlurmRow("FAILED")
     if status == "requeued":
         return SlurmRow("FAILED", reason="stopped for a requeue but no longer in the queue")
-    if failure_from_rank_files(record.job_dir):
+    if failure_from_rank_files(record.job_dir, files):
         return SlurmRow("FAILED")
     return SlurmRow("FAILED", reason="left the queue without a result (no accounting on this cluster)")
 
@@ -274,31 +307,39 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
     """
     records = list(records)
     live = [r for r in records if refresh or not r.final]
-    ids = [r.slurm_job_id for r in live]
-    rows: Dict[str, SlurmRow] = dict(squeue_rows(ids)) if ids else {}
-    sources = {i: "squeue" for i in rows}
-    missing = [i for i in ids if i not in rows]
-    accounting = True
-    if missing:
-        acct = sacct_rows(missing)
-        if acct is None:
-            accounting = False
-        else:
-            for i in missing:
-                if i in acct:
-                    rows[i] = acct[i]
-                    sources[i] = "sacct"
+    # one squeue (+ one sacct) call per place: here, and each login host of remote jobs
+    groups: Dict[Any, List[JobRecord]] = {}
+    for r in live:
+        groups.setdefault(_remote_key(r), []).append(r)
+    rows: Dict[Any, SlurmRow] = {}
+    sources: Dict[Any, str] = {}
+    accounting_of: Dict[Any, bool] = {}
+    files_of: Dict[Any, Any] = {None: LOCAL}
+    for key, recs in groups.items():
+        runner = None
+        if key is not None:
+            from orchestrator.remote.ssh import SftpFiles, runner_for
+
+            runner = runner_for(recs[0].remote)
+            files_of[key] = SftpFiles(runner.host)
+        g_rows, g_sources, accounting_of[key] = _query([r.slurm_job_id for r in recs], runner)
+        for i, row in g_rows.items():
+            rows[(key, i)] = row
+            sources[(key, i)] = g_sources[i]
 
     out: List[JobStatus] = []
     for rec in records:
         if rec.final and not refresh:
             out.append(_from_final(rec))
             continue
-        result = read_result(rec.job_dir)
-        row = rows.get(rec.slurm_job_id)
-        source = sources.get(rec.slurm_job_id, "job dir")
+        key = _remote_key(rec)
+        files = files_of.get(key, LOCAL)
+        accounting = accounting_of.get(key, True)
+        result = read_result(rec.job_dir, files)
+        row = rows.get((key, rec.slurm_job_id))
+        source = sources.get((key, rec.slurm_job_id), "job dir")
         if row is None:
-            row = _from_job_dir(rec, result)
+            row = _from_job_dir(rec, result, files)
             if accounting and not row.reason:
                 row.reason = "not in squeue or sacct"
         terminal = is_terminal(row.state) or source == "job dir"
@@ -306,9 +347,9 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
                        state=row.state, terminal=terminal, source=source, reason=row.reason,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
-                       step=progress_step(rec.job_dir), job_dir=rec.job_dir)
+                       step=progress_step(rec.job_dir, files), job_dir=rec.job_dir)
         if terminal and not st.completed and st.state != "CANCELLED":
-            info = failure_info(rec, result)
+            info = failure_info(rec, result, files)
             if info:
                 st.failed_rank = info.get("rank")
                 st.error = one_line(info.get("error", "")) or None
@@ -320,6 +361,35 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
             except OSError:
                 pass
     return out
+
+
+def _remote_key(record: JobRecord) -> Any:
+    """None for jobs submitted here; (host, port, user) for jobs submitted over ssh."""
+    r = record.remote
+    if not r:
+        return None
+    return (r.get("host"), int(r.get("port") or 22), r.get("user"))
+
+
+def _query(ids: List[str], runner=None):
+    """(rows by Slurm id, source by Slurm id, accounting?) from one squeue and one sacct call."""
+    if not ids:
+        return {}, {}, True
+    # the local calls keep their old signature (tests replace these functions)
+    rows: Dict[str, SlurmRow] = dict(squeue_rows(ids) if runner is None else squeue_rows(ids, runner=runner))
+    sources = {i: "squeue" for i in rows}
+    missing = [i for i in ids if i not in rows]
+    accounting = True
+    if missing:
+        acct = sacct_rows(missing) if runner is None else sacct_rows(missing, runner=runner)
+        if acct is None:
+            accounting = False
+        else:
+            for i in missing:
+                if i in acct:
+                    rows[i] = acct[i]
+                    sources[i] = "sacct"
+    return rows, sources, accounting
 
 
 def poll_one(record: JobRecord, *, refresh: bool = False) -> JobStatus:

@@ -59,6 +59,9 @@ class JobRecord:
     logs: Dict[str, str] = field(default_factory=dict)
     cancelled: Optional[str] = None  # ISO time of `sporch cancel`
     final: Optional[Dict[str, Any]] = None
+    #: submitted over ssh: the cluster's login section (host, port, user, identity_file,
+    #: known_hosts, host_key_policy, setup, workdir); ``job_dir`` is a path on that host
+    remote: Optional[Dict[str, Any]] = None
     schema: int = SCHEMA
 
     def to_dict(self) -> Dict[str, Any]:
@@ -112,7 +115,7 @@ def save(record: JobRecord, *, job_dir_copy: bool = True) -> Path:
     """Write the record (atomically) under ``$SPORCH_HOME/jobs`` and, by default, into its job dir."""
     path = jobs_dir() / f"{record.id}.json"
     _write_json_atomic(path, record.to_dict())
-    if job_dir_copy and Path(record.job_dir).is_dir():
+    if job_dir_copy and not record.remote and Path(record.job_dir).is_dir():
         try:
             _write_json_atomic(Path(record.job_dir) / RECORD_FILE, record.to_dict())
         except OSError:

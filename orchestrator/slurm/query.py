@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
 from orchestrator.errors import SporchError
-from orchestrator.slurm.commands import DEFAULT_TIMEOUT, JobIds, job_id_list, run_slurm, slurm_reason
+from orchestrator.slurm.commands import DEFAULT_TIMEOUT, JobIds, Runner, job_id_list, run_slurm, slurm_reason
 from orchestrator.slurm.states import JobState, parse_state
 
 _SEP = "|"
 _ACCOUNTING_OFF = ("accounting storage is disabled", "accounting_storage/none")
 
 
-def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> Dict[str, JobState]:
+def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None
+                  ) -> Dict[str, JobState]:
     """State of each job slurmctld still knows, in ONE squeue call: ``{"123": JobState(...)}``.
 
     Jobs slurmctld has forgotten (ended more than MinJobAge ago) or never knew are missing from
@@ -25,7 +26,7 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> Dict[
     if not ids:
         return {}
     proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                      f"--format=%i{_SEP}%T{_SEP}%r"], timeout=timeout, check=False)
+                      f"--format=%i{_SEP}%T{_SEP}%r"], timeout=timeout, check=False, runner=runner)
     if proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout)
         # every id unknown: squeue exits 1 with "slurm_load_jobs error: Invalid job id specified"
@@ -35,14 +36,15 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> Dict[
     return _parse_rows(proc.stdout, ("id", "state", "reason"))
 
 
-def sacct_available(*, timeout: float = DEFAULT_TIMEOUT) -> bool:
+def sacct_available(*, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> bool:
     """Whether this cluster keeps accounting (sacct answers)."""
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=1", "--format=JobID"],
-                     timeout=timeout, check=False)
+                     timeout=timeout, check=False, runner=runner)
     return proc.returncode == 0 or not _accounting_off(proc)
 
 
-def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> Optional[Dict[str, JobState]]:
+def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None
+                 ) -> Optional[Dict[str, JobState]]:
     """State and exit code of each job from accounting, in ONE sacct call.
 
     Returns None when the cluster has no accounting (``AccountingStorageType=none``), an empty
@@ -52,7 +54,7 @@ def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> Option
     ids = job_id_list(job_ids)
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations",
                       f"--jobs={','.join(ids) if ids else '1'}",
-                      "--format=JobID,State,ExitCode,Reason"], timeout=timeout, check=False)
+                      "--format=JobID,State,ExitCode,Reason"], timeout=timeout, check=False, runner=runner)
     if proc.returncode != 0:
         if _accounting_off(proc):
             return None
@@ -108,18 +110,25 @@ _TEST_OK_RE = re.compile(
 
 
 def test_only(script: Union[str, Path, None] = None, args: Sequence[str] = (), *,
-              timeout: float = DEFAULT_TIMEOUT) -> TestOnlyResult:
+              timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None,
+              script_text: Optional[str] = None) -> TestOnlyResult:
     """Dry-run a submission: ``sbatch --test-only [args] [script]`` (``--wrap=true`` without a
     script and without ``--wrap`` in args). Never submits. A rejection is a result, not an error;
-    a missing sbatch or a silent slurmctld raises SporchError."""
+    a missing sbatch or a silent slurmctld raises SporchError.
+
+    ``script_text``: the script's content, fed to sbatch on stdin (nothing is written; how a
+    remote ``runner`` checks a script that exists only here)."""
     cmd = ["sbatch", "--test-only", *[str(a) for a in args]]
+    if script_text is not None:
+        proc = run_slurm(cmd, timeout=timeout, check=False, runner=runner, input=script_text)
+        return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
     if script is not None:
-        if not Path(script).is_file():
+        if runner is None and not Path(script).is_file():
             raise SporchError(f"batch script {script} not found")
         cmd.append(str(script))
     elif not any(str(a).startswith("--wrap") for a in args):
         cmd.append("--wrap=true")
-    proc = run_slurm(cmd, timeout=timeout, check=False)
+    proc = run_slurm(cmd, timeout=timeout, check=False, runner=runner)
     return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
 
 

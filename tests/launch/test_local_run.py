@@ -119,7 +119,8 @@ def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
     """USR2 -> every rank stops after the same finished step (exit 3, status requeued);
     starting again in the same folder resumes from that step and ends with exactly the
     latents of an uninterrupted run."""
-    overrides = ("workload.kind=inference", "workload.steps=40", "parallel.ulysses=2", "parallel.ring=2")
+    steps = 200  # long enough (seconds) that the signal lands mid-run on a fast machine too
+    overrides = ("workload.kind=inference", f"workload.steps={steps}", "parallel.ulysses=2", "parallel.ring=2")
     plan_path = _plan_file(tmp_path, *overrides)
 
     reference = tmp_path / "reference"
@@ -128,24 +129,27 @@ def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
 
     interrupted = tmp_path / "interrupted"
     run = LocalRun(plan_path, interrupted).start()
-    progress = interrupted / "checkpoint" / "progress.json"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if progress.exists() and json.loads(progress.read_text())["step"] >= 2:
-            break
-        time.sleep(0.1)
-    run.send_signal(signal.SIGUSR2)
-    first = run.wait(timeout_s=240)
+    try:
+        progress = interrupted / "checkpoint" / "progress.json"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if progress.exists() and json.loads(progress.read_text())["step"] >= 2:
+                break
+            time.sleep(0.05)
+        run.send_signal(signal.SIGUSR2)
+        first = run.wait(timeout_s=240)
+    finally:
+        run.kill()  # never leave ranks behind, whatever failed above
     assert set(first.returncodes.values()) == {3}, first.returncodes
     assert first.result["status"] == "requeued"
     stopped_at = json.loads(progress.read_text())["step"]
-    assert 2 <= stopped_at < 40
+    assert 2 <= stopped_at < steps
 
     second = LocalRun(plan_path, interrupted).start().wait(timeout_s=300)
     assert second.ok, second.returncodes
     metrics = second.result["metrics"]
     assert metrics["resumed"] is True and metrics["resumed_from_step"] == stopped_at
-    assert len(metrics["step_ms"]) == 40
+    assert len(metrics["step_ms"]) == steps
     assert _latents(interrupted).equal(_latents(reference))
     assert not list((interrupted / "checkpoint").glob("*.pt"))  # shards dropped once finished
 

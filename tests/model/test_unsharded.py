@@ -94,7 +94,8 @@ def test_bfloat16_forward_runs():
     y = m(x, torch.tensor([500.0, 500.0]), cond)
     assert y.dtype == torch.bfloat16 and torch.isfinite(y.float()).all()
     ref = build_model(tiny_model_dict("joint"))(x, torch.tensor([500.0, 500.0]), cond)
-    assert (y.float() - ref).abs().max() / ref.abs().max() < 0.1
+    # measured 5.5e-3; the library's bf16 verify tolerance is 2e-2
+    assert (y.float() - ref).abs().max() / ref.abs().max() < 2e-2
 
 
 @pytest.mark.parametrize("patch", [(1, 2, 2), (2, 1, 3), (1, 1, 1)])
@@ -232,7 +233,7 @@ def test_real_presets_on_meta():
 
 
 def test_orchestrator_presets_build_on_meta():
-    presets = pytest.importorskip("orchestrator.config.presets")
+    from orchestrator.config import presets
     expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "dit-xl-2": 675e6}
     for name, d in presets.PRESETS.items():
         n = count_parameters(d)

@@ -194,8 +194,13 @@ def test_estimates_present_and_memory_check():
 
 
 def test_planner_is_pure():
+    import copy
+
     c, j = find_cluster("a100x32"), load_job(WAN14B)
-    assert make_plan(c, j) == make_plan(c, j)
+    c0, j0 = copy.deepcopy(c), copy.deepcopy(j)
+    first = make_plan(c, j)
+    assert c == c0 and j == j0  # inputs untouched
+    assert make_plan(c, j) == first  # same inputs, same plan
 
 
 def test_pcie_ethernet_cluster_is_flagged_communication_bound():

@@ -3,6 +3,8 @@ alternatives that are themselves accepted."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -112,6 +114,18 @@ def test_accepted_plans_hold_invariants_and_rejections_list_accepted_alternative
             alt = make_plan(cluster, job)
             assert alt.layout == lay
             check_invariants(cluster, job, alt)
+        # and nothing is missing: brute force over every 4-way split of the world
+        world = (job.resources.nodes or cluster.nodes) * cluster.gpus_per_node
+        accepted = []
+        for dp, cfg, ring in itertools.product(divisors(world), repeat=3):
+            if world % (dp * cfg * ring):
+                continue
+            job.parallel = ParallelSpec(dp=dp, cfg=cfg, ring=ring, ulysses=world // (dp * cfg * ring))
+            try:
+                accepted.append(compact(make_plan(cluster, job).layout))
+            except LayoutError:
+                pass
+        assert sorted(accepted) == sorted(compact(lay) for lay in e.feasible)
         return
     check_invariants(cluster, job, p)
 

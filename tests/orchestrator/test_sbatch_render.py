@@ -29,6 +29,7 @@ def test_golden(case):
     if update_golden():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+        pytest.skip(f"golden {path.name} regenerated; review the diff, then run again without SPORCH_UPDATE_GOLDEN")
     assert path.exists(), f"missing golden {path.name}; run with SPORCH_UPDATE_GOLDEN=1 to create it"
     assert text == path.read_text(), f"golden {path.name} differs; SPORCH_UPDATE_GOLDEN=1 regenerates it"
 

@@ -58,3 +58,24 @@ def test_merge_is_exact_and_overflow_free():
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown attention backend"):
         attention_block(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), backend="nope")
+
+
+CUDA_TOL = {torch.float32: 2e-3, torch.bfloat16: 3e-2, torch.float16: 5e-3}  # TF32 / half inputs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (no GPU on this machine)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_kernels_return_out_and_lse(dtype, causal):
+    """Every CUDA backend present (flash_attn, torch flash/efficient/cuDNN) returns the same
+    (out, lse) contract as the CPU ones: [B, H, Sq, D] and [B, H, Sq] (float32 lse)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, n, 64, generator=g) for n in (130, 130, 130))
+    ro, rl = _ref(q, k, v, causal)
+    backends = [b for b in available_backends("cuda", dtype) if b != "math"]
+    assert backends, "CUDA is present but no fast kernel is usable"
+    for backend in backends:
+        out, lse = attention_block(*(t.cuda().to(dtype) for t in (q, k, v)), causal=causal, backend=backend)
+        assert out.shape == (2, 4, 130, 64) and lse.shape == (2, 4, 130), backend
+        assert (out.double().cpu() - ro).abs().max() < CUDA_TOL[dtype], backend
+        assert (lse.double().cpu() - rl).abs().max() < CUDA_TOL[dtype] * 10, backend

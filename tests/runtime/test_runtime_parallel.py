@@ -58,8 +58,9 @@ def test_context_groups_order_and_sharding_8_ranks():
     for rank, facts in enumerate(res):
         assert [f["rank"] for f in facts] == [rank] * len(layouts)
         for f in facts:
-            if f["mesh"] is not None:  # DeviceMesh over the same groups where torch can build one
-                assert f["mesh"] == {**{"dp": 1, "cfg": 1, "ring": 1, "ulysses": 1}, **f["layout"]}
+            # torch 2.13 builds a DeviceMesh over the same groups (DeviceMesh.from_group): a None
+            # here would be a silent regression, not a missing feature.
+            assert f["mesh"] == {**{"dp": 1, "cfg": 1, "ring": 1, "ulysses": 1}, **f["layout"]}
 
 
 def _from_plan(plan_json):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import astuple, dataclass
 
@@ -93,6 +94,7 @@ def _run_cases(layouts, cases, dtypes):
                                         ring=ctx.ring, ulysses_rank=ctx.ulysses_rank,
                                         itemsize=q.element_size(), joint_len=case.T, joint_q=jq is not None)
                 rows.append(dict(layout=dict(lay), case=case.name, dtype=str(dtype), err=err, sdpa_err=base,
+                                 replica=(ctx.dp_rank, ctx.cfg_rank), checksum=float(full.double().sum()),
                                  finite=bool(torch.isfinite(full).all()), sent=dict(stats.sent), minimum=minimum,
                                  shape_ok=tuple(out.shape) == tuple(ctx.shard_sequence(q).shape)))
     return rows
@@ -135,12 +137,20 @@ def test_usp_8_ranks_with_dp_and_cfg():
                                                  "joint-gqa-uneven", "causal")]
     results = run_distributed(_run_cases_8, 8, LAYOUTS_8, cases, timeout=300)
     assert _check(results) == 8 * len(LAYOUTS_8) * (len(cases) + 1)
-    # replicas on dp / cfg computed different samples (outputs are not all the same problem)
-    errs_by_layout = {}
+    # every dp x cfg replica solved its own problem: the gathered output is the same on all
+    # ranks of a replica and differs between replicas
+    by_problem = {}
     for rows in results:
         for r in rows:
-            errs_by_layout.setdefault(str(r["layout"]), []).append(r["err"])
-    assert set(errs_by_layout) == {str(x) for x in LAYOUTS_8}
+            key = (json.dumps(r["layout"], sort_keys=True), r["case"], r["dtype"])
+            by_problem.setdefault(key, {}).setdefault(r["replica"], set()).add(r["checksum"])
+    assert {k[0] for k in by_problem} == {json.dumps(x, sort_keys=True) for x in LAYOUTS_8}
+    for key, replicas in by_problem.items():
+        assert all(len(sums) == 1 for sums in replicas.values()), f"{key}: ranks of one replica disagree"
+        lay = json.loads(key[0])
+        assert len(replicas) == lay.get("dp", 1) * lay.get("cfg", 1), key
+        firsts = [next(iter(sums)) for sums in replicas.values()]
+        assert len(set(firsts)) == len(firsts), f"{key}: two replicas computed the same output"
 
 
 def _run_cases_8(layouts, cases):

@@ -220,11 +220,12 @@ def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_h
 
 
 def test_remote_cluster_is_a_clear_error(tmp_path, sporch_home, run_cli):
+    # an unreachable login host (nothing listens on port 1): one line, nothing written
     path = tmp_path / "remote.yaml"
-    path.write_text(FULL_CLUSTER + "login: {host: login.example.org, user: me}\n")
+    path.write_text(FULL_CLUSTER + "login: {host: 127.0.0.1, port: 1, user: me}\n")
     code, out, err = run_cli("submit", "--cluster", path, EXAMPLES / "tiny.yaml", f"output_dir={tmp_path}/runs")
-    assert code == 2 and "remote submission is not available yet" in err and err.count("\n") == 1
-    assert not (tmp_path / "runs").exists()
+    assert code == 2 and "cannot reach me@127.0.0.1:1" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists() and not sporch_home.exists()
 
 
 def test_existing_nonempty_job_dir_is_refused(tmp_path, sporch_home, run_cli):

@@ -88,7 +88,8 @@ def test_verify_reaches_completed_on_two_nodes_with_both_backends(sporch):
         assert len(res["hosts"]) == 4 and len(res["distinct_hosts"]) == 2
         assert set(res["distinct_hosts"]) <= {"node1", "node2", "node3", "node4"}
         m = res["metrics"]
-        assert m["ok"] and m["max_abs_err"] <= m["tolerance"]
+        # the issue's bound (float32 sharded vs unsharded <= 1e-5 relative), not the runtime's own
+        assert res["verified"] is True and res["max_rel_err"] <= 1e-5 and m["ok"]
         st = sporch.status(rec["id"])
         assert st["state"] == "COMPLETED" and st["failed_rank"] is None
         # logs: rank 0's output exists and -f returns once the job has ended
@@ -107,22 +108,20 @@ def test_cancel_running_job(sporch):
     sporch.wait_until(rec["id"], lambda s: s["state"] == "RUNNING", timeout=30)
     p = sporch("cancel", rec["id"])
     assert p.returncode == 0 and "(was RUNNING)" in p.stdout, p.stderr
-    t0 = time.monotonic()
     p = sporch("wait", rec["id"], "--interval", "0.5", "--timeout", "60")
     assert p.returncode == 3, p.stdout + p.stderr
-    assert time.monotonic() - t0 < 30
     assert sporch.status(rec["id"])["state"] == "CANCELLED"
     p = sporch("cancel", rec["id"])
     assert p.returncode == 0 and "already CANCELLED" in p.stdout
 
 
 def test_failing_rank_ends_the_job_quickly_and_is_named(sporch):
-    t0 = time.monotonic()
     rec = sporch.submit("entrypoint=examples.hooks:fail_on_rank", "resources.nodes=2", "name=failing",
                         env={"SPORCH_FAIL_RANK": "2", "SPORCH_HANG_S": "300"})
+    # The other ranks would hang for 300 s: the job ending inside wait's 60 s bound (else exit
+    # 124) is kill-on-bad-exit at work, the issue's "FAILED ... within 60 s".
     p = sporch("wait", rec["id"], "--interval", "0.5", "--timeout", "60", timeout=90)
     assert p.returncode == 1, p.stdout + p.stderr
-    assert time.monotonic() - t0 < 60
     st = sporch.status(rec["id"])
     assert st["state"] == "FAILED"
     assert st["failed_rank"] == 2

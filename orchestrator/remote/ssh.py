@@ -1,0 +1,450 @@
+"""One SSH connection to a cluster's login host (paramiko, imported lazily).
+
+``SshHost`` runs commands (``run``), moves small files over SFTP (``write_text``,
+``read_text``, ``makedirs``, ``remove_tree``, ``exists``...) and turns every connection
+problem into a one-line :class:`~orchestrator.errors.SporchError`:
+
+- unreachable host / refused port / DNS failure -> ``cannot reach root@h:22: ...``
+- authentication failure -> ``ssh authentication as root@h:22 failed ...``
+- unknown host key (``host_key_policy: reject``, the default) -> ``host key of h:22 is not
+  known ...`` with the fix (``ssh`` once, or ``login.known_hosts`` / ``host_key_policy:
+  accept-new``)
+- a changed host key -> refused, always.
+
+Host keys come from ``~/.ssh/known_hosts`` and, when set, ``login.known_hosts``;
+``accept-new`` appends an unknown host's key to ``login.known_hosts`` (else
+``~/.ssh/known_hosts``), like OpenSSH's ``StrictHostKeyChecking=accept-new``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import posixpath
+import shlex
+import socket
+import stat as _stat
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from orchestrator.errors import SporchError
+
+HOST_KEY_POLICIES = ("reject", "accept-new")
+CONNECT_TIMEOUT = 15.0
+#: LoginSpec fields a job record keeps so that later commands reconnect.
+LOGIN_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "host_key_policy", "setup", "workdir")
+
+
+def login_dict(login: Any) -> Dict[str, Any]:
+    """A LoginSpec (or a dict) -> a plain dict of the connection fields."""
+    if isinstance(login, Mapping):
+        d = dict(login)
+    else:
+        d = {k: getattr(login, k, None) for k in LOGIN_KEYS}
+    d["setup"] = list(d.get("setup") or [])
+    d["port"] = int(d.get("port") or 22)
+    d["host_key_policy"] = d.get("host_key_policy") or "reject"
+    return {k: d.get(k) for k in LOGIN_KEYS}
+
+
+def quote_command(cmd: Union[str, Sequence[str]]) -> str:
+    return cmd if isinstance(cmd, str) else " ".join(shlex.quote(str(c)) for c in cmd)
+
+
+class SshHost:
+    """A connected login host. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, host: str, port: int = 22, user: Optional[str] = None, identity_file: Optional[str] = None,
+                 known_hosts: Optional[str] = None, host_key_policy: str = "reject",
+                 setup: Sequence[str] = (), workdir: Optional[str] = None,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+        if host_key_policy not in HOST_KEY_POLICIES:
+            raise SporchError(f"login.host_key_policy must be one of {', '.join(HOST_KEY_POLICIES)}, "
+                              f"got {host_key_policy!r}")
+        self.host = host
+        self.port = int(port)
+        self.user = user or getpass.getuser()
+        self.identity_file = str(Path(identity_file).expanduser()) if identity_file else None
+        self.known_hosts = str(Path(known_hosts).expanduser()) if known_hosts else None
+        self.host_key_policy = host_key_policy
+        self.setup = list(setup or [])
+        self.workdir = workdir
+        self.connect_timeout = connect_timeout
+        self._client = None
+        self._sftp = None
+        self._home: Optional[str] = None
+
+    @classmethod
+    def from_login(cls, login: Any, **kw: Any) -> "SshHost":
+        d = login_dict(login)
+        return cls(d["host"], d["port"], d["user"], d["identity_file"], d["known_hosts"], d["host_key_policy"],
+                   d["setup"], d["workdir"], **kw)
+
+    @property
+    def where(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+    def key(self) -> Tuple[str, int, str]:
+        return (self.host, self.port, self.user)
+
+    # -- connection ---------------------------------------------------------------------------
+    def connect(self) -> "SshHost":
+        if self._client is not None:
+            return self
+        import paramiko
+
+        if self.identity_file and not Path(self.identity_file).is_file():
+            raise SporchError(f"login.identity_file {self.identity_file} not found (cluster login {self.where})")
+        client = paramiko.SSHClient()
+        try:
+            client.load_system_host_keys()  # ~/.ssh/known_hosts
+        except (OSError, paramiko.SSHException):
+            pass
+        if self.known_hosts and Path(self.known_hosts).is_file():
+            try:
+                client.load_host_keys(self.known_hosts)
+            except (OSError, paramiko.SSHException) as e:
+                raise SporchError(f"cannot read login.known_hosts {self.known_hosts}: {e}") from None
+        client.set_missing_host_key_policy(_policy(self))
+        try:
+            client.connect(self.host, port=self.port, username=self.user, key_filename=self.identity_file,
+                           look_for_keys=self.identity_file is None, allow_agent=self.identity_file is None,
+                           timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
+                           auth_timeout=self.connect_timeout)
+        except _UnknownHostKey as e:
+            client.close()
+            where = self.known_hosts or "~/.ssh/known_hosts"
+            raise SporchError(
+                f"host key of {self.host}:{self.port} ({e.key_type}) is not known in {where}; run "
+                f"`ssh -p {self.port} {self.user}@{self.host}` once to check and accept it, or set "
+                "login.known_hosts / login.host_key_policy: accept-new in the cluster descriptor") from None
+        except paramiko.BadHostKeyException:
+            client.close()
+            raise SporchError(f"host key of {self.host}:{self.port} does NOT match known_hosts (a changed host or "
+                              "a man-in-the-middle); fix known_hosts after checking with the cluster's admins"
+                              ) from None
+        except paramiko.AuthenticationException as e:
+            client.close()
+            how = f"key {self.identity_file}" if self.identity_file else "ssh agent / default keys"
+            raise SporchError(f"ssh authentication as {self.where} failed ({how}): {_one(e)}") from None
+        except socket.gaierror as e:
+            client.close()
+            raise SporchError(f"cannot reach {self.where}: cannot resolve host {self.host!r} ({e.strerror})"
+                              ) from None
+        except (socket.timeout, TimeoutError):
+            client.close()
+            raise SporchError(f"cannot reach {self.where}: no answer within {self.connect_timeout:g} s") from None
+        except paramiko.ssh_exception.NoValidConnectionsError as e:
+            client.close()
+            reasons = sorted({_one(getattr(err, "strerror", None) or err) for err in e.errors.values()})
+            raise SporchError(f"cannot reach {self.where}: {'; '.join(reasons) or 'connection failed'}") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            client.close()
+            raise SporchError(f"cannot reach {self.where}: {_one(getattr(e, 'strerror', None) or e)}") from None
+        self._client = client
+        return self
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._sftp = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def is_active(self) -> bool:
+        if self._client is None:
+            return False
+        t = self._client.get_transport()
+        return t is not None and t.is_active()
+
+    def __enter__(self) -> "SshHost":
+        return self.connect()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- commands -----------------------------------------------------------------------------
+    def run(self, cmd: Union[str, Sequence[str]], timeout: float = 30.0, input: Optional[str] = None
+            ) -> Tuple[int, str, str]:
+        """Run a command in the login shell's ``sh -c`` (argv lists are shlex-quoted).
+
+        Returns (exit status, stdout, stderr). Raises TimeoutError after ``timeout`` seconds,
+        SporchError when the connection is gone.
+        """
+        import select
+
+        self.connect()
+        command = quote_command(cmd)
+        try:
+            chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
+            chan.exec_command(command)
+            if input is not None:
+                chan.sendall(input.encode())
+            chan.shutdown_write()
+        except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
+            raise SporchError(f"ssh to {self.where}: cannot run a command: {_one(e)}") from None
+        out: List[bytes] = []
+        err: List[bytes] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out.append(chan.recv(65536))
+                    got = True
+                while chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(65536))
+                    got = True
+                if chan.exit_status_ready() and chan.eof_received and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{command[:60]} did not end within {timeout:g} s on {self.where}")
+                if not got:
+                    select.select([chan], [], [], 0.05)
+            rc = chan.recv_exit_status()
+        finally:
+            chan.close()
+        return rc, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
+
+    # -- files (SFTP) -------------------------------------------------------------------------
+    @property
+    def sftp(self):
+        self.connect()
+        if self._sftp is None:
+            try:
+                self._sftp = self._client.open_sftp()
+            except Exception as e:  # noqa: BLE001
+                raise SporchError(f"ssh to {self.where}: SFTP is not available: {_one(e)}") from None
+        return self._sftp
+
+    def home(self) -> str:
+        if self._home is None:
+            self._home = self.sftp.normalize(".")
+        return self._home
+
+    def abspath(self, path: str) -> str:
+        """``~``, ``~/x`` and relative paths -> absolute paths on the login host."""
+        if path == "~":
+            return self.home()
+        if path.startswith("~/"):
+            return posixpath.join(self.home(), path[2:])
+        if not path.startswith("/"):
+            return posixpath.join(self.home(), path)
+        return posixpath.normpath(path)
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.sftp.stat(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return False
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return _stat.S_ISDIR(self.sftp.stat(path).st_mode or 0)
+        except OSError:
+            return False
+
+    def mkdir(self, path: str) -> None:
+        """Create one folder; FileExistsError when it exists."""
+        if self.exists(path):
+            raise FileExistsError(path)
+        try:
+            self.sftp.mkdir(path)
+        except OSError as e:
+            if self.exists(path):
+                raise FileExistsError(path) from None
+            raise SporchError(f"cannot create {path} on {self.where}: {_one(e)}") from None
+
+    def makedirs(self, path: str) -> Optional[str]:
+        """``mkdir -p``; returns the topmost folder created (None when it existed)."""
+        path = posixpath.normpath(path)
+        missing = []
+        p = path
+        while p not in ("/", "") and not self.exists(p):
+            missing.append(p)
+            p = posixpath.dirname(p)
+        for m in reversed(missing):
+            try:
+                self.sftp.mkdir(m)
+            except OSError as e:
+                if not self.is_dir(m):
+                    raise SporchError(f"cannot create {m} on {self.where}: {_one(e)}") from None
+        return missing[-1] if missing else None
+
+    def write_text(self, path: str, text: str) -> None:
+        try:
+            with self.sftp.open(path, "w") as fh:
+                fh.write(text.encode("utf-8"))
+        except OSError as e:
+            raise SporchError(f"cannot write {path} on {self.where}: {_one(e)}") from None
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8", errors="replace")
+
+    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+        try:
+            with self.sftp.open(path, "rb") as fh:
+                if offset:
+                    fh.seek(offset)
+                return fh.read()
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise SporchError(f"cannot read {path} on {self.where}: {_one(e)}") from None
+
+    def size(self, path: str) -> Optional[int]:
+        try:
+            return self.sftp.stat(path).st_size
+        except OSError:
+            return None
+
+    def listdir(self, path: str) -> List[str]:
+        try:
+            return self.sftp.listdir(path)
+        except OSError:
+            return []
+
+    def remove_tree(self, path: str) -> None:
+        """``rm -rf`` on the login host (refuses ``/`` and the home folder)."""
+        path = posixpath.normpath(path)
+        if path in ("/", "", ".") or path == self.home():
+            raise SporchError(f"refusing to remove {path!r} on {self.where}")
+        rc, _, err = self.run(["rm", "-rf", "--", path], timeout=60)
+        if rc != 0:
+            raise SporchError(f"cannot remove {path} on {self.where}: {_one(err)}")
+
+    def rmdir(self, path: str) -> bool:
+        try:
+            self.sftp.rmdir(path)
+            return True
+        except OSError:
+            return False
+
+
+class SshRunner:
+    """Runs Slurm's tools on the login host: the ``runner`` of
+    :func:`orchestrator.slurm.commands.run_slurm`. ``login.setup`` lines come first, in the
+    same remote shell command."""
+
+    def __init__(self, host: SshHost, setup: Optional[Sequence[str]] = None) -> None:
+        self.host = host
+        self.setup = list(host.setup if setup is None else setup)
+
+    @property
+    def where(self) -> str:
+        return self.host.where
+
+    def command(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> str:
+        lines = list(self.setup)
+        tail = quote_command(argv)
+        if env:
+            tail = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + " " + tail
+        if cwd:
+            tail = f"cd {shlex.quote(cwd)} && {tail}"
+        return "\n".join([*lines, tail])
+
+    def __call__(self, argv: Sequence[str], *, timeout: float = 30.0, input: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> Tuple[int, str, str]:
+        return self.host.run(self.command(argv, env, cwd), timeout=timeout, input=input)
+
+
+class SftpFiles:
+    """The job-dir reads :mod:`orchestrator.jobs.status` needs, over SFTP (missing -> None / [])."""
+
+    def __init__(self, host: SshHost) -> None:
+        self.host = host
+
+    def read_text(self, path: str) -> Optional[str]:
+        try:
+            return self.host.read_text(str(path))
+        except (FileNotFoundError, SporchError):
+            return None
+
+    def listdir(self, path: str) -> List[str]:
+        return self.host.listdir(str(path))
+
+    def read_tail(self, path: str, max_bytes: int) -> Optional[str]:
+        size = self.host.size(str(path))
+        if size is None:
+            return None
+        try:
+            data = self.host.read_bytes(str(path), max(0, size - max_bytes))
+        except (FileNotFoundError, SporchError):
+            return None
+        return data.decode("utf-8", errors="replace")
+
+
+# -- host key policies ---------------------------------------------------------------------------
+class _UnknownHostKey(Exception):
+    def __init__(self, hostname: str, key_type: str) -> None:
+        super().__init__(hostname)
+        self.key_type = key_type
+
+
+def _policy(host: SshHost):
+    import paramiko
+
+    class Reject(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            raise _UnknownHostKey(hostname, key.get_name())
+
+    class AcceptNew(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            path = Path(host.known_hosts or "~/.ssh/known_hosts").expanduser()
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            except OSError as e:
+                raise SporchError(f"cannot record the host key of {hostname} in {path}: {e.strerror}") from None
+
+    return AcceptNew() if host.host_key_policy == "accept-new" else Reject()
+
+
+def _one(e: Any) -> str:
+    s = " ".join(str(e).split())
+    return s or type(e).__name__
+
+
+# -- a connection per login host, reused within one process (status polls, logs -f) ---------------
+_POOL: Dict[Tuple[Any, ...], SshHost] = {}
+
+
+def connect(login: Any) -> SshHost:
+    """A connected SshHost for ``login`` (LoginSpec or dict), reused while it stays alive."""
+    d = login_dict(login)
+    key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(d.items()))
+    h = _POOL.get(key)
+    if h is not None and h.is_active():
+        return h
+    if h is not None:
+        h.close()
+    h = SshHost.from_login(d).connect()
+    if not _POOL:
+        import atexit
+
+        atexit.register(close_all)
+    _POOL[key] = h
+    return h
+
+
+def close_all() -> None:
+    for h in list(_POOL.values()):
+        h.close()
+    _POOL.clear()
+
+
+def runner_for(login: Any) -> SshRunner:
+    return SshRunner(connect(login))
+
