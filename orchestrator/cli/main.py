@@ -66,7 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     debug = _debug_requested(args)
     try:
         # standalone_mode=False: click *returns* the code of ctx.exit(n) instead of raising.
-        rc = cli.main(args=args, prog_name="sporch", standalone_mode=False)
+        # obj: what commands may read of the invocation (submit records its command line).
+        rc = cli.main(args=args, prog_name="sporch", standalone_mode=False, obj={"argv": args})
         return rc if isinstance(rc, int) else 0
     except click.exceptions.Exit as e:
         return e.exit_code

@@ -78,7 +78,7 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         return
 
     prepared = submitter.prepare(cluster, job, job_dir=job_dir)
-    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line())
+    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line(_invocation()))
     req = prepared.request
     if as_json:
         import json
@@ -96,3 +96,9 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
 
         code = wait_for(rec, timeout=None, interval=2.0, quiet=as_json)
         sys.exit(code)
+
+
+def _invocation() -> list:
+    """The argv given to ``sporch`` (``main`` passes it as the click context's obj)."""
+    obj = click.get_current_context().find_root().obj
+    return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]

@@ -247,7 +247,6 @@ def check(request: SubmitRequest):
         return test_only(script)
 
 
-def command_line(argv: Optional[List[str]] = None) -> List[str]:
-    import sys
-
-    return ["sporch", *(sys.argv[1:] if argv is None else argv)]
+def command_line(argv: Sequence[str]) -> List[str]:
+    """The command as the user typed it (recorded with the job)."""
+    return ["sporch", *argv]
