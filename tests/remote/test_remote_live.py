@@ -80,6 +80,7 @@ def test_verify_over_ssh_completes_and_logs_come_over_sftp(rsporch, sshd):
     assert f"{rec['id']}: COMPLETED" in p.stdout
     res = json.loads((jd / "result.json").read_text())
     assert res["status"] == "completed" and res["world_size"] == 4 and len(res["distinct_hosts"]) == 2
+    assert res["verified"] is True and res["max_rel_err"] <= 1e-5
     p = rsporch("status", "--json", "--refresh", rec["id"])
     st = json.loads(p.stdout)[0]
     assert st["state"] == "COMPLETED" and st["source"] in ("squeue", "sacct"), p.stderr
