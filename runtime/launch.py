@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.plan.schema import Plan
 from runtime.rank_env import RankEnv, RankEnvError
-from runtime.results import error_record, read_rank_files, rank_file, result_file, write_json_atomic
+from runtime.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
 
 #: Exit code of a rank that stopped on USR2 after saving progress (the job is requeued).
 EXIT_REQUEUED = 3
@@ -124,7 +124,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
     status = "completed" if statuses == {"completed"} and len(records) == plan.world_size else (
         "requeued" if "requeued" in statuses and not any(s == "failed" for s in statuses) else "failed"
     )
-    first_error = _root_cause(errors)
+    first_error = root_cause(errors)
     summary = _summarise_metrics([records[r].get("metrics") or {} for r in sorted(records)])
     result = {
         "status": status,
@@ -163,19 +163,6 @@ def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     if medians:
         out["step_ms_median_max"] = max(medians)
     return out
-
-
-def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The error that most likely started the failure: the first that is not a peer's
-    broken collective (gloo/NCCL connection errors on the survivors)."""
-    if not errors:
-        return None
-    secondary = ("Connection closed by peer", "Connection reset", "NCCL communicator", "timed out",
-                 "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
-    for e in errors:
-        if not any(s in e.get("error", "") for s in secondary):
-            return e
-    return errors[0]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Result files of a run, written atomically (temporary file in the same folder, then rename).
 
+Stdlib only: the orchestrator reads result files with these helpers too (imported lazily).
+
 Layout of a run's output directory:
     <output_dir>/ranks/rank<N>.json   one per rank: host, timings, status, error
     <output_dir>/result.json          written by rank 0: layout, hosts per rank, timings, errors
@@ -75,3 +77,19 @@ def read_rank_files(output_dir: str | os.PathLike) -> dict[int, dict[str, Any]]:
             continue
         out[int(data.get("rank", f.stem[4:]))] = data
     return out
+
+
+#: Errors that survivors of a failed peer raise (a broken collective): not the root cause.
+SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset", "NCCL communicator", "timed out",
+                    "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
+
+
+def root_cause(errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The error that most likely started a failure: the first (by rank) that is not a peer's
+    broken collective; else the first."""
+    if not errors:
+        return None
+    for e in errors:
+        if not any(s in str(e.get("error", "")) for s in SECONDARY_ERRORS):
+            return e
+    return errors[0]

@@ -26,13 +26,9 @@ from orchestrator.errors import SporchError
 from orchestrator.jobs import store
 from orchestrator.jobs.store import JobRecord
 
-SEP = "|"
 #: Terminal states that mean "stopped from outside" (wait exits 3).
 STOPPED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
 EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 3
-#: A peer's broken collective: not the root cause of a failure.
-SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset", "NCCL communicator", "timed out",
-                    "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
 _ERROR_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)|error|fatal)\b.*",
                             re.IGNORECASE)
 
@@ -118,57 +114,25 @@ LOCAL = LocalFiles()
 
 
 # -- Slurm queries (one call each) --------------------------------------------------------------
+def _row(st) -> SlurmRow:
+    return SlurmRow(st.name, st.reason, str(st.exit_code) if st.exit_code else None, st.elapsed, st.nodelist)
+
+
 def squeue_rows(ids: Sequence[str], runner=None) -> Dict[str, SlurmRow]:
     """State of every job slurmctld still knows, in one squeue call."""
-    from orchestrator.slurm.commands import run_slurm, slurm_reason
-    from orchestrator.slurm.states import parse_state
+    from orchestrator.slurm.query import squeue_states
 
-    if not ids:
-        return {}
-    proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                      f"--format=%i{SEP}%T{SEP}%r{SEP}%M{SEP}%N"], check=False, runner=runner)
-    if proc.returncode != 0:
-        reason = slurm_reason(proc.stderr, proc.stdout)
-        if "invalid job id" in reason.lower():  # every id unknown
-            return {}
-        raise SporchError(f"squeue failed: {reason or f'exit code {proc.returncode}'}")
-    out: Dict[str, SlurmRow] = {}
-    for line in proc.stdout.splitlines():
-        parts = line.strip().split(SEP)
-        if len(parts) < 2 or not parts[0]:
-            continue
-        parts += [""] * (5 - len(parts))
-        st = parse_state(parts[1], reason=parts[2])
-        out[parts[0].strip()] = SlurmRow(st.name, st.reason, None, parts[3].strip() or None,
-                                         parts[4].strip() or None)
-    return out
+    return {i: _row(st) for i, st in squeue_states(list(ids), runner=runner).items()} if ids else {}
 
 
 def sacct_rows(ids: Sequence[str], runner=None) -> Optional[Dict[str, SlurmRow]]:
     """Final states from accounting, in one sacct call; None when the cluster has none."""
-    from orchestrator.slurm.commands import run_slurm, slurm_reason
-    from orchestrator.slurm.states import parse_state
+    from orchestrator.slurm.query import sacct_states
 
     if not ids:
         return {}
-    proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
-                      "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], check=False, runner=runner)
-    if proc.returncode != 0:
-        text = f"{proc.stderr}\n{proc.stdout}".lower()
-        if "accounting storage is disabled" in text or "accounting_storage/none" in text:
-            return None
-        raise SporchError(f"sacct failed: {slurm_reason(proc.stderr, proc.stdout) or f'exit code {proc.returncode}'}")
-    out: Dict[str, SlurmRow] = {}
-    for line in proc.stdout.splitlines():
-        parts = line.strip().split(SEP)
-        if len(parts) < 2 or not parts[0]:
-            continue
-        parts += [""] * (6 - len(parts))
-        st = parse_state(parts[1], reason=parts[3])
-        nodelist = parts[5].strip()
-        out[parts[0].strip()] = SlurmRow(st.name, st.reason, parts[2].strip() or None, parts[4].strip() or None,
-                                         None if nodelist in ("", "None assigned") else nodelist)
-    return out
+    states = sacct_states(list(ids), runner=runner)
+    return None if states is None else {i: _row(st) for i, st in states.items()}
 
 
 def is_terminal(state: str) -> bool:
@@ -206,12 +170,9 @@ def one_line(text: Any, limit: int = 300) -> str:
 
 
 def _root_cause(errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    if not errors:
-        return None
-    for e in errors:
-        if not any(s in str(e.get("error", "")) for s in SECONDARY_ERRORS):
-            return e
-    return errors[0]
+    from runtime.results import root_cause  # stdlib-only module: the result files' contract
+
+    return root_cause(errors)
 
 
 def _rank_of(path: Path) -> Optional[int]:

@@ -26,14 +26,14 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: 
     if not ids:
         return {}
     proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                      f"--format=%i{_SEP}%T{_SEP}%r"], timeout=timeout, check=False, runner=runner)
+                      f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%M{_SEP}%N"], timeout=timeout, check=False, runner=runner)
     if proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout)
         # every id unknown: squeue exits 1 with "slurm_load_jobs error: Invalid job id specified"
         if "invalid job id" in reason.lower():
             return {}
         raise SporchError(f"squeue failed: {reason or f'exit code {proc.returncode}'}")
-    return _parse_rows(proc.stdout, ("id", "state", "reason"))
+    return _parse_rows(proc.stdout, ("id", "state", "reason", "elapsed", "nodelist"))
 
 
 def sacct_available(*, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> bool:
@@ -54,14 +54,15 @@ def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: O
     ids = job_id_list(job_ids)
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations",
                       f"--jobs={','.join(ids) if ids else '1'}",
-                      "--format=JobID,State,ExitCode,Reason"], timeout=timeout, check=False, runner=runner)
+                      "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], timeout=timeout, check=False,
+                     runner=runner)
     if proc.returncode != 0:
         if _accounting_off(proc):
             return None
         raise SporchError(f"sacct failed: {slurm_reason(proc.stderr, proc.stdout) or f'exit code {proc.returncode}'}")
     if not ids:
         return {}
-    rows = _parse_rows(proc.stdout, ("id", "state", "exit", "reason"))
+    rows = _parse_rows(proc.stdout, ("id", "state", "exit", "reason", "elapsed", "nodelist"))
     return {k: v for k, v in rows.items() if k in ids or k.split("_")[0] in ids}
 
 
@@ -79,7 +80,8 @@ def _parse_rows(text: str, columns: Sequence[str]) -> Dict[str, JobState]:
         if len(parts) < 2:
             continue
         row = dict(zip(columns, parts))
-        out[row["id"].strip()] = parse_state(row["state"], reason=row.get("reason"), exit_code=row.get("exit"))
+        out[row["id"].strip()] = parse_state(row["state"], reason=row.get("reason"), exit_code=row.get("exit"),
+                                             elapsed=row.get("elapsed"), nodelist=row.get("nodelist"))
     return out
 
 

@@ -71,6 +71,8 @@ class JobState:
     by_uid: Optional[int] = None  # "CANCELLED by 1000"
     reason: Optional[str] = None  # squeue %r / sacct Reason, None when "None"
     exit_code: Optional[ExitCode] = None
+    elapsed: Optional[str] = None  # squeue %M / sacct Elapsed ("1:02", "00:01:02")
+    nodelist: Optional[str] = None  # squeue %N / sacct NodeList ("node[1-2]"), None before allocation
 
     @property
     def terminal(self) -> bool:
@@ -102,7 +104,8 @@ class JobState:
         return self.raw or self.name
 
 
-def parse_state(text: str, *, reason: Optional[str] = None, exit_code: Optional[str] = None) -> JobState:
+def parse_state(text: str, *, reason: Optional[str] = None, exit_code: Optional[str] = None,
+                elapsed: Optional[str] = None, nodelist: Optional[str] = None) -> JobState:
     """Parse a state as squeue or sacct prints it.
 
     ``"CANCELLED by 0"`` -> CANCELLED (by_uid=0); ``"R"`` -> RUNNING; ``"CANCELLED+"`` (sacct's
@@ -119,7 +122,10 @@ def parse_state(text: str, *, reason: Optional[str] = None, exit_code: Optional[
         reason = reason.strip()
         if reason in ("", "None", "(null)"):
             reason = None
-    return JobState(name=name, raw=raw, by_uid=by_uid, reason=reason, exit_code=parse_exit_code(exit_code))
+    elapsed = (elapsed or "").strip() or None
+    nodelist = (nodelist or "").strip()
+    return JobState(name=name, raw=raw, by_uid=by_uid, reason=reason, exit_code=parse_exit_code(exit_code),
+                    elapsed=elapsed, nodelist=None if nodelist in ("", "None assigned", "(null)") else nodelist)
 
 
 def is_terminal(text: str) -> bool:

@@ -3,12 +3,11 @@
 ``run_rank(plan_path, job_dir)`` is pickled by reference (module + name), so it must stay a
 module-level function with plain-string arguments. It runs on the compute node, inside
 ``python -m submitit.core._submit``, and imports the runtime (torch) only there: the
-orchestrator itself never imports ``runtime`` (tests/orchestrator/test_no_torch.py).
+orchestrator never imports ``runtime`` at module level (tests/orchestrator/test_no_torch.py).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 
@@ -31,7 +30,7 @@ def run_rank(plan_path: str, job_dir: str) -> int:
     os.environ["SPORCH_PLAN"] = plan_path
     for sig in (signal.SIGTERM, signal.SIGCONT):
         signal.signal(sig, signal.SIG_DFL)
-    launch = importlib.import_module("runtime.launch")  # torch: only on the compute node
+    from runtime import launch  # torch: only on the compute node, never at module level
     code = launch.main(["--plan", plan_path, "--output-dir", job_dir])
     if code == EXIT_REQUEUED:
         # progress is saved and the runtime asked Slurm to requeue: leave quietly with its code

@@ -253,9 +253,12 @@ def test_run_rank_maps_exit_codes(monkeypatch, tmp_path):
 
     from orchestrator.submit import task
 
+    import runtime
+
     codes = iter([0, 1, 3])
     fake = types.SimpleNamespace(main=lambda argv: next(codes))
-    monkeypatch.setattr(task.importlib, "import_module", lambda name: fake)
+    monkeypatch.setitem(sys.modules, "runtime.launch", fake)  # `from runtime import launch` finds it
+    monkeypatch.setattr(runtime, "launch", fake, raising=False)
     monkeypatch.setenv("SLURM_PROCID", "2")
     assert task.run_rank(str(tmp_path / "plan.json"), str(tmp_path)) == 0
     with pytest.raises(task.RankFailed, match="rank 2"):
