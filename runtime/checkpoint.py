@@ -37,7 +37,6 @@ class Progress:
     rank: int
     group: Any = None  # process group used to agree on a stop; None = default world
     _stop: bool = field(default=False, init=False)
-    _previous_handler: Any = field(default=None, init=False)
 
     @property
     def folder(self) -> Path:
@@ -45,12 +44,9 @@ class Progress:
 
     # -- signals -------------------------------------------------------------------
     def install_signal_handler(self) -> None:
-        self._previous_handler = signal.signal(signal.SIGUSR2, self._on_usr2)
+        signal.signal(signal.SIGUSR2, self._on_usr2)
 
     def _on_usr2(self, signum, frame) -> None:  # noqa: ARG002 (signal API)
-        self._stop = True
-
-    def request_stop(self) -> None:
         self._stop = True
 
     def stop_agreed(self) -> bool:
@@ -136,12 +132,8 @@ def restart_count() -> int:
 
 def requeue_self() -> bool:
     """Ask Slurm to requeue the running job. False when not under Slurm or refused."""
-    job_id = os.environ.get("SLURM_ARRAY_JOB_ID") and os.environ.get("SLURM_ARRAY_TASK_ID")
-    job_id = (
-        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
-        if job_id
-        else os.environ.get("SLURM_JOB_ID")
-    )
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job_id = f"{array_job}_{task}" if array_job and task else os.environ.get("SLURM_JOB_ID")
     if not job_id:
         return False
     try:

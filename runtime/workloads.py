@@ -186,7 +186,7 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
 # -- inference ------------------------------------------------------------------------------
 
 def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
-    from runtime.model import NUM_TRAIN_TIMESTEPS, flow_sigmas
+    from runtime.model import NUM_TRAIN_TIMESTEPS, euler_sample, flow_sigmas
 
     wl = plan.workload
     steps = int(wl.get("steps") or 1)
@@ -201,17 +201,22 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         start_step = 0
         x_local = runner.shard_latents(inputs.noise).float()
     step_ms: list[float] = list(saved.get("step_ms", []))[:start_step]
+    def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
+                               null_cond=inputs.null_cond)
+
+    clock = [0.0]
+
+    def after_step(i: int, x: torch.Tensor) -> None:
+        _sync(device)
+        step_ms.append((time.perf_counter() - clock[0]) * 1e3)
+        progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms}, shard=x)
+        clock[0] = time.perf_counter()  # the checkpoint's I/O is not step time
+
     with torch.no_grad():
-        for i in range(start_step, steps):
-            _sync(device)
-            t0 = time.perf_counter()
-            s, s_next = float(sigmas[i]), float(sigmas[i + 1])
-            v = runner.velocity(x_local, s * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
-                                null_cond=inputs.null_cond)
-            x_local = x_local + (s_next - s) * v.float()
-            _sync(device)
-            step_ms.append((time.perf_counter() - t0) * 1e3)
-            progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms}, shard=x_local)
+        _sync(device)
+        clock[0] = time.perf_counter()
+        x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step)
         latents = runner.gather_latents(x_local, channels=model.cfg.in_channels)
     progress.finish()
     out: dict[str, Any] = {

@@ -127,3 +127,22 @@ def slurm_jobs(slurm_cluster):
     yield tracker
     if tracker.ids:
         subprocess.run(["scancel", *tracker.ids], capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def scancel_recorded():
+    """``scancel_recorded(record_files)``: cancel every Slurm job named by sporch job records
+    (teardown of the live submission tests; unreadable records are skipped)."""
+    import json
+
+    def cancel(record_files) -> None:
+        ids = []
+        for f in record_files:
+            try:
+                ids.append(json.loads(Path(f).read_text())["slurm_job_id"])
+            except (OSError, ValueError, KeyError):
+                pass
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+
+    return cancel

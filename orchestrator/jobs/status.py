@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from orchestrator.errors import SporchError
 from orchestrator.jobs import store
 from orchestrator.jobs.store import JobRecord
 

@@ -243,9 +243,7 @@ class SshHost:
         try:
             self.sftp.stat(path)
             return True
-        except FileNotFoundError:
-            return False
-        except OSError:
+        except OSError:  # FileNotFoundError included
             return False
 
     def is_dir(self, path: str) -> bool:

@@ -171,24 +171,6 @@ def sbatch(args: Sequence[str] = (), script: Optional[str] = None, *, timeout: f
                             stdout=out)
 
 
-def squeue(args: Sequence[str] = (), *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
-           runner: Optional[Runner] = None) -> subprocess.CompletedProcess:
-    return run_slurm(["squeue", *args], timeout=timeout, check=check, runner=runner)
-
-
-def sacct(args: Sequence[str] = (), *, timeout: float = DEFAULT_TIMEOUT, check: bool = True,
-           runner: Optional[Runner] = None) -> subprocess.CompletedProcess:
-    return run_slurm(["sacct", *args], timeout=timeout, check=check, runner=runner)
-
-
-def sinfo(args: Sequence[str] = (), *, timeout: float = DEFAULT_TIMEOUT) -> str:
-    return run_slurm(["sinfo", *args], timeout=timeout).stdout
-
-
-def scontrol(args: Sequence[str] = (), *, timeout: float = DEFAULT_TIMEOUT) -> str:
-    return run_slurm(["scontrol", *args], timeout=timeout).stdout
-
-
 def scancel(job_ids: JobIds, *, signal: Optional[str] = None, batch_only: bool = False,
             timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> None:
     """Cancel (or signal) jobs. Unknown or finished job ids are not an error (scancel exits 0)."""

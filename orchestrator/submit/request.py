@@ -70,10 +70,12 @@ def build_request(
     *,
     job_dir: Optional[str] = None,
     now: Optional[_dt.datetime] = None,
+    plan: Optional[Plan] = None,
 ) -> SubmitRequest:
+    """``plan``: the Plan of (cluster, job) when the caller has already made it."""
     from orchestrator.plan.planner import make_plan
 
-    plan = make_plan(cluster, job)
+    plan = plan if plan is not None else make_plan(cluster, job)
     jd = job_dir or default_job_dir(cluster, job, now or _dt.datetime.now())
     return SubmitRequest(
         cluster=cluster.name,

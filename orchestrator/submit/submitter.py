@@ -28,6 +28,7 @@ from orchestrator.errors import SporchError
 from orchestrator.jobs import store
 from orchestrator.jobs.store import JobRecord
 from orchestrator.submit.backend import DEFAULT_BACKEND, get_backend, get_remote_backend
+from orchestrator.plan.planner import make_plan
 from orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
 
 
@@ -73,8 +74,7 @@ def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.da
     now = now or _dt.datetime.now()
     if cluster.login is not None:
         return _prepare_remote(cluster, job, job_dir=job_dir, now=now)
-    # plan first: a bad job is an error before anything is written
-    request = build_request(cluster, job, job_dir=job_dir or "/nonexistent-job-dir", now=now)
+    plan = make_plan(cluster, job)  # first: a bad job is an error before anything is written
     if job_dir is None:
         claimed, root = claim_job_dir(default_job_dir(cluster, job, now))
     else:
@@ -85,7 +85,7 @@ def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.da
         Path(claimed).mkdir(parents=True, exist_ok=True)
         root = str(top) if top is not None else claimed
     try:
-        return Prepared(build_request(cluster, job, job_dir=claimed, now=now), root)
+        return Prepared(build_request(cluster, job, job_dir=claimed, now=now, plan=plan), root)
     except BaseException:
         remove_job_dir(claimed, root)
         raise
@@ -97,7 +97,7 @@ def _prepare_remote(cluster, job, *, job_dir: Optional[str], now: _dt.datetime) 
 
     from orchestrator.remote.ssh import connect
 
-    build_request(cluster, job, job_dir=job_dir or "/nonexistent-job-dir", now=now)  # a bad job fails first
+    plan = make_plan(cluster, job)  # first: a bad job fails before connecting
     host = connect(cluster.login)
     if job_dir is None:
         base = host.abspath(default_job_dir(cluster, job, now))
@@ -118,7 +118,7 @@ def _prepare_remote(cluster, job, *, job_dir: Optional[str], now: _dt.datetime) 
         top = host.makedirs(claimed)
     root = top or claimed
     try:
-        return Prepared(build_request(cluster, job, job_dir=claimed, now=now), root, host)
+        return Prepared(build_request(cluster, job, job_dir=claimed, now=now, plan=plan), root, host)
     except BaseException:
         _remove_remote_job_dir(host, claimed, root)
         raise

@@ -59,8 +59,6 @@ def qkv_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, me: int, q_
     the kernels take as is."""
     U = len(q_ranges)
     B, L = q.shape[0], q.shape[1]
-    hq = q_ranges[me][1] - q_ranges[me][0]
-    hk = kv_ranges[me][1] - kv_ranges[me][0]
     if U == 1:
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     packable = q.dtype == k.dtype == v.dtype and q.shape[-1] == k.shape[-1] == v.shape[-1]

@@ -33,10 +33,12 @@ def flow_sigmas(steps: int, shift: float = 1.0) -> torch.Tensor:
 
 
 def euler_sample(velocity: Callable[[torch.Tensor, float], torch.Tensor], x: torch.Tensor,
-                 sigmas: torch.Tensor, callback: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
-    """Integrate ``dx/dsigma = velocity(x, sigma)`` over ``sigmas`` with Euler steps (float32)."""
+                 sigmas: torch.Tensor, callback: Callable[[int, torch.Tensor], None] | None = None,
+                 start: int = 0) -> torch.Tensor:
+    """Integrate ``dx/dsigma = velocity(x, sigma)`` over ``sigmas`` with Euler steps (float32).
+    ``start``: the number of steps already taken (``x`` is the state after them: a resume)."""
     x = x.float()
-    for i in range(len(sigmas) - 1):
+    for i in range(start, len(sigmas) - 1):
         s, s_next = float(sigmas[i]), float(sigmas[i + 1])
         x = x + (s_next - s) * velocity(x, s).float()
         if callback is not None:

@@ -53,19 +53,12 @@ class RemoteSporch:
 
 
 @pytest.fixture(scope="module")
-def rsporch(slurm_cluster, sshd, tmp_path_factory):
+def rsporch(slurm_cluster, sshd, tmp_path_factory, scancel_recorded):
     lab_env = os.environ.get("SLURMLAB_ENV") or os.path.join(
         slurm_cluster.env.get("SLURMLAB_DIR", "/var/tmp/sporch-slurmlab"), "slurmlab.env")
     s = RemoteSporch(tmp_path_factory.mktemp("remote-live"), sshd, lab_env)
     yield s
-    ids = []
-    for f in s.records():
-        try:
-            ids.append(json.loads(f.read_text())["slurm_job_id"])
-        except (OSError, ValueError, KeyError):
-            pass
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+    scancel_recorded(s.records())
 
 
 def test_verify_over_ssh_completes_and_logs_come_over_sftp(rsporch, sshd):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import pytest
 import torch

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slurm
 
 
 def test_lab_shape(slurm_cluster):
-    out = commands.sinfo(["--noheader", "-N", "-p", slurm_cluster.partition, "-o", "%N %c %G"])
+    out = commands.run_slurm(["sinfo", "--noheader", "-N", "-p", slurm_cluster.partition, "-o", "%N %c %G"]).stdout
     rows = sorted(out.split("\n")[:-1])
     assert [r.split()[0] for r in rows] == [f"node{i}" for i in range(1, slurm_cluster.nodes + 1)]
     assert all(r.split()[1] == str(slurm_cluster.cpus_per_node) for r in rows)

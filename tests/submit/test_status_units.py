@@ -126,7 +126,7 @@ def test_exit_status(state, result, code):
 
 
 def test_wait_returns_the_jobs_code_and_times_out(monkeypatch, tmp_path, sporch_home, run_cli):
-    r = _rec(tmp_path, "w", "41")
+    _rec(tmp_path, "w", "41")
     fake = FakeSlurm(squeue={"41": SlurmRow("RUNNING")}).install(monkeypatch)
     code, out, err = run_cli("wait", "w", "--timeout", "0.3", "--interval", "0.1")
     assert code == 124 and "still RUNNING" in err

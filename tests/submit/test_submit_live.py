@@ -58,18 +58,11 @@ class Sporch:
 
 
 @pytest.fixture(scope="module")
-def sporch(slurm_cluster, tmp_path_factory):
+def sporch(slurm_cluster, tmp_path_factory, scancel_recorded):
     root = tmp_path_factory.mktemp("submit-live")
     s = Sporch(root / "home", root / "runs")
     yield s
-    ids = []
-    for f in (s.home / "jobs").glob("*.json"):
-        try:
-            ids.append(json.loads(f.read_text())["slurm_job_id"])
-        except (OSError, ValueError, KeyError):
-            pass
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+    scancel_recorded((s.home / "jobs").glob("*.json"))
 
 
 def _result(rec: dict) -> dict:
