@@ -7,6 +7,7 @@ retries) and ``references`` (expected values per metric). docs/campaigns.md is t
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,21 +149,20 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         for name in m.presets:
             if name.strip().lower() not in PRESETS:
                 raise _bad(source, "matrix.presets", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
-    return Campaign(
-        spec=spec,
-        base=_load_base(spec, source),
-        layouts=_parse_layouts(m.layouts, source),
-        nodes=_parse_nodes(m.nodes, source),
-        references=parse_references(spec.references, source),
-    )
+    layouts, nodes = _parse_layouts(m.layouts, source), _parse_nodes(m.nodes, source)
+    references = parse_references(spec.references, source)
+    return Campaign(spec=spec, base=_load_base(spec, source), layouts=layouts, nodes=nodes, references=references)
 
 
 def _load_base(spec: CampaignSpec, source: str):
+    """The base job, typed and validated. Without a shape of its own it takes the matrix's
+    first shape (every point sets its shape anyway)."""
     from omegaconf import DictConfig, OmegaConf
 
-    from orchestrator.config.job import job_from_dict, load_job
+    from orchestrator.config.job import job_from_dict
+    from orchestrator.config.loading import read_yaml
 
-    base = spec.base
+    base, path = spec.base, None
     if base is None:
         raise _bad(source, "base", "is missing: give a job spec inline (model:, workload: ...) or a path to a job YAML")
     if isinstance(base, str):
@@ -171,12 +171,19 @@ def _load_base(spec: CampaignSpec, source: str):
         path = path if path.is_absolute() else folder / path
         if not path.is_file():
             raise _bad(source, "base", f"job file {base!r} not found (relative paths start at {folder})")
-        return load_job(path)
-    if isinstance(base, (dict, DictConfig)):
-        data = OmegaConf.to_container(base) if isinstance(base, DictConfig) else dict(base)
-        data.setdefault("name", spec.name)
-        return job_from_dict(data, f"{source}: base")
-    raise _bad(source, "base", f"must be a job mapping or a path, got {type(base).__name__}")
+        base = read_yaml(path)
+    if not isinstance(base, (dict, DictConfig)):
+        raise _bad(source, "base", f"must be a job mapping or a path, got {type(base).__name__}")
+    data = OmegaConf.to_container(base) if isinstance(base, DictConfig) else copy.deepcopy(dict(base))
+    data.setdefault("name", path.stem if path else spec.name)
+    workload = data.setdefault("workload", {}) or {}
+    if spec.matrix.shapes and not any(workload.get(k) is not None for k in SHAPE_KEYS):
+        first = spec.matrix.shapes[0]
+        workload.update({k: getattr(first, k) for k in SHAPE_KEYS if getattr(first, k) is not None})
+        data["workload"] = workload
+    job = job_from_dict(data, str(path) if path else f"{source}: base")
+    job.source = str(path.resolve()) if path else ""
+    return job
 
 
 def _positive_int(value: Any) -> Optional[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -112,8 +111,12 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
     files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}")
     con = console()
-    table = Table(title=f"{len(rows)} points", title_justify="left")
-    shown = [c for c in columns() if c not in ("cluster", "step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step")]
+    hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes"}
+    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
+            if len({str(r.cell(c)) for r in rows}) == 1}
+    shown = [c for c in columns() if c not in hidden and c not in same]
+    table = Table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
+                  title_justify="left")
     for c in shown:
         table.add_column(c.replace("_", " "), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
     style = {"pass": "green", "fail": "bold red"}
@@ -137,7 +140,7 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
                   + ", ".join(f"{r.id} {r.status}" for r in not_done[:10]))
     con.print(f"report: {files['html']} (table {files['csv']}, plots in {folder})")
     if failed:
-        sys.exit(EXIT_FAILED)
+        click.get_current_context().exit(EXIT_FAILED)
 
 
 @campaign.command("compare")
@@ -167,4 +170,4 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
         t.add_row(ch.id, str(v["gpus"]), str(v["layout"]), str(v["shape"]), ch.metric, short_value(ch.old),
                   short_value(ch.new), f"{ch.relative:+.1%}")
     con.print(t)
-    sys.exit(EXIT_FAILED)
+    click.get_current_context().exit(EXIT_FAILED)
