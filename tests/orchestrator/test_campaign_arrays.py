@@ -18,7 +18,7 @@ from orch_testutil import EXAMPLES, GOLDEN, GOLDEN_JOB_DIR, update_golden
 
 
 def wan_group(nodes=2):
-    exp = expand(load_campaign(EXAMPLES / "campaign-wan14b-720p.yaml"))
+    exp = expand(load_campaign(EXAMPLES / "campaigns" / "wan14b-720p.yaml"))
     return next(g for g in group_points(exp.points) if g.shape["nodes"] == nodes)
 
 
@@ -42,7 +42,7 @@ def test_golden_array_script():
 
 def test_array_maps_task_ids_to_point_plans(tmp_path):
     """Run the script's own lookup line for every task id: each finds its point's plan."""
-    exp = expand(load_campaign(EXAMPLES / "campaign-tiny.yaml"))
+    exp = expand(load_campaign(EXAMPLES / "campaigns" / "tiny.yaml"))
     g = group_points(exp.points)[1]
     spaced = prepare(exp, tmp_path / "my campaign")  # #SBATCH lines cannot quote: refused, one line
     with pytest.raises(SporchError, match="without whitespace"):
@@ -62,12 +62,12 @@ def test_array_maps_task_ids_to_point_plans(tmp_path):
 
 
 def test_prepare_writes_points_and_keeps_finished_ones(tmp_path):
-    c = load_campaign(EXAMPLES / "campaign-tiny.yaml")
+    c = load_campaign(EXAMPLES / "campaigns" / "tiny.yaml")
     exp = expand(c)
     cdir = prepare(exp, tmp_path / "c")
     manifest = json.loads(cdir.manifest.read_text())
     assert sorted(manifest["points"]) == sorted(p.id for p in exp.points)
-    assert (cdir.root / "campaign.yaml").read_text() == (EXAMPLES / "campaign-tiny.yaml").read_text()
+    assert (cdir.root / "campaign.yaml").read_text() == (EXAMPLES / "campaigns" / "tiny.yaml").read_text()
     done = exp.points[0].id
     cdir.result_file(done).write_text('{"status": "completed"}')
     plan_before = cdir.plan_file(done).read_text()

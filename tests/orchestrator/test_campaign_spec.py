@@ -32,7 +32,7 @@ def tiny(**matrix):
 
 
 def test_realistic_example_expands_every_accepted_layout():
-    c = load_campaign(EXAMPLES / "campaign-wan14b-720p.yaml")
+    c = load_campaign(EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     exp = expand(c)
     # a100x32 has 4 nodes: 8 nodes is refused with the planner's reason, the rest expand.
     assert [s.params["nodes"] for s in exp.skipped] == [8]
@@ -185,12 +185,12 @@ def test_unknown_cluster_is_bad_input(tmp_path, run_cli):
 def test_plan_command_text_and_json(run_cli):
     import json
 
-    code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaign-tiny.yaml", "--json")
+    code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "tiny.yaml", "--json")
     assert code == 0
     doc = json.loads(out)
     assert doc["points"] == 8 and len(doc["groups"]) == 2 and doc["skipped"] == []
     assert sorted(len(g["points"]) for g in doc["groups"]) == [4, 4]
-    code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaign-wan14b-720p.yaml")
+    code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     assert code == 0 and "27 points in 3 group(s)" in out and "exceeds the 4 nodes of a100x32" in out
 
 
