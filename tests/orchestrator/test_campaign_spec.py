@@ -227,3 +227,15 @@ def test_bounds_are_value_times_one_plus_fraction(value, lower, upper, measured)
     bound = r.metrics["tokens_per_s"]
     inside = value * (1 + lower) <= measured <= value * (1 + upper)
     assert bound.check(measured) == (PASS if inside else FAIL)
+
+
+def test_campaign_plan_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    probe = ("import sys, io, contextlib\nfrom orchestrator.cli.main import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             f"    code = main(['campaign', 'plan', {str(EXAMPLES / 'campaigns' / 'wan14b-720p.yaml')!r}])\n"
+             "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert r.stdout.split() == ["0", "[]"], r.stderr
