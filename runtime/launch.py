@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.plan.schema import Plan
+from runtime.benchstats import provenance
 from runtime.rank_env import RankEnv, RankEnvError
 from runtime.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
 
@@ -146,6 +147,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "error": first_error.get("error") if first_error else None,
         "launcher_host": socket.gethostname(),
         "wall_s": own["finished"] - own["started"],
+        "provenance": provenance(plan.cluster, [r.get("hostname") for r in records.values() if r.get("hostname")]),
     }
     write_json_atomic(result_file(output_dir), result)
 

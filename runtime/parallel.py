@@ -91,6 +91,8 @@ class ParallelContext:
         self.sequence_size = layout.sequence_degree
         self.healthy = True
         self.broken_reason: str | None = None
+        #: A runtime.attention.CommStats that collectives of the model add their bytes to, or None.
+        self.comm_stats: Any = None
         if _groups is None:
             _groups, _group_ranks = _make_groups(layout, self.rank)
         self._groups = _groups

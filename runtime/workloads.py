@@ -138,6 +138,8 @@ def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None
 
 
 def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+    from runtime.attention import CommStats
+    from runtime.benchstats import step_summary
     from runtime.model import NUM_TRAIN_TIMESTEPS
 
     wl = plan.workload
@@ -163,17 +165,18 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
             _sync(device)
             times.append((time.perf_counter() - start) * 1e3)
             progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times})
+        ctx.comm_stats = CommStats()  # bytes this rank sends during the profiled step
         comm_ms = _comm_time_ms(step, device)
+        sent, ctx.comm_stats = ctx.comm_stats, None
     seq_tokens = grid[0] * grid[1] * grid[2] * int(wl.get("batch") or 1)
     median = statistics.median(times) if times else float("nan")
     return {
         "kind": "benchmark",
-        "steps_timed": len(times),
-        "step_ms": times,
-        "step_ms_median": median,
-        "step_ms_min": min(times) if times else float("nan"),
-        "tokens_per_s": seq_tokens / (median / 1e3) if times else 0.0,
+        **step_summary(times, tokens_per_step=seq_tokens, estimates=plan.estimates,
+                       peak_tflops=(plan.cluster.get("gpu") or {}).get("bf16_tflops")),
         "comm_ms_per_step": comm_ms,
+        "comm_bytes_per_step": sent.total,
+        "comm_bytes_by_op": sent.as_dict(),
         "comm_fraction": (comm_ms / median) if comm_ms is not None and times else None,
         "peak_memory_bytes": _peak_memory_bytes(device),
         "local_tokens": runner.local_len,

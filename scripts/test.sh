@@ -12,5 +12,8 @@ if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   # tests/remote: a real sshd on loopback (remote submission over ssh)
   command -v /usr/sbin/sshd >/dev/null || (apt-get update && apt-get install -y openssh-server)
   export SPORCH_REQUIRE_SSH=1
+  # tests/campaign: the HTML report opened in headless Debian chromium
+  [ -x /usr/bin/chromium ] || (apt-get update && apt-get install -y chromium)
+  export SPORCH_REQUIRE_CHROMIUM=1
 fi
 exec "$PY" -m pytest -q "$@"

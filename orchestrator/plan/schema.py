@@ -17,6 +17,7 @@ chunk with that index.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
@@ -91,10 +92,16 @@ class Layout:
         return sorted(by_key.values(), key=lambda g: g[0])
 
     def all_groups(self) -> dict[str, list[list[int]]]:
-        return {dim: self.groups(dim) for dim in DIMS + ("sequence",)}
+        return {dim: [list(g) for g in groups] for dim, groups in _all_groups(self).items()}
 
     def describe(self) -> str:
         return " x ".join(f"{name} {getattr(self, name)}" for name in DIMS)
+
+
+@functools.lru_cache(maxsize=256)
+def _all_groups(layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Layout.all_groups, computed once per layout (callers get fresh lists)."""
+    return {dim: tuple(tuple(g) for g in layout.groups(dim)) for dim in DIMS + ("sequence",)}
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ class Plan:
 
     # -- construction helpers -------------------------------------------------------
     @staticmethod
+    @functools.lru_cache(maxsize=256)  # immutable result; campaigns plan many points per layout
     def rank_table(layout: Layout, gpus_per_node: int) -> tuple[RankInfo, ...]:
         rows = []
         for rank in range(layout.world_size):

@@ -58,10 +58,11 @@ class SequenceAttention:
         if self.sharded:
             from runtime.attention import usp_attention
 
+            stats = getattr(self.ctx, "comm_stats", None)  # bytes sent, when someone counts
             if joint_q is None:
-                return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend)
+                return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats)
             return usp_attention(
-                q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend,
+                q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
                 joint_q=joint_q, joint_k=joint_k, joint_v=joint_v,
             )
         if joint_q is None:

@@ -125,6 +125,9 @@ class ShardedDiT:
             parts = [torch.empty_like(out) for _ in range(2)]
             with ctx.guard():
                 dist.all_gather(parts, out, group=ctx.cfg_group)
+            stats = getattr(ctx, "comm_stats", None)
+            if stats is not None:  # this rank's half goes to the other cfg rank
+                stats.add("cfg_gather", out.numel() * out.element_size())
             return cfg_combine(parts[0], parts[1], guidance_scale)
         both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), torch.cat([cond, null_cond]))
         return cfg_combine(both[:b], both[b:], guidance_scale)

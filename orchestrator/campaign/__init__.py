@@ -1,0 +1,14 @@
+"""Benchmarking campaigns: one YAML sweep -> points -> job arrays -> result files -> report.
+
+Modules (each one job, torch-free; docs/campaigns.md describes the file and the commands):
+
+- :mod:`.spec`       the typed campaign file (``campaign.yaml``) and its loading
+- :mod:`.expand`     the matrix -> points through the planner (skipped points keep its reason)
+- :mod:`.groups`     points grouped by identical Slurm resources (one job array per group)
+- :mod:`.references` ReFrame-style references: selection and pass / fail / no reference
+- :mod:`.layout`     the campaign directory (the one place that names its files)
+- :mod:`.arrays`     the sbatch job-array script of one group
+- :mod:`.collect`    rows of the report, from the result files alone
+- :mod:`.report`     table, CSV, plots (PNG + their data as JSON), the HTML page
+- :mod:`.compare`    regressions between two campaign directories
+"""

@@ -1,0 +1,61 @@
+"""The job-array script of one resource group (templates/campaign_array.sbatch.j2).
+
+Every point of a group has the same batch header (groups.resource_shape), so one script
+serves them all: array task ``i`` reads line ``i + 1`` of a list file (one point directory
+per line) and runs ``runtime.launch`` on that directory's ``plan.json`` with
+``SPORCH_JOB_DIR`` set to it. Resubmitting only some points means writing a new list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from orchestrator.errors import SporchError
+
+TEMPLATE = "campaign_array.sbatch.j2"
+
+
+def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, count: int,
+                 throttle: Optional[int] = None) -> str:
+    """The array script for ``count`` points listed in ``list_path``.
+
+    ``plan``: any point's Plan of the group (the header comes from it); ``root``: the
+    campaign directory (batch logs go to ``<root>/arrays/logs``).
+    """
+    import jinja2
+
+    from orchestrator.render import _environment, render_context
+
+    if count < 1:
+        raise SporchError(f"group {group} has no point to submit")
+    if throttle is not None and throttle < 1:
+        raise SporchError(f"run.throttle must be >= 1, got {throttle}")
+    ctx = render_context(plan, root)
+    ctx.update(campaign=campaign, group=group, count=count, throttle=throttle, list_path=list_path,
+               logs_dir=f"{ctx['job_dir']}/arrays/logs")
+    try:
+        return _environment().get_template(TEMPLATE).render(**ctx)
+    except jinja2.UndefinedError as e:
+        raise SporchError(f"template {TEMPLATE}: {e}") from e
+
+
+def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campaign: str,
+                throttle: Optional[int] = None) -> tuple[Path, Path]:
+    """Write the list file and the array script of one submission of ``group``
+    (a groups.Group) for ``point_ids`` (a subset of its points, in array-index order).
+    Returns (list file, script). The plans must already be in the point dirs (layout.prepare)."""
+    by_id = {p.id: p for p in group.points}
+    missing = [pid for pid in point_ids if pid not in by_id]
+    if missing:
+        raise SporchError(f"points {', '.join(missing)} are not in group {group.key}")
+    list_path, script_path = cdir.array_files(group.key, submission)
+    list_path.parent.mkdir(parents=True, exist_ok=True)
+    (cdir.arrays / "logs").mkdir(exist_ok=True)
+    lines = [str(cdir.point_dir(pid).resolve()) for pid in point_ids]
+    list_path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    script = render_array(by_id[point_ids[0]].plan, campaign=campaign, group=group.key,
+                          root=str(cdir.root.resolve()), list_path=str(list_path.resolve()),
+                          count=len(point_ids), throttle=throttle)
+    script_path.write_text(script, encoding="utf-8")
+    return list_path, script_path

@@ -1,0 +1,53 @@
+"""Regressions between two campaign directories: same point id, a metric worse by more than
+a threshold (lower-is-better metrics up, higher-is-better ones down)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.campaign.metrics import METRICS, is_worse
+from orchestrator.errors import SporchError
+
+
+@dataclass(frozen=True)
+class Change:
+    id: str
+    values: dict
+    metric: str
+    old: float
+    new: float
+
+    @property
+    def relative(self) -> float:
+        return (self.new - self.old) / abs(self.old) if self.old else float("inf")
+
+
+def parse_threshold(text: str) -> float:
+    """``5%`` or ``0.05`` -> 0.05."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise SporchError(f"--threshold {text!r} is not a number or a percentage (e.g. 5% or 0.05)") from None
+    if value < 0:
+        raise SporchError(f"--threshold {text!r} must be >= 0")
+    return value
+
+
+def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple[list[Change], int]:
+    """(regressions, number of points compared). Only points completed in both count."""
+    from orchestrator.campaign.collect import collect
+
+    old = {r.id: r for r in collect(old_dir, references=[]) if r.ok}
+    new = {r.id: r for r in collect(new_dir, references=[]) if r.ok}
+    common = sorted(set(old) & set(new))
+    out: list[Change] = []
+    for pid in common:
+        for m in METRICS:
+            a, b = old[pid].metrics.get(m.name), new[pid].metrics.get(m.name)
+            if a is None or b is None or m.name == "ideal_ms_per_step":
+                continue
+            if is_worse(m.name, b, a, threshold):
+                out.append(Change(pid, new[pid].values, m.name, a, b))
+    return out, len(common)

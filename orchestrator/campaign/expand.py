@@ -1,0 +1,193 @@
+"""The campaign matrix -> points, each planned by the planner (``make_plan``).
+
+A point is one run: cluster x node count x layout x preset x shape x dtype x repeat. Its id
+is a hash of the canonical JSON of those parameters, so adding values to the matrix keeps
+the ids (and results) of the points that were already there. Combinations the planner
+refuses (a layout that does not divide, a shape the VAE stride does not allow, a model that
+does not fit) become :class:`Skipped` with the planner's one-line reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Optional
+
+from orchestrator.errors import SporchError
+
+#: Length of a point id (hex digits of sha256).
+ID_LEN = 12
+
+
+def point_id(params: dict[str, Any]) -> str:
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_LEN]
+
+
+def shape_label(shape: Optional[dict[str, Any]]) -> str:
+    """``81x720x1280`` (frames x height x width), ``720x1280`` (image), ``seq4096``."""
+    if not shape:
+        return "base"
+    if shape.get("seq_len") is not None:
+        return f"seq{shape['seq_len']}"
+    dims = [shape.get("frames"), shape["height"], shape["width"]]
+    return "x".join(str(d) for d in dims if d is not None)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One planned run. ``params`` are what the id is computed from; ``plan`` the Plan."""
+
+    id: str
+    params: dict
+    plan: Any  # orchestrator.plan.schema.Plan
+
+    def match_values(self) -> dict[str, Any]:
+        """Values reference ``where`` clauses and the report select on (resolved by the planner)."""
+        return point_values(self.params, self.plan.to_dict())
+
+
+def point_values(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """The point's identifying values: from its parameters and its plan (a plan.json dict)."""
+    from orchestrator.plan.layouts import compact
+    from orchestrator.plan.schema import Layout
+
+    w = plan["workload"]
+    shape = {k: w.get(k) for k in ("frames", "height", "width", "seq_len") if w.get(k) is not None}
+    if w.get("seq_len") is not None:
+        shape = {"seq_len": w["seq_len"]}
+    return {
+        "cluster": params["cluster"],
+        "nodes": plan["nodes"],
+        "gpus": plan["world_size"],
+        "layout": compact(Layout(**plan["layout"])),
+        "preset": plan["model"].get("preset") or "custom",
+        "shape": shape_label(shape),
+        "dtype": w["dtype"],
+        "repeat": params["repeat"],
+    }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    params: dict
+    reason: str
+
+
+@dataclass
+class Expansion:
+    campaign: Any
+    points: list = field(default_factory=list)  # list[Point], in matrix order
+    skipped: list = field(default_factory=list)  # list[Skipped]
+
+    def by_id(self) -> dict[str, Point]:
+        return {p.id: p for p in self.points}
+
+
+def node_counts(nodes_axis: Any, base_nodes: Optional[int], cluster_nodes: int) -> list[int]:
+    if nodes_axis is None:
+        return [base_nodes or cluster_nodes]
+    if nodes_axis == "pow2":
+        out, n = [], 1
+        while n <= cluster_nodes:
+            out.append(n)
+            n *= 2
+        return out
+    return list(nodes_axis)
+
+
+def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Optional[str]):
+    model, workload = base.model, base.workload
+    if preset is not None:
+        model = replace(model, preset=preset)
+    if shape is not None:
+        workload = replace(workload, **{k: shape.get(k) for k in ("frames", "height", "width", "seq_len")})
+    if dtype is not None:
+        workload = replace(workload, dtype=dtype)
+    return replace(base, model=model, workload=workload)
+
+
+def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
+    """(param value, requested parallel dims) for every layout of this point's axes."""
+    from orchestrator.config.job import PARALLEL_DIMS, resolve_model, sequence_shape
+    from orchestrator.plan.layouts import feasible_layouts
+    from orchestrator.plan.planner import layout_context
+
+    mode = campaign.layouts
+    if mode is None:
+        yield "base", {d: getattr(job.parallel, d) for d in PARALLEL_DIMS}
+    elif mode == "auto":
+        yield "auto", {d: "auto" for d in PARALLEL_DIMS}
+    elif mode == "all":
+        model = resolve_model(job.model)
+        seq_len, _ = sequence_shape(model, job.workload)
+        for lay in feasible_layouts(layout_context(cluster, job, model, seq_len)):
+            yield lay.sizes(), lay.sizes()
+    else:
+        for lay in mode:
+            yield dict(lay), dict(lay)
+
+
+def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
+    """Every point of ``campaign`` (a spec.Campaign), planned; refused ones in ``skipped``.
+
+    ``clusters``: name -> ClusterSpec to use instead of looking names up (tests, benches).
+    An unknown cluster name is bad input for the whole campaign (SporchError).
+    """
+    from orchestrator.config.cluster import find_cluster
+    from orchestrator.config.job import ParallelSpec, validate_job
+    from orchestrator.plan.planner import make_plan
+
+    spec, base = campaign.spec, campaign.base
+    m = spec.matrix
+    out = Expansion(campaign=campaign)
+    presets = list(m.presets) or [None]
+    shapes = [{k: v for k, v in vars(s).items() if v is not None} for s in m.shapes] or [None]
+    dtypes = list(m.dtypes) or [None]
+    seen: set[str] = set()
+    for cname in m.clusters:
+        cluster = (clusters or {}).get(cname) or find_cluster(cname)
+        for preset in presets:
+            for shape in shapes:
+                for dtype in dtypes:
+                    job0 = _with_axes(base, preset, shape, dtype)
+                    for nodes in node_counts(campaign.nodes, base.resources.nodes, cluster.nodes):
+                        common = {"cluster": cname, "nodes": nodes, "preset": preset, "shape": shape,
+                                  "dtype": dtype}
+                        job1 = replace(job0, resources=replace(job0.resources, nodes=nodes))
+                        try:
+                            validate_job(job1, spec.source or spec.name)
+                            layouts = list(_layouts_for(campaign, cluster, job1))
+                        except SporchError as e:
+                            params = {**common, "layout": campaign.layouts if isinstance(campaign.layouts, str)
+                                      else "base", "repeat": None}
+                            out.skipped.append(Skipped(params, str(e)))
+                            continue
+                        for lay_param, requested in layouts:
+                            params = {**common, "layout": lay_param}
+                            job = replace(job1, parallel=ParallelSpec(**requested))
+                            try:
+                                plan = make_plan(cluster, job)
+                            except SporchError as e:
+                                out.skipped.append(Skipped({**params, "repeat": None}, str(e)))
+                                continue
+                            if not plan.estimates.get("fits", True):
+                                why = next((w for w in plan.warnings if w.startswith("estimated")), "does not fit")
+                                out.skipped.append(Skipped({**params, "repeat": None}, why))
+                                continue
+                            for rep in range(m.repeats):
+                                p = {**params, "repeat": rep}
+                                pid = point_id(p)
+                                if pid in seen:  # e.g. two layout entries that resolve alike
+                                    continue
+                                seen.add(pid)
+                                out.points.append(Point(id=pid, params=p, plan=_named(plan, spec.name, pid)))
+    return out
+
+
+def _named(plan, campaign_name: str, pid: str):
+    """The plan with the job named after the campaign and the point (result.json job_name)."""
+    job = dict(plan.job)
+    job["name"] = f"{campaign_name}-{pid}"
+    return replace(plan, job=job)

@@ -1,0 +1,57 @@
+"""Points grouped by identical Slurm resources: one job array per group.
+
+Two points share a group when every line of their batch script header would be the same:
+cluster, nodes, GPUs per node, time limit and the cluster's Slurm options (partition,
+account, qos, constraint, CPUs per task, memory, exclusive, GPU directive, extra lines).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The cluster's Slurm options that go into the batch header.
+SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem", "exclusive", "gpu_directive",
+              "extra")
+
+
+def resource_shape(plan) -> dict[str, Any]:
+    """What a point asks Slurm for (a plan or a plan.json dict)."""
+    d = plan if isinstance(plan, dict) else None
+    cluster = d["cluster"] if d else plan.cluster
+    job = d["job"] if d else plan.job
+    slurm = cluster["slurm"]
+    return {
+        "cluster": cluster["name"],
+        "nodes": d["nodes"] if d else plan.nodes,
+        "gpus_per_node": d["gpus_per_node"] if d else plan.gpus_per_node,
+        "time": job.get("time") or slurm["time"],
+        **{k: slurm.get(k) for k in SLURM_KEYS},
+    }
+
+
+def group_key(shape: dict[str, Any]) -> str:
+    """``<cluster>-n<nodes>x<gpus>-<hash6>``: readable, unique per shape, safe as a file name."""
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:6]
+    return f"{shape['cluster']}-n{shape['nodes']}x{shape['gpus_per_node']}-{digest}"
+
+
+@dataclass
+class Group:
+    key: str
+    shape: dict
+    points: list = field(default_factory=list)  # list[expand.Point], in matrix order
+
+
+def group_points(points) -> list[Group]:
+    """Groups in order of first appearance; points keep their matrix order inside a group."""
+    groups: dict[str, Group] = {}
+    for p in points:
+        shape = resource_shape(p.plan)
+        key = group_key(shape)
+        if key not in groups:
+            groups[key] = Group(key=key, shape=shape)
+        groups[key].points.append(p)
+    return list(groups.values())

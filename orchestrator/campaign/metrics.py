@@ -1,0 +1,56 @@
+"""The metrics a campaign reports: name, unit, which direction is better, where it is read.
+
+Every metric is read from a point's ``result.json`` (``metrics`` = rank 0's benchmark
+record, written by runtime.benchstats); nothing is recomputed from the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str  # "lower" | "higher"
+    label: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("step_ms_median", "ms", "lower", "step median"),
+    Metric("step_ms_p90", "ms", "lower", "step p90"),
+    Metric("step_ms_min", "ms", "lower", "step min"),
+    Metric("tokens_per_s", "tokens/s", "higher", "tokens/s"),
+    Metric("comm_ms_per_step", "ms", "lower", "collectives"),
+    Metric("peak_memory_gib", "GiB", "lower", "peak memory"),
+    Metric("tflops_per_gpu", "TFLOP/s", "higher", "TFLOP/s per GPU"),
+    Metric("peak_fraction", "fraction", "higher", "of peak"),
+    Metric("comm_bytes_per_step", "bytes", "lower", "bytes sent per rank per step"),
+    Metric("ideal_ms_per_step", "ms", "lower", "planner's ideal step"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+GIB = 1024**3
+
+
+def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
+    """``name`` from a result.json dict (None when absent)."""
+    metrics = result.get("metrics") or {}
+    if name == "peak_memory_gib":
+        raw = metrics.get("peak_memory_bytes")
+        return None if raw is None else raw / GIB
+    value = metrics.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def is_worse(name: str, new: float, old: float, threshold: float) -> bool:
+    """True when ``new`` is worse than ``old`` by more than ``threshold`` (a fraction)."""
+    if old == 0:
+        return False
+    change = (new - old) / abs(old)
+    return change > threshold if BY_NAME[name].better == "lower" else -change > threshold

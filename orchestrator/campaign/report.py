@@ -1,0 +1,177 @@
+"""The campaign report: CSV table, plots (PNG + their data in plots.json), one HTML page.
+
+Plots (data first, :func:`plot_data`, then drawn from that data, :func:`draw_plots`):
+
+- ``latency_vs_gpus``: median step time against GPU count, one series per workload and
+  layout family (dp, cfg and ulysses fixed; ring grows with the GPUs);
+- ``scaling_efficiency``: for the best layout at each size, ``T(n0) n0 / (T(n) n)`` against
+  the ideal linear scaling (1.0);
+- ``comm_vs_compute``: time in collectives and the rest of the step, per point;
+- ``best_layout``: the fastest layout at each size, per workload.
+
+Repeats of a point are combined by the median of their step medians.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from orchestrator.campaign.collect import Row, columns, format_value, short_value
+
+PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
+CSV_FILE = "table.csv"
+PLOT_DATA_FILE = "plots.json"
+HTML_FILE = "report.html"
+HTML_TEMPLATE = "campaign_report.html.j2"
+
+
+def write_csv(rows: list[Row], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(columns())
+        for r in rows:
+            w.writerow([format_value(r.cell(c)) for c in columns()])
+    return path
+
+
+def _workload(row: Row) -> str:
+    v = row.values
+    return f"{v['cluster']} {v['preset']} {v['shape']} {v['dtype']}"
+
+
+def _family(layout: str) -> str:
+    dp, cfg, _ring, ulysses = layout.split("x")
+    parts = ([f"dp{dp}"] if dp != "1" else []) + ([f"cfg{cfg}"] if cfg != "1" else []) + [f"ulysses{ulysses}"]
+    return " ".join(parts)
+
+
+def _combined(rows: list[Row]) -> dict[tuple[str, int, str], dict[str, float]]:
+    """(workload, gpus, layout) -> median over repeats of step and collective times."""
+    acc: dict[tuple[str, int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        step = r.metrics.get("step_ms_median")
+        if not r.ok or step is None:
+            continue
+        key = (_workload(r), int(r.values["gpus"]), str(r.values["layout"]))
+        acc[key]["step_ms"].append(step)
+        if r.metrics.get("comm_ms_per_step") is not None:
+            acc[key]["comm_ms"].append(r.metrics["comm_ms_per_step"])
+    return {k: {m: statistics.median(v) for m, v in d.items()} for k, d in sorted(acc.items())}
+
+
+def plot_data(rows: list[Row]) -> dict[str, Any]:
+    """The series every plot draws (what plots.json holds)."""
+    comb = _combined(rows)
+    latency: dict[str, dict[str, list]] = defaultdict(lambda: {"x": [], "y": [], "layout": []})
+    best: dict[str, dict[int, tuple[float, str]]] = defaultdict(dict)
+    comm: dict[str, list] = {"labels": [], "comm_ms": [], "compute_ms": []}
+    many = len({k[0] for k in comb}) > 1
+    for (wl, gpus, layout), m in comb.items():
+        label = f"{wl} | {_family(layout)}" if many else _family(layout)
+        s = latency[label]
+        s["x"].append(gpus)
+        s["y"].append(m["step_ms"])
+        s["layout"].append(layout)
+        if gpus not in best[wl] or m["step_ms"] < best[wl][gpus][0]:
+            best[wl][gpus] = (m["step_ms"], layout)
+        if "comm_ms" in m:
+            comm["labels"].append(f"{wl + ' ' if many else ''}{gpus} GPUs {layout}")
+            comm["comm_ms"].append(m["comm_ms"])
+            comm["compute_ms"].append(max(m["step_ms"] - m["comm_ms"], 0.0))
+    best_series: dict[str, dict[str, list]] = {}
+    eff: dict[str, dict[str, list]] = {}
+    for wl, by_gpus in best.items():
+        xs = sorted(by_gpus)
+        best_series[wl] = {"x": xs, "y": [by_gpus[g][0] for g in xs], "layout": [by_gpus[g][1] for g in xs]}
+        n0, t0 = xs[0], by_gpus[xs[0]][0]
+        eff[wl] = {"x": xs, "y": [t0 * n0 / (by_gpus[g][0] * g) for g in xs]}
+    return {
+        "latency_vs_gpus": {"series": dict(latency), "xlabel": "GPUs", "ylabel": "step time, median (ms)"},
+        "scaling_efficiency": {"series": eff, "ideal": 1.0, "xlabel": "GPUs",
+                               "ylabel": "scaling efficiency (best layout)"},
+        "comm_vs_compute": {**comm, "ylabel": "ms per step"},
+        "best_layout": {"series": best_series, "xlabel": "GPUs", "ylabel": "best step time, median (ms)"},
+    }
+
+
+def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """One PNG per plot in ``folder``, drawn from ``data`` only; also writes plots.json."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name in PLOTS:
+        d = data[name]
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        if name == "comm_vs_compute":
+            xs = range(len(d["labels"]))
+            ax.bar(xs, d["compute_ms"], label="compute and the rest")
+            ax.bar(xs, d["comm_ms"], bottom=d["compute_ms"], label="collectives")
+            ax.set_xticks(list(xs), d["labels"], rotation=60, ha="right", fontsize=7)
+        else:
+            for label, s in d["series"].items():
+                ax.plot(s["x"], s["y"], marker="o", label=label)
+                if name == "best_layout":
+                    for x, y, lay in zip(s["x"], s["y"], s["layout"]):
+                        ax.annotate(lay, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            if name == "scaling_efficiency":
+                ax.axhline(d["ideal"], color="gray", linestyle="--", label="ideal linear")
+                ax.set_ylim(bottom=0)
+            if name in ("latency_vs_gpus", "best_layout"):
+                ax.set_xscale("log", base=2)
+            ax.set_xlabel(d["xlabel"])
+        ax.set_ylabel(d["ylabel"])
+        ax.set_title(name.replace("_", " "))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths[name] = folder / f"{name}.png"
+        fig.savefig(paths[name], dpi=100)
+        plt.close(fig)
+    (folder / PLOT_DATA_FILE).write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return paths
+
+
+def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) -> Path:
+    """One self-contained page: the table (same cells as the CSV) and the plots as data URIs."""
+    import jinja2
+
+    from orchestrator.paths import templates_dir
+
+    cols = columns()
+    table = []
+    for r in rows:
+        cells = []
+        for c in cols:
+            value = r.cell(c)
+            bound = r.bounds.get(c)
+            cells.append({
+                "text": short_value(value), "exact": format_value(value),
+                "verdict": r.verdicts.get(c, "") if c not in ("reference",) else value,
+                "title": f"reference {bound.text()}" if bound else "",
+            })
+        table.append({"id": r.id, "cells": cells, "error": r.error})
+    images = {name: base64.b64encode(p.read_bytes()).decode("ascii") for name, p in plots.items()}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images)
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def build_report(rows: list[Row], folder: Path, title: str) -> dict[str, Path]:
+    """CSV, plots and HTML page into ``folder``; returns their paths by name."""
+    csv_path = write_csv(rows, folder / CSV_FILE)
+    plots = draw_plots(plot_data(rows), folder)
+    html = write_html(rows, plots, folder / HTML_FILE, title)
+    return {"csv": csv_path, "html": html, "plots_json": folder / PLOT_DATA_FILE, **plots}

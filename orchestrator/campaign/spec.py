@@ -1,0 +1,240 @@
+"""The campaign file (``campaign.yaml``): typed with OmegaConf like job specs.
+
+Top-level keys: ``name``, ``output_dir``, ``base`` (a job spec inline, or a path to a job
+YAML relative to the campaign file), ``matrix`` (what varies), ``run`` (array throttle and
+retries) and ``references`` (expected values per metric). docs/campaigns.md is the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from orchestrator.errors import SporchError
+
+#: Keys a shape entry may have (a video/image shape, or a sequence length).
+SHAPE_KEYS = ("frames", "height", "width", "seq_len")
+#: Special values of ``matrix.layouts``.
+LAYOUT_MODES = ("all", "auto")
+#: Special value of ``matrix.nodes``.
+POW2 = "pow2"
+
+
+@dataclass
+class ShapeSpec:
+    frames: Optional[int] = None
+    height: Optional[int] = None
+    width: Optional[int] = None
+    seq_len: Optional[int] = None
+
+
+@dataclass
+class MatrixSpec:
+    clusters: List[str] = field(default_factory=list)
+    nodes: Any = None  # list of ints, "pow2", or unset (the base job's / the cluster's nodes)
+    layouts: Any = None  # list of {dp,cfg,ring,ulysses}, "all", "auto", or unset (the base job's)
+    presets: List[str] = field(default_factory=list)  # empty: the base job's model
+    shapes: List[ShapeSpec] = field(default_factory=list)  # empty: the base job's shape
+    dtypes: List[str] = field(default_factory=list)  # empty: the base job's dtype
+    repeats: int = 1  # independent runs of every point
+
+
+@dataclass
+class RunSpec:
+    throttle: Optional[int] = None  # at most this many array tasks at once (sbatch --array=...%N)
+    retries: int = 2  # failed or lost points are resubmitted up to this many times
+
+
+@dataclass
+class ReferenceSpec:
+    cluster: str = "*"  # a cluster name or glob
+    where: Dict[str, Any] = field(default_factory=dict)  # point parameters that must match
+    metrics: Dict[str, Any] = field(default_factory=dict)  # metric -> [value, lower, upper, unit]
+
+
+@dataclass
+class CampaignSpec:
+    name: str = ""
+    output_dir: str = "campaigns"
+    base: Any = None  # inline job mapping, or a path to a job YAML
+    matrix: MatrixSpec = field(default_factory=MatrixSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    references: List[ReferenceSpec] = field(default_factory=list)
+    source: str = ""  # the file it was loaded from
+
+
+@dataclass
+class Campaign:
+    """A loaded campaign: the spec, its base job (typed) and the parsed references."""
+
+    spec: CampaignSpec
+    base: Any  # orchestrator.config.job.JobSpec
+    layouts: Any  # "all" | "auto" | None | list of dicts (dims: int or "auto")
+    nodes: Any  # "pow2" | None | list of ints
+    references: list  # list of orchestrator.campaign.references.Reference
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def directory(self) -> Path:
+        """Default campaign directory: ``<output_dir>/<name>`` (relative to the working dir)."""
+        return Path(self.spec.output_dir) / self.spec.name
+
+
+def load_campaign(path: str | Path) -> Campaign:
+    """Read, type-check and validate ``path``. Errors are one-line :class:`SporchError`."""
+    from orchestrator.config.loading import read_yaml, to_typed
+
+    p = Path(path)
+    cfg = read_yaml(p)
+    if "name" not in cfg:
+        cfg["name"] = p.stem
+    spec = to_typed(CampaignSpec, [(cfg, str(p))])
+    spec.source = str(p.resolve())
+    return validate(spec, str(p))
+
+
+def campaign_from_dict(data: dict[str, Any], source: str = "<dict>") -> Campaign:
+    """A Campaign from a plain dict (tests, programmatic use); relative base paths resolve
+    against the working directory."""
+    from omegaconf import OmegaConf
+
+    from orchestrator.config.loading import to_typed
+
+    cfg = OmegaConf.create(dict(data))
+    if "name" not in cfg:
+        cfg["name"] = "campaign"
+    return validate(to_typed(CampaignSpec, [(cfg, source)]), source)
+
+
+def _bad(source: str, key: str, msg: str) -> SporchError:
+    return SporchError(f"{source}: '{key}' {msg}")
+
+
+def validate(spec: CampaignSpec, source: str) -> Campaign:
+    from orchestrator.campaign.references import parse_references
+
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.name or ""):
+        raise _bad(source, "name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
+    m = spec.matrix
+    if not m.clusters:
+        raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")
+    if m.repeats < 1:
+        raise _bad(source, "matrix.repeats", f"must be >= 1, got {m.repeats}")
+    if spec.run.throttle is not None and spec.run.throttle < 1:
+        raise _bad(source, "run.throttle", f"must be >= 1, got {spec.run.throttle}")
+    if spec.run.retries < 0:
+        raise _bad(source, "run.retries", f"must be >= 0, got {spec.run.retries}")
+    from orchestrator.config.job import DTYPES
+
+    for d in m.dtypes:
+        if d not in DTYPES:
+            raise _bad(source, "matrix.dtypes", f"entry {d!r} is not one of {', '.join(DTYPES)}")
+    for i, s in enumerate(m.shapes):
+        if s.seq_len is None and (s.height is None or s.width is None):
+            raise _bad(source, f"matrix.shapes[{i}]", "needs height and width (and frames for video), or seq_len")
+        if s.seq_len is not None and any(getattr(s, k) is not None for k in ("frames", "height", "width")):
+            raise _bad(source, f"matrix.shapes[{i}]", "gives seq_len and frames/height/width; give one of them")
+        for k in SHAPE_KEYS:
+            v = getattr(s, k)
+            if v is not None and v < 1:
+                raise _bad(source, f"matrix.shapes[{i}].{k}", f"must be >= 1, got {v}")
+    if m.presets:
+        from orchestrator.config.presets import PRESETS
+
+        for name in m.presets:
+            if name.strip().lower() not in PRESETS:
+                raise _bad(source, "matrix.presets", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    layouts, nodes = _parse_layouts(m.layouts, source), _parse_nodes(m.nodes, source)
+    references = parse_references(spec.references, source)
+    return Campaign(spec=spec, base=_load_base(spec, source), layouts=layouts, nodes=nodes, references=references)
+
+
+def _load_base(spec: CampaignSpec, source: str):
+    """The base job, typed and validated. Without a shape of its own it takes the matrix's
+    first shape (every point sets its shape anyway)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from orchestrator.config.job import job_from_dict
+    from orchestrator.config.loading import read_yaml
+
+    base, path = spec.base, None
+    if base is None:
+        raise _bad(source, "base", "is missing: give a job spec inline (model:, workload: ...) or a path to a job YAML")
+    if isinstance(base, str):
+        folder = Path(spec.source).parent if spec.source else Path.cwd()
+        path = Path(base).expanduser()
+        path = path if path.is_absolute() else folder / path
+        if not path.is_file():
+            raise _bad(source, "base", f"job file {base!r} not found (relative paths start at {folder})")
+        base = read_yaml(path)
+    if not isinstance(base, (dict, DictConfig)):
+        raise _bad(source, "base", f"must be a job mapping or a path, got {type(base).__name__}")
+    data = OmegaConf.to_container(base) if isinstance(base, DictConfig) else copy.deepcopy(dict(base))
+    data.setdefault("name", path.stem if path else spec.name)
+    workload = data.setdefault("workload", {}) or {}
+    if spec.matrix.shapes and not any(workload.get(k) is not None for k in SHAPE_KEYS):
+        first = spec.matrix.shapes[0]
+        workload.update({k: getattr(first, k) for k in SHAPE_KEYS if getattr(first, k) is not None})
+        data["workload"] = workload
+    job = job_from_dict(data, str(path) if path else f"{source}: base")
+    job.source = str(path.resolve()) if path else ""
+    return job
+
+
+def _positive_int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 1:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        return int(value)
+    return None
+
+
+def _parse_nodes(value: Any, source: str) -> Any:
+    if value is None or value == POW2:
+        return value
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out: list[int] = []
+    for v in items:
+        n = _positive_int(v)
+        if n is None:
+            raise _bad(source, "matrix.nodes", f"must be a list of positive integers or '{POW2}', got {v!r}")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def _parse_layouts(value: Any, source: str) -> Any:
+    from orchestrator.config.job import PARALLEL_DIMS
+
+    if value is None or value in LAYOUT_MODES:
+        return value
+    if isinstance(value, str):
+        raise _bad(source, "matrix.layouts", f"must be a list of {{dp,cfg,ring,ulysses}}, 'all' or 'auto', got {value!r}")
+    out: list[dict[str, Any]] = []
+    for i, entry in enumerate(value):
+        if not hasattr(entry, "items"):
+            raise _bad(source, f"matrix.layouts[{i}]", f"must be a mapping like {{ring: 2, ulysses: 4}}, got {entry!r}")
+        lay: dict[str, Any] = {}
+        for k, v in entry.items():
+            if k not in PARALLEL_DIMS:
+                raise _bad(source, f"matrix.layouts[{i}]", f"unknown dimension {k!r}; use {', '.join(PARALLEL_DIMS)}")
+            if v == "auto":
+                lay[k] = "auto"
+            elif _positive_int(v) is not None:
+                lay[k] = _positive_int(v)
+            else:
+                raise _bad(source, f"matrix.layouts[{i}].{k}", f"must be a positive integer or 'auto', got {v!r}")
+        if not lay:
+            raise _bad(source, f"matrix.layouts[{i}]", "is empty; give at least one of dp, cfg, ring, ulysses")
+        if lay not in out:
+            out.append(lay)
+    if not out:
+        raise _bad(source, "matrix.layouts", "is an empty list; leave it out to use the base job's layout")
+    return out

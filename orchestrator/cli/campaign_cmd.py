@@ -1,0 +1,173 @@
+"""``sporch campaign``: plan a sweep, report on its results, compare two campaigns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from orchestrator.cli.common import console
+
+#: Exit code when a reference fails (report) or a metric regressed (compare).
+EXIT_FAILED = 1
+
+
+@click.group("campaign")
+def campaign() -> None:
+    """Benchmark campaigns: one YAML sweep -> job arrays -> report (docs/campaigns.md)."""
+
+
+def _layout_text(params_layout) -> str:
+    if isinstance(params_layout, dict):
+        return " ".join(f"{k}={v}" for k, v in params_layout.items())
+    return str(params_layout)
+
+
+@campaign.command("plan")
+@click.argument("campaign_file", metavar="CAMPAIGN.yaml", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the points, groups and skipped points as JSON.")
+def plan_cmd(campaign_file: str, as_json: bool) -> None:
+    """The points of CAMPAIGN.yaml grouped by resource shape, and the skipped ones with the reason."""
+    from orchestrator.campaign.expand import expand
+    from orchestrator.campaign.groups import group_points
+    from orchestrator.campaign.spec import load_campaign
+    from orchestrator.plan.layouts import compact
+
+    c = load_campaign(campaign_file)
+    exp = expand(c)
+    groups = group_points(exp.points)
+    if as_json:
+        doc = {
+            "name": c.name,
+            "directory": str(c.directory()),
+            "points": len(exp.points),
+            "groups": [{
+                "key": g.key, "shape": g.shape,
+                "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
+                            "ideal_ms_per_step": _ideal_ms(p.plan),
+                            "memory_gib_per_gpu": p.plan.estimates.get("memory_gib_per_gpu")} for p in g.points],
+            } for g in groups],
+            "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return
+    from rich.table import Table
+
+    con = console()
+    con.print(f"[bold]campaign[/] {c.name}: {len(exp.points)} points in {len(groups)} group(s) "
+              f"(one job array each), {len(exp.skipped)} skipped; directory {c.directory()}")
+    for g in groups:
+        s = g.shape
+        where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
+        t = Table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
+                        + (f", {where}" if where else "") + f" - {len(g.points)} points", title_justify="left")
+        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "ideal ms/step", "GiB/GPU"):
+            t.add_column(col, justify="right" if col in ("repeat", "ideal ms/step", "GiB/GPU") else "left")
+        for p in g.points:
+            v = p.match_values()
+            ideal = _ideal_ms(p.plan)
+            t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"], str(v["repeat"]),
+                      f"{ideal:.4g}" if ideal is not None else "-",
+                      f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
+        con.print(t)
+    if exp.skipped:
+        t = Table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
+        for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):
+            t.add_column(col, overflow="fold")
+        for sk in exp.skipped:
+            p = sk.params
+            shape = p.get("shape")
+            t.add_row(str(p["cluster"]), str(p["nodes"]), _layout_text(p["layout"]), str(p.get("preset") or "base"),
+                      "x".join(str(v) for v in shape.values()) if shape else "base", str(p.get("dtype") or "base"),
+                      sk.reason)
+        con.print(t)
+
+
+def _ideal_ms(plan) -> Optional[float]:
+    from runtime.benchstats import ideal_ms_per_step  # torch-free module
+
+    return ideal_ms_per_step(plan.estimates)
+
+
+@campaign.command("report")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where table.csv, the PNG plots, plots.json and report.html go (default: DIR/report).")
+def report_cmd(directory: str, out_dir: Optional[str]) -> None:
+    """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
+    reference fails."""
+    from rich.table import Table
+
+    from orchestrator.campaign.collect import collect, columns, short_value
+    from orchestrator.campaign.layout import CampaignDir
+    from orchestrator.campaign.report import build_report
+    from orchestrator.errors import SporchError
+
+    rows = collect(directory)
+    if not rows:
+        raise SporchError(f"{directory} has no campaign points (points/<id>/point.json); run the campaign first")
+    folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
+    files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}")
+    con = console()
+    hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes"}
+    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
+            if len({str(r.cell(c)) for r in rows}) == 1}
+    shown = [c for c in columns() if c not in hidden and c not in same]
+    table = Table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
+                  title_justify="left")
+    for c in shown:
+        table.add_column(c.replace("_", " "), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
+    style = {"pass": "green", "fail": "bold red"}
+    for r in rows:
+        cells = []
+        for c in shown:
+            text = short_value(r.cell(c))
+            verdict = r.verdict if c == "reference" else r.verdicts.get(c)
+            cells.append(f"[{style[verdict]}]{text}[/]" if verdict in style else text)
+        table.add_row(*cells)
+    con.print(table)
+    failed = [(r, m) for r in rows for m, v in r.verdicts.items() if v == "fail"]
+    for r, m in failed:
+        measured = r.metrics.get(m)
+        con.print(f"[red]reference failed[/] {r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
+                  f"{short_value(measured) if measured is not None else 'missing'}, "
+                  f"expected {r.bounds[m].text()}")
+    not_done = [r for r in rows if not r.ok]
+    if not_done:
+        con.print(f"{len(not_done)} point(s) not completed: "
+                  + ", ".join(f"{r.id} {r.status}" for r in not_done[:10]))
+    con.print(f"report: {files['html']} (table {files['csv']}, plots in {folder})")
+    if failed:
+        click.get_current_context().exit(EXIT_FAILED)
+
+
+@campaign.command("compare")
+@click.argument("old_dir", metavar="A", type=click.Path(file_okay=False))
+@click.argument("new_dir", metavar="B", type=click.Path(file_okay=False))
+@click.option("--threshold", default="5%", show_default=True,
+              help="Relative change that counts as a regression (5% or 0.05).")
+def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
+    """Points whose metrics got worse from campaign A to campaign B; exit 1 on any."""
+    from rich.table import Table
+
+    from orchestrator.campaign.collect import short_value
+    from orchestrator.campaign.compare import compare, parse_threshold
+
+    limit = parse_threshold(threshold)
+    changes, compared = compare(old_dir, new_dir, limit)
+    con = console()
+    if not changes:
+        con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
+        return
+    t = Table(title=f"{len(changes)} regression(s) over {limit:.1%} ({compared} points compared)",
+              title_justify="left")
+    for col in ("id", "gpus", "layout", "shape", "metric", "A", "B", "change"):
+        t.add_column(col)
+    for ch in changes:
+        v = ch.values
+        t.add_row(ch.id, str(v["gpus"]), str(v["layout"]), str(v["shape"]), ch.metric, short_value(ch.old),
+                  short_value(ch.new), f"{ch.relative:+.1%}")
+    con.print(t)
+    click.get_current_context().exit(EXIT_FAILED)

@@ -1,0 +1,104 @@
+"""What a benchmark point records beside its raw step times, and the run's provenance.
+
+Torch-free: plain numbers in, plain dicts out (the caller measures). Keys are documented
+in docs/contracts.md (result files) and read by orchestrator.campaign.metrics.
+
+- :func:`step_summary`: median, p90, min over the timed steps (warm-up excluded by the
+  caller), tokens/s, achieved TFLOP/s per GPU and fraction of the GPU's peak (FLOPs from the
+  planner's estimate), the planner's ideal step time beside the measured one.
+- :func:`provenance`: sporch version and git revision, torch version, cluster descriptor,
+  node list, Slurm job / array ids.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation between order statistics."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def ideal_ms_per_step(estimates: dict[str, Any]) -> Optional[float]:
+    """The planner's ideal step: compute + all-to-all + ring at the cluster's nominal rates
+    (no overlap), in ms."""
+    keys = ("compute_s_per_step_ideal", "all_to_all_s_per_step_ideal", "ring_s_per_step_ideal")
+    if not all(k in estimates for k in keys):
+        return None
+    return sum(float(estimates[k]) for k in keys) * 1e3
+
+
+def step_summary(step_ms: Sequence[float], *, tokens_per_step: int, estimates: dict[str, Any],
+                 peak_tflops: Optional[float]) -> dict[str, Any]:
+    """Statistics of the timed steps and the numbers derived from them."""
+    out: dict[str, Any] = {
+        "steps_timed": len(step_ms),
+        "step_ms": list(step_ms),
+        "step_ms_median": statistics.median(step_ms) if step_ms else float("nan"),
+        "step_ms_p90": percentile(step_ms, 90),
+        "step_ms_min": min(step_ms) if step_ms else float("nan"),
+    }
+    median_s = out["step_ms_median"] / 1e3
+    ok = bool(step_ms) and median_s > 0
+    out["tokens_per_s"] = tokens_per_step / median_s if ok else 0.0
+    flops = estimates.get("flops_per_step_per_rank")
+    out["flops_per_step_per_rank"] = flops
+    out["tflops_per_gpu"] = flops / median_s / 1e12 if ok and flops is not None else None
+    out["peak_tflops_per_gpu"] = peak_tflops
+    out["peak_fraction"] = (out["tflops_per_gpu"] / peak_tflops
+                            if out["tflops_per_gpu"] is not None and peak_tflops else None)
+    out["ideal_ms_per_step"] = ideal_ms_per_step(estimates)
+    out["ideal_comm_bytes_per_step"] = estimates.get("comm_bytes_per_rank_per_step")
+    return out
+
+
+def git_revision(path: Optional[Path] = None) -> Optional[str]:
+    """The git commit of the sporch source tree (None outside a checkout)."""
+    folder = path or Path(__file__).resolve().parent.parent
+    try:
+        r = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                           timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rev = r.stdout.strip()
+    if r.returncode != 0 or not rev:
+        return None
+    dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return rev + ("-dirty" if dirty else "")
+
+
+def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional[dict[str, str]] = None
+               ) -> dict[str, Any]:
+    """Where and with what a result was produced."""
+    from orchestrator import __version__
+
+    env = dict(os.environ if env is None else env)
+    try:
+        import torch
+
+        torch_version: Optional[str] = torch.__version__
+    except ImportError:  # pragma: no cover - the runtime always has torch
+        torch_version = None
+    return {
+        "sporch_version": __version__,
+        "git_revision": git_revision(),
+        "torch_version": torch_version,
+        "cluster": cluster,
+        "node_list": env.get("SLURM_JOB_NODELIST"),
+        "hosts": sorted(set(hosts)),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+        "slurm_array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
+        "slurm_array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+    }
