@@ -69,13 +69,21 @@ class TimestepEmbedder(nn.Module):
         return self.fc2(F.silu(self.fc1(emb)))
 
 
-class MLP(nn.Module):
-    """Linear -> GELU(tanh) -> Linear."""
+ACTIVATIONS = {
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
 
-    def __init__(self, dim: int, hidden: int, out: int | None = None, device=None, dtype=None) -> None:
+
+class MLP(nn.Module):
+    """Linear -> activation (GELU(tanh) unless ``act="silu"``) -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, out: int | None = None, device=None, dtype=None,
+                 act: str = "gelu_tanh") -> None:
         super().__init__()
+        self.act = ACTIVATIONS[act]
         self.fc1 = nn.Linear(dim, hidden, device=device, dtype=dtype)
         self.fc2 = nn.Linear(hidden, out if out is not None else dim, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(self.act(self.fc1(x)))
