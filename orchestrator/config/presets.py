@@ -22,11 +22,25 @@ PRESETS: dict[str, dict[str, Any]] = {
         head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
         text_len=512, text_dim=4096, qk_norm=True,
     ),
-    # FLUX.1 [dev]: MMDiT, 19 double-stream + 38 single-stream blocks, T5-XXL text.
+    # Wan2.1 image-to-video 14B: 16 noise + 4 mask + 16 first-frame latent channels in,
+    # CLIP image tokens through img_emb (runtime/model/config.py PUBLISHED holds those knobs).
+    "wan2.1-i2v-14b": dict(
+        attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+        head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
+        text_len=512, text_dim=4096, qk_norm=True,
+    ),
+    # FLUX.1 [dev]: MMDiT, 19 double-stream + 38 single-stream blocks, T5-XXL text, CLIP pooled
+    # vector, guidance-distilled (workload.guidance_scale is its guidance input, no CFG).
     "flux.1-dev": dict(
         attention="joint", depth=19, single_depth=38, hidden=3072, num_heads=24, num_kv_heads=24,
         head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[1, 8, 8],
         text_len=512, text_dim=4096, qk_norm=True,
+    ),
+    # FLUX.1 [schnell]: the same shapes without the guidance input (timestep-distilled).
+    "flux.1-schnell": dict(
+        attention="joint", depth=19, single_depth=38, hidden=3072, num_heads=24, num_kv_heads=24,
+        head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[1, 8, 8],
+        text_len=256, text_dim=4096, qk_norm=True,
     ),
     # HunyuanVideo: 20 dual-stream + 40 single-stream blocks.
     "hunyuan-video": dict(

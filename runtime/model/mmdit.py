@@ -140,9 +140,10 @@ class MMDiT(DiTBase):
         d = cfg.hidden
         self.img_in = nn.Linear(cfg.patch_in, d, device=device, dtype=dtype)
         self.txt_in = nn.Linear(cfg.text_dim, d, device=device, dtype=dtype)
-        self.time_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype)
+        # Flux computes its sinusoids in float32
+        self.time_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype, precision=torch.float32)
         if cfg.guidance_embed:
-            self.guidance_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype)
+            self.guidance_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype, precision=torch.float32)
         if cfg.pooled_dim:
             self.vector_in = MLP(cfg.pooled_dim, d, d, device=device, dtype=dtype, act="silu")
         self.double_blocks = nn.ModuleList(DoubleStreamBlock(cfg, device, dtype) for _ in range(cfg.depth))

@@ -26,6 +26,10 @@ def table_for(model: nn.Module) -> Table | None:
         from .wan import WAN
 
         return WAN
+    if attention == "joint":
+        from .flux import FLUX
+
+        return FLUX
     return None
 
 

@@ -56,10 +56,13 @@ def swap_halves(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torc
 class Rule:
     ours: str  # sporch module or parameter, with {i}
     sources: Mapping[str, tuple[str, ...]]  # format -> source name(s), same placeholders
-    transform: Transform = copy
+    transform: Transform | Mapping[str, Transform] = copy  # one for all formats, or per format
+
+    def transform_for(self, fmt: str) -> Transform:
+        return self.transform.get(fmt, copy) if isinstance(self.transform, Mapping) else self.transform
 
 
-def rule(ours: str, transform: Transform = copy, **sources: str | tuple[str, ...]) -> Rule:
+def rule(ours: str, transform: Transform | Mapping[str, Transform] = copy, **sources: str | tuple[str, ...]) -> Rule:
     return Rule(ours, {k: (v,) if isinstance(v, str) else tuple(v) for k, v in sources.items()}, transform)
 
 
@@ -100,7 +103,7 @@ class Table:
             for s in r.sources[fmt]:
                 s = s.replace("{i}", groups.get("i", ""))
                 srcs.append(f"{s}.{leaf}" if leaf else s)
-            out[name] = (srcs, r.transform, leaf or name.rsplit(".", 1)[-1])
+            out[name] = (srcs, r.transform_for(fmt), leaf or name.rsplit(".", 1)[-1])
         return out
 
     def check_config(self, fmt: str, config: Mapping[str, Any], cfg: ModelConfig, where: str) -> None:
