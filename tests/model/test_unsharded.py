@@ -239,7 +239,7 @@ def test_real_presets_on_meta():
 
 def test_orchestrator_presets_build_on_meta():
     from orchestrator.config import presets
-    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "dit-xl-2": 675e6}
+    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "class-dit-xl": 675e6}
     for name, d in presets.PRESETS.items():
         n = count_parameters(d)
         assert n > 0, name
