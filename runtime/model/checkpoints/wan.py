@@ -26,19 +26,11 @@ WAN = Table(
         rule("img_emb.fc2", original="img_emb.proj.3", diffusers="condition_embedder.image_embedder.ff.net.2"),
         rule("img_emb.norm2", original="img_emb.proj.4", diffusers="condition_embedder.image_embedder.norm2"),
         # blocks
-        rule(B + "self_attn.q", original=B + "self_attn.q", diffusers=B + "attn1.to_q"),
-        rule(B + "self_attn.k", original=B + "self_attn.k", diffusers=B + "attn1.to_k"),
-        rule(B + "self_attn.v", original=B + "self_attn.v", diffusers=B + "attn1.to_v"),
-        rule(B + "self_attn.o", original=B + "self_attn.o", diffusers=B + "attn1.to_out.0"),
-        rule(B + "self_attn.norm_q", original=B + "self_attn.norm_q", diffusers=B + "attn1.norm_q"),
-        rule(B + "self_attn.norm_k", original=B + "self_attn.norm_k", diffusers=B + "attn1.norm_k"),
+        *(rule(B + f"{ours}.{o}", original=B + f"{ours}.{o}", diffusers=B + f"{theirs}.{d}")
+          for ours, theirs in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+          for o, d in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"), ("norm_q", "norm_q"),
+                       ("norm_k", "norm_k"))),
         rule(B + "norm3", original=B + "norm3", diffusers=B + "norm2"),  # the cross-attention norm
-        rule(B + "cross_attn.q", original=B + "cross_attn.q", diffusers=B + "attn2.to_q"),
-        rule(B + "cross_attn.k", original=B + "cross_attn.k", diffusers=B + "attn2.to_k"),
-        rule(B + "cross_attn.v", original=B + "cross_attn.v", diffusers=B + "attn2.to_v"),
-        rule(B + "cross_attn.o", original=B + "cross_attn.o", diffusers=B + "attn2.to_out.0"),
-        rule(B + "cross_attn.norm_q", original=B + "cross_attn.norm_q", diffusers=B + "attn2.norm_q"),
-        rule(B + "cross_attn.norm_k", original=B + "cross_attn.norm_k", diffusers=B + "attn2.norm_k"),
         rule(B + "cross_attn.k_img", original=B + "cross_attn.k_img", diffusers=B + "attn2.add_k_proj"),
         rule(B + "cross_attn.v_img", original=B + "cross_attn.v_img", diffusers=B + "attn2.add_v_proj"),
         rule(B + "cross_attn.norm_k_img", original=B + "cross_attn.norm_k_img", diffusers=B + "attn2.norm_added_k"),
