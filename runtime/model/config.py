@@ -105,7 +105,10 @@ class ModelConfig:
         ``head_dim`` to ``hidden // num_heads``, ``num_kv_heads`` to ``num_heads``. A published
         preset (``d["preset"]`` in :data:`PUBLISHED`) contributes its architecture knobs; keys
         given in ``d`` win."""
-        d = {**PUBLISHED.get(str(d.get("preset") or "").lower(), {}), **dict(d)}
+        knobs = dict(PUBLISHED.get(str(d.get("preset") or "").lower(), {}))
+        if "rope_axes" in knobs and d.get("head_dim") not in (None, sum(knobs["rope_axes"])):
+            knobs.pop("rope_axes")  # a resized preset: the published split no longer fits
+        d = {**knobs, **dict(d)}
         kw: dict[str, Any] = {}
         names = {f for f in cls.__dataclass_fields__}
         for k, v in d.items():
