@@ -220,7 +220,7 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         _sync(device)
         clock[0] = time.perf_counter()
         x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step)
-        latents = runner.gather_latents(x_local, channels=model.cfg.in_channels)
+        latents = runner.gather_latents(x_local, channels=model.cfg.out_dim)
     progress.finish()
     out: dict[str, Any] = {
         "kind": "inference",

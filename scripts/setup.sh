@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --disable-pip-version-check "torch==${SPORCH_TORCH_VERSION:-2.13.0}"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[runtime,test,report]'
+"$PY" -m pip install -q --disable-pip-version-check -e '.[runtime,test,report,pipelines]'

@@ -37,6 +37,7 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         overrides = tuple(overrides) + ("workload.kind=verify",)
     cluster, job = load(cluster_ref, job_path, overrides)
     plan = make_plan(cluster, job)
+    _check_weights(plan.model.get("weights"))
     folder = Path(run_dir) if run_dir else Path(default_job_dir(cluster, job, _dt.datetime.now()) + "-local")
     if folder.exists() and any(folder.iterdir()):
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
@@ -49,6 +50,10 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
               f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {folder}")
     res = _run_with_progress(run_local, plan_path, folder, plan.world_size, timeout_s, con)
     _print_summary(res, plan, console())
+    error = str((res.result or {}).get("error") or "")
+    if error.startswith(CHECKPOINT_ERROR):
+        # the ranks found the weights unusable (a tensor missing, unexpected or mis-shaped): bad input
+        raise SporchError(error[len(CHECKPOINT_ERROR):].strip())
     if not res.ok or res.result is None or res.result.get("status") != "completed":
         sys.exit(EXIT_FAILED)
     if plan.workload.get("kind") == "verify" and not plan.job.get("entrypoint"):
@@ -60,6 +65,22 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
                 err=True,
             )
             sys.exit(EXIT_FAILED)
+
+
+CHECKPOINT_ERROR = "CheckpointError:"
+
+
+def _check_weights(weights: Optional[str]) -> None:
+    """model.weights must be a readable checkpoint here (files, index, headers; no tensors read)."""
+    if not weights:
+        return
+    from orchestrator.errors import SporchError
+    from runtime.weights import CheckpointError, open_checkpoint
+
+    try:
+        open_checkpoint(weights)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
 
 
 def _run_with_progress(run_local, plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:

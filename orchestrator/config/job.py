@@ -38,6 +38,7 @@ class ModelSpec:
     text_len: Optional[int] = None
     text_dim: Optional[int] = None
     qk_norm: Optional[bool] = None
+    weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout)
 
 
 @dataclass
@@ -308,7 +309,7 @@ def resolve_model(spec: ModelSpec) -> dict[str, Any]:
     vae = _triple(given.get("vae_stride", base.get("vae_stride")), "vae_stride")
     if min(patch) < 1 or min(vae) < 1:
         raise SporchError(f"model.patch {patch} and vae_stride {vae} must be >= 1")
-    return {
+    out = {
         "preset": preset_name,
         "attention": attention,
         "depth": int(depth),
@@ -326,6 +327,9 @@ def resolve_model(spec: ModelSpec) -> dict[str, Any]:
         "text_dim": int(text_dim),
         "qk_norm": bool(given.get("qk_norm", base.get("qk_norm", False))),
     }
+    if spec.weights:
+        out["weights"] = str(spec.weights)
+    return out
 
 
 def sequence_shape(model: dict[str, Any], workload: WorkloadSpec) -> tuple[int, list[int]]:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .attention import SequenceAttention
+from .condition import Condition, cond_to
 from .config import ModelConfig
 from .rope import rope_cos_sin
 
@@ -26,7 +27,9 @@ def patchify(latents: torch.Tensor, patch: Sequence[int]) -> tuple[torch.Tensor,
 
 
 def unpatchify(tokens: torch.Tensor, grid: Sequence[int], patch: Sequence[int], channels: int) -> torch.Tensor:
-    """Inverse of :func:`patchify`: [B, f*h*w, C*pt*ph*pw] -> [B, C, f*pt, h*ph, w*pw]."""
+    """Inverse of :func:`patchify`: [B, f*h*w, C*pt*ph*pw] -> [B, C, f*pt, h*ph, w*pw]. Features
+    are read as (C, pt, ph, pw) like the input side: a checkpoint whose output head is ordered
+    otherwise (Wan: (pt, ph, pw, C)) has its rows permuted when it is loaded (checkpoints/)."""
     b = tokens.shape[0]
     f, h, w = (int(g) for g in grid)
     pt, ph, pw = (int(p) for p in patch)
@@ -35,10 +38,11 @@ def unpatchify(tokens: torch.Tensor, grid: Sequence[int], patch: Sequence[int], 
 
 
 def latent_shape(cfg: ModelConfig, grid: Sequence[int], batch: int = 1, channels: int | None = None) -> tuple[int, ...]:
-    """Latent tensor shape whose patchified token grid is ``grid``."""
+    """Latent tensor shape whose patchified token grid is ``grid`` (the noisy latents: the
+    model's output channels; a latent condition adds ``cfg.cond_channels``)."""
     f, h, w = (int(g) for g in grid)
     pt, ph, pw = cfg.patch
-    c = cfg.in_channels if channels is None else channels
+    c = cfg.out_dim if channels is None else channels
     return (batch, c, f * pt, h * ph, w * pw)
 
 
@@ -50,36 +54,55 @@ class DiTBase(nn.Module):
     cfg: ModelConfig
 
     # -- conditions ------------------------------------------------------------------------
-    def make_condition(self, batch: int, generator: torch.Generator) -> torch.Tensor:
-        """A random condition for ``batch`` samples (stand-in for a text encoder / labels):
-        text embeddings [B, text_len, text_dim] (float32) or class labels [B] (long)."""
+    def make_condition(self, batch: int, generator: torch.Generator, grid: Sequence[int] | None = None) -> Condition:
+        """A random condition for ``batch`` samples (stand-in for the encoders / labels):
+        text embeddings [B, text_len, text_dim] (float32) or class labels [B] (long); a dict
+        (runtime.model.condition) when the model also takes a pooled vector, CLIP image tokens
+        or a latent condition (that one needs the token ``grid``)."""
         cfg = self.cfg
-        if cfg.has_text:
-            return torch.randn(batch, cfg.text_len, cfg.text_dim, generator=generator)
-        return torch.randint(0, cfg.num_classes, (batch,), generator=generator)
+        if not cfg.has_text:
+            return torch.randint(0, cfg.num_classes, (batch,), generator=generator)
+        text = torch.randn(batch, cfg.text_len, cfg.text_dim, generator=generator)
+        if not (cfg.pooled_dim or cfg.image_dim or cfg.cond_channels):
+            return text
+        cond = {"text": text}
+        if cfg.pooled_dim:
+            cond["pooled"] = torch.randn(batch, cfg.pooled_dim, generator=generator)
+        if cfg.image_dim:
+            cond["image"] = torch.randn(batch, cfg.image_len, cfg.image_dim, generator=generator)
+        if cfg.cond_channels:
+            if grid is None:
+                raise ValueError("a model with a latent condition needs the token grid for make_condition")
+            cond["latents"] = torch.randn(latent_shape(cfg, grid, batch, cfg.cond_channels), generator=generator)
+        return cond
 
-    def null_condition(self, cond: torch.Tensor) -> torch.Tensor:
-        """The unconditional input for classifier-free guidance: zero text / the null class."""
-        if self.cfg.has_text:
-            return torch.zeros_like(cond)
-        return torch.full_like(cond, self.cfg.num_classes)
+    def null_condition(self, cond: Condition) -> Condition:
+        """The unconditional input for classifier-free guidance: zero text (and pooled text) /
+        the null class; image conditions are kept (the negative prompt replaces the text only)."""
+        if not self.cfg.has_text:
+            return torch.full_like(cond, self.cfg.num_classes)
+        if isinstance(cond, dict):
+            return {k: torch.zeros_like(v) if k in ("text", "pooled") else v for k, v in cond.items()}
+        return torch.zeros_like(cond)
 
     # -- forward ---------------------------------------------------------------------------
     def forward_tokens(
         self,
         tokens: torch.Tensor,
         timestep: torch.Tensor,
-        cond: torch.Tensor,
+        cond: Condition,
         *,
         grid: Sequence[int],
         token_index: torch.Tensor | None = None,
         seq_len: int | None = None,
         ctx: Any = None,
         backend: str = "auto",
+        guidance: float | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Token-level forward. Unsharded: ``tokens`` are all f*h*w tokens. Sharded: this
         rank's chunk, ``token_index`` its global indices (padding indices >= seq_len allowed)
-        and ``ctx`` the ParallelContext. Returns [B, N, patch_out] in the model dtype."""
+        and ``ctx`` the ParallelContext. ``guidance``: the embedded guidance scale of a
+        guidance-distilled model (Flux.1-dev). Returns [B, N, patch_out] in the model dtype."""
         n = tokens.shape[1]
         f, h, w = (int(g) for g in grid)
         if seq_len is None:
@@ -87,22 +110,31 @@ class DiTBase(nn.Module):
         if token_index is None:
             token_index = torch.arange(n)
         dtype, device = self.dtype, self.device
-        cos, sin = rope_cos_sin(token_index, (f, h, w), self.cfg.head_dim, seq_len)
+        cfg = self.cfg
+        cos, sin = rope_cos_sin(token_index, (f, h, w), cfg.head_dim, seq_len, cfg.rope_theta, cfg.rope_axes)
         rope = (cos.to(device), sin.to(device))
         attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend)
+        b = tokens.shape[0]
         timestep = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1).to(device)
-        if timestep.numel() == 1 and tokens.shape[0] > 1:
-            timestep = timestep.expand(tokens.shape[0])
-        cond = cond.to(device=device, dtype=dtype) if cond.is_floating_point() else cond.to(device)
-        return self._forward(tokens.to(device=device, dtype=dtype), timestep, cond, rope, attn)
+        if timestep.numel() == 1 and b > 1:
+            timestep = timestep.expand(b)
+        if guidance is not None:
+            guidance = torch.as_tensor(guidance, dtype=torch.float32).reshape(-1).to(device).expand(b)
+        cond = cond_to(cond, device, dtype)
+        if isinstance(cond, dict) and "latents" in cond:
+            # the latent condition's tokens at this rank's global indices (padding: any valid one)
+            y_tokens = patchify(cond["latents"], cfg.patch)[0]
+            tokens = torch.cat([tokens.to(device), y_tokens[:, token_index.clamp(max=seq_len - 1).to(device)]], -1)
+        return self._forward(tokens.to(device=device, dtype=dtype), timestep, cond, rope, attn, guidance=guidance)
 
-    def forward(self, latents: torch.Tensor, timestep: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """Unsharded reference: latents [B, C, F, H, W] -> velocity of the same shape."""
+    def forward(self, latents: torch.Tensor, timestep: torch.Tensor, cond: Condition,
+                guidance: float | torch.Tensor | None = None) -> torch.Tensor:
+        """Unsharded reference: latents [B, out_channels, F, H, W] -> velocity of the same shape."""
         tokens, grid = patchify(latents, self.cfg.patch)
-        out = self.forward_tokens(tokens, timestep, cond, grid=grid)
+        out = self.forward_tokens(tokens, timestep, cond, grid=grid, guidance=guidance)
         return unpatchify(out, grid, self.cfg.patch, self.cfg.out_dim)
 
-    def _forward(self, tokens, timestep, cond, rope, attn):  # pragma: no cover - abstract
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property

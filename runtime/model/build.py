@@ -1,5 +1,5 @@
 """Build a model from a ``plan.model`` dict with deterministic random weights, or load a
-local safetensors file. No hub downloads."""
+local checkpoint (runtime.model.checkpoints). No hub downloads."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def build_model(
     """The model for a ``plan.model`` dict (or ModelConfig), in eval mode.
 
     Weights are random from ``seed`` (identical on every rank and every run), or loaded from
-    the local safetensors file ``weights``. ``device="meta"`` builds the shapes only (parameter
+    ``weights``: a local checkpoint folder or file in the publisher's layout (original or
+    diffusers, single file or sharded with an index; runtime.model.checkpoints). ``device="meta"`` builds the shapes only (parameter
     counting for the real presets without allocating)."""
     cfg = as_config(model)
     if isinstance(dtype, str):
@@ -115,22 +116,10 @@ def save_safetensors(model: nn.Module, path: str) -> None:
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, path)
 
 
-@torch.no_grad()
-def load_safetensors(model: nn.Module, path: str, strict: bool = True) -> nn.Module:
-    """Load a local safetensors file into ``model`` (cast to each parameter's dtype). With
-    ``strict`` every parameter must be present with the right shape and no extra keys."""
-    from safetensors.torch import load_file
+def load_safetensors(model: nn.Module, path: str) -> nn.Module:
+    """Load local weights into ``model``: a file or folder in sporch's own names, the original
+    release's or diffusers' layout (see runtime.model.checkpoints). Strict: every parameter
+    present with its shape, nothing else; a CheckpointError (one line) otherwise."""
+    from .checkpoints import load_checkpoint
 
-    tensors = load_file(path)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(tensors))
-    unexpected = sorted(set(tensors) - set(own))
-    bad = sorted(k for k in set(own) & set(tensors) if tuple(own[k].shape) != tuple(tensors[k].shape))
-    if bad:
-        raise ValueError(f"{path}: shape mismatch for {bad[:5]}" + (" ..." if len(bad) > 5 else ""))
-    if strict and (missing or unexpected):
-        raise ValueError(f"{path}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
-    for k, v in tensors.items():
-        if k in own:
-            own[k].copy_(v.to(own[k].dtype))
-    return model
+    return load_checkpoint(model, path)

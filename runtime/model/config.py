@@ -32,6 +32,14 @@ class ModelConfig:
     num_classes: int = 1000  # attention == "self" only (class-conditional DiT); +1 null class
     eps: float = 1e-6
     preset: str | None = None
+    # -- architecture knobs of the published models (see PUBLISHED) ------------------------
+    rope_axes: tuple[int, int, int] | None = None  # head_dim split (t, h, w); None: Wan's split
+    rope_theta: float = 10000.0
+    pooled_dim: int = 0  # width of a pooled text vector added to the time embedding (Flux: 768)
+    guidance_embed: bool = False  # guidance scale is an input embedded like the timestep (Flux.1-dev)
+    distilled: bool = False  # guidance-distilled: one pass per step, no two-pass CFG (Flux.1)
+    image_dim: int = 0  # width of CLIP image tokens for image conditioning (Wan I2V: 1280)
+    image_len: int = 257  # CLIP image tokens (Wan I2V)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -51,6 +59,12 @@ class ModelConfig:
             raise ValueError("model.single_depth is only used with attention 'joint'")
         if self.head_dim % 2:
             raise ValueError("model.head_dim must be even (rotary embedding)")
+        if self.rope_axes is not None and (len(self.rope_axes) != 3 or sum(self.rope_axes) != self.head_dim
+                                           or any(a % 2 for a in self.rope_axes)):
+            raise ValueError(f"model.rope_axes {self.rope_axes} must be three even ints summing to "
+                             f"head_dim {self.head_dim}")
+        if self.out_dim > self.in_channels:
+            raise ValueError(f"model.out_channels {self.out_dim} > in_channels {self.in_channels}")
 
     @property
     def out_dim(self) -> int:
@@ -71,14 +85,30 @@ class ModelConfig:
         return self.out_dim * self.patch_volume
 
     @property
+    def cond_channels(self) -> int:
+        """Latent channels of a per-pixel condition concatenated to the noisy latents (Wan I2V:
+        mask + first-frame latents, in_channels - out_channels)."""
+        return self.in_channels - self.out_dim
+
+    @property
+    def uses_cfg(self) -> bool:
+        """Two-pass classifier-free guidance applies (not for guidance-distilled models)."""
+        return not self.distilled
+
+    @property
     def has_text(self) -> bool:
         return self.attention in ("cross", "joint")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
         """Build from a ``plan.model`` dict. ``ffn_dim`` falls back to ``mlp_ratio*hidden``,
-        ``head_dim`` to ``hidden // num_heads``, ``num_kv_heads`` to ``num_heads``."""
-        d = dict(d)
+        ``head_dim`` to ``hidden // num_heads``, ``num_kv_heads`` to ``num_heads``. A published
+        preset (``d["preset"]`` in :data:`PUBLISHED`) contributes its architecture knobs; keys
+        given in ``d`` win."""
+        knobs = dict(PUBLISHED.get(str(d.get("preset") or "").lower(), {}))
+        if "rope_axes" in knobs and d.get("head_dim") not in (None, sum(knobs["rope_axes"])):
+            knobs.pop("rope_axes")  # a resized preset: the published split no longer fits
+        d = {**knobs, **dict(d)}
         kw: dict[str, Any] = {}
         names = {f for f in cls.__dataclass_fields__}
         for k, v in d.items():
@@ -90,14 +120,17 @@ class ModelConfig:
             kw["num_kv_heads"] = kw["num_heads"]
         if "ffn_dim" not in kw and d.get("mlp_ratio") is not None and "hidden" in kw:
             kw["ffn_dim"] = int(round(float(d["mlp_ratio"]) * int(kw["hidden"])))
-        if "patch" in kw:
-            kw["patch"] = tuple(int(p) for p in kw["patch"])
+        for k in ("patch", "rope_axes"):
+            if k in kw:
+                kw[k] = tuple(int(p) for p in kw[k])
         for k in ("depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim",
-                  "ffn_dim", "in_channels", "text_len", "text_dim", "freq_dim", "num_classes"):
+                  "ffn_dim", "in_channels", "out_channels", "text_len", "text_dim", "freq_dim", "num_classes",
+                  "pooled_dim", "image_dim", "image_len"):
             if k in kw:
                 kw[k] = int(kw[k])
-        if "qk_norm" in kw:
-            kw["qk_norm"] = bool(kw["qk_norm"])
+        for k in ("qk_norm", "guidance_embed", "distilled"):
+            if k in kw:
+                kw[k] = bool(kw[k])
         if kw.get("attention", "cross") != "joint":
             kw["single_depth"] = 0
         return cls(**kw)
@@ -105,8 +138,22 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["patch"] = list(self.patch)
+        if self.rope_axes is not None:
+            d["rope_axes"] = list(self.rope_axes)
         d["mlp_ratio"] = self.ffn_dim / self.hidden
         return d
+
+
+#: Architecture knobs of the published models, keyed by preset name (the shapes themselves
+#: come with ``plan.model``; orchestrator/config/presets.py holds them for planning). A model
+#: with these knobs and its published shapes computes that model exactly (docs/model.md).
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "wan2.1-t2v-1.3b": {},
+    "wan2.1-t2v-14b": {},
+    "wan2.1-i2v-14b": dict(out_channels=16, image_dim=1280, image_len=257),
+    "flux.1-dev": dict(rope_axes=(16, 56, 56), pooled_dim=768, guidance_embed=True, distilled=True),
+    "flux.1-schnell": dict(rope_axes=(16, 56, 56), pooled_dim=768, guidance_embed=False, distilled=True),
+}
 
 
 def tiny_model_dict(attention: str = "cross", **overrides: Any) -> dict[str, Any]:

@@ -56,7 +56,7 @@ class ClassDiT(DiTBase):
         self.blocks = nn.ModuleList(DiTBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.final_layer = FinalLayer(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
         x = self.x_embedder(tokens)
         c = self.t_embedder(timestep.to(x.device)) + self.y_embedder(cond.to(x.device).long())
         for block in self.blocks:

@@ -41,14 +41,15 @@ def gate(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return x * (g.unsqueeze(1) if g.dim() == 2 else g)
 
 
-def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0,
+                       precision: torch.dtype = torch.float64) -> torch.Tensor:
     """Sinusoidal embedding of (possibly fractional) timesteps ``t`` [B] -> [B, dim] float32,
-    laid out [cos | sin]."""
+    laid out [cos | sin], computed in ``precision`` (Wan2.1: float64; Flux: float32)."""
     half = dim // 2
     freqs = torch.exp(
-        -math.log(max_period) * torch.arange(half, dtype=torch.float64, device=t.device) / half
+        -math.log(max_period) * torch.arange(half, dtype=precision, device=t.device) / half
     )
-    args = t.to(torch.float64)[:, None] * freqs[None]
+    args = t.to(precision)[:, None] * freqs[None]
     emb = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
     if dim % 2:
         emb = torch.cat([emb, torch.zeros_like(emb[:, :1])], dim=-1)
@@ -58,24 +59,34 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
 class TimestepEmbedder(nn.Module):
     """Sinusoid -> Linear -> SiLU -> Linear."""
 
-    def __init__(self, freq_dim: int, hidden: int, device=None, dtype=None) -> None:
+    def __init__(self, freq_dim: int, hidden: int, device=None, dtype=None,
+                 precision: torch.dtype = torch.float64) -> None:
         super().__init__()
         self.freq_dim = freq_dim
+        self.precision = precision
         self.fc1 = nn.Linear(freq_dim, hidden, device=device, dtype=dtype)
         self.fc2 = nn.Linear(hidden, hidden, device=device, dtype=dtype)
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        emb = timestep_embedding(t, self.freq_dim).to(self.fc1.weight.dtype)
+        emb = timestep_embedding(t, self.freq_dim, precision=self.precision).to(self.fc1.weight.dtype)
         return self.fc2(F.silu(self.fc1(emb)))
 
 
-class MLP(nn.Module):
-    """Linear -> GELU(tanh) -> Linear."""
+ACTIVATIONS = {
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
 
-    def __init__(self, dim: int, hidden: int, out: int | None = None, device=None, dtype=None) -> None:
+
+class MLP(nn.Module):
+    """Linear -> activation (GELU(tanh) unless ``act="silu"``) -> Linear."""
+
+    def __init__(self, dim: int, hidden: int, out: int | None = None, device=None, dtype=None,
+                 act: str = "gelu_tanh") -> None:
         super().__init__()
+        self.act = ACTIVATIONS[act]
         self.fc1 = nn.Linear(dim, hidden, device=device, dtype=dtype)
         self.fc2 = nn.Linear(hidden, out if out is not None else dim, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(self.act(self.fc1(x)))

@@ -1,6 +1,9 @@
-"""Flux/SD3-style joint-attention DiT ("joint"): double-stream blocks (separate image/text
+"""Flux-style joint-attention DiT ("joint"): double-stream blocks (separate image/text
 weights, one joint attention) followed by single-stream blocks (one fused stream over
-text + image tokens).
+text + image tokens). With the Flux.1 knobs (``rope_axes`` (16, 56, 56), ``pooled_dim``,
+``guidance_embed``) and shapes this is Flux.1-dev / -schnell exactly
+(tests/model/test_published.py compares it with diffusers' FluxTransformer2DModel); the
+conditioning vector is time + embedded guidance + pooled text, as in Flux.
 
 Sharded: image tokens are split over the sequence group, text tokens stay whole on every
 rank and enter attention as the ``joint_*`` arguments of usp_attention. In single-stream
@@ -16,9 +19,13 @@ from torch import nn
 
 from .attention import SequenceAttention
 from .base import DiTBase
+from .condition import cond_text
 from .config import ModelConfig
 from .layers import MLP, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
 from .rope import apply_rope
+
+#: Flux embeds t and the guidance scale as ``1000 * value`` (timesteps arrive in model units).
+NUM_TRAIN_TIMESTEPS = 1000.0
 
 
 class HeadNorm(nn.Module):
@@ -133,15 +140,26 @@ class MMDiT(DiTBase):
         d = cfg.hidden
         self.img_in = nn.Linear(cfg.patch_in, d, device=device, dtype=dtype)
         self.txt_in = nn.Linear(cfg.text_dim, d, device=device, dtype=dtype)
-        self.time_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype)
+        # Flux computes its sinusoids in float32
+        self.time_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype, precision=torch.float32)
+        if cfg.guidance_embed:
+            self.guidance_in = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype, precision=torch.float32)
+        if cfg.pooled_dim:
+            self.vector_in = MLP(cfg.pooled_dim, d, d, device=device, dtype=dtype, act="silu")
         self.double_blocks = nn.ModuleList(DoubleStreamBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.single_blocks = nn.ModuleList(SingleStreamBlock(cfg, device, dtype) for _ in range(cfg.single_depth))
         self.final_layer = FinalLayer(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
         img = self.img_in(tokens)
-        txt = self.txt_in(cond)
+        txt = self.txt_in(cond_text(cond))
         vec = self.time_in(timestep.to(img.device))
+        if self.cfg.guidance_embed:
+            if guidance is None:
+                raise ValueError("this model embeds the guidance scale: pass guidance=")
+            vec = vec + self.guidance_in(guidance * NUM_TRAIN_TIMESTEPS)
+        if self.cfg.pooled_dim:
+            vec = vec + self.vector_in(cond["pooled"])
         for block in self.double_blocks:
             img, txt = block(img, txt, vec, rope, attn)
         for block in self.single_blocks:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import torch
 
 
-def axis_dims(head_dim: int) -> tuple[int, int, int]:
+def axis_dims(head_dim: int, axes=None) -> tuple[int, int, int]:
+    """(t, h, w) channels of each axis: ``axes`` when given (Flux: (16, 56, 56)), else Wan's split."""
+    if axes is not None:
+        return tuple(int(a) for a in axes)  # type: ignore[return-value]
     if head_dim % 2:
         raise ValueError("head_dim must be even")
     hw = 2 * (head_dim // 6)
@@ -30,10 +33,10 @@ def grid_positions(token_index: torch.Tensor, grid: tuple[int, int, int] | list[
     return torch.stack([idx // (h * w), (idx // w) % h, idx % w], dim=-1)
 
 
-def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) -> torch.Tensor:
+def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0, axes=None) -> torch.Tensor:
     """Rotation angles [N, head_dim // 2] (float64 for accuracy) for positions [N, 3]."""
     parts = []
-    for axis, dim in enumerate(axis_dims(head_dim)):
+    for axis, dim in enumerate(axis_dims(head_dim, axes)):
         if dim == 0:
             continue
         inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
@@ -42,9 +45,9 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0) 
 
 
 def rope_cos_sin(token_index: torch.Tensor, grid, head_dim: int, seq_len: int | None = None,
-                 theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+                 theta: float = 10000.0, axes=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [N, head_dim // 2] float32 for the given global token indices."""
-    ang = rope_angles(grid_positions(token_index, grid, seq_len), head_dim, theta)
+    ang = rope_angles(grid_positions(token_index, grid, seq_len), head_dim, theta, axes)
     return torch.cos(ang).float(), torch.sin(ang).float()
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .base import DiTBase, latent_shape
+from .condition import Condition, cond_rows
 from .sharded import NUM_TRAIN_TIMESTEPS, ShardedDiT, dp_slice
 
 
@@ -51,8 +52,8 @@ class SampleInputs:
     """The seeded inputs of one job, for this rank's dp replica."""
 
     noise: torch.Tensor  # [b, C, F, H, W] float32 (this replica's rows)
-    cond: torch.Tensor  # text embeddings [b, T, text_dim] or labels [b]
-    null_cond: torch.Tensor
+    cond: Condition  # text embeddings [b, T, text_dim], labels [b], or a dict (runtime.model.condition)
+    null_cond: Condition
     rows: slice  # this replica's rows of the global batch
 
 
@@ -62,9 +63,9 @@ def make_inputs(model: DiTBase, grid: Sequence[int], batch: int, seed: int, ctx:
     g_noise = torch.Generator().manual_seed(int(seed))
     g_cond = torch.Generator().manual_seed(int(seed) + 1)
     noise = torch.randn(latent_shape(model.cfg, grid, batch), generator=g_noise)
-    cond = model.make_condition(batch, g_cond)
+    cond = model.make_condition(batch, g_cond, grid)
     rows = dp_slice(batch, ctx)
-    cond = cond[rows]
+    cond = cond_rows(cond, rows)
     return SampleInputs(noise[rows], cond, model.null_condition(cond), rows)
 
 
@@ -87,4 +88,4 @@ def generate(model: DiTBase, ctx: Any = None, *, grid: Sequence[int], batch: int
                                null_cond=inputs.null_cond)
 
     x_local = euler_sample(velocity, x_local, flow_sigmas(steps, shift), callback)
-    return runner.gather_latents(x_local, channels=model.cfg.in_channels)
+    return runner.gather_latents(x_local, channels=model.cfg.out_dim)

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .base import DiTBase, patchify, unpatchify
+from .condition import Condition, cond_cat
 
 #: Flow-matching time -> the model's timestep input (Wan / SD3 convention).
 NUM_TRAIN_TIMESTEPS = 1000.0
@@ -61,6 +62,9 @@ class ShardedDiT:
         self.backend = backend
         if ctx is not None and ctx.cfg not in (1, 2):
             raise ValueError(f"cfg parallel degree must be 1 or 2, got {ctx.cfg}")
+        if ctx is not None and ctx.cfg == 2 and not self.cfg.uses_cfg:
+            raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled (one pass per step, "
+                             "guidance_scale is its guidance input): set parallel.cfg=1")
         if ctx is None:
             self.local_len = self.seq_len
             self.token_index = torch.arange(self.seq_len)
@@ -98,22 +102,31 @@ class ShardedDiT:
         return unpatchify(self.gather(local), self.grid, self.cfg.patch, c)
 
     # -- model -----------------------------------------------------------------------------
-    def _run(self, x_local: torch.Tensor, timestep: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+    def _run(self, x_local: torch.Tensor, timestep: torch.Tensor, cond: Condition,
+             guidance: float | None = None) -> torch.Tensor:
         return self.model.forward_tokens(
             x_local, timestep, cond, grid=self.grid, token_index=self.token_index,
-            seq_len=self.seq_len, ctx=self.ctx, backend=self.backend,
+            seq_len=self.seq_len, ctx=self.ctx, backend=self.backend, guidance=guidance,
         )
 
     @torch.no_grad()
-    def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: torch.Tensor, *,
-                 guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None) -> torch.Tensor:
+    def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: Condition, *,
+                 guidance_scale: float = 1.0, null_cond: Condition | None = None) -> torch.Tensor:
         """The model's prediction on this rank's chunk, with classifier-free guidance when
-        ``guidance_scale > 1``. ``timestep`` in model units (sigma * 1000), scalar or [B].
-        Returns float32 [B, local_len, patch_out]; identical on both halves of a cfg group."""
+        ``guidance_scale > 1``. A guidance-distilled model (Flux.1) runs one pass instead and
+        takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
+        needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar or
+        [B]. Returns float32 [B, local_len, patch_out]; identical on both halves of a cfg group."""
         b = x_local.shape[0]
         t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)
         if t.numel() == 1:
             t = t.expand(b)
+        if not self.cfg.uses_cfg:
+            if self.cfg.guidance_embed:
+                return self._run(x_local, t, cond, guidance=guidance_scale).float()
+            if guidance_scale > 1.0:
+                raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled without a guidance "
+                                 f"input: set workload.guidance_scale <= 1 (got {guidance_scale:g})")
         if guidance_scale <= 1.0:
             return self._run(x_local, t, cond).float()
         if null_cond is None:
@@ -129,12 +142,12 @@ class ShardedDiT:
             if stats is not None:  # this rank's half goes to the other cfg rank
                 stats.add("cfg_gather", out.numel() * out.element_size())
             return cfg_combine(parts[0], parts[1], guidance_scale)
-        both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), torch.cat([cond, null_cond]))
+        both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), cond_cat(cond, null_cond))
         return cfg_combine(both[:b], both[b:], guidance_scale)
 
     @torch.no_grad()
-    def forward(self, latents: torch.Tensor, timestep: torch.Tensor | float, cond: torch.Tensor, *,
-                guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, latents: torch.Tensor, timestep: torch.Tensor | float, cond: Condition, *,
+                guidance_scale: float = 1.0, null_cond: Condition | None = None) -> torch.Tensor:
         """Full latents [B, C, F, H, W] (whole on every rank) -> full (gathered) velocity
         latents, float32. The inputs are this dp replica's samples."""
         x_local = self.shard_latents(latents)
@@ -142,8 +155,8 @@ class ShardedDiT:
         return self.gather_latents(v)
 
 
-def sharded_forward(model: DiTBase, latents: torch.Tensor, timestep, cond: torch.Tensor, ctx: Any = None, *,
-                    guidance_scale: float = 1.0, null_cond: torch.Tensor | None = None,
+def sharded_forward(model: DiTBase, latents: torch.Tensor, timestep, cond: Condition, ctx: Any = None, *,
+                    guidance_scale: float = 1.0, null_cond: Condition | None = None,
                     backend: str = "auto") -> torch.Tensor:
     """One forward of ``model`` over ``ctx`` (None = unsharded reference); see ShardedDiT.forward."""
     tokens_grid = patchify(latents[:1], model.cfg.patch)[1]

@@ -1,9 +1,11 @@
-"""Wan2.1-style video DiT ("cross"): 3D patch embedding, 3D RoPE self-attention with qk
-RMSNorm, cross-attention to text tokens (whole on every rank), GELU(tanh) FFN, adaLN with six
-modulation vectors from the time embedding, final layer, unpatchify.
+"""Wan2.1 video DiT ("cross"): 3D patch embedding, 3D RoPE self-attention with qk RMSNorm,
+cross-attention to text tokens (whole on every rank; plus CLIP image tokens for I2V), GELU(tanh)
+FFN, adaLN with six modulation vectors from the time embedding, final layer, unpatchify.
 
-Parameter names follow the structure of the public Wan2.1 layout (patch embedding as a
-Linear over flattened patches instead of a Conv3d; the two are the same map)."""
+With the published shapes this is Wan2.1 exactly (tests/model/test_published.py compares it
+with diffusers' WanTransformer3DModel). Parameter names are sporch's own; the published
+checkpoints' names, the Conv3d patch embedding and the output head's row order are mapped in
+checkpoints/wan.py."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from torch import nn
 
 from .attention import SequenceAttention, sdpa
 from .base import DiTBase
+from .condition import cond_text
 from .config import ModelConfig
 from .layers import MLP, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
 from .rope import apply_rope
+
+FP32 = torch.float32
 
 
 class WanSelfAttention(nn.Module):
@@ -41,51 +46,91 @@ class WanSelfAttention(nn.Module):
 
 class WanCrossAttention(WanSelfAttention):
     """Queries from the (local) video tokens, keys/values from all text tokens: no
-    communication, the text is whole on every rank. Same projections as self-attention."""
+    communication, the text is whole on every rank. Same projections as self-attention. With
+    image conditioning (Wan I2V) a second attention over the CLIP image tokens, with its own
+    key/value projections, is added before the output projection."""
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
+        super().__init__(cfg, device, dtype)
+        if cfg.image_dim:
+            d, kv = cfg.hidden, cfg.num_kv_heads * cfg.head_dim
+            self.k_img = nn.Linear(d, kv, device=device, dtype=dtype)
+            self.v_img = nn.Linear(d, kv, device=device, dtype=dtype)
+            self.norm_k_img = RMSNorm(kv, cfg.eps, device, dtype) if cfg.qk_norm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor,  # type: ignore[override]
+                context_img: torch.Tensor | None = None) -> torch.Tensor:
         b, n, _ = x.shape
-        t = context.shape[1]
         q = self.norm_q(self.q(x)).view(b, n, self.num_heads, self.head_dim)
-        k = self.norm_k(self.k(context)).view(b, t, self.num_kv_heads, self.head_dim)
-        v = self.v(context).view(b, t, self.num_kv_heads, self.head_dim)
-        return self.o(sdpa(q, k, v).reshape(b, n, -1))
+        k = self.norm_k(self.k(context)).view(b, -1, self.num_kv_heads, self.head_dim)
+        v = self.v(context).view(b, -1, self.num_kv_heads, self.head_dim)
+        out = sdpa(q, k, v)
+        if context_img is not None:
+            k = self.norm_k_img(self.k_img(context_img)).view(b, -1, self.num_kv_heads, self.head_dim)
+            v = self.v_img(context_img).view(b, -1, self.num_kv_heads, self.head_dim)
+            out = out + sdpa(q, k, v)
+        return self.o(out.reshape(b, n, -1))
 
 
 class WanBlock(nn.Module):
+    """The residual stream ``x``, the modulation table and the cross-attention norm stay in
+    float32 (as in Wan2.1 and diffusers); the attention and FFN inputs are cast to the model dtype."""
+
     def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
         super().__init__()
         self.eps = cfg.eps
         self.self_attn = WanSelfAttention(cfg, device, dtype)
-        self.norm3 = nn.LayerNorm(cfg.hidden, eps=cfg.eps, device=device, dtype=dtype)
+        self.norm3 = nn.LayerNorm(cfg.hidden, eps=cfg.eps, device=device, dtype=FP32)
         self.cross_attn = WanCrossAttention(cfg, device, dtype)
         self.ffn = MLP(cfg.hidden, cfg.ffn_dim, device=device, dtype=dtype)
-        self.modulation = nn.Parameter(torch.empty(1, 6, cfg.hidden, device=device, dtype=dtype))
+        self.modulation = nn.Parameter(torch.empty(1, 6, cfg.hidden, device=device, dtype=FP32))
 
-    def forward(self, x, e, context, rope, attn: SequenceAttention):
-        # e: [B, 6, D] time projection
-        m = (self.modulation.float() + e.float()).to(x.dtype).unbind(1)
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = m
-        y = self.self_attn(modulate(layer_norm(x, self.eps), shift_msa, scale_msa), rope, attn)
-        x = x + gate(y, gate_msa)
-        x = x + self.cross_attn(self.norm3(x), context)
-        y = self.ffn(modulate(layer_norm(x, self.eps), shift_mlp, scale_mlp))
-        return x + gate(y, gate_mlp)
+    def forward(self, x, e, context, context_img, rope, attn: SequenceAttention):
+        # x: [B, N, D] float32; e: [B, 6, D] float32 time projection
+        dt = self.ffn.fc1.weight.dtype
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (self.modulation + e).unbind(1)
+        y = self.self_attn(modulate(layer_norm(x, self.eps), shift_msa, scale_msa).to(dt), rope, attn)
+        x = x + gate(y.float(), gate_msa)
+        x = x + self.cross_attn(self.norm3(x).to(dt), context, context_img).float()
+        y = self.ffn(modulate(layer_norm(x, self.eps), shift_mlp, scale_mlp).to(dt))
+        return x + gate(y.float(), gate_mlp)
 
 
 class WanHead(nn.Module):
+    """Final adaLN + projection, all in float32 (as Wan2.1 runs its head)."""
+
     def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
         super().__init__()
         self.eps = cfg.eps
-        self.head = nn.Linear(cfg.hidden, cfg.patch_out, device=device, dtype=dtype)
-        self.modulation = nn.Parameter(torch.empty(1, 2, cfg.hidden, device=device, dtype=dtype))
+        self.head = nn.Linear(cfg.hidden, cfg.patch_out, device=device, dtype=FP32)
+        self.modulation = nn.Parameter(torch.empty(1, 2, cfg.hidden, device=device, dtype=FP32))
 
     def forward(self, x, e):
-        shift, scale = (self.modulation.float() + e.float()[:, None]).to(x.dtype).unbind(1)
+        shift, scale = (self.modulation + e[:, None]).unbind(1)
         return self.head(modulate(layer_norm(x, self.eps), shift, scale))
 
 
+class WanImageEmbedding(nn.Module):
+    """CLIP image tokens -> model width: LayerNorm, Linear, GELU, Linear, LayerNorm (norms in float32)."""
+
+    def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.image_dim, device=device, dtype=FP32)
+        self.fc1 = nn.Linear(cfg.image_dim, cfg.image_dim, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(cfg.image_dim, cfg.hidden, device=device, dtype=dtype)
+        self.norm2 = nn.LayerNorm(cfg.hidden, device=device, dtype=FP32)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        dt = self.fc1.weight.dtype
+        h = self.fc2(F.gelu(self.fc1(self.norm1(image.float()).to(dt))))
+        return self.norm2(h.float()).to(dt)
+
+
 class WanDiT(DiTBase):
+    """Wan2.1 text-to-video (and, with ``image_dim``, image-to-video). The time embedding and
+    projection, the modulation tables, the residual stream and the head run in float32 in
+    every dtype; the output is float32."""
+
     def __init__(self, cfg: ModelConfig, device=None, dtype=None) -> None:
         super().__init__()
         if cfg.attention != "cross":
@@ -94,16 +139,19 @@ class WanDiT(DiTBase):
         d = cfg.hidden
         self.patch_embedding = nn.Linear(cfg.patch_in, d, device=device, dtype=dtype)
         self.text_embedding = MLP(cfg.text_dim, d, d, device=device, dtype=dtype)
-        self.time_embedding = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=dtype)
-        self.time_projection = nn.Linear(d, 6 * d, device=device, dtype=dtype)
+        self.time_embedding = TimestepEmbedder(cfg.freq_dim, d, device=device, dtype=FP32)
+        self.time_projection = nn.Linear(d, 6 * d, device=device, dtype=FP32)
+        if cfg.image_dim:
+            self.img_emb = WanImageEmbedding(cfg, device, dtype)
         self.blocks = nn.ModuleList(WanBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.head = WanHead(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn):
-        x = self.patch_embedding(tokens)
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
+        x = self.patch_embedding(tokens).float()
         e = self.time_embedding(timestep.to(x.device))
         e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
-        context = self.text_embedding(cond)
+        context = self.text_embedding(cond_text(cond))
+        context_img = self.img_emb(cond["image"]) if self.cfg.image_dim else None
         for block in self.blocks:
-            x = block(x, e0, context, rope, attn)
+            x = block(x, e0, context, context_img, rope, attn)
         return self.head(x, e)

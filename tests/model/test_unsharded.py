@@ -80,12 +80,17 @@ def test_global_rng_untouched():
     assert torch.equal(before, torch.get_rng_state())
 
 
+#: Wan parameters kept in float32 in every dtype (as Wan2.1 and diffusers keep them).
+WAN_FLOAT32 = ("time_embedding.", "time_projection.", ".modulation", "head.", ".norm3.")
+
+
 def test_init_independent_of_dtype_and_order():
     m32 = build_model(tiny_model_dict("cross"), seed=1)
     m16 = build_model(tiny_model_dict("cross"), seed=1, dtype="bfloat16")
     for (n, a), (_, b) in zip(m32.state_dict().items(), m16.state_dict().items()):
-        assert b.dtype == torch.bfloat16
-        torch.testing.assert_close(a.to(torch.bfloat16), b, msg=n)
+        fp32 = any(k in n for k in WAN_FLOAT32)
+        assert b.dtype == (torch.float32 if fp32 else torch.bfloat16), n
+        torch.testing.assert_close(a.to(b.dtype), b, msg=n)
 
 
 def test_bfloat16_forward_runs():
@@ -213,7 +218,7 @@ def test_safetensors_roundtrip(tmp_path):
     for (n, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(a, b), n
     bad = build_model(tiny_model_dict("joint", hidden=32, head_dim=8))
-    with pytest.raises(ValueError, match="shape mismatch"):
+    with pytest.raises(ValueError, match="needs"):
         load_safetensors(bad, path)
     other = build_model(tiny_model_dict("cross"))
     with pytest.raises(ValueError):
@@ -234,7 +239,7 @@ def test_real_presets_on_meta():
 
 def test_orchestrator_presets_build_on_meta():
     from orchestrator.config import presets
-    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "dit-xl-2": 675e6}
+    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "class-dit-xl": 675e6}
     for name, d in presets.PRESETS.items():
         n = count_parameters(d)
         assert n > 0, name

@@ -18,9 +18,9 @@ def model(**kw):
         ("wan2.1-t2v-1.3b", 30, 0, 1536, 12, 128, 8960),
         ("wan2.1-t2v-14b", 40, 0, 5120, 40, 128, 13824),
         ("flux.1-dev", 19, 38, 3072, 24, 128, 12288),
-        ("hunyuan-video", 20, 40, 3072, 24, 128, 12288),
-        ("cogvideox-5b", 42, 0, 3072, 48, 64, 12288),
-        ("dit-xl-2", 28, 0, 1152, 16, 72, 4608),
+        ("mmdit-video-12b", 20, 40, 3072, 24, 128, 12288),
+        ("joint-video-42x3072", 42, 0, 3072, 48, 64, 12288),
+        ("class-dit-xl", 28, 0, 1152, 16, 72, 4608),
         ("tiny", 2, 0, 64, 4, 16, 128),
     ],
 )
@@ -39,11 +39,11 @@ def test_preset_details():
     assert (wan["in_channels"], wan["text_len"], wan["text_dim"], wan["attention"]) == (16, 512, 4096, "cross")
     flux = model(preset="flux.1-dev")
     assert flux["attention"] == "joint" and flux["text_len"] == 512 and flux["vae_stride"] == [1, 8, 8]
-    dit = model(preset="dit-xl-2")
+    dit = model(preset="class-dit-xl")
     assert dit["attention"] == "self" and dit["text_len"] == 0 and dit["in_channels"] == 4
-    assert model(preset="cogvideox-5b")["text_len"] == 226
-    assert set(PRESETS) >= {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "flux.1-dev", "hunyuan-video",
-                            "cogvideox-5b", "dit-xl-2", "tiny"}
+    assert model(preset="joint-video-42x3072")["text_len"] == 226
+    assert set(PRESETS) >= {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "flux.1-dev", "mmdit-video-12b",
+                            "joint-video-42x3072", "class-dit-xl", "tiny"}
 
 
 def test_overrides_on_preset():

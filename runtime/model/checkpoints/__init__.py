@@ -1,0 +1,103 @@
+"""Load published checkpoints into sporch models.
+
+``load_checkpoint(model, path)``: finds the files (runtime/weights.py), picks the name table of the
+model's family (wan.py, flux.py) and the format whose names the checkpoint uses (the original
+release, diffusers, or sporch's own names from ``save_safetensors``), checks config.json
+against the model config, checks that every tensor is there with the right shape and nothing
+else is, then copies tensor by tensor out of memory-mapped files (``safe_open``): a rank never
+holds a second full copy of the weights, and ranks of one node share the page cache.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from runtime.weights import CheckpointError, CheckpointFiles, open_checkpoint
+from .table import Table
+
+
+def table_for(model: nn.Module) -> Table | None:
+    attention = model.cfg.attention
+    if attention == "cross":
+        from .wan import WAN
+
+        return WAN
+    if attention == "joint":
+        from .flux import FLUX
+
+        return FLUX
+    return None
+
+
+def detect_format(ckpt: CheckpointFiles, own: list[str], table: Table | None) -> tuple[str, dict]:
+    """The format whose expected tensor names overlap the checkpoint's most."""
+    names = set(ckpt.tensors)
+    best = ("sporch", {n: ([n], None, "") for n in own})
+    best_hits = len(names & set(own))
+    for fmt in table.formats if table is not None else []:
+        try:
+            plan = table.sources(own, fmt)
+        except KeyError:
+            continue
+        hits = len(names & {s for srcs, _, _ in plan.values() for s in srcs})
+        if hits > best_hits:
+            best, best_hits = (fmt, plan), hits
+    if best_hits == 0:
+        family = table.model if table is not None else "sporch"
+        raise CheckpointError(
+            f"{ckpt.describe()} is not a {family} checkpoint: none of its {len(names)} tensor names "
+            f"(e.g. {sorted(names)[:1]}) is one the {family} model expects")
+    return best
+
+
+@torch.no_grad()
+def load_checkpoint(model: nn.Module, path: str | Path) -> nn.Module:
+    """Fill ``model``'s parameters from the checkpoint at ``path`` (cast to each parameter's
+    dtype, copied to its device). Raises CheckpointError (one line) on any mismatch."""
+    from safetensors import safe_open
+
+    ckpt = open_checkpoint(path)
+    table = table_for(model)
+    own_state = model.state_dict()
+    own = list(own_state)
+    fmt, plan = detect_format(ckpt, own, table)
+    where = ckpt.describe()
+    if table is not None and fmt != "sporch":
+        table.check_config(fmt, ckpt.config, model.cfg, where)
+    expected = {s for srcs, _, _ in plan.values() for s in srcs}
+    missing = [s for s in sorted(expected) if s not in ckpt.tensors]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise CheckpointError(f"{where} ({fmt} format) lacks tensor {missing[0]!r}{more}; "
+                              "the checkpoint is incomplete or of another model variant")
+    unexpected = sorted(set(ckpt.tensors) - expected)
+    if unexpected:
+        more = f" and {len(unexpected) - 1} more" if len(unexpected) > 1 else ""
+        raise CheckpointError(f"{where} ({fmt} format) has unexpected tensor {unexpected[0]!r}{more}; "
+                              "the checkpoint is of another model variant or size")
+    with ExitStack() as stack:
+        handles = {f: stack.enter_context(safe_open(str(f), framework="pt", device="cpu")) for f in ckpt.files}
+        for name, (srcs, transform, leaf) in plan.items():
+            param = own_state[name]
+            try:
+                tensors = [handles[ckpt.tensors[s].file].get_tensor(s) for s in srcs]
+            except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+                raise CheckpointError(f"{where}: cannot read tensor {srcs[0]!r} ({exc})".splitlines()[0]) from None
+            try:
+                value = tensors[0] if transform is None else transform(tensors, model.cfg, leaf)
+            except RuntimeError:
+                value = None
+            if value is None or tuple(value.shape) != tuple(param.shape):
+                shapes = " + ".join(str(list(t.shape)) for t in tensors)
+                raise CheckpointError(
+                    f"{where}: tensor {srcs[0]!r} has shape {shapes}, but sporch's {name} needs "
+                    f"{list(param.shape)}; the checkpoint is of another model size")
+            param.copy_(value.to(param.dtype))
+    return model
+
+
+__all__ = ["CheckpointError", "CheckpointFiles", "load_checkpoint", "open_checkpoint"]
