@@ -100,8 +100,8 @@ def test_all_auto_pow2_repeats_presets_dtypes():
     assert [compact(p.plan.layout) for p in auto.points] == ["1x1x2x2"]
     assert auto.points[0].params["layout"] == "auto"
     presets = expand(campaign_from_dict({"name": "p", "base": copy.deepcopy(TINY_BASE), "matrix": {
-        "clusters": ["local"], "presets": ["tiny", "dit-xl-2"], "shapes": [{"height": 64, "width": 64}]}}))
-    assert {p.plan.model["preset"] for p in presets.points} == {"tiny", "dit-xl-2"}
+        "clusters": ["local"], "presets": ["tiny", "class-dit-xl"], "shapes": [{"height": 64, "width": 64}]}}))
+    assert {p.plan.model["preset"] for p in presets.points} == {"tiny", "class-dit-xl"}
 
 
 def test_ids_are_stable_when_points_are_added():
