@@ -14,10 +14,34 @@ from runtime.rank_env import RankEnv
 DEFAULT_TIMEOUT_S = int(os.environ.get("SPORCH_DIST_TIMEOUT_S", "300"))
 
 
+class DeviceError(RuntimeError):
+    """A rank has no GPU of its own."""
+
+
+def gpu_index(*, rank: int, local_rank: int, visible: int, per_task: bool = False) -> int:
+    """The CUDA device index for a rank: its local index among the GPUs it sees; where the
+    launcher binds GPUs per task (``per_task``: Slurm ``--gpus-per-task``, each task sees only
+    its own) and the local index is past them, the task's first GPU. Two ranks of one node never
+    share a GPU: any other rank whose local index has no visible GPU is refused (NCCL would
+    fail later with "Duplicate GPU detected")."""
+    if visible < 1:
+        raise DeviceError(f"rank {rank} (local index {local_rank}) sees no GPU; check CUDA_VISIBLE_DEVICES "
+                          f"and the job's GPU request")
+    if local_rank < visible:
+        return local_rank
+    if per_task:
+        return 0
+    raise DeviceError(
+        f"rank {rank} (local index {local_rank}) has no GPU of its own: only {visible} GPU(s) visible on "
+        f"this node; start at most {visible} tasks per node, or request one GPU per task")
+
+
 def pick_device(env: RankEnv) -> torch.device:
-    """The rank's device: its local GPU on CUDA machines, else the CPU."""
+    """The rank's device: its own GPU on CUDA machines (see :func:`gpu_index`), else the CPU."""
     if torch.cuda.is_available() and os.environ.get("SPORCH_FORCE_CPU") != "1":
-        index = env.local_rank % torch.cuda.device_count()
+        per_task = env.source == "slurm" and bool(os.environ.get("SLURM_GPUS_PER_TASK"))
+        index = gpu_index(rank=env.rank, local_rank=env.local_rank, visible=torch.cuda.device_count(),
+                          per_task=per_task)
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")

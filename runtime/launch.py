@@ -53,6 +53,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     # torch is imported here, not at module import, so `--help` stays fast.
     import torch.distributed as dist
 
+    from runtime.attention.select import selected_kernel
     from runtime.checkpoint import Progress, RequeueRequested, restart_count
     from runtime.distributed import init_distributed, pick_device, shutdown
     from runtime.parallel import ParallelContext
@@ -83,6 +84,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         progress = Progress(output_dir=output_dir, rank=env.rank)
         progress.install_signal_handler()
         metrics = run_workload(plan, ctx, device, progress)
+        metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.get("dtype") or "float32"))
         status = "completed"
     except RequeueRequested as exc:
         status, error = "requeued", {"rank": env.rank, "error": str(exc)}

@@ -5,32 +5,35 @@ GQA first), ``scale`` and ``causal`` (top-left aligned: query ``i`` sees keys ``
 and returns ``(out [B, H, Sq, Dv], lse [B, H, Sq] float32)``; ``out`` is in the kernel's
 compute dtype (the input dtype, or float32 for ``math``).
 
-Backends (``available_backends(device, dtype)`` lists those usable here, fastest first):
+Kernels (when each is usable, and the preference per GPU architecture, live in
+``runtime.attention.select``; ``available_backends(device, dtype)`` lists the usable ones
+here, preferred first):
 
-* ``flash_attn``  - ``flash_attn.flash_attn_func`` (CUDA, fp16/bf16), when importable.
-* ``cuda_flash``  - ``aten._scaled_dot_product_flash_attention`` (CUDA, fp16/bf16).
+* ``cudnn``       - ``aten._scaled_dot_product_cudnn_attention`` (CUDA sm80+, fp16/bf16, cuDNN 9).
+* ``flash_attn3`` - ``flash_attn_interface.flash_attn_func`` (flash-attn 3, Hopper), when importable.
+* ``flash_attn``  - ``flash_attn.flash_attn_func`` (flash-attn 2, CUDA sm80+), when importable.
+* ``cuda_flash``  - ``aten._scaled_dot_product_flash_attention`` (CUDA sm80+, fp16/bf16).
 * ``cuda_efficient`` - ``aten._scaled_dot_product_efficient_attention`` (CUDA, fp32 too).
-* ``cudnn``       - ``aten._scaled_dot_product_cudnn_attention`` (CUDA; explicit only).
 * ``cpu_flash``   - ``aten._scaled_dot_product_flash_attention_for_cpu`` (CPU).
 * ``math``        - plain reference: softmax(q k^T * scale) v in float32 (float64 for
   float64 inputs). Always available.
 
-``backend="auto"`` picks the first available one.
+``backend="auto"`` picks the preferred usable one (``select.choose_kernel``).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable
 
 import torch
 
-__all__ = ["attention_block", "available_backends", "resolve_backend", "BACKENDS"]
+from runtime.attention.select import SPECS, probe, rank_kernels
+
+__all__ = ["attention_block", "local_attention", "available_backends", "resolve_backend", "KERNELS"]
 
 Kernel = Callable[..., "tuple[torch.Tensor, torch.Tensor]"]
-
-_HALF = (torch.float16, torch.bfloat16)
-
 
 def _math(q, k, v, scale: float, causal: bool):
     ct = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -78,53 +81,51 @@ def _flash_attn(q, k, v, scale: float, causal: bool):
     return out.transpose(1, 2), lse
 
 
-def _has_flash_attn() -> bool:
-    try:
-        import flash_attn  # type: ignore[import-not-found]  # noqa: F401
-    except Exception:  # noqa: BLE001 - a broken install counts as absent
-        return False
-    return True
+def _flash_attn3(q, k, v, scale: float, causal: bool):
+    import flash_attn_interface  # type: ignore[import-not-found]
+
+    if causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError("flash_attn3 aligns causal masks bottom-right; the ring only calls it with Sq == Sk")
+    fn = flash_attn_interface.flash_attn_func
+    # releases differ: older ones always return (out, lse), newer ones only when asked
+    kw = {"return_attn_probs": True} if "return_attn_probs" in inspect.signature(fn).parameters else {}
+    res = fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale=scale, causal=causal, **kw)
+    if not isinstance(res, tuple) or len(res) < 2:
+        raise RuntimeError("this flash_attn_interface returns no log-sum-exp; use another attention backend")
+    return res[0].transpose(1, 2), res[1]
 
 
-def _has_op(name: str) -> bool:
-    return hasattr(torch.ops.aten, name)
-
-
-# name -> (kernel, usable(device_type, dtype))
-BACKENDS: dict[str, tuple[Kernel, Callable[[str, torch.dtype], bool]]] = {
-    "flash_attn": (_flash_attn, lambda dev, dt: dev == "cuda" and dt in _HALF and _has_flash_attn()),
-    "cuda_flash": (_cuda_flash, lambda dev, dt: dev == "cuda" and dt in _HALF
-                   and _has_op("_scaled_dot_product_flash_attention")),
-    "cuda_efficient": (_cuda_efficient, lambda dev, dt: dev == "cuda" and dt in _HALF + (torch.float32,)
-                       and _has_op("_scaled_dot_product_efficient_attention")),
-    "cudnn": (_cudnn, lambda dev, dt: dev == "cuda" and dt in _HALF
-              and _has_op("_scaled_dot_product_cudnn_attention")),
-    "cpu_flash": (_cpu_flash, lambda dev, dt: dev == "cpu" and dt in _HALF + (torch.float32, torch.float64)
-                  and _has_op("_scaled_dot_product_flash_attention_for_cpu")),
-    "math": (_math, lambda dev, dt: dt.is_floating_point),
+KERNELS: dict[str, Kernel] = {
+    "cudnn": _cudnn,
+    "flash_attn3": _flash_attn3,
+    "flash_attn": _flash_attn,
+    "cuda_flash": _cuda_flash,
+    "cuda_efficient": _cuda_efficient,
+    "cpu_flash": _cpu_flash,
+    "math": _math,
 }
-
-_AUTO_ORDER = ("flash_attn", "cuda_flash", "cuda_efficient", "cpu_flash", "math")
+assert set(KERNELS) == set(SPECS)
 
 
 def available_backends(device: torch.device | str, dtype: torch.dtype) -> list[str]:
-    dev = torch.device(device).type
-    return [name for name in _AUTO_ORDER if BACKENDS[name][1](dev, dtype)]
+    """Kernels usable for ``device`` and ``dtype`` on this machine, preferred first."""
+    return rank_kernels(probe(device, dtype))
 
 
 def resolve_backend(name: str, device: torch.device | str, dtype: torch.dtype) -> tuple[str, Kernel]:
-    """``(name, kernel)`` for ``name`` (or the fastest available for ``"auto"``)."""
-    dev = torch.device(device).type
+    """``(name, kernel)`` for ``name`` (or the preferred usable one for ``"auto"``)."""
+    if name != "auto" and name not in KERNELS:
+        raise ValueError(f"unknown attention backend {name!r}; known: {sorted(KERNELS)} or 'auto'")
+    facts = probe(device, dtype)
+    avail = rank_kernels(facts)
     if name == "auto":
-        avail = available_backends(device, dtype)
+        if not avail:
+            raise ValueError(f"no attention kernel takes {dtype} on {facts.device}; use a floating dtype")
         name = avail[0]
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; known: {sorted(BACKENDS)} or 'auto'")
-    kernel, usable = BACKENDS[name]
-    if not usable(dev, dtype):
-        raise ValueError(f"attention backend {name!r} is not usable for {dev} {dtype}; "
-                         f"available: {available_backends(device, dtype)}")
-    return name, kernel
+    if name not in avail:
+        raise ValueError(f"attention backend {name!r} is not usable for {facts.device} {dtype}; "
+                         f"available: {avail}")
+    return name, KERNELS[name]
 
 
 def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
@@ -134,3 +135,15 @@ def attention_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale:
         scale = 1.0 / math.sqrt(q.shape[-1])
     _, kernel = resolve_backend(backend, q.device, q.dtype)
     return kernel(q, k, v, scale, causal)
+
+
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, backend: str = "auto",
+                    scale: float | None = None) -> torch.Tensor:
+    """Full non-causal attention on one process with the selected kernel, ``[B, S, H, D]``
+    layout like ``usp_attention`` (``k, v`` may have fewer heads: GQA). Returns q's dtype. The
+    unsharded reference uses this so it runs the same kernel as the sharded path."""
+    h = q.shape[2]
+    if k.shape[2] != h:
+        k, v = (t.repeat_interleave(h // k.shape[2], dim=2) for t in (k, v))
+    out, _ = attention_block(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale, backend=backend)
+    return out.transpose(1, 2).to(q.dtype)

@@ -4,7 +4,8 @@ Ring rank ``r`` holds queries (and one KV block) for the contiguous global posit
 ``[r * block_len, (r + 1) * block_len)``. At step ``s`` it computes its queries against the
 KV block of ring rank ``(r - s) mod R`` while that block is already being forwarded to the
 next rank (the transfer for step ``s+1`` is posted before step ``s`` computes). Blocks are
-merged in float32 by log-sum-exp. ``R - 1`` blocks are sent; a ring of one sends nothing.
+merged by log-sum-exp into one float32 accumulator, in place (``utils.merge_block``; fused by
+torch.compile on CUDA). ``R - 1`` blocks are sent; a ring of one sends nothing.
 
 Padding: keys at positions ``>= seq_len`` are sliced off each block; a block that is all
 padding is skipped (it is still forwarded). Queries always see block 0's first key, so no
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from runtime.attention.comm_stats import CommStats
-from runtime.attention.utils import RingComm, merge_block
+from runtime.attention.utils import RingComm, merge_block, resolve_merge
 
 __all__ = ["ring_attention"]
 
@@ -25,14 +26,15 @@ __all__ = ["ring_attention"]
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel, scale: float,
                    group, ranks: list[int], index: int, block_len: int, seq_len: int, causal: bool = False,
                    kv_index: torch.Tensor | None = None, extra_kv: list[tuple[torch.Tensor, torch.Tensor]] = (),
-                   stats: CommStats | None = None, compute_dtype: torch.dtype | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   stats: CommStats | None = None, compute_dtype: torch.dtype | None = None,
+                   merge: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """q ``[B, Hq, Sq, D]`` (the first ``block_len`` rows are this ring rank's sequence block;
     any further rows are extra queries, e.g. text, that attend to every key), k/v
     ``[B, Hk, block_len, D]``; ``kv_index`` maps query heads to KV heads (None: identity).
     ``extra_kv``: blocks (e.g. text K/V, ``[B, Hk, T, D]``) every query attends to once.
     ``compute_dtype``: run the kernel in this dtype (blocks are cast just before the kernel,
-    so the ring still sends the input dtype). Returns float32 ``(out [B, Hq, Sq, Dv], lse [B, Hq, Sq])``."""
+    so the ring still sends the input dtype). ``merge``: ``"auto" | "eager" | "fused"``
+    (``utils.resolve_merge``). Returns float32 ``(out [B, Hq, Sq, Dv], lse [B, Hq, Sq])``."""
     R = len(ranks)
     if causal and q.shape[2] != block_len:
         raise ValueError("causal attention does not take extra (joint) queries")
@@ -45,6 +47,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel,
         t = t if kv_index is None else t.index_select(1, kv_index)
         return t.to(compute_dtype) if cast else t
 
+    merge_fn = resolve_merge(merge, q.device)
     out = lse = None
     if R == 1:
         kv_buf = None
@@ -85,12 +88,12 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel,
         if valid > 0:
             kk, vv = (kb, vb) if valid == block_len else (kb[:, :, :valid], vb[:, :, :valid])
             bo, bl = kernel(q, expand(kk), expand(vv), scale, block_causal)
-            out, lse = merge_block(out, lse, bo, bl)
+            out, lse = merge_block(out, lse, bo, bl, merge_fn)
         if R > 1 and step + 1 < R:
             comm.wait()
             kv_buf, spare = spare, kv_buf
     for tk, tv in extra_kv:
         bo, bl = kernel(q, expand(tk), expand(tv), scale, False)
-        out, lse = merge_block(out, lse, bo, bl)
+        out, lse = merge_block(out, lse, bo, bl, merge_fn)
     assert out is not None and lse is not None
     return out, lse

@@ -53,7 +53,7 @@ def _check(q, k, v, joint_q, joint_k, joint_v, ctx, seq_len):
 def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq_len: int | None = None,
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
-                  stats: CommStats | None = None):
+                  stats: CommStats | None = None, merge: str = "auto"):
     """Exact attention over the sequence sharded across ``ctx``'s sequence group.
 
     ``q [B, S_local, H, D]``, ``k, v [B, S_local, H_kv, D]`` are this rank's sequence chunk
@@ -67,7 +67,8 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq
     every rank of the sequence group). ``causal``: top-left causal over the global sequence
     (not with joint tokens). ``backend``: a name from ``runtime.attention.available_backends``
     or ``"auto"``. ``scale``: softmax scale, default ``1/sqrt(D)``. ``stats``: a
-    :class:`CommStats` that receives the bytes this rank sends per collective.
+    :class:`CommStats` that receives the bytes this rank sends per collective. ``merge``: how
+    ring blocks are merged, ``"auto" | "eager" | "fused"`` (``attention.utils.resolve_merge``).
 
     Collective over the sequence group: every rank of it must call with matching shapes.
     Any exception marks ``ctx`` broken (see ``ParallelContext.guard``).
@@ -115,7 +116,7 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq
         out, _ = ring_attention(qi, ki, vi, kernel=kernel, scale=scale, group=ctx.ring_group,
                                 ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
                                 seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
-                                compute_dtype=compute_dtype)
+                                compute_dtype=compute_dtype, merge=merge)
 
         # 4. Ulysses out (cast to the input dtype on the way)
         local = out_back(out[:, :, :block_len], ctx.ulysses_group, me, q_ranges, stats, dtype=q.dtype)

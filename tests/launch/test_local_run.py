@@ -59,6 +59,7 @@ def test_verify_sharded_equals_unsharded(case, tmp_path):
     assert result["status"] == "completed" and result["verified"] is True
     assert float(m.group(1)) == result["max_abs_err"]
     assert result["max_rel_err"] <= 1e-5
+    assert result["metrics"]["attention_kernel"] == "cpu_flash"  # what backend="auto" ran, recorded
     assert len(result["hosts"]) == 4
     plan = json.loads((run_dir / "plan.json").read_text())
     assert result["layout"] == plan["layout"]

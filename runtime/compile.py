@@ -1,0 +1,115 @@
+"""Regional compilation: every transformer block of a built DiT through ``torch.compile``.
+
+Each block of the model's ``*blocks`` module lists is compiled in place (``Module.compile``,
+static shapes: ``dynamic=False``; parameter names and the state dict are unchanged). The
+attention call stays outside the compiled code: the block's ``SequenceAttention`` argument is
+handed over as an :class:`EagerAttention` whose call is ``torch.compiler.disable``'d, so
+Dynamo splits the block at it (graph before, eager attention, graph after) and the selected
+kernel and the collectives of the sharded path run as they do eagerly. What is fused is the
+glue around attention: modulation, gating, norms, RoPE application, casts.
+
+Compiling happens on a block's first call (Dynamo traces, Inductor generates kernels); time
+that call with :func:`time_first_call` and report it apart from the steady step time
+(:meth:`CompileInfo.record`). Job option: ``workload.compile`` (true / false / unset = on
+for CUDA, off on CPU, where compiling takes longer than the tiny runs it would speed up).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+__all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "should_compile", "time_first_call"]
+
+
+@dataclass
+class CompileInfo:
+    """What :func:`compile_blocks` did, for result.json."""
+
+    enabled: bool
+    blocks: int = 0
+    backend: str | None = None
+    mode: str | None = None
+    reason: str = ""  # why it is off
+    first_call_s: float | None = None  # wall time of the first (compiling) call
+
+    def record(self, step_s: float | None = None) -> dict[str, Any]:
+        """Plain dict; with the steady step time, ``compile_s`` = first call - one step."""
+        d = asdict(self)
+        if self.first_call_s is not None and step_s is not None:
+            d["compile_s"] = max(0.0, self.first_call_s - step_s)
+        return d
+
+
+class EagerAttention:
+    """Calls the wrapped attention outside any compiled region."""
+
+    def __init__(self, inner: Callable[..., Any]) -> None:
+        self.inner = inner
+
+    @torch.compiler.disable
+    def __call__(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+@torch.compiler.disable
+def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
+    """Forward pre-hook: hand the block an :class:`EagerAttention` instead of the model's
+    sequence attention (found by type, positional or keyword)."""
+    from runtime.model.attention import SequenceAttention
+
+    def swap(a):
+        return EagerAttention(a) if isinstance(a, SequenceAttention) else a
+
+    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
+
+
+def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The model's transformer block lists: direct ``nn.ModuleList`` children whose name ends
+    in ``blocks`` (``blocks``; ``double_blocks``, ``single_blocks``)."""
+    return [(name, child) for name, child in model.named_children()
+            if isinstance(child, nn.ModuleList) and name.endswith("blocks")]
+
+
+def should_compile(option: bool | None, device: torch.device | str) -> bool:
+    """``workload.compile``: an explicit true/false wins; unset compiles on CUDA only."""
+    if option is not None:
+        return bool(option)
+    return torch.device(device).type == "cuda"
+
+
+def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "inductor",
+                   mode: str | None = None) -> CompileInfo:
+    """Compile each block of ``model`` in place (see the module docstring). ``mode``: a
+    ``torch.compile`` mode, e.g. ``"max-autotune-no-cudagraphs"``; CUDA graphs
+    (``"reduce-overhead"``) only pay where a region is launch-bound, and every attention call
+    ends a region. Calling it twice compiles nothing more."""
+    if not enabled:
+        return CompileInfo(enabled=False, reason="off (workload.compile)")
+    lists = block_lists(model)
+    if not lists:
+        return CompileInfo(enabled=False, reason=f"{type(model).__name__} has no '*blocks' module list")
+    count = 0
+    for _, blocks in lists:
+        for block in blocks:
+            if not getattr(block, "_sporch_compiled", False):
+                block.register_forward_pre_hook(_attention_outside, with_kwargs=True)
+                block.compile(dynamic=False, backend=backend, mode=mode)
+                block._sporch_compiled = True
+            count += 1
+    return CompileInfo(enabled=True, blocks=count, backend=backend, mode=mode)
+
+
+def time_first_call(info: CompileInfo, step: Callable[[], Any], sync: Callable[[], None] = lambda: None) -> Any:
+    """Run ``step`` once, synchronised, recording its wall time in ``info.first_call_s``
+    (compilation happens here when ``info.enabled``). Returns what ``step`` returns."""
+    sync()
+    start = time.perf_counter()
+    out = step()
+    sync()
+    info.first_call_s = time.perf_counter() - start
+    return out
