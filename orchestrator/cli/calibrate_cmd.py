@@ -18,9 +18,12 @@ CALIBRATION_FILE = "calibration.yaml"
 @click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False),
               help=f"Calibration file to write (default: CAMPAIGN_DIR/{CALIBRATION_FILE}).")
 @click.option("--cluster", "cluster_name", default=None, help="The cluster whose points to fit (several in DIR).")
+@click.option("--exclude", "exclude", multiple=True, metavar="POINT_ID",
+              help="Leave this point out of the fit (repeatable): held back to check the prediction.")
 @click.option("--fit", "fit_names", default=None,
               help="Comma-separated constants to fit (default: every one the points determine).")
-def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[str], fit_names: Optional[str]) -> None:
+def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[str], exclude: tuple,
+              fit_names: Optional[str]) -> None:
     """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md)."""
     from rich.table import Table
 
@@ -34,7 +37,7 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
         bad = [n for n in names if n not in FITTED]
         if bad:
             raise SporchError(f"--fit: unknown constant(s) {', '.join(bad)}; choose from {', '.join(FITTED)}")
-    obs, plans, cluster = campaign_observations(directory, cluster_name)
+    obs, plans, cluster = campaign_observations(directory, cluster_name, exclude)
     base = default_constants(cluster["gpu"]["model"])
     result = fit(obs, base, names)
     before, _ = cluster_constants(cluster)
@@ -54,6 +57,6 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
     for k in result.fitted:
         c.add_row(k, f"{before[k]:.4g}", f"{result.constants[k]:.4g}")
     con.print(c)
-    con.print(f"rms error {result.rms_relative_error:.1%}, max {result.max_relative_error:.1%}; held at defaults: "
+    con.print(f"rms error {result.rms_relative_error:.1%}, max {result.max_relative_error:.1%}; not fitted (default, or held at a bound): "
               f"{', '.join(result.held) or 'none'}")
     con.print(f"wrote {out}; use it with `calibration: {out.resolve()}` in the cluster descriptor")

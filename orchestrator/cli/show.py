@@ -127,15 +127,18 @@ def estimates_table(plan: Plan) -> Any:
     return t
 
 
+def ideal_s(e: dict) -> float:
+    """The planner's ideal step (compute + all-to-all + ring at nominal rates, no overlap)."""
+    return e["compute_s_per_step_ideal"] + e["all_to_all_s_per_step_ideal"] + e["ring_s_per_step_ideal"]
+
+
 def prediction_rows(e: dict) -> list[tuple[str, str]]:
     """The cost model's prediction beside the ideal (orchestrator.plan.cost)."""
     pred = e.get("predicted")
     if not pred:
         return []
-    from runtime.benchstats import ideal_ms_per_step  # torch-free
-
-    ideal = ideal_ms_per_step(e)
-    rows = [("predicted step", f"{pred['step_s']:.3f} s" + (f" (ideal {ideal / 1e3:.3f} s)" if ideal else "")
+    ideal = ideal_s(e)
+    rows = [("predicted step", f"{pred['step_s']:.3f} s" + (f" (ideal {ideal:.3f} s)" if ideal else "")
              + f", {pred['constants']}")]
     for term, value in pred["breakdown_s_per_step"].items():
         rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
@@ -184,14 +187,12 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> An
     cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "GiB/GPU", "fits"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("layout", "fits") else "right", no_wrap=c == "layout")
-    from runtime.benchstats import ideal_ms_per_step  # torch-free
-
     for i, r in enumerate(ranked, 1):
         pred, e = r.predicted, r.plan.estimates
         mark = ("  <- auto" if chosen is not None and r.layout == chosen else "") + (
             "  <- job" if requested is not None and r.layout == requested else "")
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{r.job_s:.4g}",
                   *[f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS],
-                  f"{(ideal_ms_per_step(e) or 0) / 1e3:.4g}", f"{e['memory_gib_per_gpu']:.1f}",
+                  f"{ideal_s(e):.4g}", f"{e['memory_gib_per_gpu']:.1f}",
                   "yes" if r.fits else "[red]no[/red]")
     return t

@@ -214,19 +214,22 @@ def fit(observations: Sequence[Observation], base: Mapping[str, float],
 
 
 # -- campaign points ---------------------------------------------------------------------------
-def campaign_observations(directory: str | Path, cluster: Optional[str] = None
+def campaign_observations(directory: str | Path, cluster: Optional[str] = None, exclude: Iterable[str] = ()
                           ) -> tuple[list[Observation], list[Any], dict[str, Any]]:
     """(observations, their plans, the cluster descriptor) of a campaign's completed points.
 
     Measured: ``step_ms_median`` of result.json; the plan: the point's plan.json. All points
-    must share one cluster (``cluster`` picks one when the campaign spans several)."""
+    must share one cluster (``cluster`` picks one when the campaign spans several); points whose
+    id is in ``exclude`` are left out (held back to check the fit)."""
     from orchestrator.campaign.collect import collect
     from orchestrator.campaign.layout import PLAN_FILE, CampaignDir
     from orchestrator.plan.cost import inputs_from_plan
     from orchestrator.plan.schema import Plan
 
     cdir = CampaignDir(Path(directory))
-    rows = [r for r in collect(directory, references=[]) if r.ok and r.metrics.get("step_ms_median")]
+    skip = set(exclude)
+    rows = [r for r in collect(directory, references=[])
+            if r.ok and r.metrics.get("step_ms_median") and r.id not in skip]
     clusters = sorted({str(r.values["cluster"]) for r in rows})
     if cluster is not None:
         rows = [r for r in rows if str(r.values["cluster"]) == cluster]
