@@ -5,7 +5,8 @@ in docs/contracts.md (result files) and read by orchestrator.campaign.metrics.
 
 - :func:`step_summary`: median, p90, min over the timed steps (warm-up excluded by the
   caller), tokens/s, achieved TFLOP/s per GPU and fraction of the GPU's peak (FLOPs from the
-  planner's estimate), the planner's ideal step time beside the measured one.
+  planner's estimate), the planner's ideal and predicted (cost model) step times beside the
+  measured one.
 - :func:`provenance`: sporch version and git revision, torch version, cluster descriptor,
   node list, Slurm job / array ids.
 """
@@ -59,6 +60,8 @@ def step_summary(step_ms: Sequence[float], *, tokens_per_step: int, estimates: d
     out["peak_fraction"] = (out["tflops_per_gpu"] / peak_tflops
                             if out["tflops_per_gpu"] is not None and peak_tflops else None)
     out["ideal_ms_per_step"] = ideal_ms_per_step(estimates)
+    predicted = (estimates.get("predicted") or {}).get("step_s")
+    out["predicted_ms_per_step"] = predicted * 1e3 if predicted is not None else None
     out["ideal_comm_bytes_per_step"] = estimates.get("comm_bytes_per_rank_per_step")
     return out
 

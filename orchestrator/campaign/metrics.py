@@ -29,6 +29,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("peak_fraction", "fraction", "higher", "of peak"),
     Metric("comm_bytes_per_step", "bytes", "lower", "bytes sent per rank per step"),
     Metric("ideal_ms_per_step", "ms", "lower", "planner's ideal step"),
+    Metric("predicted_ms_per_step", "ms", "lower", "cost model's predicted step"),
+    Metric("prediction_error", "fraction", "lower", "predicted / measured step - 1"),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
@@ -39,6 +41,9 @@ GIB = 1024**3
 def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
     """``name`` from a result.json dict (None when absent)."""
     metrics = result.get("metrics") or {}
+    if name == "prediction_error":
+        pred, measured = metric_value(result, "predicted_ms_per_step"), metric_value(result, "step_ms_median")
+        return pred / measured - 1 if pred is not None and measured else None
     if name == "peak_memory_gib":
         raw = metrics.get("peak_memory_bytes")
         return None if raw is None else raw / GIB

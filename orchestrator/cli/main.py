@@ -18,6 +18,7 @@ from orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("orchestrator.cli.calibrate_cmd:calibrate", "Fit the cost model to a campaign's measured points."),
     "campaign": ("orchestrator.cli.campaign_cmd:campaign", "Benchmark campaigns: plan a sweep, report, compare."),
     "cancel": ("orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
     "clusters": ("orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),

@@ -1,4 +1,5 @@
-"""``sporch plan``: layout, warnings, rank/group map and estimates (or the Plan as JSON)."""
+"""``sporch plan``: layout, warnings, rank/group map and estimates (or the Plan as JSON);
+``--rank``: every feasible layout ranked by predicted step time."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 @job_arguments
 @click.option("--json", "as_json", is_flag=True, help="Print the Plan as JSON (the runtime's input).")
 @click.option("--all-ranks", is_flag=True, help="List every rank, even for big worlds.")
-def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_ranks: bool) -> None:
+@click.option("--rank", "rank_layouts", is_flag=True,
+              help="Rank every feasible layout by predicted step time, with memory fit (--json: as JSON).")
+def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_ranks: bool,
+         rank_layouts: bool) -> None:
     """Plan JOB.yaml on --cluster: layout, rank/group map, estimates."""
     from orchestrator.plan.planner import make_plan
 
     cluster, job = load(cluster_ref, job_path, overrides)
+    if rank_layouts:
+        _rank(cluster, job, as_json)
+        return
     p = make_plan(cluster, job)
     if as_json:
         click.echo(p.to_json())
@@ -24,3 +31,38 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
     from orchestrator.cli.show import print_plan
 
     print_plan(p, console(), all_ranks=all_ranks)
+
+
+def _rank(cluster, job, as_json: bool) -> None:
+    import json
+
+    from orchestrator.errors import SporchError
+    from orchestrator.plan.layouts import compact
+    from orchestrator.plan.ranking import pick, rank_feasible
+
+    ctx, ranked = rank_feasible(cluster, job)
+    chosen, reason = pick(ctx, ranked)
+    try:  # the layout the job itself asks for (it may be infeasible: ranking still helps)
+        from orchestrator.plan.planner import make_plan
+
+        requested = make_plan(cluster, job).layout
+    except SporchError:
+        requested = None
+    if as_json:
+        click.echo(json.dumps({
+            "cluster": cluster.name, "world_size": ctx.world_size, "auto": compact(chosen.layout), "reason": reason,
+            "requested": compact(requested) if requested else None,
+            "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
+                         "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"], **r.predicted}
+                        for r in ranked],
+        }, indent=2))
+        return
+    from rich.markup import escape
+
+    from orchestrator.cli.show import ranking_table
+
+    con = console()
+    con.print(ranking_table(ranked, chosen.layout, requested))
+    con.print(f"[cyan]note[/cyan] {escape(reason)}", soft_wrap=True)
+    if not any(r.fits for r in ranked):
+        con.print("[yellow]warning[/yellow] no layout fits in 90% of GPU memory; use more GPUs or a bigger GPU")

@@ -121,9 +121,30 @@ def estimates_table(plan: Plan) -> Any:
         ("ideal all-to-all per step", f"{e['all_to_all_s_per_step_ideal']:.3f} s at {e['all_to_all_gb_per_s']:g} GB/s"),
         ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
+    rows += prediction_rows(e)
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def ideal_s(e: dict) -> float:
+    """The planner's ideal step (compute + all-to-all + ring at nominal rates, no overlap)."""
+    return e["compute_s_per_step_ideal"] + e["all_to_all_s_per_step_ideal"] + e["ring_s_per_step_ideal"]
+
+
+def prediction_rows(e: dict) -> list[tuple[str, str]]:
+    """The cost model's prediction beside the ideal (orchestrator.plan.cost)."""
+    pred = e.get("predicted")
+    if not pred:
+        return []
+    ideal = ideal_s(e)
+    rows = [("predicted step", f"{pred['step_s']:.3f} s" + (f" (ideal {ideal:.3f} s)" if ideal else "")
+             + f", {pred['constants']}")]
+    for term, value in pred["breakdown_s_per_step"].items():
+        rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
+    fixed = f" incl. fixed {pred['fixed_s']:.3g} s" if pred["fixed_s"] else ""
+    rows.append(("predicted job", f"{pred['job_s']:.1f} s{fixed}"))
+    return rows
 
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
@@ -133,6 +154,8 @@ def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True
 
     for w in plan.warnings:
         con.print(f"[yellow]warning[/yellow]   {escape(w)}", soft_wrap=True)
+    if plan.estimates.get("layout_choice"):
+        con.print(f"[cyan]note[/cyan]      {escape(plan.estimates['layout_choice'])}", soft_wrap=True)
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))
@@ -145,3 +168,31 @@ def _count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f}"
+
+
+#: Short column headers of the cost model's terms (plan --rank).
+TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all_to_all": "a2a",
+                "ring_merge": "merge", "ring_exposed": "ring exp", "overhead": "ovh"}
+
+
+def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
+    """``plan --rank``: every feasible layout, fastest predicted first (orchestrator.plan.ranking)."""
+    from rich.table import Table
+
+    from orchestrator.plan.cost import TERMS
+    from orchestrator.plan.layouts import compact
+
+    t = Table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
+                    "layout dp x cfg x ring x ulysses)", title_justify="left")
+    cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "GiB/GPU", "fits"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("layout", "fits") else "right", no_wrap=c == "layout")
+    for i, r in enumerate(ranked, 1):
+        pred, e = r.predicted, r.plan.estimates
+        mark = ("  <- auto" if chosen is not None and r.layout == chosen else "") + (
+            "  <- job" if requested is not None and r.layout == requested else "")
+        t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{r.job_s:.4g}",
+                  *[f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS],
+                  f"{ideal_s(e):.4g}", f"{e['memory_gib_per_gpu']:.1f}",
+                  "yes" if r.fits else "[red]no[/red]")
+    return t

@@ -103,6 +103,11 @@ class ClusterSpec:
     setup: List[str] = field(default_factory=list)  # batch-script lines before srun
     python: str = "python"
     login: Optional[LoginSpec] = None
+    # Cost-model calibration (docs/plan.md): a file written by `sporch calibrate` (relative to
+    # this descriptor), whose constants the loader copies into calibration_constants; constants
+    # given inline win over the file's.
+    calibration: Optional[str] = None
+    calibration_constants: Dict[str, float] = field(default_factory=dict)
     source: str = ""  # file it was loaded from (filled in by the loader)
 
     @property
@@ -163,6 +168,10 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
     if c.login is not None and c.login.host_key_policy not in HOST_KEY_POLICIES:
         raise bad("login.host_key_policy",
                   f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
+    if c.calibration_constants:
+        from orchestrator.plan.calibration import check_constants
+
+        check_constants(c.calibration_constants, f"{source}: 'calibration_constants'")
     if c.login is not None and not c.login.host:
         raise bad("login.host", "must be a host name")
     return c
@@ -181,6 +190,12 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
         cfg["name"] = p.stem
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
     spec.source = str(p.resolve())
+    if spec.calibration:
+        from orchestrator.plan.calibration import load_constants
+
+        cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
+        spec.calibration = str(cal)
+        spec.calibration_constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}
     return validate_cluster(spec, str(p))
 
 

@@ -7,7 +7,7 @@ the numbers and the fix. Rejections list every feasible layout on that cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from orchestrator.errors import SporchError
 from orchestrator.plan.schema import DIMS, Layout
@@ -217,9 +217,16 @@ def preference(ctx: LayoutContext, lay: Layout) -> tuple:
     return (spans, uneven, -U, -lay.ring, -lay.cfg, lay.dp)
 
 
-def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue]) -> tuple[Layout, list[str]]:
+#: ``choose(ctx, candidates) -> Layout``: picks among the feasible completions of ``auto``.
+Chooser = Callable[[LayoutContext, list[Layout]], Layout]
+
+
+def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
+                   choose: Optional[Chooser] = None) -> tuple[Layout, list[str]]:
     """Requested dims (int, "auto" or None = default) -> (accepted Layout, warnings).
 
+    ``auto`` dims are filled by ``choose`` (the planner passes the fastest-predicted chooser of
+    orchestrator.plan.ranking); without one, by :func:`preference`.
     Raises LayoutError (with the feasible list) when the request cannot be met.
     """
     defaults = default_sizes(ctx)
@@ -263,5 +270,5 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue]) -> tuple[
             + feasible_text(ctx, feas),
             feas,
         )
-    lay = min(matching, key=lambda lay: preference(ctx, lay))
+    lay = choose(ctx, matching) if choose else min(matching, key=lambda lay: preference(ctx, lay))
     return lay, check_warnings(ctx, lay)

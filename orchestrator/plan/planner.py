@@ -5,6 +5,7 @@ from __future__ import annotations
 from orchestrator.config.cluster import ClusterSpec
 from orchestrator.config.job import PARALLEL_DIMS, JobSpec, resolve_model, sequence_shape
 from orchestrator.errors import SporchError
+from orchestrator.plan.cost import with_prediction
 from orchestrator.plan.estimates import GIB, estimate
 from orchestrator.plan.layouts import (
     LayoutContext,
@@ -13,6 +14,7 @@ from orchestrator.plan.layouts import (
     padded_length,
     resolve_layout,
 )
+from orchestrator.plan.ranking import FastestChooser
 from orchestrator.plan.schema import Plan
 
 
@@ -40,7 +42,8 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     requested = {d: getattr(job.parallel, d) for d in PARALLEL_DIMS}
-    layout, warnings = resolve_layout(ctx, requested)
+    chooser = FastestChooser(cluster, job)
+    layout, warnings = resolve_layout(ctx, requested, choose=chooser)
 
     degree = layout.ring * layout.ulysses
     padded = padded_length(seq_len, degree)
@@ -87,6 +90,8 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
         "spec": spec,
     }
     est = estimate(model, workload, layout, sequence, heads, cluster_d)
+    if chooser.reason:
+        est["layout_choice"] = chooser.reason
     if not est["fits"]:
         warnings.append(
             f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
@@ -103,7 +108,7 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
             f"{est['compute_s_per_step_ideal']:.3g} s on {cluster.name} "
             f"({cluster.intra_node.fabric} in a node, {cluster.inter_node.fabric} between nodes)"
         )
-    return Plan(
+    return with_prediction(Plan(
         layout=layout,
         world_size=layout.world_size,
         nodes=ctx.nodes,
@@ -118,4 +123,4 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
         heads=heads,
         estimates=est,
         warnings=tuple(warnings),
-    )
+    ))

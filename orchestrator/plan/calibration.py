@@ -1,0 +1,250 @@
+"""Fit the cost model's constants to measured points; read and write calibration files.
+
+The model (orchestrator.plan.cost) is linear in its parameters (1 / efficiency, latencies,
+overheads, fixed cost) once each point's ring regime is known (transfer hidden behind the
+attention block or exposed). :func:`fit` alternates: fix the regimes with the current constants,
+solve the weighted least squares (relative errors: each point weighted by 1 / measured), repeat
+until the regimes stop changing. Columns are scaled to unit norm and a weak ridge pulls each
+parameter towards its prior (the GPU table's value), so a parameter the points cannot
+determine (no ring point: no p2p latency) stays at its prior instead of wandering. Parameters
+that come out past their bounds are held there (costs at 0, efficiencies at 1) and the rest
+refitted.
+
+Pure Python: a handful of parameters, normal equations, Gaussian elimination.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from orchestrator.errors import SporchError
+from orchestrator.plan.cost import (
+    CONSTANTS,
+    FITTED,
+    INVERSE,
+    CostInputs,
+    constants_from,
+    features,
+    parameters,
+    predict,
+)
+
+FORMAT_VERSION = 1
+#: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
+RIDGE = 1e-6
+MAX_ITERATIONS = 50
+
+
+# -- files ------------------------------------------------------------------------------------
+def check_constants(values: Mapping[str, Any], where: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if k not in CONSTANTS:
+            raise SporchError(f"{where}: unknown constant {k!r}; known: {', '.join(CONSTANTS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise SporchError(f"{where}: {k} must be a number, got {v!r}")
+        positive = k in INVERSE or k in ("parallel_units", "hbm_gb_per_s")
+        if v < 0 or (positive and v == 0):
+            raise SporchError(f"{where}: {k} must be {'> 0' if positive else '>= 0'}, got {v}")
+        out[k] = float(v)
+    return out
+
+
+def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, float]:
+    """The ``constants`` of a calibration file (one-line errors for a missing or bad file)."""
+    import yaml
+
+    p = Path(path)
+    where = where or str(p)
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError:
+        raise SporchError(f"{where}: calibration file {p} not found; write one with `sporch calibrate DIR --out {p}`")
+    except yaml.YAMLError as e:
+        raise SporchError(f"{where}: {p} is not YAML ({' '.join(str(e).split())[:120]})")
+    if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):
+        raise SporchError(f"{where}: {p} has no 'constants' mapping (is it a file from `sporch calibrate`?)")
+    return check_constants(doc["constants"], f"{p}: constants")
+
+
+def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any]) -> Path:
+    """The calibration file (YAML): metadata, fit quality, every constant of the model."""
+    import yaml
+
+    p = Path(path)
+    doc = {
+        "sporch_calibration": FORMAT_VERSION,
+        **dict(meta),
+        "points": len(result.observations),
+        "fitted": list(result.fitted),
+        "held": list(result.held),
+        "rms_relative_error": round(result.rms_relative_error, 6),
+        "max_relative_error": round(result.max_relative_error, 6),
+        "constants": {k: float(f"{result.constants[k]:.6g}") for k in CONSTANTS},
+    }
+    text = ("# Written by `sporch calibrate`; a cluster descriptor uses it with `calibration: <this file>`.\n"
+            + yaml.safe_dump(doc, sort_keys=False))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(p)  # nothing half-written
+    return p
+
+
+# -- fitting ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Observation:
+    inputs: CostInputs
+    measured_s: float
+    level: str = "step"  # "step": seconds per step; "job": seconds per job (steps + fixed costs)
+    label: str = ""
+
+
+def predicted_s(o: Observation, constants: Mapping[str, float]) -> float:
+    p = predict(o.inputs, constants)
+    return p.job_s if o.level == "job" else p.step_s
+
+
+@dataclass
+class FitResult:
+    constants: dict[str, float]
+    fitted: tuple[str, ...]
+    held: tuple[str, ...]
+    observations: tuple[Observation, ...]
+    predictions: list[float] = field(default_factory=list)
+
+    @property
+    def relative_errors(self) -> list[float]:
+        return [p / o.measured_s - 1 for p, o in zip(self.predictions, self.observations)]
+
+    @property
+    def rms_relative_error(self) -> float:
+        e = self.relative_errors
+        return math.sqrt(sum(x * x for x in e) / len(e)) if e else 0.0
+
+    @property
+    def max_relative_error(self) -> float:
+        return max((abs(x) for x in self.relative_errors), default=0.0)
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve the square system a x = b (Gaussian elimination, partial pivoting)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-300:
+            raise SporchError("calibration: the points do not determine the constants (singular system)")
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            if f:
+                for k in range(col, n + 1):
+                    m[r][k] -= f * m[col][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+    return x
+
+
+def _least_squares(rows: list[dict[str, float]], targets: list[float], names: list[str],
+                   prior: Mapping[str, float]) -> dict[str, float]:
+    """argmin sum (row . p - target)^2 + RIDGE |scaled (p - prior)|^2 over ``names``."""
+    norms = {k: math.sqrt(sum(r[k] ** 2 for r in rows)) or 1.0 for k in names}
+    n = len(names)
+    ata = [[0.0] * n for _ in range(n)]
+    aty = [0.0] * n
+    for r, y in zip(rows, targets):
+        v = [r[k] / norms[k] for k in names]
+        for i in range(n):
+            aty[i] += v[i] * y
+            for j in range(n):
+                ata[i][j] += v[i] * v[j]
+    for i, k in enumerate(names):
+        ata[i][i] += RIDGE
+        aty[i] += RIDGE * prior[k] * norms[k]
+    q = _solve(ata, aty)
+    return {k: q[i] / norms[k] for i, k in enumerate(names)}
+
+
+def fit(observations: Sequence[Observation], base: Mapping[str, float],
+        names: Iterable[str] = FITTED) -> FitResult:
+    """Constants that minimise the relative error of the predictions of ``observations``;
+    ``base`` gives the priors and every constant not fitted."""
+    obs = tuple(observations)
+    if not obs:
+        raise SporchError("calibration: no measured points to fit")
+    for o in obs:
+        if not (o.measured_s > 0 and math.isfinite(o.measured_s)):
+            raise SporchError(f"calibration: point {o.label or '?'} has no positive measured time ({o.measured_s})")
+    prior = parameters(base)
+    wanted = [k for k in FITTED if k in set(names)]
+    consts = dict(base)
+    held: set[str] = set()
+    regimes: Optional[list[bool]] = None
+    for _ in range(MAX_ITERATIONS):
+        rows = [features(o.inputs, consts, o.level) for o in obs]
+        active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
+        params = parameters(consts)
+        # weighted by 1 / measured: the residuals are relative errors
+        wrows = [{k: r[k] / o.measured_s for k in active} for r, o in zip(rows, obs)]
+        targets = [1.0 - sum(r[k] * params[k] for k in FITTED if k not in active) / o.measured_s
+                   for r, o in zip(rows, obs)]
+        solved = _least_squares(wrows, targets, active, prior) if active else {}
+        # bounds: efficiencies <= 1 (1 / e >= 1), costs >= 0; a parameter past its bound is held there
+        out = {k: (1.0 if k in INVERSE else 0.0) for k, v in solved.items() if (v < 1 if k in INVERSE else v < 0)}
+        if out:
+            held.update(out)
+            consts.update(out)
+            continue
+        consts = constants_from(solved, consts)
+        now = [predict(o.inputs, consts).ring_comm_bound for o in obs]
+        if now == regimes:
+            break
+        regimes = now
+    rows = [features(o.inputs, consts, o.level) for o in obs]
+    fitted = tuple(k for k in wanted if k not in held and any(r[k] for r in rows))
+    result = FitResult(constants=consts, fitted=fitted, held=tuple(k for k in FITTED if k not in fitted),
+                       observations=obs)
+    result.predictions = [predicted_s(o, consts) for o in obs]
+    return result
+
+
+# -- campaign points ---------------------------------------------------------------------------
+def campaign_observations(directory: str | Path, cluster: Optional[str] = None, exclude: Iterable[str] = ()
+                          ) -> tuple[list[Observation], list[Any], dict[str, Any]]:
+    """(observations, their plans, the cluster descriptor) of a campaign's completed points.
+
+    Measured: ``step_ms_median`` of result.json; the plan: the point's plan.json. All points
+    must share one cluster (``cluster`` picks one when the campaign spans several); points whose
+    id is in ``exclude`` are left out (held back to check the fit)."""
+    from orchestrator.campaign.collect import collect
+    from orchestrator.campaign.layout import PLAN_FILE, CampaignDir
+    from orchestrator.plan.cost import inputs_from_plan
+    from orchestrator.plan.schema import Plan
+
+    cdir = CampaignDir(Path(directory))
+    skip = set(exclude)
+    rows = [r for r in collect(directory, references=[])
+            if r.ok and r.metrics.get("step_ms_median") and r.id not in skip]
+    clusters = sorted({str(r.values["cluster"]) for r in rows})
+    if cluster is not None:
+        rows = [r for r in rows if str(r.values["cluster"]) == cluster]
+        if not rows:
+            raise SporchError(f"{directory}: no completed point on cluster {cluster!r} (clusters: "
+                              f"{', '.join(clusters) or 'none'})")
+    elif len(clusters) > 1:
+        raise SporchError(f"{directory} has points on {len(clusters)} clusters ({', '.join(clusters)}); "
+                          "pick one with --cluster NAME")
+    if not rows:
+        raise SporchError(f"{directory} has no completed point with a measured step time; run the campaign first")
+    obs, plans = [], []
+    for r in rows:
+        plan = Plan.load(str(cdir.point_dir(r.id) / PLAN_FILE))
+        plans.append(plan)
+        obs.append(Observation(inputs_from_plan(plan), r.metrics["step_ms_median"] / 1e3, "step",
+                               f"{r.id} {r.values['layout']}"))
+    return obs, plans, plans[0].cluster

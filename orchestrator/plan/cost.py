@@ -1,0 +1,291 @@
+"""Predicted step time of a Plan: a per-layer cost model with calibrated constants.
+
+Per rank and per layer (one DiT block; every rank of a sequence group does the same work, and
+dp / cfg replicas run independently, so one rank's time is the step time):
+
+    gemm        = gemm FLOPs / (peak x gemm_efficiency)
+    attention   = attention FLOPs / (peak x attention_efficiency x occupancy)
+    elementwise = tokens x hidden x elementwise_bytes / HBM bandwidth
+    all-to-all  = bytes / (link x link_efficiency)
+                  + 2 calls x (ulysses - 1) peers x a2a_latency_s                 (ulysses > 1)
+    ring merge  = (R - 1) merges of a block's output into the accumulator:
+                  query tokens x heads x head_dim x ring_merge_bytes / HBM bandwidth  (ring > 1)
+    ring        = R blocks (attention / R + its merge); each of the R - 1 K/V transfers
+                  (bytes / (link x link_efficiency) + p2p_latency_s) hides behind one block:
+                  exposed = (R - 1) x max(0, transfer - block)                   (ring > 1)
+    overhead    = layer_overhead_s
+
+    step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
+                     + overhead)
+    job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
+
+``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
+sample of a ring block: few heads per rank or short local sequences leave SMs idle.
+
+Constants come from the GPU model's row of ``data/gpus.yaml``, overridden by the cluster
+descriptor's calibration (``calibration:`` file -> ``calibration_constants``). Every term is a
+constant times a feature of the plan, except the ring's max(); :func:`features` gives that
+linear form (for :mod:`.calibration`), :func:`predict` the times. docs/plan.md explains the
+terms and their limits.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+#: Constants of the model (the GPU table's columns); FITTED are the ones calibration fits.
+CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
+             "ring_merge_bytes", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
+FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "ring_merge_bytes", "link_efficiency",
+          "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
+#: Constants that enter as 1 / value (rates); the others enter as they are (costs).
+INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency")
+#: Breakdown terms, in display order.
+TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead")
+A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
+TILE_ROWS = 128
+GPU_TABLE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
+
+
+# -- constants ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def gpu_table() -> tuple[dict[str, Any], ...]:
+    import yaml
+
+    with open(GPU_TABLE, encoding="utf-8") as fh:
+        return tuple(yaml.safe_load(fh)["gpus"])
+
+
+def gpu_entry(model: str) -> dict[str, Any]:
+    """The table row whose ``match`` patterns match ``model`` (case-insensitive); ``generic`` last."""
+    name = (model or "").lower()
+    for row in gpu_table():
+        if any(fnmatch.fnmatchcase(name, pat.lower()) for pat in row["match"]):
+            return row
+    return gpu_table()[-1]
+
+
+def default_constants(gpu_model: str) -> dict[str, float]:
+    row = gpu_entry(gpu_model)
+    return {k: float(row[k]) for k in CONSTANTS}
+
+
+def _get(section: Any, key: str, default: Any = None) -> Any:
+    """``section[key]`` for a dict, ``section.key`` for a dataclass (the Plan's sections after
+    the Plan contract becomes typed); ``default`` when absent."""
+    if isinstance(section, Mapping):
+        return section.get(key, default)
+    return getattr(section, key, default)
+
+
+def cluster_constants(cluster: Any) -> tuple[dict[str, float], str]:
+    """(constants, where they come from) for a cluster descriptor (dict or ClusterSpec)."""
+    gpu = _get(cluster, "gpu")
+    model = str(_get(gpu, "model", "") or "")
+    consts = default_constants(model)
+    source = f"{gpu_entry(model)['name']} defaults"
+    calibrated = _get(cluster, "calibration_constants") or {}
+    if calibrated:
+        consts.update({k: float(v) for k, v in calibrated.items() if k in CONSTANTS})
+        source = f"calibration {_get(cluster, 'calibration') or '(inline)'}"
+    return consts, source
+
+
+# -- inputs: the one place that reads a Plan ------------------------------------------------
+@dataclass(frozen=True)
+class CostInputs:
+    """What the model needs of a plan (per rank)."""
+
+    peak_flops: float  # FLOP/s
+    layers: int
+    samples: int  # samples per rank per step (batch / dp, x2 with CFG on and cfg = 1)
+    seq_total: int  # image/video + joint text tokens of one sample (padded)
+    tokens_rank: int  # of them on this rank before the all-to-all
+    hidden: int
+    head_dim: int
+    q_heads_max: int  # query heads on the busiest Ulysses rank
+    ring: int
+    ulysses: int
+    gemm_flops: float  # per rank per step
+    attention_flops: float  # per rank per step (busiest rank)
+    a2a_bytes: float  # per layer
+    ring_bytes: float  # per layer, all R - 1 transfers
+    a2a_bw: float  # B/s, nominal
+    ring_bw: float  # B/s, nominal
+    steps: int
+    generation: bool  # the full pipeline runs (text encoder, VAE): fixed costs apply
+
+
+def inputs_from_plan(plan: Any) -> CostInputs:
+    """CostInputs from a Plan (or anything with its sections). Every read of plan fields in
+    the cost model is here."""
+    m, w, s, h, e = plan.model, plan.workload, plan.sequence, plan.heads, plan.estimates
+    layout = plan.layout
+    R, U = int(_get(layout, "ring")), int(_get(layout, "ulysses"))
+    layers = int(_get(e, "attention_calls_per_step"))
+    samples = int(_get(e, "samples_per_rank"))
+    text_rank = int(_get(e, "text_tokens_per_rank", 0) or 0)
+    seq_total = int(_get(s, "padded_len")) + text_rank * R * U
+    hidden, head_dim = int(_get(m, "hidden")), int(_get(m, "head_dim"))
+    q_heads = max(_get(h, "q_heads_per_rank"))
+    gemm = 2.0 * float(_get(e, "parameters")) * seq_total * samples / (R * U)
+    attention = 4.0 * seq_total * seq_total * head_dim * q_heads * layers * samples / R
+    gpu = _get(plan.cluster, "gpu")
+    return CostInputs(
+        peak_flops=float(_get(gpu, "bf16_tflops")) * 1e12,
+        layers=layers, samples=samples, seq_total=seq_total,
+        tokens_rank=int(_get(e, "tokens_per_rank")) + text_rank,
+        hidden=hidden, head_dim=head_dim, q_heads_max=q_heads, ring=R, ulysses=U,
+        gemm_flops=gemm, attention_flops=attention,
+        a2a_bytes=float(_get(e, "all_to_all_bytes_per_rank")),
+        ring_bytes=float(_get(e, "ring_bytes_per_rank")),
+        a2a_bw=float(_get(e, "all_to_all_gb_per_s")) * 1e9,
+        ring_bw=float(_get(e, "ring_gb_per_s")) * 1e9,
+        steps=int(_get(w, "steps")),
+        generation=_get(w, "kind") == "inference",
+    )
+
+
+# -- the model --------------------------------------------------------------------------------
+def occupancy(x: CostInputs, parallel_units: float) -> float:
+    tiles = x.samples * x.q_heads_max * math.ceil(x.seq_total / x.ring / TILE_ROWS)
+    return min(1.0, tiles / max(parallel_units, 1.0))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_s: float
+    job_s: float
+    attention: float  # per step, seconds, the terms of TERMS
+    gemm: float
+    elementwise: float
+    all_to_all: float
+    ring_merge: float
+    ring_exposed: float
+    overhead: float
+    fixed_s: float  # per job
+    ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
+
+    def breakdown(self) -> dict[str, float]:
+        return {t: getattr(self, t) for t in TERMS}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
+    """Seconds per layer of each term (ring: per transfer and per block, not yet combined)."""
+    L = x.layers
+    occ = occupancy(x, c["parallel_units"])
+    t = {
+        "gemm": x.gemm_flops / L / (x.peak_flops * c["gemm_efficiency"]),
+        "attention": x.attention_flops / L / (x.peak_flops * c["attention_efficiency"] * occ),
+        "elementwise": x.samples * x.tokens_rank * x.hidden * c["elementwise_bytes"] / (c["hbm_gb_per_s"] * 1e9),
+        "all_to_all": (x.a2a_bytes / (x.a2a_bw * c["link_efficiency"]) + _a2a_messages(x) * c["a2a_latency_s"]
+                       if x.ulysses > 1 else 0.0),
+        "overhead": c["layer_overhead_s"],
+    }
+    t["ring_merge"] = 0.0
+    if x.ring > 1:
+        t["ring_merge"] = (x.ring - 1) * _merge_elements(x) * c["ring_merge_bytes"] / (c["hbm_gb_per_s"] * 1e9)
+        t["ring_transfer"] = x.ring_bytes / (x.ring - 1) / (x.ring_bw * c["link_efficiency"]) + c["p2p_latency_s"]
+        t["ring_block"] = (t["attention"] + t["ring_merge"]) / x.ring
+    return t
+
+
+def _a2a_messages(x: CostInputs) -> int:
+    """Messages of one layer's all-to-alls on one rank: one per peer and call."""
+    return A2A_CALLS_PER_LAYER * (x.ulysses - 1)
+
+
+def _merge_elements(x: CostInputs) -> float:
+    """Output elements one ring merge reads and writes (per layer, this rank)."""
+    return x.samples * (x.seq_total / x.ring) * x.q_heads_max * x.head_dim
+
+
+def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
+    t = _layer_terms(x, c)
+    L = x.layers
+    exposed, bound = 0.0, False
+    if x.ring > 1:
+        bound = t["ring_transfer"] > t["ring_block"]
+        exposed = (x.ring - 1) * max(0.0, t["ring_transfer"] - t["ring_block"])
+    step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead")}
+    step["ring_exposed"] = L * exposed
+    step_s = sum(step.values())
+    fixed = c["fixed_s"] if x.generation else 0.0
+    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed, fixed_s=fixed, ring_comm_bound=bound, **step)
+
+
+def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict[str, float]:
+    """The prediction as sum(feature x parameter) over FITTED, in the regime (ring transfer
+    exposed or hidden) that the constants ``c`` put it in. Parameters: 1 / value for INVERSE
+    constants, the value for the others. ``level``: "step" (seconds per step) or "job"."""
+    L = x.layers
+    occ = occupancy(x, c["parallel_units"])
+    attn = x.attention_flops / (x.peak_flops * occ)
+    f = dict.fromkeys(FITTED, 0.0)
+    f["gemm_efficiency"] = x.gemm_flops / x.peak_flops
+    f["elementwise_bytes"] = L * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
+    f["layer_overhead_s"] = float(L)
+    if x.ulysses > 1:
+        f["link_efficiency"] += L * x.a2a_bytes / x.a2a_bw
+        f["a2a_latency_s"] = float(L * _a2a_messages(x))
+    f["attention_efficiency"] = attn
+    if x.ring > 1:
+        merge = L * (x.ring - 1) * _merge_elements(x) / (c["hbm_gb_per_s"] * 1e9)
+        f["ring_merge_bytes"] = merge
+        if predict(x, c).ring_comm_bound:
+            # + L (R-1) (transfer - block), block = (attention + merge) / (L R): both keep 1/R
+            f["attention_efficiency"] = attn / x.ring
+            f["ring_merge_bytes"] = merge / x.ring
+            f["link_efficiency"] += L * x.ring_bytes / x.ring_bw
+            f["p2p_latency_s"] = float(L * (x.ring - 1))
+    if level == "job":
+        f = {k: v * x.steps for k, v in f.items()}
+        f["fixed_s"] = 1.0 if x.generation else 0.0
+    return f
+
+
+def parameters(c: Mapping[str, float]) -> dict[str, float]:
+    """Constants -> the linear parameters of :func:`features`."""
+    return {k: (1.0 / c[k] if k in INVERSE else c[k]) for k in FITTED}
+
+
+def constants_from(params: Mapping[str, float], base: Mapping[str, float]) -> dict[str, float]:
+    out = dict(base)
+    for k, v in params.items():
+        out[k] = 1.0 / v if k in INVERSE else v
+    return out
+
+
+def predict_plan(plan: Any, constants: Optional[Mapping[str, float]] = None) -> Prediction:
+    """Prediction for a Plan with the given constants (default: its cluster's)."""
+    c = constants if constants is not None else cluster_constants(plan.cluster)[0]
+    return predict(inputs_from_plan(plan), c)
+
+
+def prediction_record(plan: Any) -> dict[str, Any]:
+    """What the Plan records under ``estimates["predicted"]`` (docs/plan.md)."""
+    consts, source = cluster_constants(plan.cluster)
+    p = predict(inputs_from_plan(plan), consts)
+    return {
+        "step_s": round(p.step_s, 9),
+        "job_s": round(p.job_s, 9),
+        "fixed_s": p.fixed_s,
+        "breakdown_s_per_step": {k: round(v, 9) for k, v in p.breakdown().items()},
+        "ring_comm_bound": p.ring_comm_bound,
+        "constants": source,
+    }
+
+
+def with_prediction(plan: Any) -> Any:
+    """``plan`` with ``estimates["predicted"]`` filled in (the planner's last step)."""
+    import dataclasses
+
+    return dataclasses.replace(plan, estimates={**plan.estimates, "predicted": prediction_record(plan)})

@@ -1,0 +1,61 @@
+"""Published scaling measurements (``data/published.yaml``) as plans and observations.
+
+Each case is one machine (one node of N GPUs) running one model and workload under several
+layouts; :func:`observations` plans every measured layout with sporch's planner and pairs the
+cost model's inputs with the published seconds per generation (a "job"-level observation:
+steps x step + fixed costs).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from orchestrator.plan.schema import Layout
+
+PUBLISHED = Path(__file__).resolve().parent / "data" / "published.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def cases() -> tuple[dict[str, Any], ...]:
+    import yaml
+
+    with open(PUBLISHED, encoding="utf-8") as fh:
+        return tuple(yaml.safe_load(fh)["cases"])
+
+
+def case(name: str) -> dict[str, Any]:
+    for c in cases():
+        if c["name"] == name:
+            return c
+    raise KeyError(name)
+
+
+def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None) -> Any:
+    """The Plan of ``layout`` for case ``c`` (a one-node cluster of layout.world_size GPUs)."""
+    from orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
+    from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+    from orchestrator.plan.planner import make_plan
+
+    cluster = validate_cluster(ClusterSpec(
+        name=c["name"], nodes=1, gpus_per_node=layout.world_size, gpu=GpuSpec(**c["gpu"]),
+        intra_node=IntraNodeSpec(**c["intra_node"]), calibration_constants=dict(constants or {}),
+    ), c["name"])
+    job = JobSpec(name=c["name"], model=ModelSpec(preset=c["model"]),
+                  workload=WorkloadSpec(kind="inference", dtype="bfloat16", **c["workload"]),
+                  parallel=ParallelSpec(**layout.sizes()))
+    return make_plan(cluster, validate_job(job, c["name"]))
+
+
+def layouts(c: dict[str, Any]) -> list[tuple[Layout, float]]:
+    return [(Layout(*m["layout"]), float(m["seconds"])) for m in c["measured"]]
+
+
+def observations(c: dict[str, Any]) -> list[Any]:
+    from orchestrator.plan.calibration import Observation
+    from orchestrator.plan.cost import inputs_from_plan
+    from orchestrator.plan.layouts import compact
+
+    return [Observation(inputs_from_plan(plan_case(c, lay)), seconds, "job", compact(lay))
+            for lay, seconds in layouts(c)]

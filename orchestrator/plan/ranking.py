@@ -1,0 +1,105 @@
+"""Every feasible layout of a job on a cluster, ranked by predicted step time; ``auto``'s chooser.
+
+Each candidate is planned for real (``make_plan`` with the layout fixed), so its memory check,
+bytes and FLOPs are the planner's own; :mod:`.cost` predicts its time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from orchestrator.plan.layouts import LayoutContext, compact, preference, short
+from orchestrator.plan.schema import Layout, Plan
+
+#: Predictions closer than this (relative) to the fastest count as ties, broken by the old
+#: preference (Ulysses inside a node, even heads, large Ulysses, then ring, cfg, dp): the
+#: model cannot tell such layouts apart (docs/plan.md).
+TIE = 0.02
+
+
+@dataclass(frozen=True)
+class Ranked:
+    layout: Layout
+    plan: Plan
+    step_s: float
+    job_s: float
+    fits: bool
+
+    @property
+    def predicted(self) -> dict[str, Any]:
+        return self.plan.estimates["predicted"]
+
+
+def plan_with_layout(cluster: Any, job: Any, layout: Layout) -> Plan:
+    from orchestrator.config.job import ParallelSpec
+    from orchestrator.plan.planner import make_plan
+
+    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())))
+
+
+def rank(cluster: Any, job: Any, layouts: list[Layout]) -> list[Ranked]:
+    """``layouts`` planned and sorted: layouts that fit first, then by predicted step time."""
+    out = []
+    for lay in layouts:
+        p = plan_with_layout(cluster, job, lay)
+        pred = p.estimates["predicted"]
+        out.append(Ranked(lay, p, pred["step_s"], pred["job_s"], bool(p.estimates["fits"])))
+    return sorted(out, key=lambda r: (not r.fits, r.step_s))
+
+
+def job_context(cluster: Any, job: Any) -> LayoutContext:
+    from orchestrator.config.job import resolve_model, sequence_shape
+    from orchestrator.plan.planner import layout_context
+
+    model = resolve_model(job.model)
+    seq_len, _grid = sequence_shape(model, job.workload)
+    return layout_context(cluster, job, model, seq_len)
+
+
+def rank_feasible(cluster: Any, job: Any) -> tuple[LayoutContext, list[Ranked]]:
+    """Every feasible layout of ``job`` on ``cluster`` (whatever its parallel section asks), ranked."""
+    from orchestrator.plan.layouts import LayoutError, feasible_layouts, feasible_text
+
+    ctx = job_context(cluster, job)
+    feas = feasible_layouts(ctx)
+    if not feas:
+        raise LayoutError(feasible_text(ctx, feas), feas)
+    return ctx, rank(cluster, job, feas)
+
+
+def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
+    """The fastest predicted layout that fits (ties within TIE broken by the old preference), and
+    a one-line reason."""
+    fitting = [r for r in ranked if r.fits]
+    pool = fitting or ranked
+    best = min(pool, key=lambda r: r.step_s)
+    ties = [r for r in pool if r.step_s <= best.step_s * (1 + TIE)]
+    chosen = min(ties, key=lambda r: preference(ctx, r.layout))
+    others = [r for r in pool if r is not chosen]
+    what = f"{len(pool)} completions that fit" if fitting else f"{len(pool)} completions (none fits in memory)"
+    reason = (f"auto chose {compact(chosen.layout)} ({short(chosen.layout)}): predicted "
+              f"{chosen.step_s:.4g} s/step, fastest of {what}")
+    if chosen is not best:
+        reason += (f"; {compact(best.layout)} is predicted {best.step_s:.4g} s/step, within {TIE:.0%}, "
+                   "so the layout preference (Ulysses inside a node, then ring) broke the tie")
+    elif others:
+        nxt = min(others, key=lambda r: r.step_s)
+        reason += f"; next {compact(nxt.layout)} {nxt.step_s:.4g} s/step ({nxt.step_s / chosen.step_s - 1:+.0%})"
+    return chosen, reason
+
+
+class FastestChooser:
+    """``auto``'s chooser for :func:`orchestrator.plan.layouts.resolve_layout`; ``reason`` holds
+    the one-line explanation after a choice among several completions."""
+
+    def __init__(self, cluster: Any, job: Any):
+        self.cluster, self.job = cluster, job
+        self.reason: Optional[str] = None
+
+    def __call__(self, ctx: LayoutContext, candidates: list[Layout]) -> Layout:
+        if len(candidates) == 1:
+            return candidates[0]
+        chosen, self.reason = pick(ctx, rank(self.cluster, self.job, candidates))
+        return chosen.layout
