@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import venv
@@ -10,6 +11,24 @@ import venv
 import pytest
 
 from orch_testutil import ROOT
+
+
+def _venv_seeing_this_interpreters_packages(env_dir):
+    """A fresh venv whose python also sees the running interpreter's site-packages (torch, jinja2, ...).
+
+    ``system_site_packages=True`` is not enough: inside a virtualenv it exposes the *base*
+    interpreter's packages, not the outer venv's. A .pth file that lists this interpreter's
+    site directories works in both cases, and (unlike ``addsitedir``) does not run their .pth
+    files, so the editable install of the checkout stays out of the way of the wheel.
+    """
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    inner = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    outer = [d for d in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(d)]
+    with open(os.path.join(inner, "zz_outer_site.pth"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(outer) + "\n")
+    return py
 
 
 @pytest.mark.slow
@@ -29,8 +48,7 @@ def test_wheel_ships_data_and_cli_works(tmp_path):
         assert needed in names
 
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
-    py = env_dir / "bin" / "python"
+    py = _venv_seeing_this_interpreters_packages(env_dir)
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--force-reinstall",
          "--ignore-installed", "-q", str(wheels[0])],
