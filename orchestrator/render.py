@@ -58,18 +58,18 @@ def render_context(plan: Plan, job_dir: str) -> dict[str, Any]:
 
     if not job_dir or re.search(r"\s", job_dir):
         raise SporchError(f"job dir {job_dir!r} must be a non-empty path without whitespace")
-    cluster = plan.cluster
+    cluster = plan.cluster.to_dict()
     slurm = dict(cluster["slurm"])
     slurm["mem"] = None if slurm.get("mem") in (None, "") else str(slurm["mem"])
     job_dir = job_dir.rstrip("/") or "/"
     return {
         "version": __version__,
         "plan": plan,
-        "name": plan.job["name"],
+        "name": plan.job.name,
         "cluster": cluster,
         "slurm": slurm,
         "gpu_directive": slurm["gpu_directive"],
-        "time": plan.job.get("time") or slurm["time"],
+        "time": plan.job.time or slurm["time"],
         "extra": [_sbatch_line(x) for x in slurm.get("extra", [])],
         "setup": list(cluster.get("setup", [])),
         "env": dict(cluster.get("env", {})),

@@ -45,13 +45,13 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     plan_path.write_text(plan.to_json(), encoding="utf-8")
 
     con = console(stderr=True)
-    con.print(f"[bold]run[/] {plan.job.get('name')} on {cluster.name}: {plan.layout.describe()} = "
+    con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
               f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {folder}")
     res = _run_with_progress(run_local, plan_path, folder, plan.world_size, timeout_s, con)
     _print_summary(res, plan, console())
     if not res.ok or res.result is None or res.result.get("status") != "completed":
         sys.exit(EXIT_FAILED)
-    if plan.workload.get("kind") == "verify" and not plan.job.get("entrypoint"):
+    if plan.workload.kind == "verify" and not plan.job.entrypoint:
         click.echo(f"max_abs_err={res.result.get('max_abs_err')!r}")
         if not res.result.get("verified", False):
             click.echo(

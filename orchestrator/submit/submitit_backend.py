@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
-import re
 import shlex
 from typing import Any, Dict, List
 
 from orchestrator.errors import SporchError
+from orchestrator.plan import rules
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
 
@@ -37,25 +36,12 @@ LOGS = {
 SCRUB_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
              "TORCHELASTIC_RUN_ID")
 
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
 def time_to_minutes(text: str) -> int:
-    """Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) ->
-    whole minutes, rounded up (submitit's ``timeout_min``)."""
-    m = _TIME_RE.match(str(text).strip())
-    if not m:
-        raise SporchError(f"time {text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-    days, a, b, c = m.groups()
-    if days is not None:  # D-HH[:MM[:SS]]
-        secs = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:  # HH:MM:SS
-        secs = int(a) * 3600 + int(b) * 60 + int(c)
-    elif b is not None:  # MM:SS
-        secs = int(a) * 60 + int(b)
-    else:  # MM
-        secs = int(a) * 60
-    return max(1, math.ceil(secs / 60))
+    """Slurm time -> whole minutes, rounded up (submitit's ``timeout_min``)."""
+    try:
+        return rules.time_to_minutes(text)
+    except ValueError as e:
+        raise SporchError(str(e)) from None
 
 
 def _extra_parameters(lines: List[str]) -> Dict[str, Any]:
@@ -75,7 +61,7 @@ def _extra_parameters(lines: List[str]) -> Dict[str, Any]:
 def setup_lines(request: SubmitRequest) -> List[str]:
     """Batch-script lines before srun: the cluster's setup, the Plan's env, the job's paths."""
     plan = request.plan
-    cluster = plan.cluster
+    cluster = plan.cluster.to_dict()
     jd = request.job_dir.rstrip("/") or "/"
     lines = list(cluster.get("setup", []))
     # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
@@ -92,12 +78,12 @@ def setup_lines(request: SubmitRequest) -> List[str]:
 def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
     """``AutoExecutor.update_parameters`` keywords for the request (pure; unit-tested)."""
     plan = request.plan
-    slurm = dict(plan.cluster["slurm"])
+    slurm = plan.cluster.slurm.to_dict()
     gpn = int(plan.gpus_per_node)
-    time = plan.job.get("time") or slurm["time"]
+    time = plan.job.time or slurm["time"]
     additional: Dict[str, Any] = {"requeue": True}
     params: Dict[str, Any] = {
-        "name": plan.job["name"],
+        "name": plan.job.name,
         "nodes": int(plan.nodes),
         "tasks_per_node": gpn,
         "cpus_per_task": int(slurm.get("cpus_per_task") or 1),
@@ -130,7 +116,7 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
 def python_command(request: SubmitRequest) -> str | None:
     """The cluster's ``python`` when it is not the default (``python``); None = submitit's
     default, this interpreter (``sys.executable``), which jobs on a shared filesystem see."""
-    py = str(request.plan.cluster.get("python") or "python")
+    py = request.plan.cluster.python or "python"
     return None if py in ("python", "python3") else py
 
 

@@ -182,8 +182,8 @@ def submit(prepared: Prepared, *, backend: str = DEFAULT_BACKEND, command: Seque
         submitted = impl.submit(request)
         plan = request.plan
         record = JobRecord(
-            id=store.unique_id(store.make_id(plan.job["name"], now)),
-            name=plan.job["name"],
+            id=store.unique_id(store.make_id(plan.job.name, now)),
+            name=plan.job.name,
             cluster=request.cluster,
             backend=submitted.backend,
             slurm_job_id=submitted.slurm_job_id,
@@ -192,7 +192,7 @@ def submit(prepared: Prepared, *, backend: str = DEFAULT_BACKEND, command: Seque
             command=list(command),
             world_size=plan.world_size,
             nodes=plan.nodes,
-            workload=str(plan.workload.get("kind", "")),
+            workload=plan.workload.kind,
             logs=dict(submitted.logs),
         )
         if host is not None:
@@ -240,7 +240,7 @@ def check(request: SubmitRequest):
     if request.remote:
         from orchestrator.remote.ssh import runner_for
 
-        return test_only(runner=runner_for(request.plan.cluster["login"]), script_text=request.script)
+        return test_only(runner=runner_for(request.plan.cluster.login), script_text=request.script)
     with tempfile.TemporaryDirectory(prefix="sporch-check-") as tmp:
         script = Path(tmp) / SCRIPT_FILE
         script.write_text(request.script, encoding="utf-8")
