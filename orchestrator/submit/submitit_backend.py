@@ -16,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import io
 import shlex
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL, Host
 from orchestrator.plan import rules
+from orchestrator.slurm.commands import SlurmCommandError, scancel, slurm_reason
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
+from orchestrator.submit.task import run_rank
 
 FOLDER = "submitit"
 SIGNAL_DELAY_S = 90
@@ -123,14 +126,12 @@ def python_command(request: SubmitRequest) -> str | None:
 class SubmititBackend:
     name = "submitit"
 
+    def __init__(self, host: Host = LOCAL) -> None:
+        self.host = host  # always this machine (get_backend refuses a remote host)
+
     def submit(self, request: SubmitRequest) -> Submitted:
         import submitit
 
-        from orchestrator.slurm.commands import SlurmCommandError, slurm_reason
-        from orchestrator.submit.task import run_rank
-
-        if request.remote:
-            raise SporchError("remote submission (cluster.login) is not available yet; submit on the login node")
         folder = f"{request.job_dir.rstrip('/')}/{FOLDER}"
         kwargs = {}
         py = python_command(request)
@@ -155,3 +156,6 @@ class SubmititBackend:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH", tool="sbatch",
                                     reason="command not found", returncode=None) from None
         return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        scancel(list(job_ids), host=self.host)
