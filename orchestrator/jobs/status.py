@@ -21,11 +21,12 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 from orchestrator.host import LOCAL, Host, host_for, read_tail
 from orchestrator.jobs import store
 from orchestrator.jobs.store import JobRecord
+from orchestrator.plan.files import JobFiles
 from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from orchestrator.slurm.query import sacct_states, squeue_states
 from orchestrator.slurm.states import TERMINAL_STATES
@@ -109,7 +110,7 @@ def is_terminal(state: str) -> bool:
 
 
 # -- the job directory --------------------------------------------------------------------------
-def _read_json(path: Path, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
+def _read_json(path: Union[str, Path], host: Host = LOCAL) -> Optional[Dict[str, Any]]:
     text = host.read_text(str(path))
     if text is None:
         return None
@@ -121,11 +122,11 @@ def _read_json(path: Path, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
 
 
 def read_result(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
-    return _read_json(Path(job_dir) / "result.json", host)
+    return _read_json(JobFiles(job_dir).result, host)
 
 
 def progress_step(job_dir: str, host: Host = LOCAL) -> Optional[int]:
-    data = _read_json(Path(job_dir) / "checkpoint" / "progress.json", host)
+    data = _read_json(JobFiles(job_dir).progress, host)
     if data and isinstance(data.get("step"), int):
         return data["step"]
     return None
@@ -151,7 +152,7 @@ def _rank_of(path: Path) -> Optional[int]:
 
 def failure_from_rank_files(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
     errors = []
-    folder = Path(job_dir) / "ranks"
+    folder = Path(JobFiles(job_dir).ranks)
     names = [n for n in host.listdir(str(folder)) if n.startswith("rank") and n.endswith(".json")]
     for p in sorted((folder / n for n in names), key=lambda q: _rank_of(q) or 0):
         rec = _read_json(p, host)

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional
 
 from orchestrator.errors import SporchError
 from orchestrator.host import Host, host_for
+from orchestrator.plan.files import RECORD_FILE, JobFiles
 
-RECORD_FILE = "record.json"
 SCHEMA = 1
 
 
@@ -122,7 +122,7 @@ def save(record: JobRecord, *, job_dir_copy: bool = True, host: Optional[Host] =
     host = host or host_for(record.remote)
     try:  # best effort: the home copy is the authority
         if host.exists(record.job_dir):
-            host.write_text(f"{record.job_dir}/{RECORD_FILE}", json.dumps(record.to_dict(), indent=2) + "\n")
+            host.write_text(JobFiles(record.job_dir).record, json.dumps(record.to_dict(), indent=2) + "\n")
     except (OSError, SporchError):
         pass
     return path

@@ -13,16 +13,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from orchestrator.host import LOCAL, Host
+from orchestrator.plan.files import LOG_LAYOUTS
 from orchestrator.slurm.commands import sbatch, scancel
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
 
-LOGS = {
-    "batch_out": "logs/{job_id}.out",
-    "batch_err": "logs/{job_id}.err",
-    "rank_out": "logs/{job_id}_{rank}.out",
-    "rank_err": "logs/{job_id}_{rank}.err",
-}
+LOGS = LOG_LAYOUTS["sbatch"]
 
 
 class SbatchBackend:

@@ -2,10 +2,10 @@
 
 One submitit job with ``nodes`` x ``tasks_per_node`` (= GPUs per node) tasks; each task calls
 :func:`orchestrator.submit.task.run_rank` with the Plan, which runs ``runtime.launch``.
-The Slurm request follows the Plan and its cluster: the cluster's GPU directive,
-partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``
-(submitit's default signal; USR1 is NCCL's), ``srun --kill-on-bad-exit=1`` so one failed rank
-ends the job, and the Plan's environment exported in the batch script.
+The Slurm request is the request's :class:`~orchestrator.submit.slurm_job.SlurmJob` (the same
+object the sbatch template renders), mapped onto submitit's parameters: the GPU directive,
+partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``,
+``srun --kill-on-bad-exit=1``, ``slurm.extra``, and the Plan's environment in the batch script.
 
 Files: ``<job_dir>/submitit/`` (submitit's pickles, ``<jobid>_submission.sh``, and the logs
 ``<jobid>_<rank>_log.out|err``; the batch script's own output goes to rank 0's files).
@@ -21,23 +21,18 @@ from typing import Any, Dict, List, Sequence
 from orchestrator.errors import SporchError
 from orchestrator.host import LOCAL, Host
 from orchestrator.plan import rules
+from orchestrator.plan.files import LOG_LAYOUTS
 from orchestrator.slurm.commands import SlurmCommandError, scancel, slurm_reason
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
 from orchestrator.submit.task import run_rank
 
-FOLDER = "submitit"
-SIGNAL_DELAY_S = 90
-LOGS = {
-    "batch_out": FOLDER + "/{job_id}_0_log.out",
-    "batch_err": FOLDER + "/{job_id}_0_log.err",
-    "rank_out": FOLDER + "/{job_id}_{rank}_log.out",
-    "rank_err": FOLDER + "/{job_id}_{rank}_log.err",
-}
+LOGS = LOG_LAYOUTS["submitit"]
 #: Launcher variables a task must not inherit from the submitter (the runtime would take them
 #: for torchrun's).
 SCRUB_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
              "TORCHELASTIC_RUN_ID")
+
 
 def time_to_minutes(text: str) -> int:
     """Slurm time -> whole minutes, rounded up (submitit's ``timeout_min``)."""
@@ -47,71 +42,47 @@ def time_to_minutes(text: str) -> int:
         raise SporchError(str(e)) from None
 
 
-def _extra_parameters(lines: List[str]) -> Dict[str, Any]:
-    """cluster.slurm.extra (``--reservation=x``, ``#SBATCH --foo``) -> submitit additional parameters."""
-    out: Dict[str, Any] = {}
-    for line in lines:
-        line = line.strip()
-        if line.startswith("#SBATCH"):
-            line = line[len("#SBATCH"):].strip()
-        if not line.startswith("--"):
-            raise SporchError(f"slurm.extra line {line!r} is not a long sbatch option (e.g. --reservation=NAME)")
-        key, eq, value = line[2:].partition("=")
-        out[key.replace("-", "_")] = value if eq else True
-    return out
-
-
 def setup_lines(request: SubmitRequest) -> List[str]:
     """Batch-script lines before srun: the cluster's setup, the Plan's env, the job's paths."""
-    plan = request.plan
-    cluster = plan.cluster.to_dict()
-    jd = request.job_dir.rstrip("/") or "/"
-    lines = list(cluster.get("setup", []))
+    job = request.job
+    lines = list(job.setup)
     # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
     # MASTER_PORT (from the job id) itself: runtime.rank_env, the same rule as the template.
     lines.append("unset " + " ".join(SCRUB_ENV))
-    for key, value in dict(cluster.get("env", {})).items():
+    for key, value in {**job.env, **job.job_env()}.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
-    lines.append(f"export SPORCH_JOB_DIR={shlex.quote(jd)}")
-    lines.append(f"export SPORCH_PLAN={shlex.quote(request.plan_path)}")
-    lines.append(f"mkdir -p {shlex.quote(jd + '/logs')}")
+    lines.append(f"mkdir -p {shlex.quote(job.files.logs)}")
     return lines
 
 
+#: SlurmJob's GPU option -> submitit's parameter.
+GPU_PARAMETERS = {"gpus-per-node": "gpus_per_node", "gres": "slurm_gres", "gpus-per-task": "slurm_gpus_per_task"}
+
+
 def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
-    """``AutoExecutor.update_parameters`` keywords for the request (pure; unit-tested)."""
-    plan = request.plan
-    slurm = plan.cluster.slurm.to_dict()
-    gpn = int(plan.gpus_per_node)
-    time = plan.job.time or slurm["time"]
-    additional: Dict[str, Any] = {"requeue": True}
+    """``AutoExecutor.update_parameters`` keywords for the request's SlurmJob (pure; unit-tested)."""
+    job = request.job
+    option, value = job.gpu_option()
     params: Dict[str, Any] = {
-        "name": plan.job.name,
-        "nodes": int(plan.nodes),
-        "tasks_per_node": gpn,
-        "cpus_per_task": int(slurm.get("cpus_per_task") or 1),
-        "timeout_min": time_to_minutes(time),
-        "slurm_signal_delay_s": SIGNAL_DELAY_S,
-        "slurm_srun_args": ["--kill-on-bad-exit=1"],
+        "name": job.name,
+        "nodes": job.nodes,
+        "tasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "timeout_min": time_to_minutes(job.time),
+        "slurm_signal_delay_s": job.signal_delay_s,
+        "slurm_srun_args": list(job.srun_args),
         "slurm_setup": setup_lines(request),
+        GPU_PARAMETERS[option]: int(value) if value.isdigit() else value,
     }
-    directive = slurm.get("gpu_directive", "gpus-per-node")
-    if directive == "gpus-per-node":
-        params["gpus_per_node"] = gpn
-    elif directive == "gres":
-        params["slurm_gres"] = f"gpu:{gpn}"
-    elif directive == "gpus-per-task":
-        params["slurm_gpus_per_task"] = 1
-    else:
-        raise SporchError(f"unknown gpu_directive {directive!r}")
-    for key in ("partition", "account", "qos", "constraint"):
-        if slurm.get(key) not in (None, ""):
-            params[f"slurm_{key}"] = str(slurm[key])
-    if slurm.get("mem") not in (None, ""):
-        additional["mem"] = str(slurm["mem"])
-    if slurm.get("exclusive"):
+    additional: Dict[str, Any] = {"requeue": True} if job.requeue else {}
+    for key, val in job.options.items():
+        if key == "mem":  # submitit's mem_gb would round; pass Slurm's own text
+            additional["mem"] = val
+        else:
+            params[f"slurm_{key}"] = val
+    if job.exclusive:
         params["slurm_exclusive"] = True
-    additional.update(_extra_parameters(list(slurm.get("extra", []))))
+    additional.update({k.replace("-", "_"): True if v is None else v for k, v in job.extra})
     params["slurm_additional_parameters"] = additional
     return params
 
@@ -119,7 +90,7 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
 def python_command(request: SubmitRequest) -> str | None:
     """The cluster's ``python`` when it is not the default (``python``); None = submitit's
     default, this interpreter (``sys.executable``), which jobs on a shared filesystem see."""
-    py = request.plan.cluster.python or "python"
+    py = request.job.python
     return None if py in ("python", "python3") else py
 
 
@@ -132,7 +103,7 @@ class SubmititBackend:
     def submit(self, request: SubmitRequest) -> Submitted:
         import submitit
 
-        folder = f"{request.job_dir.rstrip('/')}/{FOLDER}"
+        folder = request.job.files.submitit
         kwargs = {}
         py = python_command(request)
         if py:

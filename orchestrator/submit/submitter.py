@@ -94,7 +94,7 @@ def remove_job_dir(host: Host, job_dir: str, top: str) -> None:
 def write_files(request: SubmitRequest, host: Host = LOCAL) -> None:
     for rel, text in request.files().items():
         host.write_text(posixpath.join(request.job_dir, rel), text)
-    host.makedirs(posixpath.join(request.job_dir, "logs"))  # Slurm does not create the log folder
+    host.makedirs(request.job.files.logs)  # Slurm does not create the log folder
 
 
 def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND, command: Sequence[str] = (),
