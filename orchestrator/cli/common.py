@@ -28,6 +28,12 @@ def load(cluster_ref: str, job_path: str, overrides: Sequence[str]):
     return find_cluster(cluster_ref), load_job(job_path, overrides)
 
 
+def invocation() -> list:
+    """The argv given to ``sporch`` (``main`` passes it as the click context's obj)."""
+    obj = click.get_current_context().find_root().obj
+    return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]
+
+
 def console(stderr: bool = False) -> Any:
     from rich.console import Console
 

@@ -21,7 +21,8 @@ def _paths(rec, rank: Optional[int], stream: str) -> List[Path]:
         raise SporchError(f"job {rec.id} has ranks 0..{rec.world_size - 1}, not {rank}")
     kinds = {"out": ["out"], "err": ["err"], "both": ["out", "err"]}[stream]
     prefix = "rank" if rank is not None else "batch"
-    return [rec.log_path(f"{prefix}_{k}", rank) for k in kinds]
+    paths = [rec.log_path(f"{prefix}_{k}", rank) for k in kinds]
+    return list(dict.fromkeys(paths))  # a backend may write out and err into one file (local)
 
 
 def _emit(text: str, err_stream: bool) -> None:

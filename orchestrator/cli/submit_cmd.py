@@ -11,7 +11,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, console, job_arguments, load
+from orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
 
 
 @click.command("submit")
@@ -70,15 +70,15 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         if not res.accepted:
             raise SporchError(f"Slurm rejected the job: {res.reason}")
         if res.start_time:
-            click.echo(f"ok        Slurm would accept {req.plan.job['name']}: start at {res.start_time} using "
+            click.echo(f"ok        Slurm would accept {req.plan.job.name}: start at {res.start_time} using "
                        f"{res.processors} processors on {res.nodes}"
                        + (f" in partition {res.partition}" if res.partition else "") + " (nothing submitted)")
         else:
-            click.echo(f"ok        Slurm would accept {req.plan.job['name']} (nothing submitted)")
+            click.echo(f"ok        Slurm would accept {req.plan.job.name} (nothing submitted)")
         return
 
     prepared = submitter.prepare(cluster, job, job_dir=job_dir)
-    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line(_invocation()))
+    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line(invocation()))
     req = prepared.request
     if as_json:
         import json
@@ -96,9 +96,3 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
 
         code = wait_for(rec, timeout=None, interval=2.0, quiet=as_json)
         sys.exit(code)
-
-
-def _invocation() -> list:
-    """The argv given to ``sporch`` (``main`` passes it as the click context's obj)."""
-    obj = click.get_current_context().find_root().obj
-    return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]

@@ -30,6 +30,7 @@ from orchestrator.plan.files import JobFiles
 from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from orchestrator.slurm.query import sacct_states, squeue_states
 from orchestrator.slurm.states import TERMINAL_STATES
+from orchestrator.submit.backend import BACKENDS, REMOTE_BACKEND, get_backend
 
 #: Terminal states that mean "stopped from outside" (wait exits 3).
 STOPPED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
@@ -236,27 +237,38 @@ def record_host(record: JobRecord) -> Host:
     return host_for(record.remote)
 
 
+def record_backend(record: JobRecord, host: Host) -> Any:
+    """The backend that submitted ``record``, on ``host`` (a Slurm one for unknown names)."""
+    return get_backend(record.backend if record.backend in BACKENDS else REMOTE_BACKEND, host)
+
+
 def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = True,
-         hosts: Callable[[JobRecord], Host] = record_host) -> List[JobStatus]:
-    """The status of every record: at most one squeue and one sacct call per host in all.
+         hosts: Optional[Callable[[JobRecord], Host]] = None) -> List[JobStatus]:
+    """The status of every record, each asked about through its backend: at most one squeue and
+    one sacct call per host in all for Slurm jobs, the supervisor's state for local runs.
 
     Jobs whose terminal status is cached in the record are not asked about again unless
     ``refresh``. Newly terminal statuses are cached (``save``). ``hosts(record)`` says where a
-    record's job runs (tests pass their own).
+    record's job runs (default :func:`record_host`).
     """
+    hosts = hosts or record_host
     records = list(records)
     live = [r for r in records if refresh or not r.final]
-    groups: Dict[int, List[JobRecord]] = {}
-    host_of: Dict[int, Host] = {}
+    groups: Dict[Any, List[JobRecord]] = {}
+    backend_of: Dict[Any, Any] = {}
+    key_of: Dict[str, Any] = {}
     for r in live:
-        h = hosts(r)
-        host_of[id(h)] = h
-        groups.setdefault(id(h), []).append(r)
+        host = hosts(r)
+        backend = record_backend(r, host)
+        key = (backend.queue, id(host))
+        backend_of.setdefault(key, backend)
+        groups.setdefault(key, []).append(r)
+        key_of[r.id] = (key, host)
     rows: Dict[Any, SlurmRow] = {}
     sources: Dict[Any, str] = {}
-    accounting_of: Dict[int, bool] = {}
+    accounting_of: Dict[Any, bool] = {}
     for key, recs in groups.items():
-        g_rows, g_sources, accounting_of[key] = _query([r.slurm_job_id for r in recs], host_of[key])
+        g_rows, g_sources, accounting_of[key] = backend_of[key].query(recs)
         for i, row in g_rows.items():
             rows[(key, i)] = row
             sources[(key, i)] = g_sources[i]
@@ -266,8 +278,7 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         if rec.final and not refresh:
             out.append(_from_final(rec))
             continue
-        host = hosts(rec)
-        key = id(host)
+        key, host = key_of[rec.id]
         accounting = accounting_of.get(key, True)
         result = read_result(rec.job_dir, host)
         row = rows.get((key, rec.slurm_job_id))
@@ -297,7 +308,7 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
     return out
 
 
-def _query(ids: List[str], host: Host):
+def slurm_query(ids: List[str], host: Host):
     """(rows by Slurm id, source by Slurm id, accounting?) from one squeue and one sacct call."""
     if not ids:
         return {}, {}, True
@@ -317,6 +328,6 @@ def _query(ids: List[str], host: Host):
     return rows, sources, accounting
 
 
-def poll_one(record: JobRecord, *, refresh: bool = False, hosts: Callable[[JobRecord], Host] = record_host
+def poll_one(record: JobRecord, *, refresh: bool = False, hosts: Optional[Callable[[JobRecord], Host]] = None
              ) -> JobStatus:
     return poll([record], refresh=refresh, hosts=hosts)[0]

@@ -9,6 +9,12 @@ is built with the :class:`~orchestrator.host.Host` the job dir lives on:
   submitit needs a filesystem shared with the cluster and the submitter's Python.
 - ``sbatch``    (:mod:`.sbatch_backend`): ``sbatch --parsable <job_dir>/job.sbatch``, the exact
   script ``sporch submit --dry-run`` shows; here, or on a login host over ssh.
+- ``local``     (:mod:`.local_backend`): the ranks as CPU processes on this machine under a
+  supervisor (``sporch run --local``).
+
+One small interface, what ``sporch status/wait/cancel`` and a campaign runner call: ``submit``
+a request whose files are in its job dir, ``query`` the states of many records at once (Slurm
+backends: one squeue and at most one sacct call per host), ``cancel`` job ids.
 
 A backend raises a one-line :class:`~orchestrator.errors.SporchError` (usually a
 ``SlurmCommandError`` quoting Slurm's reason) when the job is not accepted; the caller then
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Dict, Protocol, Sequence
+from typing import Any, Dict, Protocol, Sequence, Tuple
 
 from orchestrator.errors import SporchError
 from orchestrator.host import LOCAL, Host
@@ -29,6 +35,7 @@ from orchestrator.submit.request import SubmitRequest
 BACKENDS: Dict[str, str] = {
     "submitit": "orchestrator.submit.submitit_backend:SubmititBackend",
     "sbatch": "orchestrator.submit.sbatch_backend:SbatchBackend",
+    "local": "orchestrator.submit.local_backend:LocalBackend",
 }
 DEFAULT_BACKEND = "submitit"
 #: What a cluster with a login section (ssh) submits through.
@@ -47,9 +54,16 @@ class Submitted:
 
 class Backend(Protocol):
     name: str
+    #: Backends with the same queue on the same host are asked about together ("slurm", "local").
+    queue: str
 
     def submit(self, request: SubmitRequest) -> Submitted:
         """Submit; return the job id. Raise SporchError (one line) when rejected."""
+        ...
+
+    def query(self, records: Sequence[Any]) -> Tuple[Dict[str, Any], Dict[str, str], bool]:
+        """(state rows by job id, where each came from, whether the scheduler keeps accounting)
+        for many job records at once; a job missing from the rows is judged by its job dir."""
         ...
 
     def cancel(self, job_ids: Sequence[str]) -> None:

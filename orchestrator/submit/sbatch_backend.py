@@ -10,9 +10,10 @@ from the submitter's directory, like submitit (tasks start there and see its mod
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from orchestrator.host import LOCAL, Host
+from orchestrator.jobs.status import slurm_query
 from orchestrator.plan.files import LOG_LAYOUTS
 from orchestrator.slurm.commands import sbatch, scancel
 from orchestrator.submit.backend import Submitted
@@ -23,6 +24,7 @@ LOGS = LOG_LAYOUTS["sbatch"]
 
 class SbatchBackend:
     name = "sbatch"
+    queue = "slurm"
 
     def __init__(self, host: Host = LOCAL) -> None:
         self.host = host
@@ -31,6 +33,9 @@ class SbatchBackend:
         cwd = request.job_dir if self.host.remote else None
         job_id = sbatch(script=request.script_path, cwd=cwd, host=self.host)
         return Submitted(slurm_job_id=job_id, backend=self.name, logs=dict(LOGS))
+
+    def query(self, records: Sequence[Any]):
+        return slurm_query([r.slurm_job_id for r in records], self.host)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Sequence
 
 from orchestrator.errors import SporchError
 from orchestrator.host import LOCAL, Host
+from orchestrator.jobs.status import slurm_query
 from orchestrator.plan import rules
 from orchestrator.plan.files import LOG_LAYOUTS
 from orchestrator.slurm.commands import SlurmCommandError, scancel, slurm_reason
@@ -96,6 +97,7 @@ def python_command(request: SubmitRequest) -> str | None:
 
 class SubmititBackend:
     name = "submitit"
+    queue = "slurm"
 
     def __init__(self, host: Host = LOCAL) -> None:
         self.host = host  # always this machine (get_backend refuses a remote host)
@@ -127,6 +129,9 @@ class SubmititBackend:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH", tool="sbatch",
                                     reason="command not found", returncode=None) from None
         return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
+
+    def query(self, records: Sequence[Any]):
+        return slurm_query([r.slurm_job_id for r in records], self.host)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

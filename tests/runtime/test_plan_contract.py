@@ -1,6 +1,6 @@
 """The Plan is the contract: every key the runtime reads from a plan section is a declared field.
 
-An AST scan of runtime/ (and the example entry points) finds every ``plan.<section>.<key>``
+An AST scan of runtime/ (and of orchestrator/ and the example entry points) finds every ``plan.<section>.<key>``
 read, directly or through a local alias (``wl = plan.workload; wl.steps``), and every
 subscript or ``.get`` on a section (a dict-style read would bypass the contract). Torch-free.
 """
@@ -16,16 +16,17 @@ import pytest
 from orchestrator.plan.schema import _SECTIONS, Plan
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = sorted([*(ROOT / "runtime").rglob("*.py"), *(ROOT / "examples").glob("*.py"),
-                  ROOT / "tests" / "launch" / "launch_hooks.py"])
+SCANNED = sorted([*(ROOT / "runtime").rglob("*.py"), *(ROOT / "orchestrator").rglob("*.py"),
+                  *(ROOT / "examples").glob("*.py"), ROOT / "tests" / "launch" / "launch_hooks.py"])
 #: What a section offers besides its fields.
 SECTION_METHODS = {"to_dict", "from_dict", "world_size", "resolved_env", "summary"}
 
 
 def _section_of(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """``plan.workload`` -> "workload"; an alias name -> its section."""
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "plan" \
-            and node.attr in _SECTIONS:
+    """``plan.workload`` (or ``req.plan.workload``) -> "workload"; an alias name -> its section."""
+    if isinstance(node, ast.Attribute) and node.attr in _SECTIONS and (
+            (isinstance(node.value, ast.Name) and node.value.id == "plan")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "plan")):
         return node.attr
     if isinstance(node, ast.Name):
         return aliases.get(node.id)
