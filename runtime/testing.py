@@ -28,6 +28,7 @@ Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_e
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import pickle
 import shutil
@@ -193,8 +194,6 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     the whole run (process start included) and every collective inside it. ``threads`` is
     ``torch.set_num_threads`` in each rank (``None``: leave torch's default).
     """
-    import multiprocessing as mp
-
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     ctx = mp.get_context(start_method)

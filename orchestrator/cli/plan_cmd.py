@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.common import cluster_option, console, job_arguments, load
+from orchestrator.cli.show import print_plan
+from orchestrator.plan.planner import make_plan
 
 
 @click.command("plan")
@@ -14,13 +16,10 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 @click.option("--all-ranks", is_flag=True, help="List every rank, even for big worlds.")
 def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_ranks: bool) -> None:
     """Plan JOB.yaml on --cluster: layout, rank/group map, estimates."""
-    from orchestrator.plan.planner import make_plan
-
     cluster, job = load(cluster_ref, job_path, overrides)
     p = make_plan(cluster, job)
     if as_json:
         click.echo(p.to_json())
         return
-    from orchestrator.cli.show import print_plan
 
     print_plan(p, console(), all_ranks=all_ranks)

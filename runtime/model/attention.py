@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from runtime.attention import usp_attention
+
 
 def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Repeat kv heads [B, S, Hkv, D] to [B, S, H, D] (consecutive query heads share a kv head)."""
@@ -56,8 +58,6 @@ class SequenceAttention:
         tokens (``joint_*``, [B, T, H, D], whole on every rank). Returns ``out`` or
         ``(out, joint_out)`` when joint tokens are given."""
         if self.sharded:
-            from runtime.attention import usp_attention
-
             if joint_q is None:
                 return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend)
             return usp_attention(

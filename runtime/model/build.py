@@ -11,19 +11,17 @@ import torch
 from torch import nn
 
 from orchestrator.plan.sections import ModelSection
-
 from .base import DiTBase
 from .config import ModelConfig
+from .dit import ClassDiT
+from .mmdit import MMDiT
+from .wan import WanDiT
 
 #: Scale of the weights that produce adaLN modulation (keeps random deep stacks tame).
 MOD_SCALE = 0.5
 
 
 def model_class(attention: str) -> type[DiTBase]:
-    from .dit import ClassDiT
-    from .mmdit import MMDiT
-    from .wan import WanDiT
-
     return {"cross": WanDiT, "joint": MMDiT, "self": ClassDiT}[attention]
 
 
