@@ -40,14 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from orchestrator.plan.rules import head_split, kv_mode, padded_length
 from orchestrator.plan.schema import Layout, Plan
-from orchestrator.plan.sections import (
-    ClusterSpec,
-    HeadsSection,
-    JobSection,
-    ModelSection,
-    SequenceSection,
-    WorkloadSection,
-)
+from orchestrator.plan import sections
 
 __all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for"]
 
@@ -68,17 +61,17 @@ def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1,
     n = layout.sequence_degree
     seq = grid[0] * grid[1] * grid[2]
     padded = padded_length(seq, n)
-    m = ModelSection.from_dict(dict(model))
-    heads = HeadsSection(num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+    m = sections.ModelSection.from_dict(dict(model))
+    heads = sections.HeadsSection(num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
                          q_heads_per_rank=head_split(m.num_heads, layout.ulysses),
                          kv_mode=kv_mode(m.num_heads, m.num_kv_heads, layout.ulysses),
                          even=m.num_heads % layout.ulysses == 0)
     return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
                 ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(),
-                cluster=ClusterSpec(name="test", gpus_per_node=layout.world_size),
-                job=JobSection(name=name, output_dir="", entrypoint=None, time="00:10:00", source=None),
-                model=m, workload=WorkloadSection(**wl),
-                sequence=SequenceSection(seq_len=seq, padded_len=padded, pad=padded - seq,
+                cluster=sections.ClusterSpec(name="test", gpus_per_node=layout.world_size),
+                job=sections.JobSection(name=name, output_dir="", entrypoint=None, time="00:10:00", source=None),
+                model=m, workload=sections.WorkloadSection(**wl),
+                sequence=sections.SequenceSection(seq_len=seq, padded_len=padded, pad=padded - seq,
                                          tokens_per_rank=padded // n, grid=list(grid), degree=n),
                 heads=heads)
 

@@ -11,17 +11,11 @@ from orchestrator.plan.layouts import LayoutContext, resolve_layout
 from orchestrator.plan.resolve import resolve_model, sequence_shape
 from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
 from orchestrator.plan.schema import Layout, Plan
-from orchestrator.plan.sections import (
-    ClusterSpec,
-    HeadsSection,
-    JobSection,
-    ModelSection,
-    SequenceSection,
-    WorkloadSection,
-)
+from orchestrator.plan import sections
 
 
-def layout_context(cluster: ClusterSpec, job: JobSpec, model: ModelSection, seq_len: int) -> LayoutContext:
+def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.ModelSection,
+                   seq_len: int) -> LayoutContext:
     nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
     if nodes > cluster.nodes:
         raise SporchError(
@@ -40,21 +34,21 @@ def layout_context(cluster: ClusterSpec, job: JobSpec, model: ModelSection, seq_
     )
 
 
-def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> SequenceSection:
+def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
     degree = layout.sequence_degree
     padded = padded_length(seq_len, degree)
-    return SequenceSection(seq_len=seq_len, padded_len=padded, pad=padded - seq_len,
+    return sections.SequenceSection(seq_len=seq_len, padded_len=padded, pad=padded - seq_len,
                            tokens_per_rank=padded // degree, grid=grid, degree=degree)
 
 
-def heads_section(model: ModelSection, layout: Layout) -> HeadsSection:
+def heads_section(model: sections.ModelSection, layout: Layout) -> sections.HeadsSection:
     h, kv, u = model.num_heads, model.num_kv_heads, layout.ulysses
-    return HeadsSection(num_heads=h, num_kv_heads=kv, q_heads_per_rank=head_split(h, u),
+    return sections.HeadsSection(num_heads=h, num_kv_heads=kv, q_heads_per_rank=head_split(h, u),
                         kv_mode=kv_mode(h, kv, u), even=h % u == 0)
 
 
-def workload_section(w: WorkloadSpec) -> WorkloadSection:
-    return WorkloadSection(
+def workload_section(w: WorkloadSpec) -> sections.WorkloadSection:
+    return sections.WorkloadSection(
         kind=w.kind,
         batch=w.batch,
         frames=w.frames if w.frames is not None else (None if w.seq_len is not None else 1),
@@ -72,14 +66,14 @@ def workload_section(w: WorkloadSpec) -> WorkloadSection:
     )
 
 
-def job_section(cluster: ClusterSpec, job: JobSpec) -> JobSection:
+def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
     spec = job.to_dict()
     spec.pop("source", None)
-    return JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
+    return sections.JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
 
 
-def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
+def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
     model = resolve_model(job.model)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
