@@ -34,18 +34,10 @@ CASES = [
 
 
 def _plan(layout_kw, model, workload, grid):
-    from orchestrator.plan.schema import Layout, Plan
+    from orchestrator.plan.schema import Layout
+    from runtime.testing import plan_for
 
-    layout = Layout(**layout_kw)
-    n = layout.sequence_degree
-    seq = grid[0] * grid[1] * grid[2]
-    padded = -(-seq // n) * n
-    return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
-                ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(), cluster={},
-                job={"name": "test", "output_dir": "", "entrypoint": None}, model=model, workload=workload,
-                sequence={"seq_len": seq, "padded_len": padded, "pad": padded - seq, "tokens_per_rank": padded // n,
-                          "grid": list(grid)},
-                heads={})
+    return plan_for(Layout(**layout_kw), model, grid, workload)
 
 
 def _world(cases):
