@@ -148,7 +148,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "error": first_error.get("error") if first_error else None,
         "launcher_host": socket.gethostname(),
         "wall_s": own["finished"] - own["started"],
-        "provenance": provenance(plan.cluster, [r.get("hostname") for r in records.values() if r.get("hostname")]),
+        "provenance": provenance(plan.cluster.to_dict(), [r.get("hostname") for r in records.values() if r.get("hostname")]),
     }
     write_json_atomic(result_file(output_dir), result)
 
