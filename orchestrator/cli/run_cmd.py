@@ -37,7 +37,10 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         overrides = tuple(overrides) + ("workload.kind=verify",)
     cluster, job = load(cluster_ref, job_path, overrides)
     plan = make_plan(cluster, job)
-    _check_weights(plan.model.get("weights"))
+    if plan.workload.get("kind") == "generate":
+        _check_generate(plan.model, plan.workload)
+    else:
+        _check_weights(plan.model.get("weights"))
     folder = Path(run_dir) if run_dir else Path(default_job_dir(cluster, job, _dt.datetime.now()) + "-local")
     if folder.exists() and any(folder.iterdir()):
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
@@ -83,6 +86,16 @@ def _check_weights(weights: Optional[str]) -> None:
         raise SporchError(str(exc)) from None
 
 
+def _check_generate(model, workload) -> None:
+    """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
+    from orchestrator.errors import SporchError
+    from runtime.pipelines.check import check_generate
+
+    problems = check_generate(model, workload)
+    if problems:
+        raise SporchError(problems[0])
+
+
 def _run_with_progress(run_local, plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -113,6 +126,8 @@ def _print_summary(res, plan, con) -> None:
         if metrics.get(key) is not None:
             v = metrics[key]
             table.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
+    for out in result.get("outputs") or []:
+        table.add_row("output", f"{out['path']} (seed {out['seed']}: {out['prompt']})")
     if res.failed_rank is not None or result.get("error"):
         rank = result.get("failed_rank", res.failed_rank)
         table.add_row("failed rank", str(rank))

@@ -121,9 +121,23 @@ def estimates_table(plan: Plan) -> Any:
         ("ideal all-to-all per step", f"{e['all_to_all_s_per_step_ideal']:.3f} s at {e['all_to_all_gb_per_s']:g} GB/s"),
         ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
+    rows += pipeline_rows(e.get("pipeline"))
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
+    """A generate job: where the text encoder and the VAE run, and their memory."""
+    if not pipe:
+        return []
+    rows = []
+    for part in ("text_encoder", "vae"):
+        p = pipe[part]
+        size = human_bytes(p["bytes"] + p.get("decode_bytes", 0)) if "bytes" in p else "size unknown"
+        rows.append((part.replace("_", " "), f"{p['what']} on rank(s) {', '.join(map(str, p['ranks']))} ({size})"))
+    rows.append(("busiest rank (encoder, or DiT + VAE)", human_bytes(pipe["leader_memory_bytes"])))
+    return rows
 
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:

@@ -14,7 +14,9 @@ from typing import Any, Optional, Sequence, Union
 from orchestrator.errors import SporchError
 
 ATTENTION_KINDS = ("cross", "joint", "self")
-WORKLOAD_KINDS = ("inference", "benchmark", "verify")
+WORKLOAD_KINDS = ("inference", "benchmark", "verify", "generate")
+OUTPUT_FORMATS = ("mp4", "png")
+SCHEDULERS = ("unipc", "euler")
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 PARALLEL_DIMS = ("dp", "cfg", "ring", "ulysses")
@@ -43,7 +45,7 @@ class ModelSpec:
 
 @dataclass
 class WorkloadSpec:
-    kind: str = "inference"  # inference | benchmark | verify
+    kind: str = "inference"  # inference | benchmark | verify | generate
     batch: int = 1
     frames: Optional[int] = None
     height: Optional[int] = None
@@ -55,6 +57,15 @@ class WorkloadSpec:
     warmup: int = 1
     repeat: int = 3
     seed: int = 0
+    # -- generate (docs/generate.md) --------------------------------------------------------
+    prompt: Optional[str] = None
+    prompt_file: Optional[str] = None  # one prompt per line; relative to the job file's folder
+    negative_prompt: Optional[str] = None  # Wan2.1 CFG; default "" (as WanPipeline)
+    shift: Optional[float] = None  # Wan: flow_shift; Flux: a fixed shift instead of the resolution-dependent mu
+    scheduler: Optional[str] = None  # unipc | euler; default: the pipeline folder's scheduler/
+    output_format: Optional[str] = None  # mp4 | png; default: mp4 for Wan2.1, png for Flux.1
+    fps: int = 16
+    tiny_weights: bool = False  # create a tiny random pipeline at model.weights if it is missing
 
 
 @dataclass
@@ -141,6 +152,7 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
             raise bad(f"workload.{key}", f"must be >= 1, got {v}")
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
+    _validate_generate(w, bad)
     has_shape = any(getattr(w, k) is not None for k in ("height", "width"))
     if w.seq_len is not None and (has_shape or w.frames is not None):
         raise bad("workload.seq_len", "conflicts with frames/height/width; give either seq_len or the video shape")
@@ -167,6 +179,26 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         if not is_valid_time(str(r.time)):
             raise bad("resources.time", f"{r.time!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
     return job
+
+
+def _validate_generate(w: WorkloadSpec, bad) -> None:
+    if w.kind != "generate":
+        return
+    if (w.prompt is None) == (w.prompt_file is None):
+        raise bad("workload.prompt", "generate needs exactly one of workload.prompt or workload.prompt_file")
+    if w.output_format is not None and w.output_format not in OUTPUT_FORMATS:
+        raise bad("workload.output_format", f"must be one of {', '.join(OUTPUT_FORMATS)}, got {w.output_format!r}")
+    if w.output_format == "png" and (w.frames or 1) > 1:
+        raise bad("workload.output_format", f"png holds one image but frames is {w.frames}; use mp4")
+    if w.scheduler is not None and w.scheduler not in SCHEDULERS:
+        raise bad("workload.scheduler", f"must be one of {', '.join(SCHEDULERS)} (or unset: the folder's), "
+                  f"got {w.scheduler!r}")
+    if w.shift is not None and w.shift <= 0:
+        raise bad("workload.shift", f"must be > 0, got {w.shift}")
+    if w.fps < 1:
+        raise bad("workload.fps", f"must be >= 1, got {w.fps}")
+    if w.seq_len is not None:
+        raise bad("workload.seq_len", "generate needs the video/image shape (frames, height, width), not seq_len")
 
 
 # -- model resolution -------------------------------------------------------------------

@@ -13,6 +13,7 @@ from orchestrator.plan.layouts import (
     padded_length,
     resolve_layout,
 )
+from orchestrator.plan.pipeline import generate_workload, with_pipeline
 from orchestrator.plan.schema import Plan
 
 
@@ -74,6 +75,7 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
         "warmup": w.warmup,
         "repeat": w.repeat,
         "seed": w.seed,
+        **generate_workload(w, job.source),
     }
     cluster_d = cluster.to_dict()
     spec = job.to_dict()
@@ -87,6 +89,8 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
         "spec": spec,
     }
     est = estimate(model, workload, layout, sequence, heads, cluster_d)
+    if w.kind == "generate":
+        est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
         warnings.append(
             f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
