@@ -128,6 +128,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
     )
     first_error = root_cause(errors)
     summary = _summarise_metrics([records[r].get("metrics") or {} for r in sorted(records)])
+    summary.update(_generated_outputs(records))
     result = {
         "status": status,
         "job_name": plan.job.name,
@@ -166,6 +167,17 @@ def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     if medians:
         out["step_ms_median_max"] = max(medians)
     return out
+
+
+def _generated_outputs(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A generate job: the files every dp replica wrote (with prompt and seed), in prompt
+    order, and each rank's peak memory."""
+    metrics = {r: records[r].get("metrics") or {} for r in sorted(records)}
+    if not any(m.get("kind") == "generate" for m in metrics.values()):
+        return {}
+    outputs = sorted((o for m in metrics.values() for o in m.get("outputs", [])), key=lambda o: o["index"])
+    return {"outputs": outputs,
+            "peak_memory_bytes_by_rank": {str(r): m.get("peak_memory_bytes") for r, m in metrics.items()}}
 
 
 if __name__ == "__main__":

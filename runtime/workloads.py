@@ -9,6 +9,8 @@
 - ``benchmark``: ``warmup`` untimed + ``repeat`` timed denoising steps (one model
   evaluation with CFG each); per-step latency, tokens/s, peak memory, bytes sent and time in
   communication; finished steps are saved, so a requeued benchmark continues where it was.
+- ``generate``: prompts -> text encoders -> the sharded transformer with the pipeline's
+  scheduler -> VAE -> one MP4/PNG per prompt (runtime/pipelines/, docs/generate.md).
 - ``verify``: the sharded forward and a short sampling run against the unsharded model
   (computed on every rank from the same seeded inputs); max error against the tolerance.
 """
@@ -67,7 +69,11 @@ def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress)
         return _benchmark(plan, ctx, device, progress)
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
-    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify)")
+    if kind == "generate":
+        from runtime.pipelines.generate import run_generate
+
+        return run_generate(plan, ctx, device, progress.output_dir)
+    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
 
 
 # -- shared -------------------------------------------------------------------------------

@@ -43,13 +43,16 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     if verify:
         overrides = tuple(overrides) + ("workload.kind=verify",)
     cluster, job = load(cluster_ref, job_path, overrides)
-    _check_weights(job.model.weights)
+    if job.workload.kind != "generate":
+        _check_weights(job.model.weights)
     now = _dt.datetime.now()
     folder = run_dir or default_job_dir(cluster, job, now) + "-local"
     if Path(folder).exists() and any(Path(folder).iterdir()):
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL)
     req, plan = prepared.request, prepared.request.plan
+    if plan.workload.kind == "generate":
+        _check_generate(plan.model, plan.workload)
     write_files(req, LOCAL)
     rec = JobRecord(id=store.unique_id(store.make_id(plan.job.name, now)), name=plan.job.name, cluster=cluster.name,
                     backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,
@@ -97,6 +100,16 @@ def _check_weights(weights: Optional[str]) -> None:
         raise SporchError(str(exc)) from None
 
 
+def _check_generate(model, workload) -> None:
+    """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
+    from orchestrator.errors import SporchError
+    from runtime.pipelines.check import check_generate
+
+    problems = check_generate(model, workload)
+    if problems:
+        raise SporchError(problems[0])
+
+
 def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -127,6 +140,8 @@ def _print_summary(res, plan, con) -> None:
         if metrics.get(key) is not None:
             v = metrics[key]
             table.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
+    for out in result.get("outputs") or []:
+        table.add_row("output", f"{out['path']} (seed {out['seed']}: {out['prompt']})")
     if res.failed_rank is not None or result.get("error"):
         rank = result.get("failed_rank", res.failed_rank)
         table.add_row("failed rank", str(rank))

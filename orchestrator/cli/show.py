@@ -122,6 +122,7 @@ def estimates_table(plan: Plan) -> Any:
         ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
     rows += prediction_rows(e)
+    rows += pipeline_rows(e.get("pipeline"))
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -144,6 +145,19 @@ def prediction_rows(e: dict) -> list[tuple[str, str]]:
         rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
     fixed = f" incl. fixed {pred['fixed_s']:.3g} s" if pred["fixed_s"] else ""
     rows.append(("predicted job", f"{pred['job_s']:.1f} s{fixed}"))
+    return rows
+
+
+def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
+    """A generate job: where the text encoder and the VAE run, and their memory."""
+    if not pipe:
+        return []
+    rows = []
+    for part in ("text_encoder", "vae"):
+        p = pipe[part]
+        size = human_bytes(p["bytes"] + p.get("decode_bytes", 0)) if "bytes" in p else "size unknown"
+        rows.append((part.replace("_", " "), f"{p['what']} on rank(s) {', '.join(map(str, p['ranks']))} ({size})"))
+    rows.append(("busiest rank (encoder, or DiT + VAE)", human_bytes(pipe["leader_memory_bytes"])))
     return rows
 
 

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence, Union
 
 from orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from orchestrator.errors import SporchError
-from orchestrator.plan.rules import DIMS, DTYPES, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
+from orchestrator.plan.rules import DIMS, DTYPES, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
 
 
 @dataclass
@@ -52,8 +52,18 @@ class WorkloadSpec:
     warmup: int = 1
     repeat: int = 3
     seed: int = 0
-    shift: float = 1.0  # flow-matching timestep shift of the sampler (Wan uses 5, Flux ~3)
+    # flow-matching timestep shift: the sampler's for inference/benchmark (unset = 1, no shift);
+    # for generate Wan's flow_shift, or Flux's fixed shift instead of the resolution-dependent mu
+    shift: Optional[float] = None
     compile: Optional[bool] = None  # torch.compile each block; unset = on for CUDA, off on CPU
+    # -- generate (docs/generate.md) --------------------------------------------------------
+    prompt: Optional[str] = None
+    prompt_file: Optional[str] = None  # one prompt per line; relative to the job file's folder
+    negative_prompt: Optional[str] = None  # Wan2.1 CFG; default "" (as WanPipeline)
+    scheduler: Optional[str] = None  # unipc | euler; default: the pipeline folder's scheduler/
+    output_format: Optional[str] = None  # mp4 | png; default: mp4 for Wan2.1, png for Flux.1
+    fps: int = 16
+    tiny_weights: bool = False  # create a tiny random pipeline at model.weights if it is missing
 
 
 @dataclass
@@ -130,8 +140,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         v = getattr(w, key)
         if v is not None and v < 1:
             raise bad(f"workload.{key}", f"must be >= 1, got {v}")
-    if w.shift <= 0:
+    if w.shift is not None and w.shift <= 0:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
+    _validate_generate(w, bad)
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
     has_shape = any(getattr(w, k) is not None for k in ("height", "width"))
@@ -157,3 +168,21 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if r.time is not None and not is_valid_time(str(r.time)):
         raise bad("resources.time", f"{r.time!r} is not a Slurm time ({TIME_FORMS})")
     return job
+
+
+def _validate_generate(w: WorkloadSpec, bad) -> None:
+    if w.kind != "generate":
+        return
+    if (w.prompt is None) == (w.prompt_file is None):
+        raise bad("workload.prompt", "generate needs exactly one of workload.prompt or workload.prompt_file")
+    if w.output_format is not None and w.output_format not in OUTPUT_FORMATS:
+        raise bad("workload.output_format", f"must be one of {', '.join(OUTPUT_FORMATS)}, got {w.output_format!r}")
+    if w.output_format == "png" and (w.frames or 1) > 1:
+        raise bad("workload.output_format", f"png holds one image but frames is {w.frames}; use mp4")
+    if w.scheduler is not None and w.scheduler not in SCHEDULERS:
+        raise bad("workload.scheduler", f"must be one of {', '.join(SCHEDULERS)} (or unset: the folder's), "
+                  f"got {w.scheduler!r}")
+    if w.fps < 1:
+        raise bad("workload.fps", f"must be >= 1, got {w.fps}")
+    if w.seq_len is not None:
+        raise bad("workload.seq_len", "generate needs the video/image shape (frames, height, width), not seq_len")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from orchestrator.config.job import JobSpec, WorkloadSpec
 from orchestrator.errors import SporchError
 from orchestrator.plan.cost import with_prediction
 from orchestrator.plan.estimates import GIB, estimate
 from orchestrator.plan.layouts import LayoutContext, resolve_layout
+from orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
 from orchestrator.plan.ranking import FastestChooser
 from orchestrator.plan.resolve import resolve_model, sequence_shape
 from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
@@ -49,7 +51,7 @@ def heads_section(model: sections.ModelSection, layout: Layout) -> sections.Head
                         kv_mode=kv_mode(h, kv, u), even=h % u == 0)
 
 
-def workload_section(w: WorkloadSpec) -> sections.WorkloadSection:
+def workload_section(w: WorkloadSpec, source: Optional[str] = None) -> sections.WorkloadSection:
     return sections.WorkloadSection(
         kind=w.kind,
         batch=w.batch,
@@ -64,8 +66,15 @@ def workload_section(w: WorkloadSpec) -> sections.WorkloadSection:
         warmup=w.warmup,
         repeat=w.repeat,
         seed=w.seed,
-        shift=float(w.shift),
+        shift=None if w.shift is None else float(w.shift),
         compile=w.compile,
+        prompt=w.prompt,
+        prompt_file=resolve_prompt_file(w.prompt_file, source),
+        negative_prompt=w.negative_prompt,
+        scheduler=w.scheduler,
+        output_format=w.output_format,
+        fps=w.fps,
+        tiny_weights=bool(w.tiny_weights),
     )
 
 
@@ -84,11 +93,13 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
-    workload = workload_section(job.workload)
+    workload = workload_section(job.workload, job.source)
     cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
     est = estimate(model, workload, layout, sequence, heads, cluster_s)
     if chooser.reason:
         est["layout_choice"] = chooser.reason
+    if workload.kind == "generate":
+        est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
         warnings.append(
             f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "

@@ -30,7 +30,10 @@ GROUP_DIMS: tuple[str, ...] = DIMS + ("sequence",)
 #: ``model.attention``: cross-attention to text (Wan), joint text+image attention (MMDiT), self only (DiT).
 ATTENTION_KINDS: tuple[str, ...] = ("cross", "joint", "self")
 #: ``workload.kind``.
-WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify")
+WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify", "generate")
+#: Output files of a generate workload, and the schedulers it can use (docs/generate.md).
+OUTPUT_FORMATS: tuple[str, ...] = ("mp4", "png")
+SCHEDULERS: tuple[str, ...] = ("unipc", "euler")
 #: ``workload.dtype`` and its size in bytes.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)

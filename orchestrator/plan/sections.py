@@ -94,8 +94,18 @@ class WorkloadSection(Section):
     warmup: int
     repeat: int
     seed: int
-    shift: float = 1.0  # flow-matching timestep shift of the sampler's sigmas
+    # flow-matching timestep shift: the sampler's (None = 1, no shift); for generate Wan's
+    # flow_shift or Flux's fixed shift (None = the pipeline's own)
+    shift: Optional[float] = None
     compile: Optional[bool] = None  # compile each block (runtime.compile); None = on for CUDA, off on CPU
+    # generate (docs/generate.md); prompt_file is absolute in the plan
+    prompt: Optional[str] = None
+    prompt_file: Optional[str] = None
+    negative_prompt: Optional[str] = None
+    scheduler: Optional[str] = None  # rules.SCHEDULERS; None = the pipeline folder's
+    output_format: Optional[str] = None  # rules.OUTPUT_FORMATS; None = mp4 for video models, png for images
+    fps: int = 16
+    tiny_weights: bool = False
 
 
 @dataclass(frozen=True)
