@@ -38,14 +38,16 @@ def test_plan_carries_generate_fields_and_resolves_prompt_file():
     job.source = "/jobs/g.yaml"
     plan = make_plan(find_cluster("a100x8"), job)
     w = plan.workload
-    assert (w["prompt_file"], w["shift"], w["scheduler"], w["negative_prompt"], w["fps"], w["tiny_weights"]) == (
+    assert (w.prompt_file, w.shift, w.scheduler, w.negative_prompt, w.fps, w.tiny_weights) == (
         "/jobs/prompts.txt", 5.0, "euler", "blur", 16, False)
     pipe = plan.estimates["pipeline"]
     assert pipe["text_encoder"]["ranks"] == pipe["vae"]["ranks"] == [0]
     assert plan.estimates["memory_bytes_per_gpu"] >= pipe["text_encoder"]["bytes"]
 
 
-def test_other_kinds_have_no_generate_keys():
+def test_other_kinds_have_no_generate_settings():
     job = job_from_dict({**BASE, "workload": {**BASE["workload"], "kind": "benchmark", "prompt": None}})
     plan = make_plan(find_cluster("a100x8"), job)
-    assert "prompt" not in plan.workload and "pipeline" not in plan.estimates
+    w = plan.workload
+    assert (w.prompt, w.prompt_file, w.negative_prompt, w.scheduler, w.output_format) == (None,) * 5
+    assert "pipeline" not in plan.estimates

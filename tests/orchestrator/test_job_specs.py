@@ -190,6 +190,6 @@ def test_shift_and_weights_reach_the_plan(tmp_path):
     p.write_text("model: {preset: tiny}\nworkload: {frames: 5, height: 64, width: 64}\n")
     plan = make_plan(find_cluster("local"), load_job(p, ["workload.shift=3", "model.weights=/w/tiny.safetensors"]))
     assert plan.workload.shift == 3.0 and plan.model.weights == "/w/tiny.safetensors"
-    assert make_plan(find_cluster("local"), load_job(p)).workload.shift == 1.0
+    assert make_plan(find_cluster("local"), load_job(p)).workload.shift is None  # unset: no shift (generate: the pipeline's own)
     with pytest.raises(SporchError, match="'workload.shift' must be > 0"):
         load_job(p, ["workload.shift=0"])
