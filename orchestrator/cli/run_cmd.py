@@ -24,7 +24,7 @@ from orchestrator.local_run import supervise
 from orchestrator.plan.rules import EXIT_FAILED
 from orchestrator.submit.local_backend import LOGS
 from orchestrator.submit.request import default_job_dir
-from orchestrator.submit.submitter import command_line, prepare, write_files
+from orchestrator.submit.submitter import command_line, prepare, remove_job_dir, write_files
 
 
 @click.command("run")
@@ -52,7 +52,11 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL)
     req, plan = prepared.request, prepared.request.plan
     if plan.workload.kind == "generate":
-        _check_generate(plan.model, plan.workload)
+        try:
+            _check_generate(plan.model, plan.workload)
+        except SporchError:
+            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
+            raise
     write_files(req, LOCAL)
     rec = JobRecord(id=store.unique_id(store.make_id(plan.job.name, now)), name=plan.job.name, cluster=cluster.name,
                     backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,

@@ -1,7 +1,7 @@
 """Tiny random Wan2.1 / Flux.1 pipelines in the publishers' diffusers layout, built with
 diffusers and transformers from tiny configs (no hub access), for tests and smoke runs.
 
-    save_tiny_pipeline("wan", "runs/tiny-wan", model)   # model: the plan.model dict (shapes)
+    save_tiny_pipeline("wan", "runs/tiny-wan", plan.model)   # the plan's model section (shapes)
 
 The transformer's shapes are taken from the sporch model dict, so a job with that model and
 ``model.weights`` pointing at the folder loads it. The tokenizer is a word-level vocabulary
@@ -122,9 +122,11 @@ def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
                         text_encoder_2=t5, tokenizer_2=tiny_tokenizer(int(model["text_len"])), transformer=transformer)
 
 
-def save_tiny_pipeline(family: str, root: str | Path, model: Mapping[str, Any], seed: int = 0) -> Path:
+def save_tiny_pipeline(family: str, root: str | Path, model: Any, seed: int = 0) -> Path:
     """Build the tiny ``family`` ("wan" | "flux") pipeline and save it at ``root`` (atomically:
-    a temporary folder next to it, then a rename)."""
+    a temporary folder next to it, then a rename). ``model``: the plan's model section, or its dict."""
+    if not isinstance(model, Mapping):
+        model = model.to_dict()
     with torch.random.fork_rng(devices=[]):  # constructors draw initial weights from the global RNG
         torch.manual_seed(seed)
         pipe = (tiny_wan_pipeline if family == "wan" else tiny_flux_pipeline)(model, seed)
