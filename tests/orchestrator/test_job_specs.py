@@ -181,7 +181,7 @@ def test_all_examples_load():
     assert tiny.model.preset == "tiny" and tiny.workload.kind == "verify"
 
 
-def test_shift_and_weights_reach_the_plan(tmp_path):
+def test_shift_compile_and_weights_reach_the_plan(tmp_path):
     """Every plan field the runtime reads is settable from the job file."""
     from orchestrator.config.cluster import find_cluster
     from orchestrator.plan.planner import make_plan
@@ -190,6 +190,8 @@ def test_shift_and_weights_reach_the_plan(tmp_path):
     p.write_text("model: {preset: tiny}\nworkload: {frames: 5, height: 64, width: 64}\n")
     plan = make_plan(find_cluster("local"), load_job(p, ["workload.shift=3", "model.weights=/w/tiny.safetensors"]))
     assert plan.workload.shift == 3.0 and plan.model.weights == "/w/tiny.safetensors"
-    assert make_plan(find_cluster("local"), load_job(p)).workload.shift is None  # unset: no shift (generate: the pipeline's own)
+    default = make_plan(find_cluster("local"), load_job(p))
+    assert default.workload.shift is None and default.workload.compile is None  # None: on for CUDA only
+    assert make_plan(find_cluster("local"), load_job(p, ["workload.compile=false"])).workload.compile is False
     with pytest.raises(SporchError, match="'workload.shift' must be > 0"):
         load_job(p, ["workload.shift=0"])
