@@ -61,8 +61,8 @@ def shape_from_plan(args):
                "workload": {"kind": "benchmark", "frames": args.frames, "height": args.height,
                             "width": args.width, "dtype": args.dtype}}
         plan = one_gpu_plan(args.cluster, job)
-    heads = args.heads or plan.model["num_heads"]
-    return plan, int(plan.sequence["seq_len"]), int(heads), int(plan.model["head_dim"])
+    heads = args.heads or plan.model.num_heads
+    return plan, int(plan.sequence.seq_len), int(heads), int(plan.model.head_dim)
 
 
 def main(argv=None) -> int:
@@ -85,9 +85,9 @@ def main(argv=None) -> int:
     flops = 4.0 * H * S * S * D
 
     print(machine_line(device))
-    print(f"# plan: {plan.model.get('preset')} {plan.sequence['grid']} -> S={S:,}, H={H}, D={D}, B=1, "
-          f"{args.dtype}, non-causal; peak {plan.cluster['gpu']['bf16_tflops']} TFLOP/s "
-          f"({plan.cluster['name']}); median of {args.repeat}")
+    print(f"# plan: {plan.model.preset} {plan.sequence.grid} -> S={S:,}, H={H}, D={D}, B=1, "
+          f"{args.dtype}, non-causal; peak {plan.cluster.gpu.bf16_tflops} TFLOP/s "
+          f"({plan.cluster.name}); median of {args.repeat}")
     print(f"# usable kernels, preferred first: {', '.join(kernels)}; selected: {chosen}")
 
     g = torch.Generator(device=device).manual_seed(0)
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     q, k, v = rand(S), rand(S), rand(S)
     header = f"{'kernel':<16} {'max err (S<=1024)':>18} {'ms':>10} {'TFLOP/s':>9} {'% peak':>7}"
     print("\n" + header + "\n" + "-" * len(header))
-    peak = float(plan.cluster["gpu"]["bf16_tflops"])
+    peak = float(plan.cluster.gpu.bf16_tflops)
     timed: dict[str, float] = {}
     for name in kernels:
         kernel = KERNELS[name]

@@ -61,7 +61,7 @@ def run_model(name, job, goal, args, device, dtype_name):
 
     job = {**job, "workload": {**job["workload"], "dtype": dtype_name}}
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)
-    grid = plan.sequence["grid"]
+    grid = plan.sequence.grid
     model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
     inputs = make_inputs(model, grid, 1, 0, None)
     runner = ShardedDiT(model, None, grid=grid)
@@ -73,8 +73,8 @@ def run_model(name, job, goal, args, device, dtype_name):
             return runner.velocity(x, 500.0, inputs.cond)
 
     flops = float(plan.estimates["flops_per_step_per_rank"])
-    peak = float(plan.cluster["gpu"]["bf16_tflops"])
-    tokens = int(plan.sequence["seq_len"]) + (int(plan.model["text_len"]) if plan.model["attention"] == "joint" else 0)
+    peak = float(plan.cluster.gpu.bf16_tflops)
+    tokens = int(plan.sequence.seq_len) + (int(plan.model.text_len) if plan.model.attention == "joint" else 0)
     rows = []
     with torch.no_grad():
         ms = median_ms(step, device, args.warmup, args.repeat)
@@ -85,9 +85,9 @@ def run_model(name, job, goal, args, device, dtype_name):
             ms = median_ms(step, device, args.warmup, args.repeat)
             rec = info.record(ms / 1e3)
             rows.append((f"compiled ({info.blocks} blocks)", ms, rec["compile_s"]))
-    print(f"# {plan.model.get('preset')}: {model.num_parameters() / 1e9:.2f} B parameters built, "
+    print(f"# {plan.model.preset}: {model.num_parameters() / 1e9:.2f} B parameters built, "
           f"{flops / 1e12:.1f} TFLOP per step (plan estimate)")
-    label = f"{plan.model.get('preset')} {'x'.join(map(str, grid))}"
+    label = f"{plan.model.preset} {'x'.join(map(str, grid))}"
     for mode, ms, compile_s in rows:
         tf = flops / (ms * 1e-3) / 1e12
         comp = f"{compile_s:.1f}" if compile_s is not None else "-"

@@ -5,6 +5,14 @@ srun would set (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_N
 so the same Plan, groups and entry point run here as on the cluster. Like
 ``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others.
 
+The process that runs the ranks is the local job's supervisor: its pid is the job id the
+record keeps, and it writes ``<job_dir>/local.json`` (:data:`STATE_FILE`: ``pid``, then the
+final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so that
+``sporch status/logs/wait/cancel`` work on a local run from any process
+(:mod:`orchestrator.submit.local_backend`). SIGTERM (``sporch cancel``) ends the ranks.
+``python -m orchestrator.local_run PLAN JOB_DIR`` is the detached supervisor the local
+backend starts.
+
 Torch-free: only the rank processes import torch.
 """
 
@@ -13,16 +21,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
+
+from orchestrator.host import LOCAL
+from orchestrator.plan.files import LOG_LAYOUTS, JobFiles
 
 #: After a rank fails, the others get this long to write their error files before being killed.
 KILL_GRACE_S = 10.0
+#: The supervisor's state file in the job dir.
+STATE_FILE = "local.json"
+
+
+class Cancelled(Exception):
+    """SIGTERM reached the supervisor (``sporch cancel``)."""
 
 
 @dataclass
@@ -89,14 +106,14 @@ class LocalRun:
         self.procs: list[RankProcess] = []
 
     def start(self) -> "LocalRun":
-        logs_dir = self.run_dir / "logs"
-        logs_dir.mkdir(parents=True, exist_ok=True)
+        files = JobFiles(str(self.run_dir))
+        Path(files.logs).mkdir(parents=True, exist_ok=True)
         # A FileStore unique to this start (a rerun in the same folder must not meet the
         # stale file of a killed run).
         rendezvous = self.run_dir / f".rendezvous-{uuid.uuid4().hex[:12]}"
         job_id = f"local{os.getpid()}"
         for rank in range(self.world):
-            log = logs_dir / f"rank{rank}.log"
+            log = Path(files.path(LOG_LAYOUTS["local"]["rank_out"].format(job_id=job_id, rank=rank)))
             with open(log, "ab") as fh:
                 popen = subprocess.Popen(
                     [self.python, "-m", "runtime.launch", "--plan", str(self.plan_path)],
@@ -141,13 +158,13 @@ class LocalRun:
                     self.kill()
                     failed_rank = failed_rank if failed_rank is not None else -1
                 time.sleep(0.2)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Cancelled):
             self.kill()
             raise
         returncodes = {p.rank: p.popen.wait() for p in self.procs}
         for stale in self.run_dir.glob(".rendezvous-*"):  # left behind by killed ranks
             stale.unlink(missing_ok=True)
-        result_path = self.run_dir / "result.json"
+        result_path = Path(JobFiles(str(self.run_dir)).result)
         result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
         return LocalRunResult(
             run_dir=self.run_dir,
@@ -170,6 +187,49 @@ def run_local(
     return LocalRun(plan_path, run_dir, python=python).start().wait(timeout_s=timeout_s, on_tick=on_tick)
 
 
+def state_path(job_dir: str) -> str:
+    return JobFiles(job_dir).path(STATE_FILE)
+
+
+def write_state(job_dir: str, **state) -> None:
+    LOCAL.write_text(state_path(job_dir), json.dumps({"pid": os.getpid(), **state}, indent=2) + "\n")
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 (signal API)
+    raise Cancelled()
+
+
+def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
+              on_tick: Callable[[int, int], None] | None = None) -> Optional[LocalRunResult]:
+    """Run every rank as this job's supervisor: ``local.json`` says RUNNING (with this pid),
+    then how it ended; SIGTERM cancels. Returns the run's result (None when cancelled)."""
+    write_state(str(run_dir), state="RUNNING")
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    run = LocalRun(plan_path, run_dir)
+    try:
+        res = run.start().wait(timeout_s=timeout_s, on_tick=on_tick)
+    except Cancelled:
+        write_state(str(run_dir), state="CANCELLED", reason="cancelled by sporch")
+        return None
+    except BaseException:
+        write_state(str(run_dir), state="FAILED", reason="the supervisor stopped")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    ok = res.ok and (res.result or {}).get("status") == "completed"
+    code = next((rc for rc in res.returncodes.values() if rc), 0)
+    write_state(str(run_dir), state="COMPLETED" if ok else "FAILED", exit_code=f"{code}:0",
+                failed_rank=res.failed_rank, returncodes={str(k): v for k, v in res.returncodes.items()})
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m orchestrator.local_run PLAN JOB_DIR``: the detached supervisor."""
+    plan_path, job_dir = (sys.argv[1:] if argv is None else argv)[:2]
+    res = supervise(Path(plan_path), Path(job_dir))
+    return 0 if res is not None and res.ok else 1
+
+
 def _kill_all(procs: list[RankProcess]) -> None:
     for p in procs:
         if p.popen.poll() is None:
@@ -177,3 +237,7 @@ def _kill_all(procs: list[RankProcess]) -> None:
                 os.killpg(p.popen.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from orchestrator.plan.files import PROGRESS_FILE, JobFiles
 from runtime.results import write_json_atomic
 
 
@@ -40,7 +41,7 @@ class Progress:
 
     @property
     def folder(self) -> Path:
-        return Path(self.output_dir) / "checkpoint"
+        return Path(JobFiles(str(self.output_dir)).checkpoint)
 
     # -- signals -------------------------------------------------------------------
     def install_signal_handler(self) -> None:
@@ -62,7 +63,7 @@ class Progress:
     # -- state -----------------------------------------------------------------------
     def load(self) -> dict[str, Any] | None:
         """The last saved progress (``step`` = finished steps), or None on a first run."""
-        meta = self.folder / "progress.json"
+        meta = self.folder / PROGRESS_FILE
         if not meta.exists():
             return None
         return json.loads(meta.read_text(encoding="utf-8"))
@@ -101,7 +102,7 @@ class Progress:
                 dist.barrier(group=self.group)
         if self.rank == 0:
             write_json_atomic(
-                self.folder / "progress.json", {**state, "step": step, "has_shards": shard is not None}
+                self.folder / PROGRESS_FILE, {**state, "step": step, "has_shards": shard is not None}
             )
         if shard is not None:
             # After the barrier of this step progress.json names at least step - 1, so the

@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
 from orchestrator.plan.schema import Plan
 from runtime.benchstats import provenance
 from runtime.rank_env import RankEnv, RankEnvError
 from runtime.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
 
-#: Exit code of a rank that stopped on USR2 after saving progress (the job is requeued).
-EXIT_REQUEUED = 3
-#: How long rank 0 waits for the other ranks' error files after a failure.
+#: How long rank 0 waits for the other ranks' files when it cannot gather their records.
 ERROR_COLLECT_S = 5.0
 
 
@@ -40,7 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan.load(args.plan)
-    output_dir = Path(args.output_dir or os.environ.get("SPORCH_JOB_DIR") or plan.job["output_dir"])
+    output_dir = Path(args.output_dir or os.environ.get("SPORCH_JOB_DIR") or plan.job.output_dir)
     try:
         env = RankEnv.detect()
     except RankEnvError as exc:
@@ -84,7 +83,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         progress = Progress(output_dir=output_dir, rank=env.rank)
         progress.install_signal_handler()
         metrics = run_workload(plan, ctx, device, progress)
-        metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.get("dtype") or "float32"))
+        metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))
         status = "completed"
     except RequeueRequested as exc:
         status, error = "requeued", {"rank": env.rank, "error": str(exc)}
@@ -100,8 +99,8 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         _write_result(plan, output_dir, record, dist)
     shutdown()
     if status == "completed":
-        return 0
-    return EXIT_REQUEUED if status == "requeued" else 1
+        return EXIT_OK
+    return EXIT_REQUEUED if status == "requeued" else EXIT_FAILED
 
 
 def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> None:
@@ -116,7 +115,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         except Exception:  # noqa: BLE001 - a peer died: fall back to its file
             records = {}
     if len(records) < plan.world_size:
-        deadline = time.time() + (0 if own["status"] == "completed" else ERROR_COLLECT_S)
+        deadline = time.time() + ERROR_COLLECT_S  # a peer may still be writing its file
         while True:
             records = {**read_rank_files(output_dir), 0: own}
             if len(records) >= plan.world_size or time.time() > deadline:
@@ -129,16 +128,17 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
     )
     first_error = root_cause(errors)
     summary = _summarise_metrics([records[r].get("metrics") or {} for r in sorted(records)])
+    summary.update(_generated_outputs(records))
     result = {
         "status": status,
-        "job_name": plan.job.get("name"),
+        "job_name": plan.job.name,
         "layout": plan.layout.sizes(),
         "world_size": plan.world_size,
         "nodes": plan.nodes,
         "gpus_per_node": plan.gpus_per_node,
-        "cluster": plan.cluster.get("name"),
-        "workload": plan.workload.get("kind"),
-        "sequence": plan.sequence,
+        "cluster": plan.cluster.name,
+        "workload": plan.workload.kind,
+        "sequence": plan.sequence.to_dict(),
         "hosts": {str(r): records[r].get("hostname") for r in sorted(records)},
         "distinct_hosts": sorted({rec.get("hostname") for rec in records.values() if rec.get("hostname")}),
         "metrics": own.get("metrics", {}),
@@ -149,7 +149,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "error": first_error.get("error") if first_error else None,
         "launcher_host": socket.gethostname(),
         "wall_s": own["finished"] - own["started"],
-        "provenance": provenance(plan.cluster, [r.get("hostname") for r in records.values() if r.get("hostname")]),
+        "provenance": provenance(plan.cluster.to_dict(), [r.get("hostname") for r in records.values() if r.get("hostname")]),
     }
     write_json_atomic(result_file(output_dir), result)
 
@@ -167,6 +167,17 @@ def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     if medians:
         out["step_ms_median_max"] = max(medians)
     return out
+
+
+def _generated_outputs(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A generate job: the files every dp replica wrote (with prompt and seed), in prompt
+    order, and each rank's peak memory."""
+    metrics = {r: records[r].get("metrics") or {} for r in sorted(records)}
+    if not any(m.get("kind") == "generate" for m in metrics.values()):
+        return {}
+    outputs = sorted((o for m in metrics.values() for o in m.get("outputs", [])), key=lambda o: o["index"])
+    return {"outputs": outputs,
+            "peak_memory_bytes_by_rank": {str(r): m.get("peak_memory_bytes") for r, m in metrics.items()}}
 
 
 if __name__ == "__main__":

@@ -30,24 +30,14 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from orchestrator.plan.schema import DIMS, Layout, Plan
+from orchestrator.plan.rules import DIMS, GROUP_DIMS, head_split, padded_length
+from orchestrator.plan.schema import Layout, Plan
 
-__all__ = ["ParallelContext", "ContextBroken", "split_heads", "head_offsets"]
-
-GROUP_DIMS: tuple[str, ...] = DIMS + ("sequence",)
+__all__ = ["ParallelContext", "ContextBroken", "head_offsets"]
 
 
 class ContextBroken(RuntimeError):
     """The context saw a failure earlier; its groups must not be reused."""
-
-
-def split_heads(num_heads: int, parts: int) -> list[int]:
-    """Heads per Ulysses rank: the first ``num_heads % parts`` ranks get one extra head
-    (the planner's ``heads.q_heads_per_rank`` rule)."""
-    if num_heads < 1 or parts < 1:
-        raise ValueError(f"need num_heads >= 1 and parts >= 1, got {num_heads}, {parts}")
-    base, extra = divmod(num_heads, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 def head_offsets(counts: Sequence[int]) -> list[int]:
@@ -182,14 +172,14 @@ class ParallelContext:
 
     def heads_per_rank(self, num_heads: int) -> list[int]:
         """Query heads per Ulysses rank (uneven when ``num_heads % ulysses != 0``)."""
-        return split_heads(num_heads, self.layout.ulysses)
+        return head_split(num_heads, self.layout.ulysses)
 
     def local_len(self, seq_len: int) -> int:
         """Tokens per rank after padding: ``ceil(seq_len / sequence_size)``."""
-        return -(-seq_len // self.sequence_size)
+        return self.padded_len(seq_len) // self.sequence_size
 
     def padded_len(self, seq_len: int) -> int:
-        return self.local_len(seq_len) * self.sequence_size
+        return padded_length(seq_len, self.sequence_size)
 
     # -- health -----------------------------------------------------------------------
     def mark_broken(self, reason: BaseException | str) -> None:

@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from orchestrator.plan.files import JobFiles
+
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     path = Path(path)
@@ -47,11 +49,11 @@ def _jsonable(obj: Any) -> Any:
 
 
 def rank_file(output_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(output_dir) / "ranks" / f"rank{rank}.json"
+    return Path(JobFiles(str(output_dir)).rank_file(rank))
 
 
 def result_file(output_dir: str | os.PathLike) -> Path:
-    return Path(output_dir) / "result.json"
+    return Path(JobFiles(str(output_dir)).result)
 
 
 def error_record(rank: int, exc: BaseException) -> dict[str, Any]:
@@ -67,7 +69,7 @@ def error_record(rank: int, exc: BaseException) -> dict[str, Any]:
 
 def read_rank_files(output_dir: str | os.PathLike) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
-    folder = Path(output_dir) / "ranks"
+    folder = Path(JobFiles(str(output_dir)).ranks)
     if not folder.is_dir():
         return out
     for f in sorted(folder.glob("rank*.json")):

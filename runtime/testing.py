@@ -22,11 +22,13 @@ and the ``__cause__``. If the job does not finish within ``timeout`` seconds, ev
 terminated and :class:`DistributedTimeout` (a ``TimeoutError``) names the ranks that had
 not finished. Collectives inside the ranks use the same timeout (``init_process_group``).
 
-Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``.
+Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``, and
+``plan_for`` (a complete Plan for a layout, a model dict and a grid, without the planner).
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import pickle
 import shutil
@@ -34,9 +36,44 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env"]
+from orchestrator.plan.rules import head_split, kv_mode, padded_length
+from orchestrator.plan.schema import Layout, Plan
+from orchestrator.plan import sections
+
+__all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for"]
+
+#: The workload ``plan_for`` fills in where not given.
+DEFAULT_WORKLOAD: dict[str, Any] = {
+    "kind": "verify", "batch": 1, "frames": None, "height": None, "width": None, "seq_len": None, "steps": 2,
+    "guidance_scale": 1.0, "cfg_enabled": False, "dtype": "float32", "warmup": 0, "repeat": 1, "seed": 0,
+}
+
+
+def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1, 1, 8),
+             workload: Mapping[str, Any] | None = None, name: str = "test") -> Plan:
+    """A complete Plan on one emulated node (world = layout) for a ``plan.model`` dict (e.g.
+    ``runtime.model.tiny_model_dict``) and a token grid; ``workload`` keys override
+    :data:`DEFAULT_WORKLOAD`."""
+    wl = {**DEFAULT_WORKLOAD, **(workload or {})}
+    wl["cfg_enabled"] = wl["guidance_scale"] > 1
+    n = layout.sequence_degree
+    seq = grid[0] * grid[1] * grid[2]
+    padded = padded_length(seq, n)
+    m = sections.ModelSection.from_dict(dict(model))
+    heads = sections.HeadsSection(num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+                         q_heads_per_rank=head_split(m.num_heads, layout.ulysses),
+                         kv_mode=kv_mode(m.num_heads, m.num_kv_heads, layout.ulysses),
+                         even=m.num_heads % layout.ulysses == 0)
+    return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
+                ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(),
+                cluster=sections.ClusterSpec(name="test", gpus_per_node=layout.world_size),
+                job=sections.JobSection(name=name, output_dir="", entrypoint=None, time="00:10:00", source=None),
+                model=m, workload=sections.WorkloadSection(**wl),
+                sequence=sections.SequenceSection(seq_len=seq, padded_len=padded, pad=padded - seq,
+                                         tokens_per_rank=padded // n, grid=list(grid), degree=n),
+                heads=heads)
 
 
 class RankError(RuntimeError):
@@ -150,8 +187,6 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     the whole run (process start included) and every collective inside it. ``threads`` is
     ``torch.set_num_threads`` in each rank (``None``: leave torch's default).
     """
-    import multiprocessing as mp
-
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     ctx = mp.get_context(start_method)

@@ -9,6 +9,8 @@
 - ``benchmark``: ``warmup`` untimed + ``repeat`` timed denoising steps (one model
   evaluation with CFG each); per-step latency, tokens/s, peak memory, bytes sent and time in
   communication; finished steps are saved, so a requeued benchmark continues where it was.
+- ``generate``: prompts -> text encoders -> the sharded transformer with the pipeline's
+  scheduler -> VAE -> one MP4/PNG per prompt (runtime/pipelines/, docs/generate.md).
 - ``verify``: the sharded forward and a short sampling run against the unsharded model
   (computed on every rank from the same seeded inputs); max error against the tolerance.
 """
@@ -23,8 +25,24 @@ from typing import Any, Callable
 
 import torch
 
+from safetensors.torch import save_file
+from torch.profiler import ProfilerActivity, profile
+
 from orchestrator.plan.schema import Plan
+from runtime.attention import CommStats
+from runtime.benchstats import step_summary
 from runtime.checkpoint import Progress
+from runtime.compile import compile_blocks, should_compile, time_first_call
+from runtime.model import (
+    NUM_TRAIN_TIMESTEPS,
+    ShardedDiT,
+    build_model,
+    euler_sample,
+    flow_sigmas,
+    make_inputs,
+    resolve_dtype,
+    verify,
+)
 
 
 def resolve_entrypoint(spec: str) -> Callable[..., Any]:
@@ -40,50 +58,41 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
 
 
 def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
-    entrypoint = plan.job.get("entrypoint")
+    entrypoint = plan.job.entrypoint
     if entrypoint:
         result = resolve_entrypoint(entrypoint)(ctx, plan)
         return {"entrypoint": entrypoint, **(result or {})}
-    kind = plan.workload.get("kind", "inference")
+    kind = plan.workload.kind
     if kind == "verify":
         return _verify(plan, ctx, device)
     if kind == "benchmark":
         return _benchmark(plan, ctx, device, progress)
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
-    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify)")
+    if kind == "generate":
+        from runtime.pipelines.generate import run_generate
+
+        return run_generate(plan, ctx, device, progress.output_dir)
+    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
 
 
 # -- shared -------------------------------------------------------------------------------
 
-def workload_grid(plan: Plan) -> list[int]:
-    """The latent token grid [f, h, w]; [1, 1, seq_len] when the job gave seq_len directly."""
-    grid = (plan.sequence or {}).get("grid")
-    if grid:
-        return [int(g) for g in grid]
-    seq_len = (plan.sequence or {}).get("seq_len") or plan.workload.get("seq_len")
-    if not seq_len:
-        raise ValueError("plan.sequence has neither grid nor seq_len")
-    return [1, 1, int(seq_len)]
-
-
 def _build(plan: Plan, device: torch.device):
-    from runtime.model import build_model, resolve_dtype
-
     wl = plan.workload
-    dtype = resolve_dtype(wl.get("dtype") or "float32")
-    return build_model(plan.model, seed=int(wl.get("seed") or 0), dtype=dtype, device=device,
-                       weights=plan.model.get("weights"))
+    return build_model(plan.model, seed=wl.seed, dtype=resolve_dtype(wl.dtype), device=device,
+                       weights=plan.model.weights)
 
 
 def _setup(plan: Plan, ctx: Any, device: torch.device):
-    from runtime.model import ShardedDiT, make_inputs
-
-    grid = workload_grid(plan)
+    """(model, runner, inputs, grid, compile info): the model built, its blocks compiled
+    when ``workload.compile`` says so (runtime.compile)."""
+    grid = plan.sequence.grid
     model = _build(plan, device)
+    info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
     runner = ShardedDiT(model, ctx, grid=grid)
-    inputs = make_inputs(model, grid, int(plan.workload.get("batch") or 1), int(plan.workload.get("seed") or 0), ctx)
-    return model, runner, inputs, grid
+    inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
+    return model, runner, inputs, grid, info
 
 
 def _sync(device: torch.device) -> None:
@@ -99,13 +108,10 @@ def _peak_memory_bytes(device: torch.device) -> int:
 
 def _verify(plan: Plan, ctx: Any, device: torch.device) -> dict[str, Any]:
     """Sharded forward + min(steps, 2) sampling steps against the unsharded model."""
-    from runtime.model import verify
-
     wl = plan.workload
     model = _build(plan, device)
-    out = verify(model, ctx, grid=workload_grid(plan), batch=int(wl.get("batch") or 1),
-                 seed=int(wl.get("seed") or 0), guidance_scale=float(wl.get("guidance_scale") or 1.0),
-                 steps=min(int(wl.get("steps") or 0), 2), shift=float(wl.get("shift") or 1.0))
+    out = verify(model, ctx, grid=plan.sequence.grid, batch=wl.batch, seed=wl.seed,
+                 guidance_scale=wl.guidance_scale, steps=min(wl.steps, 2), shift=wl.shift)
     out["kind"] = "verify"
     out["max_abs_err"] = max(out["forward"]["max_abs_err"], out.get("sample", {}).get("max_abs_err", 0.0))
     return out
@@ -119,8 +125,6 @@ _COMM_OPS = ("all_to_all", "alltoall", "send", "recv", "all_gather", "allgather"
 
 def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None:
     """Time spent in collectives during one step, from the profiler's host-side events."""
-    from torch.profiler import ProfilerActivity, profile
-
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     try:
         with profile(activities=activities) as prof:
@@ -138,14 +142,9 @@ def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None
 
 
 def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
-    from runtime.attention import CommStats
-    from runtime.benchstats import step_summary
-    from runtime.model import NUM_TRAIN_TIMESTEPS
-
     wl = plan.workload
-    warmup, repeat = int(wl.get("warmup") or 0), int(wl.get("repeat") or 1)
-    guidance = float(wl.get("guidance_scale") or 1.0)
-    model, runner, inputs, grid = _setup(plan, ctx, device)
+    warmup, repeat, guidance = wl.warmup, wl.repeat, wl.guidance_scale
+    model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
     x_local = runner.shard_latents(inputs.noise)
 
     def step() -> None:
@@ -156,7 +155,9 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
     times: list[float] = list(saved.get("step_ms", []))
     resumed_from = len(times)
     with torch.no_grad():
-        for _ in range(warmup):
+        if warmup or compiled.enabled:  # the first call compiles: timed apart from the steps
+            time_first_call(compiled, step, lambda: _sync(device))
+        for _ in range(warmup - 1):
             step()
         for i in range(resumed_from, repeat):
             _sync(device)
@@ -168,12 +169,13 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         ctx.comm_stats = CommStats()  # bytes this rank sends during the profiled step
         comm_ms = _comm_time_ms(step, device)
         sent, ctx.comm_stats = ctx.comm_stats, None
-    seq_tokens = grid[0] * grid[1] * grid[2] * int(wl.get("batch") or 1)
+    seq_tokens = grid[0] * grid[1] * grid[2] * wl.batch
     median = statistics.median(times) if times else float("nan")
     return {
         "kind": "benchmark",
         **step_summary(times, tokens_per_step=seq_tokens, estimates=plan.estimates,
-                       peak_tflops=(plan.cluster.get("gpu") or {}).get("bf16_tflops")),
+                       peak_tflops=plan.cluster.gpu.bf16_tflops),
+        "compile": compiled.record(median / 1e3 if times else None),
         "comm_ms_per_step": comm_ms,
         "comm_bytes_per_step": sent.total,
         "comm_bytes_by_op": sent.as_dict(),
@@ -189,13 +191,10 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
 # -- inference ------------------------------------------------------------------------------
 
 def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
-    from runtime.model import NUM_TRAIN_TIMESTEPS, euler_sample, flow_sigmas
-
     wl = plan.workload
-    steps = int(wl.get("steps") or 1)
-    guidance = float(wl.get("guidance_scale") or 1.0)
-    model, runner, inputs, grid = _setup(plan, ctx, device)
-    sigmas = flow_sigmas(steps, float(wl.get("shift") or 1.0))
+    steps, guidance = wl.steps, wl.guidance_scale
+    model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
+    sigmas = flow_sigmas(steps, wl.shift)
 
     saved = progress.load() or {}
     start_step = int(saved.get("step", 0))
@@ -230,13 +229,12 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         "latent_mean": float(latents.mean()),
         "latent_std": float(latents.std()) if latents.numel() > 1 else 0.0,
         "peak_memory_bytes": _peak_memory_bytes(device),
+        "compile": compiled.record(),  # the first step's time includes compiling
         "resumed": start_step > 0,
         "resumed_from_step": start_step,
     }
     writer = ctx.sequence_rank == 0 and ctx.cfg_rank == 0
     if writer:
-        from safetensors.torch import save_file
-
         path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({"latents": latents.contiguous().cpu()}, str(path))

@@ -23,21 +23,16 @@ def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, 
     ``plan``: any point's Plan of the group (the header comes from it); ``root``: the
     campaign directory (batch logs go to ``<root>/arrays/logs``).
     """
-    import jinja2
-
-    from orchestrator.render import _environment, render_context
+    from orchestrator.render import render_template
+    from orchestrator.submit.slurm_job import SlurmJob
 
     if count < 1:
         raise SporchError(f"group {group} has no point to submit")
     if throttle is not None and throttle < 1:
         raise SporchError(f"run.throttle must be >= 1, got {throttle}")
-    ctx = render_context(plan, root)
-    ctx.update(campaign=campaign, group=group, count=count, throttle=throttle, list_path=list_path,
-               logs_dir=f"{ctx['job_dir']}/arrays/logs")
-    try:
-        return _environment().get_template(TEMPLATE).render(**ctx)
-    except jinja2.UndefinedError as e:
-        raise SporchError(f"template {TEMPLATE}: {e}") from e
+    job = SlurmJob.from_plan(plan, root).as_array(f"{campaign}-{group}", count, throttle,
+                                                  batch_logs=f"{root.rstrip('/')}/arrays/logs")
+    return render_template(TEMPLATE, job=job, campaign=campaign, group=group, count=count, list_path=list_path)
 
 
 def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campaign: str,

@@ -45,26 +45,26 @@ class Point:
 
     def match_values(self) -> dict[str, Any]:
         """Values reference ``where`` clauses and the report select on (resolved by the planner)."""
-        return point_values(self.params, self.plan.to_dict())
+        return point_values(self.params, self.plan)
 
 
-def point_values(params: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    """The point's identifying values: from its parameters and its plan (a plan.json dict)."""
+def point_values(params: dict[str, Any], plan) -> dict[str, Any]:
+    """The point's identifying values: from its parameters and its Plan."""
     from orchestrator.plan.layouts import compact
-    from orchestrator.plan.schema import Layout
 
-    w = plan["workload"]
-    shape = {k: w.get(k) for k in ("frames", "height", "width", "seq_len") if w.get(k) is not None}
-    if w.get("seq_len") is not None:
-        shape = {"seq_len": w["seq_len"]}
+    w = plan.workload
+    if w.seq_len is not None:
+        shape = {"seq_len": w.seq_len}
+    else:
+        shape = {k: getattr(w, k) for k in ("frames", "height", "width") if getattr(w, k) is not None}
     return {
         "cluster": params["cluster"],
-        "nodes": plan["nodes"],
-        "gpus": plan["world_size"],
-        "layout": compact(Layout(**plan["layout"])),
-        "preset": plan["model"].get("preset") or "custom",
+        "nodes": plan.nodes,
+        "gpus": plan.world_size,
+        "layout": compact(plan.layout),
+        "preset": plan.model.preset or "custom",
         "shape": shape_label(shape),
-        "dtype": w["dtype"],
+        "dtype": w.dtype,
         "repeat": params["repeat"],
     }
 
@@ -110,15 +110,16 @@ def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Option
 
 def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
     """(param value, requested parallel dims) for every layout of this point's axes."""
-    from orchestrator.config.job import PARALLEL_DIMS, resolve_model, sequence_shape
     from orchestrator.plan.layouts import feasible_layouts
     from orchestrator.plan.planner import layout_context
+    from orchestrator.plan.resolve import resolve_model, sequence_shape
+    from orchestrator.plan.rules import DIMS
 
     mode = campaign.layouts
     if mode is None:
-        yield "base", {d: getattr(job.parallel, d) for d in PARALLEL_DIMS}
+        yield "base", {d: getattr(job.parallel, d) for d in DIMS}
     elif mode == "auto":
-        yield "auto", {d: "auto" for d in PARALLEL_DIMS}
+        yield "auto", {d: "auto" for d in DIMS}
     elif mode == "all":
         model = resolve_model(job.model)
         seq_len, _ = sequence_shape(model, job.workload)
@@ -173,7 +174,7 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                                 out.skipped.append(Skipped({**params, "repeat": None}, str(e)))
                                 continue
                             if not plan.estimates.get("fits", True):
-                                why = next((w for w in plan.warnings if w.startswith("estimated")), "does not fit")
+                                why = next((m for m in plan.warnings if m.startswith("estimated")), "does not fit")
                                 out.skipped.append(Skipped({**params, "repeat": None}, why))
                                 continue
                             for rep in range(m.repeats):
@@ -188,6 +189,4 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
 
 def _named(plan, campaign_name: str, pid: str):
     """The plan with the job named after the campaign and the point (result.json job_name)."""
-    job = dict(plan.job)
-    job["name"] = f"{campaign_name}-{pid}"
-    return replace(plan, job=job)
+    return replace(plan, job=replace(plan.job, name=f"{campaign_name}-{pid}"))

@@ -18,17 +18,14 @@ SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem
 
 
 def resource_shape(plan) -> dict[str, Any]:
-    """What a point asks Slurm for (a plan or a plan.json dict)."""
-    d = plan if isinstance(plan, dict) else None
-    cluster = d["cluster"] if d else plan.cluster
-    job = d["job"] if d else plan.job
-    slurm = cluster["slurm"]
+    """What a point (its Plan) asks Slurm for."""
+    slurm = plan.cluster.slurm
     return {
-        "cluster": cluster["name"],
-        "nodes": d["nodes"] if d else plan.nodes,
-        "gpus_per_node": d["gpus_per_node"] if d else plan.gpus_per_node,
-        "time": job.get("time") or slurm["time"],
-        **{k: slurm.get(k) for k in SLURM_KEYS},
+        "cluster": plan.cluster.name,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "time": plan.job.time or slurm.time,
+        **{k: getattr(slurm, k) for k in SLURM_KEYS},
     }
 
 

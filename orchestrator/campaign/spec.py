@@ -211,7 +211,7 @@ def _parse_nodes(value: Any, source: str) -> Any:
 
 
 def _parse_layouts(value: Any, source: str) -> Any:
-    from orchestrator.config.job import PARALLEL_DIMS
+    from orchestrator.plan.rules import DIMS
 
     if value is None or value in LAYOUT_MODES:
         return value
@@ -223,8 +223,8 @@ def _parse_layouts(value: Any, source: str) -> Any:
             raise _bad(source, f"matrix.layouts[{i}]", f"must be a mapping like {{ring: 2, ulysses: 4}}, got {entry!r}")
         lay: dict[str, Any] = {}
         for k, v in entry.items():
-            if k not in PARALLEL_DIMS:
-                raise _bad(source, f"matrix.layouts[{i}]", f"unknown dimension {k!r}; use {', '.join(PARALLEL_DIMS)}")
+            if k not in DIMS:
+                raise _bad(source, f"matrix.layouts[{i}]", f"unknown dimension {k!r}; use {', '.join(DIMS)}")
             if v == "auto":
                 lay[k] = "auto"
             elif _positive_int(v) is not None:

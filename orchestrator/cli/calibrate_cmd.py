@@ -38,14 +38,14 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
         if bad:
             raise SporchError(f"--fit: unknown constant(s) {', '.join(bad)}; choose from {', '.join(FITTED)}")
     obs, plans, cluster = campaign_observations(directory, cluster_name, exclude)
-    base = default_constants(cluster["gpu"]["model"])
+    base = default_constants(cluster.gpu.model)
     result = fit(obs, base, names)
     before, _ = cluster_constants(cluster)
     out = Path(out_file) if out_file else Path(directory) / CALIBRATION_FILE
-    write_calibration(out, result, {"cluster": cluster["name"], "gpu_model": cluster["gpu"]["model"],
+    write_calibration(out, result, {"cluster": cluster.name, "gpu_model": cluster.gpu.model,
                                     "campaign": str(Path(directory).resolve())})
     con = console()
-    t = Table(title=f"{len(obs)} points on {cluster['name']}: measured vs calibrated prediction", title_justify="left")
+    t = Table(title=f"{len(obs)} points on {cluster.name}: measured vs calibrated prediction", title_justify="left")
     for col in ("point", "measured ms", "predicted ms", "error"):
         t.add_column(col, justify="left" if col == "point" else "right")
     for o, p, e in zip(obs, result.predictions, result.relative_errors):

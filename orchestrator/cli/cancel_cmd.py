@@ -1,5 +1,5 @@
-"""``sporch cancel JOB ...``: scancel (on the login host for jobs submitted over ssh), saying
-what state each job was in."""
+"""``sporch cancel JOB ...``: cancel through each job's backend on its host (scancel here or on
+the login host of jobs submitted over ssh), saying what state each job was in."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import datetime as _dt
 
 import click
 
+from orchestrator.jobs import store
+from orchestrator.jobs.status import poll, record_host
+from orchestrator.submit.backend import get_backend
+
 
 @click.command("cancel")
 @click.argument("jobs", nargs=-1, required=True, metavar="JOB...")
 def cancel(jobs: tuple) -> None:
     """Cancel JOBs (sporch id, Slurm job id or name). Finished jobs are left alone."""
-    from orchestrator.jobs import store
-    from orchestrator.jobs.status import poll
-    from orchestrator.slurm.commands import scancel
-
     recs = store.load_all()
     targets = []
     for ref in jobs:
@@ -29,18 +29,13 @@ def cancel(jobs: tuple) -> None:
             click.echo(f"{r.id}: already {s.state} (Slurm job {r.slurm_job_id}); nothing to cancel")
     if not live:
         return
-    # one scancel per place: here, and each login host of jobs submitted over ssh
-    by_host: dict = {}
+    # one cancel call per backend and host: here, and each login host of jobs submitted over ssh
+    batches: dict = {}
     for r, _ in live:
-        key = None if not r.remote else (r.remote.get("host"), r.remote.get("port"), r.remote.get("user"))
-        by_host.setdefault(key, []).append(r)
-    for key, recs in by_host.items():
-        if key is None:
-            scancel([r.slurm_job_id for r in recs])
-        else:
-            from orchestrator.remote.ssh import runner_for
-
-            scancel([r.slurm_job_id for r in recs], runner=runner_for(recs[0].remote))
+        host = record_host(r)
+        batches.setdefault((r.backend, id(host)), (host, []))[1].append(r)
+    for (backend, _), (host, recs) in batches.items():
+        get_backend(backend, host).cancel([r.slurm_job_id for r in recs])
     stamp = _dt.datetime.now().isoformat(timespec="seconds")
     for r, s in live:
         r.cancelled = stamp

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 
 from orchestrator.cli.common import console
+from orchestrator.config.cluster import available_clusters, find_cluster, load_cluster_file, search_dirs
+from orchestrator.errors import SporchError
+from orchestrator.slurm.discover import descriptor_yaml, discover_cluster
 
 
 @click.group("clusters")
@@ -16,9 +22,6 @@ def clusters() -> None:
 def list_cmd() -> None:
     """Every known cluster (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters)."""
     from rich.table import Table
-
-    from orchestrator.config.cluster import available_clusters, load_cluster_file, search_dirs
-    from orchestrator.errors import SporchError
 
     table = Table(title="clusters")
     for col in ("name", "nodes x GPUs", "GPU", "intra-node", "inter-node", "source"):
@@ -48,10 +51,6 @@ def list_cmd() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved descriptor as JSON.")
 def show_cmd(name: str, as_json: bool) -> None:
     """The resolved descriptor of NAME (a name or a YAML path), env defaults included."""
-    import json
-
-    from orchestrator.config.cluster import find_cluster
-
     c = find_cluster(name)
     d = c.to_dict()
     if as_json:
@@ -76,11 +75,6 @@ def discover_cmd(partition, name, output, force) -> None:
     Slurm; what Slurm cannot know (GPU memory/TFLOP/s, fabric bandwidths) is guessed and
     marked ``# guessed`` so you can fill it in.
     """
-    from pathlib import Path
-
-    from orchestrator.errors import SporchError
-    from orchestrator.slurm.discover import descriptor_yaml, discover_cluster
-
     desc = discover_cluster(partition, name=name)
     text = descriptor_yaml(desc)
     guessed = ", ".join(desc.get("guessed", [])) or "nothing"

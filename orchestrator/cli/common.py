@@ -7,6 +7,9 @@ from typing import Any, Callable, Sequence
 
 import click
 
+from orchestrator.config.cluster import find_cluster
+from orchestrator.config.job import load_job
+
 cluster_option = click.option(
     "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",
     help="Cluster name (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters) or YAML path.",
@@ -22,10 +25,13 @@ def job_arguments(fn: Callable) -> Callable:
 
 def load(cluster_ref: str, job_path: str, overrides: Sequence[str]):
     """(ClusterSpec, JobSpec), or SporchError."""
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.config.job import load_job
-
     return find_cluster(cluster_ref), load_job(job_path, overrides)
+
+
+def invocation() -> list:
+    """The argv given to ``sporch`` (``main`` passes it as the click context's obj)."""
+    obj = click.get_current_context().find_root().obj
+    return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]
 
 
 def console(stderr: bool = False) -> Any:

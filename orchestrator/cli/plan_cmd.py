@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 
 from orchestrator.cli.common import cluster_option, console, job_arguments, load
+from orchestrator.cli.show import print_plan
+from orchestrator.plan.planner import make_plan
 
 
 @click.command("plan")
@@ -18,8 +20,6 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_ranks: bool,
          rank_layouts: bool) -> None:
     """Plan JOB.yaml on --cluster: layout, rank/group map, estimates."""
-    from orchestrator.plan.planner import make_plan
-
     cluster, job = load(cluster_ref, job_path, overrides)
     if rank_layouts:
         _rank(cluster, job, as_json)
@@ -28,7 +28,6 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
     if as_json:
         click.echo(p.to_json())
         return
-    from orchestrator.cli.show import print_plan
 
     print_plan(p, console(), all_ranks=all_ranks)
 

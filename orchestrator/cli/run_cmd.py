@@ -1,18 +1,30 @@
-"""``sporch run --local``: run a job here, one CPU process per rank, emulating the cluster."""
+"""``sporch run --local``: run a job here, one CPU process per rank, emulating the cluster.
+
+The run is a job of the ``local`` backend (:mod:`orchestrator.submit.local_backend`): it gets a
+job dir and a record like a submission, so ``sporch status``, ``logs``, ``wait`` and ``cancel``
+work on its id; this process is its supervisor (the record's job id is its pid).
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, console, job_arguments, load
-
-#: Exit codes: 0 ok, 1 the run failed or verification exceeded its tolerance, 2 bad input.
-EXIT_FAILED = 1
+from orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
+from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL
+from orchestrator.jobs import store
+from orchestrator.jobs.store import JobRecord
+from orchestrator.local_run import supervise
+from orchestrator.plan.rules import EXIT_FAILED
+from orchestrator.submit.local_backend import LOGS
+from orchestrator.submit.request import default_job_dir
+from orchestrator.submit.submitter import command_line, prepare, remove_job_dir, write_files
 
 
 @click.command("run")
@@ -26,29 +38,39 @@ EXIT_FAILED = 1
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
         run_dir: Optional[str], timeout_s: Optional[float]) -> None:
     """Run JOB.yaml on this machine with the layout it would have on --cluster."""
-    from orchestrator.errors import SporchError
-    from orchestrator.local_run import run_local
-    from orchestrator.plan.planner import make_plan
-    from orchestrator.submit.request import default_job_dir
-
     if not local:
         raise SporchError("`sporch run` runs on this machine only: add --local (use `sporch submit` for a cluster)")
     if verify:
         overrides = tuple(overrides) + ("workload.kind=verify",)
     cluster, job = load(cluster_ref, job_path, overrides)
-    plan = make_plan(cluster, job)
-    _check_weights(plan.model.get("weights"))
-    folder = Path(run_dir) if run_dir else Path(default_job_dir(cluster, job, _dt.datetime.now()) + "-local")
-    if folder.exists() and any(folder.iterdir()):
+    if job.workload.kind != "generate":
+        _check_weights(job.model.weights)
+    now = _dt.datetime.now()
+    folder = run_dir or default_job_dir(cluster, job, now) + "-local"
+    if Path(folder).exists() and any(Path(folder).iterdir()):
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
-    folder.mkdir(parents=True, exist_ok=True)
-    plan_path = folder / "plan.json"
-    plan_path.write_text(plan.to_json(), encoding="utf-8")
+    prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL)
+    req, plan = prepared.request, prepared.request.plan
+    if plan.workload.kind == "generate":
+        try:
+            _check_generate(plan.model, plan.workload)
+        except SporchError:
+            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
+            raise
+    write_files(req, LOCAL)
+    rec = JobRecord(id=store.unique_id(store.make_id(plan.job.name, now)), name=plan.job.name, cluster=cluster.name,
+                    backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,
+                    submitted=now.isoformat(timespec="seconds"), command=command_line(invocation()),
+                    world_size=plan.world_size, nodes=plan.nodes, workload=plan.workload.kind, logs=dict(LOGS))
+    store.save(rec)
 
     con = console(stderr=True)
-    con.print(f"[bold]run[/] {plan.job.get('name')} on {cluster.name}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {folder}")
-    res = _run_with_progress(run_local, plan_path, folder, plan.world_size, timeout_s, con)
+    con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {req.job_dir}; id {rec.id}")
+    res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
+    if res is None:
+        click.echo(f"{rec.id}: cancelled", err=True)
+        sys.exit(EXIT_FAILED)
     _print_summary(res, plan, console())
     error = str((res.result or {}).get("error") or "")
     if error.startswith(CHECKPOINT_ERROR):
@@ -56,7 +78,7 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         raise SporchError(error[len(CHECKPOINT_ERROR):].strip())
     if not res.ok or res.result is None or res.result.get("status") != "completed":
         sys.exit(EXIT_FAILED)
-    if plan.workload.get("kind") == "verify" and not plan.job.get("entrypoint"):
+    if plan.workload.kind == "verify" and not plan.job.entrypoint:
         click.echo(f"max_abs_err={res.result.get('max_abs_err')!r}")
         if not res.result.get("verified", False):
             click.echo(
@@ -74,7 +96,6 @@ def _check_weights(weights: Optional[str]) -> None:
     """model.weights must be a readable checkpoint here (files, index, headers; no tensors read)."""
     if not weights:
         return
-    from orchestrator.errors import SporchError
     from runtime.weights import CheckpointError, open_checkpoint
 
     try:
@@ -83,14 +104,24 @@ def _check_weights(weights: Optional[str]) -> None:
         raise SporchError(str(exc)) from None
 
 
-def _run_with_progress(run_local, plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
+def _check_generate(model, workload) -> None:
+    """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
+    from orchestrator.errors import SporchError
+    from runtime.pipelines.check import check_generate
+
+    problems = check_generate(model, workload)
+    if problems:
+        raise SporchError(problems[0])
+
+
+def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     columns = (SpinnerColumn(), TextColumn("ranks finished"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TimeElapsedColumn())
     with Progress(*columns, console=con, transient=True, disable=not con.is_terminal) as bar:
         task = bar.add_task("ranks", total=world)
-        return run_local(plan_path, folder, timeout_s=timeout_s,
+        return supervise(plan_path, folder, timeout_s=timeout_s,
                          on_tick=lambda done, total: bar.update(task, completed=done))
 
 
@@ -113,6 +144,8 @@ def _print_summary(res, plan, con) -> None:
         if metrics.get(key) is not None:
             v = metrics[key]
             table.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
+    for out in result.get("outputs") or []:
+        table.add_row("output", f"{out['path']} (seed {out['seed']}: {out['prompt']})")
     if res.failed_rank is not None or result.get("error"):
         rank = result.get("failed_rank", res.failed_rank)
         table.add_row("failed rank", str(rank))

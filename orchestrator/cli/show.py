@@ -5,39 +5,39 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.cli.common import fmt_int, human_bytes
-from orchestrator.plan.schema import DIMS, Plan
+from orchestrator.plan.layouts import short
+from orchestrator.plan.rules import GROUP_DIMS
+from orchestrator.plan.schema import Plan
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
 FULL_RANK_TABLE = 32
 
 
 def summary_lines(plan: Plan) -> list[str]:
-    from orchestrator.plan.layouts import short
-
     m, w, s, h = plan.model, plan.workload, plan.sequence, plan.heads
     c = plan.cluster
-    name = m["preset"] or "custom"
-    blocks = f"{m['depth']} blocks" + (f" + {m['single_depth']} single" if m["single_depth"] else "")
-    if w["seq_len"] is not None:
-        shape = f"seq_len {fmt_int(w['seq_len'])}"
+    name = m.preset or "custom"
+    blocks = f"{m.depth} blocks" + (f" + {m.single_depth} single" if m.single_depth else "")
+    if w.seq_len is not None:
+        shape = f"seq_len {fmt_int(w.seq_len)}"
     else:
-        shape = f"{w['frames']}x{w['height']}x{w['width']}"
-    grid = "x".join(str(g) for g in s["grid"])
-    cfg = "CFG on" if w["cfg_enabled"] else "CFG off"
+        shape = f"{w.frames}x{w.height}x{w.width}"
+    grid = "x".join(str(g) for g in s.grid)
+    cfg = "CFG on" if w.cfg_enabled else "CFG off"
     lay = plan.layout
-    pad = f", padded to {fmt_int(s['padded_len'])} (+{s['pad']})" if s["pad"] else ""
+    pad = f", padded to {fmt_int(s.padded_len)} (+{s.pad})" if s.pad else ""
     return [
-        f"job       {plan.job['name']} on {c['name']}: {plan.nodes} node{'s' if plan.nodes != 1 else ''} x {plan.gpus_per_node} GPUs "
-        f"({c['gpu']['model']}) = {plan.world_size} ranks",
-        f"model     {name}: {m['attention']} attention, {blocks}, hidden {m['hidden']}, "
-        f"{m['num_heads']} heads x {m['head_dim']} (kv {m['num_kv_heads']}), ffn {m['ffn_dim']}",
-        f"workload  {w['kind']}, batch {w['batch']}, {shape} -> grid {grid} = {fmt_int(s['seq_len'])} tokens, "
-        f"{w['steps']} steps, guidance {w['guidance_scale']:g} ({cfg}), {w['dtype']}",
+        f"job       {plan.job.name} on {c.name}: {plan.nodes} node{'s' if plan.nodes != 1 else ''} x {plan.gpus_per_node} GPUs "
+        f"({c.gpu.model}) = {plan.world_size} ranks",
+        f"model     {name}: {m.attention} attention, {blocks}, hidden {m.hidden}, "
+        f"{m.num_heads} heads x {m.head_dim} (kv {m.num_kv_heads}), ffn {m.ffn_dim}",
+        f"workload  {w.kind}, batch {w.batch}, {shape} -> grid {grid} = {fmt_int(s.seq_len)} tokens, "
+        f"{w.steps} steps, guidance {w.guidance_scale:g} ({cfg}), {w.dtype}",
         f"layout    dp {lay.dp} x cfg {lay.cfg} x ring {lay.ring} x ulysses {lay.ulysses} = {plan.world_size}"
         f"  ({short(lay)})",
-        f"sequence  {fmt_int(s['seq_len'])} tokens{pad}, {fmt_int(s['tokens_per_rank'])} per rank",
-        f"heads     {h['num_heads']} over ulysses {lay.ulysses}: {_runs(h['q_heads_per_rank'])} per rank, "
-        f"kv {h['num_kv_heads']} ({h['kv_mode']})",
+        f"sequence  {fmt_int(s.seq_len)} tokens{pad}, {fmt_int(s.tokens_per_rank)} per rank",
+        f"heads     {h.num_heads} over ulysses {lay.ulysses}: {_runs(h.q_heads_per_rank)} per rank, "
+        f"kv {h.num_kv_heads} ({h.kv_mode})",
     ]
 
 
@@ -63,7 +63,7 @@ def groups_table(plan: Plan) -> Any:
     for col in ("dim", "size", "count", "first group", "nodes per group"):
         t.add_column(col, justify="right" if col in ("size", "count", "nodes per group") else "left")
     gpn = plan.gpus_per_node
-    for dim in DIMS + ("sequence",):
+    for dim in GROUP_DIMS:
         groups = plan.groups[dim]
         first = groups[0]
         shown = ", ".join(str(r) for r in first[:8]) + (", ..." if len(first) > 8 else "")
@@ -122,6 +122,7 @@ def estimates_table(plan: Plan) -> Any:
         ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
     rows += prediction_rows(e)
+    rows += pipeline_rows(e.get("pipeline"))
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -144,6 +145,19 @@ def prediction_rows(e: dict) -> list[tuple[str, str]]:
         rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
     fixed = f" incl. fixed {pred['fixed_s']:.3g} s" if pred["fixed_s"] else ""
     rows.append(("predicted job", f"{pred['job_s']:.1f} s{fixed}"))
+    return rows
+
+
+def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
+    """A generate job: where the text encoder and the VAE run, and their memory."""
+    if not pipe:
+        return []
+    rows = []
+    for part in ("text_encoder", "vae"):
+        p = pipe[part]
+        size = human_bytes(p["bytes"] + p.get("decode_bytes", 0)) if "bytes" in p else "size unknown"
+        rows.append((part.replace("_", " "), f"{p['what']} on rank(s) {', '.join(map(str, p['ranks']))} ({size})"))
+    rows.append(("busiest rank (encoder, or DiT + VAE)", human_bytes(pipe["leader_memory_bytes"])))
     return rows
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import click
+
+from orchestrator.cli.common import console
+from orchestrator.jobs import store
+from orchestrator.jobs.status import poll
+from orchestrator.jobs.store import jobs_dir
 
 
 def _records(refs, show_all: bool, last: int):
-    from orchestrator.jobs import store
-
     if refs:
         recs = store.load_all()
         out, seen = [], set()
@@ -33,24 +38,16 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
     Final states come from sacct when the cluster keeps accounting, else from the job
     directory. For a job that did not complete, the failed rank and its error line are shown.
     """
-    from orchestrator.jobs.status import poll
-
     recs = _records(jobs, show_all, last)
     statuses = poll(recs, refresh=refresh)
     if as_json:
-        import json
-
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
         return
     if not statuses:
-        from orchestrator.jobs.store import jobs_dir
-
         click.echo(f"no jobs known (records in {jobs_dir()}); submit one with `sporch submit`")
         return
     from rich.markup import escape
     from rich.table import Table
-
-    from orchestrator.cli.common import console
 
     table = Table(title=None, show_lines=False)
     for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "failed rank", "error"):

@@ -6,12 +6,19 @@ asks the real scheduler (``sbatch --test-only``) whether it would accept the job
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, console, job_arguments, load
+from orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
+from orchestrator.cli.show import print_plan
+from orchestrator.cli.wait_cmd import wait_for
+from orchestrator.errors import SporchError
+from orchestrator.submit import submitter
+from orchestrator.submit.backend import remote_backend_error
+from orchestrator.submit.request import build_request, write_dry_run
 
 
 @click.command("submit")
@@ -30,22 +37,16 @@ from orchestrator.cli.common import cluster_option, console, job_arguments, load
 def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, check: bool, backend: str,
            job_dir: Optional[str], no_script: bool, wait_after: bool, as_json: bool) -> None:
     """Submit JOB.yaml to --cluster; prints the job's id (use it with status/logs/wait/cancel)."""
-    from orchestrator.errors import SporchError
-    from orchestrator.submit.request import build_request, write_dry_run
-
     if dry_run and check:
         raise click.UsageError("--dry-run and --check are exclusive")
     cluster, job = load(cluster_ref, job_path, overrides)
     if cluster.login is not None:  # remote: over ssh, the rendered script only
         if backend == "submitit":
-            from orchestrator.submit.backend import remote_backend_error
-
             raise remote_backend_error(backend, cluster.name)
         backend = "sbatch"
     backend = backend or "submitit"
     if dry_run:
         req = build_request(cluster, job, job_dir=job_dir)
-        from orchestrator.cli.show import print_plan
 
         con = console()
         print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
@@ -62,27 +63,23 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
             click.echo(req.script, nl=False)
         return
 
-    from orchestrator.submit import submitter
-
     if check:
         req = build_request(cluster, job, job_dir=job_dir)
         res = submitter.check(req)
         if not res.accepted:
             raise SporchError(f"Slurm rejected the job: {res.reason}")
         if res.start_time:
-            click.echo(f"ok        Slurm would accept {req.plan.job['name']}: start at {res.start_time} using "
+            click.echo(f"ok        Slurm would accept {req.plan.job.name}: start at {res.start_time} using "
                        f"{res.processors} processors on {res.nodes}"
                        + (f" in partition {res.partition}" if res.partition else "") + " (nothing submitted)")
         else:
-            click.echo(f"ok        Slurm would accept {req.plan.job['name']} (nothing submitted)")
+            click.echo(f"ok        Slurm would accept {req.plan.job.name} (nothing submitted)")
         return
 
     prepared = submitter.prepare(cluster, job, job_dir=job_dir)
-    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line(_invocation()))
+    rec = submitter.submit(prepared, backend=backend, command=submitter.command_line(invocation()))
     req = prepared.request
     if as_json:
-        import json
-
         click.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         plan = req.plan
@@ -92,13 +89,5 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
                                                    if rec.remote else ""))
         click.echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}")
     if wait_after:
-        from orchestrator.cli.wait_cmd import wait_for
-
         code = wait_for(rec, timeout=None, interval=2.0, quiet=as_json)
         sys.exit(code)
-
-
-def _invocation() -> list:
-    """The argv given to ``sporch`` (``main`` passes it as the click context's obj)."""
-    obj = click.get_current_context().find_root().obj
-    return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]

@@ -13,6 +13,10 @@ from typing import Optional
 
 import click
 
+from orchestrator.cli.common import console
+from orchestrator.jobs import store
+from orchestrator.jobs.status import poll_one
+
 EXIT_WAIT_TIMEOUT = 124
 #: Without a terminal, a progress line for new steps at most this often.
 STEP_LINE_S = 10.0
@@ -47,16 +51,12 @@ def final_line(s) -> str:
 
 def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: bool = False) -> int:
     """Poll ``record`` until it is terminal; print progress; return the exit code."""
-    from orchestrator.jobs.status import poll_one
-
     deadline = None if timeout is None else time.monotonic() + timeout
     tty = sys.stdout.isatty() and not quiet
     last = None
     last_step, last_line = None, 0.0
     spinner = None
     if tty:
-        from orchestrator.cli.common import console
-
         spinner = console().status(f"waiting for {record.id} (Slurm job {record.slurm_job_id})")
         spinner.start()
     try:
@@ -95,8 +95,6 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit code tells.")
 def wait(job: str, timeout: Optional[float], interval: float, quiet: bool) -> None:
     """Wait for JOB to end. Exit 0 COMPLETED, 1 FAILED, 3 CANCELLED/TIMEOUT, 124 --timeout."""
-    from orchestrator.jobs import store
-
     rec = store.find(job)
     code = wait_for(rec, timeout=timeout, interval=max(0.1, interval), quiet=quiet)
     sys.exit(code)

@@ -1,4 +1,7 @@
-"""Cluster descriptors: typed schema, validation, lookup.
+"""Cluster descriptors: loading, validation, lookup.
+
+The descriptor's classes (:class:`ClusterSpec` and its sections) are the Plan's cluster section,
+defined in :mod:`orchestrator.plan.sections`.
 
 A descriptor is a YAML file (``clusters/<name>.yaml``). ``--cluster`` takes a name, looked
 up in the built-in folder, then every folder of ``$SPORCH_CLUSTERS`` (os.pathsep-separated),
@@ -7,132 +10,30 @@ then ``~/.config/sporch/clusters``; or a path to a YAML file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
 
+from orchestrator.config.loading import read_yaml, to_typed
 from orchestrator.errors import SporchError
+from orchestrator.paths import clusters_dir
+from orchestrator.plan.rules import HOST_KEY_POLICIES, TIME_FORMS, is_valid_time
+from orchestrator.plan.sections import (  # noqa: F401 - the descriptor's classes, re-exported
+    COMMON_ENV,
+    FABRIC_ENV,
+    INTRA_ENV,
+    ClusterSpec,
+    GpuSpec,
+    InterNodeSpec,
+    IntraNodeSpec,
+    LoginSpec,
+    SlurmSpec,
+)
 
 INTRA_FABRICS = ("nvlink", "pcie")
 INTER_FABRICS = ("infiniband", "roce", "ethernet")
 GPU_DIRECTIVES = ("gpus-per-node", "gres", "gpus-per-task")
-HOST_KEY_POLICIES = ("reject", "accept-new")
-
-#: Environment exported in every job, before the fabric defaults and the cluster's own env.
-COMMON_ENV: dict[str, str] = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    "OMP_NUM_THREADS": "1",
-}
-
-#: Per inter-node fabric defaults (the cluster's ``env`` wins over these).
-FABRIC_ENV: dict[str, dict[str, str]] = {
-    "infiniband": {"NCCL_IB_DISABLE": "0"},
-    "roce": {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3"},
-    "ethernet": {"NCCL_IB_DISABLE": "1"},
-}
-
-#: Per intra-node fabric defaults.
-INTRA_ENV: dict[str, dict[str, str]] = {
-    "nvlink": {},
-    "pcie": {},
-}
-
-_TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
-
-
-@dataclass
-class GpuSpec:
-    model: str = "unknown"
-    memory_gib: float = 80.0
-    bf16_tflops: float = 100.0  # dense bf16 TFLOP/s
-
-
-@dataclass
-class IntraNodeSpec:
-    fabric: str = "nvlink"  # nvlink | pcie
-    gb_per_s: float = 300.0  # GB/s per GPU, one direction
-
-
-@dataclass
-class InterNodeSpec:
-    fabric: str = "infiniband"  # infiniband | roce | ethernet
-    gb_per_s: float = 100.0  # GB/s per node, one direction, all NICs together
-    nics_per_node: int = 1
-
-
-@dataclass
-class SlurmSpec:
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
-    time: str = "01:00:00"
-    cpus_per_task: int = 8
-    mem: Optional[str] = None
-    exclusive: bool = True
-    gpu_directive: str = "gpus-per-node"  # gpus-per-node | gres | gpus-per-task
-    extra: List[str] = field(default_factory=list)  # extra sbatch options, e.g. "--reservation=x"
-
-
-@dataclass
-class LoginSpec:
-    host: str = "localhost"
-    port: int = 22
-    user: Optional[str] = None
-    identity_file: Optional[str] = None
-    workdir: str = "~/sporch"
-    setup: List[str] = field(default_factory=list)  # run on the login node before sbatch
-    known_hosts: Optional[str] = None  # extra known_hosts file (~/.ssh/known_hosts is always read)
-    host_key_policy: str = "reject"  # reject | accept-new (unknown host keys)
-
-
-@dataclass
-class ClusterSpec:
-    name: str = ""
-    description: str = ""
-    nodes: int = 1
-    gpus_per_node: int = 8
-    gpu: GpuSpec = field(default_factory=GpuSpec)
-    intra_node: IntraNodeSpec = field(default_factory=IntraNodeSpec)
-    inter_node: InterNodeSpec = field(default_factory=InterNodeSpec)
-    slurm: SlurmSpec = field(default_factory=SlurmSpec)
-    env: Dict[str, str] = field(default_factory=dict)
-    env_defaults: bool = True  # add COMMON_ENV and the per-fabric defaults
-    setup: List[str] = field(default_factory=list)  # batch-script lines before srun
-    python: str = "python"
-    login: Optional[LoginSpec] = None
-    # Cost-model calibration (docs/plan.md): a file written by `sporch calibrate` (relative to
-    # this descriptor), whose constants the loader copies into calibration_constants; constants
-    # given inline win over the file's.
-    calibration: Optional[str] = None
-    calibration_constants: Dict[str, float] = field(default_factory=dict)
-    source: str = ""  # file it was loaded from (filled in by the loader)
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    def resolved_env(self) -> dict[str, str]:
-        """Environment exported in the batch script: defaults, then the cluster's env."""
-        env: dict[str, str] = {}
-        if self.env_defaults:
-            env.update(COMMON_ENV)
-            env.update(INTRA_ENV.get(self.intra_node.fabric, {}))
-            env.update(FABRIC_ENV.get(self.inter_node.fabric, {}))
-        env.update(self.env)
-        return env
-
-    def to_dict(self) -> dict[str, Any]:
-        from orchestrator.config.loading import to_plain
-
-        d = to_plain(self)
-        d["env"] = self.resolved_env()
-        return d
-
-    def summary(self) -> str:
-        return f"{self.nodes} nodes x {self.gpus_per_node} GPUs = {self.world_size}"
 
 
 def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
@@ -156,8 +57,8 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
         raise bad("inter_node.nics_per_node", "must be >= 0")
     if c.slurm.gpu_directive not in GPU_DIRECTIVES:
         raise bad("slurm.gpu_directive", f"must be one of {', '.join(GPU_DIRECTIVES)}, got {c.slurm.gpu_directive!r}")
-    if not _TIME_RE.match(c.slurm.time):
-        raise bad("slurm.time", f"{c.slurm.time!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+    if not is_valid_time(c.slurm.time):
+        raise bad("slurm.time", f"{c.slurm.time!r} is not a Slurm time ({TIME_FORMS})")
     if c.slurm.cpus_per_task < 1:
         raise bad("slurm.cpus_per_task", f"must be >= 1, got {c.slurm.cpus_per_task}")
     for k in c.env:
@@ -177,33 +78,25 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
     return c
 
 
-def is_valid_time(value: str) -> bool:
-    return bool(_TIME_RE.match(value))
-
-
 def load_cluster_file(path: str | Path) -> ClusterSpec:
-    from orchestrator.config.loading import read_yaml, to_typed
-
     p = Path(path).expanduser()
     cfg = read_yaml(p)
     if "name" not in cfg:
         cfg["name"] = p.stem
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
-    spec.source = str(p.resolve())
+    spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.calibration:
         from orchestrator.plan.calibration import load_constants
 
         cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
-        spec.calibration = str(cal)
-        spec.calibration_constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}
+        constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}
+        spec = dataclasses.replace(spec, calibration=str(cal), calibration_constants=constants)
     return validate_cluster(spec, str(p))
 
 
 # -- lookup -----------------------------------------------------------------------------
 def search_dirs() -> list[tuple[str, Path]]:
     """(label, folder) in lookup order: built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters."""
-    from orchestrator.paths import clusters_dir
-
     dirs: list[tuple[str, Path]] = [("builtin", clusters_dir())]
     for part in os.environ.get("SPORCH_CLUSTERS", "").split(os.pathsep):
         if part.strip():

@@ -7,6 +7,7 @@ names the file and the key.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
@@ -94,8 +95,6 @@ def to_typed(schema: type[T], layers: Sequence[tuple[Any, str]]) -> T:
 
 def to_plain(obj: Any) -> Any:
     """Dataclass (possibly nested) -> plain JSON-able dict/list values."""
-    import dataclasses
-
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import SporchError
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Wan2.1 text-to-video (umT5 text encoder, 4096-d, 512 tokens).
     "wan2.1-t2v-1.3b": dict(
@@ -83,8 +85,6 @@ def preset_names() -> list[str]:
 
 
 def get_preset(name: str) -> dict[str, Any]:
-    from orchestrator.errors import SporchError
-
     key = name.strip().lower()
     if key not in PRESETS:
         raise SporchError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}")

@@ -6,8 +6,9 @@ For a job that did not complete, the failed rank and its one-line error come fro
 ``<job_dir>/result.json`` (rank 0's summary), else ``<job_dir>/ranks/rank<N>.json``, else the
 last error line of the rank logs.
 
-Jobs submitted over ssh (``record.remote``) are asked about on their login host: the same
-squeue/sacct calls through an ssh runner (one of each per host), the job dir read over SFTP.
+Every record is asked about on its :class:`~orchestrator.host.Host` (``hosts(record)``, default
+:func:`orchestrator.host.host_for` of ``record.remote``): this machine, or the login host of a job
+submitted over ssh (one squeue and one sacct call per host, the job dir read over SFTP).
 
 Exit status of ``sporch wait`` (:meth:`JobStatus.exit_status`): 0 COMPLETED, 1 FAILED (and
 NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, anything else that is not a success), 3 CANCELLED,
@@ -20,14 +21,19 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
+from orchestrator.host import LOCAL, Host, host_for, read_tail
 from orchestrator.jobs import store
 from orchestrator.jobs.store import JobRecord
+from orchestrator.plan.files import JobFiles
+from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
+from orchestrator.slurm.query import sacct_states, squeue_states
+from orchestrator.slurm.states import TERMINAL_STATES
+from orchestrator.submit.backend import BACKENDS, REMOTE_BACKEND, get_backend
 
 #: Terminal states that mean "stopped from outside" (wait exits 3).
 STOPPED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
-EXIT_OK, EXIT_FAILED, EXIT_STOPPED = 0, 1, 3
 _ERROR_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure)|error|fatal)\b.*",
                             re.IGNORECASE)
 
@@ -82,67 +88,31 @@ class JobStatus:
         return {k: getattr(self, k) for k in keys}
 
 
-# -- where the job dir is: here, or on a login host (``files``: orchestrator.remote.ssh.SftpFiles) ------
-class LocalFiles:
-    """The reads of a job dir on this machine (missing -> None / [])."""
-
-    def read_text(self, path: str) -> Optional[str]:
-        try:
-            return Path(path).read_text(encoding="utf-8")
-        except OSError:
-            return None
-
-    def listdir(self, path: str) -> List[str]:
-        try:
-            return [p.name for p in Path(path).iterdir()]
-        except OSError:
-            return []
-
-    def read_tail(self, path: str, max_bytes: int) -> Optional[str]:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                fh.seek(max(0, size - max_bytes))
-                return fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return None
-
-
-LOCAL = LocalFiles()
-
-
 # -- Slurm queries (one call each) --------------------------------------------------------------
 def _row(st) -> SlurmRow:
     return SlurmRow(st.name, st.reason, str(st.exit_code) if st.exit_code else None, st.elapsed, st.nodelist)
 
 
-def squeue_rows(ids: Sequence[str], runner=None) -> Dict[str, SlurmRow]:
+def squeue_rows(ids: Sequence[str], host: Host = LOCAL) -> Dict[str, SlurmRow]:
     """State of every job slurmctld still knows, in one squeue call."""
-    from orchestrator.slurm.query import squeue_states
-
-    return {i: _row(st) for i, st in squeue_states(list(ids), runner=runner).items()} if ids else {}
+    return {i: _row(st) for i, st in squeue_states(list(ids), host=host).items()} if ids else {}
 
 
-def sacct_rows(ids: Sequence[str], runner=None) -> Optional[Dict[str, SlurmRow]]:
+def sacct_rows(ids: Sequence[str], host: Host = LOCAL) -> Optional[Dict[str, SlurmRow]]:
     """Final states from accounting, in one sacct call; None when the cluster has none."""
-    from orchestrator.slurm.query import sacct_states
-
     if not ids:
         return {}
-    states = sacct_states(list(ids), runner=runner)
+    states = sacct_states(list(ids), host=host)
     return None if states is None else {i: _row(st) for i, st in states.items()}
 
 
 def is_terminal(state: str) -> bool:
-    from orchestrator.slurm.states import TERMINAL_STATES
-
     return state in TERMINAL_STATES
 
 
 # -- the job directory --------------------------------------------------------------------------
-def _read_json(path: Path, files=None) -> Optional[Dict[str, Any]]:
-    text = (files or LOCAL).read_text(str(path))
+def _read_json(path: Union[str, Path], host: Host = LOCAL) -> Optional[Dict[str, Any]]:
+    text = host.read_text(str(path))
     if text is None:
         return None
     try:
@@ -152,12 +122,12 @@ def _read_json(path: Path, files=None) -> Optional[Dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
-def read_result(job_dir: str, files=None) -> Optional[Dict[str, Any]]:
-    return _read_json(Path(job_dir) / "result.json", files)
+def read_result(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
+    return _read_json(JobFiles(job_dir).result, host)
 
 
-def progress_step(job_dir: str, files=None) -> Optional[int]:
-    data = _read_json(Path(job_dir) / "checkpoint" / "progress.json", files)
+def progress_step(job_dir: str, host: Host = LOCAL) -> Optional[int]:
+    data = _read_json(JobFiles(job_dir).progress, host)
     if data and isinstance(data.get("step"), int):
         return data["step"]
     return None
@@ -168,10 +138,12 @@ def one_line(text: Any, limit: int = 300) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _root_cause(errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    from runtime.results import root_cause  # stdlib-only module: the result files' contract
+def root_cause(errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    # runtime.results is stdlib-only (the result files' contract), but the orchestrator never
+    # imports runtime/ at module level (the brief's import rule)
+    from runtime.results import root_cause as pick
 
-    return root_cause(errors)
+    return pick(errors)
 
 
 def _rank_of(path: Path) -> Optional[int]:
@@ -179,12 +151,12 @@ def _rank_of(path: Path) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def failure_from_rank_files(job_dir: str, files=None) -> Optional[Dict[str, Any]]:
+def failure_from_rank_files(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
     errors = []
-    folder = Path(job_dir) / "ranks"
-    names = [n for n in (files or LOCAL).listdir(str(folder)) if n.startswith("rank") and n.endswith(".json")]
+    folder = Path(JobFiles(job_dir).ranks)
+    names = [n for n in host.listdir(str(folder)) if n.startswith("rank") and n.endswith(".json")]
     for p in sorted((folder / n for n in names), key=lambda q: _rank_of(q) or 0):
-        rec = _read_json(p, files)
+        rec = _read_json(p, host)
         if not rec or rec.get("status") == "completed":
             continue
         err = rec.get("error")
@@ -192,12 +164,12 @@ def failure_from_rank_files(job_dir: str, files=None) -> Optional[Dict[str, Any]
             errors.append({"rank": err.get("rank", rec.get("rank")), "error": err.get("error", "")})
         elif err:
             errors.append({"rank": rec.get("rank", _rank_of(p)), "error": str(err)})
-    return _root_cause(errors)
+    return root_cause(errors)
 
 
-def last_error_line(path: Path, max_bytes: int = 65536, files=None) -> Optional[str]:
+def last_error_line(path: Path, max_bytes: int = 65536, host: Host = LOCAL) -> Optional[str]:
     """The last line of a log that looks like an error (``ValueError: ...``, ``error: ...``)."""
-    text = (files or LOCAL).read_tail(str(path), max_bytes)
+    text = read_tail(host, str(path), max_bytes)
     if text is None:
         return None
     for line in reversed(text.splitlines()):
@@ -207,29 +179,30 @@ def last_error_line(path: Path, max_bytes: int = 65536, files=None) -> Optional[
     return None
 
 
-def failure_from_logs(record: JobRecord, max_ranks: int = 4096, files=None) -> Optional[Dict[str, Any]]:
+def failure_from_logs(record: JobRecord, max_ranks: int = 4096, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
     pattern = record.logs.get("rank_err")
     errors: List[Dict[str, Any]] = []
     if pattern:
         for rank in range(min(record.world_size or 0, max_ranks)):
-            line = last_error_line(record.log_path("rank_err", rank), files=files)
+            line = last_error_line(record.log_path("rank_err", rank), host=host)
             if line:
                 errors.append({"rank": rank, "error": line})
-    cause = _root_cause(errors)
+    cause = root_cause(errors)
     if cause is None and record.logs.get("batch_err"):
-        line = last_error_line(record.log_path("batch_err"), files=files)
+        line = last_error_line(record.log_path("batch_err"), host=host)
         if line:
             cause = {"rank": None, "error": line}
     return cause
 
 
-def failure_info(record: JobRecord, result: Optional[Dict[str, Any]], files=None) -> Optional[Dict[str, Any]]:
+def failure_info(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL
+                 ) -> Optional[Dict[str, Any]]:
     """{rank, error} of the failure: result.json, else rank files, else the logs."""
     if result and result.get("status") == "failed" and (result.get("error") or result.get("failed_rank") is not None):
         return {"rank": result.get("failed_rank"), "error": result.get("error") or ""}
     if result and result.get("status") == "completed":
         return None
-    return failure_from_rank_files(record.job_dir, files) or failure_from_logs(record, files=files)
+    return failure_from_rank_files(record.job_dir, host) or failure_from_logs(record, host=host)
 
 
 # -- putting it together ------------------------------------------------------------------------
@@ -243,7 +216,7 @@ def _from_final(record: JobRecord) -> JobStatus:
                      job_dir=record.job_dir)
 
 
-def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], files=None) -> SlurmRow:
+def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL) -> SlurmRow:
     """No squeue row and no accounting: what the job left behind."""
     status = (result or {}).get("status")
     if status == "completed":
@@ -254,35 +227,48 @@ def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], files=Non
         return SlurmRow("FAILED")
     if status == "requeued":
         return SlurmRow("FAILED", reason="stopped for a requeue but no longer in the queue")
-    if failure_from_rank_files(record.job_dir, files):
+    if failure_from_rank_files(record.job_dir, host):
         return SlurmRow("FAILED")
     return SlurmRow("FAILED", reason="left the queue without a result (no accounting on this cluster)")
 
 
-def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = True) -> List[JobStatus]:
-    """The status of every record: at most one squeue and one sacct call in all.
+def record_host(record: JobRecord) -> Host:
+    """Where a record's job runs: this machine, or its login host (``record.remote``)."""
+    return host_for(record.remote)
+
+
+def record_backend(record: JobRecord, host: Host) -> Any:
+    """The backend that submitted ``record``, on ``host`` (a Slurm one for unknown names)."""
+    return get_backend(record.backend if record.backend in BACKENDS else REMOTE_BACKEND, host)
+
+
+def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = True,
+         hosts: Optional[Callable[[JobRecord], Host]] = None) -> List[JobStatus]:
+    """The status of every record, each asked about through its backend: at most one squeue and
+    one sacct call per host in all for Slurm jobs, the supervisor's state for local runs.
 
     Jobs whose terminal status is cached in the record are not asked about again unless
-    ``refresh``. Newly terminal statuses are cached (``save``).
+    ``refresh``. Newly terminal statuses are cached (``save``). ``hosts(record)`` says where a
+    record's job runs (default :func:`record_host`).
     """
+    hosts = hosts or record_host
     records = list(records)
     live = [r for r in records if refresh or not r.final]
-    # one squeue (+ one sacct) call per place: here, and each login host of remote jobs
     groups: Dict[Any, List[JobRecord]] = {}
+    backend_of: Dict[Any, Any] = {}
+    key_of: Dict[str, Any] = {}
     for r in live:
-        groups.setdefault(_remote_key(r), []).append(r)
+        host = hosts(r)
+        backend = record_backend(r, host)
+        key = (backend.queue, id(host))
+        backend_of.setdefault(key, backend)
+        groups.setdefault(key, []).append(r)
+        key_of[r.id] = (key, host)
     rows: Dict[Any, SlurmRow] = {}
     sources: Dict[Any, str] = {}
     accounting_of: Dict[Any, bool] = {}
-    files_of: Dict[Any, Any] = {None: LOCAL}
     for key, recs in groups.items():
-        runner = None
-        if key is not None:
-            from orchestrator.remote.ssh import SftpFiles, runner_for
-
-            runner = runner_for(recs[0].remote)
-            files_of[key] = SftpFiles(runner.host)
-        g_rows, g_sources, accounting_of[key] = _query([r.slurm_job_id for r in recs], runner)
+        g_rows, g_sources, accounting_of[key] = backend_of[key].query(recs)
         for i, row in g_rows.items():
             rows[(key, i)] = row
             sources[(key, i)] = g_sources[i]
@@ -292,14 +278,13 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         if rec.final and not refresh:
             out.append(_from_final(rec))
             continue
-        key = _remote_key(rec)
-        files = files_of.get(key, LOCAL)
+        key, host = key_of[rec.id]
         accounting = accounting_of.get(key, True)
-        result = read_result(rec.job_dir, files)
+        result = read_result(rec.job_dir, host)
         row = rows.get((key, rec.slurm_job_id))
         source = sources.get((key, rec.slurm_job_id), "job dir")
         if row is None:
-            row = _from_job_dir(rec, result, files)
+            row = _from_job_dir(rec, result, host)
             if accounting and not row.reason:
                 row.reason = "not in squeue or sacct"
         terminal = is_terminal(row.state) or source == "job dir"
@@ -307,9 +292,9 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
                        state=row.state, terminal=terminal, source=source, reason=row.reason,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
-                       step=progress_step(rec.job_dir, files), job_dir=rec.job_dir)
+                       step=progress_step(rec.job_dir, host), job_dir=rec.job_dir)
         if terminal and not st.completed and st.state != "CANCELLED":
-            info = failure_info(rec, result, files)
+            info = failure_info(rec, result, host)
             if info:
                 st.failed_rank = info.get("rank")
                 st.error = one_line(info.get("error", "")) or None
@@ -323,25 +308,16 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
     return out
 
 
-def _remote_key(record: JobRecord) -> Any:
-    """None for jobs submitted here; (host, port, user) for jobs submitted over ssh."""
-    r = record.remote
-    if not r:
-        return None
-    return (r.get("host"), int(r.get("port") or 22), r.get("user"))
-
-
-def _query(ids: List[str], runner=None):
+def slurm_query(ids: List[str], host: Host):
     """(rows by Slurm id, source by Slurm id, accounting?) from one squeue and one sacct call."""
     if not ids:
         return {}, {}, True
-    # the local calls keep their old signature (tests replace these functions)
-    rows: Dict[str, SlurmRow] = dict(squeue_rows(ids) if runner is None else squeue_rows(ids, runner=runner))
+    rows: Dict[str, SlurmRow] = dict(squeue_rows(ids, host))
     sources = {i: "squeue" for i in rows}
     missing = [i for i in ids if i not in rows]
     accounting = True
     if missing:
-        acct = sacct_rows(missing) if runner is None else sacct_rows(missing, runner=runner)
+        acct = sacct_rows(missing, host)
         if acct is None:
             accounting = False
         else:
@@ -352,5 +328,6 @@ def _query(ids: List[str], runner=None):
     return rows, sources, accounting
 
 
-def poll_one(record: JobRecord, *, refresh: bool = False) -> JobStatus:
-    return poll([record], refresh=refresh)[0]
+def poll_one(record: JobRecord, *, refresh: bool = False, hosts: Optional[Callable[[JobRecord], Host]] = None
+             ) -> JobStatus:
+    return poll([record], refresh=refresh, hosts=hosts)[0]

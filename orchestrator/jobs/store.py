@@ -5,7 +5,7 @@ copy in ``<job_dir>/record.json``. A sporch id is ``<name>-<YYYYmmdd-HHMMSS>`` (
 ``-3``... when two submissions share a second). Lookup (:func:`find`) takes a sporch id, a
 Slurm job id or a job name (the latest submission of that name).
 
-Standard library only.
+Standard library only (a record's job-dir copy is written through its Host).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from orchestrator.errors import SporchError
+from orchestrator.host import Host, host_for
+from orchestrator.plan.files import RECORD_FILE, JobFiles
 
-RECORD_FILE = "record.json"
 SCHEMA = 1
 
 
@@ -111,15 +112,19 @@ def _write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def save(record: JobRecord, *, job_dir_copy: bool = True) -> Path:
-    """Write the record (atomically) under ``$SPORCH_HOME/jobs`` and, by default, into its job dir."""
+def save(record: JobRecord, *, job_dir_copy: bool = True, host: Optional[Host] = None) -> Path:
+    """Write the record (atomically) under ``$SPORCH_HOME/jobs`` and, by default, into its job dir
+    on ``host`` (default: the record's: this machine, or its login host)."""
     path = jobs_dir() / f"{record.id}.json"
     _write_json_atomic(path, record.to_dict())
-    if job_dir_copy and not record.remote and Path(record.job_dir).is_dir():
-        try:
-            _write_json_atomic(Path(record.job_dir) / RECORD_FILE, record.to_dict())
-        except OSError:
-            pass  # the home copy is the authority
+    if not job_dir_copy:
+        return path
+    host = host or host_for(record.remote)
+    try:  # best effort: the home copy is the authority
+        if host.exists(record.job_dir):
+            host.write_text(JobFiles(record.job_dir).record, json.dumps(record.to_dict(), indent=2) + "\n")
+    except (OSError, SporchError):
+        pass
     return path
 
 

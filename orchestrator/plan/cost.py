@@ -75,24 +75,14 @@ def default_constants(gpu_model: str) -> dict[str, float]:
     return {k: float(row[k]) for k in CONSTANTS}
 
 
-def _get(section: Any, key: str, default: Any = None) -> Any:
-    """``section[key]`` for a dict, ``section.key`` for a dataclass (the Plan's sections after
-    the Plan contract becomes typed); ``default`` when absent."""
-    if isinstance(section, Mapping):
-        return section.get(key, default)
-    return getattr(section, key, default)
-
-
 def cluster_constants(cluster: Any) -> tuple[dict[str, float], str]:
-    """(constants, where they come from) for a cluster descriptor (dict or ClusterSpec)."""
-    gpu = _get(cluster, "gpu")
-    model = str(_get(gpu, "model", "") or "")
+    """(constants, where they come from) for a cluster descriptor (a ClusterSpec)."""
+    model = cluster.gpu.model or ""
     consts = default_constants(model)
     source = f"{gpu_entry(model)['name']} defaults"
-    calibrated = _get(cluster, "calibration_constants") or {}
-    if calibrated:
-        consts.update({k: float(v) for k, v in calibrated.items() if k in CONSTANTS})
-        source = f"calibration {_get(cluster, 'calibration') or '(inline)'}"
+    if cluster.calibration_constants:
+        consts.update({k: float(v) for k, v in cluster.calibration_constants.items() if k in CONSTANTS})
+        source = f"calibration {cluster.calibration or '(inline)'}"
     return consts, source
 
 
@@ -122,32 +112,28 @@ class CostInputs:
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
-    """CostInputs from a Plan (or anything with its sections). Every read of plan fields in
-    the cost model is here."""
-    m, w, s, h, e = plan.model, plan.workload, plan.sequence, plan.heads, plan.estimates
-    layout = plan.layout
-    R, U = int(_get(layout, "ring")), int(_get(layout, "ulysses"))
-    layers = int(_get(e, "attention_calls_per_step"))
-    samples = int(_get(e, "samples_per_rank"))
-    text_rank = int(_get(e, "text_tokens_per_rank", 0) or 0)
-    seq_total = int(_get(s, "padded_len")) + text_rank * R * U
-    hidden, head_dim = int(_get(m, "hidden")), int(_get(m, "head_dim"))
-    q_heads = max(_get(h, "q_heads_per_rank"))
-    gemm = 2.0 * float(_get(e, "parameters")) * seq_total * samples / (R * U)
-    attention = 4.0 * seq_total * seq_total * head_dim * q_heads * layers * samples / R
-    gpu = _get(plan.cluster, "gpu")
+    """CostInputs from a Plan. Every read of plan fields in the cost model is here."""
+    m, e = plan.model, plan.estimates  # estimates: the estimator's plain dict
+    R, U = plan.layout.ring, plan.layout.ulysses
+    layers = int(e["attention_calls_per_step"])
+    samples = int(e["samples_per_rank"])
+    text_rank = int(e.get("text_tokens_per_rank") or 0)
+    seq_total = plan.sequence.padded_len + text_rank * R * U
+    q_heads = max(plan.heads.q_heads_per_rank)
+    gemm = 2.0 * float(e["parameters"]) * seq_total * samples / (R * U)
+    attention = 4.0 * seq_total * seq_total * m.head_dim * q_heads * layers * samples / R
     return CostInputs(
-        peak_flops=float(_get(gpu, "bf16_tflops")) * 1e12,
+        peak_flops=float(plan.cluster.gpu.bf16_tflops) * 1e12,
         layers=layers, samples=samples, seq_total=seq_total,
-        tokens_rank=int(_get(e, "tokens_per_rank")) + text_rank,
-        hidden=hidden, head_dim=head_dim, q_heads_max=q_heads, ring=R, ulysses=U,
+        tokens_rank=int(e["tokens_per_rank"]) + text_rank,
+        hidden=m.hidden, head_dim=m.head_dim, q_heads_max=q_heads, ring=R, ulysses=U,
         gemm_flops=gemm, attention_flops=attention,
-        a2a_bytes=float(_get(e, "all_to_all_bytes_per_rank")),
-        ring_bytes=float(_get(e, "ring_bytes_per_rank")),
-        a2a_bw=float(_get(e, "all_to_all_gb_per_s")) * 1e9,
-        ring_bw=float(_get(e, "ring_gb_per_s")) * 1e9,
-        steps=int(_get(w, "steps")),
-        generation=_get(w, "kind") == "inference",
+        a2a_bytes=float(e["all_to_all_bytes_per_rank"]),
+        ring_bytes=float(e["ring_bytes_per_rank"]),
+        a2a_bw=float(e["all_to_all_gb_per_s"]) * 1e9,
+        ring_bw=float(e["ring_gb_per_s"]) * 1e9,
+        steps=plan.workload.steps,
+        generation=plan.workload.kind == "inference",
     )
 
 

@@ -8,67 +8,67 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.plan.rules import DTYPE_BYTES
 from orchestrator.plan.schema import Layout
+from orchestrator.plan.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
 
 GIB = 1024**3
 
 
-def parameter_count(model: dict[str, Any]) -> int:
+def parameter_count(model: ModelSection) -> int:
     """Approximate parameter count of the DiT (blocks + embeddings + head)."""
-    h, f = model["hidden"], model["ffn_dim"]
-    kvd = model["num_kv_heads"] * model["head_dim"]
+    h, f = model.hidden, model.ffn_dim
+    kvd = model.num_kv_heads * model.head_dim
     attn = 2 * h * h + 2 * h * kvd + 4 * h  # q, o + k, v (+ biases)
     ffn = 2 * h * f + h + f
-    kind = model["attention"]
+    kind = model.attention
     if kind == "self":
         block = attn + ffn + 6 * h * h  # adaLN-Zero modulation
-        blocks = model["depth"] * block
+        blocks = model.depth * block
     elif kind == "cross":
         block = attn + (4 * h * h + 4 * h) + ffn + 6 * h  # self-attn, cross-attn, FFN, modulation
-        blocks = model["depth"] * block
+        blocks = model.depth * block
     else:  # joint: double-stream blocks (two streams) + single-stream blocks
         double = 2 * (attn + ffn + 6 * h * h)
         single = h * (3 * h + f) + (h + f) * h + 3 * h * h
-        blocks = model["depth"] * double + model["single_depth"] * single
-    pt, ph, pw = model["patch"]
-    patch_in = model["in_channels"] * pt * ph * pw
+        blocks = model.depth * double + model.single_depth * single
+    pt, ph, pw = model.patch
+    patch_in = model.in_channels * pt * ph * pw
     embed = patch_in * h + h + 2 * (256 * h + h * h)  # patch embed + timestep MLP
-    if model["text_dim"]:
-        embed += model["text_dim"] * h + h * h
+    if model.text_dim:
+        embed += model.text_dim * h + h * h
     head = h * patch_in + 2 * h * h
     return int(blocks + embed + head)
 
 
 def estimate(
-    model: dict[str, Any],
-    workload: dict[str, Any],
+    model: ModelSection,
+    workload: WorkloadSection,
     layout: Layout,
-    sequence: dict[str, Any],
-    heads: dict[str, Any],
-    cluster: dict[str, Any],
+    sequence: SequenceSection,
+    heads: HeadsSection,
+    cluster: ClusterSpec,
 ) -> dict[str, Any]:
-    from orchestrator.config.job import DTYPE_BYTES
-
-    b = DTYPE_BYTES[workload["dtype"]]
+    b = DTYPE_BYTES[workload.dtype]
     U, R = layout.ulysses, layout.ring
-    guidance = workload["guidance_scale"] > 1
+    guidance = workload.guidance_scale > 1
     # Samples a rank pushes through the DiT per step: batch/dp, doubled by CFG unless cfg=2 splits it.
     branches = 2 if guidance and layout.cfg == 1 else 1
-    samples = workload["batch"] // layout.dp * branches
-    hd = model["head_dim"]
-    tokens = sequence["tokens_per_rank"]  # image/video tokens per rank before attention
-    text = model["text_len"] if model["attention"] == "joint" else 0
+    samples = workload.batch // layout.dp * branches
+    hd = model.head_dim
+    tokens = sequence.tokens_per_rank  # image/video tokens per rank before attention
+    text = model.text_len if model.attention == "joint" else 0
     text_per_rank = -(-text // (R * U)) if text else 0
     t_rank = tokens + text_per_rank
-    padded = sequence["padded_len"] + (text_per_rank * R * U)
-    q_heads = max(heads["q_heads_per_rank"])
-    kv_heads_total = model["num_kv_heads"]
+    padded = sequence.padded_len + (text_per_rank * R * U)
+    q_heads = max(heads.q_heads_per_rank)
+    kv_heads_total = model.num_kv_heads
     kv_local = (
-        q_heads if heads["kv_mode"] == "follow"
-        else kv_heads_total // U if heads["kv_mode"] == "split" else 1
+        q_heads if heads.kv_mode == "follow"
+        else kv_heads_total // U if heads.kv_mode == "split" else 1
     )
     # Ulysses all-to-all: q, k, v in and o out, each rank keeps 1/U of its chunk.
-    qo = 2 * samples * t_rank * model["num_heads"] * hd * b
+    qo = 2 * samples * t_rank * model.num_heads * hd * b
     kv = 2 * samples * t_rank * kv_heads_total * hd * b
     a2a = int((qo + kv) * (U - 1) / U) if U > 1 else 0
     # Ring: after the all-to-all a rank holds padded/R tokens of its heads; K and V chunks go
@@ -79,22 +79,22 @@ def estimate(
     param_bytes = params * b
     # Inference activations: one block live at a time: residual, norm, qkv, attention out,
     # FFN hidden; plus the attention working set after the all-to-all (+ ring buffers).
-    act = samples * t_rank * (6 * model["hidden"] + model["ffn_dim"]) * b
+    act = samples * t_rank * (6 * model.hidden + model.ffn_dim) * b
     attn_ws = samples * (padded // R) * (q_heads * 2 + kv_local * 2) * hd * b
     ring_buf = 2 * ring_chunk if R > 1 else 0
-    cross_ctx = samples * model["text_len"] * model["hidden"] * 2 * b if model["attention"] == "cross" else 0
+    cross_ctx = samples * model.text_len * model.hidden * 2 * b if model.attention == "cross" else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes
-    gpu_mem = float(cluster["gpu"]["memory_gib"]) * GIB
+    gpu_mem = float(cluster.gpu.memory_gib) * GIB
     # Compute: 2 * params * tokens for the linears + 4 * S^2 * hidden per attention layer.
-    layers = model["depth"] + model["single_depth"]
-    seq_group = sequence["seq_len"] + text
-    flops_sample = 2 * params * seq_group + 4 * seq_group * seq_group * model["hidden"] * layers
+    layers = model.depth + model.single_depth
+    seq_group = sequence.seq_len + text
+    flops_sample = 2 * params * seq_group + 4 * seq_group * seq_group * model.hidden * layers
     flops_step_rank = flops_sample * samples / (R * U)
-    tflops = float(cluster["gpu"]["bf16_tflops"])
-    gpn = int(cluster["gpus_per_node"])
-    intra = float(cluster["intra_node"]["gb_per_s"]) * 1e9
-    inter_per_gpu = float(cluster["inter_node"]["gb_per_s"]) * 1e9 / gpn
+    tflops = float(cluster.gpu.bf16_tflops)
+    gpn = int(cluster.gpus_per_node)
+    intra = float(cluster.intra_node.gb_per_s) * 1e9
+    inter_per_gpu = float(cluster.inter_node.gb_per_s) * 1e9 / gpn
     # Ulysses groups are contiguous ranks: inside a node when U divides GPUs per node. Ring
     # groups stride by U ranks: they leave the node when ring x U > GPUs per node.
     a2a_bw = intra if gpn % U == 0 else min(intra, inter_per_gpu)
@@ -113,7 +113,7 @@ def estimate(
         "activation_bytes_per_gpu": act_bytes,
         "memory_bytes_per_gpu": total,
         "memory_gib_per_gpu": round(total / GIB, 3),
-        "gpu_memory_gib": float(cluster["gpu"]["memory_gib"]),
+        "gpu_memory_gib": float(cluster.gpu.memory_gib),
         "memory_fraction": round(total / gpu_mem, 4),
         "fits": total <= 0.9 * gpu_mem,
         "flops_per_step_per_rank": flops_step_rank,

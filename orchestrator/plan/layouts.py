@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from orchestrator.errors import SporchError
-from orchestrator.plan.schema import DIMS, Layout
+from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
+from orchestrator.plan.schema import Layout
 
 #: How many feasible layouts an error message lists before "(+N more)".
 MAX_LISTED = 40
@@ -68,27 +69,6 @@ def short(layout: Layout) -> str:
     """``ulysses 8 x ring 2`` (only dims > 1, inner first; ``ulysses 1`` for a world of 1)."""
     parts = [f"{d} {getattr(layout, d)}" for d in reversed(DIMS) if getattr(layout, d) > 1]
     return " x ".join(parts) or "ulysses 1"
-
-
-def head_split(num_heads: int, ulysses: int) -> list[int]:
-    """Query heads per Ulysses rank: the first ``num_heads % ulysses`` ranks get one extra."""
-    base, extra = divmod(num_heads, ulysses)
-    return [base + (1 if i < extra else 0) for i in range(ulysses)]
-
-
-def kv_mode(num_heads: int, num_kv_heads: int, ulysses: int) -> Optional[str]:
-    """"follow" (MHA), "split" (kv % U == 0), "replicate" (U % kv == 0), or None (refuse)."""
-    if num_kv_heads == num_heads:
-        return "follow"
-    if num_kv_heads % ulysses == 0:
-        return "split"
-    if ulysses % num_kv_heads == 0:
-        return "replicate"
-    return None
-
-
-def padded_length(seq_len: int, degree: int) -> int:
-    return -(-seq_len // degree) * degree
 
 
 # -- checks ---------------------------------------------------------------------------------

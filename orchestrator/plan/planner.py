@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from orchestrator.config.cluster import ClusterSpec
-from orchestrator.config.job import PARALLEL_DIMS, JobSpec, resolve_model, sequence_shape
+import dataclasses
+from typing import Optional
+
+from orchestrator.config.job import JobSpec, WorkloadSpec
 from orchestrator.errors import SporchError
 from orchestrator.plan.cost import with_prediction
 from orchestrator.plan.estimates import GIB, estimate
-from orchestrator.plan.layouts import (
-    LayoutContext,
-    head_split,
-    kv_mode,
-    padded_length,
-    resolve_layout,
-)
+from orchestrator.plan.layouts import LayoutContext, resolve_layout
+from orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
 from orchestrator.plan.ranking import FastestChooser
-from orchestrator.plan.schema import Plan
+from orchestrator.plan.resolve import resolve_model, sequence_shape
+from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
+from orchestrator.plan.schema import Layout, Plan
+from orchestrator.plan import sections
 
 
-def layout_context(cluster: ClusterSpec, job: JobSpec, model: dict, seq_len: int) -> LayoutContext:
+def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.ModelSection,
+                   seq_len: int) -> LayoutContext:
     nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
     if nodes > cluster.nodes:
         raise SporchError(
@@ -29,69 +30,76 @@ def layout_context(cluster: ClusterSpec, job: JobSpec, model: dict, seq_len: int
         cluster=cluster.name,
         nodes=nodes,
         gpus_per_node=cluster.gpus_per_node,
-        num_heads=model["num_heads"],
-        num_kv_heads=model["num_kv_heads"],
+        num_heads=model.num_heads,
+        num_kv_heads=model.num_kv_heads,
         batch=job.workload.batch,
         guidance=job.workload.guidance_scale > 1,
         seq_len=seq_len,
     )
 
 
-def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
+def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
+    degree = layout.sequence_degree
+    padded = padded_length(seq_len, degree)
+    return sections.SequenceSection(seq_len=seq_len, padded_len=padded, pad=padded - seq_len,
+                           tokens_per_rank=padded // degree, grid=grid, degree=degree)
+
+
+def heads_section(model: sections.ModelSection, layout: Layout) -> sections.HeadsSection:
+    h, kv, u = model.num_heads, model.num_kv_heads, layout.ulysses
+    return sections.HeadsSection(num_heads=h, num_kv_heads=kv, q_heads_per_rank=head_split(h, u),
+                        kv_mode=kv_mode(h, kv, u), even=h % u == 0)
+
+
+def workload_section(w: WorkloadSpec, source: Optional[str] = None) -> sections.WorkloadSection:
+    return sections.WorkloadSection(
+        kind=w.kind,
+        batch=w.batch,
+        frames=w.frames if w.frames is not None else (None if w.seq_len is not None else 1),
+        height=w.height,
+        width=w.width,
+        seq_len=w.seq_len,
+        steps=w.steps,
+        guidance_scale=float(w.guidance_scale),
+        cfg_enabled=w.guidance_scale > 1,
+        dtype=w.dtype,
+        warmup=w.warmup,
+        repeat=w.repeat,
+        seed=w.seed,
+        shift=None if w.shift is None else float(w.shift),
+        compile=w.compile,
+        prompt=w.prompt,
+        prompt_file=resolve_prompt_file(w.prompt_file, source),
+        negative_prompt=w.negative_prompt,
+        scheduler=w.scheduler,
+        output_format=w.output_format,
+        fps=w.fps,
+        tiny_weights=bool(w.tiny_weights),
+    )
+
+
+def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
+    spec = job.to_dict()
+    spec.pop("source", None)
+    return sections.JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
+                      time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
+
+
+def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
     model = resolve_model(job.model)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
-    requested = {d: getattr(job.parallel, d) for d in PARALLEL_DIMS}
     chooser = FastestChooser(cluster, job)
-    layout, warnings = resolve_layout(ctx, requested, choose=chooser)
-
-    degree = layout.ring * layout.ulysses
-    padded = padded_length(seq_len, degree)
-    sequence = {
-        "seq_len": seq_len,
-        "padded_len": padded,
-        "pad": padded - seq_len,
-        "tokens_per_rank": padded // degree,
-        "grid": grid,
-        "degree": degree,
-    }
-    heads = {
-        "num_heads": model["num_heads"],
-        "num_kv_heads": model["num_kv_heads"],
-        "q_heads_per_rank": head_split(model["num_heads"], layout.ulysses),
-        "kv_mode": kv_mode(model["num_heads"], model["num_kv_heads"], layout.ulysses),
-        "even": model["num_heads"] % layout.ulysses == 0,
-    }
-    w = job.workload
-    workload = {
-        "kind": w.kind,
-        "batch": w.batch,
-        "frames": w.frames if w.frames is not None else (None if w.seq_len is not None else 1),
-        "height": w.height,
-        "width": w.width,
-        "seq_len": w.seq_len,
-        "steps": w.steps,
-        "guidance_scale": float(w.guidance_scale),
-        "cfg_enabled": w.guidance_scale > 1,
-        "dtype": w.dtype,
-        "warmup": w.warmup,
-        "repeat": w.repeat,
-        "seed": w.seed,
-    }
-    cluster_d = cluster.to_dict()
-    spec = job.to_dict()
-    spec.pop("source", None)
-    job_d = {
-        "name": job.name,
-        "output_dir": job.output_dir,
-        "entrypoint": job.entrypoint,
-        "time": job.resources.time or cluster.slurm.time,
-        "source": job.source or None,
-        "spec": spec,
-    }
-    est = estimate(model, workload, layout, sequence, heads, cluster_d)
+    layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
+    sequence = sequence_section(seq_len, grid, layout)
+    heads = heads_section(model, layout)
+    workload = workload_section(job.workload, job.source)
+    cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
+    est = estimate(model, workload, layout, sequence, heads, cluster_s)
     if chooser.reason:
         est["layout_choice"] = chooser.reason
+    if workload.kind == "generate":
+        est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
         warnings.append(
             f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
@@ -115,8 +123,8 @@ def make_plan(cluster: ClusterSpec, job: JobSpec) -> Plan:
         gpus_per_node=cluster.gpus_per_node,
         ranks=Plan.rank_table(layout, cluster.gpus_per_node),
         groups=layout.all_groups(),
-        cluster=cluster_d,
-        job=job_d,
+        cluster=cluster_s,
+        job=job_section(cluster, job),
         model=model,
         workload=workload,
         sequence=sequence,

@@ -50,8 +50,8 @@ def rank(cluster: Any, job: Any, layouts: list[Layout]) -> list[Ranked]:
 
 
 def job_context(cluster: Any, job: Any) -> LayoutContext:
-    from orchestrator.config.job import resolve_model, sequence_shape
     from orchestrator.plan.planner import layout_context
+    from orchestrator.plan.resolve import resolve_model, sequence_shape
 
     model = resolve_model(job.model)
     seq_len, _grid = sequence_shape(model, job.workload)

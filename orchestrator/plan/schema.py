@@ -22,10 +22,19 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 1
+from orchestrator.plan.rules import DIMS, GROUP_DIMS
+from orchestrator.plan.sections import (
+    ClusterSpec,
+    HeadsSection,
+    JobSection,
+    ModelSection,
+    SequenceSection,
+    WorkloadSection,
+    build,
+)
 
-#: Mesh dimensions, outermost first.
-DIMS: tuple[str, ...] = ("dp", "cfg", "ring", "ulysses")
+#: 2: typed sections (model.weights, workload.shift added; unknown keys refused).
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ class Layout:
         elif dim in DIMS:
             varying = (dim,)
         else:
-            raise ValueError(f"unknown dimension {dim!r}; expected one of {DIMS + ('sequence',)}")
+            raise ValueError(f"unknown dimension {dim!r}; expected one of {GROUP_DIMS}")
         by_key: dict[tuple[int, ...], list[int]] = {}
         for rank in range(self.world_size):
             c = self.coords(rank)
@@ -101,7 +110,7 @@ class Layout:
 @functools.lru_cache(maxsize=256)
 def _all_groups(layout: Layout) -> dict[str, tuple[tuple[int, ...], ...]]:
     """Layout.all_groups, computed once per layout (callers get fresh lists)."""
-    return {dim: tuple(tuple(g) for g in layout.groups(dim)) for dim in DIMS + ("sequence",)}
+    return {dim: tuple(tuple(g) for g in layout.groups(dim)) for dim in GROUP_DIMS}
 
 
 @dataclass(frozen=True)
@@ -120,8 +129,9 @@ class RankInfo:
 class Plan:
     """Everything a rank needs to run, and everything a person needs to check it.
 
-    ``cluster``, ``job``, ``model``, ``workload``, ``sequence``, ``heads`` and ``estimates``
-    are plain JSON objects (dicts); their keys are documented in docs/plan.md.
+    ``cluster``, ``job``, ``model``, ``workload``, ``sequence`` and ``heads`` are frozen
+    dataclasses (:mod:`orchestrator.plan.sections`); ``estimates`` is the estimator's plain
+    dict (for people; the runtime does not read it). Keys are documented in docs/plan.md.
     """
 
     layout: Layout
@@ -130,12 +140,12 @@ class Plan:
     gpus_per_node: int
     ranks: tuple[RankInfo, ...]
     groups: dict[str, list[list[int]]]
-    cluster: dict[str, Any]
-    job: dict[str, Any]
-    model: dict[str, Any]
-    workload: dict[str, Any]
-    sequence: dict[str, Any]
-    heads: dict[str, Any]
+    cluster: ClusterSpec
+    job: JobSection
+    model: ModelSection
+    workload: WorkloadSection
+    sequence: SequenceSection
+    heads: HeadsSection
     estimates: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
@@ -189,6 +199,8 @@ class Plan:
         d["layout"] = Layout(**d["layout"])
         d["ranks"] = tuple(RankInfo(**r) for r in d["ranks"])
         d["warnings"] = tuple(d.get("warnings", ()))
+        for key, section in _SECTIONS.items():
+            d[key] = build(section, d[key], f"plan.{key}")
         return cls(**d)
 
     @classmethod
@@ -199,3 +211,7 @@ class Plan:
     def load(cls, path: str) -> "Plan":
         with open(path, encoding="utf-8") as fh:
             return cls.from_json(fh.read())
+
+
+_SECTIONS = {"cluster": ClusterSpec, "job": JobSection, "model": ModelSection, "workload": WorkloadSection,
+             "sequence": SequenceSection, "heads": HeadsSection}

@@ -1,8 +1,10 @@
-"""One SSH connection to a cluster's login host (paramiko, imported lazily).
+"""One SSH connection to a cluster's login host (paramiko, imported lazily): the remote
+:class:`orchestrator.host.Host`.
 
-``SshHost`` runs commands (``run``), moves small files over SFTP (``write_text``,
-``read_text``, ``makedirs``, ``remove_tree``, ``exists``...) and turns every connection
-problem into a one-line :class:`~orchestrator.errors.SporchError`:
+``SshHost`` runs commands (``run``: ``login.setup`` lines first, in the same remote shell),
+moves small files over SFTP (``write_text``, ``read_text``, ``makedirs``, ``remove_tree``,
+``exists``...) and turns every connection problem into a one-line
+:class:`~orchestrator.errors.SporchError`:
 
 - unreachable host / refused port / DNS failure -> ``cannot reach root@h:22: ...``
 - authentication failure -> ``ssh authentication as root@h:22 failed ...``
@@ -18,8 +20,10 @@ Host keys come from ``~/.ssh/known_hosts`` and, when set, ``login.known_hosts``;
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import posixpath
+import select
 import shlex
 import socket
 import stat as _stat
@@ -28,8 +32,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from orchestrator.errors import SporchError
-
-HOST_KEY_POLICIES = ("reject", "accept-new")
+from orchestrator.plan.rules import HOST_KEY_POLICIES
 CONNECT_TIMEOUT = 15.0
 #: LoginSpec fields a job record keeps so that later commands reconnect.
 LOGIN_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "host_key_policy", "setup", "workdir")
@@ -53,6 +56,8 @@ def quote_command(cmd: Union[str, Sequence[str]]) -> str:
 
 class SshHost:
     """A connected login host. Use as a context manager, or call :meth:`close`."""
+
+    remote = True
 
     def __init__(self, host: str, port: int = 22, user: Optional[str] = None, identity_file: Optional[str] = None,
                  known_hosts: Optional[str] = None, host_key_policy: str = "reject",
@@ -168,17 +173,26 @@ class SshHost:
         self.close()
 
     # -- commands -----------------------------------------------------------------------------
-    def run(self, cmd: Union[str, Sequence[str]], timeout: float = 30.0, input: Optional[str] = None
-            ) -> Tuple[int, str, str]:
-        """Run a command in the login shell's ``sh -c`` (argv lists are shlex-quoted).
+    def command(self, cmd: Union[str, Sequence[str]], env: Optional[Mapping[str, str]] = None,
+                cwd: Optional[str] = None) -> str:
+        """The remote shell text: ``login.setup`` lines, then ``[cd CWD &&] [K=V ...] CMD``."""
+        tail = quote_command(cmd)
+        if env:
+            tail = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + " " + tail
+        if cwd:
+            tail = f"cd {shlex.quote(cwd)} && {tail}"
+        return "\n".join([*self.setup, tail])
+
+    def run(self, cmd: Union[str, Sequence[str]], *, timeout: float = 30.0, input: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> Tuple[int, str, str]:
+        """Run a command in the login shell's ``sh -c`` after ``login.setup`` (argv lists are
+        shlex-quoted).
 
         Returns (exit status, stdout, stderr). Raises TimeoutError after ``timeout`` seconds,
         SporchError when the connection is gone.
         """
-        import select
-
         self.connect()
-        command = quote_command(cmd)
+        command = self.command(cmd, env, cwd)
         try:
             chan = self._client.get_transport().open_session(timeout=self.connect_timeout)
             chan.exec_command(command)
@@ -286,17 +300,18 @@ class SshHost:
         except OSError as e:
             raise SporchError(f"cannot write {path} on {self.where}: {_one(e)}") from None
 
-    def read_text(self, path: str) -> str:
-        return self.read_bytes(path).decode("utf-8", errors="replace")
+    def read_text(self, path: str) -> Optional[str]:
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
-    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+    def read_bytes(self, path: str, offset: int = 0) -> Optional[bytes]:
         try:
             with self.sftp.open(path, "rb") as fh:
                 if offset:
                     fh.seek(offset)
                 return fh.read()
         except FileNotFoundError:
-            raise
+            return None
         except OSError as e:
             raise SporchError(f"cannot read {path} on {self.where}: {_one(e)}") from None
 
@@ -327,59 +342,6 @@ class SshHost:
             return True
         except OSError:
             return False
-
-
-class SshRunner:
-    """Runs Slurm's tools on the login host: the ``runner`` of
-    :func:`orchestrator.slurm.commands.run_slurm`. ``login.setup`` lines come first, in the
-    same remote shell command."""
-
-    def __init__(self, host: SshHost, setup: Optional[Sequence[str]] = None) -> None:
-        self.host = host
-        self.setup = list(host.setup if setup is None else setup)
-
-    @property
-    def where(self) -> str:
-        return self.host.where
-
-    def command(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> str:
-        lines = list(self.setup)
-        tail = quote_command(argv)
-        if env:
-            tail = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) + " " + tail
-        if cwd:
-            tail = f"cd {shlex.quote(cwd)} && {tail}"
-        return "\n".join([*lines, tail])
-
-    def __call__(self, argv: Sequence[str], *, timeout: float = 30.0, input: Optional[str] = None,
-                 env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> Tuple[int, str, str]:
-        return self.host.run(self.command(argv, env, cwd), timeout=timeout, input=input)
-
-
-class SftpFiles:
-    """The job-dir reads :mod:`orchestrator.jobs.status` needs, over SFTP (missing -> None / [])."""
-
-    def __init__(self, host: SshHost) -> None:
-        self.host = host
-
-    def read_text(self, path: str) -> Optional[str]:
-        try:
-            return self.host.read_text(str(path))
-        except (FileNotFoundError, SporchError):
-            return None
-
-    def listdir(self, path: str) -> List[str]:
-        return self.host.listdir(str(path))
-
-    def read_tail(self, path: str, max_bytes: int) -> Optional[str]:
-        size = self.host.size(str(path))
-        if size is None:
-            return None
-        try:
-            data = self.host.read_bytes(str(path), max(0, size - max_bytes))
-        except (FileNotFoundError, SporchError):
-            return None
-        return data.decode("utf-8", errors="replace")
 
 
 # -- host key policies ---------------------------------------------------------------------------
@@ -430,8 +392,6 @@ def connect(login: Any) -> SshHost:
         h.close()
     h = SshHost.from_login(d).connect()
     if not _POOL:
-        import atexit
-
         atexit.register(close_all)
     _POOL[key] = h
     return h
@@ -441,8 +401,3 @@ def close_all() -> None:
     for h in list(_POOL.values()):
         h.close()
     _POOL.clear()
-
-
-def runner_for(login: Any) -> SshRunner:
-    return SshRunner(connect(login))
-

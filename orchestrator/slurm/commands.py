@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL, Host
 
 #: Seconds a Slurm client command may take before we give up (slurmctld down, network).
 DEFAULT_TIMEOUT = 30.0
@@ -23,8 +24,6 @@ _PREFIX_RE = re.compile(
 _NOISE_RE = re.compile(r"^(?:Batch job submission failed|Unable to allocate resources|srun: error:)\s*:?\s*", re.I)
 
 JobIds = Union[str, int, Iterable[Union[str, int]]]
-#: runner(argv, timeout=, input=, env=, cwd=) -> (returncode, stdout, stderr); see run_slurm.
-Runner = Callable[..., Tuple[int, str, str]]
 
 
 class SlurmCommandError(SporchError):
@@ -80,41 +79,33 @@ def run_slurm(
     input: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
     cwd: Optional[str] = None,
-    runner: Optional[Runner] = None,
+    host: Optional[Host] = None,
 ) -> subprocess.CompletedProcess:
-    """Run one Slurm tool; return the completed process (text mode).
-
-    ``runner``: None runs the tool here (subprocess); otherwise a callable
-    ``runner(argv, timeout=, input=, env=, cwd=) -> (returncode, stdout, stderr)`` that runs the
-    same argv elsewhere (:class:`orchestrator.remote.ssh.SshRunner`: on the login host over
-    ssh) and raises TimeoutError when the tool does not answer. Slurm's answers are parsed the
-    same way either way.
+    """Run one Slurm tool on ``host`` (default: this machine; an
+    :class:`orchestrator.remote.ssh.SshHost` runs it on the login host); return the completed
+    process (text mode). Slurm's answers are parsed the same way either way.
 
     Raises :class:`SlurmCommandError` (a SporchError) when the tool is missing, does not answer
     within ``timeout`` seconds, or (with ``check``) exits non-zero.
     """
+    host = host or LOCAL
     cmd = [str(c) for c in cmd]
     tool = os.path.basename(cmd[0])
-    if runner is not None:
-        proc = _run_with(runner, cmd, tool, timeout=timeout, input=input, env=env, cwd=cwd)
-    else:
-        full_env = None
-        if env is not None:
-            full_env = dict(os.environ)
-            full_env.update(env)
-        try:
-            proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                                  env=full_env, cwd=cwd, stdin=None if input is not None else subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise SlurmCommandError(
-                f"Slurm command {tool!r} not found on PATH; run this where Slurm's client tools are installed "
-                "(or start the loopback lab: scripts/slurmlab/start.sh)",
-                tool=tool, reason="command not found", returncode=None) from None
-        except subprocess.TimeoutExpired as e:
-            raise SlurmCommandError(
-                f"{tool} did not answer within {timeout:g} s; is slurmctld up? (try `scontrol ping`)",
-                tool=tool, reason="timeout", returncode=None,
-                stdout=_text(e.stdout), stderr=_text(e.stderr)) from None
+    on = f" on {host.where}" if host.remote else ""
+    try:
+        rc, out, err = host.run(cmd, timeout=timeout, input=input, env=env, cwd=cwd)
+    except TimeoutError:
+        there = " there" if host.remote else ""
+        raise SlurmCommandError(
+            f"{tool} did not answer within {timeout:g} s{on}; is slurmctld up? (try `scontrol ping`{there})",
+            tool=tool, reason="timeout", returncode=None) from None
+    if rc == 127 and re.search(rf"\b{re.escape(tool)}\b.*(?:command )?not found", err or ""):
+        fix = (f"not found on {host.where}; add the Slurm module/PATH to login.setup" if host.remote else
+               "not found on PATH; run this where Slurm's client tools are installed "
+               "(or start the loopback lab: scripts/slurmlab/start.sh)")
+        raise SlurmCommandError(f"Slurm command {tool!r} {fix}", tool=tool, reason="command not found",
+                                returncode=rc, stdout=out, stderr=err)
+    proc = subprocess.CompletedProcess(cmd, rc, out, err)
     if check and proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout) or f"exit code {proc.returncode}"
         if tool in _SUBMITTERS:
@@ -126,34 +117,10 @@ def run_slurm(
     return proc
 
 
-def _run_with(runner: Runner, cmd: list, tool: str, *, timeout: float, input: Optional[str],
-              env: Optional[Mapping[str, str]], cwd: Optional[str]) -> subprocess.CompletedProcess:
-    where = getattr(runner, "where", "the remote host")
-    try:
-        rc, out, err = runner(cmd, timeout=timeout, input=input, env=env, cwd=cwd)
-    except TimeoutError:
-        raise SlurmCommandError(
-            f"{tool} did not answer within {timeout:g} s on {where}; is slurmctld up? (try `scontrol ping` there)",
-            tool=tool, reason="timeout", returncode=None) from None
-    if rc == 127 and re.search(rf"\b{re.escape(tool)}\b.*(?:command )?not found", err or ""):
-        raise SlurmCommandError(
-            f"Slurm command {tool!r} not found on {where}; add the Slurm module/PATH to login.setup",
-            tool=tool, reason="command not found", returncode=rc, stdout=out, stderr=err)
-    return subprocess.CompletedProcess(cmd, rc, out, err)
-
-
-def _text(b: object) -> str:
-    if b is None:
-        return ""
-    if isinstance(b, bytes):
-        return b.decode(errors="replace")
-    return str(b)
-
-
 # -- thin wrappers ----------------------------------------------------------------------------
 def sbatch(args: Sequence[str] = (), script: Optional[str] = None, *, timeout: float = DEFAULT_TIMEOUT,
            env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
-           runner: Optional[Runner] = None) -> str:
+           host: Optional[Host] = None) -> str:
     """Submit a batch job; return its job id (``--parsable`` is added).
 
     ``script`` is a path; without it ``args`` must carry ``--wrap`` (or the script path).
@@ -161,7 +128,7 @@ def sbatch(args: Sequence[str] = (), script: Optional[str] = None, *, timeout: f
     cmd = ["sbatch", "--parsable", *args]
     if script is not None:
         cmd.append(str(script))
-    out = run_slurm(cmd, timeout=timeout, env=env, cwd=cwd, runner=runner).stdout.strip()
+    out = run_slurm(cmd, timeout=timeout, env=env, cwd=cwd, host=host).stdout.strip()
     # --parsable prints "jobid" or "jobid;cluster" (possibly after warnings on other lines)
     for line in reversed(out.splitlines()):
         m = re.fullmatch(r"(\d+)(?:;\S+)?", line.strip())
@@ -172,7 +139,7 @@ def sbatch(args: Sequence[str] = (), script: Optional[str] = None, *, timeout: f
 
 
 def scancel(job_ids: JobIds, *, signal: Optional[str] = None, batch_only: bool = False,
-            timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> None:
+            timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None) -> None:
     """Cancel (or signal) jobs. Unknown or finished job ids are not an error (scancel exits 0)."""
     ids = job_id_list(job_ids)
     if not ids:
@@ -182,11 +149,11 @@ def scancel(job_ids: JobIds, *, signal: Optional[str] = None, batch_only: bool =
         cmd.append(f"--signal={signal}")
     if batch_only:
         cmd.append("--batch")
-    run_slurm([*cmd, *ids], timeout=timeout, runner=runner)
+    run_slurm([*cmd, *ids], timeout=timeout, host=host)
 
 
-def requeue(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+def requeue(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None) -> None:
     """``scontrol requeue``: the job goes back to PENDING (Reason=BeginTime for a few seconds)."""
     ids = job_id_list(job_ids)
     if ids:
-        run_slurm(["scontrol", "requeue", ",".join(ids)], timeout=timeout)
+        run_slurm(["scontrol", "requeue", ",".join(ids)], timeout=timeout, host=host)

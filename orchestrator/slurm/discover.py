@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL, Host
 from orchestrator.slurm.commands import DEFAULT_TIMEOUT, run_slurm
 
 #: gres type substring -> (model, memory_gib, dense bf16 TFLOP/s, intra fabric, intra GB/s per GPU
@@ -85,15 +86,16 @@ def _gpu_facts(gres_type: Optional[str]) -> Tuple[Tuple[str, float, float, str, 
 
 
 def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = None,
-                     timeout: float = DEFAULT_TIMEOUT) -> Dict[str, Any]:
+                     timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> Dict[str, Any]:
     """Describe ``partition`` (default: the cluster's default partition) as a cluster descriptor.
 
     Returns a plain dict with ClusterSpec's keys plus ``guessed`` (dotted keys that are not from
     Slurm) and ``observed`` (raw facts: node names, CPUs, memory, gres, features). Pass it to
     :func:`descriptor_yaml` for a file, or :func:`spec_fields` for ClusterSpec's keys only.
+    ``host``: where scontrol runs (this machine by default).
     """
     parts = [parse_kv_line(ln) for ln in run_slurm(["scontrol", "show", "partition", "--oneliner"],
-                                                  timeout=timeout).stdout.splitlines() if ln.strip()]
+                                                  timeout=timeout, host=host).stdout.splitlines() if ln.strip()]
     if not parts:
         raise SporchError("Slurm reports no partitions (scontrol show partition)")
     names = [p.get("PartitionName", "") for p in parts]
@@ -110,7 +112,7 @@ def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = N
     pname = part["PartitionName"]
 
     nodes = []
-    for ln in run_slurm(["scontrol", "show", "node", "--oneliner"], timeout=timeout).stdout.splitlines():
+    for ln in run_slurm(["scontrol", "show", "node", "--oneliner"], timeout=timeout, host=host).stdout.splitlines():
         if not ln.strip():
             continue
         kv = parse_kv_line(ln)
@@ -120,7 +122,7 @@ def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = N
         raise SporchError(f"partition {pname!r} has no nodes")
 
     config = {}
-    for ln in run_slurm(["scontrol", "show", "config"], timeout=timeout).stdout.splitlines():
+    for ln in run_slurm(["scontrol", "show", "config"], timeout=timeout, host=host).stdout.splitlines():
         if "=" in ln:
             k, _, v = ln.partition("=")
             config[k.strip()] = v.strip()

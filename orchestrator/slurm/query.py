@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
 from orchestrator.errors import SporchError
-from orchestrator.slurm.commands import DEFAULT_TIMEOUT, JobIds, Runner, job_id_list, run_slurm, slurm_reason
+from orchestrator.host import LOCAL, Host
+from orchestrator.slurm.commands import DEFAULT_TIMEOUT, JobIds, job_id_list, run_slurm, slurm_reason
 from orchestrator.slurm.states import JobState, parse_state
 
 _SEP = "|"
 _ACCOUNTING_OFF = ("accounting storage is disabled", "accounting_storage/none")
 
 
-def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None
+def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None
                   ) -> Dict[str, JobState]:
     """State of each job slurmctld still knows, in ONE squeue call: ``{"123": JobState(...)}``.
 
@@ -26,7 +27,7 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: 
     if not ids:
         return {}
     proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                      f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%M{_SEP}%N"], timeout=timeout, check=False, runner=runner)
+                      f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%M{_SEP}%N"], timeout=timeout, check=False, host=host)
     if proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout)
         # every id unknown: squeue exits 1 with "slurm_load_jobs error: Invalid job id specified"
@@ -36,14 +37,14 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: 
     return _parse_rows(proc.stdout, ("id", "state", "reason", "elapsed", "nodelist"))
 
 
-def sacct_available(*, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None) -> bool:
+def sacct_available(*, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None) -> bool:
     """Whether this cluster keeps accounting (sacct answers)."""
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=1", "--format=JobID"],
-                     timeout=timeout, check=False, runner=runner)
+                     timeout=timeout, check=False, host=host)
     return proc.returncode == 0 or not _accounting_off(proc)
 
 
-def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None
+def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None
                  ) -> Optional[Dict[str, JobState]]:
     """State and exit code of each job from accounting, in ONE sacct call.
 
@@ -55,7 +56,7 @@ def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, runner: O
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations",
                       f"--jobs={','.join(ids) if ids else '1'}",
                       "--format=JobID,State,ExitCode,Reason,Elapsed,NodeList"], timeout=timeout, check=False,
-                     runner=runner)
+                     host=host)
     if proc.returncode != 0:
         if _accounting_off(proc):
             return None
@@ -112,25 +113,26 @@ _TEST_OK_RE = re.compile(
 
 
 def test_only(script: Union[str, Path, None] = None, args: Sequence[str] = (), *,
-              timeout: float = DEFAULT_TIMEOUT, runner: Optional[Runner] = None,
+              timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None,
               script_text: Optional[str] = None) -> TestOnlyResult:
     """Dry-run a submission: ``sbatch --test-only [args] [script]`` (``--wrap=true`` without a
     script and without ``--wrap`` in args). Never submits. A rejection is a result, not an error;
     a missing sbatch or a silent slurmctld raises SporchError.
 
     ``script_text``: the script's content, fed to sbatch on stdin (nothing is written; how a
-    remote ``runner`` checks a script that exists only here)."""
+    remote ``host`` checks a script that exists only here)."""
+    host = host or LOCAL
     cmd = ["sbatch", "--test-only", *[str(a) for a in args]]
     if script_text is not None:
-        proc = run_slurm(cmd, timeout=timeout, check=False, runner=runner, input=script_text)
+        proc = run_slurm(cmd, timeout=timeout, check=False, host=host, input=script_text)
         return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
     if script is not None:
-        if runner is None and not Path(script).is_file():
+        if not host.remote and not Path(script).is_file():
             raise SporchError(f"batch script {script} not found")
         cmd.append(str(script))
     elif not any(str(a).startswith("--wrap") for a in args):
         cmd.append("--wrap=true")
-    proc = run_slurm(cmd, timeout=timeout, check=False, runner=runner)
+    proc = run_slurm(cmd, timeout=timeout, check=False, host=host)
     return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
 
 

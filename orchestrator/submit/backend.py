@@ -1,16 +1,20 @@
 """The backend interface: turn a :class:`SubmitRequest` whose files are already in ``job_dir``
-into a Slurm job, and say where its logs go.
+into a job, say where its logs go, and cancel it.
 
-Backends are small modules (submitit's ``core/`` + one folder per scheduler is the model):
+Backends are small modules (submitit's ``core/`` + one folder per scheduler is the model); each
+is built with the :class:`~orchestrator.host.Host` the job dir lives on:
 
 - ``submitit``  (:mod:`.submitit_backend`, default): submitit's SlurmExecutor with the Plan's
-  resources; every task calls :func:`orchestrator.submit.task.run_rank`.
+  resources; every task calls :func:`orchestrator.submit.task.run_rank`. This machine only:
+  submitit needs a filesystem shared with the cluster and the submitter's Python.
 - ``sbatch``    (:mod:`.sbatch_backend`): ``sbatch --parsable <job_dir>/job.sbatch``, the exact
-  script ``sporch submit --dry-run`` shows.
+  script ``sporch submit --dry-run`` shows; here, or on a login host over ssh.
+- ``local``     (:mod:`.local_backend`): the ranks as CPU processes on this machine under a
+  supervisor (``sporch run --local``).
 
-Clusters with a ``login`` section submit from anywhere over ssh (:func:`get_remote_backend`):
-only ``sbatch`` (:mod:`.ssh_backend`: the same script, files over SFTP, sbatch on the login
-host); submitit needs a filesystem shared with the cluster and the submitter's Python.
+One small interface, what ``sporch status/wait/cancel`` and a campaign runner call: ``submit``
+a request whose files are in its job dir, ``query`` the states of many records at once (Slurm
+backends: one squeue and at most one sacct call per host), ``cancel`` job ids.
 
 A backend raises a one-line :class:`~orchestrator.errors.SporchError` (usually a
 ``SlurmCommandError`` quoting Slurm's reason) when the job is not accepted; the caller then
@@ -21,17 +25,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Dict, Protocol
+from typing import Any, Dict, Protocol, Sequence, Tuple
 
 from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL, Host
 from orchestrator.submit.request import SubmitRequest
 
 #: backend name -> "module:class"
 BACKENDS: Dict[str, str] = {
     "submitit": "orchestrator.submit.submitit_backend:SubmititBackend",
     "sbatch": "orchestrator.submit.sbatch_backend:SbatchBackend",
+    "local": "orchestrator.submit.local_backend:LocalBackend",
 }
 DEFAULT_BACKEND = "submitit"
+#: What a cluster with a login section (ssh) submits through.
+REMOTE_BACKEND = "sbatch"
 
 
 @dataclass(frozen=True)
@@ -46,23 +54,21 @@ class Submitted:
 
 class Backend(Protocol):
     name: str
+    #: Backends with the same queue on the same host are asked about together ("slurm", "local").
+    queue: str
 
     def submit(self, request: SubmitRequest) -> Submitted:
-        """Submit; return the Slurm job id. Raise SporchError (one line) when rejected."""
+        """Submit; return the job id. Raise SporchError (one line) when rejected."""
         ...
 
+    def query(self, records: Sequence[Any]) -> Tuple[Dict[str, Any], Dict[str, str], bool]:
+        """(state rows by job id, where each came from, whether the scheduler keeps accounting)
+        for many job records at once; a job missing from the rows is judged by its job dir."""
+        ...
 
-def get_backend(name: str) -> Backend:
-    if name not in BACKENDS:
-        raise SporchError(f"unknown submission backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
-    module, _, attr = BACKENDS[name].partition(":")
-    return getattr(import_module(module), attr)()
-
-
-#: Backends that work over ssh (cluster.login).
-REMOTE_BACKENDS: Dict[str, str] = {
-    "sbatch": "orchestrator.submit.ssh_backend:SshBackend",
-}
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Cancel jobs this backend submitted (finished ones are left alone)."""
+        ...
 
 
 def remote_backend_error(name: str, cluster: str = "") -> SporchError:
@@ -71,9 +77,11 @@ def remote_backend_error(name: str, cluster: str = "") -> SporchError:
                        "shared with the cluster and this machine's Python; use --via sbatch (the default there)")
 
 
-def get_remote_backend(name: str, host, cluster: str = "") -> Backend:
-    """A backend that submits on the login host ``host`` (a connected SshHost)."""
-    if name not in REMOTE_BACKENDS:
+def get_backend(name: str, host: Host = LOCAL, cluster: str = "") -> Backend:
+    """The backend ``name`` submitting on ``host``."""
+    if name not in BACKENDS:
+        raise SporchError(f"unknown submission backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
+    if host.remote and name != REMOTE_BACKEND:
         raise remote_backend_error(name, cluster)
-    module, _, attr = REMOTE_BACKENDS[name].partition(":")
+    module, _, attr = BACKENDS[name].partition(":")
     return getattr(import_module(module), attr)(host)

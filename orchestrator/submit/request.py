@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import datetime as _dt
 import posixpath
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from orchestrator.config.cluster import ClusterSpec
 from orchestrator.config.job import JobSpec
+from orchestrator.plan.files import PLAN_FILE, SCRIPT_FILE
+from orchestrator.plan.planner import make_plan
 from orchestrator.plan.schema import Plan
-from orchestrator.render import PLAN_FILE, SCRIPT_FILE, render_sbatch
+from orchestrator.render import render_job
+from orchestrator.submit.slurm_job import SlurmJob
 
 
 @dataclass(frozen=True)
 class SubmitRequest:
     cluster: str
     plan: Plan
-    script: str
-    job_dir: str  # where the job's files go on the cluster
+    job: SlurmJob  # the job's files (job.files) and Slurm request, built from the Plan
+    script: str  # the rendered batch script
     destination: str  # human-readable: where and how it would be submitted
     remote: bool  # True when submission goes through the cluster's login host (ssh)
+
+    @property
+    def job_dir(self) -> str:
+        """Where the job's files go on the cluster."""
+        return self.job.files.job_dir
 
     def files(self) -> dict[str, str]:
         """Relative path -> content of the files a backend writes into ``job_dir``."""
@@ -33,11 +42,11 @@ class SubmitRequest:
 
     @property
     def script_path(self) -> str:
-        return posixpath.join(self.job_dir, SCRIPT_FILE)
+        return self.job.files.script
 
     @property
     def plan_path(self) -> str:
-        return posixpath.join(self.job_dir, PLAN_FILE)
+        return self.job.files.plan
 
     def sbatch_command(self) -> str:
         return f"sbatch --parsable {self.script_path}"
@@ -73,15 +82,14 @@ def build_request(
     plan: Optional[Plan] = None,
 ) -> SubmitRequest:
     """``plan``: the Plan of (cluster, job) when the caller has already made it."""
-    from orchestrator.plan.planner import make_plan
-
     plan = plan if plan is not None else make_plan(cluster, job)
     jd = job_dir or default_job_dir(cluster, job, now or _dt.datetime.now())
+    slurm_job = SlurmJob.from_plan(plan, jd)
     return SubmitRequest(
         cluster=cluster.name,
         plan=plan,
-        script=render_sbatch(plan, jd),
-        job_dir=jd,
+        job=slurm_job,
+        script=render_job(slurm_job),
         destination=destination_text(cluster),
         remote=cluster.login is not None,
     )
@@ -89,8 +97,6 @@ def build_request(
 
 def write_dry_run(request: SubmitRequest, folder: Optional[str] = None) -> Path:
     """Write the request's files into ``folder`` (default: a new temporary folder)."""
-    import tempfile
-
     root = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="sporch-dryrun-"))
     root.mkdir(parents=True, exist_ok=True)
     for rel, text in request.files().items():

@@ -1,31 +1,41 @@
-"""Submit the rendered batch script as it is: ``sbatch --parsable <job_dir>/job.sbatch``.
+"""Submit the rendered batch script as it is: ``sbatch --parsable <job_dir>/job.sbatch``, here
+or on a cluster's login host (the Host the job dir lives on).
 
 The script (``templates/sbatch.j2``) is the one ``sporch submit --dry-run`` prints; its logs are
-``<job_dir>/logs/<jobid>.out|err`` and ``<job_dir>/logs/<jobid>_<rank>.out|err``.
+``<job_dir>/logs/<jobid>.out|err`` and ``<job_dir>/logs/<jobid>_<rank>.out|err``. Over ssh,
+``login.setup`` lines and ``cd <job_dir> && sbatch`` run in one remote shell command, so the job
+inherits that shell's environment (PATH, PYTHONPATH: put them into ``login.setup``); here it runs
+from the submitter's directory, like submitit (tasks start there and see its modules).
 """
 
 from __future__ import annotations
 
-from orchestrator.errors import SporchError
+from typing import Any, Sequence
+
+from orchestrator.host import LOCAL, Host
+from orchestrator.jobs.status import slurm_query
+from orchestrator.plan.files import LOG_LAYOUTS
+from orchestrator.slurm.commands import sbatch, scancel
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
 
-LOGS = {
-    "batch_out": "logs/{job_id}.out",
-    "batch_err": "logs/{job_id}.err",
-    "rank_out": "logs/{job_id}_{rank}.out",
-    "rank_err": "logs/{job_id}_{rank}.err",
-}
+LOGS = LOG_LAYOUTS["sbatch"]
 
 
 class SbatchBackend:
     name = "sbatch"
+    queue = "slurm"
+
+    def __init__(self, host: Host = LOCAL) -> None:
+        self.host = host
 
     def submit(self, request: SubmitRequest) -> Submitted:
-        from orchestrator.slurm.commands import sbatch
-
-        if request.remote:
-            raise SporchError("remote submission (cluster.login) is not available yet; submit on the login node")
-        # run from the submitter's directory, like submitit: tasks start there (and see its modules)
-        job_id = sbatch(script=request.script_path)
+        cwd = request.job_dir if self.host.remote else None
+        job_id = sbatch(script=request.script_path, cwd=cwd, host=self.host)
         return Submitted(slurm_job_id=job_id, backend=self.name, logs=dict(LOGS))
+
+    def query(self, records: Sequence[Any]):
+        return slurm_query([r.slurm_job_id for r in records], self.host)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        scancel(list(job_ids), host=self.host)

@@ -2,10 +2,10 @@
 
 One submitit job with ``nodes`` x ``tasks_per_node`` (= GPUs per node) tasks; each task calls
 :func:`orchestrator.submit.task.run_rank` with the Plan, which runs ``runtime.launch``.
-The Slurm request follows the Plan and its cluster: the cluster's GPU directive,
-partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``
-(submitit's default signal; USR1 is NCCL's), ``srun --kill-on-bad-exit=1`` so one failed rank
-ends the job, and the Plan's environment exported in the batch script.
+The Slurm request is the request's :class:`~orchestrator.submit.slurm_job.SlurmJob` (the same
+object the sbatch template renders), mapped onto submitit's parameters: the GPU directive,
+partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``,
+``srun --kill-on-bad-exit=1``, ``slurm.extra``, and the Plan's environment in the batch script.
 
 Files: ``<job_dir>/submitit/`` (submitit's pickles, ``<jobid>_submission.sh``, and the logs
 ``<jobid>_<rank>_log.out|err``; the batch script's own output goes to rank 0's files).
@@ -15,114 +15,75 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
-import re
 import shlex
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from orchestrator.errors import SporchError
+from orchestrator.host import LOCAL, Host
+from orchestrator.jobs.status import slurm_query
+from orchestrator.plan import rules
+from orchestrator.plan.files import LOG_LAYOUTS
+from orchestrator.slurm.commands import SlurmCommandError, scancel, slurm_reason
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
+from orchestrator.submit.task import run_rank
 
-FOLDER = "submitit"
-SIGNAL_DELAY_S = 90
-LOGS = {
-    "batch_out": FOLDER + "/{job_id}_0_log.out",
-    "batch_err": FOLDER + "/{job_id}_0_log.err",
-    "rank_out": FOLDER + "/{job_id}_{rank}_log.out",
-    "rank_err": FOLDER + "/{job_id}_{rank}_log.err",
-}
+LOGS = LOG_LAYOUTS["submitit"]
 #: Launcher variables a task must not inherit from the submitter (the runtime would take them
 #: for torchrun's).
 SCRUB_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
              "TORCHELASTIC_RUN_ID")
 
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
 
 def time_to_minutes(text: str) -> int:
-    """Slurm time (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) ->
-    whole minutes, rounded up (submitit's ``timeout_min``)."""
-    m = _TIME_RE.match(str(text).strip())
-    if not m:
-        raise SporchError(f"time {text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-    days, a, b, c = m.groups()
-    if days is not None:  # D-HH[:MM[:SS]]
-        secs = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
-    elif c is not None:  # HH:MM:SS
-        secs = int(a) * 3600 + int(b) * 60 + int(c)
-    elif b is not None:  # MM:SS
-        secs = int(a) * 60 + int(b)
-    else:  # MM
-        secs = int(a) * 60
-    return max(1, math.ceil(secs / 60))
-
-
-def _extra_parameters(lines: List[str]) -> Dict[str, Any]:
-    """cluster.slurm.extra (``--reservation=x``, ``#SBATCH --foo``) -> submitit additional parameters."""
-    out: Dict[str, Any] = {}
-    for line in lines:
-        line = line.strip()
-        if line.startswith("#SBATCH"):
-            line = line[len("#SBATCH"):].strip()
-        if not line.startswith("--"):
-            raise SporchError(f"slurm.extra line {line!r} is not a long sbatch option (e.g. --reservation=NAME)")
-        key, eq, value = line[2:].partition("=")
-        out[key.replace("-", "_")] = value if eq else True
-    return out
+    """Slurm time -> whole minutes, rounded up (submitit's ``timeout_min``)."""
+    try:
+        return rules.time_to_minutes(text)
+    except ValueError as e:
+        raise SporchError(str(e)) from None
 
 
 def setup_lines(request: SubmitRequest) -> List[str]:
     """Batch-script lines before srun: the cluster's setup, the Plan's env, the job's paths."""
-    plan = request.plan
-    cluster = plan.cluster
-    jd = request.job_dir.rstrip("/") or "/"
-    lines = list(cluster.get("setup", []))
+    job = request.job
+    lines = list(job.setup)
     # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
     # MASTER_PORT (from the job id) itself: runtime.rank_env, the same rule as the template.
     lines.append("unset " + " ".join(SCRUB_ENV))
-    for key, value in dict(cluster.get("env", {})).items():
+    for key, value in {**job.env, **job.job_env()}.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
-    lines.append(f"export SPORCH_JOB_DIR={shlex.quote(jd)}")
-    lines.append(f"export SPORCH_PLAN={shlex.quote(request.plan_path)}")
-    lines.append(f"mkdir -p {shlex.quote(jd + '/logs')}")
+    lines.append(f"mkdir -p {shlex.quote(job.files.logs)}")
     return lines
 
 
+#: SlurmJob's GPU option -> submitit's parameter.
+GPU_PARAMETERS = {"gpus-per-node": "gpus_per_node", "gres": "slurm_gres", "gpus-per-task": "slurm_gpus_per_task"}
+
+
 def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
-    """``AutoExecutor.update_parameters`` keywords for the request (pure; unit-tested)."""
-    plan = request.plan
-    slurm = dict(plan.cluster["slurm"])
-    gpn = int(plan.gpus_per_node)
-    time = plan.job.get("time") or slurm["time"]
-    additional: Dict[str, Any] = {"requeue": True}
+    """``AutoExecutor.update_parameters`` keywords for the request's SlurmJob (pure; unit-tested)."""
+    job = request.job
+    option, value = job.gpu_option()
     params: Dict[str, Any] = {
-        "name": plan.job["name"],
-        "nodes": int(plan.nodes),
-        "tasks_per_node": gpn,
-        "cpus_per_task": int(slurm.get("cpus_per_task") or 1),
-        "timeout_min": time_to_minutes(time),
-        "slurm_signal_delay_s": SIGNAL_DELAY_S,
-        "slurm_srun_args": ["--kill-on-bad-exit=1"],
+        "name": job.name,
+        "nodes": job.nodes,
+        "tasks_per_node": job.tasks_per_node,
+        "cpus_per_task": job.cpus_per_task,
+        "timeout_min": time_to_minutes(job.time),
+        "slurm_signal_delay_s": job.signal_delay_s,
+        "slurm_srun_args": list(job.srun_args),
         "slurm_setup": setup_lines(request),
+        GPU_PARAMETERS[option]: int(value) if value.isdigit() else value,
     }
-    directive = slurm.get("gpu_directive", "gpus-per-node")
-    if directive == "gpus-per-node":
-        params["gpus_per_node"] = gpn
-    elif directive == "gres":
-        params["slurm_gres"] = f"gpu:{gpn}"
-    elif directive == "gpus-per-task":
-        params["slurm_gpus_per_task"] = 1
-    else:
-        raise SporchError(f"unknown gpu_directive {directive!r}")
-    for key in ("partition", "account", "qos", "constraint"):
-        if slurm.get(key) not in (None, ""):
-            params[f"slurm_{key}"] = str(slurm[key])
-    if slurm.get("mem") not in (None, ""):
-        additional["mem"] = str(slurm["mem"])
-    if slurm.get("exclusive"):
+    additional: Dict[str, Any] = {"requeue": True} if job.requeue else {}
+    for key, val in job.options.items():
+        if key == "mem":  # submitit's mem_gb would round; pass Slurm's own text
+            additional["mem"] = val
+        else:
+            params[f"slurm_{key}"] = val
+    if job.exclusive:
         params["slurm_exclusive"] = True
-    additional.update(_extra_parameters(list(slurm.get("extra", []))))
+    additional.update({k.replace("-", "_"): True if v is None else v for k, v in job.extra})
     params["slurm_additional_parameters"] = additional
     return params
 
@@ -130,22 +91,21 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
 def python_command(request: SubmitRequest) -> str | None:
     """The cluster's ``python`` when it is not the default (``python``); None = submitit's
     default, this interpreter (``sys.executable``), which jobs on a shared filesystem see."""
-    py = str(request.plan.cluster.get("python") or "python")
+    py = request.job.python
     return None if py in ("python", "python3") else py
 
 
 class SubmititBackend:
     name = "submitit"
+    queue = "slurm"
+
+    def __init__(self, host: Host = LOCAL) -> None:
+        self.host = host  # always this machine (get_backend refuses a remote host)
 
     def submit(self, request: SubmitRequest) -> Submitted:
         import submitit
 
-        from orchestrator.slurm.commands import SlurmCommandError, slurm_reason
-        from orchestrator.submit.task import run_rank
-
-        if request.remote:
-            raise SporchError("remote submission (cluster.login) is not available yet; submit on the login node")
-        folder = f"{request.job_dir.rstrip('/')}/{FOLDER}"
+        folder = request.job.files.submitit
         kwargs = {}
         py = python_command(request)
         if py:
@@ -169,3 +129,9 @@ class SubmititBackend:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH", tool="sbatch",
                                     reason="command not found", returncode=None) from None
         return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
+
+    def query(self, records: Sequence[Any]):
+        return slurm_query([r.slurm_job_id for r in records], self.host)
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        scancel(list(job_ids), host=self.host)

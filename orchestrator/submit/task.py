@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-#: The runtime's exit code for "stopped on USR2 after saving progress; job requeued".
-EXIT_REQUEUED = 3
+from orchestrator.plan.rules import EXIT_REQUEUED
 
 
 class RankFailed(RuntimeError):

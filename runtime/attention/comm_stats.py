@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from orchestrator.plan.rules import head_split
+
 __all__ = ["CommStats", "usp_min_bytes"]
 
 
@@ -41,11 +43,6 @@ class CommStats:
         return dict(self.sent)
 
 
-def _split(n: int, parts: int) -> list[int]:
-    base, extra = divmod(n, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
 def usp_min_bytes(*, batch: int, local_len: int, num_heads: int, num_kv_heads: int, head_dim: int,
                   ulysses: int, ring: int, ulysses_rank: int, itemsize: int, joint_len: int = 0,
                   joint_q: bool = False, v_head_dim: int | None = None) -> dict[str, int]:
@@ -61,7 +58,7 @@ def usp_min_bytes(*, batch: int, local_len: int, num_heads: int, num_kv_heads: i
     """
     U, R, L, B = ulysses, ring, local_len, batch
     Dv = head_dim if v_head_dim is None else v_head_dim
-    q_counts = _split(num_heads, U)
+    q_counts = head_split(num_heads, U)
     group = num_heads // num_kv_heads
     starts = [sum(q_counts[:j]) for j in range(U)]
     kv_counts = []

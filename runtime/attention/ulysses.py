@@ -15,8 +15,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from orchestrator.plan.rules import head_split
 from runtime.attention.comm_stats import CommStats
-from runtime.parallel import head_offsets, split_heads
+from runtime.parallel import head_offsets
 
 __all__ = ["head_ranges", "qkv_in", "out_back", "exchange_heads", "gather_seq_scatter_heads",
            "gather_heads_scatter_seq"]
@@ -26,7 +27,7 @@ def head_ranges(num_heads: int, num_kv_heads: int, parts: int) -> tuple[list[tup
     """``(q_ranges, kv_ranges)``: the query heads and the KV heads each of ``parts`` ranks owns."""
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    counts = split_heads(num_heads, parts)
+    counts = head_split(num_heads, parts)
     if min(counts) == 0:
         raise ValueError(f"{num_heads} heads cannot be split over {parts} Ulysses ranks (a rank would get none)")
     g = num_heads // num_kv_heads

@@ -5,7 +5,7 @@
 Public API (see docs/model.md)::
 
     model = build_model(plan.model, seed=0, dtype="float32")           # or weights="x.safetensors"
-    runner = ShardedDiT(model, ctx, grid=plan.sequence["grid"])         # ctx=None: one process
+    runner = ShardedDiT(model, ctx, grid=plan.sequence.grid)            # ctx=None: one process
     v = runner.forward(latents, timestep, cond, guidance_scale=g)       # full velocity, every rank
     x = generate(model, ctx, grid=..., batch=..., steps=..., guidance_scale=..., seed=...)
     report = verify(model, ctx, grid=..., batch=..., guidance_scale=..., seed=...)

@@ -1,6 +1,7 @@
 """The attention seam: one call site for the model, two implementations.
 
-* unsharded (``ctx is None``): torch scaled_dot_product_attention over the whole sequence;
+* unsharded (``ctx is None``): ``runtime.attention.kernels.local_attention`` over the whole
+  sequence, with the same kernel (``backend``) as the sharded path;
 * sharded: ``runtime.attention.usp_attention`` on this rank's sequence shard.
 
 Tensors are [B, S, H, D]. Key/value heads may be fewer than query heads (GQA): each kv head
@@ -14,6 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from runtime.attention import usp_attention
+from runtime.attention.kernels import local_attention
 
 
 def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -38,7 +42,7 @@ class SequenceAttention:
 
     ``ctx``: a ``runtime.parallel.ParallelContext`` or None (unsharded). ``seq_len``: the
     unpadded global number of sharded tokens (keys past it are padding and masked).
-    ``backend`` is passed through to usp_attention.
+    ``backend`` is passed through to usp_attention / local_attention.
     """
 
     ctx: Any = None
@@ -56,8 +60,6 @@ class SequenceAttention:
         tokens (``joint_*``, [B, T, H, D], whole on every rank). Returns ``out`` or
         ``(out, joint_out)`` when joint tokens are given."""
         if self.sharded:
-            from runtime.attention import usp_attention
-
             stats = getattr(self.ctx, "comm_stats", None)  # bytes sent, when someone counts
             if joint_q is None:
                 return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats)
@@ -65,8 +67,10 @@ class SequenceAttention:
                 q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
                 joint_q=joint_q, joint_k=joint_k, joint_v=joint_v,
             )
+        # unsharded: the same kernel (``backend``) as the sharded path
         if joint_q is None:
-            return sdpa(q, k, v)
+            return local_attention(q, k, v, backend=self.backend)
         s = q.shape[1]
-        out = sdpa(torch.cat([q, joint_q], 1), torch.cat([k, joint_k], 1), torch.cat([v, joint_v], 1))
+        out = local_attention(torch.cat([q, joint_q], 1), torch.cat([k, joint_k], 1), torch.cat([v, joint_v], 1),
+                              backend=self.backend)
         return out[:, :s], out[:, s:]

@@ -10,23 +10,26 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from orchestrator.plan.sections import ModelSection
 from .base import DiTBase
 from .config import ModelConfig
+from .dit import ClassDiT
+from .mmdit import MMDiT
+from .wan import WanDiT
 
 #: Scale of the weights that produce adaLN modulation (keeps random deep stacks tame).
 MOD_SCALE = 0.5
 
 
 def model_class(attention: str) -> type[DiTBase]:
-    from .dit import ClassDiT
-    from .mmdit import MMDiT
-    from .wan import WanDiT
-
     return {"cross": WanDiT, "joint": MMDiT, "self": ClassDiT}[attention]
 
 
-def as_config(model: ModelConfig | Mapping[str, Any]) -> ModelConfig:
-    return model if isinstance(model, ModelConfig) else ModelConfig.from_dict(model)
+def as_config(model: ModelConfig | ModelSection | Mapping[str, Any]) -> ModelConfig:
+    """A ModelConfig from itself, the Plan's model section, or a ``plan.model`` dict."""
+    if isinstance(model, ModelConfig):
+        return model
+    return ModelConfig.from_dict(model.to_dict() if isinstance(model, ModelSection) else model)
 
 
 def param_generator(seed: int, name: str) -> torch.Generator:

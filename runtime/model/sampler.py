@@ -23,12 +23,12 @@ from .condition import Condition, cond_rows
 from .sharded import NUM_TRAIN_TIMESTEPS, ShardedDiT, dp_slice
 
 
-def flow_sigmas(steps: int, shift: float = 1.0) -> torch.Tensor:
-    """``steps + 1`` sigmas from 1 down to 0 (float64), time-shifted by ``shift``."""
+def flow_sigmas(steps: int, shift: float | None = None) -> torch.Tensor:
+    """``steps + 1`` sigmas from 1 down to 0 (float64), time-shifted by ``shift`` (None: no shift)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     s = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
-    if shift != 1.0:
+    if shift is not None and shift != 1.0:
         s = shift * s / (1.0 + (shift - 1.0) * s)
     return s
 

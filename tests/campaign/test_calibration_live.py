@@ -81,7 +81,7 @@ def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, caps
     desc = tmp_path / "slurmlab-cal.yaml"
     desc.write_text(Path(find_cluster("slurmlab").source).read_text() + f"calibration: {cal.name}\n")
     cluster = load_cluster_file(desc)
-    consts, source = cluster_constants(cluster.to_dict())
+    consts, source = cluster_constants(cluster)
     assert consts == {**consts, **load_constants(cal)} and source.startswith("calibration ")
     errors = {}
     for pid in held:

@@ -14,7 +14,7 @@ def report_layout(ctx, plan):
         "coords": {dim: ctx.coord(dim) for dim in ("dp", "cfg", "ring", "ulysses")},
         "ulysses_group": ctx.group_ranks("ulysses"),
         "ring_group": ctx.group_ranks("ring"),
-        "job_name": plan.job["name"],
+        "job_name": plan.job.name,
     }
 
 

@@ -162,3 +162,41 @@ def test_run_without_local_and_bad_input_are_one_line_errors(tmp_path):
                   "--run-dir", str(tmp_path / "x"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
+    """A local run is a job of the local backend: it has a record, and the job commands work on
+    its id from other processes (while it runs and after it ended)."""
+    env = {"SPORCH_HOME": str(tmp_path / "home")}
+    done = sporch("run", "--local", "--cluster", "local", str(TINY), "parallel.ulysses=2", "parallel.ring=2",
+                  "workload.kind=benchmark", "workload.repeat=1", "--run-dir", str(tmp_path / "done"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rec_id = re.search(r"id (tiny-\S+)", done.stderr.replace("\n", " ")).group(1)
+    st = sporch("status", "--json", rec_id, env=env)
+    [s] = json.loads(st.stdout)
+    assert (s["state"], s["source"], s["result_status"], s["job_dir"]) == (
+        "COMPLETED", "local", "completed", str(tmp_path / "done"))
+    w = sporch("wait", rec_id, env=env)
+    assert w.returncode == 0 and f"{rec_id}: COMPLETED" in w.stdout
+    logs = sporch("logs", rec_id, "--rank", "1", env=env)
+    assert logs.returncode == 0 and logs.stdout == (tmp_path / "done" / "logs" / "rank1.log").read_text()
+
+    # a run that sleeps: RUNNING, then cancelled through its id; wait says how it ended
+    run_env = {**env, "SPORCH_SLEEP_S": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+                             str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(tmp_path / "long")],
+                            cwd=REPO, env={**os.environ, **run_env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "long" / "logs" / "rank3.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [s] = json.loads(sporch("status", "--json", "tiny", env=run_env).stdout)  # the latest "tiny"
+        assert s["state"] == "RUNNING" and s["job_dir"] == str(tmp_path / "long")
+        c = sporch("cancel", "tiny", env=run_env)
+        assert c.returncode == 0 and "cancelled" in c.stdout, c.stdout + c.stderr
+        w = sporch("wait", "tiny", "--timeout", "60", env=run_env)
+        assert w.returncode == 3 and "CANCELLED" in w.stdout, w.stdout + w.stderr
+        assert proc.wait(timeout=60) == 1
+    finally:
+        proc.kill()

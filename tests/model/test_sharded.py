@@ -34,18 +34,10 @@ CASES = [
 
 
 def _plan(layout_kw, model, workload, grid):
-    from orchestrator.plan.schema import Layout, Plan
+    from orchestrator.plan.schema import Layout
+    from runtime.testing import plan_for
 
-    layout = Layout(**layout_kw)
-    n = layout.sequence_degree
-    seq = grid[0] * grid[1] * grid[2]
-    padded = -(-seq // n) * n
-    return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
-                ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(), cluster={},
-                job={"name": "test", "output_dir": "", "entrypoint": None}, model=model, workload=workload,
-                sequence={"seq_len": seq, "padded_len": padded, "pad": padded - seq, "tokens_per_rank": padded // n,
-                          "grid": list(grid)},
-                heads={})
+    return plan_for(Layout(**layout_kw), model, grid, workload)
 
 
 def _world(cases):
@@ -84,7 +76,7 @@ def _world(cases):
         return Progress(output_dir=tempfile.mkdtemp(prefix="sporch-test-"), rank=dist.get_rank())
 
     out["plan-verify-cfg2-r2"] = run_workload(plan, ctx, cpu, progress())
-    bench_plan = _plan(dict(ulysses=4), model_dict, dict(workload, kind="benchmark", repeat=2), (2, 4, 4))
+    bench_plan = _plan(dict(ulysses=4), model_dict, dict(workload, kind="benchmark", repeat=2, warmup=1), (2, 4, 4))
     bench = run_workload(bench_plan, ParallelContext.from_plan(bench_plan), cpu, progress())
     out["plan-benchmark-u4"] = bench
     return out
@@ -114,3 +106,6 @@ def test_benchmark_workload_from_a_plan(world_results):
         assert bench["local_tokens"] == 8  # 32 tokens over ulysses 4
         assert bench["resumed"] is False and bench["resumed_from_step"] == 0
         assert bench["tokens_per_s"] > 0 and bench["peak_memory_bytes"] > 0
+        # workload.compile unset on CPU: not compiled; the first (warm-up) call is timed apart
+        assert bench["compile"]["enabled"] is False and bench["compile"]["first_call_s"] > 0
+        assert bench["compile"]["compile_s"] >= 0

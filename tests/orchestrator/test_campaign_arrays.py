@@ -58,7 +58,7 @@ def test_array_maps_task_ids_to_point_plans(tmp_path):
         out = subprocess.run(["bash", "-c", f"{lookup}; cat \"$POINT_DIR/plan.json\""], text=True,
                              capture_output=True, env={"SLURM_ARRAY_TASK_ID": str(task), "PATH": "/usr/bin:/bin"})
         plan = Plan.from_json(out.stdout)
-        assert plan.job["name"] == f"tiny-scaling-{pid}"
+        assert plan.job.name == f"tiny-scaling-{pid}"
 
 
 def test_prepare_writes_points_and_keeps_finished_ones(tmp_path):

@@ -39,7 +39,7 @@ def test_realistic_example_expands_every_accepted_layout():
     assert "exceeds the 4 nodes of a100x32" in exp.skipped[0].reason
     base = load_job(EXAMPLES / "wan14b-720p.yaml")
     from orchestrator.config.cluster import find_cluster
-    from orchestrator.config.job import resolve_model, sequence_shape
+    from orchestrator.plan.resolve import resolve_model, sequence_shape
     from orchestrator.plan.layouts import feasible_layouts
     from orchestrator.plan.planner import layout_context
 
@@ -78,7 +78,7 @@ def test_skipped_points_carry_the_planners_reason():
     reasons = [s.reason for s in exp.skipped]
     assert any("frames 8 must be 1 + a multiple of the VAE time stride" in r for r in reasons)
     assert any("ranks, but slurmlab has" in r for r in reasons)  # ulysses 8 on 2 or 4 ranks
-    assert all(p.plan.layout.ulysses == 2 and p.plan.workload["frames"] == 9 for p in exp.points)
+    assert all(p.plan.layout.ulysses == 2 and p.plan.workload.frames == 9 for p in exp.points)
     assert len(exp.points) == 2
 
 
@@ -95,7 +95,7 @@ def test_all_auto_pow2_repeats_presets_dtypes():
     worlds = sorted({p.plan.world_size for p in exp.points})
     assert worlds == [2, 4, 8]  # slurmlab: 4 nodes x 2
     assert {p.params["repeat"] for p in exp.points} == {0, 1}
-    assert {p.plan.workload["dtype"] for p in exp.points} == {"float32", "bfloat16"}
+    assert {p.plan.workload.dtype for p in exp.points} == {"float32", "bfloat16"}
     auto = expand(tiny(nodes=[2], layouts="auto"))
     # auto = the fastest predicted layout (cost model, issue 14): CFG parallel needs no collective
     # inside a step, so cfg 2 x ring 2 beats ulysses 2 x ring 2 (the old fixed preference)
@@ -104,7 +104,7 @@ def test_all_auto_pow2_repeats_presets_dtypes():
     assert auto.points[0].params["layout"] == "auto"
     presets = expand(campaign_from_dict({"name": "p", "base": copy.deepcopy(TINY_BASE), "matrix": {
         "clusters": ["local"], "presets": ["tiny", "class-dit-xl"], "shapes": [{"height": 64, "width": 64}]}}))
-    assert {p.plan.model["preset"] for p in presets.points} == {"tiny", "class-dit-xl"}
+    assert {p.plan.model.preset for p in presets.points} == {"tiny", "class-dit-xl"}
 
 
 def test_ids_are_stable_when_points_are_added():

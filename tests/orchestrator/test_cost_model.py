@@ -135,7 +135,7 @@ def test_gpu_table_and_cluster_constants():
     assert gpu_entry("A100-SXM4-80GB")["name"] == "A100" and gpu_entry("fake")["name"] == "cpu"
     assert gpu_entry("MI300X")["name"] == "generic"
     assert default_constants("H100")["gemm_efficiency"] == 0.78
-    consts, source = cluster_constants(find_cluster("h100x64").to_dict())
+    consts, source = cluster_constants(find_cluster("h100x64"))
     assert source == "H100 defaults" and consts["attention_efficiency"] == 0.61
 
 
@@ -251,7 +251,7 @@ def test_calibration_file_round_trip_and_cluster_reference(tmp_path):
     assert c.calibration == str(cal.resolve())
     p = make_plan(c, load_job(WAN14B))
     assert p.estimates["predicted"]["constants"] == f"calibration {cal.resolve()}"
-    assert p.cluster["calibration_constants"]["attention_efficiency"] == pytest.approx(0.3, rel=1e-3)
+    assert p.cluster.calibration_constants["attention_efficiency"] == pytest.approx(0.3, rel=1e-3)
     slower = make_plan(find_cluster("l40x16"), load_job(WAN14B))
     assert p.estimates["predicted"]["step_s"] > slower.estimates["predicted"]["step_s"]
 

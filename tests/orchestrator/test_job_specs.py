@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.job import ModelSpec, job_from_dict, load_job, resolve_model, sequence_shape
+from orchestrator.config.job import ModelSpec, job_from_dict, load_job
+from orchestrator.plan.resolve import resolve_model, sequence_shape
 from orchestrator.config.presets import PRESETS
 from orchestrator.errors import SporchError
 from orch_testutil import EXAMPLES, write
@@ -26,43 +27,43 @@ def model(**kw):
 )
 def test_preset_shapes(preset, depth, single, hidden, heads, hd, ffn):
     m = model(preset=preset)
-    assert (m["depth"], m["single_depth"], m["hidden"], m["num_heads"], m["head_dim"], m["ffn_dim"]) == (
+    assert (m.depth, m.single_depth, m.hidden, m.num_heads, m.head_dim, m.ffn_dim) == (
         depth, single, hidden, heads, hd, ffn,
     )
-    assert m["hidden"] == m["num_heads"] * m["head_dim"]
-    assert m["num_kv_heads"] == heads
+    assert m.hidden == m.num_heads * m.head_dim
+    assert m.num_kv_heads == heads
 
 
 def test_preset_details():
     wan = model(preset="wan2.1-t2v-14b")
-    assert wan["patch"] == [1, 2, 2] and wan["vae_stride"] == [4, 8, 8]
-    assert (wan["in_channels"], wan["text_len"], wan["text_dim"], wan["attention"]) == (16, 512, 4096, "cross")
+    assert wan.patch == [1, 2, 2] and wan.vae_stride == [4, 8, 8]
+    assert (wan.in_channels, wan.text_len, wan.text_dim, wan.attention) == (16, 512, 4096, "cross")
     flux = model(preset="flux.1-dev")
-    assert flux["attention"] == "joint" and flux["text_len"] == 512 and flux["vae_stride"] == [1, 8, 8]
+    assert flux.attention == "joint" and flux.text_len == 512 and flux.vae_stride == [1, 8, 8]
     dit = model(preset="class-dit-xl")
-    assert dit["attention"] == "self" and dit["text_len"] == 0 and dit["in_channels"] == 4
-    assert model(preset="joint-video-42x3072")["text_len"] == 226
+    assert dit.attention == "self" and dit.text_len == 0 and dit.in_channels == 4
+    assert model(preset="joint-video-42x3072").text_len == 226
     assert set(PRESETS) >= {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "flux.1-dev", "mmdit-video-12b",
                             "joint-video-42x3072", "class-dit-xl", "tiny"}
 
 
 def test_overrides_on_preset():
     m = model(preset="tiny", num_heads=8)
-    assert (m["hidden"], m["num_heads"], m["head_dim"], m["num_kv_heads"]) == (64, 8, 8, 8)
+    assert (m.hidden, m.num_heads, m.head_dim, m.num_kv_heads) == (64, 8, 8, 8)
     m = model(preset="tiny", head_dim=32)
-    assert (m["num_heads"], m["hidden"]) == (2, 64)
+    assert (m.num_heads, m.hidden) == (2, 64)
     m = model(preset="tiny", num_heads=8, head_dim=16)
-    assert m["hidden"] == 128 and m["ffn_dim"] == 256  # preset ratio kept
+    assert m.hidden == 128 and m.ffn_dim == 256  # preset ratio kept
     m = model(preset="tiny", num_kv_heads=2)
-    assert m["num_kv_heads"] == 2
+    assert m.num_kv_heads == 2
     m = model(preset="tiny", mlp_ratio=4.0)
-    assert m["ffn_dim"] == 256
+    assert m.ffn_dim == 256
     m = model(preset="tiny", attention="joint")
-    assert m["attention"] == "joint" and m["single_depth"] == 1
+    assert m.attention == "joint" and m.single_depth == 1
     m = model(preset="tiny", attention="joint", single_depth=3)
-    assert m["single_depth"] == 3
+    assert m.single_depth == 3
     m = model(preset="tiny", patch=4)
-    assert m["patch"] == [1, 4, 4]
+    assert m.patch == [1, 4, 4]
 
 
 @pytest.mark.parametrize(
@@ -82,7 +83,7 @@ def test_overrides_on_preset():
 )
 def test_model_errors(kw, needle):
     if needle is None:
-        assert model(**kw)["patch"] == [1, 1, 2]
+        assert model(**kw).patch == [1, 1, 2]
         return
     with pytest.raises(SporchError) as ei:
         model(**kw)
@@ -92,7 +93,7 @@ def test_model_errors(kw, needle):
 def test_model_without_preset():
     m = model(attention="joint", depth=2, single_depth=1, hidden=96, num_heads=6, patch=[1, 2, 2],
               in_channels=4, vae_stride=[1, 8, 8], text_len=16, mlp_ratio=2.0)
-    assert m["preset"] is None and m["head_dim"] == 16 and m["num_kv_heads"] == 6 and m["ffn_dim"] == 192
+    assert m.preset is None and m.head_dim == 16 and m.num_kv_heads == 6 and m.ffn_dim == 192
     with pytest.raises(SporchError) as ei:
         model(depth=2)
     msg = str(ei.value)
@@ -178,3 +179,19 @@ def test_all_examples_load():
         resolve_model(job.model)
     tiny = load_job(EXAMPLES / "tiny.yaml")
     assert tiny.model.preset == "tiny" and tiny.workload.kind == "verify"
+
+
+def test_shift_compile_and_weights_reach_the_plan(tmp_path):
+    """Every plan field the runtime reads is settable from the job file."""
+    from orchestrator.config.cluster import find_cluster
+    from orchestrator.plan.planner import make_plan
+
+    p = tmp_path / "j.yaml"
+    p.write_text("model: {preset: tiny}\nworkload: {frames: 5, height: 64, width: 64}\n")
+    plan = make_plan(find_cluster("local"), load_job(p, ["workload.shift=3", "model.weights=/w/tiny.safetensors"]))
+    assert plan.workload.shift == 3.0 and plan.model.weights == "/w/tiny.safetensors"
+    default = make_plan(find_cluster("local"), load_job(p))
+    assert default.workload.shift is None and default.workload.compile is None  # None: on for CUDA only
+    assert make_plan(find_cluster("local"), load_job(p, ["workload.compile=false"])).workload.compile is False
+    with pytest.raises(SporchError, match="'workload.shift' must be > 0"):
+        load_job(p, ["workload.shift=0"])

@@ -6,7 +6,8 @@ import pytest
 
 from orchestrator.config.cluster import find_cluster
 from orchestrator.config.job import load_job
-from orchestrator.plan.layouts import LayoutError, head_split, kv_mode
+from orchestrator.plan.layouts import LayoutError
+from orchestrator.plan.rules import head_split, kv_mode
 from orchestrator.plan.planner import make_plan
 from orchestrator.plan.schema import Plan
 from orch_testutil import EXAMPLES
@@ -31,9 +32,9 @@ def test_default_layout_a100x32():
     for g in p.groups["ring"]:
         assert len({p.ranks[r].local_rank for r in g}) == 1
         assert len({p.ranks[r].node for r in g}) == 4
-    assert p.sequence == {"seq_len": 75600, "padded_len": 75616, "pad": 16, "tokens_per_rank": 2363,
+    assert p.sequence.to_dict() == {"seq_len": 75600, "padded_len": 75616, "pad": 16, "tokens_per_rank": 2363,
                           "grid": [21, 45, 80], "degree": 32}
-    assert p.heads["q_heads_per_rank"] == [5] * 8 and p.heads["kv_mode"] == "follow"
+    assert p.heads.q_heads_per_rank == [5] * 8 and p.heads.kv_mode == "follow"
     assert any("padded to 75616" in w for w in p.warnings)
 
 
@@ -99,7 +100,7 @@ def test_dp_must_divide_batch():
 
 def test_uneven_heads_warn():
     p = plan("a100x8", EXAMPLES / "wan1.3b-480p.yaml", "parallel.cfg=1", "parallel.ring=1", "parallel.ulysses=8")
-    assert p.heads["q_heads_per_rank"] == [2, 2, 2, 2, 1, 1, 1, 1]
+    assert p.heads.q_heads_per_rank == [2, 2, 2, 2, 1, 1, 1, 1]
     assert any("splits 12 heads unevenly" in w and "2.00x" in w for w in p.warnings)
 
 
@@ -127,9 +128,9 @@ def test_kv_refused_and_replicated():
                                                            "model.num_kv_heads=6", "parallel.ulysses=4",
                                                            "parallel.ring=auto"]))
     p = plan("local", TINY, "model.num_kv_heads=2")
-    assert p.heads["kv_mode"] == "replicate" and p.layout.ulysses == 4
+    assert p.heads.kv_mode == "replicate" and p.layout.ulysses == 4
     p = plan("local", TINY, "model.num_kv_heads=2", "parallel.ulysses=2", "parallel.ring=2")
-    assert p.heads["kv_mode"] == "split"
+    assert p.heads.kv_mode == "split"
 
 
 def test_head_split():

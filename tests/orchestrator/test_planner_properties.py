@@ -12,7 +12,8 @@ from orchestrator.config.cluster import ClusterSpec
 from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
 from orchestrator.plan.layouts import LayoutError, compact, divisors, feasible_layouts
 from orchestrator.plan.planner import layout_context, make_plan
-from orchestrator.plan.schema import DIMS, Plan
+from orchestrator.plan.rules import DIMS
+from orchestrator.plan.schema import Plan
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -66,18 +67,18 @@ def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
     assert lay.cfg in (1, 2)
     assert lay.cfg == 1 or job.workload.guidance_scale > 1
     assert job.workload.batch % lay.dp == 0
-    H, KV = p.heads["num_heads"], p.heads["num_kv_heads"]
+    H, KV = p.heads.num_heads, p.heads.num_kv_heads
     assert lay.ulysses <= H
-    q = p.heads["q_heads_per_rank"]
+    q = p.heads.q_heads_per_rank
     assert len(q) == lay.ulysses and sum(q) == H and max(q) - min(q) <= 1 and q == sorted(q, reverse=True)
-    mode = p.heads["kv_mode"]
+    mode = p.heads.kv_mode
     assert mode == ("follow" if KV == H else "split" if KV % lay.ulysses == 0 else "replicate")
     if mode == "replicate":
         assert lay.ulysses % KV == 0
     s = p.sequence
     deg = lay.ring * lay.ulysses
-    assert s["padded_len"] % deg == 0 and 0 <= s["pad"] < deg and s["padded_len"] == s["seq_len"] + s["pad"]
-    assert s["tokens_per_rank"] * deg == s["padded_len"] and s["seq_len"] >= deg
+    assert s.padded_len % deg == 0 and 0 <= s.pad < deg and s.padded_len == s.seq_len + s.pad
+    assert s.tokens_per_rank * deg == s.padded_len and s.seq_len >= deg
     # Requested ints are honoured; unset dims take the defaults when nothing is auto.
     req = {d: getattr(job.parallel, d) for d in DIMS}
     for d, v in req.items():
@@ -144,5 +145,5 @@ def test_auto_everywhere_finds_a_layout_when_one_exists(case):
     # auto prefers Ulysses inside one node when any feasible layout allows it
     gpn = cluster.gpus_per_node
     if p.layout.ulysses > gpn or gpn % p.layout.ulysses:
-        ctx = layout_context(cluster, job, p.model, p.sequence["seq_len"])
+        ctx = layout_context(cluster, job, p.model, p.sequence.seq_len)
         assert all(lay.ulysses > gpn or gpn % lay.ulysses for lay in feasible_layouts(ctx))

@@ -66,8 +66,9 @@ def test_wheel_ships_data_and_cli_works(tmp_path):
     builtin = [line for line in r.stdout.splitlines() if line.startswith("builtin: ")]
     assert builtin and builtin[0].split(": ", 1)[1].startswith(str(env_dir))
     assert builtin[0].rstrip().endswith(os.path.join("orchestrator", "_data", "clusters"))
+    jd = str(elsewhere / "j")
     shipped = os.path.join(os.path.dirname(builtin[0].split(": ", 1)[1].rstrip()), "examples", "tiny.yaml")
-    r = subprocess.run([str(env_dir / "bin" / "sporch"), "render", "-c", "local", shipped, "--job-dir", "/j"],
+    r = subprocess.run([str(env_dir / "bin" / "sporch"), "render", "-c", "local", shipped, "--job-dir", jd],
                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "python -m runtime.launch --plan /j/plan.json" in r.stdout
+    assert f"python -m runtime.launch --plan {jd}/plan.json" in r.stdout

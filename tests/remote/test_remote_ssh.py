@@ -1,4 +1,4 @@
-"""The ssh layer: the runner seam of run_slurm, one-line connection errors, host keys, SFTP --
+"""The ssh layer: the Host seam of run_slurm, one-line connection errors, host keys, SFTP --
 against a real sshd on loopback (fixture ``sshd``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import SporchError
-from orchestrator.remote.ssh import SshHost, SshRunner, login_dict
+from orchestrator.remote.ssh import SshHost, login_dict
 from orchestrator.slurm.commands import SlurmCommandError, run_slurm, sbatch, scancel
 from orchestrator.slurm.query import squeue_states, test_only
 
@@ -18,16 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "examples" / "tiny.yaml")
 
 
-# -- the runner seam (no ssh) ----------------------------------------------------------------------
+# -- the host seam (no ssh) ----------------------------------------------------------------------
 class FakeRunner:
+    """A remote Host's command side: answers every command with one canned reply."""
+
     where = "me@login:22"
+    remote = True
 
     def __init__(self, rc=0, out="", err="", raise_timeout=False):
         self.answer = (rc, out, err)
         self.raise_timeout = raise_timeout
         self.calls = []
 
-    def __call__(self, argv, *, timeout, input=None, env=None, cwd=None):
+    def run(self, argv, *, timeout, input=None, env=None, cwd=None):
         self.calls.append({"argv": list(argv), "timeout": timeout, "input": input, "cwd": cwd})
         if self.raise_timeout:
             raise TimeoutError("slow")
@@ -38,31 +41,31 @@ def test_runner_gets_the_same_argv_and_slurms_reason_is_parsed_the_same_way():
     r = FakeRunner(1, "", "sbatch: error: invalid partition specified: nosuch\n"
                           "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
     with pytest.raises(SlurmCommandError) as ei:
-        sbatch(script="job.sbatch", cwd="/remote/jd", runner=r)
+        sbatch(script="job.sbatch", cwd="/remote/jd", host=r)
     assert str(ei.value) == "Slurm rejected the job: invalid partition specified: nosuch"
     assert r.calls[0]["argv"] == ["sbatch", "--parsable", "job.sbatch"] and r.calls[0]["cwd"] == "/remote/jd"
-    assert sbatch(script="x", runner=FakeRunner(0, "4242\n")) == "4242"
+    assert sbatch(script="x", host=FakeRunner(0, "4242\n")) == "4242"
 
 
 def test_runner_timeout_missing_tool_and_queries():
     with pytest.raises(SlurmCommandError, match=r"squeue did not answer within 3 s on me@login:22"):
-        run_slurm(["squeue"], timeout=3, runner=FakeRunner(raise_timeout=True))
+        run_slurm(["squeue"], timeout=3, host=FakeRunner(raise_timeout=True))
     with pytest.raises(SlurmCommandError, match=r"'sacct' not found on me@login:22.*login.setup"):
-        run_slurm(["sacct"], runner=FakeRunner(127, "", "bash: line 1: sacct: command not found\n"))
-    states = squeue_states(["7"], runner=FakeRunner(0, "7|RUNNING|None\n"))
+        run_slurm(["sacct"], host=FakeRunner(127, "", "bash: line 1: sacct: command not found\n"))
+    states = squeue_states(["7"], host=FakeRunner(0, "7|RUNNING|None\n"))
     assert states["7"].name == "RUNNING"
     r = FakeRunner(1, "", "sbatch: error: invalid partition specified: nosuch\n")
-    res = test_only(runner=r, script_text="#!/bin/bash\n")
+    res = test_only(host=r, script_text="#!/bin/bash\n")
     assert not res.accepted and res.reason == "invalid partition specified: nosuch"
     assert r.calls[0]["argv"] == ["sbatch", "--test-only"] and r.calls[0]["input"] == "#!/bin/bash\n"
     r = FakeRunner()
-    scancel(["5", "6"], runner=r)
+    scancel(["5", "6"], host=r)
     assert r.calls[0]["argv"] == ["scancel", "5", "6"]
 
 
 def test_ssh_runner_command_has_setup_first_and_quotes():
     host = SshHost("h", setup=["module load slurm", "export A=1"])
-    cmd = SshRunner(host).command(["sbatch", "--parsable", "my job.sbatch"], env={"X": "a b"}, cwd="/w d")
+    cmd = host.command(["sbatch", "--parsable", "my job.sbatch"], env={"X": "a b"}, cwd="/w d")
     assert cmd.splitlines() == ["module load slurm", "export A=1",
                                 "cd '/w d' && X='a b' sbatch --parsable 'my job.sbatch'"]
 
@@ -151,7 +154,7 @@ def test_ssh_runner_runs_setup_then_the_tool(sshd, tmp_path):
         fake = tmp_path / "bin" / "squeue"
         fake.write_text("#!/bin/sh\necho \"9|PENDING|Priority $PWD\"\n")
         fake.chmod(0o755)
-        proc = run_slurm(["squeue"], runner=SshRunner(h), cwd=str(tmp_path))
+        proc = run_slurm(["squeue"], host=h, cwd=str(tmp_path))
         assert proc.stdout.strip() == f"9|PENDING|Priority {tmp_path}"
 
 

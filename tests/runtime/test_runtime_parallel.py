@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from orchestrator.plan.schema import Layout, Plan
-from runtime.testing import run_distributed
+from runtime.testing import plan_for, run_distributed
 
 
 def _context_facts(layouts):
@@ -71,9 +71,9 @@ def _from_plan(plan_json):
 
 
 def _plan(layout: Layout) -> Plan:
-    return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
-                ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(), cluster={}, job={},
-                model={}, workload={}, sequence={}, heads={})
+    from runtime.model import tiny_model_dict
+
+    return plan_for(layout, tiny_model_dict("cross"))
 
 
 def test_from_plan():
@@ -114,7 +114,7 @@ def test_layout_must_match_world():
 
 
 def test_split_heads_rule():
-    from runtime.parallel import split_heads
+    from orchestrator.plan.rules import head_split as split_heads
 
     assert split_heads(12, 8) == [2, 2, 2, 2, 1, 1, 1, 1]
     assert split_heads(16, 4) == [4, 4, 4, 4]

@@ -234,7 +234,8 @@ def test_world_of_one_math_backend():
 
 def _verbs(H):
     from runtime.attention import CommStats, gather_heads_scatter_seq, gather_seq_scatter_heads
-    from runtime.parallel import ParallelContext, head_offsets, split_heads
+    from orchestrator.plan.rules import head_split as split_heads
+    from runtime.parallel import ParallelContext, head_offsets
 
     ctx = ParallelContext.from_layout(ring=2, ulysses=2)
     g = torch.Generator().manual_seed(ctx.dp_rank)

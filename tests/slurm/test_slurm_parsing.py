@@ -124,11 +124,17 @@ def test_run_slurm_missing_and_timeout():
         run_slurm([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
 
 
-def test_sbatch_parses_parsable_output(monkeypatch):
-    class P:
-        returncode, stdout, stderr = 0, "sbatch: warning: x\n4242;lab\n", ""
-    monkeypatch.setattr(commands, "run_slurm", lambda *a, **k: P)
-    assert commands.sbatch(["--wrap=true"]) == "4242"
+def test_sbatch_parses_parsable_output():
+    class Host:  # a Host whose sbatch prints a warning line before "jobid;cluster"
+        where, remote = "test host", False
+
+        def run(self, argv, **kw):
+            self.argv = argv
+            return 0, "sbatch: warning: x\n4242;lab\n", ""
+
+    host = Host()
+    assert commands.sbatch(["--wrap=true"], host=host) == "4242"
+    assert host.argv == ["sbatch", "--parsable", "--wrap=true"]
 
 
 def test_job_id_list():
@@ -182,18 +188,23 @@ NODES = "".join(
 CONFIG = "Configuration data as of now\nClusterName             = big\nSLURM_VERSION           = 23.11.1\n"
 
 
+class FakeScontrol:
+    """A Host whose scontrol answers from the texts above."""
+
+    where, remote = "test host", False
+
+    def run(self, argv, **kw):
+        assert argv[:2] == ["scontrol", "show"], argv
+        return 0, {"partition": PARTITIONS, "node": NODES, "config": CONFIG}[argv[2]], ""
+
+
 @pytest.fixture
-def fake_scontrol(monkeypatch):
-    def fake(cmd, **kw):
-        class P:
-            returncode, stderr = 0, ""
-            stdout = {"partition": PARTITIONS, "node": NODES, "config": CONFIG}[cmd[2]]
-        return P
-    monkeypatch.setattr(discover, "run_slurm", fake)
+def fake_scontrol():
+    return FakeScontrol()
 
 
 def test_discover_from_fake_scontrol(fake_scontrol):
-    d = discover.discover_cluster()
+    d = discover.discover_cluster(host=fake_scontrol)
     assert d["name"] == "big-gpu" and d["nodes"] == 3 and d["gpus_per_node"] == 8
     assert d["gpu"]["model"] == "H100" and "gpu.model" not in d["guessed"]
     assert "gpu.memory_gib" in d["guessed"] and "inter_node.gb_per_s" in d["guessed"]
@@ -202,14 +213,14 @@ def test_discover_from_fake_scontrol(fake_scontrol):
     assert s["partition"] == "gpu" and s["time"] == "2-00:00:00" and s["cpus_per_task"] == 12
     assert s["gpu_directive"] == "gpus-per-node" and s["extra"] == []
     assert d["observed"]["features"] == ["ib", "h100"]
-    dbg = discover.discover_cluster("debug", name="mine")
+    dbg = discover.discover_cluster("debug", name="mine", host=fake_scontrol)
     assert dbg["name"] == "mine" and dbg["nodes"] == 2 and dbg["slurm"]["time"] == "00:30:00"
     with pytest.raises(SporchError, match="unknown partition 'nope'; partitions: debug, gpu"):
-        discover.discover_cluster("nope")
+        discover.discover_cluster("nope", host=fake_scontrol)
 
 
 def test_descriptor_yaml_marks_guesses_and_loads(fake_scontrol, tmp_path):
-    d = discover.discover_cluster()
+    d = discover.discover_cluster(host=fake_scontrol)
     text = discover.descriptor_yaml(d)
     assert "memory_gib: 80.0  # guessed" in text and "model: H100\n" in text
     assert "guessed:" not in text and "observed" not in text

@@ -152,6 +152,9 @@ def test_submitit_rejection_becomes_one_line_with_slurms_reason(monkeypatch, tmp
 class _Rejecting:
     name = "fake"
 
+    def cancel(self, job_ids):
+        raise AssertionError("nothing was accepted")
+
     def submit(self, request):
         raise SlurmCommandError("Slurm rejected the job: Node count specification invalid", tool="sbatch",
                                 reason="Node count specification invalid", returncode=1)
@@ -162,6 +165,10 @@ class _Accepting:
 
     def __init__(self):
         self.seen = None
+        self.cancelled = []
+
+    def cancel(self, job_ids):
+        self.cancelled.extend(job_ids)
 
     def submit(self, request):
         self.seen = request
@@ -171,7 +178,7 @@ class _Accepting:
 
 
 def test_rejected_submit_leaves_nothing(monkeypatch, tmp_path, sporch_home, run_cli):
-    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: _Rejecting())
+    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name, *a: _Rejecting())
     out_dir = tmp_path / "runs" / "deeper"
     code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", f"output_dir={out_dir}")
     assert code == 2
@@ -183,7 +190,7 @@ def test_rejected_submit_leaves_nothing(monkeypatch, tmp_path, sporch_home, run_
 
 def test_accepted_submit_writes_record_and_job_dir(monkeypatch, tmp_path, sporch_home, run_cli):
     fake = _Accepting()
-    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: fake)
+    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name, *a: fake)
     code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "resources.nodes=2",
                              f"output_dir={tmp_path}")
     assert code == 0, err
@@ -204,9 +211,7 @@ def test_accepted_submit_writes_record_and_job_dir(monkeypatch, tmp_path, sporch
 
 
 def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_home):
-    cancelled = []
-    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name: _Accepting())
-    monkeypatch.setattr("orchestrator.slurm.commands.scancel", lambda ids, **kw: cancelled.append(ids))
+    backend = _Accepting()
 
     def boom(record, **kw):
         raise OSError("disk full")
@@ -215,8 +220,8 @@ def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_h
     prepared = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
                                                                     [f"output_dir={tmp_path}"]))
     with pytest.raises(OSError):
-        submitter.submit(prepared, backend="fake")
-    assert cancelled == ["12345"]
+        submitter.submit(prepared, backend=backend)
+    assert backend.cancelled == ["12345"]
     assert not Path(prepared.request.job_dir).exists()
 
 

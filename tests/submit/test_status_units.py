@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,34 +26,76 @@ def _rec(tmp_path: Path, i: str, slurm_id: str) -> JobRecord:
     return r
 
 
-class FakeSlurm:
-    def __init__(self, squeue=None, sacct=None, accounting=True):
-        self.squeue = squeue or {}
-        self.sacct = sacct or {}
-        self.accounting = accounting
-        self.calls = []
+FAKE_TOOL = """#!{python}
+# A stand-in for squeue / sacct / scancel: answers from state.json in Slurm's own formats
+# (the formats sporch asks for) and logs each call, so sporch runs its real commands.
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+tool = os.path.basename(sys.argv[0])
+state = json.load(open(os.path.join(here, "state.json")))
+ids = [a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--jobs=")]
+ids = ids[0] if ids else [a for a in sys.argv[1:] if not a.startswith("-")]
+with open(os.path.join(here, "calls.jsonl"), "a") as fh:
+    fh.write(json.dumps([tool, ids]) + "\\n")
+if tool == "squeue":
+    rows = [[i] + state["squeue"][i] for i in ids if i in state["squeue"]]
+    if not rows:
+        sys.exit("slurm_load_jobs error: Invalid job id specified")
+elif tool == "sacct":
+    if not state["accounting"]:
+        sys.exit("sacct: error: Slurm accounting storage is disabled")
+    rows = [[i] + state["sacct"][i] for i in ids if i in state["sacct"]]
+else:
+    rows = []
+for r in rows:
+    print("|".join("" if v is None else str(v) for v in r))
+"""
 
-    def install(self, monkeypatch):
-        monkeypatch.setattr(js, "squeue_rows", self._squeue)
-        monkeypatch.setattr(js, "sacct_rows", self._sacct)
+
+class FakeSlurm:
+    """squeue, sacct and scancel on PATH that answer with the given rows: sporch's real
+    LocalHost runs them and parses their output."""
+
+    def __init__(self, squeue=None, sacct=None, accounting=True):
+        self.squeue = dict(squeue or {})
+        self.sacct = dict(sacct or {})
+        self.accounting = accounting
+
+    def install(self, monkeypatch, folder: Path):
+        self.bin = folder / "fake-slurm-bin"
+        self.bin.mkdir()
+        for tool in ("squeue", "sacct", "scancel"):
+            (self.bin / tool).write_text(FAKE_TOOL.format(python=sys.executable))
+            (self.bin / tool).chmod(0o755)
+        self._write()
+        monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ['PATH']}")
         return self
 
-    def _squeue(self, ids):
-        self.calls.append(("squeue", list(ids)))
-        return {i: self.squeue[i] for i in ids if i in self.squeue}
+    def update(self, squeue=None, sacct=None):
+        self.squeue.update(squeue or {})
+        self.sacct.update(sacct or {})
+        self._write()
 
-    def _sacct(self, ids):
-        self.calls.append(("sacct", list(ids)))
-        if not self.accounting:
-            return None
-        return {i: self.sacct[i] for i in ids if i in self.sacct}
+    def _write(self):
+        state = {"accounting": self.accounting,
+                 "squeue": {i: [r.state, r.reason, r.elapsed, r.nodelist] for i, r in self.squeue.items()},
+                 "sacct": {i: [r.state, r.exit_code, r.reason, r.elapsed, r.nodelist] for i, r in self.sacct.items()}}
+        (self.bin / "state.json").write_text(json.dumps(state))
+
+    @property
+    def calls(self):
+        log = self.bin / "calls.jsonl"
+        return [tuple(json.loads(line)) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def clear(self):
+        (self.bin / "calls.jsonl").unlink(missing_ok=True)
 
 
 def test_one_squeue_and_one_sacct_call_per_poll(monkeypatch, tmp_path, sporch_home):
     a, b, c = _rec(tmp_path, "a", "11"), _rec(tmp_path, "b", "12"), _rec(tmp_path, "c", "13")
     fake = FakeSlurm(squeue={"11": SlurmRow("RUNNING", elapsed="0:05", nodelist="node[1-2]"),
                              "12": SlurmRow("PENDING", reason="Resources")},
-                     sacct={"13": SlurmRow("COMPLETED", exit_code="0:0", elapsed="00:00:09")}).install(monkeypatch)
+                     sacct={"13": SlurmRow("COMPLETED", exit_code="0:0", elapsed="00:00:09")}).install(monkeypatch, tmp_path)
     sts = js.poll([a, b, c])
     assert fake.calls == [("squeue", ["11", "12", "13"]), ("sacct", ["13"])]
     assert [(s.state, s.terminal, s.source) for s in sts] == [
@@ -59,7 +103,7 @@ def test_one_squeue_and_one_sacct_call_per_poll(monkeypatch, tmp_path, sporch_ho
     assert sts[0].nodelist == "node[1-2]" and sts[1].reason == "Resources"
     assert sts[2].exit_status() == 0
     # the final state is cached: the next poll does not ask about c again
-    fake.calls.clear()
+    fake.clear()
     sts = js.poll(store.load_all())
     assert fake.calls == [("squeue", ["11", "12"])]
     assert sts[2].source == "record" and sts[2].state == "COMPLETED"
@@ -69,7 +113,7 @@ def test_failed_rank_from_result_json(monkeypatch, tmp_path, sporch_home):
     r = _rec(tmp_path, "f", "21")
     (Path(r.job_dir) / "result.json").write_text(json.dumps(
         {"status": "failed", "failed_rank": 2, "error": "ValueError: bad\nthing", "restart": 0}))
-    FakeSlurm(squeue={"21": SlurmRow("FAILED")}).install(monkeypatch)
+    FakeSlurm(squeue={"21": SlurmRow("FAILED")}).install(monkeypatch, tmp_path)
     [s] = js.poll([r])
     assert (s.state, s.failed_rank, s.error, s.exit_status()) == ("FAILED", 2, "ValueError: bad thing", 1)
 
@@ -83,7 +127,7 @@ def test_failed_rank_from_rank_files_skips_peer_errors(monkeypatch, tmp_path, sp
     (ranks / "rank3.json").write_text(json.dumps(
         {"rank": 3, "status": "failed", "error": {"rank": 3, "error": "RuntimeError: injected failure on rank 3"}}))
     (ranks / "rank1.json").write_text(json.dumps({"rank": 1, "status": "completed"}))
-    FakeSlurm(sacct={"22": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch)
+    FakeSlurm(sacct={"22": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch, tmp_path)
     [s] = js.poll([r])
     assert (s.failed_rank, s.error) == (3, "RuntimeError: injected failure on rank 3")
 
@@ -93,7 +137,7 @@ def test_failed_rank_from_logs(monkeypatch, tmp_path, sporch_home):
     logs = Path(r.job_dir) / "logs"
     (logs / "23_0.err").write_text("warming up\n")
     (logs / "23_2.err").write_text("Traceback (most recent call last):\n  File x\nKeyError: 'latents'\n")
-    FakeSlurm(squeue={"23": SlurmRow("FAILED")}).install(monkeypatch)
+    FakeSlurm(squeue={"23": SlurmRow("FAILED")}).install(monkeypatch, tmp_path)
     [s] = js.poll([r])
     assert (s.failed_rank, s.error) == (2, "KeyError: 'latents'")
 
@@ -105,7 +149,7 @@ def test_no_accounting_falls_back_to_the_job_dir(monkeypatch, tmp_path, sporch_h
     (Path(failed.job_dir) / "result.json").write_text(json.dumps(
         {"status": "failed", "failed_rank": 1, "error": "boom"}))
     cancelled.cancelled = "2026-01-01T00:00:00"
-    fake = FakeSlurm(accounting=False).install(monkeypatch)
+    fake = FakeSlurm(accounting=False).install(monkeypatch, tmp_path)
     sts = {s.id: s for s in js.poll([done, failed, gone, cancelled])}
     assert fake.calls == [("squeue", ["31", "32", "33", "34"]), ("sacct", ["31", "32", "33", "34"])]
     assert (sts["d"].state, sts["d"].source, sts["d"].restart, sts["d"].exit_status()) == (
@@ -127,10 +171,10 @@ def test_exit_status(state, result, code):
 
 def test_wait_returns_the_jobs_code_and_times_out(monkeypatch, tmp_path, sporch_home, run_cli):
     _rec(tmp_path, "w", "41")
-    fake = FakeSlurm(squeue={"41": SlurmRow("RUNNING")}).install(monkeypatch)
+    fake = FakeSlurm(squeue={"41": SlurmRow("RUNNING")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("wait", "w", "--timeout", "0.3", "--interval", "0.1")
     assert code == 124 and "still RUNNING" in err
-    fake.squeue["41"] = SlurmRow("CANCELLED", elapsed="0:03")
+    fake.update(squeue={"41": SlurmRow("CANCELLED", elapsed="0:03")})
     code, out, err = run_cli("wait", "41", "--interval", "0.1")
     assert code == 3 and "w: CANCELLED" in out
 
@@ -138,12 +182,10 @@ def test_wait_returns_the_jobs_code_and_times_out(monkeypatch, tmp_path, sporch_
 def test_cancel_skips_finished_jobs(monkeypatch, tmp_path, sporch_home, run_cli):
     _rec(tmp_path, "live", "51")
     _rec(tmp_path, "done", "52")
-    FakeSlurm(squeue={"51": SlurmRow("RUNNING"), "52": SlurmRow("COMPLETED")}).install(monkeypatch)
-    cancelled = []
-    monkeypatch.setattr("orchestrator.slurm.commands.scancel", lambda ids, **kw: cancelled.append(list(ids)))
+    fake = FakeSlurm(squeue={"51": SlurmRow("RUNNING"), "52": SlurmRow("COMPLETED")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("cancel", "live", "done")
     assert code == 0, err
-    assert cancelled == [["51"]]
+    assert [c for c in fake.calls if c[0] == "scancel"] == [("scancel", ["51"])]
     assert "live: cancelled Slurm job 51 (was RUNNING)" in out
     assert "done: already COMPLETED" in out
     assert store.find("live").cancelled
@@ -151,7 +193,7 @@ def test_cancel_skips_finished_jobs(monkeypatch, tmp_path, sporch_home, run_cli)
 
 def test_status_lists_jobs_and_json(monkeypatch, tmp_path, sporch_home, run_cli):
     _rec(tmp_path, "s1", "61")
-    FakeSlurm(squeue={"61": SlurmRow("PENDING", reason="Priority")}).install(monkeypatch)
+    FakeSlurm(squeue={"61": SlurmRow("PENDING", reason="Priority")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("status")
     assert code == 0 and "s1" in out and "PENDING" in out
     code, out, err = run_cli("status", "--json", "61")
@@ -178,6 +220,6 @@ def test_logs_prints_batch_and_rank_logs(monkeypatch, tmp_path, sporch_home, run
     assert code == 2 and "ranks 0..3" in err
     code, out, err = run_cli("logs", "l", "--rank", "2")
     assert code == 2 and "no log yet" in err
-    FakeSlurm(squeue={"71": SlurmRow("COMPLETED")}).install(monkeypatch)
+    FakeSlurm(squeue={"71": SlurmRow("COMPLETED")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("logs", "l", "-f", "--interval", "0.1")
     assert code == 0 and out == "batch says hi\n" and "COMPLETED" in err

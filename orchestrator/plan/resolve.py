@@ -1,0 +1,234 @@
+"""The planner's first decisions: the model's full shape and the workload's token count.
+
+``resolve_model(ModelSpec) -> ModelSection``: a preset plus explicit fields. Explicit fields
+win. hidden = num_heads x head_dim: with one or two of the three given, the others follow
+(changing num_heads keeps hidden and re-derives head_dim). With an MHA preset (kv == heads),
+num_kv_heads follows num_heads unless given. ffn_dim follows mlp_ratio (or keeps the preset's
+ratio when hidden changes).
+
+``sequence_shape(model, WorkloadSpec) -> (tokens, grid)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from orchestrator.config.job import ModelSpec, WorkloadSpec
+from orchestrator.config.presets import get_preset, preset_names
+from orchestrator.errors import SporchError
+from orchestrator.plan.rules import ATTENTION_KINDS
+from orchestrator.plan.sections import ModelSection
+
+SHAPE_KEYS = (
+    "attention", "depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim",
+    "ffn_dim", "mlp_ratio", "patch", "in_channels", "vae_stride", "text_len", "text_dim", "qk_norm",
+)
+REQUIRED_WITHOUT_PRESET = (
+    "attention", "depth", "hidden", "num_heads", "patch", "in_channels", "vae_stride", "text_len",
+)
+#: Fields that may be 0 (everything else numeric must be >= 1).
+MAY_BE_ZERO = ("single_depth", "text_len", "text_dim")
+
+
+def triple(value: Any, key: str) -> list[int]:
+    """``p`` -> [1, p, p]; [h, w] -> [1, h, w]; [t, h, w] as is."""
+    if isinstance(value, bool):
+        raise SporchError(f"model.{key} must be an int or a list [t, h, w], got {value!r}")
+    if isinstance(value, int):
+        return [1, value, value]
+    ints = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if ints and len(value) == 3:
+        return [int(v) for v in value]
+    if ints and len(value) == 2:
+        return [1, int(value[0]), int(value[1])]
+    raise SporchError(f"model.{key} must be an int or a list [t, h, w] of ints, got {value!r}")
+
+
+def base_shape(spec: ModelSpec, given: dict[str, Any]) -> tuple[dict[str, Any], Optional[str]]:
+    """(the preset's shape or {}, the preset's name); a model without a preset must give the rest."""
+    if spec.preset is not None:
+        return get_preset(spec.preset), spec.preset.strip().lower()
+    missing = [k for k in REQUIRED_WITHOUT_PRESET if k not in given]
+    if "mlp_ratio" not in given and "ffn_dim" not in given:
+        missing.append("mlp_ratio (or ffn_dim)")
+    if missing:
+        raise SporchError(
+            "model without a preset needs " + ", ".join(f"model.{m}" for m in missing)
+            + f"; or set model.preset to one of: {', '.join(preset_names())}"
+        )
+    return {}, None
+
+
+def check_given(given: dict[str, Any]) -> None:
+    for k, v in given.items():
+        if k in ("attention", "patch", "vae_stride", "qk_norm", "mlp_ratio"):
+            continue
+        if v < (0 if k in MAY_BE_ZERO else 1):
+            raise SporchError(f"model.{k} must be positive, got {v}")
+
+
+def head_shape(given: dict[str, Any], base: dict[str, Any]) -> tuple[int, int, int]:
+    """(hidden, num_heads, head_dim) with hidden = num_heads x head_dim."""
+    hidden, heads, hd = given.get("hidden"), given.get("num_heads"), given.get("head_dim")
+    if hidden is not None and heads is not None and hd is not None:
+        if hidden != heads * hd:
+            raise SporchError(
+                f"model.hidden {hidden} != num_heads {heads} x head_dim {hd} = {heads * hd}; drop one of them"
+            )
+    elif hidden is not None and heads is not None:
+        pass
+    elif hidden is not None and hd is not None:
+        heads = None
+    elif heads is not None and hd is not None:
+        hidden = heads * hd
+    elif hidden is not None:
+        heads = base.get("num_heads")
+    elif heads is not None or hd is not None:
+        hidden = base.get("hidden")
+    else:
+        hidden, heads, hd = base.get("hidden"), base.get("num_heads"), base.get("head_dim")
+    if heads is None and hd is not None:
+        if hidden % hd:
+            raise SporchError(f"model.hidden {hidden} is not a multiple of head_dim {hd}")
+        heads = hidden // hd
+    if hd is None:
+        if hidden % heads:
+            raise SporchError(
+                f"model.hidden {hidden} is not divisible by num_heads {heads}; set model.head_dim or change hidden"
+            )
+        hd = hidden // heads
+    return int(hidden), int(heads), int(hd)
+
+
+def kv_heads(given: dict[str, Any], base: dict[str, Any], heads: int) -> int:
+    kv = given.get("num_kv_heads")
+    if kv is None:
+        base_kv, base_h = base.get("num_kv_heads"), base.get("num_heads")
+        kv = heads if base_kv is None or base_kv == base_h else base_kv
+    if kv > heads or heads % kv:
+        raise SporchError(f"model.num_kv_heads {kv} must divide num_heads {heads}")
+    return int(kv)
+
+
+def ffn_width(given: dict[str, Any], base: dict[str, Any], hidden: int) -> int:
+    if "ffn_dim" in given and "mlp_ratio" in given:
+        raise SporchError("model.ffn_dim and model.mlp_ratio both given; keep one")
+    if "ffn_dim" in given:
+        ffn = int(given["ffn_dim"])
+    elif "mlp_ratio" in given:
+        if given["mlp_ratio"] <= 0:
+            raise SporchError(f"model.mlp_ratio must be > 0, got {given['mlp_ratio']}")
+        ffn = int(round(hidden * float(given["mlp_ratio"])))
+    elif hidden == base.get("hidden"):
+        ffn = int(base["ffn_dim"])
+    else:
+        ffn = int(round(hidden * base["ffn_dim"] / base["hidden"]))
+    if ffn < 1:
+        raise SporchError(f"model FFN width must be >= 1, got {ffn}")
+    return ffn
+
+
+def single_depth(given: dict[str, Any], base: dict[str, Any], attention: str) -> int:
+    """Single-stream blocks: joint attention only."""
+    if attention != "joint":
+        single = given.get("single_depth", 0)
+        if single:
+            raise SporchError(f"model.single_depth {single} needs attention: joint (got {attention})")
+        return 0
+    if "single_depth" in given:
+        return int(given["single_depth"])
+    if base.get("attention") == "joint":
+        return int(base.get("single_depth", 0))
+    return int(base.get("joint_single_depth", 0))
+
+
+def text_shape(given: dict[str, Any], base: dict[str, Any], attention: str, hidden: int) -> tuple[int, int]:
+    """(text_len, text_dim); (0, 0) for self-attention models."""
+    text_len = given.get("text_len", base.get("text_len", 0))
+    text_dim = given.get("text_dim", base.get("text_dim", hidden if text_len else 0))
+    if attention != "self" and text_len < 1:
+        raise SporchError(f"model.text_len must be >= 1 for attention {attention}")
+    if attention == "self":
+        return 0, 0
+    return int(text_len), int(text_dim)
+
+
+def resolve_model(spec: ModelSpec) -> ModelSection:
+    """Preset + explicit fields -> the complete ``plan.model`` section."""
+    given = {k: getattr(spec, k) for k in SHAPE_KEYS if getattr(spec, k) is not None}
+    base, preset_name = base_shape(spec, given)
+    attention = given.get("attention", base.get("attention"))
+    if attention not in ATTENTION_KINDS:
+        raise SporchError(f"model.attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
+    check_given(given)
+    hidden, heads, hd = head_shape(given, base)
+    kv = kv_heads(given, base, heads)
+    ffn = ffn_width(given, base, hidden)
+    depth = int(given.get("depth", base.get("depth")))
+    single = single_depth(given, base, attention)
+    text_len, text_dim = text_shape(given, base, attention, hidden)
+    patch = triple(given.get("patch", base.get("patch")), "patch")
+    vae = triple(given.get("vae_stride", base.get("vae_stride")), "vae_stride")
+    if min(patch) < 1 or min(vae) < 1:
+        raise SporchError(f"model.patch {patch} and vae_stride {vae} must be >= 1")
+    return ModelSection(
+        preset=preset_name,
+        attention=attention,
+        depth=depth,
+        single_depth=single,
+        hidden=hidden,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=hd,
+        ffn_dim=ffn,
+        mlp_ratio=round(ffn / hidden, 6),
+        patch=patch,
+        in_channels=int(given.get("in_channels", base.get("in_channels"))),
+        vae_stride=vae,
+        text_len=text_len,
+        text_dim=text_dim,
+        qk_norm=bool(given.get("qk_norm", base.get("qk_norm", False))),
+        weights=spec.weights,
+    )
+
+
+def latent_frames(frames: int, st: int) -> int:
+    if (frames - 1) % st:
+        k = (frames - 1) // st
+        raise SporchError(
+            f"workload.frames {frames} must be 1 + a multiple of the VAE time stride {st} "
+            f"(e.g. {st * k + 1} or {st * (k + 1) + 1})"
+        )
+    return (frames - 1) // st + 1
+
+
+def check_side(key: str, size: int, stride: int, patch: int) -> None:
+    if size % (stride * patch):
+        step = stride * patch
+        lo = size // step * step
+        raise SporchError(
+            f"workload.{key} {size} must be a multiple of VAE stride {stride} x patch {patch} = {step} "
+            f"(e.g. {lo or step} or {lo + step})"
+        )
+
+
+def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, list[int]]:
+    """(latent tokens, grid [f, h, w]) for the workload's video/image shape.
+
+    latent frames = (frames - 1) // st + 1, latent h = height // sh, w = width // sw;
+    tokens = (lf // pt) * (lh // ph) * (lw // pw).
+    """
+    if workload.seq_len is not None:
+        return int(workload.seq_len), [1, 1, int(workload.seq_len)]
+    st, sh, sw = model.vae_stride
+    pt, ph, pw = model.patch
+    frames = workload.frames if workload.frames is not None else 1
+    lf = latent_frames(frames, st)
+    check_side("height", workload.height, sh, ph)
+    check_side("width", workload.width, sw, pw)
+    if lf % pt:
+        raise SporchError(
+            f"latent frames {lf} (from {frames} frames, VAE stride {st}) must be a multiple of the time patch {pt}"
+        )
+    grid = [lf // pt, workload.height // sh // ph, workload.width // sw // pw]
+    return grid[0] * grid[1] * grid[2], grid

@@ -1,0 +1,241 @@
+"""The Plan's sections as frozen dataclasses: the typed contract both sides import.
+
+Standard library only. Every key the runtime reads is a field here (tests/runtime/
+test_plan_contract.py checks it); ``from_dict`` refuses unknown keys, so a plan and the code
+reading it cannot drift apart silently. The cluster section is the cluster descriptor itself
+(``clusters/*.yaml`` is loaded into these classes by :mod:`orchestrator.config.cluster`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, TypeVar
+
+T = TypeVar("T")
+
+
+class Section:
+    """JSON round trip for a (possibly nested) frozen dataclass."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[T], data: Any) -> T:
+        return build(cls, data, cls.__name__)
+
+
+def build(cls: type, data: Any, where: str) -> Any:
+    """``data`` (a dict from JSON) -> an instance of the dataclass ``cls``; nested dataclass
+    fields (also Optional ones) are built too. Unknown keys raise ValueError."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be an object, got {type(data).__name__}")
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for key, value in data.items():
+        sub = _dataclass_of(hints[key])
+        kw[key] = build(sub, value, f"{where}.{key}") if sub is not None and value is not None else value
+    return cls(**kw)
+
+
+def _dataclass_of(hint: Any) -> Optional[type]:
+    if dataclasses.is_dataclass(hint):
+        return hint
+    for arg in typing.get_args(hint):  # Optional[X]
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+# -- model, workload, sequence, heads, job ---------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSection(Section):
+    """The resolved model shape (preset + explicit fields), keys as in docs/contracts.md."""
+
+    preset: Optional[str]
+    attention: str  # rules.ATTENTION_KINDS
+    depth: int
+    single_depth: int
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    mlp_ratio: float
+    patch: List[int]  # [pt, ph, pw]
+    in_channels: int
+    vae_stride: List[int]  # [st, sh, sw]
+    text_len: int
+    text_dim: int
+    qk_norm: bool
+    weights: Optional[str] = None  # a local checkpoint folder/file (runtime.weights); None = seeded random weights
+
+
+@dataclass(frozen=True)
+class WorkloadSection(Section):
+    kind: str  # rules.WORKLOAD_KINDS
+    batch: int
+    frames: Optional[int]
+    height: Optional[int]
+    width: Optional[int]
+    seq_len: Optional[int]
+    steps: int
+    guidance_scale: float
+    cfg_enabled: bool
+    dtype: str  # rules.DTYPES
+    warmup: int
+    repeat: int
+    seed: int
+    # flow-matching timestep shift: the sampler's (None = 1, no shift); for generate Wan's
+    # flow_shift or Flux's fixed shift (None = the pipeline's own)
+    shift: Optional[float] = None
+    compile: Optional[bool] = None  # compile each block (runtime.compile); None = on for CUDA, off on CPU
+    # generate (docs/generate.md); prompt_file is absolute in the plan
+    prompt: Optional[str] = None
+    prompt_file: Optional[str] = None
+    negative_prompt: Optional[str] = None
+    scheduler: Optional[str] = None  # rules.SCHEDULERS; None = the pipeline folder's
+    output_format: Optional[str] = None  # rules.OUTPUT_FORMATS; None = mp4 for video models, png for images
+    fps: int = 16
+    tiny_weights: bool = False
+
+
+@dataclass(frozen=True)
+class SequenceSection(Section):
+    seq_len: int  # latent tokens of one sample
+    padded_len: int  # rounded up to a multiple of degree
+    pad: int
+    tokens_per_rank: int
+    grid: List[int]  # [f, h, w] token grid; [1, 1, seq_len] when the job gave seq_len
+    degree: int  # ring x ulysses
+
+
+@dataclass(frozen=True)
+class HeadsSection(Section):
+    num_heads: int
+    num_kv_heads: int
+    q_heads_per_rank: List[int]  # rules.head_split(num_heads, ulysses)
+    kv_mode: Optional[str]  # rules.kv_mode
+    even: bool
+
+
+@dataclass(frozen=True)
+class JobSection(Section):
+    name: str
+    output_dir: str
+    entrypoint: Optional[str]  # "pkg.module:function", None = the built-in workloads
+    time: str  # Slurm time limit
+    source: Optional[str]  # the job file
+    spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
+
+
+# -- cluster -------------------------------------------------------------------------------------
+#: Environment exported in every job, before the fabric defaults and the cluster's own env.
+COMMON_ENV: Dict[str, str] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}
+#: Per inter-node fabric defaults (the cluster's ``env`` wins over these).
+FABRIC_ENV: Dict[str, Dict[str, str]] = {
+    "infiniband": {"NCCL_IB_DISABLE": "0"},
+    "roce": {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3"},
+    "ethernet": {"NCCL_IB_DISABLE": "1"},
+}
+#: Per intra-node fabric defaults.
+INTRA_ENV: Dict[str, Dict[str, str]] = {"nvlink": {}, "pcie": {}}
+
+
+@dataclass(frozen=True)
+class GpuSpec(Section):
+    model: str = "unknown"
+    memory_gib: float = 80.0
+    bf16_tflops: float = 100.0  # dense bf16 TFLOP/s
+
+
+@dataclass(frozen=True)
+class IntraNodeSpec(Section):
+    fabric: str = "nvlink"  # nvlink | pcie
+    gb_per_s: float = 300.0  # GB/s per GPU, one direction
+
+
+@dataclass(frozen=True)
+class InterNodeSpec(Section):
+    fabric: str = "infiniband"  # infiniband | roce | ethernet
+    gb_per_s: float = 100.0  # GB/s per node, one direction, all NICs together
+    nics_per_node: int = 1
+
+
+@dataclass(frozen=True)
+class SlurmSpec(Section):
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None
+    time: str = "01:00:00"
+    cpus_per_task: int = 8
+    mem: Optional[str] = None
+    exclusive: bool = True
+    gpu_directive: str = "gpus-per-node"  # gpus-per-node | gres | gpus-per-task
+    extra: List[str] = field(default_factory=list)  # extra sbatch options, e.g. "--reservation=x"
+
+
+@dataclass(frozen=True)
+class LoginSpec(Section):
+    host: str = "localhost"
+    port: int = 22
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    workdir: str = "~/sporch"
+    setup: List[str] = field(default_factory=list)  # run on the login node before sbatch
+    known_hosts: Optional[str] = None  # extra known_hosts file (~/.ssh/known_hosts is always read)
+    host_key_policy: str = "reject"  # rules.HOST_KEY_POLICIES
+
+
+@dataclass(frozen=True)
+class ClusterSpec(Section):
+    name: str = ""
+    description: str = ""
+    nodes: int = 1
+    gpus_per_node: int = 8
+    gpu: GpuSpec = field(default_factory=GpuSpec)
+    intra_node: IntraNodeSpec = field(default_factory=IntraNodeSpec)
+    inter_node: InterNodeSpec = field(default_factory=InterNodeSpec)
+    slurm: SlurmSpec = field(default_factory=SlurmSpec)
+    env: Dict[str, str] = field(default_factory=dict)
+    env_defaults: bool = True  # add COMMON_ENV and the per-fabric defaults
+    setup: List[str] = field(default_factory=list)  # batch-script lines before srun
+    python: str = "python"
+    login: Optional[LoginSpec] = None
+    # Cost-model calibration (docs/plan.md): a file written by `sporch calibrate` (relative to
+    # this descriptor), whose constants the loader copies into calibration_constants; constants
+    # given inline win over the file's.
+    calibration: Optional[str] = None
+    calibration_constants: Dict[str, float] = field(default_factory=dict)
+    source: str = ""  # file it was loaded from (filled in by the loader)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def resolved_env(self) -> Dict[str, str]:
+        """Environment exported in the batch script: defaults, then the cluster's env."""
+        env: Dict[str, str] = {}
+        if self.env_defaults:
+            env.update(COMMON_ENV)
+            env.update(INTRA_ENV.get(self.intra_node.fabric, {}))
+            env.update(FABRIC_ENV.get(self.inter_node.fabric, {}))
+        env.update(self.env)
+        return env
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["env"] = self.resolved_env()
+        return d
+
+    def summary(self) -> str:
+        return f"{self.nodes} nodes x {self.gpus_per_node} GPUs = {self.world_size}"

@@ -1,0 +1,139 @@
+"""One job's Slurm request and files, built once from the Plan (pure, standard library only).
+
+``SlurmJob.from_plan(plan, job_dir)`` holds everything both Slurm backends need: the job's
+paths (:class:`~orchestrator.plan.files.JobFiles`), the resources (nodes, tasks, GPU directive,
+CPUs, time, partition/account/qos/constraint/mem/exclusive), the requeue signal, the cluster's
+``slurm.extra`` options (parsed here, once), the environment and setup lines of the batch script,
+and the srun arguments. ``templates/sbatch.j2`` renders it; :mod:`.submitit_backend` maps it
+onto submitit's parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from orchestrator.errors import SporchError
+from orchestrator.plan.files import JobFiles
+from orchestrator.plan.layouts import short
+from orchestrator.plan.rules import time_to_minutes
+from orchestrator.plan.schema import Plan
+
+#: USR2, 90 s before the time limit: the runtime saves progress and the job is requeued
+#: (submitit's default signal; USR1 is NCCL's).
+SIGNAL = "USR2"
+SIGNAL_DELAY_S = 90
+#: One failed rank ends the job.
+SRUN_ARGS = ("--kill-on-bad-exit=1",)
+#: Optional sbatch options taken from the cluster's ``slurm`` section as they are.
+OPTIONAL_OPTIONS = ("partition", "account", "qos", "constraint", "mem")
+
+
+def parse_extra(lines: List[str]) -> Tuple[Tuple[str, Optional[str]], ...]:
+    """``slurm.extra`` (``--reservation=x``, ``#SBATCH --hint=y``, ``--overcommit``) ->
+    ((option, value or None), ...)."""
+    out = []
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("#SBATCH"):
+            line = line[len("#SBATCH"):].strip()
+        m = re.fullmatch(r"--([A-Za-z][\w-]*)(?:=(.*))?", line)
+        if not m:
+            raise SporchError(f"slurm.extra line {raw!r} is not an sbatch option of the form --key[=value] "
+                              "(e.g. --reservation=NAME)")
+        out.append((m.group(1), m.group(2)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    files: JobFiles
+    name: str
+    nodes: int
+    tasks_per_node: int
+    gpu_directive: str  # gpus-per-node | gres | gpus-per-task
+    cpus_per_task: int
+    time: str
+    options: Dict[str, str]  # partition, account, qos, constraint, mem (set ones only)
+    exclusive: bool
+    extra: Tuple[Tuple[str, Optional[str]], ...]
+    env: Dict[str, str]  # the Plan's cluster environment
+    setup: Tuple[str, ...]  # the cluster's lines before srun
+    python: str
+    world_size: int
+    layout_text: str
+    signal: str = SIGNAL
+    signal_delay_s: int = SIGNAL_DELAY_S
+    requeue: bool = True
+    srun_args: Tuple[str, ...] = SRUN_ARGS
+    comment: Dict[str, str] = field(default_factory=dict)  # what the script's header says
+    array: Optional[str] = None  # ``--array`` (``0-N[%throttle]``) of a job array
+    batch_logs: Optional[str] = None  # folder of the batch script's own output (default: files.logs)
+
+    @classmethod
+    def from_plan(cls, plan: Plan, job_dir: str) -> "SlurmJob":
+        if not job_dir or re.search(r"\s", job_dir):
+            raise SporchError(f"job dir {job_dir!r} must be a non-empty path without whitespace")
+        c, slurm = plan.cluster, plan.cluster.slurm
+        options = {k: str(getattr(slurm, k)) for k in OPTIONAL_OPTIONS if getattr(slurm, k) not in (None, "")}
+        return cls(
+            files=JobFiles(job_dir.rstrip("/") or "/"),
+            name=plan.job.name,
+            nodes=plan.nodes,
+            tasks_per_node=plan.gpus_per_node,
+            gpu_directive=slurm.gpu_directive,
+            cpus_per_task=slurm.cpus_per_task,
+            time=plan.job.time or slurm.time,
+            options=options,
+            exclusive=slurm.exclusive,
+            extra=parse_extra(list(slurm.extra)),
+            env=dict(c.env),
+            setup=tuple(c.setup),
+            python=c.python or "python",
+            world_size=plan.world_size,
+            layout_text=short(plan.layout),
+            comment={"cluster": c.name, "intra_fabric": c.intra_node.fabric, "inter_fabric": c.inter_node.fabric},
+        )
+
+    def as_array(self, name: str, count: int, throttle: Optional[int], batch_logs: str) -> "SlurmJob":
+        """This request as a job array of ``count`` tasks (at most ``throttle`` at once), its
+        batch output under ``batch_logs`` (one file per array task)."""
+        spec = f"0-{count - 1}" + (f"%{throttle}" if throttle else "")
+        return dataclasses.replace(self, name=name, array=spec, batch_logs=batch_logs)
+
+    @property
+    def time_minutes(self) -> int:
+        return time_to_minutes(self.time)
+
+    def gpu_option(self) -> Tuple[str, str]:
+        """(sbatch option, value) of the cluster's GPU directive."""
+        if self.gpu_directive == "gpus-per-node":
+            return "gpus-per-node", str(self.tasks_per_node)
+        if self.gpu_directive == "gres":
+            return "gres", f"gpu:{self.tasks_per_node}"
+        if self.gpu_directive == "gpus-per-task":
+            return "gpus-per-task", "1"
+        raise SporchError(f"unknown gpu_directive {self.gpu_directive!r}")
+
+    def directives(self) -> List[str]:
+        """The ``#SBATCH`` options of the batch script, in order."""
+        opt, val = self.gpu_option()
+        out = [f"--job-name={self.name}"] + ([f"--array={self.array}"] if self.array else [])
+        out += [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
+                f"--{opt}={val}", f"--cpus-per-task={self.cpus_per_task}", f"--time={self.time}"]
+        out += [f"--{k}={self.options[k]}" for k in OPTIONAL_OPTIONS if k in self.options]
+        if self.exclusive:
+            out.append("--exclusive")
+        out.append(f"--signal={self.signal}@{self.signal_delay_s}")
+        if self.requeue:
+            out.append("--requeue")
+        logs, name = self.batch_logs or self.files.logs, "%A_%a" if self.array else "%j"
+        out += [f"--output={logs}/{name}.out", f"--error={logs}/{name}.err"]
+        out += [f"--{k}" if v is None else f"--{k}={v}" for k, v in self.extra]
+        return out
+
+    def job_env(self) -> Dict[str, str]:
+        """What every rank finds in its environment about the job's files."""
+        return {"SPORCH_JOB_DIR": self.files.job_dir, "SPORCH_PLAN": self.files.plan}

@@ -1,0 +1,16 @@
+"""From a prompt to a video or an image: text encoders, scheduler and VAE around the sharded
+transformer (``workload.kind: generate``; docs/generate.md).
+
+Hugging Face transformers supplies the text encoders, diffusers the schedulers, VAEs and the
+pipelines' own prompt encoding and post-processing; sporch's sharded DiT replaces only the
+transformer call. One module per job:
+
+* ``spec.py``       the generate settings, read from the Plan in one place
+* ``check.py``      stdlib-only checks before ranks start (extra installed, folders, prompt file)
+* ``text.py``       prompt encoding on one rank per dp replica, broadcast over the replica
+* ``schedulers.py`` the scheduler and its timesteps, as the diffusers pipelines set them up
+* ``vae.py``        latents -> frames on one rank per dp replica
+* ``media.py``      MP4 / PNG writing and reading (imageio)
+* ``generate.py``   the workload
+* ``tiny.py``       tiny random Wan2.1 / Flux.1 pipelines in the publishers' layout (tests, examples)
+"""

@@ -1,0 +1,105 @@
+"""Checks a generate job can pass before any rank starts; standard library only, so the
+orchestrator (``sporch run --local``) may call them without importing torch.
+
+Every problem is one line naming what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+#: The modules the generate workload imports; all come with ``pip install sporch[pipelines]``.
+PIPELINE_MODULES = ("diffusers", "transformers", "imageio", "imageio_ffmpeg")
+EXTRA_HINT = "pip install sporch[pipelines]"
+
+
+class PipelinesMissing(ImportError):
+    """The pipelines extra is not installed; the message is one line naming it."""
+
+
+def missing_modules() -> list[str]:
+    return [m for m in PIPELINE_MODULES if importlib.util.find_spec(m) is None]
+
+
+def require_pipelines() -> None:
+    """Raise :class:`PipelinesMissing` (one line) when a module of the extra is not importable."""
+    missing = missing_modules()
+    if missing:
+        raise PipelinesMissing(f"workload.kind=generate needs the pipelines extra ({', '.join(missing)} "
+                               f"not installed): {EXTRA_HINT}")
+
+
+#: Sub-folders of a diffusers pipeline folder the generate workload reads, per model family.
+FOLDERS = {
+    "wan": ("text_encoder", "tokenizer", "vae", "scheduler", "transformer"),
+    "flux": ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer"),
+}
+
+
+def pipeline_problems(root: str | Path, family: str) -> list[str]:
+    """What is missing from a diffusers-layout folder for ``family`` (empty when usable)."""
+    p = Path(root).expanduser()
+    if not p.is_dir():
+        return [f"model.weights {p} is not a folder; generate needs a diffusers pipeline folder "
+                f"({', '.join(FOLDERS[family])}/ and model_index.json)"]
+    missing = [f"{name}/" for name in FOLDERS[family] if not (p / name).is_dir()]
+    if not (p / "model_index.json").is_file():
+        missing.append("model_index.json")
+    if missing:
+        return [f"model.weights {p} lacks {', '.join(missing)}: generate needs the publisher's diffusers "
+                f"layout (e.g. Wan2.1-T2V-1.3B-Diffusers, FLUX.1-dev)"]
+    return []
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """One prompt per line; blank lines and lines starting with '#' are skipped."""
+    p = Path(path).expanduser()
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ValueError(f"workload.prompt_file {p}: {exc.strerror or exc}") from None
+    prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    if not prompts:
+        raise ValueError(f"workload.prompt_file {p} holds no prompt (one per line)")
+    return prompts
+
+
+def family_of(model: Any) -> str:
+    """'wan' (cross attention, text-to-video) or 'flux' (joint attention, text-to-image), from
+    the plan's model section."""
+    attention = model.attention
+    if attention == "cross" and model.preset != "wan2.1-i2v-14b":
+        return "wan"
+    if attention == "joint":
+        return "flux"
+    raise ValueError(f"workload.kind=generate needs a text-to-video (Wan2.1 T2V, attention cross) or "
+                     f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
+                     f"attention {attention!r}")
+
+
+def check_generate(model: Any, workload: Any) -> list[str]:
+    """Problems of a generate job on this machine: the extra, the model family, the pipeline
+    folder (unless the job creates tiny random weights) and the prompt file."""
+    problems: list[str] = []
+    try:
+        require_pipelines()
+    except PipelinesMissing as exc:
+        problems.append(str(exc))
+    try:
+        family = family_of(model)
+    except ValueError as exc:
+        return problems + [str(exc)]
+    weights = model.weights
+    if not weights:
+        problems.append("workload.kind=generate needs model.weights: a diffusers pipeline folder "
+                        "(or workload.tiny_weights: true with a folder to create)")
+    elif not (workload.tiny_weights and not Path(weights).expanduser().exists()):
+        problems += pipeline_problems(weights, family)
+    if workload.prompt_file:
+        try:
+            read_prompts(workload.prompt_file)
+        except ValueError as exc:
+            problems.append(str(exc))
+    return problems

@@ -1,0 +1,61 @@
+"""The generate settings, read from the Plan here and nowhere else in runtime/pipelines/.
+
+(``plan.model`` / ``plan.workload`` / ``plan.sequence`` are the Plan's typed sections,
+orchestrator.plan.sections.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .check import family_of, read_prompts
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    family: str  # "wan" (video, MP4) | "flux" (image, PNG)
+    model: dict  # plan.model, for build_model / ModelConfig
+    root: str  # the diffusers pipeline folder (model.weights)
+    tiny_weights: bool  # create a tiny random pipeline at ``root`` when it does not exist
+    prompts: tuple[str, ...]
+    negative_prompt: str | None
+    seed: int  # prompt i uses seed + i
+    steps: int
+    guidance_scale: float
+    shift: float | None  # None: the scheduler folder's (Wan flow_shift) / the resolution-dependent mu (Flux)
+    scheduler: str | None  # None: the folder's scheduler; "unipc" | "euler"
+    output_format: str  # "mp4" | "png"
+    fps: int
+    frames: int
+    height: int
+    width: int
+    text_len: int
+    dtype: str
+    batch: int  # samples per denoising pass, over all dp replicas
+    grid: tuple[int, int, int]
+
+    @property
+    def video(self) -> bool:
+        return self.family == "wan"
+
+
+def generate_spec(plan: Any) -> GenerateSpec:
+    """The one place plan fields are read for a generate job."""
+    model, wl, seq = plan.model, plan.workload, plan.sequence
+    family = family_of(model)
+    if wl.prompt_file:
+        prompts = tuple(read_prompts(wl.prompt_file))
+    elif wl.prompt:
+        prompts = (wl.prompt,)
+    else:
+        raise ValueError("workload.kind=generate needs workload.prompt or workload.prompt_file")
+    frames = wl.frames or 1
+    fmt = wl.output_format or ("mp4" if family == "wan" else "png")
+    return GenerateSpec(
+        family=family, model=model.to_dict(), root=model.weights or "", tiny_weights=wl.tiny_weights,
+        prompts=prompts, negative_prompt=wl.negative_prompt, seed=wl.seed, steps=wl.steps,
+        guidance_scale=wl.guidance_scale, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,
+        fps=wl.fps, frames=frames, height=wl.height, width=wl.width, text_len=model.text_len,
+        dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
+    )

@@ -1,0 +1,142 @@
+"""Tiny random Wan2.1 / Flux.1 pipelines in the publishers' diffusers layout, built with
+diffusers and transformers from tiny configs (no hub access), for tests and smoke runs.
+
+    save_tiny_pipeline("wan", "runs/tiny-wan", plan.model)   # the plan's model section (shapes)
+
+The transformer's shapes are taken from the sporch model dict, so a job with that model and
+``model.weights`` pointing at the folder loads it. The tokenizer is a word-level vocabulary
+built with the ``tokenizers`` library (unknown words map to ``<unk>``, ``</s>`` is appended),
+wrapped in ``PreTrainedTokenizerFast`` and saved with ``save_pretrained``. Every weight is
+drawn from generators seeded by ``seed`` (the global RNG is left alone).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+WORDS = ("a an the of in on at with and under over red green blue white black small big cat dog fox "
+         "bird fish horse car boat tree river sea sky sun moon snow rain city street forest mountain field "
+         "running flying walking swimming sitting playing night day morning sunset slow fast camera shot "
+         "blurry low quality bright dark").split()
+
+
+def tiny_tokenizer(model_max_length: int):
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                       special_tokens=[("</s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   model_max_length=model_max_length)
+
+
+@torch.no_grad()
+def randomize(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter random (diffusers zero-initialises some): scaled normal weights, norm
+    scales near 1, small biases."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters():
+        r = torch.randn(p.shape, generator=g)
+        if p.dim() >= 2:
+            p.copy_(r / math.sqrt(p.shape[-1] if "scale_shift_table" in name else p[0].numel()))
+        elif name.endswith("weight") or name.endswith("scale"):
+            p.copy_(1.0 + 0.2 * r)
+        else:
+            p.copy_(0.1 * r)
+    return module.eval()
+
+
+def _t5_config(cls, vocab: int, d_model: int):
+    return cls(vocab_size=vocab, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=1, num_heads=4,
+               relative_attention_num_buckets=8, relative_attention_max_distance=16, pad_token_id=0,
+               eos_token_id=1, decoder_start_token_id=0)
+
+
+def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
+    """A WanPipeline whose transformer has the shapes of ``model`` (attention cross)."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    heads, hd = int(model["num_heads"]), int(model["head_dim"])
+    channels = int(model.get("out_channels") or model["in_channels"])
+    transformer = randomize(WanTransformer3DModel(
+        patch_size=tuple(model["patch"]), num_attention_heads=heads, attention_head_dim=hd,
+        in_channels=int(model["in_channels"]), out_channels=channels, text_dim=int(model["text_dim"]),
+        freq_dim=256, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]), cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", eps=1e-6), seed)
+    text_encoder = UMT5EncoderModel(_t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
+    st, sh, _ = (int(s) for s in model["vae_stride"])
+    downs = int(math.log2(sh))
+    temporal = [False] * (downs - int(math.log2(st))) + [True] * int(math.log2(st))
+    g = torch.Generator().manual_seed(seed + 1)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=channels, dim_mult=[1] * (downs + 1), num_res_blocks=1,
+                           temperal_downsample=temporal, scale_factor_temporal=st, scale_factor_spatial=sh,
+                           latents_mean=(0.2 * torch.randn(channels, generator=g)).tolist(),
+                           latents_std=(1.0 + 0.5 * torch.rand(channels, generator=g)).tolist()).eval()
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                        num_train_timesteps=1000, flow_shift=3.0)
+    return WanPipeline(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
+                       scheduler=scheduler, transformer=transformer)
+
+
+def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
+    """A FluxPipeline whose transformer has the shapes of ``model`` (attention joint, a
+    flux.1-* preset: pooled CLIP vector 768 wide, guidance input for flux.1-dev)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    from runtime.model import ModelConfig
+
+    cfg = ModelConfig.from_dict(model)
+    rope = cfg.rope_axes or (cfg.head_dim - 4 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6))
+    transformer = randomize(FluxTransformer2DModel(
+        patch_size=1, in_channels=4 * cfg.in_channels, num_layers=cfg.depth, num_single_layers=cfg.single_depth,
+        attention_head_dim=cfg.head_dim, num_attention_heads=cfg.num_heads, joint_attention_dim=cfg.text_dim,
+        pooled_projection_dim=cfg.pooled_dim, guidance_embeds=cfg.guidance_embed, axes_dims_rope=tuple(rope)), seed)
+    vocab = len(WORDS) + 3
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=vocab, hidden_size=cfg.pooled_dim, intermediate_size=64,
+                                        num_hidden_layers=1, num_attention_heads=4, max_position_embeddings=77,
+                                        pad_token_id=0, bos_token_id=1, eos_token_id=1)).eval()
+    t5 = T5EncoderModel(_t5_config(T5Config, vocab, cfg.text_dim)).eval()
+    sh = int(model["vae_stride"][1])
+    blocks = [8 * 2 ** i for i in range(int(math.log2(sh)) + 1)]
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * len(blocks),
+                        up_block_types=["UpDecoderBlock2D"] * len(blocks), block_out_channels=blocks,
+                        layers_per_block=1, latent_channels=cfg.in_channels, norm_num_groups=4, sample_size=32,
+                        use_quant_conv=False, use_post_quant_conv=False, scaling_factor=0.3611,
+                        shift_factor=0.1159).eval()
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                                                base_image_seq_len=256, max_image_seq_len=4096)
+    return FluxPipeline(scheduler=scheduler, vae=vae, text_encoder=clip, tokenizer=tiny_tokenizer(77),
+                        text_encoder_2=t5, tokenizer_2=tiny_tokenizer(int(model["text_len"])), transformer=transformer)
+
+
+def save_tiny_pipeline(family: str, root: str | Path, model: Any, seed: int = 0) -> Path:
+    """Build the tiny ``family`` ("wan" | "flux") pipeline and save it at ``root`` (atomically:
+    a temporary folder next to it, then a rename). ``model``: the plan's model section, or its dict."""
+    if not isinstance(model, Mapping):
+        model = model.to_dict()
+    with torch.random.fork_rng(devices=[]):  # constructors draw initial weights from the global RNG
+        torch.manual_seed(seed)
+        pipe = (tiny_wan_pipeline if family == "wan" else tiny_flux_pipeline)(model, seed)
+    root = Path(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        pipe.save_pretrained(tmp)
+        tmp.rename(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return root
