@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from orchestrator.config.cluster import ClusterSpec
 from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
-from orchestrator.plan.layouts import LayoutError, compact, divisors, feasible_layouts
-from orchestrator.plan.planner import layout_context, make_plan
+from orchestrator.plan.layouts import LayoutError, compact, divisors
+from orchestrator.plan.planner import make_plan
 from orchestrator.plan.rules import DIMS
 from orchestrator.plan.schema import Plan
 
@@ -142,8 +142,10 @@ def test_auto_everywhere_finds_a_layout_when_one_exists(case):
         assert e.feasible == []
         return
     check_invariants(cluster, job, p)
-    # auto prefers Ulysses inside one node when any feasible layout allows it
-    gpn = cluster.gpus_per_node
-    if p.layout.ulysses > gpn or gpn % p.layout.ulysses:
-        ctx = layout_context(cluster, job, p.model, p.sequence.seq_len)
-        assert all(lay.ulysses > gpn or gpn % lay.ulysses for lay in feasible_layouts(ctx))
+    # auto picks the fastest predicted layout that fits (issue 14; ties within ranking.TIE)
+    from orchestrator.plan.ranking import TIE, rank_feasible
+
+    _ctx, ranked = rank_feasible(cluster, job)
+    pool = [r for r in ranked if r.fits] or ranked
+    assert p.layout in [r.layout for r in pool]
+    assert p.estimates["predicted"]["step_s"] <= min(r.step_s for r in pool) * (1 + TIE) * (1 + 1e-9)
