@@ -97,33 +97,37 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     write_json_atomic(rank_file(output_dir, env.rank), record)
 
     gathered = _gather_records(plan, record, dist)
+    job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
     if env.rank == 0:
-        _write_result(plan, output_dir, record, gathered)
+        job_status = _write_result(plan, output_dir, record, gathered or {})
     shutdown()
-    if status == "completed":
+    if status == "completed" and job_status == "completed":
         return EXIT_OK
+    if status == "completed" and job_status == "requeued":
+        return EXIT_REQUEUED
     return EXIT_REQUEUED if status == "requeued" else EXIT_FAILED
 
 
-def _gather_records(plan: Plan, own: dict[str, Any], dist) -> dict[int, dict[str, Any]]:
+def _gather_records(plan: Plan, own: dict[str, Any], dist) -> dict[int, dict[str, Any]] | None:
     """Every rank's record, gathered by every rank that finished its workload (completed, or
     stopped for a requeue, which the ranks decide together): a collective that all ranks of a
     healthy world enter, however late one of them comes (up to the collective timeout). A rank
     that failed does not enter it; the others' gather then fails and rank 0 reads the rank
-    files, which every rank writes before this call. {} when there is nothing to gather."""
+    files, which every rank writes before this call. {} when this rank does not gather, None
+    when the gather failed (the job failed, though this rank finished: it exits non-zero)."""
     if own["status"] not in ("completed", "requeued") or not dist.is_initialized():
         return {}
     gathered: list[Any] = [None] * plan.world_size
     try:
         dist.all_gather_object(gathered, own)
     except Exception:  # noqa: BLE001 - a peer failed: rank 0 falls back to the rank files
-        return {}
+        return None
     return {r["rank"]: r for r in gathered if r}
 
 
-def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: dict[int, dict[str, Any]]) -> None:
+def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: dict[int, dict[str, Any]]) -> str:
     """Rank 0: write result.json from every rank's record (``records``, gathered when the world
-    is healthy, else the rank files)."""
+    is healthy, else the rank files); returns the job's status."""
     if len(records) < plan.world_size:
         deadline = time.time() + ERROR_COLLECT_S  # a peer may still be writing its file
         while True:
@@ -162,6 +166,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: di
         "provenance": provenance(plan.cluster.to_dict(), [r.get("hostname") for r in records.values() if r.get("hostname")]),
     }
     write_json_atomic(result_file(output_dir), result)
+    return status
 
 
 def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
