@@ -6,8 +6,16 @@ Each run starts 4 rank processes that import torch (a few seconds on 2 cores).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from test_local_run import TINY, hooks_env, sporch
+import pytest
+
+from test_local_run import REPO, TINY, hooks_env, sporch
 
 
 def test_a_rank_that_finishes_late_is_gathered_not_failed(tmp_path):
@@ -53,3 +61,52 @@ def test_a_hung_rank_is_ended_and_named(tmp_path):
     assert "rank 3 hung" in proc.stdout
     state = json.loads((run_dir / "local.json").read_text())
     assert state["stopped"] == {"3": "hung"}
+
+
+def _rank_pids(parent: int) -> list[int]:
+    """Pids of the rank processes (``runtime.launch``) whose parent is ``parent``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and "runtime.launch" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_terminating_the_runner_leaves_no_rank_behind(sig, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, **hooks_env(), "SPORCH_SLEEP_S": "600"}
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+                             str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(run_dir)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        ranks: list[int] = []
+        while len(ranks) < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            ranks = _rank_pids(proc.pid)
+        assert len(ranks) == 4, proc.communicate(timeout=5)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in ranks if _alive(p)], "rank processes outlived the runner"
+        assert json.loads((run_dir / "local.json").read_text())["state"] == "CANCELLED"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
