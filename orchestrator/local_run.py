@@ -71,10 +71,12 @@ class LocalRunResult:
         """{rank, error} of the failure as the runner saw it: the first rank that died without
         writing its record (a peer's broken connection comes after it), else a rank that hung
         or ran out of time; None when the rank files tell the story (or nothing failed)."""
-        recorded = _recorded(self.run_dir)
-        for d in self.died:
-            if d["rank"] not in recorded:
-                return {"rank": d["rank"], "error": d["error"]}
+        from orchestrator.jobs.batchlog import root_death
+
+        recorded = recorded_errors(self.run_dir)
+        death = root_death(self.died, recorded)
+        if death is not None:
+            return death
         for rank, why in sorted(self.stopped.items()):
             if rank not in recorded:
                 what = "did not finish before the timeout" if why == "timeout" else \
@@ -83,11 +85,29 @@ class LocalRunResult:
         return None
 
 
-def _recorded(run_dir: Path) -> set[int]:
-    """Ranks that wrote their record (a rank file): they ended knowing why."""
+def recorded_errors(run_dir: str | Path, host=LOCAL) -> dict[int, Optional[str]]:
+    """Rank -> the error its rank file records (None when it records none), for every rank that
+    wrote one."""
     from runtime.results import read_rank_files  # stdlib only
 
-    return set(read_rank_files(run_dir))
+    if host is LOCAL:
+        records = read_rank_files(run_dir)
+    else:
+        records = {}
+        folder = JobFiles(str(run_dir)).ranks
+        for name in host.listdir(folder):
+            text = host.read_text(f"{folder}/{name}") if name.endswith(".json") else None
+            try:
+                data = json.loads(text) if text else None
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and isinstance(data.get("rank"), int):
+                records[data["rank"]] = data
+    out: dict[int, Optional[str]] = {}
+    for rank, rec in records.items():
+        err = rec.get("error")
+        out[rank] = (err.get("error") if isinstance(err, dict) else str(err)) if err else None
+    return out
 
 
 def exit_text(code: int) -> str:

@@ -17,6 +17,7 @@ TIMEOUT, PREEMPTED or DEADLINE.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -25,7 +26,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 from orchestrator.host import LOCAL, Host, host_for, read_tail
 from orchestrator.jobs import store
+from orchestrator.jobs.batchlog import root_death, slurm_error, task_deaths
 from orchestrator.jobs.store import JobRecord
+from orchestrator.local_run import recorded_errors
 from orchestrator.plan.files import JobFiles
 from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from orchestrator.slurm.query import sacct_states, squeue_states
@@ -195,9 +198,22 @@ def failure_from_logs(record: JobRecord, max_ranks: int = 4096, host: Host = LOC
     return cause
 
 
+def batch_log_text(record: JobRecord, host: Host = LOCAL, max_bytes: int = 65536) -> str:
+    """The end of the batch script's stderr (srun's and Slurm's own reports), "" when unreadable."""
+    if not record.logs.get("batch_err"):
+        return ""
+    return read_tail(host, str(record.log_path("batch_err")), max_bytes) or ""
+
+
 def failure_info(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL
                  ) -> Optional[Dict[str, Any]]:
-    """{rank, error} of the failure: result.json, else rank files, else the logs."""
+    """{rank, error} of the failure: a rank srun reports as ended without writing its record
+    (killed by a signal: its peers' connection errors follow from it), else result.json, else
+    rank files, else the logs."""
+    if record.backend != "local":  # a local run's supervisor puts its own exit report in result.json
+        death = root_death(task_deaths(batch_log_text(record, host)), recorded_errors(record.job_dir, host))
+        if death is not None:
+            return death
     if result and result.get("status") == "failed" and (result.get("error") or result.get("failed_rank") is not None):
         return {"rank": result.get("failed_rank"), "error": result.get("error") or ""}
     if result and result.get("status") == "completed":
@@ -230,6 +246,21 @@ def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], host: Hos
     if failure_from_rank_files(record.job_dir, host):
         return SlurmRow("FAILED")
     return SlurmRow("FAILED", reason="left the queue without a result (no accounting on this cluster)")
+
+
+def _completed_without_result(record: JobRecord, result: Optional[Dict[str, Any]], row: SlurmRow,
+                              host: Host) -> SlurmRow:
+    """Slurm says COMPLETED (the batch script exited 0, e.g. srun failed to start the ranks and
+    Slurm 22.05 still returned 0) but the ranks' result.json is missing or not completed: FAILED,
+    with the reason the batch log gives."""
+    if result is None:
+        why = slurm_error(batch_log_text(record, host)) or last_error_line(
+            record.log_path("batch_err"), host=host) if record.logs.get("batch_err") else None
+        reason = "finished without a result (no result.json)" + (f": {one_line(why)}" if why else
+                                                                  "; see the batch log")
+    else:
+        reason = f"the ranks reported {result.get('status', 'no status')} in result.json"
+    return dataclasses.replace(row, state="FAILED", reason=reason)
 
 
 def record_host(record: JobRecord) -> Host:
@@ -288,6 +319,8 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
             if accounting and not row.reason:
                 row.reason = "not in squeue or sacct"
         terminal = is_terminal(row.state) or source == "job dir"
+        if terminal and row.state == "COMPLETED" and (result or {}).get("status") != "completed":
+            row = _completed_without_result(rec, result, row, host)
         st = JobStatus(id=rec.id, name=rec.name, cluster=rec.cluster, slurm_job_id=rec.slurm_job_id,
                        state=row.state, terminal=terminal, source=source, reason=row.reason,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,

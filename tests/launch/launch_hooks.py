@@ -41,21 +41,6 @@ def slow_rank(ctx, plan):
     return {}
 
 
-def die_rank(ctx, plan):
-    """The rank named by SPORCH_TEST_DIE_RANK kills itself with SIGKILL (no record written);
-    the others wait for it in a collective and see their connection to it break."""
-    import signal
-
-    import torch
-    import torch.distributed as dist
-
-    dist.barrier()
-    if dist.get_rank() == int(os.environ["SPORCH_TEST_DIE_RANK"]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    dist.all_reduce(torch.ones(1))
-    return {}
-
-
 def hang_rank(ctx, plan):
     """The rank named by SPORCH_TEST_HANG_RANK sleeps for an hour; the others return at once."""
     import time

@@ -35,8 +35,8 @@ def test_a_killed_rank_is_blamed_not_the_peer_that_lost_its_connection(tmp_path)
     """kill -9 of rank 1: the summary, result.json and the record's status name rank 1 and its
     signal, not rank 0's "Connection reset by peer"."""
     run_dir = tmp_path / "run"
-    env = {**hooks_env(), "SPORCH_TEST_DIE_RANK": "1", "SPORCH_DIST_TIMEOUT_S": "60"}
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:die_rank",
+    env = {**hooks_env(), "SPORCH_DIE_RANK": "1", "SPORCH_DIST_TIMEOUT_S": "60"}
+    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=examples.hooks:die_on_rank",
                   "parallel.ring=2", "parallel.ulysses=2", "--run-dir", str(run_dir), "--timeout", "120", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((run_dir / "result.json").read_text())
