@@ -36,7 +36,9 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
     """State of JOBs (sporch id, Slurm job id or name; default: the latest jobs).
 
     Final states come from sacct when the cluster keeps accounting, else from the job
-    directory. For a job that did not complete, the failed rank and its error line are shown.
+    directory. A running job shows its progress (step i/N), a finished one what it measured
+    (verify error or step time); for a job that did not complete, the failed rank and its error
+    line are shown.
     """
     recs = _records(jobs, show_all, last)
     statuses = poll(recs, refresh=refresh)
@@ -50,7 +52,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
     from rich.table import Table
 
     table = Table(title=None, show_lines=False)
-    for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "failed rank", "error"):
+    for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "outcome", "failed rank", "error"):
         table.add_column(col, overflow="fold")
     colors = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "FAILED": "red", "CANCELLED": "magenta",
               "TIMEOUT": "red"}
@@ -58,11 +60,11 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
         state = s.state + (f" ({s.reason})" if s.reason and not s.terminal else "")
         if s.terminal and s.exit_code and s.exit_code != "0:0":
             state += f" exit {s.exit_code}"
-        if s.step is not None and not s.terminal:
-            state += f" step {s.step}"
+        if s.progress and not s.terminal:
+            state += f" {s.progress}"
         color = colors.get(s.state)
         state = escape(state)
         table.add_row(escape(s.id), s.slurm_job_id, escape(s.cluster), f"[{color}]{state}[/]" if color else state,
-                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")),
+                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
                       "-" if s.failed_rank is None else str(s.failed_rank), escape(s.error or ""))
     console().print(table)

@@ -30,8 +30,8 @@ def _describe(s) -> str:
         parts.append(f"elapsed {s.elapsed}")
     if s.nodelist:
         parts.append(f"on {s.nodelist}")
-    if s.step is not None and not s.terminal:
-        parts.append(f"step {s.step}")
+    if s.progress and not s.terminal:
+        parts.append(s.progress)
     return " ".join(parts)
 
 
@@ -41,6 +41,10 @@ def final_line(s) -> str:
         line += f" (exit {s.exit_code})"
     if s.elapsed:
         line += f" after {s.elapsed}"
+    if s.reason and s.state != "COMPLETED":
+        line += f" ({s.reason})"
+    if s.outcome:
+        line += f"; {s.outcome}"
     if s.failed_rank is not None or s.error:
         who = f"rank {s.failed_rank}" if s.failed_rank is not None else "error"
         line += f"; {who}: {s.error or 'failed'}"

@@ -70,6 +70,8 @@ class JobStatus:
     restart: Optional[int] = None
     step: Optional[int] = None  # last finished step in the progress checkpoint
     job_dir: str = ""
+    total_steps: Optional[int] = None  # the workload's steps (with ``step``: progress "step i/N")
+    outcome: Optional[str] = None  # what the job measured: verify error or step time (result.json)
 
     @property
     def completed(self) -> bool:
@@ -82,12 +84,19 @@ class JobStatus:
             return EXIT_STOPPED
         return EXIT_FAILED
 
+    @property
+    def progress(self) -> Optional[str]:
+        """``step i/N`` (``step i`` when N is unknown), None before the first step."""
+        if self.step is None:
+            return None
+        return f"step {self.step}/{self.total_steps}" if self.total_steps else f"step {self.step}"
+
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "progress": self.progress}
 
     def final_dict(self) -> Dict[str, Any]:
         keys = ("state", "reason", "exit_code", "elapsed", "nodelist", "failed_rank", "error", "result_status",
-                "restart", "step")
+                "restart", "step", "total_steps", "outcome")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -130,9 +139,28 @@ def read_result(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
 
 
 def progress_step(job_dir: str, host: Host = LOCAL) -> Optional[int]:
-    data = _read_json(JobFiles(job_dir).progress, host)
-    if data and isinstance(data.get("step"), int):
-        return data["step"]
+    return progress_of(job_dir, host)[0]
+
+
+def progress_of(job_dir: str, host: Host = LOCAL) -> tuple:
+    """(last finished step, the workload's steps) from the progress checkpoint; None where unknown."""
+    data = _read_json(JobFiles(job_dir).progress, host) or {}
+    step, total = data.get("step"), data.get("total")
+    return (step if isinstance(step, int) else None), (total if isinstance(total, int) else None)
+
+
+def outcome_of(result: Optional[Dict[str, Any]]) -> Optional[str]:
+    """What a finished job measured, in one line: the verify error against the tolerance, else
+    the step time (slowest rank's median); None when result.json has neither."""
+    if not result:
+        return None
+    if result.get("max_abs_err") is not None:
+        verdict = "ok" if result.get("verified") else "FAILED"
+        return (f"verify {verdict}: max_abs_err {result['max_abs_err']:.3g}, max_rel_err "
+                f"{result.get('max_rel_err', float('nan')):.3g} (tolerance {result.get('tolerance')})")
+    ms = result.get("step_ms_median_max") or (result.get("metrics") or {}).get("step_ms_median")
+    if isinstance(ms, (int, float)):
+        return f"step {ms:.4g} ms (median)"
     return None
 
 
@@ -229,7 +257,7 @@ def _from_final(record: JobRecord) -> JobStatus:
                      exit_code=f.get("exit_code"), elapsed=f.get("elapsed"), nodelist=f.get("nodelist"),
                      nodes=record.nodes, failed_rank=f.get("failed_rank"), error=f.get("error"),
                      result_status=f.get("result_status"), restart=f.get("restart"), step=f.get("step"),
-                     job_dir=record.job_dir)
+                     job_dir=record.job_dir, total_steps=f.get("total_steps"), outcome=f.get("outcome"))
 
 
 def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL) -> SlurmRow:
@@ -325,7 +353,8 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
                        state=row.state, terminal=terminal, source=source, reason=row.reason,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
-                       step=progress_step(rec.job_dir, host), job_dir=rec.job_dir)
+                       job_dir=rec.job_dir, outcome=outcome_of(result))
+        st.step, st.total_steps = progress_of(rec.job_dir, host)
         if terminal and not st.completed and st.state != "CANCELLED":
             info = failure_info(rec, result, host)
             if info:
@@ -334,8 +363,8 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         out.append(st)
         if terminal and save:
             rec.final = st.final_dict()
-            try:
-                store.save(rec, job_dir_copy=False)
+            try:  # the job dir's record.json gets the final state too
+                store.save(rec, host=host)
             except OSError:
                 pass
     return out

@@ -6,6 +6,7 @@ Each run starts 4 rank processes that import torch (a few seconds on 2 cores).
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -110,3 +111,28 @@ def test_terminating_the_runner_leaves_no_rank_behind(sig, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _run_id(proc) -> str:
+    return re.search(r"id (tiny-\S+)", proc.stderr.replace("\n", " ")).group(1)
+
+
+def test_status_shows_outcome_progress_and_the_record_keeps_the_final_state(tmp_path):
+    """Issue 9 item 16: rank 0 prints a line per step (what `logs -f` shows); status shows the
+    progress as step i/N and the outcome (step time, verify error); record.json's final is set."""
+    env = {"SPORCH_HOME": str(tmp_path / "home")}
+    bench = sporch("run", "--local", "--cluster", "local", str(TINY), "workload.kind=benchmark",
+                   "workload.repeat=3", "--run-dir", str(tmp_path / "bench"), env=env)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    log = (tmp_path / "bench" / "logs" / "rank0.log").read_text()
+    assert [m.group(1) for m in re.finditer(r"^sporch: step (\d+/\d+)", log, re.M)] == ["1/3", "2/3", "3/3"]
+    [s] = json.loads(sporch("status", "--json", _run_id(bench), env=env).stdout)
+    assert s["progress"] == "step 3/3"
+    assert re.fullmatch(r"step [\d.e+-]+ ms \(median\)", s["outcome"]), s
+    record = json.loads((tmp_path / "bench" / "record.json").read_text())
+    assert record["final"]["state"] == "COMPLETED" and record["final"]["outcome"] == s["outcome"]
+
+    verify = sporch("run", "--local", "--cluster", "local", str(TINY), "--run-dir", str(tmp_path / "verify"), env=env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    table = sporch("status", _run_id(verify), env={**env, "COLUMNS": "250"}).stdout
+    assert "verify ok: max_abs_err" in table

@@ -263,3 +263,18 @@ def test_a_rank_srun_reports_killed_is_blamed_before_its_peers(monkeypatch, tmp_
     FakeSlurm(sacct={"91": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch, tmp_path)
     st = js.poll([r])[0]
     assert (st.failed_rank, st.error) == (2, "rank 2 died: killed by signal 9 (SIGKILL) on node2")
+
+
+def test_a_local_run_that_says_completed_without_result_is_failed(tmp_path, sporch_home):
+    jd = tmp_path / "loc"
+    (jd / "logs").mkdir(parents=True)
+    (jd / "logs" / "rank0.log").write_text("starting\nRuntimeError: the ranks could not start\n")
+    (jd / "local.json").write_text('{"pid": 1, "state": "COMPLETED"}')
+    r = JobRecord(id="loc", name="loc", cluster="local", backend="local", slurm_job_id="1", job_dir=str(jd),
+                  submitted="2026-01-01T00:00:00", world_size=1, nodes=1,
+                  logs={"batch_out": "logs/rank0.log", "batch_err": "logs/rank0.log",
+                        "rank_out": "logs/rank{rank}.log", "rank_err": "logs/rank{rank}.log"})
+    store.save(r)
+    st = js.poll([r])[0]
+    assert st.state == "FAILED" and st.exit_status() == 1
+    assert st.reason == "finished without a result (no result.json): RuntimeError: the ranks could not start"
