@@ -8,7 +8,11 @@ import click
 
 from orchestrator.cli.common import console
 from orchestrator.jobs import store
+from orchestrator.jobs.retry import default_grace, retry_unreachable
 from orchestrator.jobs.status import poll
+
+#: How long `status` retries while Slurm / the login host cannot be reached ($SPORCH_GRACE_S).
+STATUS_GRACE_S = 60.0
 from orchestrator.jobs.store import jobs_dir
 
 
@@ -32,7 +36,10 @@ def _records(refs, show_all: bool, last: int):
 @click.option("--last", default=20, show_default=True, help="How many of the latest jobs to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
 @click.option("--refresh", is_flag=True, help="Ask Slurm again about jobs whose final state is cached.")
-def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool) -> None:
+@click.option("--grace", "grace_s", type=float, default=None,
+              help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
+                   f"(default $SPORCH_GRACE_S or {STATUS_GRACE_S:g}); then exit 75.")
+def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool, grace_s) -> None:
     """State of JOBs (sporch id, Slurm job id or name; default: the latest jobs).
 
     Final states come from sacct when the cluster keeps accounting, else from the job
@@ -41,7 +48,10 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
     line are shown.
     """
     recs = _records(jobs, show_all, last)
-    statuses = poll(recs, refresh=refresh)
+    from orchestrator.cli.wait_cmd import report_retry
+
+    statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
+                                 grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
         return
