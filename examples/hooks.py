@@ -10,7 +10,8 @@ Knobs come from the environment (Slurm exports the submitter's):
 - ``SPORCH_FAIL_RANK`` (default 1): the rank that raises in :func:`fail_on_rank`;
 - ``SPORCH_HANG_S`` (default 300): how long the other ranks sleep in :func:`fail_on_rank`
   (so only ``srun --kill-on-bad-exit`` ends the job quickly);
-- ``SPORCH_SLEEP_S`` (default 60): how long :func:`sleep` sleeps.
+- ``SPORCH_SLEEP_S`` (default 60): how long :func:`sleep` sleeps;
+- ``SPORCH_DIE_RANK`` (default 1): the rank that kills itself with SIGKILL in :func:`die_on_rank`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,21 @@ def fail_on_rank(ctx: Any, plan: Any) -> dict:
         raise RuntimeError(f"injected failure on rank {rank} ({socket.gethostname()})")
     time.sleep(float(os.environ.get("SPORCH_HANG_S", "300")))
     return {"hung": True}
+
+
+def die_on_rank(ctx: Any, plan: Any) -> dict:
+    """Rank ``$SPORCH_DIE_RANK`` kills itself with SIGKILL (it writes no record, as a rank the
+    kernel's OOM killer ends); the others wait for it in a collective and lose their connection."""
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    if _rank(ctx) == int(os.environ.get("SPORCH_DIE_RANK", "1")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(1))
+    return {}
 
 
 def sleep(ctx: Any, plan: Any) -> dict:

@@ -57,10 +57,68 @@ class LocalRunResult:
     result: dict | None
     failed_rank: int | None = None
     logs: dict[int, Path] = field(default_factory=dict)
+    #: Ranks that ended on their own with a non-zero exit, in the order they were seen to end:
+    #: {rank, node, error} ("rank 1 died: killed by signal 9 (SIGKILL) on local-node0").
+    died: list[dict] = field(default_factory=list)
+    #: Ranks still running when the runner stopped them, and why ("hung" | "timeout").
+    stopped: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.failed_rank is None and all(rc == 0 for rc in self.returncodes.values())
+
+    def cause(self) -> dict | None:
+        """{rank, error} of the failure as the runner saw it: the first rank that died without
+        writing its record (a peer's broken connection comes after it), else a rank that hung
+        or ran out of time; None when the rank files tell the story (or nothing failed)."""
+        from orchestrator.jobs.batchlog import root_death
+
+        recorded = recorded_errors(self.run_dir)
+        death = root_death(self.died, recorded)
+        if death is not None:
+            return death
+        for rank, why in sorted(self.stopped.items()):
+            if rank not in recorded:
+                what = "did not finish before the timeout" if why == "timeout" else \
+                    f"hung: still running {KILL_GRACE_S:g} s after another rank failed"
+                return {"rank": rank, "error": f"rank {rank} {what}; stopped by the local runner"}
+        return None
+
+
+def recorded_errors(run_dir: str | Path, host=LOCAL) -> dict[int, Optional[str]]:
+    """Rank -> the error its rank file records (None when it records none), for every rank that
+    wrote one."""
+    from runtime.results import read_rank_files  # stdlib only
+
+    if host is LOCAL:
+        records = read_rank_files(run_dir)
+    else:
+        records = {}
+        folder = JobFiles(str(run_dir)).ranks
+        for name in host.listdir(folder):
+            text = host.read_text(f"{folder}/{name}") if name.endswith(".json") else None
+            try:
+                data = json.loads(text) if text else None
+            except ValueError:
+                data = None
+            if isinstance(data, dict) and isinstance(data.get("rank"), int):
+                records[data["rank"]] = data
+    out: dict[int, Optional[str]] = {}
+    for rank, rec in records.items():
+        err = rec.get("error")
+        out[rank] = (err.get("error") if isinstance(err, dict) else str(err)) if err else None
+    return out
+
+
+def exit_text(code: int) -> str:
+    """A process's exit status in words: "killed by signal 9 (SIGKILL)", "exited with code 1"."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "?"
+        return f"killed by signal {-code} ({name})"
+    return f"exited with code {code}"
 
 
 def node_name(cluster: str, node: int) -> str:
@@ -141,24 +199,33 @@ class LocalRun:
         failed_rank: int | None = None
         failed_at: float | None = None
         start = time.monotonic()
+        died: list[dict] = []
+        stopped: dict[int, str] = {}
         try:
             while True:
                 codes = {p.rank: p.popen.poll() for p in self.procs}
                 finished = sum(rc is not None for rc in codes.values())
                 if on_tick:
                     on_tick(finished, self.world)
+                for p in self.procs:  # a rank that ended badly on its own, in the order seen
+                    rc = codes[p.rank]
+                    if rc not in (None, 0) and p.rank not in stopped and all(d["rank"] != p.rank for d in died):
+                        died.append({"rank": p.rank, "node": p.node, "returncode": rc, "error":
+                                     f"rank {p.rank} died: {exit_text(rc)} on {self._node_name(p.node)}"})
                 if finished == self.world:
                     break
-                bad = [r for r, rc in codes.items() if rc not in (None, 0)]
-                if bad and failed_rank is None:
-                    failed_rank, failed_at = bad[0], time.monotonic()
+                if died and failed_rank is None:
+                    failed_rank, failed_at = died[0]["rank"], time.monotonic()
                 if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_S:
+                    stopped.update({r: "hung" for r, rc in codes.items() if rc is None})
                     self.kill()
                 if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    stopped.update({r: "timeout" for r, rc in codes.items() if rc is None and r not in stopped})
                     self.kill()
-                    failed_rank = failed_rank if failed_rank is not None else -1
+                    if failed_rank is None:
+                        failed_rank = min((r for r, why in stopped.items() if why == "timeout"), default=-1)
                 time.sleep(0.2)
-        except (KeyboardInterrupt, Cancelled):
+        except BaseException:  # KeyboardInterrupt, Cancelled (SIGTERM) or a bug here: no rank outlives us
             self.kill()
             raise
         returncodes = {p.rank: p.popen.wait() for p in self.procs}
@@ -172,7 +239,12 @@ class LocalRun:
             result=result,
             failed_rank=failed_rank,
             logs={p.rank: p.log for p in self.procs},
+            died=died,
+            stopped=stopped,
         )
+
+    def _node_name(self, node: int) -> str:
+        return node_name(self.plan_dict["cluster"].get("name", "local"), node)
 
 
 def run_local(
@@ -205,22 +277,45 @@ def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
     then how it ended; SIGTERM cancels. Returns the run's result (None when cancelled)."""
     write_state(str(run_dir), state="RUNNING")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_hup = signal.signal(signal.SIGHUP, _on_sigterm)  # the terminal went away
     run = LocalRun(plan_path, run_dir)
     try:
         res = run.start().wait(timeout_s=timeout_s, on_tick=on_tick)
     except Cancelled:
+        run.kill()  # also when the signal came while the ranks were starting
         write_state(str(run_dir), state="CANCELLED", reason="cancelled by sporch")
         return None
     except BaseException:
+        run.kill()
         write_state(str(run_dir), state="FAILED", reason="the supervisor stopped")
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
     ok = res.ok and (res.result or {}).get("status") == "completed"
     code = next((rc for rc in res.returncodes.values() if rc), 0)
+    cause = None if ok else res.cause()
+    if cause is not None:
+        res.result = _blame(run_dir, res.result, cause)
+        res.failed_rank = cause["rank"]
     write_state(str(run_dir), state="COMPLETED" if ok else "FAILED", exit_code=f"{code}:0",
-                failed_rank=res.failed_rank, returncodes={str(k): v for k, v in res.returncodes.items()})
+                failed_rank=res.failed_rank, reason=cause["error"] if cause else None,
+                returncodes={str(k): v for k, v in res.returncodes.items()},
+                stopped={str(k): v for k, v in res.stopped.items()})
     return res
+
+
+def _blame(run_dir: Path, result: Optional[dict], cause: dict) -> dict:
+    """result.json names ``cause`` (a rank that died or hung without its record) as the failure,
+    ahead of the errors the ranks recorded (a peer's broken connection); written when rank 0
+    could not write one."""
+    from runtime.results import result_file, write_json_atomic  # stdlib only
+
+    result = dict(result or {"status": "failed", "errors": []})
+    result.update(status="failed", failed_rank=cause["rank"], error=cause["error"],
+                  errors=[cause] + [e for e in result.get("errors") or [] if e != cause])
+    write_json_atomic(result_file(run_dir), result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from orchestrator import __version__
 from orchestrator.errors import SporchError
 from orchestrator.paths import templates_dir
 from orchestrator.plan.schema import Plan
-from orchestrator.submit.slurm_job import SlurmJob
+from orchestrator.submit.slurm_job import SlurmJob, check_line
 
 TEMPLATE = "sbatch.j2"
 
@@ -30,6 +30,8 @@ def _environment():
         autoescape=False,
     )
     env.filters["sh"] = lambda v: shlex.quote(str(v))
+    # a value in a comment or #SBATCH line: refused unless it is one line
+    env.filters["line"] = lambda v: check_line("script value", v)
     return env
 
 
@@ -45,7 +47,7 @@ def render_template(name: str, **context) -> str:
 
 def render_job(job: SlurmJob) -> str:
     """The batch script text of ``job``."""
-    return render_template(TEMPLATE, job=job)
+    return render_template(TEMPLATE, job=job.check())
 
 
 def render_sbatch(plan: Plan, job_dir: str) -> str:

@@ -104,6 +104,7 @@ class Progress:
             write_json_atomic(
                 self.folder / PROGRESS_FILE, {**state, "step": step, "has_shards": shard is not None}
             )
+            print(step_line(step, state), flush=True)  # `sporch logs -f` shows the progress
         if shard is not None:
             # After the barrier of this step progress.json names at least step - 1, so the
             # file of step - 2 is the newest one nobody can need any more.
@@ -121,6 +122,14 @@ class Progress:
         record of what ran)."""
         for path in self.folder.glob(f"rank{self.rank}_step*.pt"):
             path.unlink(missing_ok=True)
+
+
+def step_line(step: int, state: dict[str, Any]) -> str:
+    """The line rank 0 prints after each finished step: ``sporch: step 3/10 (41.2 ms)``."""
+    total = state.get("total")
+    times = state.get("step_ms") or []
+    took = f" ({times[-1]:.4g} ms)" if times and len(times) >= step else ""
+    return f"sporch: step {step}/{total}{took}" if total else f"sporch: step {step}{took}"
 
 
 def restart_count() -> int:

@@ -24,7 +24,8 @@ from runtime.benchstats import provenance
 from runtime.rank_env import RankEnv, RankEnvError
 from runtime.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
 
-#: How long rank 0 waits for the other ranks' files when it cannot gather their records.
+#: How long rank 0 waits for the other ranks' files when it cannot gather their records (a
+#: failed run only: a healthy world always gathers, see :func:`_gather_records`).
 ERROR_COLLECT_S = 5.0
 
 
@@ -95,25 +96,38 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         record["error"] = error
     write_json_atomic(rank_file(output_dir, env.rank), record)
 
+    gathered = _gather_records(plan, record, dist)
+    job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
     if env.rank == 0:
-        _write_result(plan, output_dir, record, dist)
+        job_status = _write_result(plan, output_dir, record, gathered or {})
     shutdown()
-    if status == "completed":
+    if status == "completed" and job_status == "completed":
         return EXIT_OK
+    if status == "completed" and job_status == "requeued":
+        return EXIT_REQUEUED
     return EXIT_REQUEUED if status == "requeued" else EXIT_FAILED
 
 
-def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> None:
-    """Rank 0: gather every rank's record (all_gather_object when the world is healthy,
-    else the rank files) and write result.json."""
-    records: dict[int, dict[str, Any]] = {}
-    if own["status"] == "completed" and dist.is_initialized():
-        gathered: list[Any] = [None] * plan.world_size
-        try:
-            dist.all_gather_object(gathered, own)
-            records = {r["rank"]: r for r in gathered if r}
-        except Exception:  # noqa: BLE001 - a peer died: fall back to its file
-            records = {}
+def _gather_records(plan: Plan, own: dict[str, Any], dist) -> dict[int, dict[str, Any]] | None:
+    """Every rank's record, gathered by every rank that finished its workload (completed, or
+    stopped for a requeue, which the ranks decide together): a collective that all ranks of a
+    healthy world enter, however late one of them comes (up to the collective timeout). A rank
+    that failed does not enter it; the others' gather then fails and rank 0 reads the rank
+    files, which every rank writes before this call. {} when this rank does not gather, None
+    when the gather failed (the job failed, though this rank finished: it exits non-zero)."""
+    if own["status"] not in ("completed", "requeued") or not dist.is_initialized():
+        return {}
+    gathered: list[Any] = [None] * plan.world_size
+    try:
+        dist.all_gather_object(gathered, own)
+    except Exception:  # noqa: BLE001 - a peer failed: rank 0 falls back to the rank files
+        return None
+    return {r["rank"]: r for r in gathered if r}
+
+
+def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: dict[int, dict[str, Any]]) -> str:
+    """Rank 0: write result.json from every rank's record (``records``, gathered when the world
+    is healthy, else the rank files); returns the job's status."""
     if len(records) < plan.world_size:
         deadline = time.time() + ERROR_COLLECT_S  # a peer may still be writing its file
         while True:
@@ -152,6 +166,7 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], dist) -> No
         "provenance": provenance(plan.cluster.to_dict(), [r.get("hostname") for r in records.values() if r.get("hostname")]),
     }
     write_json_atomic(result_file(output_dir), result)
+    return status
 
 
 def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
             step()
             _sync(device)
             times.append((time.perf_counter() - start) * 1e3)
-            progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times})
+            progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times, "total": repeat})
         ctx.comm_stats = CommStats()  # bytes this rank sends during the profiled step
         comm_ms = _comm_time_ms(step, device)
         sent, ctx.comm_stats = ctx.comm_stats, None
@@ -212,7 +212,7 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
     def after_step(i: int, x: torch.Tensor) -> None:
         _sync(device)
         step_ms.append((time.perf_counter() - clock[0]) * 1e3)
-        progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms}, shard=x)
+        progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms, "total": steps}, shard=x)
         clock[0] = time.perf_counter()  # the checkpoint's I/O is not step time
 
     with torch.no_grad():

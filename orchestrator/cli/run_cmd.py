@@ -68,6 +68,7 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
               f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {req.job_dir}; id {rec.id}")
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
+    _record_final(rec)
     if res is None:
         click.echo(f"{rec.id}: cancelled", err=True)
         sys.exit(EXIT_FAILED)
@@ -90,6 +91,16 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
 
 
 CHECKPOINT_ERROR = "CheckpointError:"
+
+
+def _record_final(rec: JobRecord) -> None:
+    """The run's final state into its record (here and record.json), as `sporch status` would."""
+    from orchestrator.jobs.status import poll
+
+    try:
+        poll([rec])
+    except (OSError, SporchError):  # the summary below still tells; `sporch status` retries
+        pass
 
 
 def _check_weights(weights: Optional[str]) -> None:

@@ -8,7 +8,11 @@ import click
 
 from orchestrator.cli.common import console
 from orchestrator.jobs import store
+from orchestrator.jobs.retry import default_grace, retry_unreachable
 from orchestrator.jobs.status import poll
+
+#: How long `status` retries while Slurm / the login host cannot be reached ($SPORCH_GRACE_S).
+STATUS_GRACE_S = 60.0
 from orchestrator.jobs.store import jobs_dir
 
 
@@ -32,14 +36,22 @@ def _records(refs, show_all: bool, last: int):
 @click.option("--last", default=20, show_default=True, help="How many of the latest jobs to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
 @click.option("--refresh", is_flag=True, help="Ask Slurm again about jobs whose final state is cached.")
-def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool) -> None:
+@click.option("--grace", "grace_s", type=float, default=None,
+              help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
+                   f"(default $SPORCH_GRACE_S or {STATUS_GRACE_S:g}); then exit 75.")
+def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool, grace_s) -> None:
     """State of JOBs (sporch id, Slurm job id or name; default: the latest jobs).
 
     Final states come from sacct when the cluster keeps accounting, else from the job
-    directory. For a job that did not complete, the failed rank and its error line are shown.
+    directory. A running job shows its progress (step i/N), a finished one what it measured
+    (verify error or step time); for a job that did not complete, the failed rank and its error
+    line are shown.
     """
     recs = _records(jobs, show_all, last)
-    statuses = poll(recs, refresh=refresh)
+    from orchestrator.cli.wait_cmd import report_retry
+
+    statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
+                                 grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)
     if as_json:
         click.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
         return
@@ -50,7 +62,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
     from rich.table import Table
 
     table = Table(title=None, show_lines=False)
-    for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "failed rank", "error"):
+    for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "outcome", "failed rank", "error"):
         table.add_column(col, overflow="fold")
     colors = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "FAILED": "red", "CANCELLED": "magenta",
               "TIMEOUT": "red"}
@@ -58,11 +70,11 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool)
         state = s.state + (f" ({s.reason})" if s.reason and not s.terminal else "")
         if s.terminal and s.exit_code and s.exit_code != "0:0":
             state += f" exit {s.exit_code}"
-        if s.step is not None and not s.terminal:
-            state += f" step {s.step}"
+        if s.progress and not s.terminal:
+            state += f" {s.progress}"
         color = colors.get(s.state)
         state = escape(state)
         table.add_row(escape(s.id), s.slurm_job_id, escape(s.cluster), f"[{color}]{state}[/]" if color else state,
-                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")),
+                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
                       "-" if s.failed_rank is None else str(s.failed_rank), escape(s.error or ""))
     console().print(table)

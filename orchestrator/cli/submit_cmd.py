@@ -66,8 +66,7 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
     if check:
         req = build_request(cluster, job, job_dir=job_dir)
         res = submitter.check(req)
-        if not res.accepted:
-            raise SporchError(f"Slurm rejected the job: {res.reason}")
+        res.raise_if_rejected()
         if res.start_time:
             click.echo(f"ok        Slurm would accept {req.plan.job.name}: start at {res.start_time} using "
                        f"{res.processors} processors on {res.nodes}"

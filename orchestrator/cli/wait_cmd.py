@@ -2,7 +2,8 @@
 
 Exit codes: 0 COMPLETED; 1 FAILED (also NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, or a result that
 says failed); 3 CANCELLED, TIMEOUT, PREEMPTED or DEADLINE; 124 when ``--timeout`` passed first
-(the job keeps running).
+(the job keeps running); 75 when Slurm or the login host could not be reached for longer than
+``--grace`` (polls are retried with backoff meanwhile: slurmctld restarting, sshd dropped).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import click
 
 from orchestrator.cli.common import console
 from orchestrator.jobs import store
+from orchestrator.jobs.retry import default_grace, retry_unreachable
 from orchestrator.jobs.status import poll_one
 
 EXIT_WAIT_TIMEOUT = 124
+#: How long `wait` retries polls that cannot reach Slurm / the login host ($SPORCH_GRACE_S).
+DEFAULT_GRACE_S = 300.0
 #: Without a terminal, a progress line for new steps at most this often.
 STEP_LINE_S = 10.0
 
@@ -30,8 +34,8 @@ def _describe(s) -> str:
         parts.append(f"elapsed {s.elapsed}")
     if s.nodelist:
         parts.append(f"on {s.nodelist}")
-    if s.step is not None and not s.terminal:
-        parts.append(f"step {s.step}")
+    if s.progress and not s.terminal:
+        parts.append(s.progress)
     return " ".join(parts)
 
 
@@ -41,6 +45,10 @@ def final_line(s) -> str:
         line += f" (exit {s.exit_code})"
     if s.elapsed:
         line += f" after {s.elapsed}"
+    if s.reason and s.state != "COMPLETED":
+        line += f" ({s.reason})"
+    if s.outcome:
+        line += f"; {s.outcome}"
     if s.failed_rank is not None or s.error:
         who = f"rank {s.failed_rank}" if s.failed_rank is not None else "error"
         line += f"; {who}: {s.error or 'failed'}"
@@ -49,8 +57,15 @@ def final_line(s) -> str:
     return line
 
 
-def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: bool = False) -> int:
-    """Poll ``record`` until it is terminal; print progress; return the exit code."""
+def report_retry(exc, pause: float, left: float) -> None:
+    """One stderr line per retry of an unreachable Slurm or login host."""
+    click.echo(f"sporch: {exc}; retrying in {pause:g} s ({left:.0f} s of grace left)", err=True)
+
+
+def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: bool = False,
+             grace_s: float = DEFAULT_GRACE_S) -> int:
+    """Poll ``record`` until it is terminal; print progress; return the exit code. Polls that
+    cannot reach Slurm or the login host are retried for ``grace_s`` seconds (then exit 75)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     tty = sys.stdout.isatty() and not quiet
     last = None
@@ -61,7 +76,8 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
         spinner.start()
     try:
         while True:
-            st = poll_one(record)
+            st = retry_unreachable(lambda: poll_one(record), grace_s=grace_s,
+                                   on_retry=None if quiet else report_retry)
             if st.terminal:
                 break
             if spinner is not None:
@@ -93,8 +109,13 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
 @click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit code tells.")
-def wait(job: str, timeout: Optional[float], interval: float, quiet: bool) -> None:
-    """Wait for JOB to end. Exit 0 COMPLETED, 1 FAILED, 3 CANCELLED/TIMEOUT, 124 --timeout."""
+@click.option("--grace", "grace_s", type=float, default=None,
+              help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
+                   f"(default $SPORCH_GRACE_S or {DEFAULT_GRACE_S:g}); then exit 75.")
+def wait(job: str, timeout: Optional[float], interval: float, quiet: bool, grace_s: Optional[float]) -> None:
+    """Wait for JOB to end. Exit 0 COMPLETED, 1 FAILED, 3 CANCELLED/TIMEOUT, 124 --timeout,
+    75 Slurm or the login host unreachable for longer than --grace."""
     rec = store.find(job)
-    code = wait_for(rec, timeout=timeout, interval=max(0.1, interval), quiet=quiet)
+    code = wait_for(rec, timeout=timeout, interval=max(0.1, interval), quiet=quiet,
+                    grace_s=default_grace(DEFAULT_GRACE_S) if grace_s is None else grace_s)
     sys.exit(code)

@@ -59,6 +59,7 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
         raise bad("slurm.gpu_directive", f"must be one of {', '.join(GPU_DIRECTIVES)}, got {c.slurm.gpu_directive!r}")
     if not is_valid_time(c.slurm.time):
         raise bad("slurm.time", f"{c.slurm.time!r} is not a Slurm time ({TIME_FORMS})")
+    _check_slurm_values(c, source)
     if c.slurm.cpus_per_task < 1:
         raise bad("slurm.cpus_per_task", f"must be >= 1, got {c.slurm.cpus_per_task}")
     for k in c.env:
@@ -76,6 +77,22 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
     if c.login is not None and not c.login.host:
         raise bad("login.host", "must be a host name")
     return c
+
+
+def _check_slurm_values(c: ClusterSpec, source: str) -> None:
+    """Values that become ``#SBATCH`` lines are single-line words (a newline in ``partition`` or
+    ``extra`` would add a script line); ``setup`` and ``python`` are shell by design (docs/clusters.md)."""
+    from orchestrator.submit.slurm_job import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
+
+    try:
+        for key in OPTIONAL_OPTIONS:
+            value = getattr(c.slurm, key)
+            if value not in (None, ""):
+                check_directive_value(f"'slurm.{key}'", value)
+        parse_extra(list(c.slurm.extra))
+        check_line("'python'", c.python or "python")
+    except SporchError as exc:
+        raise SporchError(f"{source}: {exc}") from None
 
 
 def load_cluster_file(path: str | Path) -> ClusterSpec:

@@ -17,6 +17,7 @@ TIMEOUT, PREEMPTED or DEADLINE.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -25,7 +26,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 from orchestrator.host import LOCAL, Host, host_for, read_tail
 from orchestrator.jobs import store
+from orchestrator.jobs.batchlog import root_death, slurm_error, task_deaths
 from orchestrator.jobs.store import JobRecord
+from orchestrator.local_run import recorded_errors
 from orchestrator.plan.files import JobFiles
 from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
 from orchestrator.slurm.query import sacct_states, squeue_states
@@ -67,6 +70,8 @@ class JobStatus:
     restart: Optional[int] = None
     step: Optional[int] = None  # last finished step in the progress checkpoint
     job_dir: str = ""
+    total_steps: Optional[int] = None  # the workload's steps (with ``step``: progress "step i/N")
+    outcome: Optional[str] = None  # what the job measured: verify error or step time (result.json)
 
     @property
     def completed(self) -> bool:
@@ -79,12 +84,19 @@ class JobStatus:
             return EXIT_STOPPED
         return EXIT_FAILED
 
+    @property
+    def progress(self) -> Optional[str]:
+        """``step i/N`` (``step i`` when N is unknown), None before the first step."""
+        if self.step is None:
+            return None
+        return f"step {self.step}/{self.total_steps}" if self.total_steps else f"step {self.step}"
+
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "progress": self.progress}
 
     def final_dict(self) -> Dict[str, Any]:
         keys = ("state", "reason", "exit_code", "elapsed", "nodelist", "failed_rank", "error", "result_status",
-                "restart", "step")
+                "restart", "step", "total_steps", "outcome")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -127,9 +139,28 @@ def read_result(job_dir: str, host: Host = LOCAL) -> Optional[Dict[str, Any]]:
 
 
 def progress_step(job_dir: str, host: Host = LOCAL) -> Optional[int]:
-    data = _read_json(JobFiles(job_dir).progress, host)
-    if data and isinstance(data.get("step"), int):
-        return data["step"]
+    return progress_of(job_dir, host)[0]
+
+
+def progress_of(job_dir: str, host: Host = LOCAL) -> tuple:
+    """(last finished step, the workload's steps) from the progress checkpoint; None where unknown."""
+    data = _read_json(JobFiles(job_dir).progress, host) or {}
+    step, total = data.get("step"), data.get("total")
+    return (step if isinstance(step, int) else None), (total if isinstance(total, int) else None)
+
+
+def outcome_of(result: Optional[Dict[str, Any]]) -> Optional[str]:
+    """What a finished job measured, in one line: the verify error against the tolerance, else
+    the step time (slowest rank's median); None when result.json has neither."""
+    if not result:
+        return None
+    if result.get("max_abs_err") is not None:
+        verdict = "ok" if result.get("verified") else "FAILED"
+        return (f"verify {verdict}: max_abs_err {result['max_abs_err']:.3g}, max_rel_err "
+                f"{result.get('max_rel_err', float('nan')):.3g} (tolerance {result.get('tolerance')})")
+    ms = result.get("step_ms_median_max") or (result.get("metrics") or {}).get("step_ms_median")
+    if isinstance(ms, (int, float)):
+        return f"step {ms:.4g} ms (median)"
     return None
 
 
@@ -195,9 +226,22 @@ def failure_from_logs(record: JobRecord, max_ranks: int = 4096, host: Host = LOC
     return cause
 
 
+def batch_log_text(record: JobRecord, host: Host = LOCAL, max_bytes: int = 65536) -> str:
+    """The end of the batch script's stderr (srun's and Slurm's own reports), "" when unreadable."""
+    if not record.logs.get("batch_err"):
+        return ""
+    return read_tail(host, str(record.log_path("batch_err")), max_bytes) or ""
+
+
 def failure_info(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL
                  ) -> Optional[Dict[str, Any]]:
-    """{rank, error} of the failure: result.json, else rank files, else the logs."""
+    """{rank, error} of the failure: a rank srun reports as ended without writing its record
+    (killed by a signal: its peers' connection errors follow from it), else result.json, else
+    rank files, else the logs."""
+    if record.backend != "local":  # a local run's supervisor puts its own exit report in result.json
+        death = root_death(task_deaths(batch_log_text(record, host)), recorded_errors(record.job_dir, host))
+        if death is not None:
+            return death
     if result and result.get("status") == "failed" and (result.get("error") or result.get("failed_rank") is not None):
         return {"rank": result.get("failed_rank"), "error": result.get("error") or ""}
     if result and result.get("status") == "completed":
@@ -213,7 +257,7 @@ def _from_final(record: JobRecord) -> JobStatus:
                      exit_code=f.get("exit_code"), elapsed=f.get("elapsed"), nodelist=f.get("nodelist"),
                      nodes=record.nodes, failed_rank=f.get("failed_rank"), error=f.get("error"),
                      result_status=f.get("result_status"), restart=f.get("restart"), step=f.get("step"),
-                     job_dir=record.job_dir)
+                     job_dir=record.job_dir, total_steps=f.get("total_steps"), outcome=f.get("outcome"))
 
 
 def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], host: Host = LOCAL) -> SlurmRow:
@@ -230,6 +274,21 @@ def _from_job_dir(record: JobRecord, result: Optional[Dict[str, Any]], host: Hos
     if failure_from_rank_files(record.job_dir, host):
         return SlurmRow("FAILED")
     return SlurmRow("FAILED", reason="left the queue without a result (no accounting on this cluster)")
+
+
+def _completed_without_result(record: JobRecord, result: Optional[Dict[str, Any]], row: SlurmRow,
+                              host: Host) -> SlurmRow:
+    """Slurm says COMPLETED (the batch script exited 0, e.g. srun failed to start the ranks and
+    Slurm 22.05 still returned 0) but the ranks' result.json is missing or not completed: FAILED,
+    with the reason the batch log gives."""
+    if result is None:
+        why = slurm_error(batch_log_text(record, host)) or last_error_line(
+            record.log_path("batch_err"), host=host) if record.logs.get("batch_err") else None
+        reason = "finished without a result (no result.json)" + (f": {one_line(why)}" if why else
+                                                                  "; see the batch log")
+    else:
+        reason = f"the ranks reported {result.get('status', 'no status')} in result.json"
+    return dataclasses.replace(row, state="FAILED", reason=reason)
 
 
 def record_host(record: JobRecord) -> Host:
@@ -288,11 +347,14 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
             if accounting and not row.reason:
                 row.reason = "not in squeue or sacct"
         terminal = is_terminal(row.state) or source == "job dir"
+        if terminal and row.state == "COMPLETED" and (result or {}).get("status") != "completed":
+            row = _completed_without_result(rec, result, row, host)
         st = JobStatus(id=rec.id, name=rec.name, cluster=rec.cluster, slurm_job_id=rec.slurm_job_id,
                        state=row.state, terminal=terminal, source=source, reason=row.reason,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=(result or {}).get("status"), restart=(result or {}).get("restart"),
-                       step=progress_step(rec.job_dir, host), job_dir=rec.job_dir)
+                       job_dir=rec.job_dir, outcome=outcome_of(result))
+        st.step, st.total_steps = progress_of(rec.job_dir, host)
         if terminal and not st.completed and st.state != "CANCELLED":
             info = failure_info(rec, result, host)
             if info:
@@ -301,8 +363,8 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         out.append(st)
         if terminal and save:
             rec.final = st.final_dict()
-            try:
-                store.save(rec, job_dir_copy=False)
+            try:  # the job dir's record.json gets the final state too
+                store.save(rec, host=host)
             except OSError:
                 pass
     return out

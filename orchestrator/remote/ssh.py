@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from orchestrator.errors import SporchError
+from orchestrator.errors import SporchError, Unreachable
 from orchestrator.plan.rules import HOST_KEY_POLICIES
 CONNECT_TIMEOUT = 15.0
 #: LoginSpec fields a job record keeps so that later commands reconnect.
@@ -52,6 +52,11 @@ def login_dict(login: Any) -> Dict[str, Any]:
 
 def quote_command(cmd: Union[str, Sequence[str]]) -> str:
     return cmd if isinstance(cmd, str) else " ".join(shlex.quote(str(c)) for c in cmd)
+
+
+#: What a failed SFTP call raises: OSError (socket errors included), EOFError, paramiko's SSHException
+#: (any Exception: paramiko is imported lazily; sporch's own errors pass through first).
+_FAILURES = (OSError, EOFError, Exception)
 
 
 class SshHost:
@@ -134,18 +139,18 @@ class SshHost:
             raise SporchError(f"ssh authentication as {self.where} failed ({how}): {_one(e)}") from None
         except socket.gaierror as e:
             client.close()
-            raise SporchError(f"cannot reach {self.where}: cannot resolve host {self.host!r} ({e.strerror})"
+            raise Unreachable(f"cannot reach {self.where}: cannot resolve host {self.host!r} ({e.strerror})"
                               ) from None
         except (socket.timeout, TimeoutError):
             client.close()
-            raise SporchError(f"cannot reach {self.where}: no answer within {self.connect_timeout:g} s") from None
+            raise Unreachable(f"cannot reach {self.where}: no answer within {self.connect_timeout:g} s") from None
         except paramiko.ssh_exception.NoValidConnectionsError as e:
             client.close()
             reasons = sorted({_one(getattr(err, "strerror", None) or err) for err in e.errors.values()})
-            raise SporchError(f"cannot reach {self.where}: {'; '.join(reasons) or 'connection failed'}") from None
+            raise Unreachable(f"cannot reach {self.where}: {'; '.join(reasons) or 'connection failed'}") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             client.close()
-            raise SporchError(f"cannot reach {self.where}: {_one(getattr(e, 'strerror', None) or e)}") from None
+            raise Unreachable(f"cannot reach {self.where}: {_one(getattr(e, 'strerror', None) or e)}") from None
         self._client = client
         return self
 
@@ -159,6 +164,13 @@ class SshHost:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def _lost(self, e: BaseException) -> None:
+        """After a failed SFTP call: raise Unreachable when the connection itself is gone (a
+        dropped sshd must not read as a missing file), else return."""
+        if not self.is_active():
+            self.close()
+            raise Unreachable(f"lost the connection to login host {self.where}: {_one(e) or type(e).__name__}")
 
     def is_active(self) -> bool:
         if self._client is None:
@@ -200,7 +212,9 @@ class SshHost:
                 chan.sendall(input.encode())
             chan.shutdown_write()
         except Exception as e:  # noqa: BLE001 - paramiko raises several kinds
-            raise SporchError(f"ssh to {self.where}: cannot run a command: {_one(e)}") from None
+            self.close()  # the next call connects again
+            raise Unreachable(f"lost the connection to login host {self.where}: cannot run a command: {_one(e)}"
+                              ) from None
         out: List[bytes] = []
         err: List[bytes] = []
         deadline = time.monotonic() + timeout
@@ -257,7 +271,10 @@ class SshHost:
         try:
             self.sftp.stat(path)
             return True
-        except OSError:  # FileNotFoundError included
+        except SporchError:
+            raise
+        except _FAILURES as e:  # FileNotFoundError included
+            self._lost(e)
             return False
 
     def is_dir(self, path: str) -> bool:
@@ -312,19 +329,28 @@ class SshHost:
                 return fh.read()
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except SporchError:
+            raise
+        except _FAILURES as e:
+            self._lost(e)
             raise SporchError(f"cannot read {path} on {self.where}: {_one(e)}") from None
 
     def size(self, path: str) -> Optional[int]:
         try:
             return self.sftp.stat(path).st_size
-        except OSError:
+        except SporchError:
+            raise
+        except _FAILURES as e:
+            self._lost(e)
             return None
 
     def listdir(self, path: str) -> List[str]:
         try:
             return self.sftp.listdir(path)
-        except OSError:
+        except SporchError:
+            raise
+        except _FAILURES as e:
+            self._lost(e)
             return []
 
     def remove_tree(self, path: str) -> None:

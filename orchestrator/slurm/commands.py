@@ -7,7 +7,7 @@ import re
 import subprocess
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from orchestrator.errors import SporchError
+from orchestrator.errors import SporchError, Unreachable
 from orchestrator.host import LOCAL, Host
 
 #: Seconds a Slurm client command may take before we give up (slurmctld down, network).
@@ -25,6 +25,37 @@ _NOISE_RE = re.compile(r"^(?:Batch job submission failed|Unable to allocate reso
 
 JobIds = Union[str, int, Iterable[Union[str, int]]]
 
+#: Slurm's words for "the controller / database did not answer" (not a rejection).
+_UNREACHABLE_RE = re.compile(
+    r"unable to contact slurm controller|connection refused|socket timed out|communication connection failure|"
+    r"zero bytes were transmitted|unable to connect to|connect failure|connection reset|"
+    r"problem talking to the database|slurmdbd.*(?:not responding|down)|slurm_persist_conn_open", re.IGNORECASE)
+
+
+def asked(host: Host, tool: str) -> str:
+    """Which Slurm a command asked: ``sbatch on this machine`` | ``sbatch on login host u@h:22``."""
+    return f"{tool} on login host {host.where}" if host.remote else f"{tool} on this machine"
+
+
+def is_unreachable(reason: str) -> bool:
+    """Whether Slurm's reason means it could not be reached (rather than that it said no)."""
+    return bool(_UNREACHABLE_RE.search(reason or ""))
+
+
+def command_failure(tool: str, reason: str, where: str, proc: Optional[subprocess.CompletedProcess] = None
+                    ) -> "SlurmCommandError":
+    """The one-line error of a Slurm tool that failed with ``reason``, saying which Slurm was
+    asked (``where``: :func:`asked`); :class:`SlurmUnreachable` when Slurm could not be reached,
+    else a rejection (of "the job" for sbatch/srun/salloc, of "the <tool> request" otherwise)."""
+    kw = dict(tool=tool, reason=reason, returncode=proc.returncode if proc is not None else None,
+              stdout=proc.stdout if proc is not None else "", stderr=proc.stderr if proc is not None else "")
+    there = " there" if " on login host " in where else ""
+    if is_unreachable(reason):
+        return SlurmUnreachable(f"could not reach Slurm ({where}): {reason}; is slurmctld up? "
+                                f"(try `scontrol ping`{there})", **kw)
+    what = "the job" if tool in _SUBMITTERS else f"the {tool} request"
+    return SlurmCommandError(f"Slurm rejected {what} ({where}): {reason}", **kw)
+
 
 class SlurmCommandError(SporchError):
     """A Slurm tool failed. ``str(err)`` is one line; ``reason`` is Slurm's own words."""
@@ -37,6 +68,10 @@ class SlurmCommandError(SporchError):
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
+
+
+class SlurmUnreachable(SlurmCommandError, Unreachable):
+    """A Slurm tool could not reach slurmctld (or slurmdbd), or did not answer in time."""
 
 
 def slurm_reason(stderr: str, stdout: str = "") -> str:
@@ -91,14 +126,13 @@ def run_slurm(
     host = host or LOCAL
     cmd = [str(c) for c in cmd]
     tool = os.path.basename(cmd[0])
-    on = f" on {host.where}" if host.remote else ""
     try:
         rc, out, err = host.run(cmd, timeout=timeout, input=input, env=env, cwd=cwd)
     except TimeoutError:
         there = " there" if host.remote else ""
-        raise SlurmCommandError(
-            f"{tool} did not answer within {timeout:g} s{on}; is slurmctld up? (try `scontrol ping`{there})",
-            tool=tool, reason="timeout", returncode=None) from None
+        raise SlurmUnreachable(
+            f"could not reach Slurm ({asked(host, tool)}): no answer within {timeout:g} s; is slurmctld up? "
+            f"(try `scontrol ping`{there})", tool=tool, reason="timeout", returncode=None) from None
     if rc == 127 and re.search(rf"\b{re.escape(tool)}\b.*(?:command )?not found", err or ""):
         fix = (f"not found on {host.where}; add the Slurm module/PATH to login.setup" if host.remote else
                "not found on PATH; run this where Slurm's client tools are installed "
@@ -108,12 +142,7 @@ def run_slurm(
     proc = subprocess.CompletedProcess(cmd, rc, out, err)
     if check and proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout) or f"exit code {proc.returncode}"
-        if tool in _SUBMITTERS:
-            msg = f"Slurm rejected the job: {reason}"
-        else:
-            msg = f"{tool} failed: {reason}"
-        raise SlurmCommandError(msg, tool=tool, reason=reason, returncode=proc.returncode,
-                                stdout=proc.stdout, stderr=proc.stderr)
+        raise command_failure(tool, reason, asked(host, tool), proc)
     return proc
 
 

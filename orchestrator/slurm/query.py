@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Dict, Optional, Sequence, Union
 
 from orchestrator.errors import SporchError
 from orchestrator.host import LOCAL, Host
-from orchestrator.slurm.commands import DEFAULT_TIMEOUT, JobIds, job_id_list, run_slurm, slurm_reason
+from orchestrator.slurm.commands import (DEFAULT_TIMEOUT, JobIds, asked, command_failure, job_id_list, run_slurm,
+                                         slurm_reason)
 from orchestrator.slurm.states import JobState, parse_state
 
 _SEP = "|"
@@ -33,7 +35,7 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Op
         # every id unknown: squeue exits 1 with "slurm_load_jobs error: Invalid job id specified"
         if "invalid job id" in reason.lower():
             return {}
-        raise SporchError(f"squeue failed: {reason or f'exit code {proc.returncode}'}")
+        raise command_failure("squeue", reason or f"exit code {proc.returncode}", asked(host or LOCAL, "squeue"), proc)
     return _parse_rows(proc.stdout, ("id", "state", "reason", "elapsed", "nodelist"))
 
 
@@ -60,7 +62,8 @@ def sacct_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Opt
     if proc.returncode != 0:
         if _accounting_off(proc):
             return None
-        raise SporchError(f"sacct failed: {slurm_reason(proc.stderr, proc.stdout) or f'exit code {proc.returncode}'}")
+        raise command_failure("sacct", slurm_reason(proc.stderr, proc.stdout) or f"exit code {proc.returncode}",
+                              asked(host or LOCAL, "sacct"), proc)
     if not ids:
         return {}
     rows = _parse_rows(proc.stdout, ("id", "state", "exit", "reason", "elapsed", "nodelist"))
@@ -95,6 +98,7 @@ class TestOnlyResult:
 
     accepted: bool
     reason: str = ""  # Slurm's reason when rejected
+    asked: str = "sbatch on this machine"  # which Slurm answered (commands.asked)
     start_time: Optional[str] = None  # "2026-11-22T07:10:04"
     processors: Optional[int] = None
     nodes: Optional[str] = None  # "node[1-2]"
@@ -103,8 +107,13 @@ class TestOnlyResult:
 
     def raise_if_rejected(self) -> "TestOnlyResult":
         if not self.accepted:
-            raise SporchError(f"Slurm rejected the job: {self.reason}")
+            raise self.error()
         return self
+
+    def error(self) -> SporchError:
+        """The one-line error of a refusal: "Slurm rejected the job (...)", or "could not reach
+        Slurm (...)" when the controller did not answer."""
+        return command_failure("sbatch", self.reason, self.asked)
 
 
 _TEST_OK_RE = re.compile(
@@ -125,7 +134,8 @@ def test_only(script: Union[str, Path, None] = None, args: Sequence[str] = (), *
     cmd = ["sbatch", "--test-only", *[str(a) for a in args]]
     if script_text is not None:
         proc = run_slurm(cmd, timeout=timeout, check=False, host=host, input=script_text)
-        return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
+        return dataclasses.replace(parse_test_only(proc.returncode, proc.stdout, proc.stderr),
+                                   asked=asked(host, "sbatch"))
     if script is not None:
         if not host.remote and not Path(script).is_file():
             raise SporchError(f"batch script {script} not found")
@@ -133,7 +143,7 @@ def test_only(script: Union[str, Path, None] = None, args: Sequence[str] = (), *
     elif not any(str(a).startswith("--wrap") for a in args):
         cmd.append("--wrap=true")
     proc = run_slurm(cmd, timeout=timeout, check=False, host=host)
-    return parse_test_only(proc.returncode, proc.stdout, proc.stderr)
+    return dataclasses.replace(parse_test_only(proc.returncode, proc.stdout, proc.stderr), asked=asked(host, "sbatch"))
 
 
 def parse_test_only(returncode: int, stdout: str, stderr: str) -> TestOnlyResult:

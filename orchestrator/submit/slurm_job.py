@@ -31,18 +31,44 @@ SRUN_ARGS = ("--kill-on-bad-exit=1",)
 OPTIONAL_OPTIONS = ("partition", "account", "qos", "constraint", "mem")
 
 
+#: A value that lands on one ``#SBATCH`` line or in a script comment: one line, no control characters.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+#: Names that sbatch and the shell take as they are (job names, environment variable names).
+_WORD_RE = re.compile(r"[A-Za-z0-9_.\-]+")
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_line(what: str, value: object) -> str:
+    """``value`` as text if it is a single line without control characters, else a SporchError."""
+    text = str(value)
+    if _CONTROL_RE.search(text):
+        raise SporchError(f"{what} {text!r} must be a single line without control characters")
+    return text
+
+
+def check_directive_value(what: str, value: object) -> str:
+    """A value of an ``#SBATCH --key=value`` option: one line, no whitespace, no double quotes or
+    backslashes (sbatch reads its own quoting on these lines; they cannot be quoted)."""
+    text = check_line(what, value)
+    if not text or re.search(r'[\s"\\]', text):
+        raise SporchError(f"{what} {text!r} must be a non-empty value without whitespace, double quotes or backslashes")
+    return text
+
+
 def parse_extra(lines: List[str]) -> Tuple[Tuple[str, Optional[str]], ...]:
     """``slurm.extra`` (``--reservation=x``, ``#SBATCH --hint=y``, ``--overcommit``) ->
     ((option, value or None), ...)."""
     out = []
     for raw in lines:
-        line = raw.strip()
+        line = check_line("slurm.extra line", raw).strip()
         if line.startswith("#SBATCH"):
             line = line[len("#SBATCH"):].strip()
         m = re.fullmatch(r"--([A-Za-z][\w-]*)(?:=(.*))?", line)
         if not m:
             raise SporchError(f"slurm.extra line {raw!r} is not an sbatch option of the form --key[=value] "
                               "(e.g. --reservation=NAME)")
+        if m.group(2) is not None:
+            check_directive_value(f"slurm.extra --{m.group(1)}", m.group(2))
         out.append((m.group(1), m.group(2)))
     return tuple(out)
 
@@ -78,7 +104,7 @@ class SlurmJob:
             raise SporchError(f"job dir {job_dir!r} must be a non-empty path without whitespace")
         c, slurm = plan.cluster, plan.cluster.slurm
         options = {k: str(getattr(slurm, k)) for k in OPTIONAL_OPTIONS if getattr(slurm, k) not in (None, "")}
-        return cls(
+        return cls.checked(
             files=JobFiles(job_dir.rstrip("/") or "/"),
             name=plan.job.name,
             nodes=plan.nodes,
@@ -97,11 +123,48 @@ class SlurmJob:
             comment={"cluster": c.name, "intra_fabric": c.intra_node.fabric, "inter_fabric": c.inter_node.fabric},
         )
 
+    @classmethod
+    def checked(cls, **fields) -> "SlurmJob":
+        return cls(**fields).check()
+
+    def check(self) -> "SlurmJob":
+        """Refuse (SporchError, one line) any value that could leave the line it lands on in the
+        batch script: directive values are single-line words, environment names are identifiers,
+        comments are single lines. Values on shell lines are quoted by the templates (``| sh``);
+        ``setup`` and ``python`` are shell by design (docs/clusters.md) and only kept to one line each."""
+        if not _WORD_RE.fullmatch(self.name):
+            raise SporchError(f"job name {self.name!r} must be letters, digits, '-', '_' or '.'")
+        check_directive_value("job dir", self.files.job_dir)
+        if self.batch_logs is not None:
+            check_directive_value("batch log folder", self.batch_logs)
+        check_directive_value("slurm.time", self.time)
+        for key, value in self.options.items():
+            check_directive_value(f"slurm.{key}", value)
+        for key, value in self.extra:
+            if not re.fullmatch(r"[A-Za-z][\w-]*", str(key)):
+                raise SporchError(f"slurm.extra option {key!r} is not an sbatch option name")
+            check_directive_value(f"slurm.extra --{key}", key if value is None else value)
+        if self.array is not None:
+            check_directive_value("array", self.array)
+        for key in self.env:
+            if not _ENV_KEY_RE.fullmatch(str(key)):
+                raise SporchError(f"env name {key!r} is not a valid environment variable name")
+        for key in ("nodes", "tasks_per_node", "cpus_per_task", "world_size", "signal_delay_s"):
+            if not isinstance(getattr(self, key), int):
+                raise SporchError(f"{key} must be an integer, got {getattr(self, key)!r}")
+        check_directive_value("signal", self.signal)
+        self.gpu_option()
+        check_line("python", self.python)
+        for key, value in self.comment.items():
+            check_line(key, value)
+        check_line("layout", self.layout_text)
+        return self
+
     def as_array(self, name: str, count: int, throttle: Optional[int], batch_logs: str) -> "SlurmJob":
         """This request as a job array of ``count`` tasks (at most ``throttle`` at once), its
         batch output under ``batch_logs`` (one file per array task)."""
         spec = f"0-{count - 1}" + (f"%{throttle}" if throttle else "")
-        return dataclasses.replace(self, name=name, array=spec, batch_logs=batch_logs)
+        return dataclasses.replace(self, name=name, array=spec, batch_logs=batch_logs).check()
 
     @property
     def time_minutes(self) -> int:

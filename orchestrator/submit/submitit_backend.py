@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import shlex
+import subprocess
 from typing import Any, Dict, List, Sequence
 
 from orchestrator.errors import SporchError
@@ -23,7 +24,7 @@ from orchestrator.host import LOCAL, Host
 from orchestrator.jobs.status import slurm_query
 from orchestrator.plan import rules
 from orchestrator.plan.files import LOG_LAYOUTS
-from orchestrator.slurm.commands import SlurmCommandError, scancel, slurm_reason
+from orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
 from orchestrator.submit.backend import Submitted
 from orchestrator.submit.request import SubmitRequest
 from orchestrator.submit.task import run_rank
@@ -123,10 +124,10 @@ class SubmititBackend:
         except submitit.core.utils.FailedJobError as e:
             text = str(e) or captured.getvalue()
             reason = slurm_reason(text) or "sbatch failed"
-            raise SlurmCommandError(f"Slurm rejected the job: {reason}", tool="sbatch", reason=reason,
-                                    returncode=None, stderr=text) from None
+            raise command_failure("sbatch", reason, asked(self.host, "sbatch"),
+                                  subprocess.CompletedProcess(["sbatch"], 1, "", text)) from None
         except FileNotFoundError:
-            raise SlurmCommandError("Slurm command 'sbatch' not found on PATH", tool="sbatch",
+            raise SlurmCommandError("Slurm command 'sbatch' not found on PATH on this machine", tool="sbatch",
                                     reason="command not found", returncode=None) from None
         return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
 

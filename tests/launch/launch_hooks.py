@@ -27,3 +27,26 @@ def fail_on_rank(ctx, plan):
         raise ValueError("injected failure for the test")
     dist.all_reduce(torch.ones(1))
     return {}
+
+
+def slow_rank(ctx, plan):
+    """The rank named by SPORCH_TEST_SLOW_RANK finishes SPORCH_TEST_SLOW_S seconds after the
+    others (a loaded machine): its record comes late to rank 0."""
+    import time
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == int(os.environ["SPORCH_TEST_SLOW_RANK"]):
+        time.sleep(float(os.environ["SPORCH_TEST_SLOW_S"]))
+    return {}
+
+
+def hang_rank(ctx, plan):
+    """The rank named by SPORCH_TEST_HANG_RANK sleeps for an hour; the others return at once."""
+    import time
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == int(os.environ["SPORCH_TEST_HANG_RANK"]):
+        time.sleep(3600)
+    return {}

@@ -25,6 +25,7 @@ class RemoteSporch:
         self.home = root / "home"
         self.work = root / "remote-work"
         self.kh = root / "known_hosts"
+        self.where = f"{sshd.user}@127.0.0.1:{sshd.port}"  # how errors name the login host
         setup = [f"export PATH={os.path.dirname(sys.executable)}:$PATH", f"export PYTHONPATH={ROOT}",
                  f". {lab_env_file}"]
         login = (f"login:\n  host: 127.0.0.1\n  port: {sshd.port}\n  user: {sshd.user}\n"
@@ -99,8 +100,9 @@ def test_check_over_ssh(rsporch):
     assert p.returncode == 0, p.stderr
     assert "ok        Slurm would accept tiny" in p.stdout and "nothing submitted" in p.stdout
     p = rsporch("submit", "--check", "--cluster", rsporch.nopart, TINY)
-    assert p.returncode == 2 and p.stderr.strip() == "sporch: error: Slurm rejected the job: invalid partition " \
-                                                      "specified: nosuch"
+    assert p.returncode == 2 and p.stderr.strip() == (
+        f"sporch: error: Slurm rejected the job (sbatch on login host {rsporch.where}): invalid partition "
+        "specified: nosuch")
 
 
 def test_rejected_over_ssh_leaves_nothing(rsporch):
@@ -108,7 +110,8 @@ def test_rejected_over_ssh_leaves_nothing(rsporch):
     runs = rsporch.work / "runs" / "sshreject"
     p = rsporch("submit", "--cluster", rsporch.nopart, TINY, "name=sshreject")
     assert p.returncode == 2, p.stdout + p.stderr
-    assert p.stderr.strip() == "sporch: error: Slurm rejected the job: invalid partition specified: nosuch"
+    assert p.stderr.strip() == (f"sporch: error: Slurm rejected the job (sbatch on login host {rsporch.where}): "
+                                "invalid partition specified: nosuch")
     assert not runs.exists()
     assert rsporch.records() == before
     p = rsporch("submit", "--via", "submitit", "--cluster", rsporch.cluster, TINY)

@@ -42,13 +42,13 @@ def test_runner_gets_the_same_argv_and_slurms_reason_is_parsed_the_same_way():
                           "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
     with pytest.raises(SlurmCommandError) as ei:
         sbatch(script="job.sbatch", cwd="/remote/jd", host=r)
-    assert str(ei.value) == "Slurm rejected the job: invalid partition specified: nosuch"
+    assert str(ei.value) == "Slurm rejected the job (sbatch on login host me@login:22): invalid partition specified: nosuch"
     assert r.calls[0]["argv"] == ["sbatch", "--parsable", "job.sbatch"] and r.calls[0]["cwd"] == "/remote/jd"
     assert sbatch(script="x", host=FakeRunner(0, "4242\n")) == "4242"
 
 
 def test_runner_timeout_missing_tool_and_queries():
-    with pytest.raises(SlurmCommandError, match=r"squeue did not answer within 3 s on me@login:22"):
+    with pytest.raises(SlurmCommandError, match=r"^could not reach Slurm \(squeue on login host me@login:22\): no answer within 3 s"):
         run_slurm(["squeue"], timeout=3, host=FakeRunner(raise_timeout=True))
     with pytest.raises(SlurmCommandError, match=r"'sacct' not found on me@login:22.*login.setup"):
         run_slurm(["sacct"], host=FakeRunner(127, "", "bash: line 1: sacct: command not found\n"))

@@ -104,7 +104,7 @@ def test_run_slurm_rejection_message_is_one_line(tmp_path):
     fake.chmod(0o755)
     with pytest.raises(SporchError) as e:
         run_slurm([str(fake), "-p", "foo", "--wrap", "true"])
-    assert str(e.value) == "Slurm rejected the job: invalid partition specified: foo"
+    assert str(e.value) == "Slurm rejected the job (sbatch on this machine): invalid partition specified: foo"
     assert "\n" not in str(e.value) and e.value.exit_code == 2
     assert e.value.reason == "invalid partition specified: foo" and e.value.returncode == 1
 
@@ -113,14 +113,35 @@ def test_run_slurm_other_tool_failure(tmp_path):
     fake = tmp_path / "scontrol"
     fake.write_text("#!/bin/sh\necho 'scontrol: error: Invalid node name specified' >&2\nexit 1\n")
     fake.chmod(0o755)
-    with pytest.raises(SporchError, match=r"^scontrol failed: Invalid node name specified$"):
+    with pytest.raises(SporchError, match=r"^Slurm rejected the scontrol request \(scontrol on this machine\): "
+                       r"Invalid node name specified$"):
         run_slurm([str(fake), "show", "node", "x"])
+
+
+def test_could_not_reach_is_told_from_rejected(tmp_path):
+    """Issue 9 item 17: a controller that does not answer is "could not reach" (exit 75, which
+    wait/status retry), not "Slurm rejected the job"; both name the Slurm that was asked."""
+    from orchestrator.errors import EXIT_UNREACHABLE, Unreachable
+
+    fake = tmp_path / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                    "controller (connect failure)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(Unreachable) as e:
+        run_slurm([str(fake), "--wrap", "true"])
+    assert str(e.value) == ("could not reach Slurm (sbatch on this machine): Unable to contact slurm controller "
+                            "(connect failure); is slurmctld up? (try `scontrol ping`)")
+    assert e.value.exit_code == EXIT_UNREACHABLE
+    res = parse_test_only(1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+                                 "(connect failure)\n")
+    with pytest.raises(Unreachable, match=r"^could not reach Slurm \(sbatch on this machine\)"):
+        res.raise_if_rejected()
 
 
 def test_run_slurm_missing_and_timeout():
     with pytest.raises(SporchError, match="not found on PATH"):
         run_slurm(["sporch-no-such-slurm-tool"])
-    with pytest.raises(SporchError, match="did not answer within 0.2 s"):
+    with pytest.raises(SporchError, match=r"^could not reach Slurm \(python on this machine\): no answer within 0.2 s"):
         run_slurm([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
 
 
@@ -153,7 +174,7 @@ def test_parse_test_only():
     assert ok.raise_if_rejected() is ok
     bad = parse_test_only(1, "", "allocation failure: Node count specification invalid\n")
     assert not bad.accepted and bad.reason == "Node count specification invalid"
-    with pytest.raises(SporchError, match="^Slurm rejected the job: Node count specification invalid$"):
+    with pytest.raises(SporchError, match=r"^Slurm rejected the job \(sbatch on this machine\): Node count specification invalid$"):
         bad.raise_if_rejected()
     bad2 = parse_test_only(1, "", "sbatch: error: invalid partition specified: foo\n"
                                   "allocation failure: Invalid partition name specified\n")

@@ -145,7 +145,7 @@ def test_submitit_rejection_becomes_one_line_with_slurms_reason(monkeypatch, tmp
     req = _request("slurmlab", job_dir=str(tmp_path))
     with pytest.raises(SlurmCommandError) as e:
         submitit_backend.SubmititBackend().submit(req)
-    assert str(e.value) == "Slurm rejected the job: invalid partition specified: foo"
+    assert str(e.value) == "Slurm rejected the job (sbatch on this machine): invalid partition specified: foo"
     assert capsys.readouterr().err == ""  # submitit's own print was captured
 
 

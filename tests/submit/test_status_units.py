@@ -15,9 +15,12 @@ from orchestrator.jobs.status import SlurmRow
 from orchestrator.jobs.store import JobRecord
 
 
-def _rec(tmp_path: Path, i: str, slurm_id: str) -> JobRecord:
+def _rec(tmp_path: Path, i: str, slurm_id: str, completed: bool = False) -> JobRecord:
+    """A record of a job in ``tmp_path/i``; ``completed``: its ranks wrote a completed result.json."""
     jd = tmp_path / i
     (jd / "logs").mkdir(parents=True)
+    if completed:
+        (jd / "result.json").write_text('{"status": "completed"}')
     r = JobRecord(id=i, name=i, cluster="lab", backend="sbatch", slurm_job_id=slurm_id, job_dir=str(jd),
                   submitted=f"2026-01-01T00:00:0{slurm_id[-1]}", world_size=4, nodes=2,
                   logs={"batch_out": "logs/{job_id}.out", "batch_err": "logs/{job_id}.err",
@@ -92,7 +95,7 @@ class FakeSlurm:
 
 
 def test_one_squeue_and_one_sacct_call_per_poll(monkeypatch, tmp_path, sporch_home):
-    a, b, c = _rec(tmp_path, "a", "11"), _rec(tmp_path, "b", "12"), _rec(tmp_path, "c", "13")
+    a, b, c = _rec(tmp_path, "a", "11"), _rec(tmp_path, "b", "12"), _rec(tmp_path, "c", "13", completed=True)
     fake = FakeSlurm(squeue={"11": SlurmRow("RUNNING", elapsed="0:05", nodelist="node[1-2]"),
                              "12": SlurmRow("PENDING", reason="Resources")},
                      sacct={"13": SlurmRow("COMPLETED", exit_code="0:0", elapsed="00:00:09")}).install(monkeypatch, tmp_path)
@@ -181,7 +184,7 @@ def test_wait_returns_the_jobs_code_and_times_out(monkeypatch, tmp_path, sporch_
 
 def test_cancel_skips_finished_jobs(monkeypatch, tmp_path, sporch_home, run_cli):
     _rec(tmp_path, "live", "51")
-    _rec(tmp_path, "done", "52")
+    _rec(tmp_path, "done", "52", completed=True)
     fake = FakeSlurm(squeue={"51": SlurmRow("RUNNING"), "52": SlurmRow("COMPLETED")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("cancel", "live", "done")
     assert code == 0, err
@@ -208,7 +211,7 @@ def test_status_without_jobs(sporch_home, run_cli):
 
 
 def test_logs_prints_batch_and_rank_logs(monkeypatch, tmp_path, sporch_home, run_cli):
-    r = _rec(tmp_path, "l", "71")
+    r = _rec(tmp_path, "l", "71", completed=True)
     logs = Path(r.job_dir) / "logs"
     (logs / "71.out").write_text("batch says hi\n")
     (logs / "71_1.out").write_text("rank one\n")
@@ -223,3 +226,55 @@ def test_logs_prints_batch_and_rank_logs(monkeypatch, tmp_path, sporch_home, run
     FakeSlurm(squeue={"71": SlurmRow("COMPLETED")}).install(monkeypatch, tmp_path)
     code, out, err = run_cli("logs", "l", "-f", "--interval", "0.1")
     assert code == 0 and out == "batch says hi\n" and "COMPLETED" in err
+
+
+def test_a_completed_job_without_result_is_failed_with_the_batch_logs_reason(monkeypatch, tmp_path, sporch_home):
+    """Slurm 22.05 says COMPLETED when srun could not start the ranks: without result.json the
+    job is FAILED, with srun's error; a result that says failed makes it FAILED too."""
+    bare = _rec(tmp_path, "bare", "81")
+    (Path(bare.job_dir) / "logs" / "81.err").write_text("srun: error: Slurmd could not connect IO\n")
+    quiet = _rec(tmp_path, "quiet", "82")
+    told = _rec(tmp_path, "told", "83")
+    (Path(told.job_dir) / "result.json").write_text('{"status": "failed", "failed_rank": 1, "error": "ValueError: x"}')
+    FakeSlurm(sacct={i: SlurmRow("COMPLETED", exit_code="0:0") for i in ("81", "82", "83")}).install(monkeypatch,
+                                                                                                  tmp_path)
+    sts = {s.id: s for s in js.poll([bare, quiet, told])}
+    assert sts["bare"].state == "FAILED" and sts["bare"].exit_status() == 1
+    assert sts["bare"].reason == "finished without a result (no result.json): srun: error: Slurmd could not connect IO"
+    assert sts["quiet"].state == "FAILED" and "no result.json" in sts["quiet"].reason
+    assert sts["told"].state == "FAILED" and sts["told"].failed_rank == 1 and sts["told"].error == "ValueError: x"
+    assert store.find("bare").final["state"] == "FAILED"
+
+
+def test_a_rank_srun_reports_killed_is_blamed_before_its_peers(monkeypatch, tmp_path, sporch_home):
+    """srun's batch log names the rank that was killed first; the peers' records say their
+    connection broke: the killed rank (which wrote no record) is the cause."""
+    r = _rec(tmp_path, "k", "91")
+    (Path(r.job_dir) / "logs" / "91.err").write_text(
+        "srun: error: node2: task 2: Killed\nsrun: error: node2: task 3: Terminated\n"
+        "srun: error: node1: tasks 0-1: Terminated\n")
+    ranks = Path(r.job_dir) / "ranks"
+    ranks.mkdir()
+    for rank in (0, 1, 3):
+        (ranks / f"rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "status": "failed", "error": {"rank": rank, "error": "RuntimeError: Connection reset by peer"}}))
+    (Path(r.job_dir) / "result.json").write_text(json.dumps(
+        {"status": "failed", "failed_rank": 0, "error": "RuntimeError: Connection reset by peer"}))
+    FakeSlurm(sacct={"91": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch, tmp_path)
+    st = js.poll([r])[0]
+    assert (st.failed_rank, st.error) == (2, "rank 2 died: killed by signal 9 (SIGKILL) on node2")
+
+
+def test_a_local_run_that_says_completed_without_result_is_failed(tmp_path, sporch_home):
+    jd = tmp_path / "loc"
+    (jd / "logs").mkdir(parents=True)
+    (jd / "logs" / "rank0.log").write_text("starting\nRuntimeError: the ranks could not start\n")
+    (jd / "local.json").write_text('{"pid": 1, "state": "COMPLETED"}')
+    r = JobRecord(id="loc", name="loc", cluster="local", backend="local", slurm_job_id="1", job_dir=str(jd),
+                  submitted="2026-01-01T00:00:00", world_size=1, nodes=1,
+                  logs={"batch_out": "logs/rank0.log", "batch_err": "logs/rank0.log",
+                        "rank_out": "logs/rank{rank}.log", "rank_err": "logs/rank{rank}.log"})
+    store.save(r)
+    st = js.poll([r])[0]
+    assert st.state == "FAILED" and st.exit_status() == 1
+    assert st.reason == "finished without a result (no result.json): RuntimeError: the ranks could not start"
