@@ -58,15 +58,17 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
             remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
             raise
     write_files(req, LOCAL)
-    rec = JobRecord(id=store.unique_id(store.make_id(plan.job.name, now)), name=plan.job.name, cluster=cluster.name,
+    rec = JobRecord(id=store.make_id(plan.job.name, now), name=plan.job.name, cluster=cluster.name,
                     backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,
                     submitted=now.isoformat(timespec="seconds"), command=command_line(invocation()),
                     world_size=plan.world_size, nodes=plan.nodes, workload=plan.workload.kind, logs=dict(LOGS))
-    store.save(rec)
+    store.save_new(rec)
+
+    from rich.markup import escape
 
     con = console(stderr=True)
     con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {req.job_dir}; id {rec.id}")
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {escape(req.job_dir)}; id {rec.id}")
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
     if res is None:
         click.echo(f"{rec.id}: cancelled", err=True)
@@ -126,10 +128,10 @@ def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con
 
 
 def _print_summary(res, plan, con) -> None:
-    from rich.table import Table
+    from orchestrator.cli.common import plain_table
 
     result = res.result or {}
-    table = Table(title="result", show_header=False)
+    table = plain_table(title="result", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
     table.add_row("status", str(result.get("status", "no result (see logs)")))

@@ -17,6 +17,10 @@ from orchestrator.errors import SporchError
 from orchestrator.plan.rules import DIMS, DTYPES, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
 
 
+#: Longest job name: it becomes a folder name (runs/<name>/...) and the Slurm job name.
+MAX_NAME = 100
+
+
 @dataclass
 class ModelSpec:
     preset: Optional[str] = None
@@ -126,6 +130,10 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", job.name or ""):
         raise bad("name", f"must be letters, digits, '-', '_' or '.', got {job.name!r}")
+    if set(job.name) == {"."}:
+        raise bad("name", f"{job.name!r} is not a folder name of its own; use letters or digits")
+    if len(job.name) > MAX_NAME:
+        raise bad("name", f"is {len(job.name)} characters long; use at most {MAX_NAME}")
     if job.entrypoint is not None and not re.fullmatch(r"[\w.]+(:[\w.]+)?", job.entrypoint):
         raise bad("entrypoint", f"must look like 'pkg.module:function', got {job.entrypoint!r}")
     w = job.workload
