@@ -93,6 +93,21 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
 
 
+def memory_advice(est: dict, memory_gib: float, gpu_model: str) -> str:
+    """Why a plan does not fit in GPU memory, and what would help. Every rank holds all the
+    parameters (sporch shards the sequence, not the weights): more ring/ulysses only shrinks the
+    activations."""
+    params, acts = est["parameter_bytes_per_gpu"], est["activation_bytes_per_gpu"]
+    head = (f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU (parameters {params / GIB:.1f} + "
+            f"activations {acts / GIB:.1f}) exceeds 90% of the {memory_gib:g} GiB of a {gpu_model}")
+    if params > 0.9 * memory_gib * GIB:
+        dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.get("dtype_bytes", 2) > 2 else ""
+        return (f"{head}; the parameters alone do not fit and every rank holds all of them (sporch does not "
+                "shard parameters, so more ring/ulysses cannot help): use a GPU with more memory, "
+                f"a smaller model{dtype}")
+    return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use a bigger GPU"
+
+
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
@@ -111,12 +126,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     if workload.kind == "generate":
         est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
-        warnings.append(
-            f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
-            f"(parameters {est['parameter_bytes_per_gpu'] / GIB:.1f} + activations "
-            f"{est['activation_bytes_per_gpu'] / GIB:.1f}) exceeds 90% of the {cluster.gpu.memory_gib:g} GiB "
-            f"of a {cluster.gpu.model}; raise ring/ulysses, lower the batch or use a bigger GPU"
-        )
+        warnings.append(memory_advice(est, cluster.gpu.memory_gib, cluster.gpu.model))
     comm_s = est["all_to_all_s_per_step_ideal"] + est["ring_s_per_step_ideal"]
     if comm_s > est["compute_s_per_step_ideal"] > 0:
         warnings.append(
