@@ -78,10 +78,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return rc if isinstance(rc, int) else 0
     except click.exceptions.Exit as e:
         return e.exit_code
-    except click.ClickException as e:  # usage errors: click's own message, exit 2
+    except click.ClickException as e:  # usage errors: one line too, exit 2
         if debug:
             raise
-        e.show()
+        if type(e).__name__ == "NoArgsIsHelpError":  # `sporch campaign` alone: its help
+            e.show()
+            return e.exit_code
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if isinstance(e, click.UsageError) and ctx else ""
+        click.echo(f"sporch: error: {' '.join(e.format_message().split())}{hint}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
