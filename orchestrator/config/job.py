@@ -14,11 +14,7 @@ from typing import Any, Optional, Sequence, Union
 
 from orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from orchestrator.errors import SporchError
-from orchestrator.plan.rules import DIMS, DTYPES, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
-
-
-#: Longest job name: it becomes a folder name (runs/<name>/...) and the Slurm job name.
-MAX_NAME = 100
+from orchestrator.plan.rules import DIMS, DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
 
 
 @dataclass
