@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import console
+from orchestrator.cli.common import console, plain_table
 
 CALIBRATION_FILE = "calibration.yaml"
 
@@ -25,7 +25,6 @@ CALIBRATION_FILE = "calibration.yaml"
 def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[str], exclude: tuple,
               fit_names: Optional[str]) -> None:
     """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md)."""
-    from rich.table import Table
 
     from orchestrator.errors import SporchError
     from orchestrator.plan.calibration import campaign_observations, fit, write_calibration
@@ -45,13 +44,13 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
     write_calibration(out, result, {"cluster": cluster.name, "gpu_model": cluster.gpu.model,
                                     "campaign": str(Path(directory).resolve())})
     con = console()
-    t = Table(title=f"{len(obs)} points on {cluster.name}: measured vs calibrated prediction", title_justify="left")
+    t = plain_table(title=f"{len(obs)} points on {cluster.name}: measured vs calibrated prediction", title_justify="left")
     for col in ("point", "measured ms", "predicted ms", "error"):
         t.add_column(col, justify="left" if col == "point" else "right")
     for o, p, e in zip(obs, result.predictions, result.relative_errors):
         t.add_row(o.label, f"{o.measured_s * 1e3:.4g}", f"{p * 1e3:.4g}", f"{e:+.1%}")
     con.print(t)
-    c = Table(title="constants", title_justify="left")
+    c = plain_table(title="constants", title_justify="left")
     for col in ("constant", "before", "fitted"):
         c.add_column(col, justify="left" if col == "constant" else "right")
     for k in result.fitted:
@@ -59,4 +58,4 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
     con.print(c)
     con.print(f"rms error {result.rms_relative_error:.1%}, max {result.max_relative_error:.1%}; not fitted (default, or held at a bound): "
               f"{', '.join(result.held) or 'none'}")
-    con.print(f"wrote {out}; use it with `calibration: {out.resolve()}` in the cluster descriptor")
+    con.print(f"wrote {out}; use it with `calibration: {out.resolve()}` in the cluster descriptor", markup=False)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import console
+from orchestrator.cli.common import console, plain_table
 
 #: Exit code when a reference fails (report) or a metric regressed (compare).
 EXIT_FAILED = 1
@@ -53,15 +53,15 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    from rich.table import Table
+    from rich.markup import escape
 
     con = console()
-    con.print(f"[bold]campaign[/] {c.name}: {len(exp.points)} points in {len(groups)} group(s) "
-              f"(one job array each), {len(exp.skipped)} skipped; directory {c.directory()}")
+    con.print(f"[bold]campaign[/] {escape(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
+              f"(one job array each), {len(exp.skipped)} skipped; directory {escape(str(c.directory()))}")
     for g in groups:
         s = g.shape
         where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
-        t = Table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
+        t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
                         + (f", {where}" if where else "") + f" - {len(g.points)} points", title_justify="left")
         for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "ideal ms/step", "GiB/GPU"):
             t.add_column(col, justify="right" if col in ("repeat", "ideal ms/step", "GiB/GPU") else "left")
@@ -73,7 +73,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                       f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
         con.print(t)
     if exp.skipped:
-        t = Table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
+        t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
         for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):
             t.add_column(col, overflow="fold")
         for sk in exp.skipped:
@@ -98,7 +98,8 @@ def _ideal_ms(plan) -> Optional[float]:
 def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
     reference fails."""
-    from rich.table import Table
+    from rich.markup import escape
+    from rich.text import Text
 
     from orchestrator.campaign.collect import collect, columns, short_value
     from orchestrator.campaign.layout import CampaignDir
@@ -115,7 +116,7 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
             if len({str(r.cell(c)) for r in rows}) == 1}
     shown = [c for c in columns() if c not in hidden and c not in same]
-    table = Table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
+    table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
                   title_justify="left")
     for c in shown:
         table.add_column(c.replace("_", " "), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
@@ -125,20 +126,21 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
         for c in shown:
             text = short_value(r.cell(c))
             verdict = r.verdict if c == "reference" else r.verdicts.get(c)
-            cells.append(f"[{style[verdict]}]{text}[/]" if verdict in style else text)
+            cells.append(Text(text, style=style[verdict]) if verdict in style else text)
         table.add_row(*cells)
     con.print(table)
     failed = [(r, m) for r in rows for m, v in r.verdicts.items() if v == "fail"]
     for r, m in failed:
         measured = r.metrics.get(m)
-        con.print(f"[red]reference failed[/] {r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
+        con.print(f"[red]reference failed[/] " + escape(
+                  f"{r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
                   f"{short_value(measured) if measured is not None else 'missing'}, "
-                  f"expected {r.bounds[m].text()}")
+                  f"expected {r.bounds[m].text()}"))
     not_done = [r for r in rows if not r.ok]
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "
-                  + ", ".join(f"{r.id} {r.status}" for r in not_done[:10]))
-    con.print(f"report: {files['html']} (table {files['csv']}, plots in {folder})")
+                  + ", ".join(f"{r.id} {r.status}" for r in not_done[:10]), markup=False)
+    con.print(f"report: {files['html']} (table {files['csv']}, plots in {folder})", markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
 
@@ -150,8 +152,6 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
               help="Relative change that counts as a regression (5% or 0.05).")
 def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     """Points whose metrics got worse from campaign A to campaign B; exit 1 on any."""
-    from rich.table import Table
-
     from orchestrator.campaign.collect import short_value
     from orchestrator.campaign.compare import compare, parse_threshold
 
@@ -161,7 +161,7 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     if not changes:
         con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
         return
-    t = Table(title=f"{len(changes)} regression(s) over {limit:.1%} ({compared} points compared)",
+    t = plain_table(title=f"{len(changes)} regression(s) over {limit:.1%} ({compared} points compared)",
               title_justify="left")
     for col in ("id", "gpus", "layout", "shape", "metric", "A", "B", "change"):
         t.add_column(col)

@@ -21,9 +21,9 @@ def clusters() -> None:
 @clusters.command("list")
 def list_cmd() -> None:
     """Every known cluster (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters)."""
-    from rich.table import Table
+    from orchestrator.cli.common import plain_table
 
-    table = Table(title="clusters")
+    table = plain_table(title="clusters")
     for col in ("name", "nodes x GPUs", "GPU", "intra-node", "inter-node", "source"):
         table.add_column(col)
     for name, (label, path) in sorted(available_clusters().items()):

@@ -52,3 +52,20 @@ def human_bytes(n: float) -> str:
 
 def fmt_int(n: int) -> str:
     return f"{n:,}"
+
+
+def plain_table(*args: Any, **kwargs: Any) -> Any:
+    """A rich Table whose string cells are shown as they are, never parsed as markup: cells
+    carry names, paths and error lines from YAML, result files and logs (a gloo error line
+    holds ``[/__w/...]``, which rich would take for a closing tag). Style a cell with
+    ``rich.text.Text(value, style=...)``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    class PlainTable(Table):
+        def add_row(self, *cells: Any, **kw: Any) -> None:
+            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kw)
+
+    if isinstance(kwargs.get("title"), str):
+        kwargs["title"] = Text(kwargs["title"], style="table.title")
+    return PlainTable(*args, **kwargs)

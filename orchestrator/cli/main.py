@@ -42,7 +42,9 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[name][0].partition(":")
-        return getattr(import_module(module), attr)
+        from orchestrator.cli.helptext import attach
+
+        return attach(getattr(import_module(module), attr), name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
@@ -51,7 +53,10 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="\b\nExample:\n  sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=auto\n\n"
+                    "Each command's --help has an example; JOB.yaml may be followed by KEY=VALUE overrides "
+                    "(parallel.ring=2). Docs: docs/cli.md in the sporch repository.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.version_option(package_name="sporch", prog_name="sporch")
 def cli(debug: bool) -> None:
@@ -73,10 +78,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return rc if isinstance(rc, int) else 0
     except click.exceptions.Exit as e:
         return e.exit_code
-    except click.ClickException as e:  # usage errors: click's own message, exit 2
+    except click.ClickException as e:  # usage errors: one line too, exit 2
         if debug:
             raise
-        e.show()
+        if type(e).__name__ == "NoArgsIsHelpError":  # `sporch campaign` alone: its help
+            e.show()
+            return e.exit_code
+        ctx = getattr(e, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if isinstance(e, click.UsageError) and ctx else ""
+        click.echo(f"sporch: error: {' '.join(e.format_message().split())}{hint}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)

@@ -34,6 +34,8 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
     if out_dir and job_dir:
         raise click.UsageError("--out and --job-dir are exclusive (--out DIR makes DIR the job dir)")
     cluster, job = load(cluster_ref, job_path, overrides)
+    if output and not Path(output).expanduser().resolve().parent.is_dir():
+        raise SporchError(f"-o {output}: folder {Path(output).parent} does not exist; create it or pick another path")
     if out_dir:
         job_dir = LOCAL.abspath(out_dir)
         if Path(job_dir).is_dir() and any(Path(job_dir).iterdir()):
@@ -44,8 +46,11 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
         write_files(req, LOCAL)
         click.echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(req.script)
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(req.script)
+        except OSError as e:
+            raise SporchError(f"cannot write -o {output}: {e.strerror}") from None
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(req.script, nl=False)

@@ -35,8 +35,10 @@ from orchestrator.submit.submitter import command_line, prepare, remove_job_dir,
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Folder for plan, logs and results (default: <output_dir>/<name>/<time>-local).")
 @click.option("--timeout", "timeout_s", default=None, type=float, help="Kill the run after this many seconds.")
+@click.option("--ignore-memory", is_flag=True,
+              help="Start even when the plan's memory estimate for all ranks exceeds this machine's memory.")
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
-        run_dir: Optional[str], timeout_s: Optional[float]) -> None:
+        run_dir: Optional[str], timeout_s: Optional[float], ignore_memory: bool) -> None:
     """Run JOB.yaml on this machine with the layout it would have on --cluster."""
     if not local:
         raise SporchError("`sporch run` runs on this machine only: add --local (use `sporch submit` for a cluster)")
@@ -51,6 +53,12 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL)
     req, plan = prepared.request, prepared.request.plan
+    if not ignore_memory:
+        try:
+            _check_local_memory(plan)
+        except SporchError:
+            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
+            raise
     if plan.workload.kind == "generate":
         try:
             _check_generate(plan.model, plan.workload)
@@ -58,15 +66,17 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
             remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
             raise
     write_files(req, LOCAL)
-    rec = JobRecord(id=store.unique_id(store.make_id(plan.job.name, now)), name=plan.job.name, cluster=cluster.name,
+    rec = JobRecord(id=store.make_id(plan.job.name, now), name=plan.job.name, cluster=cluster.name,
                     backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,
                     submitted=now.isoformat(timespec="seconds"), command=command_line(invocation()),
                     world_size=plan.world_size, nodes=plan.nodes, workload=plan.workload.kind, logs=dict(LOGS))
-    store.save(rec)
+    store.save_new(rec)
+
+    from rich.markup import escape
 
     con = console(stderr=True)
     con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {req.job_dir}; id {rec.id}")
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {escape(req.job_dir)}; id {rec.id}")
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
     _record_final(rec)
     if res is None:
@@ -103,6 +113,28 @@ def _record_final(rec: JobRecord) -> None:
         pass
 
 
+def machine_memory_bytes() -> Optional[int]:
+    """Physical memory of this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_local_memory(plan) -> None:
+    """Refuse a local run whose ranks (all on this machine) need more than 90% of its memory."""
+    total = machine_memory_bytes()
+    per_rank = plan.estimates.get("memory_bytes_per_gpu") or 0
+    need = per_rank * plan.world_size
+    if total and need > 0.9 * total:
+        gib = 2**30
+        raise SporchError(
+            f"the plan needs about {need / gib:.1f} GiB ({plan.world_size} ranks x {per_rank / gib:.2f} GiB) but this "
+            f"machine has {total / gib:.1f} GiB; shrink the job (workload shape, batch, model) or pass "
+            "--ignore-memory to start it anyway"
+        )
+
+
 def _check_weights(weights: Optional[str]) -> None:
     """model.weights must be a readable checkpoint here (files, index, headers; no tensors read)."""
     if not weights:
@@ -137,10 +169,10 @@ def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con
 
 
 def _print_summary(res, plan, con) -> None:
-    from rich.table import Table
+    from orchestrator.cli.common import plain_table
 
     result = res.result or {}
-    table = Table(title="result", show_header=False)
+    table = plain_table(title="result", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
     table.add_row("status", str(result.get("status", "no result (see logs)")))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.cli.common import fmt_int, human_bytes
+from orchestrator.cli.common import fmt_int, human_bytes, plain_table
 from orchestrator.plan.layouts import short
 from orchestrator.plan.rules import GROUP_DIMS
 from orchestrator.plan.schema import Plan
@@ -57,9 +57,7 @@ def _runs(values: list[int]) -> str:
 
 
 def groups_table(plan: Plan) -> Any:
-    from rich.table import Table
-
-    t = Table(title="groups")
+    t = plain_table(title="groups")
     for col in ("dim", "size", "count", "first group", "nodes per group"):
         t.add_column(col, justify="right" if col in ("size", "count", "nodes per group") else "left")
     gpn = plan.gpus_per_node
@@ -73,9 +71,7 @@ def groups_table(plan: Plan) -> Any:
 
 
 def rank_table(plan: Plan, all_ranks: bool = False) -> Any:
-    from rich.table import Table
-
-    t = Table(title=f"ranks ({plan.world_size})")
+    t = plain_table(title=f"ranks ({plan.world_size})")
     for col in ("rank", "node", "local", "dp", "cfg", "ring", "ulysses", "seq idx"):
         t.add_column(col, justify="right")
     ranks = list(plan.ranks)
@@ -97,10 +93,8 @@ def rank_table(plan: Plan, all_ranks: bool = False) -> Any:
 
 
 def estimates_table(plan: Plan) -> Any:
-    from rich.table import Table
-
     e = plan.estimates
-    t = Table(title="estimates (per GPU)")
+    t = plain_table(title="estimates (per GPU)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     rows = [
@@ -191,12 +185,12 @@ TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all
 
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
     """``plan --rank``: every feasible layout, fastest predicted first (orchestrator.plan.ranking)."""
-    from rich.table import Table
+    from rich.text import Text
 
     from orchestrator.plan.cost import TERMS
     from orchestrator.plan.layouts import compact
 
-    t = Table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
+    t = plain_table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
                     "layout dp x cfg x ring x ulysses)", title_justify="left")
     cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "GiB/GPU", "fits"]
     for c in cols:
@@ -208,5 +202,5 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> An
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{r.job_s:.4g}",
                   *[f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS],
                   f"{ideal_s(e):.4g}", f"{e['memory_gib_per_gpu']:.1f}",
-                  "yes" if r.fits else "[red]no[/red]")
+                  "yes" if r.fits else Text("no", style="red"))
     return t

@@ -26,7 +26,9 @@ def _records(refs, show_all: bool, last: int):
                 seen.add(r.id)
                 out.append(r)
         return out
-    recs = store.load_all()
+    recs, bad = store.load_all_checked()
+    for path, why in bad:  # one bad file must not hide the other jobs
+        click.echo(f"sporch: warning: unreadable job record {path} ({why}); skipped", err=True)
     return recs if show_all else recs[-last:]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from orchestrator.config.loading import read_yaml, to_typed
 from orchestrator.errors import SporchError
 from orchestrator.paths import clusters_dir
-from orchestrator.plan.rules import HOST_KEY_POLICIES, TIME_FORMS, is_valid_time
+from orchestrator.plan.rules import HOST_KEY_POLICIES, MAX_NAME, TIME_FORMS, is_valid_time
 from orchestrator.plan.sections import (  # noqa: F401 - the descriptor's classes, re-exported
     COMMON_ENV,
     FABRIC_ENV,
@@ -42,6 +42,10 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
 
     if not c.name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", c.name):
         raise bad("name", f"must be a non-empty word of letters, digits, '-', '_' or '.', got {c.name!r}")
+    if set(c.name) == {"."}:
+        raise bad("name", f"{c.name!r} is not a name of its own; use letters or digits")
+    if len(c.name) > MAX_NAME:
+        raise bad("name", f"is {len(c.name)} characters long; use at most {MAX_NAME}")
     for key in ("nodes", "gpus_per_node"):
         if getattr(c, key) < 1:
             raise bad(key, f"must be >= 1, got {getattr(c, key)}")

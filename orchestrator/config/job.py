@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence, Union
 
 from orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from orchestrator.errors import SporchError
-from orchestrator.plan.rules import DIMS, DTYPES, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
+from orchestrator.plan.rules import DIMS, DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
 
 
 @dataclass
@@ -126,6 +126,10 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", job.name or ""):
         raise bad("name", f"must be letters, digits, '-', '_' or '.', got {job.name!r}")
+    if set(job.name) == {"."}:
+        raise bad("name", f"{job.name!r} is not a folder name of its own; use letters or digits")
+    if len(job.name) > MAX_NAME:
+        raise bad("name", f"is {len(job.name)} characters long; use at most {MAX_NAME}")
     if job.entrypoint is not None and not re.fullmatch(r"[\w.]+(:[\w.]+)?", job.entrypoint):
         raise bad("entrypoint", f"must look like 'pkg.module:function', got {job.entrypoint!r}")
     w = job.workload

@@ -90,7 +90,56 @@ def to_typed(schema: type[T], layers: Sequence[tuple[Any, str]]) -> T:
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise _oc_error(e, source) from e
+    check_values(obj, layers[0][1] if layers else "")
     return obj  # type: ignore[return-value]
+
+
+#: Integers beyond this cannot be a count, a size or a seed (and overflow floats downstream).
+MAX_INT = 2**63 - 1
+
+
+def check_values(obj: Any, source: str, key: str = "") -> None:
+    """What OmegaConf's typing lets through: NaN/inf floats, integers past 64 bits, and lists or
+    mappings as the values of a ``Dict[str, str]`` (an env value must be one word, not '[1, 2]')."""
+    import math
+
+    where = f"{source}: " if source else ""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        hints = _hints(type(obj))
+        for f in dataclasses.fields(obj):
+            sub = f"{key}.{f.name}" if key else f.name
+            value = getattr(obj, f.name)
+            if isinstance(value, dict) and _is_str_dict(hints.get(f.name)):
+                for k, v in value.items():
+                    if isinstance(v, (dict, list, tuple)):
+                        raise SporchError(f"{where}'{sub}.{k}' must be a single value (a string or a number), "
+                                          f"got a {'list' if isinstance(v, (list, tuple)) else 'mapping'}")
+            check_values(value, source, sub)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_values(v, source, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_values(v, source, f"{key}[{i}]")
+    elif isinstance(obj, float) and not math.isfinite(obj):
+        raise SporchError(f"{where}'{key}' must be a finite number, got {obj}")
+    elif isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) > MAX_INT:
+        raise SporchError(f"{where}'{key}' is too large ({len(str(abs(obj)))} digits); use a realistic value")
+
+
+def _hints(cls: type) -> dict:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # unresolvable annotations: no per-field hints
+        return {}
+
+
+def _is_str_dict(hint: Any) -> bool:
+    import typing
+
+    return typing.get_origin(hint) is dict and typing.get_args(hint)[1:] == (str,)
 
 
 def to_plain(obj: Any) -> Any:

@@ -70,6 +70,21 @@ class JobRecord:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "JobRecord":
+        """A record from its JSON; ValueError naming the first key of the wrong kind."""
+        if not isinstance(d, dict):
+            raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+        kinds = {"str": str, "int": int, "List": list, "Dict": dict}
+        for f in fields(cls):
+            if f.name not in d:
+                continue
+            hint = str(f.type)
+            v = d[f.name]
+            if v is None and hint.startswith("Optional"):
+                continue
+            base = hint.removeprefix("Optional[").split("[")[0].rstrip("]")
+            want = kinds.get(base)
+            if want is not None and (not isinstance(v, want) or isinstance(v, bool)):
+                raise ValueError(f"'{f.name}' is a {type(v).__name__}, expected {base}")
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -112,20 +127,56 @@ def _write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
+def _claim(base: str, data_of: Any) -> tuple[str, Path]:
+    """Create ``jobs/<id>.json`` for a new id (``base``, ``base-2``...) exclusively: the complete
+    file is written aside and hard-linked into place, which fails when the name is taken, so
+    processes saving at the same second never overwrite each other's records."""
+    folder = jobs_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".new", dir=folder)
+    os.close(fd)
+    try:
+        n = 1
+        while True:
+            candidate = base if n == 1 else f"{base}-{n}"
+            path = folder / f"{candidate}.json"
+            if not path.exists():
+                Path(tmp).write_text(json.dumps(data_of(candidate), indent=2) + "\n", encoding="utf-8")
+                try:
+                    os.link(tmp, path)
+                    return candidate, path
+                except FileExistsError:
+                    pass
+            n += 1
+    finally:
+        os.unlink(tmp)
+
+
+def save_new(record: JobRecord, *, host: Optional[Host] = None) -> Path:
+    """Save a new submission's record under a fresh id (``record.id`` is the wanted one; it is
+    set to the id claimed), then as :func:`save` does."""
+    record.id, path = _claim(record.id, lambda rid: {**record.to_dict(), "id": rid})
+    _copy_to_job_dir(record, host)
+    return path
+
+
 def save(record: JobRecord, *, job_dir_copy: bool = True, host: Optional[Host] = None) -> Path:
     """Write the record (atomically) under ``$SPORCH_HOME/jobs`` and, by default, into its job dir
     on ``host`` (default: the record's: this machine, or its login host)."""
     path = jobs_dir() / f"{record.id}.json"
     _write_json_atomic(path, record.to_dict())
-    if not job_dir_copy:
-        return path
+    if job_dir_copy:
+        _copy_to_job_dir(record, host)
+    return path
+
+
+def _copy_to_job_dir(record: JobRecord, host: Optional[Host]) -> None:
     host = host or host_for(record.remote)
     try:  # best effort: the home copy is the authority
         if host.exists(record.job_dir):
             host.write_text(JobFiles(record.job_dir).record, json.dumps(record.to_dict(), indent=2) + "\n")
     except (OSError, SporchError):
         pass
-    return path
 
 
 def delete(record_id: str) -> None:
@@ -135,20 +186,40 @@ def delete(record_id: str) -> None:
         pass
 
 
-def load_file(path: Path) -> Optional[JobRecord]:
+def read_file(path: Path) -> JobRecord:
+    """The record in ``path``; ValueError (with the reason) when it is unreadable."""
     try:
         return JobRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+    except (ValueError, TypeError) as e:  # bad JSON, bad UTF-8, missing keys, wrong kinds
+        raise ValueError(" ".join(str(e).split())[:200]) from None
+
+
+def load_file(path: Path) -> Optional[JobRecord]:
+    try:
+        return read_file(path)
+    except ValueError:
         return None
+
+
+def load_all_checked() -> tuple[List[JobRecord], List[tuple[Path, str]]]:
+    """(every readable record, oldest submission first; (path, reason) of every unreadable one)."""
+    folder = jobs_dir()
+    if not folder.is_dir():
+        return [], []
+    out, bad = [], []
+    for p in sorted(folder.glob("*.json")):
+        try:
+            out.append(read_file(p))
+        except ValueError as e:
+            bad.append((p, str(e)))
+    return sorted(out, key=lambda r: (r.submitted, r.id)), bad
 
 
 def load_all() -> List[JobRecord]:
     """Every readable record, oldest submission first."""
-    folder = jobs_dir()
-    if not folder.is_dir():
-        return []
-    out = [r for r in (load_file(p) for p in folder.glob("*.json")) if r is not None]
-    return sorted(out, key=lambda r: (r.submitted, r.id))
+    return load_all_checked()[0]
 
 
 def find(ref: str, records: Optional[List[JobRecord]] = None) -> JobRecord:

@@ -6,6 +6,7 @@ the numbers and the fix. Rejections list every feasible layout on that cluster.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -48,7 +49,9 @@ class LayoutContext:
 
 # -- small helpers ------------------------------------------------------------------------
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Sorted divisors of ``n``, found in pairs up to its square root."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def factorizations(world: int) -> list[Layout]:
@@ -126,7 +129,7 @@ def check_warnings(ctx: LayoutContext, lay: Layout) -> list[str]:
         split = head_split(H, U)
         hi, lo = split[0], split[-1]
         n_hi = H % U
-        even = ", ".join(str(d) for d in divisors(H) if d <= ctx.world_size)
+        even = ", ".join(str(d) for d in range(1, min(H, ctx.world_size) + 1) if H % d == 0)
         warns.append(
             f"ulysses {U} splits {H} heads unevenly: {n_hi} ranks get {hi}, {U - n_hi} get {lo} "
             f"({hi / lo:.2f}x imbalance on attention); even splits: ulysses in {{{even}}}"
@@ -201,6 +204,19 @@ def preference(ctx: LayoutContext, lay: Layout) -> tuple:
 Chooser = Callable[[LayoutContext, list[Layout]], Layout]
 
 
+def _shrink_unset(ctx: LayoutContext, fixed: dict[str, int], unset: list[str]) -> Optional[Layout]:
+    """The layout that keeps every dim the job sets and shrinks the unset ``ring``/``ulysses``
+    (ring first, so Ulysses stays inside a node) from their defaults until it is accepted; None
+    when no such shrink is (the default already spans the whole cluster, so never grow)."""
+    options = {d: divisors(fixed[d])[::-1] if d in unset else [fixed[d]] for d in ("ring", "ulysses")}
+    for u in options["ulysses"]:
+        for r in options["ring"]:
+            lay = Layout(dp=fixed["dp"], cfg=fixed["cfg"], ring=r, ulysses=u)
+            if lay.world_size == ctx.world_size and not check_errors(ctx, lay):
+                return lay
+    return None
+
+
 def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
                    choose: Optional[Chooser] = None) -> tuple[Layout, list[str]]:
     """Requested dims (int, "auto" or None = default) -> (accepted Layout, warnings).
@@ -222,6 +238,14 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
     if not auto:
         lay = Layout(**fixed)
         errs = check_errors(ctx, lay)
+        unset = [d for d in ("ring", "ulysses") if requested.get(d) is None]
+        given = any(requested.get(d) is not None for d in DIMS)
+        adapted = _shrink_unset(ctx, fixed, unset) if errs and unset and given else None
+        if adapted is not None:
+            changed = "; ".join(f"parallel.{d} (not set) is {getattr(adapted, d)}, not the default {fixed[d]}"
+                                for d in unset if getattr(adapted, d) != fixed[d])
+            note = f"{changed}, to fit what the job sets: {short(adapted)} = {adapted.world_size} ranks"
+            return adapted, [note] + check_warnings(ctx, adapted)
         if errs:
             feas = feasible_layouts(ctx)
             raise LayoutError("; ".join(errs) + "; " + feasible_text(ctx, feas), feas)

@@ -13,7 +13,7 @@ from orchestrator.plan.layouts import LayoutContext, resolve_layout
 from orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
 from orchestrator.plan.ranking import FastestChooser
 from orchestrator.plan.resolve import resolve_model, sequence_shape
-from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
+from orchestrator.plan.rules import DIMS, MAX_WORLD, head_split, kv_mode, padded_length
 from orchestrator.plan.schema import Layout, Plan
 from orchestrator.plan import sections
 
@@ -25,6 +25,14 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         raise SporchError(
             f"resources.nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}; "
             f"use resources.nodes <= {cluster.nodes} or a bigger cluster"
+        )
+    if nodes * cluster.gpus_per_node > MAX_WORLD:
+        fit = MAX_WORLD // cluster.gpus_per_node
+        fix = (f"set resources.nodes <= {fit}" if fit else
+               f"{cluster.name} has more GPUs per node ({cluster.gpus_per_node}) than that")
+        raise SporchError(
+            f"{nodes} nodes x {cluster.gpus_per_node} GPUs = {nodes * cluster.gpus_per_node} ranks on "
+            f"{cluster.name}; sporch plans jobs of at most {MAX_WORLD} ranks: {fix}"
         )
     return LayoutContext(
         cluster=cluster.name,
@@ -85,7 +93,24 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
 
 
-def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
+def memory_advice(est: dict, memory_gib: float, gpu_model: str) -> str:
+    """Why a plan does not fit in GPU memory, and what would help. Every rank holds all the
+    parameters (sporch shards the sequence, not the weights): more ring/ulysses only shrinks the
+    activations."""
+    params, acts = est["parameter_bytes_per_gpu"], est["activation_bytes_per_gpu"]
+    head = (f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU (parameters {params / GIB:.1f} + "
+            f"activations {acts / GIB:.1f}) exceeds 90% of the {memory_gib:g} GiB of a {gpu_model}")
+    if params > 0.9 * memory_gib * GIB:
+        dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.get("dtype_bytes", 2) > 2 else ""
+        return (f"{head}; the parameters alone do not fit and every rank holds all of them (sporch does not "
+                "shard parameters, so more ring/ulysses cannot help): use a GPU with more memory, "
+                f"a smaller model{dtype}")
+    return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use a bigger GPU"
+
+
+def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
+    """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
+    groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
     model = resolve_model(job.model)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
@@ -101,12 +126,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
     if workload.kind == "generate":
         est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
-        warnings.append(
-            f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU "
-            f"(parameters {est['parameter_bytes_per_gpu'] / GIB:.1f} + activations "
-            f"{est['activation_bytes_per_gpu'] / GIB:.1f}) exceeds 90% of the {cluster.gpu.memory_gib:g} GiB "
-            f"of a {cluster.gpu.model}; raise ring/ulysses, lower the batch or use a bigger GPU"
-        )
+        warnings.append(memory_advice(est, cluster.gpu.memory_gib, cluster.gpu.model))
     comm_s = est["all_to_all_s_per_step_ideal"] + est["ring_s_per_step_ideal"]
     if comm_s > est["compute_s_per_step_ideal"] > 0:
         warnings.append(
@@ -121,8 +141,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec) -> Plan:
         world_size=layout.world_size,
         nodes=ctx.nodes,
         gpus_per_node=cluster.gpus_per_node,
-        ranks=Plan.rank_table(layout, cluster.gpus_per_node),
-        groups=layout.all_groups(),
+        ranks=Plan.rank_table(layout, cluster.gpus_per_node) if tables else (),
+        groups=layout.all_groups() if tables else {},
         cluster=cluster_s,
         job=job_section(cluster, job),
         model=model,

@@ -17,12 +17,16 @@ from orchestrator.plan.schema import Layout, Plan
 #: preference (Ulysses inside a node, even heads, large Ulysses, then ring, cfg, dp): the
 #: model cannot tell such layouts apart (docs/plan.md).
 TIE = 0.02
+#: At most this many candidates are planned and ranked (the most preferred by
+#: :func:`~orchestrator.plan.layouts.preference`): a world with many divisors has hundreds of
+#: feasible layouts, and each is a plan.
+MAX_RANKED = 48
 
 
 @dataclass(frozen=True)
 class Ranked:
     layout: Layout
-    plan: Plan
+    plan: Plan  # without the rank table and groups (make_plan's tables=False)
     step_s: float
     job_s: float
     fits: bool
@@ -36,7 +40,14 @@ def plan_with_layout(cluster: Any, job: Any, layout: Layout) -> Plan:
     from orchestrator.config.job import ParallelSpec
     from orchestrator.plan.planner import make_plan
 
-    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())))
+    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())), tables=False)
+
+
+def most_preferred(ctx: LayoutContext, layouts: list[Layout]) -> list[Layout]:
+    """The :data:`MAX_RANKED` layouts of ``layouts`` that :func:`preference` likes best."""
+    if len(layouts) <= MAX_RANKED:
+        return layouts
+    return sorted(layouts, key=lambda lay: preference(ctx, lay))[:MAX_RANKED]
 
 
 def rank(cluster: Any, job: Any, layouts: list[Layout]) -> list[Ranked]:
@@ -59,14 +70,15 @@ def job_context(cluster: Any, job: Any) -> LayoutContext:
 
 
 def rank_feasible(cluster: Any, job: Any) -> tuple[LayoutContext, list[Ranked]]:
-    """Every feasible layout of ``job`` on ``cluster`` (whatever its parallel section asks), ranked."""
+    """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
+    :data:`MAX_RANKED`, the most preferred), ranked."""
     from orchestrator.plan.layouts import LayoutError, feasible_layouts, feasible_text
 
     ctx = job_context(cluster, job)
     feas = feasible_layouts(ctx)
     if not feas:
         raise LayoutError(feasible_text(ctx, feas), feas)
-    return ctx, rank(cluster, job, feas)
+    return ctx, rank(cluster, job, most_preferred(ctx, feas))
 
 
 def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
@@ -101,5 +113,5 @@ class FastestChooser:
     def __call__(self, ctx: LayoutContext, candidates: list[Layout]) -> Layout:
         if len(candidates) == 1:
             return candidates[0]
-        chosen, self.reason = pick(ctx, rank(self.cluster, self.job, candidates))
+        chosen, self.reason = pick(ctx, rank(self.cluster, self.job, most_preferred(ctx, candidates)))
         return chosen.layout

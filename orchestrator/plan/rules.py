@@ -27,6 +27,13 @@ DIMS: tuple[str, ...] = tuple(d.value for d in Dim)
 #: Group names: the four dimensions plus ``sequence`` (ring x ulysses).
 GROUP_DIMS: tuple[str, ...] = DIMS + ("sequence",)
 
+#: Longest job or cluster name: a job's becomes a folder name (runs/<name>/...) and the Slurm job name.
+MAX_NAME = 100
+
+#: Most ranks one job may have: the Plan lists every rank, so a plan of more would be huge and slow
+#: to make (a cluster descriptor may be bigger; a job then sets resources.nodes).
+MAX_WORLD = 16384
+
 #: ``model.attention``: cross-attention to text (Wan), joint text+image attention (MMDiT), self only (DiT).
 ATTENTION_KINDS: tuple[str, ...] = ("cross", "joint", "self")
 #: ``workload.kind``.

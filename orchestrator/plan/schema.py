@@ -93,12 +93,17 @@ class Layout:
             varying = (dim,)
         else:
             raise ValueError(f"unknown dimension {dim!r}; expected one of {GROUP_DIMS}")
-        by_key: dict[tuple[int, ...], list[int]] = {}
-        for rank in range(self.world_size):
-            c = self.coords(rank)
-            key = tuple(c[d] for d in DIMS if d not in varying)
-            by_key.setdefault(key, []).append(rank)
-        return sorted(by_key.values(), key=lambda g: g[0])
+        # Arithmetic, not a walk over every rank: along a dim of size n and stride s (the
+        # product of the inner sizes) a group is range(start, start + n * s, s).
+        if dim == "sequence":
+            n, stride = self.ring * self.ulysses, 1
+        else:
+            n, stride = getattr(self, dim), 1
+            for inner in DIMS[DIMS.index(dim) + 1:]:
+                stride *= getattr(self, inner)
+        block = n * stride
+        return [list(range(outer + i, outer + block, stride))
+                for outer in range(0, self.world_size, block) for i in range(stride)]
 
     def all_groups(self) -> dict[str, list[list[int]]]:
         return {dim: [list(g) for g in groups] for dim, groups in _all_groups(self).items()}
@@ -154,18 +159,14 @@ class Plan:
     @staticmethod
     @functools.lru_cache(maxsize=256)  # immutable result; campaigns plan many points per layout
     def rank_table(layout: Layout, gpus_per_node: int) -> tuple[RankInfo, ...]:
+        R, U = layout.ring, layout.ulysses
+        C = layout.cfg
         rows = []
-        for rank in range(layout.world_size):
-            c = layout.coords(rank)
-            rows.append(
-                RankInfo(
-                    rank=rank,
-                    node=rank // gpus_per_node,
-                    local_rank=rank % gpus_per_node,
-                    sequence_index=layout.sequence_index(rank),
-                    **c,
-                )
-            )
+        for rank in range(layout.world_size):  # the coords of Layout.coords, inline (big worlds)
+            u, rest = rank % U, rank // U
+            r, rest = rest % R, rest // R
+            rows.append(RankInfo(rank=rank, node=rank // gpus_per_node, local_rank=rank % gpus_per_node,
+                                 dp=rest // C, cfg=rest % C, ring=r, ulysses=u, sequence_index=r * U + u))
         return tuple(rows)
 
     def rank(self, rank: int) -> RankInfo:

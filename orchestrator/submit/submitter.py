@@ -113,7 +113,7 @@ def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND
         submitted = impl.submit(request)
         plan = request.plan
         record = JobRecord(
-            id=store.unique_id(store.make_id(plan.job.name, now)),
+            id=store.make_id(plan.job.name, now),  # made unique by save_new
             name=plan.job.name,
             cluster=request.cluster,
             backend=submitted.backend,
@@ -127,7 +127,7 @@ def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND
             logs=dict(submitted.logs),
             remote=login_dict(host) if host.remote else None,
         )
-        store.save(record, host=host)
+        store.save_new(record, host=host)
         return record
     except BaseException:
         if submitted is not None:  # accepted, but we could not record it: take it back

@@ -216,7 +216,7 @@ def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_h
     def boom(record, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr("orchestrator.jobs.store.save", boom)
+    monkeypatch.setattr("orchestrator.jobs.store.save_new", boom)  # a new submission's record
     prepared = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
                                                                     [f"output_dir={tmp_path}"]))
     with pytest.raises(OSError):
