@@ -8,6 +8,9 @@ Modules (each one job, torch-free; docs/campaigns.md describes the file and the 
 - :mod:`.references` ReFrame-style references: selection and pass / fail / no reference
 - :mod:`.layout`     the campaign directory (the one place that names its files)
 - :mod:`.arrays`     the sbatch job-array script of one group
+- :mod:`.lock`       one runner per campaign directory (flock, holder named)
+- :mod:`.track`      state.json and one poll of the queue (one squeue for all arrays)
+- :mod:`.runner`     campaign run: prepare, submit one array per group (or --local), wait
 - :mod:`.collect`    rows of the report, from the result files alone
 - :mod:`.report`     table, CSV, plots (PNG + their data as JSON), the HTML page
 - :mod:`.compare`    regressions between two campaign directories

@@ -8,12 +8,15 @@ per line) and runs ``runtime.launch`` on that directory's ``plan.json`` with
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import Optional, Sequence
 
 from orchestrator.errors import SporchError
 
 TEMPLATE = "campaign_array.sbatch.j2"
+#: Batch logs of the array tasks, relative to the campaign directory.
+ARRAY_LOGS = "arrays/logs"
 
 
 def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, count: int,
@@ -31,26 +34,34 @@ def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, 
     if throttle is not None and throttle < 1:
         raise SporchError(f"run.throttle must be >= 1, got {throttle}")
     job = SlurmJob.from_plan(plan, root).as_array(f"{campaign}-{group}", count, throttle,
-                                                  batch_logs=f"{root.rstrip('/')}/arrays/logs")
+                                                  batch_logs=f"{root.rstrip('/')}/{ARRAY_LOGS}")
     return render_template(TEMPLATE, job=job, campaign=campaign, group=group, count=count, list_path=list_path)
 
 
 def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campaign: str,
-                throttle: Optional[int] = None) -> tuple[Path, Path]:
+                throttle: Optional[int] = None, host=None, root: Optional[str] = None) -> tuple[Path, Path]:
     """Write the list file and the array script of one submission of ``group``
     (a groups.Group) for ``point_ids`` (a subset of its points, in array-index order).
-    Returns (list file, script). The plans must already be in the point dirs (layout.prepare)."""
+    Returns (list file, script). The plans must already be in the point dirs (layout.prepare).
+
+    ``host``/``root``: where the campaign directory the job reads lives (default: this
+    machine, ``cdir.root``); a login host's copy (campaign run over ssh) is written through
+    its Host.
+    """
+    from orchestrator.host import LOCAL
+
+    host = host or LOCAL
     by_id = {p.id: p for p in group.points}
     missing = [pid for pid in point_ids if pid not in by_id]
     if missing:
         raise SporchError(f"points {', '.join(missing)} are not in group {group.key}")
-    list_path, script_path = cdir.array_files(group.key, submission)
-    list_path.parent.mkdir(parents=True, exist_ok=True)
-    (cdir.arrays / "logs").mkdir(exist_ok=True)
-    lines = [str(cdir.point_dir(pid).resolve()) for pid in point_ids]
-    list_path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    script = render_array(by_id[point_ids[0]].plan, campaign=campaign, group=group.key,
-                          root=str(cdir.root.resolve()), list_path=str(list_path.resolve()),
-                          count=len(point_ids), throttle=throttle)
-    script_path.write_text(script, encoding="utf-8")
-    return list_path, script_path
+    root = root or str(cdir.root.resolve())
+    list_rel, script_rel = (p.relative_to(cdir.root) for p in cdir.array_files(group.key, submission))
+    list_path, script_path = posixpath.join(root, str(list_rel)), posixpath.join(root, str(script_rel))
+    lines = [posixpath.join(root, str(cdir.point_dir(pid).relative_to(cdir.root))) for pid in point_ids]
+    script = render_array(by_id[point_ids[0]].plan, campaign=campaign, group=group.key, root=root,
+                          list_path=list_path, count=len(point_ids), throttle=throttle)
+    host.makedirs(posixpath.join(root, ARRAY_LOGS))
+    host.write_text(list_path, "".join(f"{line}\n" for line in lines))
+    host.write_text(script_path, script)
+    return Path(list_path), Path(script_path)

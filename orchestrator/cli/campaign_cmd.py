@@ -171,3 +171,13 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
                   short_value(ch.new), f"{ch.relative:+.1%}")
     con.print(t)
     click.get_current_context().exit(EXIT_FAILED)
+
+
+def _add_runner_commands() -> None:
+    from orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
+
+    campaign.add_command(run_cmd)
+    campaign.add_command(status_cmd)
+
+
+_add_runner_commands()

@@ -105,9 +105,10 @@ def _row(st) -> SlurmRow:
     return SlurmRow(st.name, st.reason, str(st.exit_code) if st.exit_code else None, st.elapsed, st.nodelist)
 
 
-def squeue_rows(ids: Sequence[str], host: Host = LOCAL) -> Dict[str, SlurmRow]:
-    """State of every job slurmctld still knows, in one squeue call."""
-    return {i: _row(st) for i, st in squeue_states(list(ids), host=host).items()} if ids else {}
+def squeue_rows(ids: Sequence[str], host: Host = LOCAL, array: bool = False) -> Dict[str, SlurmRow]:
+    """State of every job slurmctld still knows, in one squeue call (``array``: one row per
+    array task, ``"123_4"``)."""
+    return {i: _row(st) for i, st in squeue_states(list(ids), host=host, array=array).items()} if ids else {}
 
 
 def sacct_rows(ids: Sequence[str], host: Host = LOCAL) -> Optional[Dict[str, SlurmRow]]:

@@ -18,9 +18,12 @@ _SEP = "|"
 _ACCOUNTING_OFF = ("accounting storage is disabled", "accounting_storage/none")
 
 
-def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None
-                  ) -> Dict[str, JobState]:
+def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None,
+                  array: bool = False) -> Dict[str, JobState]:
     """State of each job slurmctld still knows, in ONE squeue call: ``{"123": JobState(...)}``.
+
+    ``array``: one row per array task (``squeue --array``: ``"123_4"``, pending tasks too,
+    where plain squeue folds them into ``"123_[4-9%2]"``).
 
     Jobs slurmctld has forgotten (ended more than MinJobAge ago) or never knew are missing from
     the result; ask :func:`sacct_states` for those.
@@ -28,7 +31,8 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Op
     ids = job_id_list(job_ids)
     if not ids:
         return {}
-    proc = run_slurm(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
+    tasks = ["--array"] if array else []
+    proc = run_slurm(["squeue", "--noheader", "--states=all", *tasks, f"--jobs={','.join(ids)}",
                       f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%M{_SEP}%N"], timeout=timeout, check=False, host=host)
     if proc.returncode != 0:
         reason = slurm_reason(proc.stderr, proc.stdout)

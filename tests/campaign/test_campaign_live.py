@@ -2,8 +2,8 @@
 reported: the report's numbers are the result files' numbers, the plots hold the measured series,
 and the HTML page, opened in headless Debian chromium, shows the CSV's table.
 
-The points run one after another through orchestrator.local_run (the `run --local` engine); the
-campaign runner itself (`campaign run`) wires the backends in phase 2.
+The points run one after another through `sporch campaign run --local` (the `run --local` engine
+under the campaign runner); a second run finds every point done and runs none again.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ import pytest
 
 from orchestrator.campaign.collect import collect
 from orchestrator.campaign.expand import expand
-from orchestrator.campaign.layout import prepare
 from orchestrator.campaign.metrics import GIB
 from orchestrator.campaign.report import plot_data
 from orchestrator.campaign.spec import campaign_from_dict
-from orchestrator.local_run import run_local
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -50,14 +48,21 @@ CAMPAIGN = {
 
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("campaign") / "live"
+    """The campaign through `sporch campaign run --local`, then once more: nothing runs twice."""
+    from orchestrator.cli.main import main
+
+    folder = tmp_path_factory.mktemp("campaign")
+    path = folder / "live.yaml"
+    path.write_text(json.dumps({**CAMPAIGN, "output_dir": str(folder)}))  # JSON is YAML
+    root = folder / "live"
     exp = expand(campaign_from_dict(CAMPAIGN))
     assert len(exp.points) == 4 and not exp.skipped
-    cdir = prepare(exp, root)
-    (root / "campaign.yaml").write_text(json.dumps(CAMPAIGN))  # JSON is YAML: the references for the report
-    for p in exp.points:
-        res = run_local(cdir.plan_file(p.id), cdir.point_dir(p.id), timeout_s=240)
-        assert res.ok and res.result["status"] == "completed", (p.id, res.result)
+    assert main(["campaign", "run", "--local", str(path)]) == 0
+    state = json.loads((root / "state.json").read_text())
+    assert sorted(state["points"]) == sorted(p.id for p in exp.points)
+    assert all(rec["submissions"] == 1 and rec["task"] == "local" for rec in state["points"].values())
+    assert main(["campaign", "run", "--local", str(path)]) == 0  # resumed: every point done, none rerun
+    assert json.loads((root / "state.json").read_text()) == state
     return root
 
 

@@ -1,0 +1,217 @@
+"""``sporch campaign run``: prepare the campaign directory, submit what is left, wait.
+
+One run of the command:
+
+1. takes the directory's lock (:mod:`.lock`; a second runner is refused);
+2. expands the file and prepares the directory (:func:`.layout.prepare`; finished points keep
+   their files);
+3. polls once (:func:`.track.refresh`) and picks the points to submit: never submitted, or
+   failed / lost with submissions left (``1 + run.retries`` in all); finished points and points
+   still in a queue are never submitted again;
+4. submits them: per resource group ONE ``sbatch`` of a job array (``--array=0-K%throttle``)
+   on the group's host (this machine, or the cluster's login host over ssh, where the point
+   files are mirrored under ``<login.workdir>/<output_dir>/<name>``); or, with ``--local``, runs
+   them one after another as local CPU runs (:func:`orchestrator.local_run.supervise`);
+5. unless detached, polls until no point is in a queue any more (one squeue per poll).
+
+Failed points are resubmitted by the next run of the command, not by this one: every run
+submits each group at most once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import posixpath
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
+from orchestrator.host import Host, host_for
+
+#: Seconds between polls while waiting.
+DEFAULT_INTERVAL = 5.0
+
+
+@dataclass
+class Submission:
+    group: str
+    job_id: str  # Slurm array id, or "local"
+    points: List[str]
+    where: str
+
+
+@dataclass
+class Session:
+    """A campaign directory held by this runner (lock taken, prepared)."""
+
+    campaign: object  # spec.Campaign
+    groups: list  # groups.Group
+    cdir: object  # layout.CampaignDir
+    state: CampaignState
+    lock: object
+    submitted: List[Submission] = field(default_factory=list)
+
+    @property
+    def point_ids(self) -> List[str]:
+        return [p.id for g in self.groups for p in g.points]
+
+    @property
+    def max_submissions(self) -> int:
+        return 1 + self.campaign.spec.run.retries
+
+    def poll(self, local_runner_alive: bool = False) -> Snapshot:
+        snap = refresh(self.cdir, self.state, self.point_ids, local_runner_alive=local_runner_alive)
+        self.state.save(self.cdir)
+        return snap
+
+    def todo(self, snap: Snapshot) -> List[str]:
+        """Points to submit now: never submitted, or failed with submissions left."""
+        out = []
+        for pid, cat in snap.categories.items():
+            n = self.state.submissions(pid)
+            if (cat == "pending" and n == 0) or (cat == "failed" and n < self.max_submissions):
+                out.append(pid)
+        return out
+
+    def exhausted(self, snap: Snapshot) -> List[str]:
+        return [pid for pid in snap.ids("failed") if self.state.submissions(pid) >= self.max_submissions]
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def open_session(campaign_file: str, command: Sequence[str] = ()) -> Session:
+    """Load and expand the file, lock its directory, prepare it (in that order: nothing is
+    written into a directory another runner holds)."""
+    from orchestrator.campaign.expand import expand
+    from orchestrator.campaign.groups import group_points
+    from orchestrator.campaign.layout import CampaignDir, prepare
+    from orchestrator.campaign.lock import CampaignLock
+    from orchestrator.campaign.spec import load_campaign
+    from orchestrator.errors import SporchError
+
+    campaign = load_campaign(campaign_file)
+    expansion = expand(campaign)
+    if not expansion.points:
+        raise SporchError(f"{campaign_file}: the campaign has no point to run ({len(expansion.skipped)} skipped; "
+                          "see `sporch campaign plan`)")
+    cdir = CampaignDir(campaign.directory().resolve())  # ranks and array tasks need absolute paths
+    cdir.root.mkdir(parents=True, exist_ok=True)
+    lock = CampaignLock(cdir.lock, command).acquire()
+    try:
+        prepare(expansion, cdir.root)
+        return Session(campaign, group_points(expansion.points), cdir, CampaignState.load(cdir), lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+# -- Slurm: one job array per group ---------------------------------------------------------------
+def group_host(group) -> Host:
+    return host_for(group.points[0].plan.cluster.login)
+
+
+def remote_root(campaign, login, host: Host) -> str:
+    """The campaign directory's copy on a login host: ``<workdir>/<output_dir>/<name>``."""
+    out = campaign.spec.output_dir
+    if not out.startswith(("/", "~")):
+        out = posixpath.join(login.workdir, out)
+    return host.abspath(posixpath.join(out, campaign.name))
+
+
+def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
+    """ONE sbatch per group that has points in ``ids``; the state is saved after each."""
+    from orchestrator.campaign.arrays import write_array
+    from orchestrator.remote.ssh import login_dict
+    from orchestrator.slurm.commands import sbatch
+
+    wanted = set(ids)
+    out: List[Submission] = []
+    c, cdir, state = session.campaign, session.cdir, session.state
+    for group in session.groups:
+        pids = [p.id for p in group.points if p.id in wanted]
+        if not pids:
+            continue
+        host = group_host(group)
+        login = group.points[0].plan.cluster.login
+        root = remote_root(c, login, host) if host.remote else str(cdir.root.resolve())
+        if host.remote:
+            mirror_points(cdir, pids, host, root)
+        n = state.next_submission(group.key)
+        _, script = write_array(cdir, group, pids, n, campaign=c.name, throttle=c.spec.run.throttle, host=host,
+                                root=root)
+        job_id = sbatch(script=str(script), cwd=root if host.remote else None, host=host)
+        state.arrays.append({"job_id": job_id, "group": group.key, "n": n, "points": pids, "root": root,
+                             "remote": login_dict(login) if host.remote else None,
+                             "submitted": _dt.datetime.now().isoformat(timespec="seconds")})
+        for i, pid in enumerate(pids):
+            state.started(pid, f"{job_id}_{i}")
+        state.save(cdir)
+        sub = Submission(group.key, job_id, pids, host.where)
+        session.submitted.append(sub)
+        out.append(sub)
+    return out
+
+
+def mirror_points(cdir, pids: Sequence[str], host: Host, root: str) -> None:
+    """Copy the points' point.json and plan.json to the login host's campaign directory."""
+    from orchestrator.campaign.layout import PLAN_FILE, POINT_FILE
+
+    for pid in pids:
+        folder = posixpath.join(root, "points", pid)
+        host.makedirs(folder)
+        for name in (POINT_FILE, PLAN_FILE):
+            host.write_text(posixpath.join(folder, name), (cdir.point_dir(pid) / name).read_text(encoding="utf-8"))
+
+
+def wait(session: Session, *, interval: float = DEFAULT_INTERVAL,
+         on_poll: Optional[Callable[[Snapshot], None]] = None, snap: Optional[Snapshot] = None) -> Snapshot:
+    """Poll until no point is in a queue."""
+    snap = snap or session.poll()
+    if on_poll:
+        on_poll(snap)
+    while snap.active:
+        time.sleep(interval)
+        snap = session.poll()
+        if on_poll:
+            on_poll(snap)
+    return snap
+
+
+# -- --local: one point after another on this machine ---------------------------------------------
+def run_local_points(session: Session, ids: Sequence[str], *,
+                     on_point: Optional[Callable[[str, Optional[str]], None]] = None,
+                     on_tick: Optional[Callable[[int, int], None]] = None) -> bool:
+    """Run ``ids`` here, in matrix order, each under the local supervisor (ranks as CPU
+    processes, emulated nodes), each limited to its time limit as Slurm would.
+    ``on_point(pid, None)`` before a point, ``on_point(pid, outcome)`` after it. Returns False
+    when SIGTERM cancelled a point (the points after it are left for the next run)."""
+    from orchestrator.local_run import supervise
+    from orchestrator.plan.rules import time_to_minutes
+
+    cdir, state = session.cdir, session.state
+    wanted = set(ids)
+    for group in session.groups:
+        for p in group.points:
+            if p.id not in wanted:
+                continue
+            state.started(p.id, LOCAL_TASK)
+            state.point(p.id)["state"] = "RUNNING"
+            state.save(cdir)
+            if on_point:
+                on_point(p.id, None)
+            limit = 60.0 * time_to_minutes(p.plan.job.time or p.plan.cluster.slurm.time)
+            res = supervise(cdir.plan_file(p.id), cdir.point_dir(p.id), timeout_s=limit, on_tick=on_tick)
+            ok = res is not None and res.ok and (res.result or {}).get("status") == "completed"
+            if ok:
+                state.ended(p.id, "COMPLETED")
+            else:
+                state.ended(p.id, "CANCELLED" if res is None else "FAILED",
+                            local_failure(cdir, p.id) or ("cancelled" if res is None else "failed without a result"))
+            state.save(cdir)
+            if on_point:
+                on_point(p.id, state.point(p.id)["state"])
+            if res is None:  # SIGTERM: the campaign run stops (the next run retries this point)
+                return False
+    return True

@@ -1,0 +1,242 @@
+"""Where each point of a campaign stands: ``state.json`` and one poll of the scheduler.
+
+``state.json`` keeps every submission (a Slurm job array, or a local run) and, per point, how
+many times it was submitted, its current task (``<array>_<index>`` or ``local``), its last known
+state and, once it failed, the error line. ``result.json`` stays the truth for success: a point
+whose result says ``completed`` is done whatever the queue says.
+
+A poll (:func:`refresh`) asks each host once: ONE ``squeue --array`` for every array with a
+task still out, then ONE ``sacct`` for the tasks squeue no longer shows (a task known to
+neither, without a completed result, is *lost*). Results of points that ran on a login host
+(over ssh) are copied into the local campaign directory, so the report reads local files.
+
+Point categories (what progress and ``campaign status`` count): ``pending`` (not submitted
+yet, or waiting in the queue), ``running``, ``done``, ``failed`` (ended without a completed
+result: failed, cancelled, timed out, lost).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from orchestrator.host import LOCAL, Host, host_for
+from orchestrator.slurm.states import parse_state
+
+CATEGORIES = ("pending", "running", "done", "failed")
+#: ``task`` of a point run on this machine (campaign run --local).
+LOCAL_TASK = "local"
+SCHEMA = 1
+
+
+@dataclass
+class CampaignState:
+    """The runner's memory (``state.json``)."""
+
+    arrays: List[Dict[str, Any]] = field(default_factory=list)  # job_id, group, n, points, root, remote, submitted
+    points: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # id -> submissions, task, state, final, error
+
+    @classmethod
+    def load(cls, cdir) -> "CampaignState":
+        if not cdir.state.is_file():
+            return cls()
+        data = json.loads(cdir.state.read_text(encoding="utf-8"))
+        return cls(arrays=list(data.get("arrays") or []), points=dict(data.get("points") or {}))
+
+    def save(self, cdir) -> None:
+        from runtime.results import write_json_atomic  # stdlib-only module
+
+        write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points})
+
+    def point(self, pid: str) -> Dict[str, Any]:
+        return self.points.setdefault(pid, {"submissions": 0, "task": None, "state": None, "final": False,
+                                            "error": None})
+
+    def submissions(self, pid: str) -> int:
+        return int((self.points.get(pid) or {}).get("submissions") or 0)
+
+    def array(self, job_id: str) -> Optional[Dict[str, Any]]:
+        return next((a for a in self.arrays if a["job_id"] == job_id), None)
+
+    def next_submission(self, group: str) -> int:
+        return 1 + sum(1 for a in self.arrays if a["group"] == group)
+
+    def started(self, pid: str, task: str) -> None:
+        rec = self.point(pid)
+        rec.update(submissions=self.submissions(pid) + 1, task=task, state="PENDING", final=False, error=None)
+
+    def ended(self, pid: str, state: str, error: Optional[str] = None) -> None:
+        self.point(pid).update(state=state, final=True, error=error)
+
+
+def category(rec: Optional[Dict[str, Any]], done: bool) -> str:
+    if done:
+        return "done"
+    if not rec or not rec.get("submissions"):
+        return "pending"
+    if rec.get("final"):
+        return "failed"
+    return "running" if rec.get("state") in ("RUNNING", "COMPLETING") else "pending"
+
+
+def result_status(text: Optional[str]) -> Optional[str]:
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return data.get("status") if isinstance(data, dict) else None
+
+
+def is_done(cdir, pid: str) -> bool:
+    return result_status(LOCAL.read_text(str(cdir.result_file(pid)))) == "completed"
+
+
+@dataclass
+class Snapshot:
+    """One poll's answer: each point's category (and the state record it came from)."""
+
+    categories: Dict[str, str]
+    state: CampaignState
+
+    def counts(self) -> Dict[str, int]:
+        out = {c: 0 for c in CATEGORIES}
+        for c in self.categories.values():
+            out[c] += 1
+        return out
+
+    def ids(self, cat: str) -> List[str]:
+        return [pid for pid, c in self.categories.items() if c == cat]
+
+    @property
+    def active(self) -> bool:
+        """Some point is still out (in a queue): waiting makes sense."""
+        return any(self.state.point(pid).get("submissions") and c in ("pending", "running")
+                   for pid, c in self.categories.items())
+
+    def text(self) -> str:
+        return ", ".join(f"{n} {c}" for c, n in self.counts().items())
+
+
+def array_host(array: Dict[str, Any]) -> Host:
+    return host_for(array.get("remote"))
+
+
+def point_dir_on(array: Dict[str, Any], pid: str) -> str:
+    return posixpath.join(array["root"], "points", pid)
+
+
+def refresh(cdir, state: CampaignState, point_ids: List[str], *, local_runner_alive: bool = False) -> Snapshot:
+    """Poll once and update ``state`` in memory (the caller saves it when it holds the lock).
+
+    ``local_runner_alive``: a local run in this process is in progress (its point is running,
+    not lost)."""
+    from orchestrator.jobs.status import sacct_rows, squeue_rows
+
+    cats: Dict[str, str] = {}
+    out: Dict[str, List[tuple]] = {}  # host key -> [(pid, array, task)]
+    hosts: Dict[Any, Host] = {}
+    for pid in point_ids:
+        rec = state.points.get(pid)
+        if is_done(cdir, pid):
+            if rec and not (rec.get("final") and rec.get("state") == "COMPLETED"):
+                state.ended(pid, "COMPLETED")
+            cats[pid] = "done"
+            continue
+        if rec and rec.get("submissions") and not rec.get("final"):
+            task = rec.get("task") or ""
+            if task == LOCAL_TASK:
+                if not local_runner_alive:  # the lock says no other runner: that run is gone
+                    state.ended(pid, "LOST", local_failure(cdir, pid) or "lost: the local run was interrupted")
+            else:
+                array = state.array(task.split("_")[0])
+                if array is None:
+                    state.ended(pid, "LOST", "lost: its job array is not in state.json")
+                else:
+                    host = array_host(array)
+                    key = (array.get("remote") or {}).get("host"), (array.get("remote") or {}).get("port")
+                    hosts[key] = host
+                    out.setdefault(key, []).append((pid, array, task))
+        cats[pid] = category(state.points.get(pid), False)
+
+    for key, items in out.items():
+        host = hosts[key]
+        rows = squeue_rows(sorted({a["job_id"] for _, a, _ in items}), host, array=True)
+        done = {pid: _fetch_done(cdir, host, a, pid) for pid, a, _ in items}
+        unknown = sorted({t.split("_")[0] for pid, _, t in items if t not in rows and not done[pid]})
+        acct = sacct_rows(unknown, host) if unknown else {}
+        for pid, array, task in items:
+            row = rows.get(task) or (acct or {}).get(task)
+            if done[pid]:
+                state.ended(pid, "COMPLETED")
+                cats[pid] = "done"
+                continue
+            if row is not None and not parse_state(row.state).terminal:
+                state.point(pid)["state"] = row.state
+                cats[pid] = category(state.points[pid], False)
+                continue
+            if row is None:
+                state.ended(pid, "LOST", "lost: left the queue without a result"
+                            + ("" if acct is not None else " (no accounting on this cluster)"))
+            else:
+                state.ended(pid, row.state, slurm_failure(host, array, pid, task, row))
+            cats[pid] = "failed"
+    return Snapshot(cats, state)
+
+
+def _fetch_done(cdir, host: Host, array: Dict[str, Any], pid: str) -> bool:
+    """Whether the point's result (on its host) says completed; a login host's result is
+    copied into the local campaign directory."""
+    if is_done(cdir, pid):
+        return True
+    if not host.remote:
+        return False
+    text = host.read_text(posixpath.join(point_dir_on(array, pid), "result.json"))
+    if result_status(text) != "completed":
+        return False
+    LOCAL.write_text(str(cdir.result_file(pid)), text)
+    return True
+
+
+def slurm_failure(host: Host, array: Dict[str, Any], pid: str, task: str, row) -> str:
+    """``STATE: error line`` of an array task that ended without a completed result."""
+    from orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
+
+    folder = point_dir_on(array, pid)
+    state = row.state + (f" ({row.reason})" if row.reason else "")
+    result = read_result(folder, host) or {}
+    info = None
+    if result.get("status") == "failed" and result.get("error"):
+        info = {"rank": result.get("failed_rank"), "error": result["error"]}
+    info = info or failure_from_rank_files(folder, host)
+    line = None
+    if info:
+        line = (f"rank {info['rank']}: " if info.get("rank") is not None else "") + str(info.get("error") or "")
+    if not line:
+        job, _, index = task.partition("_")
+        candidates = [posixpath.join(array["root"], "arrays", "logs", f"{job}_{index}.err")]
+        logs = posixpath.join(folder, "logs")
+        candidates += [posixpath.join(logs, n) for n in sorted(host.listdir(logs), reverse=True) if n.endswith(".err")]
+        line = next((ln for ln in (last_error_line(c, host=host) for c in candidates) if ln), None)
+    return one_line(f"{state}: {line}" if line else state)
+
+
+def local_failure(cdir, pid: str) -> Optional[str]:
+    """The error line a local run of the point left (result, rank files, rank logs)."""
+    from orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
+
+    folder = str(cdir.point_dir(pid))
+    result = read_result(folder) or {}
+    if result.get("status") == "failed" and result.get("error"):
+        rank = result.get("failed_rank")
+        return one_line((f"rank {rank}: " if rank is not None else "") + str(result["error"]))
+    info = failure_from_rank_files(folder)
+    if info:
+        return one_line(f"rank {info['rank']}: {info['error']}")
+    logs = cdir.point_dir(pid) / "logs"
+    for log in sorted(logs.glob("rank*.log")) if logs.is_dir() else []:
+        line = last_error_line(log)
+        if line:
+            return one_line(line)
+    return None

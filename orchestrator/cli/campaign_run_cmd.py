@@ -1,0 +1,181 @@
+"""``sporch campaign run`` and ``sporch campaign status`` (registered in campaign_cmd's group)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Optional
+
+import click
+
+from orchestrator.cli.common import console, invocation
+from orchestrator.errors import SporchError
+from orchestrator.plan.rules import EXIT_FAILED
+
+
+class ProgressView:
+    """Points pending / running / done / failed: a rich bar on a terminal, else one line
+    each time the counts change."""
+
+    def __init__(self, con, total: int, title: str) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.con = con
+        self.last = ""
+        self.bar = Progress(SpinnerColumn(), TextColumn(title), BarColumn(), TextColumn("{task.fields[counts]}"),
+                            TimeElapsedColumn(), console=con, transient=True, disable=not con.is_terminal)
+        self.task = self.bar.add_task(title, total=total, counts="")
+
+    def __enter__(self) -> "ProgressView":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def show(self, counts: Dict[str, int], note: str = "") -> None:
+        text = ", ".join(f"{n} {c}" for c, n in counts.items()) + (f" ({note})" if note else "")
+        self.bar.update(self.task, completed=counts.get("done", 0) + counts.get("failed", 0), counts=text)
+        if not self.con.is_terminal and text != self.last:
+            self.con.print(text)
+        self.last = text
+
+
+@click.command("run")
+@click.argument("campaign_file", metavar="CAMPAIGN.yaml", type=click.Path(dir_okay=False))
+@click.option("--local", "local", is_flag=True,
+              help="Run the points on this machine, one after another, as local CPU runs.")
+@click.option("--detach", is_flag=True, help="Return right after submitting (follow with `campaign status DIR`).")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds between polls of the queue while waiting.")
+def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> None:
+    """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a
+    cluster with a login section), or --local; re-running resumes (finished points are kept,
+    failed ones resubmitted up to run.retries)."""
+    from orchestrator.campaign import runner
+    from orchestrator.submit.submitter import command_line
+
+    if local and detach:
+        raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
+                          "use one of them")
+    session = runner.open_session(campaign_file, command_line(invocation()))
+    con = console(stderr=True)
+    try:
+        snap = session.poll()
+        todo = session.todo(snap)
+        total = len(session.point_ids)
+        con.print(f"[bold]campaign[/] {session.campaign.name}: {total} points in {len(session.groups)} group(s), "
+                  f"directory {session.cdir.root}; {snap.counts()['done']} done, {len(todo)} to "
+                  f"{'run here' if local else 'submit'}")
+        if local:
+            snap = _run_local(session, todo, con, total)
+        else:
+            for sub in runner.submit_arrays(session, todo):
+                con.print(f"group {sub.group}: {len(sub.points)} point(s) submitted as job array {sub.job_id} "
+                          f"({sub.where})")
+            if detach:
+                con.print(f"detached; follow with `sporch campaign status {session.cdir.root}`")
+                return
+            with ProgressView(con, total, "points") as view:
+                snap = runner.wait(session, interval=interval, on_poll=lambda s: view.show(s.counts()))
+        _summary(session, snap, con, campaign_file)
+    finally:
+        session.release()
+
+
+def _run_local(session, todo, con, total):
+    from orchestrator.campaign import runner
+
+    snap = session.poll()
+    with ProgressView(con, total, "points") as view:
+        def on_point(pid: str, outcome: Optional[str]) -> None:
+            counts = session.poll(local_runner_alive=outcome is None).counts()
+            view.show(counts, f"{pid} {'running' if outcome is None else outcome.lower()}")
+
+        runner.run_local_points(session, todo, on_point=on_point)
+        snap = session.poll()
+        view.show(snap.counts())
+    return snap
+
+
+def _summary(session, snap, con, campaign_file: str) -> None:
+    counts = snap.counts()
+    con.print(f"campaign {session.campaign.name}: " + ", ".join(f"{n} {c}" for c, n in counts.items()))
+    errors = _failures(session.state, snap.ids("failed"))
+    if errors:
+        _failure_table(con, errors, _values(session.cdir))
+        left = [pid for pid in errors if session.state.submissions(pid) < session.max_submissions]
+        if left:
+            con.print(f"{len(left)} failed point(s) have retries left: run `sporch campaign run {campaign_file}` "
+                      "again to resubmit them")
+    if counts["done"] == len(snap.categories):
+        con.print(f"all points done; report: `sporch campaign report {session.cdir.root}`")
+        return
+    if snap.active:  # --local left points that are in a Slurm queue
+        con.print(f"{counts['pending'] + counts['running']} point(s) still in a queue: "
+                  f"`sporch campaign status {session.cdir.root}`")
+    click.get_current_context().exit(EXIT_FAILED)
+
+
+def _failures(state, ids) -> Dict[str, str]:
+    return {pid: state.point(pid).get("error") or state.point(pid).get("state") or "failed" for pid in ids}
+
+
+def _values(cdir) -> Dict[str, dict]:
+    from orchestrator.campaign.layout import read_json
+
+    try:
+        return {pid: rec.get("values") or {} for pid, rec in read_json(cdir.manifest)["points"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _failure_table(con, errors: Dict[str, str], values: Dict[str, dict]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"failed: {len(errors)}", title_justify="left")
+    for col in ("id", "gpus", "layout", "shape", "error"):
+        t.add_column(col, overflow="fold")
+    for pid, err in errors.items():
+        v = values.get(pid, {})
+        t.add_row(pid, str(v.get("gpus", "")), str(v.get("layout", "")), str(v.get("shape", "")), escape(err))
+    con.print(t)
+
+
+@click.command("status")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print counts, states and errors as JSON.")
+def status_cmd(directory: str, as_json: bool) -> None:
+    """Points of the campaign in DIR by state (pending/running/done/failed) and the failing
+    ones with their error line: one squeue call for all arrays, sacct once for ended ones."""
+    from orchestrator.campaign.layout import CampaignDir
+    from orchestrator.campaign.lock import CampaignBusy, CampaignLock
+    from orchestrator.campaign.track import CampaignState, refresh
+
+    cdir = CampaignDir(Path(directory))
+    values = _values(cdir)
+    if not values:
+        raise SporchError(f"{directory} is not a prepared campaign directory (no manifest.json with points); "
+                          "run `sporch campaign run FILE` first")
+    state = CampaignState.load(cdir)
+    try:  # saved only when no runner holds the directory (a runner's own state wins)
+        lock = CampaignLock(cdir.lock, ["sporch", "campaign", "status", directory]).acquire()
+    except CampaignBusy:
+        lock = None
+    try:
+        snap = refresh(cdir, state, list(values), local_runner_alive=lock is None)
+        if lock is not None:
+            state.save(cdir)
+    finally:
+        if lock is not None:
+            lock.release()
+    errors = _failures(state, snap.ids("failed"))
+    if as_json:
+        click.echo(json.dumps({"counts": snap.counts(), "points": snap.categories, "failed": errors,
+                               "arrays": [a["job_id"] for a in state.arrays]}, indent=2))
+        return
+    con = console()
+    con.print(f"campaign {cdir.root}: {len(values)} points: " + snap.text())
+    if errors:
+        _failure_table(con, errors, values)
