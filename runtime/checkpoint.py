@@ -62,11 +62,17 @@ class Progress:
 
     # -- state -----------------------------------------------------------------------
     def load(self) -> dict[str, Any] | None:
-        """The last saved progress (``step`` = finished steps), or None on a first run."""
+        """The last saved progress (``step`` = finished steps), or None on a first run.
+
+        Collective: a barrier after the read, so that no rank can finish (and rank 0 record)
+        step 1 before every rank has read the state it starts from. Without it a slow rank of a
+        layout whose ranks never meet inside a step (dp) could "resume" from a fast rank 0's
+        fresh progress.json and run one step fewer than its peers."""
         meta = self.folder / PROGRESS_FILE
-        if not meta.exists():
-            return None
-        return json.loads(meta.read_text(encoding="utf-8"))
+        data = json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else None
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier(group=self.group)
+        return data
 
     def _shard_path(self, step: int) -> Path:
         return self.folder / f"rank{self.rank}_step{step}.pt"

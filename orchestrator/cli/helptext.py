@@ -15,6 +15,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "calibrate": ("sporch calibrate campaigns/scaling --cluster a100x32", "docs/plan.md"),
     "campaign": ("sporch campaign plan examples/campaigns/tiny.yaml", "docs/campaigns.md"),
     "campaign plan": ("sporch campaign plan examples/campaigns/tiny.yaml --json", "docs/campaigns.md"),
+    "campaign run": ("sporch campaign run --local examples/campaigns/tiny.yaml", "docs/campaigns.md"),
+    "campaign status": ("sporch campaign status campaigns/tiny", "docs/campaigns.md"),
     "campaign report": ("sporch campaign report campaigns/tiny --out /tmp/report", "docs/campaigns.md"),
     "campaign compare": ("sporch campaign compare campaigns/before campaigns/after --threshold 5%",
                          "docs/campaigns.md"),
