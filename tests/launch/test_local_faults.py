@@ -19,14 +19,21 @@ import pytest
 from test_local_run import REPO, TINY, hooks_env, sporch
 
 
+def _run_hook(tmp_path, entrypoint: str, env: dict, *overrides: str):
+    """``sporch run --local`` of tiny.yaml with ``entrypoint`` on 4 ranks: (process, result.json,
+    local.json)."""
+    run_dir = tmp_path / "run"
+    proc = sporch("run", "--local", "--cluster", "local", str(TINY), f"entrypoint={entrypoint}", *overrides,
+                  "--run-dir", str(run_dir), "--timeout", "200", env={**hooks_env(), **env})
+    result = json.loads((run_dir / "result.json").read_text())
+    return proc, result, json.loads((run_dir / "local.json").read_text())
+
+
 def test_a_rank_that_finishes_late_is_gathered_not_failed(tmp_path):
     """Rank 3 finishes its workload 6 s after the others (longer than rank 0's wait for rank
     files): every rank takes part in gathering the records, so the run completes with all 4."""
-    run_dir = tmp_path / "run"
-    env = {**hooks_env(), "SPORCH_TEST_SLOW_RANK": "3", "SPORCH_TEST_SLOW_S": "6"}
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:slow_rank",
-                  "parallel.ring=4", "parallel.ulysses=1", "--run-dir", str(run_dir), "--timeout", "120", env=env)
-    result = json.loads((run_dir / "result.json").read_text())
+    proc, result, _ = _run_hook(tmp_path, "launch_hooks:slow_rank", {"SPORCH_TEST_SLOW_RANK": "3",
+                                "SPORCH_TEST_SLOW_S": "6"}, "parallel.ring=4", "parallel.ulysses=1")
     assert result["status"] == "completed", result
     assert sorted(result["hosts"]) == ["0", "1", "2", "3"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -35,32 +42,23 @@ def test_a_rank_that_finishes_late_is_gathered_not_failed(tmp_path):
 def test_a_killed_rank_is_blamed_not_the_peer_that_lost_its_connection(tmp_path):
     """kill -9 of rank 1: the summary, result.json and the record's status name rank 1 and its
     signal, not rank 0's "Connection reset by peer"."""
-    run_dir = tmp_path / "run"
-    env = {**hooks_env(), "SPORCH_DIE_RANK": "1", "SPORCH_DIST_TIMEOUT_S": "60"}
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=examples.hooks:die_on_rank",
-                  "parallel.ring=2", "parallel.ulysses=2", "--run-dir", str(run_dir), "--timeout", "120", env=env)
+    proc, result, state = _run_hook(tmp_path, "examples.hooks:die_on_rank", {"SPORCH_DIE_RANK": "1",
+                                    "SPORCH_DIST_TIMEOUT_S": "60"}, "parallel.ring=2", "parallel.ulysses=2")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    result = json.loads((run_dir / "result.json").read_text())
     assert result["failed_rank"] == 1, result
     assert result["error"] == "rank 1 died: killed by signal 9 (SIGKILL) on local-node0"
     assert "rank 1 died: killed by signal 9" in proc.stdout
-    state = json.loads((run_dir / "local.json").read_text())
     assert state["state"] == "FAILED" and state["failed_rank"] == 1
 
 
 def test_a_hung_rank_is_ended_and_named(tmp_path):
     """Rank 3 sleeps while the others finish: their gather times out, the job fails, and the
     runner stops rank 3 (instead of waiting for it) and names it."""
-    run_dir = tmp_path / "run"
-    env = {**hooks_env(), "SPORCH_TEST_HANG_RANK": "3", "SPORCH_DIST_TIMEOUT_S": "5"}
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:hang_rank",
-                  "parallel.ring=4", "parallel.ulysses=1", "--run-dir", str(run_dir), "--timeout", "200", env=env)
+    proc, result, state = _run_hook(tmp_path, "launch_hooks:hang_rank", {"SPORCH_TEST_HANG_RANK": "3",
+                                    "SPORCH_DIST_TIMEOUT_S": "5"}, "parallel.ring=4", "parallel.ulysses=1")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    result = json.loads((run_dir / "result.json").read_text())
     assert result["failed_rank"] == 3, result
-    assert "rank 3 hung" in result["error"]
-    assert "rank 3 hung" in proc.stdout
-    state = json.loads((run_dir / "local.json").read_text())
+    assert "rank 3 hung" in result["error"] and "rank 3 hung" in proc.stdout
     assert state["stopped"] == {"3": "hung"}
 
 

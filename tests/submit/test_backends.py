@@ -230,7 +230,7 @@ def test_remote_cluster_is_a_clear_error(tmp_path, sporch_home, run_cli):
     path = tmp_path / "remote.yaml"
     path.write_text(FULL_CLUSTER + "login: {host: 127.0.0.1, port: 1, user: me}\n")
     code, out, err = run_cli("submit", "--cluster", path, EXAMPLES / "tiny.yaml", f"output_dir={tmp_path}/runs")
-    assert code == 2 and "cannot reach me@127.0.0.1:1" in err and err.count("\n") == 1
+    assert code == 75 and "cannot reach me@127.0.0.1:1" in err and err.count("\n") == 1  # unreachable: exit 75
     assert not (tmp_path / "runs").exists() and not sporch_home.exists()
 
 

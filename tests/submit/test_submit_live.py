@@ -123,6 +123,18 @@ def test_failing_rank_ends_the_job_quickly_and_is_named(sporch):
     assert "injected failure on rank 2" in p.stdout
 
 
+def test_a_rank_killed_by_a_signal_is_blamed_not_its_peers(sporch):
+    """Issue 9 item 4: rank 2 is killed by SIGKILL (no record); its peers' records say their
+    connection broke. srun's report in the batch log makes rank 2 the root cause."""
+    rec = sporch.submit("entrypoint=examples.hooks:die_on_rank", "resources.nodes=2", "name=die", "--via", "sbatch",
+                        env={"SPORCH_DIE_RANK": "2", "SPORCH_DIST_TIMEOUT_S": "60"})
+    p = sporch("wait", rec["id"], "--interval", "1", "--timeout", "150", timeout=180)
+    assert p.returncode == 1, p.stdout + p.stderr
+    st = sporch.status(rec["id"])
+    assert st["failed_rank"] == 2, st
+    assert st["error"].startswith("rank 2 died: killed by signal 9 (SIGKILL) on node"), st
+
+
 def _wait_for_step(rec: dict, at_least: int, timeout: float = 90) -> int:
     progress = Path(rec["job_dir"]) / "checkpoint" / "progress.json"
     deadline = time.monotonic() + timeout
