@@ -64,4 +64,8 @@ def _rank(cluster, job, as_json: bool) -> None:
     con.print(ranking_table(ranked, chosen.layout, requested))
     con.print(f"[cyan]note[/cyan] {escape(reason)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
-        con.print("[yellow]warning[/yellow] no layout fits in 90% of GPU memory; use more GPUs or a bigger GPU")
+        from orchestrator.plan.planner import memory_advice
+
+        least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan.estimates
+        advice = memory_advice(least, cluster.gpu.memory_gib, cluster.gpu.model)
+        con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {escape(advice)}", soft_wrap=True)
