@@ -174,8 +174,11 @@ def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
     rec_id = re.search(r"id (tiny-\S+)", done.stderr.replace("\n", " ")).group(1)
     st = sporch("status", "--json", rec_id, env=env)
     [s] = json.loads(st.stdout)
+    # the run recorded its final state when it ended (source "record"); --refresh asks the backend again
     assert (s["state"], s["source"], s["result_status"], s["job_dir"]) == (
-        "COMPLETED", "local", "completed", str(tmp_path / "done"))
+        "COMPLETED", "record", "completed", str(tmp_path / "done"))
+    [s] = json.loads(sporch("status", "--json", "--refresh", rec_id, env=env).stdout)
+    assert (s["state"], s["source"], s["result_status"]) == ("COMPLETED", "local", "completed")
     w = sporch("wait", rec_id, env=env)
     assert w.returncode == 0 and f"{rec_id}: COMPLETED" in w.stdout
     logs = sporch("logs", rec_id, "--rank", "1", env=env)
