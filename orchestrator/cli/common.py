@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -38,7 +39,9 @@ def console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 140
+    # a terminal sets its own width; piped output is 140 columns unless $COLUMNS says otherwise
+    columns = os.environ.get("COLUMNS", "")
+    width = None if stream.isatty() else (int(columns) if columns.isdigit() and int(columns) > 0 else 140)
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
 
 

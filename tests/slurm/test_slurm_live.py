@@ -39,7 +39,7 @@ def test_srun_hostname_is_node_name(slurm_cluster):
 def test_sbatch_rejection_is_one_line_sporch_error(slurm_cluster):
     with pytest.raises(SporchError) as e:
         commands.sbatch(["-p", "no_such_partition", "--wrap=true"])
-    assert str(e.value) == "Slurm rejected the job: invalid partition specified: no_such_partition"
+    assert str(e.value) == "Slurm rejected the job (sbatch on this machine): invalid partition specified: no_such_partition"
 
 
 def test_sbatch_test_only(slurm_cluster):

@@ -30,6 +30,7 @@ class Sporch:
         self.env.update(SPORCH_HOME=str(home), PYTHONPATH=os.pathsep.join(
             [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.env.pop("SPORCH_DEBUG", None)
+        self.env["COLUMNS"] = "300"  # status tables: wide enough that no cell is cut short
 
     def __call__(self, *args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
         e = dict(self.env)
@@ -198,7 +199,7 @@ def test_rejected_requests_are_one_line_and_leave_nothing(sporch, bad_clusters, 
     before = sorted((sporch.home / "jobs").glob("*.json")) if (sporch.home / "jobs").exists() else []
     p = sporch("submit", "--via", via, "--cluster", cl, TINY, f"output_dir={runs}", *overrides)
     assert p.returncode == 2
-    assert p.stderr.startswith("sporch: error: Slurm rejected the job: ") and reason in p.stderr
+    assert p.stderr.startswith("sporch: error: Slurm rejected the job (sbatch on this machine): ") and reason in p.stderr
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert not runs.exists()
     after = sorted((sporch.home / "jobs").glob("*.json")) if (sporch.home / "jobs").exists() else []
