@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
 import pytest
@@ -141,7 +143,8 @@ def test_could_not_reach_is_told_from_rejected(tmp_path):
 def test_run_slurm_missing_and_timeout():
     with pytest.raises(SporchError, match="not found on PATH"):
         run_slurm(["sporch-no-such-slurm-tool"])
-    with pytest.raises(SporchError, match=r"^could not reach Slurm \(python on this machine\): no answer within 0.2 s"):
+    tool = re.escape(os.path.basename(sys.executable))  # "python", "python3" or "python3.11", as installed
+    with pytest.raises(SporchError, match=rf"^could not reach Slurm \({tool} on this machine\): no answer within 0.2 s"):
         run_slurm([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
 
 
