@@ -47,6 +47,26 @@ def pick_device(env: RankEnv) -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_threads(environ=None) -> int | None:
+    """Intra-op threads for a CPU rank: ``OMP_NUM_THREADS`` when set (torch reads it itself:
+    None), else the CPUs Slurm gave the task (``SLURM_CPUS_PER_TASK``), else 1 -- as torchrun
+    does, so that N ranks on a node do not each start one thread per core of the node."""
+    env = os.environ if environ is None else environ
+    if env.get("OMP_NUM_THREADS"):
+        return None
+    value = env.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def limit_cpu_threads(device: torch.device) -> int:
+    """Apply :func:`cpu_threads` on a CPU rank; returns the threads torch uses."""
+    if device.type == "cpu":
+        n = cpu_threads()
+        if n is not None:
+            torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
 def init_distributed(env: RankEnv, device: torch.device, timeout_s: int = DEFAULT_TIMEOUT_S) -> str:
     """Initialise the default process group (NCCL on CUDA, gloo on CPU); returns the backend."""
     backend = "nccl" if device.type == "cuda" else "gloo"

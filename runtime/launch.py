@@ -55,7 +55,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
 
     from runtime.attention.select import selected_kernel
     from runtime.checkpoint import Progress, RequeueRequested, restart_count
-    from runtime.distributed import init_distributed, pick_device, shutdown
+    from runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
     from runtime.parallel import ParallelContext
     from runtime.workloads import run_workload
 
@@ -79,6 +79,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
             )
         device = pick_device(env)
         record["device"] = str(device)
+        record["threads"] = limit_cpu_threads(device)
         record["backend"] = init_distributed(env, device)
         ctx = ParallelContext.from_plan(plan)
         progress = Progress(output_dir=output_dir, rank=env.rank)

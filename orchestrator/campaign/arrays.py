@@ -20,11 +20,12 @@ ARRAY_LOGS = "arrays/logs"
 
 
 def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, count: int,
-                 throttle: Optional[int] = None) -> str:
+                 throttle: Optional[int] = None, after: Sequence[str] = ()) -> str:
     """The array script for ``count`` points listed in ``list_path``.
 
     ``plan``: any point's Plan of the group (the header comes from it); ``root``: the
-    campaign directory (batch logs go to ``<root>/arrays/logs``).
+    campaign directory (batch logs go to ``<root>/arrays/logs``); ``after``: job ids the array
+    waits for (``run.serial``).
     """
     from orchestrator.render import render_template
     from orchestrator.submit.slurm_job import SlurmJob
@@ -34,12 +35,13 @@ def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, 
     if throttle is not None and throttle < 1:
         raise SporchError(f"run.throttle must be >= 1, got {throttle}")
     job = SlurmJob.from_plan(plan, root).as_array(f"{campaign}-{group}", count, throttle,
-                                                  batch_logs=f"{root.rstrip('/')}/{ARRAY_LOGS}")
+                                                  batch_logs=f"{root.rstrip('/')}/{ARRAY_LOGS}", after=after)
     return render_template(TEMPLATE, job=job, campaign=campaign, group=group, count=count, list_path=list_path)
 
 
 def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campaign: str,
-                throttle: Optional[int] = None, host=None, root: Optional[str] = None) -> tuple[Path, Path]:
+                throttle: Optional[int] = None, host=None, root: Optional[str] = None,
+                after: Sequence[str] = ()) -> tuple[Path, Path]:
     """Write the list file and the array script of one submission of ``group``
     (a groups.Group) for ``point_ids`` (a subset of its points, in array-index order).
     Returns (list file, script). The plans must already be in the point dirs (layout.prepare).
@@ -60,7 +62,7 @@ def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campa
     list_path, script_path = posixpath.join(root, str(list_rel)), posixpath.join(root, str(script_rel))
     lines = [posixpath.join(root, str(cdir.point_dir(pid).relative_to(cdir.root))) for pid in point_ids]
     script = render_array(by_id[point_ids[0]].plan, campaign=campaign, group=group.key, root=root,
-                          list_path=list_path, count=len(point_ids), throttle=throttle)
+                          list_path=list_path, count=len(point_ids), throttle=throttle, after=after)
     host.makedirs(posixpath.join(root, ARRAY_LOGS))
     host.write_text(list_path, "".join(f"{line}\n" for line in lines))
     host.write_text(script_path, script)

@@ -10,8 +10,10 @@ One run of the command:
    still in a queue are never submitted again;
 4. submits them: per resource group ONE ``sbatch`` of a job array (``--array=0-K%throttle``)
    on the group's host (this machine, or the cluster's login host over ssh, where the point
-   files are mirrored under ``<login.workdir>/<output_dir>/<name>``); or, with ``--local``, runs
-   them one after another as local CPU runs (:func:`orchestrator.local_run.supervise`);
+   files are mirrored under ``<login.workdir>/<output_dir>/<name>``); with ``run.serial`` each
+   array waits for the cluster's arrays still out (``--dependency=afterany``); or, with
+   ``--local``, runs them one after another as local CPU runs
+   (:func:`orchestrator.local_run.supervise`);
 5. unless detached, polls until no point is in a queue any more (one squeue per poll).
 
 Failed points are resubmitted by the next run of the command, not by this one: every run
@@ -139,10 +141,13 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
         if host.remote:
             mirror_points(cdir, pids, host, root)
         n = state.next_submission(group.key)
+        cluster = group.points[0].plan.cluster.name
+        after = arrays_out(state, cluster) if c.spec.run.serial else []
         _, script = write_array(cdir, group, pids, n, campaign=c.name, throttle=c.spec.run.throttle, host=host,
-                                root=root)
+                                root=root, after=after)
         job_id = sbatch(script=str(script), cwd=root if host.remote else None, host=host)
-        state.arrays.append({"job_id": job_id, "group": group.key, "n": n, "points": pids, "root": root,
+        state.arrays.append({"job_id": job_id, "group": group.key, "cluster": cluster, "n": n, "points": pids,
+                             "root": root,
                              "remote": login_dict(login) if host.remote else None,
                              "submitted": _dt.datetime.now().isoformat(timespec="seconds")})
         for i, pid in enumerate(pids):
@@ -151,6 +156,20 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
         sub = Submission(group.key, job_id, pids, host.where)
         session.submitted.append(sub)
         out.append(sub)
+    return out
+
+
+def arrays_out(state: CampaignState, cluster: str) -> List[str]:
+    """The job ids of ``cluster``'s arrays that still hold a point not ended (as of the last
+    poll): what a new array of a serial campaign waits for."""
+    out = []
+    for a in state.arrays:
+        if a.get("cluster") != cluster:
+            continue
+        prefix = f"{a['job_id']}_"
+        recs = [state.points.get(pid) or {} for pid in a["points"]]
+        if any(not r.get("final") and str(r.get("task") or "").startswith(prefix) for r in recs):
+            out.append(str(a["job_id"]))
     return out
 
 

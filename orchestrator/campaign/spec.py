@@ -46,6 +46,9 @@ class MatrixSpec:
 class RunSpec:
     throttle: Optional[int] = None  # at most this many array tasks at once (sbatch --array=...%N)
     retries: int = 2  # failed or lost points are resubmitted up to this many times
+    #: groups of one cluster run one after another (each array waits for the one before it,
+    #: ``--dependency=afterany``): with ``throttle: 1``, one point at a time on the cluster
+    serial: bool = False
 
 
 @dataclass

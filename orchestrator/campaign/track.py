@@ -35,7 +35,7 @@ SCHEMA = 1
 class CampaignState:
     """The runner's memory (``state.json``)."""
 
-    arrays: List[Dict[str, Any]] = field(default_factory=list)  # job_id, group, n, points, root, remote, submitted
+    arrays: List[Dict[str, Any]] = field(default_factory=list)  # job_id, group, cluster, n, points, root, remote, submitted
     points: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # id -> submissions, task, state, final, error
 
     @classmethod

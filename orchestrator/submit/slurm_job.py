@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from orchestrator.errors import SporchError
 from orchestrator.plan.files import JobFiles
@@ -96,6 +96,7 @@ class SlurmJob:
     srun_args: Tuple[str, ...] = SRUN_ARGS
     comment: Dict[str, str] = field(default_factory=dict)  # what the script's header says
     array: Optional[str] = None  # ``--array`` (``0-N[%throttle]``) of a job array
+    after: Tuple[str, ...] = ()  # job ids this job waits for (``--dependency=afterany:...``)
     batch_logs: Optional[str] = None  # folder of the batch script's own output (default: files.logs)
 
     @classmethod
@@ -146,6 +147,9 @@ class SlurmJob:
             check_directive_value(f"slurm.extra --{key}", key if value is None else value)
         if self.array is not None:
             check_directive_value("array", self.array)
+        for job_id in self.after:
+            if not re.fullmatch(r"\d+(_\d+)?", str(job_id)):
+                raise SporchError(f"dependency {job_id!r} is not a Slurm job id")
         for key in self.env:
             if not _ENV_KEY_RE.fullmatch(str(key)):
                 raise SporchError(f"env name {key!r} is not a valid environment variable name")
@@ -160,11 +164,14 @@ class SlurmJob:
         check_line("layout", self.layout_text)
         return self
 
-    def as_array(self, name: str, count: int, throttle: Optional[int], batch_logs: str) -> "SlurmJob":
+    def as_array(self, name: str, count: int, throttle: Optional[int], batch_logs: str,
+                 after: Sequence[str] = ()) -> "SlurmJob":
         """This request as a job array of ``count`` tasks (at most ``throttle`` at once), its
-        batch output under ``batch_logs`` (one file per array task)."""
+        batch output under ``batch_logs`` (one file per array task), started once every job in
+        ``after`` has ended (whatever its outcome)."""
         spec = f"0-{count - 1}" + (f"%{throttle}" if throttle else "")
-        return dataclasses.replace(self, name=name, array=spec, batch_logs=batch_logs).check()
+        return dataclasses.replace(self, name=name, array=spec, batch_logs=batch_logs,
+                                   after=tuple(str(a) for a in after)).check()
 
     @property
     def time_minutes(self) -> int:
@@ -184,6 +191,8 @@ class SlurmJob:
         """The ``#SBATCH`` options of the batch script, in order."""
         opt, val = self.gpu_option()
         out = [f"--job-name={self.name}"] + ([f"--array={self.array}"] if self.array else [])
+        if self.after:
+            out.append("--dependency=afterany:" + ":".join(self.after))
         out += [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
                 f"--{opt}={val}", f"--cpus-per-task={self.cpus_per_task}", f"--time={self.time}"]
         out += [f"--{k}={self.options[k]}" for k in OPTIONAL_OPTIONS if k in self.options]

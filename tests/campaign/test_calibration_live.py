@@ -1,63 +1,120 @@
-"""Calibration from real runs: a small campaign (a 2-block model with hidden 128, gloo ranks on
-CPU, emulated slurmlab nodes) is measured point by point through orchestrator.local_run (the
-`run --local` engine; the campaign runner comes later), `sporch calibrate` fits the cost model
-on the single-method points (Ulysses 2, ring 2, dp 2 on one node, two sequence lengths), and
-the held-back hybrid points (Ulysses 2 x ring 2 on two nodes) are predicted from a cluster
-descriptor that references the calibration file.
+"""Calibration from real runs on the loopback Slurm lab: a small campaign (a 2-block model with
+hidden 128, gloo ranks on CPU) runs through `sporch campaign run` as two job arrays (1 node, 2
+nodes) with ``run.throttle: 1`` and ``run.serial: true``, so one point runs at a time. The
+cluster descriptor is the lab with ONE fake GPU per node (``CLUSTER``): the lab's 4 nodes share
+this machine's 2 CPU cores, so a point never has more ranks (each limited to its one Slurm CPU)
+than there are cores. Oversubscribed points (4 ranks on 2 cores) run at half speed, which no
+cost-model term describes (docs/plan.md, Limits): with the 2-GPU lab, a calibration on 2-rank
+points missed the 4-rank Ulysses 2 x ring 2 points by -45% and -72%.
 
-Stated error: HELD_BACK_ERROR (60%), and every held-back point better predicted than by the
-default constants (which miss these CPU points by 84-87%). Why not tighter: 4 ranks share 2 CPU
-cores (with whatever else runs), so a step's time carries scheduler noise the model has no term
-for. On a quiet machine the held-back hybrid points landed at -18% and +22% (12-point run) and
-+22%/-12% (this 8-point campaign); with other test suites loading the same 2 cores the same point
-took 670 ms in one run and 1330 ms in another and the held-back errors reached -53%. Leaving out a
-point whose layout had no other point of its kind reached 40% (hence only points whose every term
-is determined by the training points are held back).
+`sporch calibrate` fits the cost model on 9 points (1 rank; and Ulysses 2, ring 2 and dp 2 across
+the two nodes, at 1,024 and 4,096 tokens) and the 2-node points at 2,048 tokens, held back, are
+predicted from a cluster descriptor that references the calibration file: interpolation in
+sequence length, with every term of theirs determined by training points.
+
+Stated error: HELD_BACK_ERROR (35%), and every held-back point better predicted than by the
+default constants (a fake GPU's table row, 49-54% off). On a quiet machine the held-back points
+landed at +1%, -1% and +3% (dp 2, Ulysses 2, ring 2; the 9 fitted points within 4.8%). Why the
+bound is looser: the 2 cores are shared with whatever else runs (Slurm's daemons, other test
+suites); with a second test suite on the same cores one held-back point measured 339 ms instead
+of 186 ms (-43%), noise the model has no term for.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from orchestrator.campaign.expand import expand
-from orchestrator.campaign.layout import prepare
 from orchestrator.campaign.spec import campaign_from_dict
-from orchestrator.config.cluster import find_cluster, load_cluster_file
-from orchestrator.local_run import run_local
+from orchestrator.config.cluster import load_cluster_file
 from orchestrator.plan.calibration import load_constants
 from orchestrator.plan.cost import cluster_constants, predict_plan
-from orchestrator.plan.layouts import compact
 from orchestrator.plan.schema import Plan
 
-HELD_BACK_ERROR = 0.60
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+HELD_BACK_ERROR = 0.35
+#: The lab (clusters/slurmlab.yaml) with one fake GPU a node: a rank per node, one CPU a rank.
+CLUSTER = """\
+name: slurmlab-1gpu
+description: the loopback Slurm lab with one fake GPU (one rank) per node
+nodes: 4
+gpus_per_node: 1
+gpu: {model: fake, memory_gib: 4, bf16_tflops: 0.1}
+intra_node: {fabric: pcie, gb_per_s: 5}
+inter_node: {fabric: ethernet, gb_per_s: 1, nics_per_node: 1}
+slurm: {partition: lab, time: "00:10:00", cpus_per_task: 1, exclusive: false, gpu_directive: gpus-per-node}
+env: {GLOO_SOCKET_IFNAME: lo}
+"""
+SHAPES = [{"seq_len": 1024}, {"seq_len": 2048}, {"seq_len": 4096}]
+HELD_BACK_SEQ = 2048
 CAMPAIGN = {
     "name": "calibrate",
     "base": {
         "model": {"preset": "tiny", "hidden": 128, "num_heads": 4, "num_kv_heads": 4, "head_dim": 32, "ffn_dim": 256},
         "workload": {"kind": "benchmark", "batch": 2, "guidance_scale": 1.0, "dtype": "float32", "warmup": 1,
                      "repeat": 3},
+        "resources": {"time": "00:05:00"},
     },
-    "matrix": {"clusters": ["slurmlab"], "nodes": [1, 2], "shapes": [{"seq_len": 1024}, {"seq_len": 4096}],
-               "layouts": [{"ulysses": 2, "ring": 1}, {"ulysses": 1, "ring": 2}, {"dp": 2, "ulysses": 1, "ring": 1},
-                           {"ulysses": 2, "ring": 2}]},
+    "matrix": {"nodes": [1, 2], "shapes": SHAPES,
+               "layouts": [{"ulysses": 1, "ring": 1}, {"ulysses": 2, "ring": 1}, {"ulysses": 1, "ring": 2},
+                           {"dp": 2, "ulysses": 1, "ring": 1}]},
+    "run": {"throttle": 1, "serial": True, "retries": 0},
 }
 FIT = "gemm_efficiency,attention_efficiency,ring_merge_bytes,a2a_latency_s,p2p_latency_s,layer_overhead_s"
 
 
 @pytest.fixture(scope="module")
-def campaign_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("calibration") / "calibrate"
-    exp = expand(campaign_from_dict(CAMPAIGN))
-    assert len(exp.points) == 8  # 3 layouts on 1 node + 1 on 2 nodes, two shapes; the rest skipped
-    cdir = prepare(exp, root)
-    for p in exp.points:
-        res = run_local(cdir.plan_file(p.id), cdir.point_dir(p.id), timeout_s=300)
-        assert res.ok and res.result["status"] == "completed", (p.id, res.result)
+def campaign_dir(slurm_cluster, tmp_path_factory):
+    """The campaign through `sporch campaign run` on the lab (waits until every point is done)."""
+    folder = tmp_path_factory.mktemp("calibration")
+    (folder / "slurmlab-1gpu.yaml").write_text(CLUSTER)
+    doc = {**CAMPAIGN, "output_dir": str(folder),
+           "matrix": {**CAMPAIGN["matrix"], "clusters": [str(folder / "slurmlab-1gpu.yaml")]}}
+    path = folder / "calibrate.yaml"
+    path.write_text(json.dumps(doc))  # JSON is YAML
+    exp = expand(campaign_from_dict(doc))
+    assert len(exp.points) == 12  # 1 rank on 1 node, 3 layouts on 2 nodes, three shapes; the rest skipped
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPORCH_HOME": str(folder / "home")}
+    cli = [sys.executable, "-m", "orchestrator.cli.main", "campaign", "run", str(path), "--interval", "1"]
+    try:
+        p = subprocess.run(cli, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    finally:
+        cancel_arrays(folder / "calibrate")
+    assert p.returncode == 0 and "12 done" in p.stderr, p.stdout + p.stderr
+    root = folder / "calibrate"
+    state = json.loads((root / "state.json").read_text())
+    arrays = state["arrays"]
+    assert len(arrays) == 2  # one array per node count, the second waiting for the first
+    script = Path(arrays[1]["root"]) / "arrays" / f"{arrays[1]['group']}.{arrays[1]['n']}.sbatch"
+    assert f"#SBATCH --dependency=afterany:{arrays[0]['job_id']}\n" in script.read_text()
+    assert all("%1\n" in (Path(a["root"]) / "arrays" / f"{a['group']}.{a['n']}.sbatch").read_text()
+               for a in arrays)
+    for pid in (p.id for p in exp.points):
+        res = json.loads((root / "points" / pid / "result.json").read_text())
+        assert res["status"] == "completed" and res["provenance"]["slurm_array_job_id"], pid
+        for rank in (root / "points" / pid / "ranks").glob("rank*.json"):  # one CPU a rank, as Slurm gave
+            assert json.loads(rank.read_text())["threads"] == 1, rank
     return root
+
+
+def cancel_arrays(root: Path) -> None:
+    """Nothing of this module stays in the lab's queue (a failed or timed-out run)."""
+    from orchestrator.slurm.commands import scancel
+
+    state = root / "state.json"
+    if state.is_file():
+        ids = [a["job_id"] for a in json.loads(state.read_text())["arrays"]]
+        if ids:
+            scancel(ids)
 
 
 def points(root: Path) -> dict[str, tuple[Plan, dict]]:
@@ -65,24 +122,24 @@ def points(root: Path) -> dict[str, tuple[Plan, dict]]:
             for d in (root / "points").iterdir()}
 
 
-@pytest.mark.slow
 def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, capsys):
     from orchestrator.cli.main import main
 
     pts = points(campaign_dir)
-    held = sorted(pid for pid, (plan, _) in pts.items() if compact(plan.layout) == "1x1x2x2")
-    assert len(held) == 2
+    held = sorted(pid for pid, (plan, _) in pts.items() if plan.world_size == 2
+                  and plan.sequence.seq_len == HELD_BACK_SEQ)
+    assert len(held) == 3
     cal = tmp_path / "slurmlab-calibration.yaml"
     args = ["calibrate", str(campaign_dir), "--out", str(cal), "--fit", FIT]
     for pid in held:
         args += ["--exclude", pid]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "6 points on slurmlab" in out and all(pid not in out for pid in held)
+    assert "9 points on slurmlab-1gpu" in out and all(pid not in out for pid in held)
 
     # a descriptor that references the file: its plans predict with the fitted constants
-    desc = tmp_path / "slurmlab-cal.yaml"
-    desc.write_text(Path(find_cluster("slurmlab").source).read_text() + f"calibration: {cal.name}\n")
+    desc = tmp_path / "slurmlab-1gpu-cal.yaml"
+    desc.write_text(CLUSTER + f"calibration: {cal.name}\n")
     cluster = load_cluster_file(desc)
     consts, source = cluster_constants(cluster)
     assert consts == {**consts, **load_constants(cal)} and source.startswith("calibration ")
@@ -92,13 +149,12 @@ def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, caps
         measured = result["metrics"]["step_ms_median"] / 1e3
         errors[pid] = predict_plan(plan, consts).step_s / measured - 1
     assert all(abs(e) < HELD_BACK_ERROR for e in errors.values()), errors
-    # the defaults (CPU placeholders) are far off: calibration is what brings them close
+    # the defaults (a fake GPU's table row) are far off: calibration is what brings them close
     defaults = {pid: predict_plan(pts[pid][0]).step_s / (pts[pid][1]["metrics"]["step_ms_median"] / 1e3) - 1
                 for pid in held}
     assert all(abs(d) > abs(errors[pid]) for pid, d in defaults.items()), (defaults, errors)
 
 
-@pytest.mark.slow
 def test_report_shows_predicted_beside_measured(campaign_dir, tmp_path):
     from orchestrator.cli.main import main
 

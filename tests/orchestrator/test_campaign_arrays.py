@@ -78,3 +78,32 @@ def test_prepare_writes_points_and_keeps_finished_ones(tmp_path):
     assert Plan.from_json(cdir.plan_file(other).read_text()).to_json() == exp.points[1].plan.to_json()
     assert plan_before == exp.points[0].plan.to_json()
     assert isinstance(cdir, CampaignDir) and len(list(cdir.point_dirs())) == len(exp.points)
+
+
+def test_serial_arrays_wait_for_the_clusters_arrays_still_out(tmp_path):
+    """run.serial: a new array depends (afterany) on the same cluster's arrays whose points
+    have not ended; ended arrays and other clusters' arrays are not waited for."""
+    from orchestrator.campaign.runner import arrays_out
+    from orchestrator.campaign.track import CampaignState
+
+    exp = expand(load_campaign(EXAMPLES / "campaigns" / "tiny.yaml"))
+    g = group_points(exp.points)[0]
+    cdir = prepare(exp, tmp_path / "c")
+    _, script = write_array(cdir, g, [g.points[0].id], 1, campaign="tiny", after=["41", "42"])
+    assert "#SBATCH --dependency=afterany:41:42\n" in script.read_text()
+    _, script = write_array(cdir, g, [g.points[0].id], 2, campaign="tiny")
+    assert "--dependency" not in script.read_text()
+    with pytest.raises(SporchError, match="not a Slurm job id"):
+        write_array(cdir, g, [g.points[0].id], 3, campaign="tiny", after=["42;touch x"])
+
+    state = CampaignState(arrays=[], points={})
+    for job, cluster, pids in (("41", "lab", ["a", "b"]), ("42", "lab", ["c"]), ("43", "other", ["d"])):
+        state.arrays.append({"job_id": job, "group": "g", "cluster": cluster, "n": 1, "points": pids})
+        for i, pid in enumerate(pids):
+            state.started(pid, f"{job}_{i}")
+    state.started("c", "44_0")  # c was resubmitted since: 42 no longer holds a point
+    state.arrays.append({"job_id": "44", "group": "g", "cluster": "lab", "n": 2, "points": ["c"]})
+    state.ended("a", "COMPLETED")
+    assert arrays_out(state, "lab") == ["41", "44"]
+    state.ended("b", "FAILED")
+    assert arrays_out(state, "lab") == ["44"] and arrays_out(state, "other") == ["43"]

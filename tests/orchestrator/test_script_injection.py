@@ -53,6 +53,7 @@ FIELDS = {
     "layout_text": lambda j, v: dataclasses.replace(j, layout_text=v),
     "signal": lambda j, v: dataclasses.replace(j, signal=v),
     "array": lambda j, v: dataclasses.replace(j, array=v),
+    "after": lambda j, v: dataclasses.replace(j, after=("12", v)),
     "batch_logs": lambda j, v: dataclasses.replace(j, batch_logs=v),
     "nodes": lambda j, v: dataclasses.replace(j, nodes=v),
     "gpu_directive": lambda j, v: dataclasses.replace(j, gpu_directive=v),

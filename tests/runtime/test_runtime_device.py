@@ -31,3 +31,12 @@ def test_per_task_binding_uses_the_task_s_own_gpus():
     assert [gpu_index(rank=i, local_rank=i, visible=1, per_task=True) for i in range(4)] == [0, 0, 0, 0]
     # a task that still sees every GPU (binding overridden) keeps its local index: no sharing
     assert gpu_index(rank=3, local_rank=3, visible=8, per_task=True) == 3
+
+
+def test_cpu_ranks_take_the_threads_slurm_gave_them():
+    from runtime.distributed import cpu_threads
+
+    assert cpu_threads({"OMP_NUM_THREADS": "3", "SLURM_CPUS_PER_TASK": "8"}) is None  # torch reads OMP itself
+    assert cpu_threads({"SLURM_CPUS_PER_TASK": "4"}) == 4
+    assert cpu_threads({"SLURM_CPUS_PER_TASK": "0"}) == 1 and cpu_threads({"SLURM_CPUS_PER_TASK": "x"}) == 1
+    assert cpu_threads({}) == 1  # N ranks on a node must not each take every core
