@@ -189,6 +189,8 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
         text_dim=text_dim,
         qk_norm=bool(given.get("qk_norm", base.get("qk_norm", False))),
         weights=spec.weights,
+        distilled=bool(base.get("distilled", False)),
+        guidance_embed=bool(base.get("guidance_embed", False)),
     )
 
 

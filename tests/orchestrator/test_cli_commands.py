@@ -12,6 +12,7 @@ from orch_testutil import EXAMPLES, ROOT, write
 
 WAN14B = str(EXAMPLES / "wan14b-720p.yaml")
 TINY = str(EXAMPLES / "tiny.yaml")
+FLUX = str(EXAMPLES / "flux-2048.yaml")
 
 
 def test_help_lists_commands(run_cli):
@@ -124,6 +125,12 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
         (["render", "-c", "local", TINY, "parallel.cfg=3"], "cfg must be 1 or 2"),
         (["submit", "--dry-run", "-c", "local", TINY, "model.num_heads=3", "model.head_dim=8",
           "model.hidden=24"], "ulysses 4 > num_heads 3"),
+        (["plan", "-c", "a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2"],
+         "cfg 2: flux.1-dev is guidance-distilled"),
+        (["submit", "--dry-run", "-c", "a100x32", FLUX, "parallel.cfg=2", "parallel.ring=2"],
+         "set parallel.cfg=1; feasible (dp x cfg x ring x ulysses): 1x1x"),
+        (["plan", "-c", "a100x32", FLUX, "model.preset=flux.1-schnell", "workload.guidance_scale=3.5"],
+         "set workload.guidance_scale <= 1"),
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, args, needle):
