@@ -131,6 +131,8 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
          "set parallel.cfg=1; feasible (dp x cfg x ring x ulysses): 1x1x"),
         (["plan", "-c", "a100x32", FLUX, "model.preset=flux.1-schnell", "workload.guidance_scale=3.5"],
          "set workload.guidance_scale <= 1"),
+        (["submit", "--dry-run", "-c", "local", TINY, "model.vae_stride=[8,8]"],
+         "'model.vae_stride' must be three positive ints [temporal, height, width]"),
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, args, needle):
