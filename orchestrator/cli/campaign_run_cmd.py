@@ -8,7 +8,7 @@ from typing import Dict, Optional
 
 import click
 
-from orchestrator.cli.common import console, invocation
+from orchestrator.cli.common import Seconds, console, invocation
 from orchestrator.errors import SporchError
 from orchestrator.plan.rules import EXIT_FAILED
 
@@ -46,7 +46,7 @@ class ProgressView:
 @click.option("--local", "local", is_flag=True,
               help="Run the points on this machine, one after another, as local CPU runs.")
 @click.option("--detach", is_flag=True, help="Return right after submitting (follow with `campaign status DIR`).")
-@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(min=0.1),
+@click.option("--interval", default=5.0, show_default=True, type=Seconds(0.1, inclusive=True),
               help="Seconds between polls of the queue while waiting.")
 def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> None:
     """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a

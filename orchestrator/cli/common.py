@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -15,6 +16,35 @@ cluster_option = click.option(
     "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",
     help="Cluster name (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters) or YAML path.",
 )
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds for a CLI option: above ``minimum`` (0 unless given), or at least
+    it with ``inclusive``. nan, inf and negatives are refused with one line (click: exit 2)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, inclusive: bool = False) -> None:
+        self.minimum, self.inclusive = float(minimum), inclusive
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            x = math.nan
+        low = self.minimum
+        if not math.isfinite(x) or x < low or (x == low and not self.inclusive):
+            bound = f">= {low:g}" if self.inclusive else f"> {low:g}"
+            self.fail(f"must be a finite number of seconds {bound}, got {value!r}", param, ctx)
+        return x
+
+    def __repr__(self) -> str:
+        return f"Seconds({'>=' if self.inclusive else '>'} {self.minimum:g})"
+
+
+#: The seconds options of the commands: a time limit or a poll interval (> 0), a grace (>= 0).
+POSITIVE_SECONDS = Seconds()
+GRACE_SECONDS = Seconds(inclusive=True)
 
 
 def job_arguments(fn: Callable) -> Callable:

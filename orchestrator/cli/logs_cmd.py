@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import click
 
+from orchestrator.cli.common import POSITIVE_SECONDS
 from orchestrator.errors import SporchError
 from orchestrator.host import Tail
 from orchestrator.jobs import store
@@ -38,7 +39,7 @@ def _emit(text: str, err_stream: bool) -> None:
 @click.option("--stream", type=click.Choice(["out", "err", "both"]), default="both", show_default=True,
               help="stdout, stderr or both (stderr goes to stderr).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls with -f.")
+@click.option("--interval", type=POSITIVE_SECONDS, default=1.0, show_default=True, help="Seconds between polls with -f.")
 def logs(job: str, rank: Optional[int], stream: str, follow: bool, interval: float) -> None:
     """Print JOB's log (batch script, or --rank N)."""
     rec = store.find(job)

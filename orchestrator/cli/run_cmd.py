@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
+from orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load
 from orchestrator.errors import SporchError
 from orchestrator.host import LOCAL
 from orchestrator.jobs import store
@@ -34,7 +34,7 @@ from orchestrator.submit.submitter import command_line, prepare, remove_job_dir,
 @click.option("--verify", is_flag=True, help="Run workload.kind=verify: the sharded model against the unsharded one.")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Folder for plan, logs and results (default: <output_dir>/<name>/<time>-local).")
-@click.option("--timeout", "timeout_s", default=None, type=float, help="Kill the run after this many seconds.")
+@click.option("--timeout", "timeout_s", default=None, type=POSITIVE_SECONDS, help="Kill the run after this many seconds.")
 @click.option("--ignore-memory", is_flag=True,
               help="Start even when the plan's memory estimate for all ranks exceeds this machine's memory.")
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,

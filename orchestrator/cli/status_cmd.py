@@ -6,7 +6,7 @@ import json
 
 import click
 
-from orchestrator.cli.common import console
+from orchestrator.cli.common import GRACE_SECONDS, console
 from orchestrator.jobs import store
 from orchestrator.jobs.retry import default_grace, retry_unreachable
 from orchestrator.jobs.status import poll
@@ -38,7 +38,7 @@ def _records(refs, show_all: bool, last: int):
 @click.option("--last", default=20, show_default=True, help="How many of the latest jobs to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print the statuses as JSON.")
 @click.option("--refresh", is_flag=True, help="Ask Slurm again about jobs whose final state is cached.")
-@click.option("--grace", "grace_s", type=float, default=None,
+@click.option("--grace", "grace_s", type=GRACE_SECONDS, default=None,
               help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
                    f"(default $SPORCH_GRACE_S or {STATUS_GRACE_S:g}); then exit 75.")
 def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool, grace_s) -> None:

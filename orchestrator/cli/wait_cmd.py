@@ -14,7 +14,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import console
+from orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, console
 from orchestrator.jobs import store
 from orchestrator.jobs.retry import default_grace, retry_unreachable
 from orchestrator.jobs.status import poll_one
@@ -106,10 +106,10 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
 
 @click.command("wait")
 @click.argument("job", metavar="JOB")
-@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls.")
+@click.option("--timeout", type=POSITIVE_SECONDS, default=None, help="Give up after this many seconds (exit 124).")
+@click.option("--interval", type=POSITIVE_SECONDS, default=2.0, show_default=True, help="Seconds between polls.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing; only the exit code tells.")
-@click.option("--grace", "grace_s", type=float, default=None,
+@click.option("--grace", "grace_s", type=GRACE_SECONDS, default=None,
               help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
                    f"(default $SPORCH_GRACE_S or {DEFAULT_GRACE_S:g}); then exit 75.")
 def wait(job: str, timeout: Optional[float], interval: float, quiet: bool, grace_s: Optional[float]) -> None:

@@ -31,7 +31,7 @@ class ModelSpec:
     ffn_dim: Optional[int] = None
     patch: Any = None  # int p -> [1, p, p], or [pt, ph, pw]
     in_channels: Optional[int] = None
-    vae_stride: Any = None  # int s -> [1, s, s], or [st, sh, sw]
+    vae_stride: Any = None  # [st, sh, sw]: the VAE's temporal, height and width strides
     text_len: Optional[int] = None
     text_dim: Optional[int] = None
     qk_norm: Optional[bool] = None
@@ -120,6 +120,18 @@ def job_from_dict(data: dict[str, Any], source: str = "<dict>") -> JobSpec:
     return validate_job(to_typed(JobSpec, [(cfg, source)]), source)
 
 
+def vae_stride_problem(value: Any) -> Optional[str]:
+    """Why ``model.vae_stride`` is wrong (None when it is three positive ints or unset). The
+    planner reads it as [temporal, height, width]; a shorter list would drop the time stride."""
+    if value is None:
+        return None
+    ints = isinstance(value, (list, tuple)) and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    if ints and len(value) == 3 and min(value) >= 1:
+        return None
+    return ("must be three positive ints [temporal, height, width], e.g. [4, 8, 8] for a video VAE or "
+            f"[1, 8, 8] for an image VAE; got {value!r}")
+
+
 def validate_job(job: JobSpec, source: str) -> JobSpec:
     def bad(key: str, msg: str) -> SporchError:
         return SporchError(f"{source}: '{key}' {msg}")
@@ -132,6 +144,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         raise bad("name", f"is {len(job.name)} characters long; use at most {MAX_NAME}")
     if job.entrypoint is not None and not re.fullmatch(r"[\w.]+(:[\w.]+)?", job.entrypoint):
         raise bad("entrypoint", f"must look like 'pkg.module:function', got {job.entrypoint!r}")
+    problem = vae_stride_problem(job.model.vae_stride)
+    if problem:
+        raise bad("model.vae_stride", problem)
     w = job.workload
     if w.kind not in WORKLOAD_KINDS:
         raise bad("workload.kind", f"must be one of {', '.join(WORKLOAD_KINDS)}, got {w.kind!r}")

@@ -8,6 +8,11 @@ Keys match ``plan.model`` (docs/contracts.md). ``ffn_dim`` is the FFN inner widt
 ``patch`` is [pt, ph, pw] and ``vae_stride`` [st, sh, sw] (image models: pt = st = 1).
 ``joint_single_depth`` is the single-stream depth used when a job switches the preset to
 ``attention: joint`` without giving ``single_depth``.
+
+Guidance (``plan.model``): ``distilled`` marks a guidance-distilled model, which runs ONE
+transformer pass per step and has no classifier-free-guidance branch (so ``parallel.cfg``
+must be 1); ``guidance_embed`` says it takes ``workload.guidance_scale`` as an embedded input
+(without it, a distilled model needs ``guidance_scale <= 1``). Both default to False.
 """
 
 from __future__ import annotations
@@ -40,13 +45,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "flux.1-dev": dict(
         attention="joint", depth=19, single_depth=38, hidden=3072, num_heads=24, num_kv_heads=24,
         head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[1, 8, 8],
-        text_len=512, text_dim=4096, qk_norm=True,
+        text_len=512, text_dim=4096, qk_norm=True, distilled=True, guidance_embed=True,
     ),
     # FLUX.1 [schnell]: the same shapes without the guidance input (timestep-distilled).
     "flux.1-schnell": dict(
         attention="joint", depth=19, single_depth=38, hidden=3072, num_heads=24, num_kv_heads=24,
         head_dim=128, ffn_dim=12288, patch=[1, 2, 2], in_channels=16, vae_stride=[1, 8, 8],
-        text_len=256, text_dim=4096, qk_norm=True,
+        text_len=256, text_dim=4096, qk_norm=True, distilled=True, guidance_embed=False,
     ),
     # Architecture stand-ins for planning: the shapes of a published model that sporch does NOT
     # compute (no published weights load into them), so they carry no published name.

@@ -51,9 +51,8 @@ def estimate(
 ) -> dict[str, Any]:
     b = DTYPE_BYTES[workload.dtype]
     U, R = layout.ulysses, layout.ring
-    guidance = workload.guidance_scale > 1
     # Samples a rank pushes through the DiT per step: batch/dp, doubled by CFG unless cfg=2 splits it.
-    branches = 2 if guidance and layout.cfg == 1 else 1
+    branches = 2 if workload.cfg_enabled and layout.cfg == 1 else 1
     samples = workload.batch // layout.dp * branches
     hd = model.head_dim
     tokens = sequence.tokens_per_rank  # image/video tokens per rank before attention

@@ -36,8 +36,9 @@ class LayoutContext:
     num_heads: int
     num_kv_heads: int
     batch: int
-    guidance: bool  # classifier-free guidance on (guidance_scale > 1)
+    guidance: bool  # classifier-free guidance on (guidance_scale > 1 and the model has a CFG branch)
     seq_len: int
+    distilled: Optional[str] = None  # the model's name when it is guidance-distilled (no CFG branch)
 
     @property
     def world_size(self) -> int:
@@ -85,6 +86,11 @@ def check_errors(ctx: LayoutContext, lay: Layout) -> list[str]:
         )
     if lay.cfg not in (1, 2):
         errs.append(f"cfg {lay.cfg}: CFG parallelism splits the two guidance branches, so cfg must be 1 or 2")
+    elif lay.cfg == 2 and ctx.distilled:
+        errs.append(
+            f"cfg 2: {ctx.distilled} is guidance-distilled (one transformer pass per step, guidance_scale is "
+            "an input, no classifier-free-guidance branch to split); set parallel.cfg=1"
+        )
     elif lay.cfg == 2 and not ctx.guidance:
         errs.append(
             "cfg 2 needs classifier-free guidance, but workload.guidance_scale <= 1 (CFG off); "

@@ -18,6 +18,25 @@ from orchestrator.plan.schema import Layout, Plan
 from orchestrator.plan import sections
 
 
+def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
+    """Whether classifier-free guidance runs (two branches per step): guidance_scale > 1 on a
+    model with a CFG branch. A guidance-distilled model (``model.distilled``) has none: it takes
+    guidance_scale as an embedded input (``guidance_embed``) or, without that input, refuses > 1;
+    it has no negative prompt either."""
+    if not model.distilled:
+        return w.guidance_scale > 1
+    name = model.preset or "this model"
+    if not model.guidance_embed and w.guidance_scale > 1:
+        raise SporchError(
+            f"{name} is guidance-distilled without a guidance input (one pass per step, no classifier-free "
+            f"guidance): set workload.guidance_scale <= 1 (got {w.guidance_scale:g})"
+        )
+    if w.negative_prompt:
+        raise SporchError(f"{name} is guidance-distilled (one pass per step, no classifier-free-guidance branch), "
+                          "so workload.negative_prompt has nothing to steer: remove it")
+    return False
+
+
 def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.ModelSection,
                    seq_len: int) -> LayoutContext:
     nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
@@ -41,8 +60,9 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         num_heads=model.num_heads,
         num_kv_heads=model.num_kv_heads,
         batch=job.workload.batch,
-        guidance=job.workload.guidance_scale > 1,
+        guidance=cfg_on(model, job.workload),
         seq_len=seq_len,
+        distilled=(model.preset or "this model") if model.distilled else None,
     )
 
 
@@ -59,7 +79,8 @@ def heads_section(model: sections.ModelSection, layout: Layout) -> sections.Head
                         kv_mode=kv_mode(h, kv, u), even=h % u == 0)
 
 
-def workload_section(w: WorkloadSpec, source: Optional[str] = None) -> sections.WorkloadSection:
+def workload_section(w: WorkloadSpec, model: sections.ModelSection,
+                     source: Optional[str] = None) -> sections.WorkloadSection:
     return sections.WorkloadSection(
         kind=w.kind,
         batch=w.batch,
@@ -69,7 +90,7 @@ def workload_section(w: WorkloadSpec, source: Optional[str] = None) -> sections.
         seq_len=w.seq_len,
         steps=w.steps,
         guidance_scale=float(w.guidance_scale),
-        cfg_enabled=w.guidance_scale > 1,
+        cfg_enabled=cfg_on(model, w),
         dtype=w.dtype,
         warmup=w.warmup,
         repeat=w.repeat,
@@ -118,7 +139,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
-    workload = workload_section(job.workload, job.source)
+    workload = workload_section(job.workload, model, job.source)
     cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
     est = estimate(model, workload, layout, sequence, heads, cluster_s)
     if chooser.reason:

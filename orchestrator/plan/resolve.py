@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from orchestrator.config.job import ModelSpec, WorkloadSpec
+from orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_problem
 from orchestrator.config.presets import get_preset, preset_names
 from orchestrator.errors import SporchError
 from orchestrator.plan.rules import ATTENTION_KINDS
@@ -168,9 +168,13 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     single = single_depth(given, base, attention)
     text_len, text_dim = text_shape(given, base, attention, hidden)
     patch = triple(given.get("patch", base.get("patch")), "patch")
-    vae = triple(given.get("vae_stride", base.get("vae_stride")), "vae_stride")
-    if min(patch) < 1 or min(vae) < 1:
-        raise SporchError(f"model.patch {patch} and vae_stride {vae} must be >= 1")
+    vae = given.get("vae_stride", base.get("vae_stride"))
+    problem = vae_stride_problem(vae)
+    if problem:
+        raise SporchError(f"model.vae_stride {problem}")
+    vae = [int(s) for s in vae]
+    if min(patch) < 1:
+        raise SporchError(f"model.patch {patch} must be >= 1")
     return ModelSection(
         preset=preset_name,
         attention=attention,
@@ -189,6 +193,8 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
         text_dim=text_dim,
         qk_norm=bool(given.get("qk_norm", base.get("qk_norm", False))),
         weights=spec.weights,
+        distilled=bool(base.get("distilled", False)),
+        guidance_embed=bool(base.get("guidance_embed", False)),
     )
 
 

@@ -77,6 +77,11 @@ class ModelSection(Section):
     text_dim: int
     qk_norm: bool
     weights: Optional[str] = None  # a local checkpoint folder/file (runtime.weights); None = seeded random weights
+    # guidance-distilled (Flux.1): one transformer pass per step, no classifier-free-guidance
+    # branch, so layout.cfg is 1; guidance_embed: guidance_scale is an embedded input.
+    # None = not stated (the runtime keeps its published knobs for the preset)
+    distilled: Optional[bool] = None
+    guidance_embed: Optional[bool] = None
 
 
 @dataclass(frozen=True)

@@ -245,3 +245,19 @@ def test_orchestrator_presets_build_on_meta():
         assert n > 0, name
         if name in expected:
             assert abs(n - expected[name]) / expected[name] < 0.02, (name, n)
+
+
+def test_plan_guidance_knobs_agree_with_published():
+    """The planner's preset data (no CFG branch -> cfg 1) and the runtime's published knobs say
+    the same about every published model, and a plan's model section carries them to the model."""
+    from orchestrator.config.job import ModelSpec
+    from orchestrator.plan.resolve import resolve_model
+    from runtime.model.config import PUBLISHED, ModelConfig
+
+    for name, knobs in PUBLISHED.items():
+        section = resolve_model(ModelSpec(preset=name))
+        assert section.distilled == knobs.get("distilled", False), name
+        assert section.guidance_embed == knobs.get("guidance_embed", False), name
+        cfg = ModelConfig.from_dict(section.to_dict())
+        assert cfg.uses_cfg == (not section.distilled), name
+    assert not ModelConfig.from_dict(resolve_model(ModelSpec(preset="flux.1-dev")).to_dict()).uses_cfg

@@ -12,6 +12,7 @@ from orch_testutil import EXAMPLES, ROOT, write
 
 WAN14B = str(EXAMPLES / "wan14b-720p.yaml")
 TINY = str(EXAMPLES / "tiny.yaml")
+FLUX = str(EXAMPLES / "flux-2048.yaml")
 
 
 def test_help_lists_commands(run_cli):
@@ -124,6 +125,14 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
         (["render", "-c", "local", TINY, "parallel.cfg=3"], "cfg must be 1 or 2"),
         (["submit", "--dry-run", "-c", "local", TINY, "model.num_heads=3", "model.head_dim=8",
           "model.hidden=24"], "ulysses 4 > num_heads 3"),
+        (["plan", "-c", "a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2"],
+         "cfg 2: flux.1-dev is guidance-distilled"),
+        (["submit", "--dry-run", "-c", "a100x32", FLUX, "parallel.cfg=2", "parallel.ring=2"],
+         "set parallel.cfg=1; feasible (dp x cfg x ring x ulysses): 1x1x"),
+        (["plan", "-c", "a100x32", FLUX, "model.preset=flux.1-schnell", "workload.guidance_scale=3.5"],
+         "set workload.guidance_scale <= 1"),
+        (["submit", "--dry-run", "-c", "local", TINY, "model.vae_stride=[8,8]"],
+         "'model.vae_stride' must be three positive ints [temporal, height, width]"),
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, args, needle):
@@ -131,6 +140,46 @@ def test_bad_input_one_line_exit_2(run_cli, args, needle):
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "0", "1e999", "soon"])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["run", "--local", "-c", "local", TINY, "--timeout"], "--timeout"),
+        (["wait", "nosuchjob", "--timeout"], "--timeout"),
+        (["wait", "nosuchjob", "--interval"], "--interval"),
+        (["logs", "nosuchjob", "--interval"], "--interval"),
+        (["campaign", "run", "nosuch.yaml", "--interval"], "--interval"),
+    ],
+)
+def test_seconds_options_refuse_non_finite_and_non_positive(run_cli, tmp_path, monkeypatch, args, option, value):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(*args, value)
+    assert code == 2 and not out
+    assert f"Invalid value for '{option}': must be a finite number of seconds" in err and repr(value) in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
+
+
+@pytest.mark.parametrize("args", [["wait", "nosuchjob"], ["status", "nosuchjob"]])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_grace_refuses_non_finite_and_negative(run_cli, args, value):
+    code, _, err = run_cli(*args, "--grace", value)
+    assert code == 2 and "Invalid value for '--grace': must be a finite number of seconds >= 0" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_seconds_type_accepts_finite_values_in_range():
+    import click
+
+    from orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, Seconds
+
+    assert POSITIVE_SECONDS.convert("1.5", None, None) == 1.5 and POSITIVE_SECONDS.convert(600, None, None) == 600.0
+    assert GRACE_SECONDS.convert("0", None, None) == 0.0  # no grace: give up at the first outage
+    assert Seconds(0.1, inclusive=True).convert("0.1", None, None) == 0.1
+    with pytest.raises(click.BadParameter, match=">= 0.1, got '0.09'"):
+        Seconds(0.1, inclusive=True).convert("0.09", None, None)
 
 
 def test_bad_yaml_file(run_cli, tmp_path):

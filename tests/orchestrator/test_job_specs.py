@@ -78,6 +78,8 @@ def test_overrides_on_preset():
         (dict(preset="tiny", patch=[1, 2]), None),
         (dict(preset="tiny", patch="big"), "model.patch"),
         (dict(preset="tiny", ffn_dim=10, mlp_ratio=2.0), "both given"),
+        (dict(preset="tiny", vae_stride=[8, 8]), "model.vae_stride must be three positive ints [temporal, height"),
+        (dict(preset="tiny", vae_stride=8), "got 8"),
         (dict(attention="cross", depth=2, hidden=64), "model.num_heads"),
     ],
 )
@@ -88,6 +90,22 @@ def test_model_errors(kw, needle):
     with pytest.raises(SporchError) as ei:
         model(**kw)
     assert needle in str(ei.value)
+
+
+@pytest.mark.parametrize("value", ["[8, 8]", "[4, 8, 8, 1]", "[0, 8, 8]", "[4, -8, 8]", "[4, 8.5, 8]", "8", "[]",
+                                   "fast", "{t: 4}"])
+def test_vae_stride_must_be_three_positive_ints_at_load(tmp_path, value):
+    """Two strides would silently drop the time stride (a video model would plan 4x the frames)."""
+    p = write(tmp_path, "j.yaml", f"model: {{preset: tiny, vae_stride: {value}}}\n"
+                                  "workload: {frames: 9, height: 64, width: 64}\n")
+    with pytest.raises(SporchError) as ei:
+        load_job(p)
+    msg = str(ei.value)
+    assert "'model.vae_stride' must be three positive ints [temporal, height, width]" in msg and "\n" not in msg
+    with pytest.raises(SporchError, match="'model.vae_stride' must be three"):
+        load_job(EXAMPLES / "tiny.yaml", [f"model.vae_stride={value.replace(' ', '')}"])
+    assert load_job(write(tmp_path, "ok.yaml", "model: {preset: tiny, vae_stride: [2, 8, 8]}\n"
+                                     "workload: {frames: 9, height: 64, width: 64}\n")).model.vae_stride == [2, 8, 8]
 
 
 def test_model_without_preset():

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.config.cluster import find_cluster
 from orchestrator.config.job import load_job
+from orchestrator.errors import SporchError
 from orchestrator.plan.layouts import LayoutError
 from orchestrator.plan.rules import head_split, kv_mode
 from orchestrator.plan.planner import make_plan
@@ -89,6 +90,45 @@ def test_cfg_rules():
     p = plan("a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2")
     assert p.layout.cfg == 2 and p.estimates["samples_per_rank"] == 1
     assert plan("a100x32").estimates["samples_per_rank"] == 2  # CFG on, cfg=1: both branches per rank
+
+
+FLUX = EXAMPLES / "flux-2048.yaml"
+
+
+def test_guidance_distilled_flux_has_no_cfg_branch():
+    """Flux.1 takes guidance_scale as an input of its one pass per step: no cfg dimension, ever."""
+    with pytest.raises(LayoutError, match=r"cfg 2: flux.1-dev is guidance-distilled .*set parallel.cfg=1") as ei:
+        plan("a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2")
+    assert ei.value.feasible and all(lay.cfg == 1 for lay in ei.value.feasible)
+    listed = str(ei.value).rsplit(": ", 1)[1].split(", ")
+    assert "1x1x4x8" in listed and all(lay.startswith("1x1x") for lay in listed)  # dp 1 x cfg 1 only
+    p = plan("a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=auto", "parallel.ring=auto")
+    assert p.layout.cfg == 1 and p.model.distilled and p.model.guidance_embed
+    # one pass per step: guidance 3.5 is not CFG, so a rank runs one sample, not two branches
+    assert not p.workload.cfg_enabled and p.estimates["samples_per_rank"] == 1
+    wan = plan("a100x32", WAN14B, "parallel.cfg=auto", "parallel.ring=auto")
+    assert wan.workload.cfg_enabled and not wan.model.distilled
+    # the flag is preset data: a resized Flux keeps it
+    with pytest.raises(LayoutError, match="guidance-distilled"):
+        plan("a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2", "model.depth=2")
+
+
+def test_guidance_distilled_rank_lists_no_cfg_layouts():
+    from orchestrator.plan.ranking import rank_feasible
+
+    _, ranked = rank_feasible(find_cluster("a100x32"), load_job(FLUX, ["workload.guidance_scale=3.5"]))
+    assert ranked and all(r.layout.cfg == 1 for r in ranked)
+    _, ranked = rank_feasible(find_cluster("a100x32"), load_job(WAN14B))
+    assert any(r.layout.cfg == 2 for r in ranked)  # a model with a CFG branch still gets cfg 2
+
+
+def test_schnell_without_guidance_input_refuses_guidance_scale():
+    with pytest.raises(SporchError, match=r"flux.1-schnell is guidance-distilled without a guidance input.*"
+                                          r"set workload.guidance_scale <= 1 \(got 3.5\)"):
+        plan("a100x32", FLUX, "model.preset=flux.1-schnell", "workload.guidance_scale=3.5")
+    assert plan("a100x32", FLUX, "model.preset=flux.1-schnell").layout.cfg == 1
+    with pytest.raises(SporchError, match="flux.1-dev is guidance-distilled .*workload.negative_prompt .*remove it"):
+        plan("a100x32", FLUX, "workload.negative_prompt=blurry")
 
 
 def test_dp_must_divide_batch():
