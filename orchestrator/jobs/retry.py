@@ -8,11 +8,12 @@ seconds of failures it gives up with an Unreachable error (exit code 75,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Callable, Optional, TypeVar
 
-from orchestrator.errors import Unreachable
+from orchestrator.errors import SporchError, Unreachable
 
 T = TypeVar("T")
 #: Longest pause between two tries.
@@ -20,11 +21,19 @@ MAX_DELAY_S = 30.0
 
 
 def default_grace(fallback: float) -> float:
-    """``$SPORCH_GRACE_S`` when set (a number of seconds), else ``fallback``."""
-    try:
-        return float(os.environ["SPORCH_GRACE_S"])
-    except (KeyError, ValueError):
+    """``$SPORCH_GRACE_S`` when set (a finite number of seconds >= 0), else ``fallback``; any
+    other value is refused (SporchError, one line) rather than read as "retry forever"."""
+    raw = os.environ.get("SPORCH_GRACE_S", "").strip()
+    if not raw:
         return fallback
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise SporchError(f"$SPORCH_GRACE_S must be a finite number of seconds >= 0, got {raw!r}; "
+                          "unset it or pass --grace")
+    return value
 
 
 def retry_unreachable(fn: Callable[[], T], *, grace_s: float,

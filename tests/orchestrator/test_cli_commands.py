@@ -205,3 +205,18 @@ def test_commands_are_registered_lazily():
     for target, _help in climain.COMMANDS.values():
         module, _, attr = target.partition(":")
         assert module.startswith("orchestrator.cli.") and attr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_grace_environment_variable_refuses_what_the_option_refuses(run_cli, tmp_path, monkeypatch, value):
+    from orchestrator.jobs.retry import default_grace
+
+    monkeypatch.setenv("SPORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPORCH_GRACE_S", value)
+    code, _, err = run_cli("status")
+    assert code == 2 and "$SPORCH_GRACE_S must be a finite number of seconds >= 0" in err and repr(value) in err
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("SPORCH_GRACE_S", "2.5")
+    assert default_grace(60.0) == 2.5
+    monkeypatch.delenv("SPORCH_GRACE_S")
+    assert default_grace(60.0) == 60.0
