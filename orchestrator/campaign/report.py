@@ -20,7 +20,7 @@ import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.campaign.collect import Row, columns, format_value, short_value
 
@@ -41,9 +41,21 @@ def write_csv(rows: list[Row], path: Path) -> Path:
     return path
 
 
-def _workload(row: Row) -> str:
+def _workload(row: Row) -> tuple[str, ...]:
+    """(cluster, preset, shape, dtype) of a row; a cluster given as a file is named by its stem."""
     v = row.values
-    return f"{v['cluster']} {v['preset']} {v['shape']} {v['dtype']}"
+    cluster = str(v["cluster"])
+    if cluster.endswith((".yaml", ".yml")):
+        cluster = Path(cluster).stem
+    return cluster, str(v["preset"]), str(v["shape"]), str(v["dtype"])
+
+
+def _namer(workloads) -> Callable[[tuple[str, ...]], str]:
+    """Names for workloads: only the parts that differ between them (all parts for one)."""
+    workloads = list(workloads)
+    varying = [i for i in range(len(workloads[0]))
+               if len({w[i] for w in workloads}) > 1] if workloads else []
+    return lambda wl: " ".join(wl[i] for i in varying) or " ".join(wl)
 
 
 def _family(layout: str) -> str:
@@ -73,7 +85,9 @@ def plot_data(rows: list[Row]) -> dict[str, Any]:
     best: dict[str, dict[int, tuple[float, str]]] = defaultdict(dict)
     comm: dict[str, list] = {"labels": [], "comm_ms": [], "compute_ms": []}
     many = len({k[0] for k in comb}) > 1
-    for (wl, gpus, layout), m in comb.items():
+    name = _namer({k[0] for k in comb})
+    for (workload, gpus, layout), m in comb.items():
+        wl = name(workload)
         label = f"{wl} | {_family(layout)}" if many else _family(layout)
         s = latency[label]
         s["x"].append(gpus)
@@ -112,7 +126,7 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     for name in PLOTS:
         d = data[name]
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
         if name == "comm_vs_compute":
             xs = range(len(d["labels"]))
             ax.bar(xs, d["compute_ms"], label="compute and the rest")
@@ -134,7 +148,6 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
         ax.set_title(name.replace("_", " "))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-        fig.tight_layout()
         paths[name] = folder / f"{name}.png"
         fig.savefig(paths[name], dpi=100)
         plt.close(fig)

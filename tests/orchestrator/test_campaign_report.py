@@ -87,6 +87,25 @@ def test_plot_series(tmp_path):
     assert len(cvc["labels"]) == 4
 
 
+def test_plot_labels_name_only_what_differs_between_workloads(tmp_path):
+    """Two shapes on one cluster (given as a file): series and bars are told apart by the
+    shape alone, not by the cluster's path, preset and dtype they share."""
+    root = make_campaign(tmp_path / "c")
+    for d in (root / "points").iterdir():
+        point = json.loads((d / "point.json").read_text())
+        point["values"]["cluster"] = str(tmp_path / "clusters" / "lab-1gpu.yaml")
+        if d.name.startswith("p4"):
+            point["values"]["shape"] = "seq2048"
+        (d / "point.json").write_text(json.dumps(point))
+    data = plot_data(collect(root))
+    assert sorted(data["best_layout"]["series"]) == ["9x64x64", "seq2048"]
+    assert "9x64x64 | ulysses2" in data["latency_vs_gpus"]["series"]
+    assert data["comm_vs_compute"]["labels"][0] == "9x64x64 2 GPUs 1x1x1x2"
+    assert not any(str(tmp_path) in label or "float32" in label for label in data["comm_vs_compute"]["labels"])
+    one = plot_data(collect(make_campaign(tmp_path / "one")))  # one workload: named in full
+    assert list(one["best_layout"]["series"]) == ["local tiny 9x64x64 float32"]
+
+
 def test_report_command_writes_csv_plots_html_and_gates_on_references(tmp_path, run_cli):
     root = make_campaign(tmp_path / "c")
     code, out, err = run_cli("campaign", "report", root)
