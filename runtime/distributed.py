@@ -47,15 +47,22 @@ def pick_device(env: RankEnv) -> torch.device:
     return torch.device("cpu")
 
 
-def cpu_threads(environ=None) -> int | None:
-    """Intra-op threads for a CPU rank: ``OMP_NUM_THREADS`` when set (torch reads it itself:
-    None), else the CPUs Slurm gave the task (``SLURM_CPUS_PER_TASK``), else 1 -- as torchrun
-    does, so that N ranks on a node do not each start one thread per core of the node."""
+def cpu_threads(environ=None, cores: int | None = None) -> int | None:
+    """Intra-op threads for a CPU rank, so that N ranks on a node do not each start one thread
+    per core of the node: the CPUs Slurm gave the task (``SLURM_CPUS_PER_TASK``), else the
+    node's ``cores`` shared by torchrun's ``LOCAL_WORLD_SIZE`` ranks; None (torch's own choice)
+    when ``OMP_NUM_THREADS`` is set, which torch reads itself, or nothing says how many ranks
+    share the node."""
     env = os.environ if environ is None else environ
     if env.get("OMP_NUM_THREADS"):
         return None
-    value = env.get("SLURM_CPUS_PER_TASK", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    for key in ("SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE"):
+        value = env.get(key, "")
+        if value.isdigit() and int(value) > 0:
+            if key == "SLURM_CPUS_PER_TASK":
+                return int(value)
+            return max(1, (cores or os.cpu_count() or 1) // int(value))
+    return None
 
 
 def limit_cpu_threads(device: torch.device) -> int:

@@ -38,5 +38,7 @@ def test_cpu_ranks_take_the_threads_slurm_gave_them():
 
     assert cpu_threads({"OMP_NUM_THREADS": "3", "SLURM_CPUS_PER_TASK": "8"}) is None  # torch reads OMP itself
     assert cpu_threads({"SLURM_CPUS_PER_TASK": "4"}) == 4
-    assert cpu_threads({"SLURM_CPUS_PER_TASK": "0"}) == 1 and cpu_threads({"SLURM_CPUS_PER_TASK": "x"}) == 1
-    assert cpu_threads({}) == 1  # N ranks on a node must not each take every core
+    assert cpu_threads({"SLURM_CPUS_PER_TASK": "0"}) is None and cpu_threads({"SLURM_CPUS_PER_TASK": "x"}) is None
+    assert cpu_threads({"LOCAL_WORLD_SIZE": "4"}, cores=16) == 4  # torchrun: the node's cores shared
+    assert cpu_threads({"LOCAL_WORLD_SIZE": "8"}, cores=2) == 1
+    assert cpu_threads({}) is None  # nothing says how many ranks share the node: torch's default
