@@ -54,14 +54,17 @@ def cpu_threads(environ=None, cores: int | None = None) -> int | None:
     when ``OMP_NUM_THREADS`` is set, which torch reads itself, or nothing says how many ranks
     share the node."""
     env = os.environ if environ is None else environ
+
+    def count(key: str) -> int:
+        value = env.get(key, "")
+        return int(value) if value.isdigit() else 0
+
     if env.get("OMP_NUM_THREADS"):
         return None
-    for key in ("SLURM_CPUS_PER_TASK", "LOCAL_WORLD_SIZE"):
-        value = env.get(key, "")
-        if value.isdigit() and int(value) > 0:
-            if key == "SLURM_CPUS_PER_TASK":
-                return int(value)
-            return max(1, (cores or os.cpu_count() or 1) // int(value))
+    if count("SLURM_CPUS_PER_TASK"):
+        return count("SLURM_CPUS_PER_TASK")
+    if count("LOCAL_WORLD_SIZE"):
+        return max(1, (cores or os.cpu_count() or 1) // count("LOCAL_WORLD_SIZE"))
     return None
 
 

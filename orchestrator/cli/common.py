@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any, Callable, Sequence
@@ -11,6 +10,7 @@ import click
 
 from orchestrator.config.cluster import find_cluster
 from orchestrator.config.job import load_job
+from orchestrator.plan.rules import seconds
 
 cluster_option = click.option(
     "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",
@@ -29,14 +29,9 @@ class Seconds(click.ParamType):
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         try:
-            x = float(value)
-        except (TypeError, ValueError):
-            x = math.nan
-        low = self.minimum
-        if not math.isfinite(x) or x < low or (x == low and not self.inclusive):
-            bound = f">= {low:g}" if self.inclusive else f"> {low:g}"
-            self.fail(f"must be a finite number of seconds {bound}, got {value!r}", param, ctx)
-        return x
+            return seconds(value, self.minimum, self.inclusive)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
     def __repr__(self) -> str:
         return f"Seconds({'>=' if self.inclusive else '>'} {self.minimum:g})"

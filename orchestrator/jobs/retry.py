@@ -8,12 +8,12 @@ seconds of failures it gives up with an Unreachable error (exit code 75,
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Callable, Optional, TypeVar
 
 from orchestrator.errors import SporchError, Unreachable
+from orchestrator.plan.rules import seconds
 
 T = TypeVar("T")
 #: Longest pause between two tries.
@@ -27,13 +27,9 @@ def default_grace(fallback: float) -> float:
     if not raw:
         return fallback
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise SporchError(f"$SPORCH_GRACE_S must be a finite number of seconds >= 0, got {raw!r}; "
-                          "unset it or pass --grace")
-    return value
+        return seconds(raw, inclusive=True)
+    except ValueError as exc:
+        raise SporchError(f"$SPORCH_GRACE_S {exc}; unset it or pass --grace") from None
 
 
 def retry_unreachable(fn: Callable[[], T], *, grace_s: float,

@@ -2,7 +2,8 @@
 
 The planner, the config loaders, the submission backends and the runtime import these instead
 of keeping their own copies: the dimension names, the head split, the padded sequence length,
-the attention kinds, the host-key policies, the exit codes and the Slurm time format.
+the attention kinds, the host-key policies, the exit codes, the Slurm time format and what a
+number of seconds may be.
 """
 
 from __future__ import annotations
@@ -83,6 +84,20 @@ def kv_mode(num_heads: int, num_kv_heads: int, ulysses: int) -> Optional[str]:
 def padded_length(seq_len: int, degree: int) -> int:
     """``seq_len`` rounded up to a multiple of the sequence degree (ring x ulysses)."""
     return -(-seq_len // degree) * degree
+
+
+# -- seconds ---------------------------------------------------------------------------------
+def seconds(value, minimum: float = 0.0, inclusive: bool = False) -> float:
+    """``value`` as a finite number of seconds above ``minimum`` (at least it with
+    ``inclusive``); ValueError naming the bound otherwise (nan, inf, words, too small)."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x) or x < minimum or (x == minimum and not inclusive):
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise ValueError(f"must be a finite number of seconds {bound}, got {value!r}")
+    return x
 
 
 # -- Slurm time ------------------------------------------------------------------------------
