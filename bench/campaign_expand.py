@@ -27,10 +27,10 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--points", type=int, default=1000)
     args = p.parse_args()
-    from orchestrator.campaign.expand import expand
-    from orchestrator.campaign.groups import group_points
-    from orchestrator.campaign.spec import campaign_from_dict
-    from orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.campaign.expand import expand
+    from sporch.orchestrator.campaign.groups import group_points
+    from sporch.orchestrator.campaign.spec import campaign_from_dict
+    from sporch.orchestrator.config.cluster import find_cluster
 
     clusters = {"h100x64": find_cluster("h100x64")}
     per_shape = len(expand(campaign_from_dict(CAMPAIGN), clusters).points) // len(CAMPAIGN["matrix"]["shapes"])

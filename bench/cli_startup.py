@@ -25,7 +25,7 @@ def sporch_command() -> list[str]:
     if exe.exists():
         return [str(exe)]
     found = shutil.which("sporch")
-    return [found] if found else [sys.executable, "-m", "orchestrator.cli.main"]
+    return [found] if found else [sys.executable, "-m", "sporch.orchestrator.cli.main"]
 
 
 def median_wall(cmd: list[str], runs: int) -> float:

@@ -22,9 +22,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from runtime.model import build_model, tiny_model_dict  # noqa: E402
-from runtime.model.attention import SequenceAttention  # noqa: E402
-from runtime.model.rope import rope_cos_sin  # noqa: E402
+from sporch.runtime.model import build_model, tiny_model_dict  # noqa: E402
+from sporch.runtime.model.attention import SequenceAttention  # noqa: E402
+from sporch.runtime.model.rope import rope_cos_sin  # noqa: E402
 
 TEXT_LEN = 64
 
@@ -67,8 +67,8 @@ def run_single(hidden: int, heads: int, seq: int, warmup: int, repeat: int):
 
 
 def _rank(hidden: int, heads: int, seq: int, ulysses: int, ring: int, warmup: int, repeat: int):
-    """Runs on every rank (spawned by runtime.testing.run_distributed)."""
-    from runtime.parallel import ParallelContext
+    """Runs on every rank (spawned by sporch.runtime.testing.run_distributed)."""
+    from sporch.runtime.parallel import ParallelContext
 
     ctx = ParallelContext.from_layout(ulysses=ulysses, ring=ring)
     model = build_model(model_dict(hidden, heads), seed=0)
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     p.add_argument("--layouts", nargs="+", default=["4x1", "2x2"], help="UxR layouts on 4 ranks")
     args = p.parse_args(argv)
 
-    from runtime.testing import run_distributed
+    from sporch.runtime.testing import run_distributed
 
     layouts = [tuple(int(v) for v in s.split("x")) for s in args.layouts]
     print(f"# one Wan-style block, hidden {args.hidden}, {args.heads} heads x {args.hidden // args.heads}, "

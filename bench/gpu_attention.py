@@ -4,11 +4,11 @@
     python bench/gpu_attention.py --preset flux.1-dev --height 1024 --width 1024 --frames 1
     python bench/gpu_attention.py --cpu-smoke           # tiny shape on the CPU: checks the code path only
 
-The shape comes from a Plan (orchestrator.plan.planner.make_plan) of the job on one GPU of
+The shape comes from a Plan (sporch.orchestrator.plan.planner.make_plan) of the job on one GPU of
 ``--cluster``: S = the plan's sequence length, H = the model's heads (``--heads`` overrides),
 D = its head dim, batch 1, non-causal. Two tables:
 
-1. kernels: each usable kernel (runtime.attention.select, preferred first, the selected one
+1. kernels: each usable kernel (sporch.runtime.attention.select, preferred first, the selected one
    marked ``*``): max error against the float32 ``math`` kernel at S <= 1024, then median ms and
    TFLOP/s (4 * B * H * S^2 * D per call) at the full shape. ``math`` is skipped where its
    S x S scores would not fit.
@@ -73,9 +73,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from runtime.attention.kernels import KERNELS, attention_block
-    from runtime.attention.select import choose_kernel, probe, rank_kernels
-    from runtime.attention.utils import merge_block, resolve_merge
+    from sporch.runtime.attention.kernels import KERNELS, attention_block
+    from sporch.runtime.attention.select import choose_kernel, probe, rank_kernels
+    from sporch.runtime.attention.utils import merge_block, resolve_merge
 
     plan, S, H, D = shape_from_plan(args)
     dtype = getattr(torch, args.dtype)

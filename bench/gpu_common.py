@@ -35,9 +35,9 @@ def pick_device(cpu_smoke: bool, prog: str):
 def one_gpu_plan(cluster: str, job: dict[str, Any]):
     """The Plan for ``job`` on one GPU of ``cluster`` (a cluster name or file): the cluster's GPU
     (its peak TFLOP/s, memory) with nodes = gpus_per_node = 1, every parallel degree 1."""
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.config.job import job_from_dict
-    from orchestrator.plan.planner import make_plan
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.config.job import job_from_dict
+    from sporch.orchestrator.plan.planner import make_plan
 
     one = dataclasses.replace(find_cluster(cluster), nodes=1, gpus_per_node=1)
     job = {**job, "parallel": {"dp": 1, "cfg": 1, "ring": 1, "ulysses": 1}}

@@ -4,11 +4,11 @@
     python bench/gpu_model.py --models wan
     python bench/gpu_model.py --cpu-smoke           # tiny model on the CPU: checks the code path only
 
-Each model runs from a Plan (orchestrator.plan.planner.make_plan) of its job on one GPU of
+Each model runs from a Plan (sporch.orchestrator.plan.planner.make_plan) of its job on one GPU of
 ``--cluster``: Wan2.1-T2V-1.3B at 832x480, 81 frames (32,760 tokens) and Flux.1-dev at
 1024x1024 (4,096 image + 512 text tokens), batch 1, no CFG, random weights (the speed does not
 depend on their values), unsharded (world size 1). One step = one model forward
-(``ShardedDiT.velocity``). Attention runs the kernel ``runtime.attention.select`` picks (torch's
+(``ShardedDiT.velocity``). Attention runs the kernel ``sporch.runtime.attention.select`` picks (torch's
 SDPA is held to it). Columns: median ms per step, TFLOP/s and % of the cluster's peak from
 the plan's FLOP estimate (``plan.estimates.flops_per_step_per_rank``), the first compiled
 call's extra time (compile time, reported apart from step time), and issue 13's goal.
@@ -55,9 +55,9 @@ def parse_args(argv):
 def run_model(name, job, goal, args, device, dtype_name):
     import torch
 
-    from runtime.attention.select import selected_kernel
-    from runtime.compile import compile_blocks, time_first_call
-    from runtime.model import ShardedDiT, build_model, make_inputs
+    from sporch.runtime.attention.select import selected_kernel
+    from sporch.runtime.compile import compile_blocks, time_first_call
+    from sporch.runtime.model import ShardedDiT, build_model, make_inputs
 
     job = {**job, "workload": {**job["workload"], "dtype": dtype_name}}
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)

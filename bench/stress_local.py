@@ -36,7 +36,7 @@ def _spin(stop) -> None:  # a busy loop until told to stop
 def one_run(index: int, folder: Path, overrides: list[str], timeout_s: float) -> tuple[int, bool, str]:
     """(index, ok, what went wrong) of one verify run in ``folder/run<index>``."""
     run_dir = folder / f"run{index}"
-    cmd = [sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+    cmd = [sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
            str(ROOT / "examples" / "tiny.yaml"), "--verify", *overrides, "--run-dir", str(run_dir),
            "--timeout", str(timeout_s)]
     env = {**os.environ, "SPORCH_HOME": str(folder / "home")}

@@ -18,7 +18,7 @@ Columns (median over ``--repeat`` timed calls, after ``--warmup`` calls):
   perfectly. On a machine with fewer cores than ranks the ranks time-share the cores, so this
   includes scheduling noise; it is the honest end-to-end number.
 * ``sent/min``: bytes this layout's ranks sent (sum over ranks, every collective, from
-  :class:`runtime.attention.CommStats`) / the theoretical minimum (:func:`usp_min_bytes`).
+  :class:`sporch.runtime.attention.CommStats`) / the theoretical minimum (:func:`usp_min_bytes`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def _rank_body(layouts, dtypes, B, S, H, D, warmup, repeat, backend):
     import torch
     import torch.distributed as dist
 
-    from runtime.attention import CommStats, usp_attention, usp_min_bytes
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.attention import CommStats, usp_attention, usp_min_bytes
+    from sporch.runtime.parallel import ParallelContext
 
     rows = []
     for (U, R) in layouts:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto")
     args = ap.parse_args(argv)
 
-    from runtime.testing import run_distributed
+    from sporch.runtime.testing import run_distributed
 
     P = args.ranks
     if args.layouts:

@@ -1,7 +1,7 @@
 """Where a job's commands run and its files live: one small protocol, two implementations.
 
 - :class:`LocalHost` (:data:`LOCAL`): this machine (subprocess, the local filesystem);
-- :class:`orchestrator.remote.ssh.SshHost`: a cluster's login host over one SSH connection
+- :class:`sporch.orchestrator.remote.ssh.SshHost`: a cluster's login host over one SSH connection
   (commands in its shell after ``login.setup``, files over SFTP).
 
 Submission, status, logs and cancel take a Host and never ask which kind it is;
@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
-from orchestrator.errors import SporchError
-from orchestrator.remote.ssh import connect
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.remote.ssh import connect
 
 Command = Union[str, Sequence[str]]
 

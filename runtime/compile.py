@@ -60,7 +60,7 @@ class EagerAttention:
 def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
     """Forward pre-hook: hand the block an :class:`EagerAttention` instead of the model's
     sequence attention (found by type, positional or keyword)."""
-    from runtime.model.attention import SequenceAttention
+    from sporch.runtime.model.attention import SequenceAttention
 
     def swap(a):
         return EagerAttention(a) if isinstance(a, SequenceAttention) else a

@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from runtime.rank_env import RankEnv
+from sporch.runtime.rank_env import RankEnv
 
 #: Collective timeout: a rank that dies must not leave the others waiting for long.
 DEFAULT_TIMEOUT_S = int(os.environ.get("SPORCH_DIST_TIMEOUT_S", "300"))

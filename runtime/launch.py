@@ -1,6 +1,6 @@
-"""The rank entry point: ``python -m runtime.launch --plan plan.json``.
+"""The rank entry point: ``python -m sporch.runtime.launch --plan plan.json``.
 
-Every rank: read its place from Slurm / torchrun (runtime.rank_env), bind its device,
+Every rank: read its place from Slurm / torchrun (sporch.runtime.rank_env), bind its device,
 initialise torch.distributed (NCCL on CUDA, gloo on CPU), build the ParallelContext from
 the Plan, run the workload, write ``ranks/rank<N>.json``; rank 0 also writes
 ``result.json`` with the layout, hosts per rank, timings and errors. A failure is recorded
@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
-from orchestrator.plan.schema import Plan
-from runtime.benchstats import provenance
-from runtime.rank_env import RankEnv, RankEnvError
-from runtime.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
+from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.benchstats import provenance
+from sporch.runtime.rank_env import RankEnv, RankEnvError
+from sporch.orchestrator.contract.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
 
 #: How long rank 0 waits for the other ranks' files when it cannot gather their records (a
 #: failed run only: a healthy world always gathers, see :func:`_gather_records`).
@@ -30,7 +30,7 @@ ERROR_COLLECT_S = 5.0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m runtime.launch", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m sporch.runtime.launch", description=__doc__.splitlines()[0])
     p.add_argument("--plan", required=True, help="plan.json written by `sporch plan --json` / submit")
     p.add_argument("--output-dir", default=None,
                    help="where results go (default: $SPORCH_JOB_DIR, else plan.job.output_dir)")
@@ -53,11 +53,11 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     # torch is imported here, not at module import, so `--help` stays fast.
     import torch.distributed as dist
 
-    from runtime.attention.select import selected_kernel
-    from runtime.checkpoint import Progress, RequeueRequested, restart_count
-    from runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
-    from runtime.parallel import ParallelContext
-    from runtime.workloads import run_workload
+    from sporch.runtime.attention.select import selected_kernel
+    from sporch.runtime.progress import Progress, RequeueRequested, restart_count
+    from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.workloads import run_workload
 
     started = time.time()
     record: dict[str, Any] = {

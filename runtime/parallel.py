@@ -5,7 +5,7 @@ Built after ``torch.distributed`` is initialised, from a Plan or from sizes::
     ctx = ParallelContext.from_plan(plan)
     ctx = ParallelContext.from_layout(dp=1, cfg=2, ring=2, ulysses=2)
 
-Rank order is the planner's (orchestrator/plan/schema.py)::
+Rank order is the planner's (orchestrator/contract/plan.py)::
 
     rank = ((dp_i * cfg + cfg_i) * ring + ring_i) * ulysses + ulysses_i
 
@@ -30,8 +30,8 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from orchestrator.plan.rules import DIMS, GROUP_DIMS, head_split, padded_length
-from orchestrator.plan.schema import Layout, Plan
+from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS, head_split, padded_length
+from sporch.orchestrator.contract.plan import Layout, Plan
 
 __all__ = ["ParallelContext", "ContextBroken", "head_offsets"]
 
@@ -81,7 +81,7 @@ class ParallelContext:
         self.sequence_size = layout.sequence_degree
         self.healthy = True
         self.broken_reason: str | None = None
-        #: A runtime.attention.CommStats that collectives of the model add their bytes to, or None.
+        #: A sporch.runtime.attention.CommStats that collectives of the model add their bytes to, or None.
         self.comm_stats: Any = None
         if _groups is None:
             _groups, _group_ranks = _make_groups(layout, self.rank)

@@ -1,6 +1,6 @@
 """Run a function on N real ``torch.distributed`` processes (gloo on CPU), for tests and benches.
 
-    from runtime.testing import run_distributed
+    from sporch.runtime.testing import run_distributed
 
     def work(n):                      # module level: the child processes import it
         import torch.distributed as dist
@@ -38,9 +38,9 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
-from orchestrator.plan.rules import head_split, kv_mode, padded_length
-from orchestrator.plan.schema import Layout, Plan
-from orchestrator.plan import sections
+from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length
+from sporch.orchestrator.contract.plan import Layout, Plan
+from sporch.orchestrator.contract import sections
 
 __all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for"]
 
@@ -54,7 +54,7 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1, 1, 8),
              workload: Mapping[str, Any] | None = None, name: str = "test") -> Plan:
     """A complete Plan on one emulated node (world = layout) for a ``plan.model`` dict (e.g.
-    ``runtime.model.tiny_model_dict``) and a token grid; ``workload`` keys override
+    ``sporch.runtime.model.tiny_model_dict``) and a token grid; ``workload`` keys override
     :data:`DEFAULT_WORKLOAD`."""
     wl = {**DEFAULT_WORKLOAD, **(workload or {})}
     wl["cfg_enabled"] = wl["guidance_scale"] > 1

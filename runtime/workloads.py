@@ -28,12 +28,12 @@ import torch
 from safetensors.torch import save_file
 from torch.profiler import ProfilerActivity, profile
 
-from orchestrator.plan.schema import Plan
-from runtime.attention import CommStats
-from runtime.benchstats import step_summary
-from runtime.checkpoint import Progress
-from runtime.compile import compile_blocks, should_compile, time_first_call
-from runtime.model import (
+from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.attention import CommStats
+from sporch.orchestrator.contract.benchstats import step_summary
+from sporch.runtime.progress import Progress
+from sporch.runtime.compile import compile_blocks, should_compile, time_first_call
+from sporch.runtime.model import (
     NUM_TRAIN_TIMESTEPS,
     ShardedDiT,
     build_model,
@@ -70,7 +70,7 @@ def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress)
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
     if kind == "generate":
-        from runtime.pipelines.generate import run_generate
+        from sporch.runtime.pipelines.generate import run_generate
 
         return run_generate(plan, ctx, device, progress.output_dir)
     raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
@@ -86,7 +86,7 @@ def _build(plan: Plan, device: torch.device):
 
 def _setup(plan: Plan, ctx: Any, device: torch.device):
     """(model, runner, inputs, grid, compile info): the model built, its blocks compiled
-    when ``workload.compile`` says so (runtime.compile)."""
+    when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
     model = _build(plan, device)
     info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))

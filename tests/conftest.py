@@ -99,7 +99,7 @@ class JobTracker:
 
     def submit(self, *args: str, wrap: str = "sleep 300", name: str = "sporch-test") -> str:
         """sbatch --wrap on the lab; returns the job id; cancelled at teardown."""
-        from orchestrator.slurm.commands import sbatch
+        from sporch.orchestrator.slurm.commands import sbatch
 
         job_id = sbatch(["-p", self.lab.partition, "-J", name, "-o", "/dev/null", "-t", "5", *args,
                          f"--wrap={wrap}"])
@@ -108,7 +108,7 @@ class JobTracker:
 
     def wait(self, job_id: str, until: Callable[[object], bool], timeout: float = 15.0, source: str = "squeue"):
         """Poll squeue (or sacct) until ``until(state)``; return that state."""
-        from orchestrator.slurm.query import sacct_states, squeue_states
+        from sporch.orchestrator.slurm.query import sacct_states, squeue_states
 
         deadline = time.monotonic() + timeout
         state = None

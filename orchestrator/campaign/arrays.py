@@ -2,7 +2,7 @@
 
 Every point of a group has the same batch header (groups.resource_shape), so one script
 serves them all: array task ``i`` reads line ``i + 1`` of a list file (one point directory
-per line) and runs ``runtime.launch`` on that directory's ``plan.json`` with
+per line) and runs ``sporch.runtime.launch`` on that directory's ``plan.json`` with
 ``SPORCH_JOB_DIR`` set to it. Resubmitting only some points means writing a new list.
 """
 
@@ -12,7 +12,7 @@ import posixpath
 from pathlib import Path
 from typing import Optional, Sequence
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 TEMPLATE = "campaign_array.sbatch.j2"
 #: Batch logs of the array tasks, relative to the campaign directory.
@@ -27,8 +27,8 @@ def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, 
     campaign directory (batch logs go to ``<root>/arrays/logs``); ``after``: job ids the array
     waits for (``run.serial``).
     """
-    from orchestrator.render import render_template
-    from orchestrator.submit.slurm_job import SlurmJob
+    from sporch.orchestrator.submit.render import render_template
+    from sporch.orchestrator.submit.slurm_job import SlurmJob
 
     if count < 1:
         raise SporchError(f"group {group} has no point to submit")
@@ -50,7 +50,7 @@ def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campa
     machine, ``cdir.root``); a login host's copy (campaign run over ssh) is written through
     its Host.
     """
-    from orchestrator.host import LOCAL
+    from sporch.orchestrator.host import LOCAL
 
     host = host or LOCAL
     by_id = {p.id: p for p in group.points}

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.campaign.metrics import METRICS, metric_value
-from orchestrator.campaign.references import FAIL, NONE, PASS, Reference, evaluate, select
+from sporch.orchestrator.campaign.metrics import METRICS, metric_value
+from sporch.orchestrator.campaign.references import FAIL, NONE, PASS, Reference, evaluate, select
 
 #: Identifying columns, in table order.
 KEY_COLUMNS = ("id", "cluster", "nodes", "gpus", "layout", "preset", "shape", "dtype", "repeat", "status")
@@ -59,9 +59,9 @@ def columns() -> list[str]:
 
 def load_references(campaign_file: Path) -> list[Reference]:
     """The references of a campaign file (only that section is read; the base job is not loaded)."""
-    from orchestrator.campaign.references import parse_references
-    from orchestrator.campaign.spec import CampaignSpec
-    from orchestrator.config.loading import read_yaml, to_typed
+    from sporch.orchestrator.campaign.references import parse_references
+    from sporch.orchestrator.campaign.spec import CampaignSpec
+    from sporch.orchestrator.config.loading import read_yaml, to_typed
 
     if not campaign_file.is_file():
         return []
@@ -79,8 +79,8 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
 
 def collect(root: str | Path, references: Optional[list[Reference]] = None) -> list[Row]:
     """Rows of the campaign directory ``root``; ``references`` default to its campaign.yaml's."""
-    from orchestrator.campaign.layout import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
-    from orchestrator.errors import SporchError
+    from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
+    from sporch.orchestrator.errors import SporchError
 
     cdir = CampaignDir(Path(root))
     if not cdir.root.is_dir():

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.campaign.metrics import METRICS, is_worse
-from orchestrator.errors import SporchError
+from sporch.orchestrator.campaign.metrics import METRICS, is_worse
+from sporch.orchestrator.errors import SporchError
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def parse_threshold(text: str) -> float:
 
 def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple[list[Change], int]:
     """(regressions, number of points compared). Only points completed in both count."""
-    from orchestrator.campaign.collect import collect
+    from sporch.orchestrator.campaign.collect import collect
 
     old = {r.id: r for r in collect(old_dir, references=[]) if r.ok}
     new = {r.id: r for r in collect(new_dir, references=[]) if r.ok}

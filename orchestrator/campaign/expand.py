@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 #: Length of a point id (hex digits of sha256).
 ID_LEN = 12
@@ -41,7 +41,7 @@ class Point:
 
     id: str
     params: dict
-    plan: Any  # orchestrator.plan.schema.Plan
+    plan: Any  # sporch.orchestrator.contract.plan.Plan
 
     def match_values(self) -> dict[str, Any]:
         """Values reference ``where`` clauses and the report select on (resolved by the planner)."""
@@ -50,7 +50,7 @@ class Point:
 
 def point_values(params: dict[str, Any], plan) -> dict[str, Any]:
     """The point's identifying values: from its parameters and its Plan."""
-    from orchestrator.plan.layouts import compact
+    from sporch.orchestrator.plan.layouts import compact
 
     w = plan.workload
     if w.seq_len is not None:
@@ -110,10 +110,10 @@ def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Option
 
 def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
     """(param value, requested parallel dims) for every layout of this point's axes."""
-    from orchestrator.plan.layouts import feasible_layouts
-    from orchestrator.plan.planner import layout_context
-    from orchestrator.plan.resolve import resolve_model, sequence_shape
-    from orchestrator.plan.rules import DIMS
+    from sporch.orchestrator.plan.layouts import feasible_layouts
+    from sporch.orchestrator.plan.planner import layout_context
+    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+    from sporch.orchestrator.contract.parallel import DIMS
 
     mode = campaign.layouts
     if mode is None:
@@ -136,9 +136,9 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     ``clusters``: name -> ClusterSpec to use instead of looking names up (tests, benches).
     An unknown cluster name is bad input for the whole campaign (SporchError).
     """
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.config.job import ParallelSpec, validate_job
-    from orchestrator.plan.planner import make_plan
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.config.job import ParallelSpec, validate_job
+    from sporch.orchestrator.plan.planner import make_plan
 
     spec, base = campaign.spec, campaign.base
     m = spec.matrix

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Optional, Sequence
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 
 class CampaignBusy(SporchError):

@@ -1,7 +1,7 @@
 """The metrics a campaign reports: name, unit, which direction is better, where it is read.
 
 Every metric is read from a point's ``result.json`` (``metrics`` = rank 0's benchmark
-record, written by runtime.benchstats); nothing is recomputed from the plan.
+record, written by sporch.orchestrator.contract.benchstats); nothing is recomputed from the plan.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 #: Point parameters a reference's ``where`` may name (see expand.Point.match_values).
 WHERE_KEYS = ("nodes", "gpus", "layout", "preset", "shape", "dtype", "repeat")
@@ -63,7 +63,7 @@ class Reference:
 
 
 def parse_references(specs: Iterable[Any], source: str) -> list[Reference]:
-    from orchestrator.campaign.metrics import BY_NAME
+    from sporch.orchestrator.campaign.metrics import BY_NAME
 
     out: list[Reference] = []
     for i, ref in enumerate(specs):

@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.campaign.collect import Row, columns, format_value, short_value
+from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
 
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
 CSV_FILE = "table.csv"
@@ -159,7 +159,7 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) 
     """One self-contained page: the table (same cells as the CSV) and the plots as data URIs."""
     import jinja2
 
-    from orchestrator.paths import templates_dir
+    from sporch.orchestrator.paths import templates_dir
 
     cols = columns()
     table = []

@@ -13,7 +13,7 @@ One run of the command:
    files are mirrored under ``<login.workdir>/<output_dir>/<name>``); with ``run.serial`` each
    array waits for the cluster's arrays still out (``--dependency=afterany``); or, with
    ``--local``, runs them one after another as local CPU runs
-   (:func:`orchestrator.local_run.supervise`);
+   (:func:`sporch.orchestrator.submit.local_run.supervise`);
 5. unless detached, polls until no point is in a queue any more (one squeue per poll).
 
 Failed points are resubmitted by the next run of the command, not by this one: every run
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
-from orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
-from orchestrator.host import Host, host_for
+from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
+from sporch.orchestrator.host import Host, host_for
 
 #: Seconds between polls while waiting.
 DEFAULT_INTERVAL = 5.0
@@ -86,12 +86,12 @@ class Session:
 def open_session(campaign_file: str, command: Sequence[str] = ()) -> Session:
     """Load and expand the file, lock its directory, prepare it (in that order: nothing is
     written into a directory another runner holds)."""
-    from orchestrator.campaign.expand import expand
-    from orchestrator.campaign.groups import group_points
-    from orchestrator.campaign.layout import CampaignDir, prepare
-    from orchestrator.campaign.lock import CampaignLock
-    from orchestrator.campaign.spec import load_campaign
-    from orchestrator.errors import SporchError
+    from sporch.orchestrator.campaign.expand import expand
+    from sporch.orchestrator.campaign.groups import group_points
+    from sporch.orchestrator.campaign.folder import CampaignDir, prepare
+    from sporch.orchestrator.campaign.lock import CampaignLock
+    from sporch.orchestrator.campaign.spec import load_campaign
+    from sporch.orchestrator.errors import SporchError
 
     campaign = load_campaign(campaign_file)
     expansion = expand(campaign)
@@ -124,9 +124,9 @@ def remote_root(campaign, login, host: Host) -> str:
 
 def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
     """ONE sbatch per group that has points in ``ids``; the state is saved after each."""
-    from orchestrator.campaign.arrays import write_array
-    from orchestrator.remote.ssh import login_dict
-    from orchestrator.slurm.commands import sbatch
+    from sporch.orchestrator.campaign.arrays import write_array
+    from sporch.orchestrator.remote.ssh import login_dict
+    from sporch.orchestrator.slurm.commands import sbatch
 
     wanted = set(ids)
     out: List[Submission] = []
@@ -175,7 +175,7 @@ def arrays_out(state: CampaignState, cluster: str) -> List[str]:
 
 def mirror_points(cdir, pids: Sequence[str], host: Host, root: str) -> None:
     """Copy the points' point.json and plan.json to the login host's campaign directory."""
-    from orchestrator.campaign.layout import PLAN_FILE, POINT_FILE
+    from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE
 
     for pid in pids:
         folder = posixpath.join(root, "points", pid)
@@ -206,8 +206,8 @@ def run_local_points(session: Session, ids: Sequence[str], *,
     processes, emulated nodes), each limited to its time limit as Slurm would.
     ``on_point(pid, None)`` before a point, ``on_point(pid, outcome)`` after it. Returns False
     when SIGTERM cancelled a point (the points after it are left for the next run)."""
-    from orchestrator.local_run import supervise
-    from orchestrator.plan.rules import time_to_minutes
+    from sporch.orchestrator.submit.local_run import supervise
+    from sporch.orchestrator.contract.durations import time_to_minutes
 
     cdir, state = session.cdir, session.state
     wanted = set(ids)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 #: Keys a shape entry may have (a video/image shape, or a sequence length).
 SHAPE_KEYS = ("frames", "height", "width", "seq_len")
@@ -74,10 +74,10 @@ class Campaign:
     """A loaded campaign: the spec, its base job (typed) and the parsed references."""
 
     spec: CampaignSpec
-    base: Any  # orchestrator.config.job.JobSpec
+    base: Any  # sporch.orchestrator.config.job.JobSpec
     layouts: Any  # "all" | "auto" | None | list of dicts (dims: int or "auto")
     nodes: Any  # "pow2" | None | list of ints
-    references: list  # list of orchestrator.campaign.references.Reference
+    references: list  # list of sporch.orchestrator.campaign.references.Reference
 
     @property
     def name(self) -> str:
@@ -90,7 +90,7 @@ class Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read, type-check and validate ``path``. Errors are one-line :class:`SporchError`."""
-    from orchestrator.config.loading import read_yaml, to_typed
+    from sporch.orchestrator.config.loading import read_yaml, to_typed
 
     p = Path(path)
     cfg = read_yaml(p)
@@ -106,7 +106,7 @@ def campaign_from_dict(data: dict[str, Any], source: str = "<dict>") -> Campaign
     against the working directory."""
     from omegaconf import OmegaConf
 
-    from orchestrator.config.loading import to_typed
+    from sporch.orchestrator.config.loading import to_typed
 
     cfg = OmegaConf.create(dict(data))
     if "name" not in cfg:
@@ -119,7 +119,7 @@ def _bad(source: str, key: str, msg: str) -> SporchError:
 
 
 def validate(spec: CampaignSpec, source: str) -> Campaign:
-    from orchestrator.campaign.references import parse_references
+    from sporch.orchestrator.campaign.references import parse_references
 
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.name or ""):
         raise _bad(source, "name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
@@ -132,7 +132,7 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         raise _bad(source, "run.throttle", f"must be >= 1, got {spec.run.throttle}")
     if spec.run.retries < 0:
         raise _bad(source, "run.retries", f"must be >= 0, got {spec.run.retries}")
-    from orchestrator.config.job import DTYPES
+    from sporch.orchestrator.config.job import DTYPES
 
     for d in m.dtypes:
         if d not in DTYPES:
@@ -147,7 +147,7 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
             if v is not None and v < 1:
                 raise _bad(source, f"matrix.shapes[{i}].{k}", f"must be >= 1, got {v}")
     if m.presets:
-        from orchestrator.config.presets import PRESETS
+        from sporch.orchestrator.config.presets import PRESETS
 
         for name in m.presets:
             if name.strip().lower() not in PRESETS:
@@ -162,8 +162,8 @@ def _load_base(spec: CampaignSpec, source: str):
     first shape (every point sets its shape anyway)."""
     from omegaconf import DictConfig, OmegaConf
 
-    from orchestrator.config.job import job_from_dict
-    from orchestrator.config.loading import read_yaml
+    from sporch.orchestrator.config.job import job_from_dict
+    from sporch.orchestrator.config.loading import read_yaml
 
     base, path = spec.base, None
     if base is None:
@@ -214,7 +214,7 @@ def _parse_nodes(value: Any, source: str) -> Any:
 
 
 def _parse_layouts(value: Any, source: str) -> Any:
-    from orchestrator.plan.rules import DIMS
+    from sporch.orchestrator.contract.parallel import DIMS
 
     if value is None or value in LAYOUT_MODES:
         return value

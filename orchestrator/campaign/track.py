@@ -22,8 +22,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from orchestrator.host import LOCAL, Host, host_for
-from orchestrator.slurm.states import parse_state
+from sporch.orchestrator.host import LOCAL, Host, host_for
+from sporch.orchestrator.slurm.states import parse_state
 
 CATEGORIES = ("pending", "running", "done", "failed")
 #: ``task`` of a point run on this machine (campaign run --local).
@@ -46,7 +46,7 @@ class CampaignState:
         return cls(arrays=list(data.get("arrays") or []), points=dict(data.get("points") or {}))
 
     def save(self, cdir) -> None:
-        from runtime.results import write_json_atomic  # stdlib-only module
+        from sporch.orchestrator.contract.results import write_json_atomic  # stdlib-only module
 
         write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points})
 
@@ -132,7 +132,7 @@ def refresh(cdir, state: CampaignState, point_ids: List[str], *, local_runner_al
 
     ``local_runner_alive``: a local run in this process is in progress (its point is running,
     not lost)."""
-    from orchestrator.jobs.status import sacct_rows, squeue_rows
+    from sporch.orchestrator.jobs.status import sacct_rows, squeue_rows
 
     cats: Dict[str, str] = {}
     out: Dict[str, List[tuple]] = {}  # host key -> [(pid, array, task)]
@@ -201,7 +201,7 @@ def _fetch_done(cdir, host: Host, array: Dict[str, Any], pid: str) -> bool:
 
 def slurm_failure(host: Host, array: Dict[str, Any], pid: str, task: str, row) -> str:
     """``STATE: error line`` of an array task that ended without a completed result."""
-    from orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
+    from sporch.orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
 
     folder = point_dir_on(array, pid)
     state = row.state + (f" ({row.reason})" if row.reason else "")
@@ -224,7 +224,7 @@ def slurm_failure(host: Host, array: Dict[str, Any], pid: str, task: str, row) -
 
 def local_failure(cdir, pid: str) -> Optional[str]:
     """The error line a local run of the point left (result, rank files, rank logs)."""
-    from orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
+    from sporch.orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
 
     folder = str(cdir.point_dir(pid))
     result = read_result(folder) or {}

@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.common import console, plain_table
 
 CALIBRATION_FILE = "calibration.yaml"
 
@@ -26,9 +26,9 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
               fit_names: Optional[str]) -> None:
     """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md)."""
 
-    from orchestrator.errors import SporchError
-    from orchestrator.plan.calibration import campaign_observations, fit, write_calibration
-    from orchestrator.plan.cost import FITTED, cluster_constants, default_constants
+    from sporch.orchestrator.errors import SporchError
+    from sporch.orchestrator.plan.calibration import campaign_observations, fit, write_calibration
+    from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
 
     names = FITTED
     if fit_names:

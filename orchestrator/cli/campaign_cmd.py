@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.common import console, plain_table
 
 #: Exit code when a reference fails (report) or a metric regressed (compare).
 EXIT_FAILED = 1
@@ -30,10 +30,10 @@ def _layout_text(params_layout) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the points, groups and skipped points as JSON.")
 def plan_cmd(campaign_file: str, as_json: bool) -> None:
     """The points of CAMPAIGN.yaml grouped by resource shape, and the skipped ones with the reason."""
-    from orchestrator.campaign.expand import expand
-    from orchestrator.campaign.groups import group_points
-    from orchestrator.campaign.spec import load_campaign
-    from orchestrator.plan.layouts import compact
+    from sporch.orchestrator.campaign.expand import expand
+    from sporch.orchestrator.campaign.groups import group_points
+    from sporch.orchestrator.campaign.spec import load_campaign
+    from sporch.orchestrator.plan.layouts import compact
 
     c = load_campaign(campaign_file)
     exp = expand(c)
@@ -86,7 +86,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
 
 
 def _ideal_ms(plan) -> Optional[float]:
-    from runtime.benchstats import ideal_ms_per_step  # torch-free module
+    from sporch.orchestrator.contract.benchstats import ideal_ms_per_step  # torch-free module
 
     return ideal_ms_per_step(plan.estimates)
 
@@ -101,10 +101,10 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     from rich.markup import escape
     from rich.text import Text
 
-    from orchestrator.campaign.collect import collect, columns, short_value
-    from orchestrator.campaign.layout import CampaignDir
-    from orchestrator.campaign.report import build_report
-    from orchestrator.errors import SporchError
+    from sporch.orchestrator.campaign.collect import collect, columns, short_value
+    from sporch.orchestrator.campaign.folder import CampaignDir
+    from sporch.orchestrator.campaign.report import build_report
+    from sporch.orchestrator.errors import SporchError
 
     rows = collect(directory)
     if not rows:
@@ -152,8 +152,8 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
               help="Relative change that counts as a regression (5% or 0.05).")
 def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     """Points whose metrics got worse from campaign A to campaign B; exit 1 on any."""
-    from orchestrator.campaign.collect import short_value
-    from orchestrator.campaign.compare import compare, parse_threshold
+    from sporch.orchestrator.campaign.collect import short_value
+    from sporch.orchestrator.campaign.compare import compare, parse_threshold
 
     limit = parse_threshold(threshold)
     changes, compared = compare(old_dir, new_dir, limit)
@@ -174,7 +174,7 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
 
 
 def _add_runner_commands() -> None:
-    from orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
+    from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 
     campaign.add_command(run_cmd)
     campaign.add_command(status_cmd)

@@ -8,9 +8,9 @@ from typing import Dict, Optional
 
 import click
 
-from orchestrator.cli.common import Seconds, console, invocation
-from orchestrator.errors import SporchError
-from orchestrator.plan.rules import EXIT_FAILED
+from sporch.orchestrator.cli.common import Seconds, console, invocation
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 
 
 class ProgressView:
@@ -52,8 +52,8 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> N
     """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a
     cluster with a login section), or --local; re-running resumes (finished points are kept,
     failed ones resubmitted up to run.retries)."""
-    from orchestrator.campaign import runner
-    from orchestrator.submit.submitter import command_line
+    from sporch.orchestrator.campaign import runner
+    from sporch.orchestrator.submit.submitter import command_line
 
     if local and detach:
         raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
@@ -84,7 +84,7 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> N
 
 
 def _run_local(session, todo, con, total):
-    from orchestrator.campaign import runner
+    from sporch.orchestrator.campaign import runner
 
     snap = session.poll()
     with ProgressView(con, total, "points") as view:
@@ -122,7 +122,7 @@ def _failures(state, ids) -> Dict[str, str]:
 
 
 def _values(cdir) -> Dict[str, dict]:
-    from orchestrator.campaign.layout import read_json
+    from sporch.orchestrator.campaign.folder import read_json
 
     try:
         return {pid: rec.get("values") or {} for pid, rec in read_json(cdir.manifest)["points"].items()}
@@ -149,9 +149,9 @@ def _failure_table(con, errors: Dict[str, str], values: Dict[str, dict]) -> None
 def status_cmd(directory: str, as_json: bool) -> None:
     """Points of the campaign in DIR by state (pending/running/done/failed) and the failing
     ones with their error line: one squeue call for all arrays, sacct once for ended ones."""
-    from orchestrator.campaign.layout import CampaignDir
-    from orchestrator.campaign.lock import CampaignBusy, CampaignLock
-    from orchestrator.campaign.track import CampaignState, refresh
+    from sporch.orchestrator.campaign.folder import CampaignDir
+    from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
+    from sporch.orchestrator.campaign.track import CampaignState, refresh
 
     cdir = CampaignDir(Path(directory))
     values = _values(cdir)

@@ -7,9 +7,9 @@ import datetime as _dt
 
 import click
 
-from orchestrator.jobs import store
-from orchestrator.jobs.status import poll, record_host
-from orchestrator.submit.backend import get_backend
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.status import poll, record_host
+from sporch.orchestrator.submit.backend import get_backend
 
 
 @click.command("cancel")

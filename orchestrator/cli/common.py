@@ -8,9 +8,9 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from orchestrator.config.cluster import find_cluster
-from orchestrator.config.job import load_job
-from orchestrator.plan.rules import seconds
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.contract.durations import seconds
 
 cluster_option = click.option(
     "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",

@@ -10,11 +10,11 @@ from typing import List, Optional
 
 import click
 
-from orchestrator.cli.common import POSITIVE_SECONDS
-from orchestrator.errors import SporchError
-from orchestrator.host import Tail
-from orchestrator.jobs import store
-from orchestrator.jobs.status import poll_one, record_host
+from sporch.orchestrator.cli.common import POSITIVE_SECONDS
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import Tail
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.status import poll_one, record_host
 
 
 def _paths(rec, rank: Optional[int], stream: str) -> List[Path]:

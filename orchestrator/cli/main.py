@@ -14,21 +14,21 @@ from typing import Optional, Sequence
 
 import click
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("orchestrator.cli.calibrate_cmd:calibrate", "Fit the cost model to a campaign's measured points."),
-    "campaign": ("orchestrator.cli.campaign_cmd:campaign", "Benchmark campaigns: plan a sweep, report, compare."),
-    "cancel": ("orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
-    "clusters": ("orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
-    "logs": ("orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
-    "plan": ("orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
-    "render": ("orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
-    "run": ("orchestrator.cli.run_cmd:run", "Run a job on this machine (--local: one CPU process per rank)."),
-    "status": ("orchestrator.cli.status_cmd:status", "States of submitted jobs (failed rank and error line)."),
-    "submit": ("orchestrator.cli.submit_cmd:submit", "Submit a job (--dry-run: show what would run where)."),
-    "wait": ("orchestrator.cli.wait_cmd:wait", "Wait for a job to end; exit code from the job."),
+    "calibrate": ("sporch.orchestrator.cli.calibrate_cmd:calibrate", "Fit the cost model to a campaign's measured points."),
+    "campaign": ("sporch.orchestrator.cli.campaign_cmd:campaign", "Benchmark campaigns: plan a sweep, report, compare."),
+    "cancel": ("sporch.orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
+    "clusters": ("sporch.orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
+    "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
+    "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
+    "render": ("sporch.orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
+    "run": ("sporch.orchestrator.cli.run_cmd:run", "Run a job on this machine (--local: one CPU process per rank)."),
+    "status": ("sporch.orchestrator.cli.status_cmd:status", "States of submitted jobs (failed rank and error line)."),
+    "submit": ("sporch.orchestrator.cli.submit_cmd:submit", "Submit a job (--dry-run: show what would run where)."),
+    "wait": ("sporch.orchestrator.cli.wait_cmd:wait", "Wait for a job to end; exit code from the job."),
 }
 
 
@@ -42,7 +42,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[name][0].partition(":")
-        from orchestrator.cli.helptext import attach
+        from sporch.orchestrator.cli.helptext import attach
 
         return attach(getattr(import_module(module), attr), name)
 

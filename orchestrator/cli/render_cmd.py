@@ -8,11 +8,11 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, job_arguments, load
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL
-from orchestrator.submit.request import build_request
-from orchestrator.submit.submitter import write_files
+from sporch.orchestrator.cli.common import cluster_option, job_arguments, load
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL
+from sporch.orchestrator.submit.request import build_request
+from sporch.orchestrator.submit.submitter import write_files
 
 
 @click.command("render")

@@ -1,6 +1,6 @@
 """``sporch run --local``: run a job here, one CPU process per rank, emulating the cluster.
 
-The run is a job of the ``local`` backend (:mod:`orchestrator.submit.local_backend`): it gets a
+The run is a job of the ``local`` backend (:mod:`sporch.orchestrator.submit.local_backend`): it gets a
 job dir and a record like a submission, so ``sporch status``, ``logs``, ``wait`` and ``cancel``
 work on its id; this process is its supervisor (the record's job id is its pid).
 """
@@ -15,16 +15,16 @@ from typing import Any, Optional
 
 import click
 
-from orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL
-from orchestrator.jobs import store
-from orchestrator.jobs.store import JobRecord
-from orchestrator.local_run import supervise
-from orchestrator.plan.rules import EXIT_FAILED
-from orchestrator.submit.local_backend import LOGS
-from orchestrator.submit.request import default_job_dir
-from orchestrator.submit.submitter import command_line, prepare, remove_job_dir, write_files
+from sporch.orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.submit.local_run import supervise
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
+from sporch.orchestrator.submit.local_backend import LOGS
+from sporch.orchestrator.submit.request import default_job_dir
+from sporch.orchestrator.submit.submitter import command_line, prepare, remove_job_dir, write_files
 
 
 @click.command("run")
@@ -105,7 +105,7 @@ CHECKPOINT_ERROR = "CheckpointError:"
 
 def _record_final(rec: JobRecord) -> None:
     """The run's final state into its record (here and record.json), as `sporch status` would."""
-    from orchestrator.jobs.status import poll
+    from sporch.orchestrator.jobs.status import poll
 
     try:
         poll([rec])
@@ -139,7 +139,7 @@ def _check_weights(weights: Optional[str]) -> None:
     """model.weights must be a readable checkpoint here (files, index, headers; no tensors read)."""
     if not weights:
         return
-    from runtime.weights import CheckpointError, open_checkpoint
+    from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
 
     try:
         open_checkpoint(weights)
@@ -149,8 +149,8 @@ def _check_weights(weights: Optional[str]) -> None:
 
 def _check_generate(model, workload) -> None:
     """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
-    from orchestrator.errors import SporchError
-    from runtime.pipelines.check import check_generate
+    from sporch.orchestrator.errors import SporchError
+    from sporch.orchestrator.contract.generate_inputs import check_generate
 
     problems = check_generate(model, workload)
     if problems:
@@ -169,7 +169,7 @@ def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con
 
 
 def _print_summary(res, plan, con) -> None:
-    from orchestrator.cli.common import plain_table
+    from sporch.orchestrator.cli.common import plain_table
 
     result = res.result or {}
     table = plain_table(title="result", show_header=False)

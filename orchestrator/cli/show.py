@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.cli.common import fmt_int, human_bytes, plain_table
-from orchestrator.plan.layouts import short
-from orchestrator.plan.rules import GROUP_DIMS
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
+from sporch.orchestrator.plan.layouts import short
+from sporch.orchestrator.contract.parallel import GROUP_DIMS
+from sporch.orchestrator.contract.plan import Plan
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
 FULL_RANK_TABLE = 32
@@ -128,7 +128,7 @@ def ideal_s(e: dict) -> float:
 
 
 def prediction_rows(e: dict) -> list[tuple[str, str]]:
-    """The cost model's prediction beside the ideal (orchestrator.plan.cost)."""
+    """The cost model's prediction beside the ideal (sporch.orchestrator.plan.cost)."""
     pred = e.get("predicted")
     if not pred:
         return []
@@ -184,11 +184,11 @@ TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all
 
 
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
-    """``plan --rank``: every feasible layout, fastest predicted first (orchestrator.plan.ranking)."""
+    """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking)."""
     from rich.text import Text
 
-    from orchestrator.plan.cost import TERMS
-    from orchestrator.plan.layouts import compact
+    from sporch.orchestrator.plan.cost import TERMS
+    from sporch.orchestrator.plan.layouts import compact
 
     t = plain_table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
                     "layout dp x cfg x ring x ulysses)", title_justify="left")

@@ -6,14 +6,14 @@ import json
 
 import click
 
-from orchestrator.cli.common import GRACE_SECONDS, console
-from orchestrator.jobs import store
-from orchestrator.jobs.retry import default_grace, retry_unreachable
-from orchestrator.jobs.status import poll
+from sporch.orchestrator.cli.common import GRACE_SECONDS, console
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
+from sporch.orchestrator.jobs.status import poll
 
 #: How long `status` retries while Slurm / the login host cannot be reached ($SPORCH_GRACE_S).
 STATUS_GRACE_S = 60.0
-from orchestrator.jobs.store import jobs_dir
+from sporch.orchestrator.jobs.store import jobs_dir
 
 
 def _records(refs, show_all: bool, last: int):
@@ -50,7 +50,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
     line are shown.
     """
     recs = _records(jobs, show_all, last)
-    from orchestrator.cli.wait_cmd import report_retry
+    from sporch.orchestrator.cli.wait_cmd import report_retry
 
     statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
                                  grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)

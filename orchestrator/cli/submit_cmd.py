@@ -12,13 +12,13 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
-from orchestrator.cli.show import print_plan
-from orchestrator.cli.wait_cmd import wait_for
-from orchestrator.errors import SporchError
-from orchestrator.submit import submitter
-from orchestrator.submit.backend import remote_backend_error
-from orchestrator.submit.request import build_request, write_dry_run
+from sporch.orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
+from sporch.orchestrator.cli.show import print_plan
+from sporch.orchestrator.cli.wait_cmd import wait_for
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.submit import submitter
+from sporch.orchestrator.submit.backend import remote_backend_error
+from sporch.orchestrator.submit.request import build_request, write_dry_run
 
 
 @click.command("submit")

@@ -14,10 +14,10 @@ from typing import Optional
 
 import click
 
-from orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, console
-from orchestrator.jobs import store
-from orchestrator.jobs.retry import default_grace, retry_unreachable
-from orchestrator.jobs.status import poll_one
+from sporch.orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, console
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
+from sporch.orchestrator.jobs.status import poll_one
 
 EXIT_WAIT_TIMEOUT = 124
 #: How long `wait` retries polls that cannot reach Slurm / the login host ($SPORCH_GRACE_S).

@@ -1,7 +1,7 @@
 """Cluster descriptors: loading, validation, lookup.
 
 The descriptor's classes (:class:`ClusterSpec` and its sections) are the Plan's cluster section,
-defined in :mod:`orchestrator.plan.sections`.
+defined in :mod:`sporch.orchestrator.contract.sections`.
 
 A descriptor is a YAML file (``clusters/<name>.yaml``). ``--cluster`` takes a name, looked
 up in the built-in folder, then every folder of ``$SPORCH_CLUSTERS`` (os.pathsep-separated),
@@ -15,11 +15,12 @@ import os
 import re
 from pathlib import Path
 
-from orchestrator.config.loading import read_yaml, to_typed
-from orchestrator.errors import SporchError
-from orchestrator.paths import clusters_dir
-from orchestrator.plan.rules import HOST_KEY_POLICIES, MAX_NAME, TIME_FORMS, is_valid_time
-from orchestrator.plan.sections import (  # noqa: F401 - the descriptor's classes, re-exported
+from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.paths import clusters_dir
+from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
+from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME
+from sporch.orchestrator.contract.sections import (  # noqa: F401 - the descriptor's classes, re-exported
     COMMON_ENV,
     FABRIC_ENV,
     INTRA_ENV,
@@ -75,7 +76,7 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
         raise bad("login.host_key_policy",
                   f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
     if c.calibration_constants:
-        from orchestrator.plan.calibration import check_constants
+        from sporch.orchestrator.plan.calibration import check_constants
 
         check_constants(c.calibration_constants, f"{source}: 'calibration_constants'")
     if c.login is not None and not c.login.host:
@@ -86,7 +87,7 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
 def _check_slurm_values(c: ClusterSpec, source: str) -> None:
     """Values that become ``#SBATCH`` lines are single-line words (a newline in ``partition`` or
     ``extra`` would add a script line); ``setup`` and ``python`` are shell by design (docs/clusters.md)."""
-    from orchestrator.submit.slurm_job import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
+    from sporch.orchestrator.submit.slurm_job import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
 
     try:
         for key in OPTIONAL_OPTIONS:
@@ -107,7 +108,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
     spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.calibration:
-        from orchestrator.plan.calibration import load_constants
+        from sporch.orchestrator.plan.calibration import load_constants
 
         cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
         constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
-from orchestrator.errors import SporchError
-from orchestrator.plan.rules import DIMS, DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, TIME_FORMS, WORKLOAD_KINDS, is_valid_time
+from sporch.orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
+from sporch.orchestrator.contract.parallel import DIMS
+from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, WORKLOAD_KINDS
 
 
 @dataclass

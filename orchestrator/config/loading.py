@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 T = TypeVar("T")
 

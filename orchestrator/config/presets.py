@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Wan2.1 text-to-video (umT5 text encoder, 4096-d, 512 tokens).

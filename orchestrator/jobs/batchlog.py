@@ -44,7 +44,7 @@ def root_death(deaths: List[Dict[str, object]], recorded: Dict[int, Optional[str
     own (``recorded``: rank -> the error its record names, None for none): the root cause, ahead
     of its peers' broken connections. None when a rank that recorded an error of its own (not a
     broken connection) ended first: that error is the cause."""
-    from runtime.results import SECONDARY_ERRORS  # stdlib only; runtime/ is imported lazily
+    from sporch.orchestrator.contract.results import SECONDARY_ERRORS  # stdlib only; runtime/ is imported lazily
 
     for death in deaths:
         rank = death["rank"]

@@ -1,9 +1,9 @@
 """Ride out transient outages: slurmctld restarting, slurmdbd down, the login host's sshd dropped.
 
 ``retry_unreachable(fn, grace_s=...)`` calls ``fn`` again, with exponential backoff (1 s, 2 s, 4 s,
-... at most 30 s), while it raises :class:`~orchestrator.errors.Unreachable`; after ``grace_s``
+... at most 30 s), while it raises :class:`~sporch.orchestrator.errors.Unreachable`; after ``grace_s``
 seconds of failures it gives up with an Unreachable error (exit code 75,
-:data:`~orchestrator.errors.EXIT_UNREACHABLE`). Other errors pass at once.
+:data:`~sporch.orchestrator.errors.EXIT_UNREACHABLE`). Other errors pass at once.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 import time
 from typing import Callable, Optional, TypeVar
 
-from orchestrator.errors import SporchError, Unreachable
-from orchestrator.plan.rules import seconds
+from sporch.orchestrator.errors import SporchError, Unreachable
+from sporch.orchestrator.contract.durations import seconds
 
 T = TypeVar("T")
 #: Longest pause between two tries.

@@ -6,8 +6,8 @@ For a job that did not complete, the failed rank and its one-line error come fro
 ``<job_dir>/result.json`` (rank 0's summary), else ``<job_dir>/ranks/rank<N>.json``, else the
 last error line of the rank logs.
 
-Every record is asked about on its :class:`~orchestrator.host.Host` (``hosts(record)``, default
-:func:`orchestrator.host.host_for` of ``record.remote``): this machine, or the login host of a job
+Every record is asked about on its :class:`~sporch.orchestrator.host.Host` (``hosts(record)``, default
+:func:`sporch.orchestrator.host.host_for` of ``record.remote``): this machine, or the login host of a job
 submitted over ssh (one squeue and one sacct call per host, the job dir read over SFTP).
 
 Exit status of ``sporch wait`` (:meth:`JobStatus.exit_status`): 0 COMPLETED, 1 FAILED (and
@@ -24,16 +24,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from orchestrator.host import LOCAL, Host, host_for, read_tail
-from orchestrator.jobs import store
-from orchestrator.jobs.batchlog import root_death, slurm_error, task_deaths
-from orchestrator.jobs.store import JobRecord
-from orchestrator.local_run import recorded_errors
-from orchestrator.plan.files import JobFiles
-from orchestrator.plan.rules import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from orchestrator.slurm.query import sacct_states, squeue_states
-from orchestrator.slurm.states import TERMINAL_STATES
-from orchestrator.submit.backend import BACKENDS, REMOTE_BACKEND, get_backend
+from sporch.orchestrator.host import LOCAL, Host, host_for, read_tail
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.batchlog import root_death, slurm_error, task_deaths
+from sporch.orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.submit.local_run import recorded_errors
+from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
+from sporch.orchestrator.slurm.query import sacct_states, squeue_states
+from sporch.orchestrator.slurm.states import TERMINAL_STATES
+from sporch.orchestrator.submit.backend import BACKENDS, REMOTE_BACKEND, get_backend
 
 #: Terminal states that mean "stopped from outside" (wait exits 3).
 STOPPED_STATES = frozenset({"CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE"})
@@ -171,9 +171,9 @@ def one_line(text: Any, limit: int = 300) -> str:
 
 
 def root_cause(errors: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    # runtime.results is stdlib-only (the result files' contract), but the orchestrator never
+    # sporch.orchestrator.contract.results is stdlib-only (the result files' contract), but the orchestrator never
     # imports runtime/ at module level (the brief's import rule)
-    from runtime.results import root_cause as pick
+    from sporch.orchestrator.contract.results import root_cause as pick
 
     return pick(errors)
 

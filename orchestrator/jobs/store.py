@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from orchestrator.errors import SporchError
-from orchestrator.host import Host, host_for
-from orchestrator.plan.files import RECORD_FILE, JobFiles
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import Host, host_for
+from sporch.orchestrator.contract.files import RECORD_FILE, JobFiles
 
 SCHEMA = 1
 

@@ -1,11 +1,4 @@
-"""Planning: cluster + job -> Plan.
+"""Planning: cluster + job -> Plan (``planner.make_plan``), the layouts that fit, the cost model.
 
-``schema``, ``sections`` and ``rules`` are stdlib-only (the runtime imports them); ``make_plan``
-lives in ``orchestrator.plan.planner`` and is imported lazily so the runtime never pulls in
-OmegaConf.
+The Plan itself and the rules both sides apply live in :mod:`sporch.orchestrator.contract`.
 """
-
-from orchestrator.plan.rules import DIMS, Dim
-from orchestrator.plan.schema import SCHEMA_VERSION, Layout, Plan, RankInfo
-
-__all__ = ["DIMS", "Dim", "SCHEMA_VERSION", "Layout", "Plan", "RankInfo"]

@@ -1,6 +1,6 @@
 """Fit the cost model's constants to measured points; read and write calibration files.
 
-The model (orchestrator.plan.cost) is linear in its parameters (1 / efficiency, latencies,
+The model (sporch.orchestrator.plan.cost) is linear in its parameters (1 / efficiency, latencies,
 overheads, fixed cost) once each point's ring regime is known (transfer hidden behind the
 attention block or exposed). :func:`fit` alternates: fix the regimes with the current constants,
 solve the weighted least squares (relative errors: each point weighted by 1 / measured), repeat
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from orchestrator.errors import SporchError
-from orchestrator.plan.cost import (
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.cost import (
     CONSTANTS,
     FITTED,
     INVERSE,
@@ -221,10 +221,10 @@ def campaign_observations(directory: str | Path, cluster: Optional[str] = None, 
     Measured: ``step_ms_median`` of result.json; the plan: the point's plan.json. All points
     must share one cluster (``cluster`` picks one when the campaign spans several); points whose
     id is in ``exclude`` are left out (held back to check the fit)."""
-    from orchestrator.campaign.collect import collect
-    from orchestrator.campaign.layout import PLAN_FILE, CampaignDir
-    from orchestrator.plan.cost import inputs_from_plan
-    from orchestrator.plan.schema import Plan
+    from sporch.orchestrator.campaign.collect import collect
+    from sporch.orchestrator.campaign.folder import PLAN_FILE, CampaignDir
+    from sporch.orchestrator.plan.cost import inputs_from_plan
+    from sporch.orchestrator.contract.plan import Plan
 
     cdir = CampaignDir(Path(directory))
     skip = set(exclude)

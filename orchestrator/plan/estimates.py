@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.plan.rules import DTYPE_BYTES
-from orchestrator.plan.schema import Layout
-from orchestrator.plan.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
+from sporch.orchestrator.contract.vocab import DTYPE_BYTES
+from sporch.orchestrator.contract.plan import Layout
+from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
 
 GIB = 1024**3
 

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from orchestrator.errors import SporchError
-from orchestrator.plan.rules import DIMS, head_split, kv_mode, padded_length
-from orchestrator.plan.schema import Layout
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, padded_length
+from sporch.orchestrator.contract.plan import Layout
 
 #: How many feasible layouts an error message lists before "(+N more)".
 MAX_LISTED = 40
@@ -228,7 +228,7 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
     """Requested dims (int, "auto" or None = default) -> (accepted Layout, warnings).
 
     ``auto`` dims are filled by ``choose`` (the planner passes the fastest-predicted chooser of
-    orchestrator.plan.ranking); without one, by :func:`preference`.
+    sporch.orchestrator.plan.ranking); without one, by :func:`preference`.
     Raises LayoutError (with the feasible list) when the request cannot be met.
     """
     defaults = default_sizes(ctx)

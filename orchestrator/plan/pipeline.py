@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from orchestrator.plan.schema import Layout
-from orchestrator.plan.sections import ModelSection, WorkloadSection
+from sporch.orchestrator.contract.plan import Layout
+from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 
 #: Parameters of the published pipelines' other parts (text encoders, VAE).
 ENCODERS: dict[str, dict[str, Any]] = {

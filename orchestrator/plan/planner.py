@@ -5,17 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from orchestrator.config.job import JobSpec, WorkloadSpec
-from orchestrator.errors import SporchError
-from orchestrator.plan.cost import with_prediction
-from orchestrator.plan.estimates import GIB, estimate
-from orchestrator.plan.layouts import LayoutContext, resolve_layout
-from orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
-from orchestrator.plan.ranking import FastestChooser
-from orchestrator.plan.resolve import resolve_model, sequence_shape
-from orchestrator.plan.rules import DIMS, MAX_WORLD, head_split, kv_mode, padded_length
-from orchestrator.plan.schema import Layout, Plan
-from orchestrator.plan import sections
+from sporch.orchestrator.config.job import JobSpec, WorkloadSpec
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.cost import with_prediction
+from sporch.orchestrator.plan.estimates import GIB, estimate
+from sporch.orchestrator.plan.layouts import LayoutContext, resolve_layout
+from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
+from sporch.orchestrator.plan.ranking import FastestChooser
+from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
+from sporch.orchestrator.contract.plan import Layout, Plan
+from sporch.orchestrator.contract import sections
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:

@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from orchestrator.plan.schema import Layout
+from sporch.orchestrator.contract.plan import Layout
 
 PUBLISHED = Path(__file__).resolve().parent / "data" / "published.yaml"
 
@@ -34,9 +34,9 @@ def case(name: str) -> dict[str, Any]:
 
 def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None) -> Any:
     """The Plan of ``layout`` for case ``c`` (a one-node cluster of layout.world_size GPUs)."""
-    from orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
-    from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
-    from orchestrator.plan.planner import make_plan
+    from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
+    from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+    from sporch.orchestrator.plan.planner import make_plan
 
     cluster = validate_cluster(ClusterSpec(
         name=c["name"], nodes=1, gpus_per_node=layout.world_size, gpu=GpuSpec(**c["gpu"]),
@@ -53,9 +53,9 @@ def layouts(c: dict[str, Any]) -> list[tuple[Layout, float]]:
 
 
 def observations(c: dict[str, Any]) -> list[Any]:
-    from orchestrator.plan.calibration import Observation
-    from orchestrator.plan.cost import inputs_from_plan
-    from orchestrator.plan.layouts import compact
+    from sporch.orchestrator.plan.calibration import Observation
+    from sporch.orchestrator.plan.cost import inputs_from_plan
+    from sporch.orchestrator.plan.layouts import compact
 
     return [Observation(inputs_from_plan(plan_case(c, lay)), seconds, "job", compact(lay))
             for lay, seconds in layouts(c)]

@@ -10,15 +10,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from orchestrator.plan.layouts import LayoutContext, compact, preference, short
-from orchestrator.plan.schema import Layout, Plan
+from sporch.orchestrator.plan.layouts import LayoutContext, compact, preference, short
+from sporch.orchestrator.contract.plan import Layout, Plan
 
 #: Predictions closer than this (relative) to the fastest count as ties, broken by the old
 #: preference (Ulysses inside a node, even heads, large Ulysses, then ring, cfg, dp): the
 #: model cannot tell such layouts apart (docs/plan.md).
 TIE = 0.02
 #: At most this many candidates are planned and ranked (the most preferred by
-#: :func:`~orchestrator.plan.layouts.preference`): a world with many divisors has hundreds of
+#: :func:`~sporch.orchestrator.plan.layouts.preference`): a world with many divisors has hundreds of
 #: feasible layouts, and each is a plan.
 MAX_RANKED = 48
 
@@ -37,8 +37,8 @@ class Ranked:
 
 
 def plan_with_layout(cluster: Any, job: Any, layout: Layout) -> Plan:
-    from orchestrator.config.job import ParallelSpec
-    from orchestrator.plan.planner import make_plan
+    from sporch.orchestrator.config.job import ParallelSpec
+    from sporch.orchestrator.plan.planner import make_plan
 
     return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())), tables=False)
 
@@ -61,8 +61,8 @@ def rank(cluster: Any, job: Any, layouts: list[Layout]) -> list[Ranked]:
 
 
 def job_context(cluster: Any, job: Any) -> LayoutContext:
-    from orchestrator.plan.planner import layout_context
-    from orchestrator.plan.resolve import resolve_model, sequence_shape
+    from sporch.orchestrator.plan.planner import layout_context
+    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 
     model = resolve_model(job.model)
     seq_len, _grid = sequence_shape(model, job.workload)
@@ -72,7 +72,7 @@ def job_context(cluster: Any, job: Any) -> LayoutContext:
 def rank_feasible(cluster: Any, job: Any) -> tuple[LayoutContext, list[Ranked]]:
     """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
     :data:`MAX_RANKED`, the most preferred), ranked."""
-    from orchestrator.plan.layouts import LayoutError, feasible_layouts, feasible_text
+    from sporch.orchestrator.plan.layouts import LayoutError, feasible_layouts, feasible_text
 
     ctx = job_context(cluster, job)
     feas = feasible_layouts(ctx)
@@ -103,7 +103,7 @@ def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
 
 
 class FastestChooser:
-    """``auto``'s chooser for :func:`orchestrator.plan.layouts.resolve_layout`; ``reason`` holds
+    """``auto``'s chooser for :func:`sporch.orchestrator.plan.layouts.resolve_layout`; ``reason`` holds
     the one-line explanation after a choice among several completions."""
 
     def __init__(self, cluster: Any, job: Any):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_problem
-from orchestrator.config.presets import get_preset, preset_names
-from orchestrator.errors import SporchError
-from orchestrator.plan.rules import ATTENTION_KINDS
-from orchestrator.plan.sections import ModelSection
+from sporch.orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_problem
+from sporch.orchestrator.config.presets import get_preset, preset_names
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
+from sporch.orchestrator.contract.sections import ModelSection
 
 SHAPE_KEYS = (
     "attention", "depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim",

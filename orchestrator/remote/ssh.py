@@ -1,10 +1,10 @@
 """One SSH connection to a cluster's login host (paramiko, imported lazily): the remote
-:class:`orchestrator.host.Host`.
+:class:`sporch.orchestrator.host.Host`.
 
 ``SshHost`` runs commands (``run``: ``login.setup`` lines first, in the same remote shell),
 moves small files over SFTP (``write_text``, ``read_text``, ``makedirs``, ``remove_tree``,
 ``exists``...) and turns every connection problem into a one-line
-:class:`~orchestrator.errors.SporchError`:
+:class:`~sporch.orchestrator.errors.SporchError`:
 
 - unreachable host / refused port / DNS failure -> ``cannot reach root@h:22: ...``
 - authentication failure -> ``ssh authentication as root@h:22 failed ...``
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from orchestrator.errors import SporchError, Unreachable
-from orchestrator.plan.rules import HOST_KEY_POLICIES
+from sporch.orchestrator.errors import SporchError, Unreachable
+from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES
 CONNECT_TIMEOUT = 15.0
 #: LoginSpec fields a job record keeps so that later commands reconnect.
 LOGIN_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "host_key_policy", "setup", "workdir")

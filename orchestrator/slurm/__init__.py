@@ -2,7 +2,7 @@
 scontrol, sinfo).
 
 Torch-free and light: only the standard library is imported. Failures become one-line
-:class:`~orchestrator.errors.SporchError` messages carrying Slurm's own reason.
+:class:`~sporch.orchestrator.errors.SporchError` messages carrying Slurm's own reason.
 
 - :mod:`.commands`  run a Slurm tool with a timeout; ``sbatch``/``scancel``/... wrappers
 - :mod:`.states`    job state and exit code parsing (terminal vs active)
@@ -10,8 +10,8 @@ Torch-free and light: only the standard library is imported. Failures become one
 - :mod:`.discover`  build a cluster descriptor from ``scontrol``/``sinfo``
 """
 
-from orchestrator.slurm.commands import SlurmCommandError, run_slurm, slurm_reason
-from orchestrator.slurm.states import ExitCode, JobState, parse_exit_code, parse_state
+from sporch.orchestrator.slurm.commands import SlurmCommandError, run_slurm, slurm_reason
+from sporch.orchestrator.slurm.states import ExitCode, JobState, parse_exit_code, parse_state
 
 __all__ = [
     "ExitCode",

@@ -7,8 +7,8 @@ import re
 import subprocess
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from orchestrator.errors import SporchError, Unreachable
-from orchestrator.host import LOCAL, Host
+from sporch.orchestrator.errors import SporchError, Unreachable
+from sporch.orchestrator.host import LOCAL, Host
 
 #: Seconds a Slurm client command may take before we give up (slurmctld down, network).
 DEFAULT_TIMEOUT = 30.0
@@ -117,7 +117,7 @@ def run_slurm(
     host: Optional[Host] = None,
 ) -> subprocess.CompletedProcess:
     """Run one Slurm tool on ``host`` (default: this machine; an
-    :class:`orchestrator.remote.ssh.SshHost` runs it on the login host); return the completed
+    :class:`sporch.orchestrator.remote.ssh.SshHost` runs it on the login host); return the completed
     process (text mode). Slurm's answers are parsed the same way either way.
 
     Raises :class:`SlurmCommandError` (a SporchError) when the tool is missing, does not answer

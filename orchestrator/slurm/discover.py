@@ -3,7 +3,7 @@
 Slurm knows node count, CPUs, memory, GPU gres count and type, features and the time limit.
 It does not know GPU memory/TFLOP/s or the fabrics: those come from a small table keyed by the
 gres type (or defaults) and are listed in ``guessed`` (dotted keys) and marked ``# guessed`` in
-the YAML. The descriptor keys follow :mod:`orchestrator.config.cluster` (``ClusterSpec``).
+the YAML. The descriptor keys follow :mod:`sporch.orchestrator.config.cluster` (``ClusterSpec``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL, Host
-from orchestrator.slurm.commands import DEFAULT_TIMEOUT, run_slurm
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.slurm.commands import DEFAULT_TIMEOUT, run_slurm
 
 #: gres type substring -> (model, memory_gib, dense bf16 TFLOP/s, intra fabric, intra GB/s per GPU
 #: one direction, inter fabric, inter GB/s per node, NICs per node). Typical, not measured.

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL, Host
-from orchestrator.slurm.commands import (DEFAULT_TIMEOUT, JobIds, asked, command_failure, job_id_list, run_slurm,
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.slurm.commands import (DEFAULT_TIMEOUT, JobIds, asked, command_failure, job_id_list, run_slurm,
                                          slurm_reason)
-from orchestrator.slurm.states import JobState, parse_state
+from sporch.orchestrator.slurm.states import JobState, parse_state
 
 _SEP = "|"
 _ACCOUNTING_OFF = ("accounting storage is disabled", "accounting_storage/none")

@@ -2,10 +2,10 @@
 into a job, say where its logs go, and cancel it.
 
 Backends are small modules (submitit's ``core/`` + one folder per scheduler is the model); each
-is built with the :class:`~orchestrator.host.Host` the job dir lives on:
+is built with the :class:`~sporch.orchestrator.host.Host` the job dir lives on:
 
 - ``submitit``  (:mod:`.submitit_backend`, default): submitit's SlurmExecutor with the Plan's
-  resources; every task calls :func:`orchestrator.submit.task.run_rank`. This machine only:
+  resources; every task calls :func:`sporch.orchestrator.submit.task.run_rank`. This machine only:
   submitit needs a filesystem shared with the cluster and the submitter's Python.
 - ``sbatch``    (:mod:`.sbatch_backend`): ``sbatch --parsable <job_dir>/job.sbatch``, the exact
   script ``sporch submit --dry-run`` shows; here, or on a login host over ssh.
@@ -16,7 +16,7 @@ One small interface, what ``sporch status/wait/cancel`` and a campaign runner ca
 a request whose files are in its job dir, ``query`` the states of many records at once (Slurm
 backends: one squeue and at most one sacct call per host), ``cancel`` job ids.
 
-A backend raises a one-line :class:`~orchestrator.errors.SporchError` (usually a
+A backend raises a one-line :class:`~sporch.orchestrator.errors.SporchError` (usually a
 ``SlurmCommandError`` quoting Slurm's reason) when the job is not accepted; the caller then
 removes the job dir.
 """
@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Dict, Protocol, Sequence, Tuple
 
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL, Host
-from orchestrator.submit.request import SubmitRequest
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.submit.request import SubmitRequest
 
 #: backend name -> "module:class"
 BACKENDS: Dict[str, str] = {
-    "submitit": "orchestrator.submit.submitit_backend:SubmititBackend",
-    "sbatch": "orchestrator.submit.sbatch_backend:SbatchBackend",
-    "local": "orchestrator.submit.local_backend:LocalBackend",
+    "submitit": "sporch.orchestrator.submit.submitit_backend:SubmititBackend",
+    "sbatch": "sporch.orchestrator.submit.sbatch_backend:SbatchBackend",
+    "local": "sporch.orchestrator.submit.local_backend:LocalBackend",
 }
 DEFAULT_BACKEND = "submitit"
 #: What a cluster with a login section (ssh) submits through.

@@ -1,5 +1,5 @@
 """Run a job on this machine, beside the Slurm backends (as submitit keeps ``local/`` beside
-``slurm/``): one CPU process per rank under a supervisor (:mod:`orchestrator.local_run`).
+``slurm/``): one CPU process per rank under a supervisor (:mod:`sporch.orchestrator.submit.local_run`).
 
 The job id is the supervisor's pid; its state comes from ``<job_dir>/local.json`` (written by
 the supervisor) and whether that pid still runs; cancel sends it SIGTERM, which ends the ranks.
@@ -16,13 +16,13 @@ import subprocess
 import sys
 from typing import Dict, Sequence, Tuple
 
-from orchestrator.host import LOCAL, Host
-from orchestrator.jobs.status import SlurmRow
-from orchestrator.jobs.store import JobRecord
-from orchestrator.local_run import state_path
-from orchestrator.plan.files import LOG_LAYOUTS, JobFiles
-from orchestrator.submit.backend import Submitted
-from orchestrator.submit.request import SubmitRequest
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.jobs.status import SlurmRow
+from sporch.orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.submit.local_run import state_path
+from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.submit.backend import Submitted
+from sporch.orchestrator.submit.request import SubmitRequest
 
 LOGS = LOG_LAYOUTS["local"]
 
@@ -52,7 +52,7 @@ class LocalBackend:
         """Start a detached supervisor for the request's (written) job dir."""
         files = request.job.files
         with open(files.path("logs", "supervisor.log"), "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "orchestrator.local_run", files.plan, files.job_dir],
+            proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.submit.local_run", files.plan, files.job_dir],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         return Submitted(slurm_job_id=str(proc.pid), backend=self.name, logs=dict(LOGS))

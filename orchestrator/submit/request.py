@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from orchestrator.config.cluster import ClusterSpec
-from orchestrator.config.job import JobSpec
-from orchestrator.plan.files import PLAN_FILE, SCRIPT_FILE
-from orchestrator.plan.planner import make_plan
-from orchestrator.plan.schema import Plan
-from orchestrator.render import render_job
-from orchestrator.submit.slurm_job import SlurmJob
+from sporch.orchestrator.config.cluster import ClusterSpec
+from sporch.orchestrator.config.job import JobSpec
+from sporch.orchestrator.contract.files import PLAN_FILE, SCRIPT_FILE
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.submit.render import render_job
+from sporch.orchestrator.submit.slurm_job import SlurmJob
 
 
 @dataclass(frozen=True)

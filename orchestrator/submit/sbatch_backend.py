@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from orchestrator.host import LOCAL, Host
-from orchestrator.jobs.status import slurm_query
-from orchestrator.plan.files import LOG_LAYOUTS
-from orchestrator.slurm.commands import sbatch, scancel
-from orchestrator.submit.backend import Submitted
-from orchestrator.submit.request import SubmitRequest
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.jobs.status import slurm_query
+from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.slurm.commands import sbatch, scancel
+from sporch.orchestrator.submit.backend import Submitted
+from sporch.orchestrator.submit.request import SubmitRequest
 
 LOGS = LOG_LAYOUTS["sbatch"]
 

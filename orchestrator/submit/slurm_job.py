@@ -1,7 +1,7 @@
 """One job's Slurm request and files, built once from the Plan (pure, standard library only).
 
 ``SlurmJob.from_plan(plan, job_dir)`` holds everything both Slurm backends need: the job's
-paths (:class:`~orchestrator.plan.files.JobFiles`), the resources (nodes, tasks, GPU directive,
+paths (:class:`~sporch.orchestrator.contract.files.JobFiles`), the resources (nodes, tasks, GPU directive,
 CPUs, time, partition/account/qos/constraint/mem/exclusive), the requeue signal, the cluster's
 ``slurm.extra`` options (parsed here, once), the environment and setup lines of the batch script,
 and the srun arguments. ``templates/sbatch.j2`` renders it; :mod:`.submitit_backend` maps it
@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from orchestrator.errors import SporchError
-from orchestrator.plan.files import JobFiles
-from orchestrator.plan.layouts import short
-from orchestrator.plan.rules import time_to_minutes
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.plan.layouts import short
+from sporch.orchestrator.contract.durations import time_to_minutes
+from sporch.orchestrator.contract.plan import Plan
 
 #: USR2, 90 s before the time limit: the runtime saves progress and the job is requeued
 #: (submitit's default signal; USR1 is NCCL's).

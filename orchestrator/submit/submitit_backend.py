@@ -1,8 +1,8 @@
 """Submit through submitit (the default backend).
 
 One submitit job with ``nodes`` x ``tasks_per_node`` (= GPUs per node) tasks; each task calls
-:func:`orchestrator.submit.task.run_rank` with the Plan, which runs ``runtime.launch``.
-The Slurm request is the request's :class:`~orchestrator.submit.slurm_job.SlurmJob` (the same
+:func:`sporch.orchestrator.submit.task.run_rank` with the Plan, which runs ``sporch.runtime.launch``.
+The Slurm request is the request's :class:`~sporch.orchestrator.submit.slurm_job.SlurmJob` (the same
 object the sbatch template renders), mapped onto submitit's parameters: the GPU directive,
 partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``,
 ``srun --kill-on-bad-exit=1``, ``slurm.extra``, and the Plan's environment in the batch script.
@@ -19,15 +19,15 @@ import shlex
 import subprocess
 from typing import Any, Dict, List, Sequence
 
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL, Host
-from orchestrator.jobs.status import slurm_query
-from orchestrator.plan import rules
-from orchestrator.plan.files import LOG_LAYOUTS
-from orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
-from orchestrator.submit.backend import Submitted
-from orchestrator.submit.request import SubmitRequest
-from orchestrator.submit.task import run_rank
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.jobs.status import slurm_query
+from sporch.orchestrator.contract import durations
+from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
+from sporch.orchestrator.submit.backend import Submitted
+from sporch.orchestrator.submit.request import SubmitRequest
+from sporch.orchestrator.submit.task import run_rank
 
 LOGS = LOG_LAYOUTS["submitit"]
 #: Launcher variables a task must not inherit from the submitter (the runtime would take them
@@ -39,7 +39,7 @@ SCRUB_ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE
 def time_to_minutes(text: str) -> int:
     """Slurm time -> whole minutes, rounded up (submitit's ``timeout_min``)."""
     try:
-        return rules.time_to_minutes(text)
+        return durations.time_to_minutes(text)
     except ValueError as e:
         raise SporchError(str(e)) from None
 
@@ -49,7 +49,7 @@ def setup_lines(request: SubmitRequest) -> List[str]:
     job = request.job
     lines = list(job.setup)
     # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
-    # MASTER_PORT (from the job id) itself: runtime.rank_env, the same rule as the template.
+    # MASTER_PORT (from the job id) itself: sporch.runtime.rank_env, the same rule as the template.
     lines.append("unset " + " ".join(SCRUB_ENV))
     for key, value in {**job.env, **job.job_env()}.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")

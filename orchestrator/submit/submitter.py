@@ -8,7 +8,7 @@
 When Slurm rejects the job (or anything else fails) the job dir is removed and no record is
 written; when writing the record fails after Slurm accepted the job, the job is cancelled.
 
-Every step goes through one :class:`~orchestrator.host.Host`: this machine, or for a cluster
+Every step goes through one :class:`~sporch.orchestrator.host.Host`: this machine, or for a cluster
 with a ``login`` section its login host over one ssh connection (the job dir is claimed there,
 the files go over SFTP, ``sbatch`` runs there; the record, kept here, carries the login section
 so that status/logs/wait/cancel reconnect). Nothing is written here before Slurm accepted the job.
@@ -21,15 +21,15 @@ import posixpath
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
 
-from orchestrator.errors import SporchError
-from orchestrator.host import LOCAL, Host, host_for
-from orchestrator.jobs import store
-from orchestrator.jobs.store import JobRecord
-from orchestrator.plan.planner import make_plan
-from orchestrator.remote.ssh import login_dict
-from orchestrator.slurm.query import TestOnlyResult, test_only
-from orchestrator.submit.backend import DEFAULT_BACKEND, Backend, get_backend
-from orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL, Host, host_for
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.remote.ssh import login_dict
+from sporch.orchestrator.slurm.query import TestOnlyResult, test_only
+from sporch.orchestrator.submit.backend import DEFAULT_BACKEND, Backend, get_backend
+from sporch.orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND
 def check(request: SubmitRequest) -> TestOnlyResult:
     """``sbatch --test-only`` on the rendered script, fed to sbatch on stdin (on the login host
     for a cluster with a login section); submits nothing, writes nothing.
-    Returns ``orchestrator.slurm.query.TestOnlyResult``."""
+    Returns ``sporch.orchestrator.slurm.query.TestOnlyResult``."""
     return test_only(host=host_for(request.plan.cluster.login), script_text=request.script)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-from orchestrator.plan.rules import EXIT_REQUEUED
+from sporch.orchestrator.contract.exit_codes import EXIT_REQUEUED
 
 
 class RankFailed(RuntimeError):
@@ -19,7 +19,7 @@ class RankFailed(RuntimeError):
 
 
 def run_rank(plan_path: str, job_dir: str) -> int:
-    """Run ``runtime.launch.main(["--plan", plan_path])`` on this task; raise on failure.
+    """Run ``sporch.runtime.launch.main(["--plan", plan_path])`` on this task; raise on failure.
 
     submitit's task wrapper ignores SIGTERM and turns USR2 into its own checkpoint/requeue;
     here the runtime owns USR2 (it saves progress and requeues), and SIGTERM must end the
@@ -29,12 +29,12 @@ def run_rank(plan_path: str, job_dir: str) -> int:
     os.environ["SPORCH_PLAN"] = plan_path
     for sig in (signal.SIGTERM, signal.SIGCONT):
         signal.signal(sig, signal.SIG_DFL)
-    from runtime import launch  # torch: only on the compute node, never at module level
+    from sporch.runtime import launch  # torch: only on the compute node, never at module level
     code = launch.main(["--plan", plan_path, "--output-dir", job_dir])
     if code == EXIT_REQUEUED:
         # progress is saved and the runtime asked Slurm to requeue: leave quietly with its code
         raise SystemExit(EXIT_REQUEUED)
     if code:
         rank = os.environ.get("SLURM_PROCID", "?")
-        raise RankFailed(f"rank {rank}: runtime.launch exited with code {code} (details: {job_dir}/ranks/rank{rank}.json)")
+        raise RankFailed(f"rank {rank}: sporch.runtime.launch exited with code {code} (details: {job_dir}/ranks/rank{rank}.json)")
     return 0

@@ -5,10 +5,10 @@ Public: :func:`usp_attention`, :class:`CommStats`, :func:`usp_min_bytes`,
 :func:`gather_seq_scatter_heads` / :func:`gather_heads_scatter_seq`.
 """
 
-from runtime.attention.comm_stats import CommStats, usp_min_bytes
-from runtime.attention.kernels import attention_block, available_backends
-from runtime.attention.ulysses import gather_heads_scatter_seq, gather_seq_scatter_heads
-from runtime.attention.usp import usp_attention
+from sporch.runtime.attention.comm_stats import CommStats, usp_min_bytes
+from sporch.runtime.attention.kernels import attention_block, available_backends
+from sporch.runtime.attention.ulysses import gather_heads_scatter_seq, gather_seq_scatter_heads
+from sporch.runtime.attention.usp import usp_attention
 
 __all__ = ["usp_attention", "CommStats", "usp_min_bytes", "available_backends", "attention_block",
            "gather_seq_scatter_heads", "gather_heads_scatter_seq"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.plan.rules import head_split
+from sporch.orchestrator.contract.parallel import head_split
 
 __all__ = ["CommStats", "usp_min_bytes"]
 
@@ -18,7 +18,7 @@ __all__ = ["CommStats", "usp_min_bytes"]
 class CommStats:
     """Accumulates ``sent[name]`` (bytes) and ``calls[name]`` (operations) per collective.
 
-    Names used by :func:`runtime.attention.usp_attention`:
+    Names used by :func:`sporch.runtime.attention.usp_attention`:
     ``ulysses_qkv`` (all-to-all of q, k, v in), ``ring_kv`` (P2P of KV blocks),
     ``ulysses_out`` (all-to-all of the output back), ``ulysses_joint_out`` (exchange of
     the text-token output head slices, only with ``joint_q``).

@@ -6,7 +6,7 @@ and returns ``(out [B, H, Sq, Dv], lse [B, H, Sq] float32)``; ``out`` is in the 
 compute dtype (the input dtype, or float32 for ``math``).
 
 Kernels (when each is usable, and the preference per GPU architecture, live in
-``runtime.attention.select``; ``available_backends(device, dtype)`` lists the usable ones
+``sporch.runtime.attention.select``; ``available_backends(device, dtype)`` lists the usable ones
 here, preferred first):
 
 * ``cudnn``       - ``aten._scaled_dot_product_cudnn_attention`` (CUDA sm80+, fp16/bf16, cuDNN 9).
@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from runtime.attention.select import SPECS, probe, rank_kernels
+from sporch.runtime.attention.select import SPECS, probe, rank_kernels
 
 __all__ = ["attention_block", "local_attention", "available_backends", "resolve_backend", "KERNELS"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from runtime.attention.comm_stats import CommStats
-from runtime.attention.utils import RingComm, merge_block, resolve_merge
+from sporch.runtime.attention.comm_stats import CommStats
+from sporch.runtime.attention.utils import RingComm, merge_block, resolve_merge
 
 __all__ = ["ring_attention"]
 

@@ -7,7 +7,7 @@ returns the usable kernels, preferred first, in the order of the GPU architectur
 :data:`PREFERENCE`. Tests feed it facts as data; :func:`probe` fills them in from torch.
 
 The same name is used for the sharded path (``usp_attention``) and the unsharded reference
-(``runtime.attention.local_attention``), so both run the same kernel; :func:`selected_kernel`
+(``sporch.runtime.attention.local_attention``), so both run the same kernel; :func:`selected_kernel`
 is what a run records in its result.
 """
 

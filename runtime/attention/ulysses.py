@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from orchestrator.plan.rules import head_split
-from runtime.attention.comm_stats import CommStats
-from runtime.parallel import head_offsets
+from sporch.orchestrator.contract.parallel import head_split
+from sporch.runtime.attention.comm_stats import CommStats
+from sporch.runtime.parallel import head_offsets
 
 __all__ = ["head_ranges", "qkv_in", "out_back", "exchange_heads", "gather_seq_scatter_heads",
            "gather_heads_scatter_seq"]

@@ -13,10 +13,10 @@ import math
 
 import torch
 
-from runtime.attention.comm_stats import CommStats
-from runtime.attention.kernels import resolve_backend
-from runtime.attention.ring import ring_attention
-from runtime.attention.ulysses import exchange_heads, head_ranges, out_back, qkv_in
+from sporch.runtime.attention.comm_stats import CommStats
+from sporch.runtime.attention.kernels import resolve_backend
+from sporch.runtime.attention.ring import ring_attention
+from sporch.runtime.attention.ulysses import exchange_heads, head_ranges, out_back, qkv_in
 
 __all__ = ["usp_attention"]
 
@@ -65,7 +65,7 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq
     attends to them once. ``joint_q [B, T, H, D]``: text queries, which attend to all image and
     text keys; when given, returns ``(out, joint_out [B, T, H, D])`` (joint_out identical on
     every rank of the sequence group). ``causal``: top-left causal over the global sequence
-    (not with joint tokens). ``backend``: a name from ``runtime.attention.available_backends``
+    (not with joint tokens). ``backend``: a name from ``sporch.runtime.attention.available_backends``
     or ``"auto"``. ``scale``: softmax scale, default ``1/sqrt(D)``. ``stats``: a
     :class:`CommStats` that receives the bytes this rank sends per collective. ``merge``: how
     ring blocks are merged, ``"auto" | "eager" | "fused"`` (``attention.utils.resolve_merge``).

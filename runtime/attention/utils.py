@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runtime.attention.comm_stats import CommStats
+from sporch.runtime.attention.comm_stats import CommStats
 
 __all__ = ["merge_block", "merge_", "resolve_merge", "RingComm"]
 

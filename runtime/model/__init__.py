@@ -1,6 +1,6 @@
 """DiT models for sporch: Wan2.1-style video DiT (cross attention), Flux/SD3-style MMDiT
 (joint attention), class-conditional DiT (self attention); the same modules run unsharded
-(``ctx=None``) and sequence-parallel over a ``runtime.parallel.ParallelContext``.
+(``ctx=None``) and sequence-parallel over a ``sporch.runtime.parallel.ParallelContext``.
 
 Public API (see docs/model.md)::
 

@@ -1,8 +1,8 @@
 """The attention seam: one call site for the model, two implementations.
 
-* unsharded (``ctx is None``): ``runtime.attention.kernels.local_attention`` over the whole
+* unsharded (``ctx is None``): ``sporch.runtime.attention.kernels.local_attention`` over the whole
   sequence, with the same kernel (``backend``) as the sharded path;
-* sharded: ``runtime.attention.usp_attention`` on this rank's sequence shard.
+* sharded: ``sporch.runtime.attention.usp_attention`` on this rank's sequence shard.
 
 Tensors are [B, S, H, D]. Key/value heads may be fewer than query heads (GQA): each kv head
 serves ``H // H_kv`` consecutive query heads.
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from runtime.attention import usp_attention
-from runtime.attention.kernels import local_attention
+from sporch.runtime.attention import usp_attention
+from sporch.runtime.attention.kernels import local_attention
 
 
 def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -40,7 +40,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 class SequenceAttention:
     """How the model's sequence (self / joint) attention runs.
 
-    ``ctx``: a ``runtime.parallel.ParallelContext`` or None (unsharded). ``seq_len``: the
+    ``ctx``: a ``sporch.runtime.parallel.ParallelContext`` or None (unsharded). ``seq_len``: the
     unpadded global number of sharded tokens (keys past it are padding and masked).
     ``backend`` is passed through to usp_attention / local_attention.
     """

@@ -57,7 +57,7 @@ class DiTBase(nn.Module):
     def make_condition(self, batch: int, generator: torch.Generator, grid: Sequence[int] | None = None) -> Condition:
         """A random condition for ``batch`` samples (stand-in for the encoders / labels):
         text embeddings [B, text_len, text_dim] (float32) or class labels [B] (long); a dict
-        (runtime.model.condition) when the model also takes a pooled vector, CLIP image tokens
+        (sporch.runtime.model.condition) when the model also takes a pooled vector, CLIP image tokens
         or a latent condition (that one needs the token ``grid``)."""
         cfg = self.cfg
         if not cfg.has_text:

@@ -1,5 +1,5 @@
 """Build a model from a ``plan.model`` dict with deterministic random weights, or load a
-local checkpoint (runtime.model.checkpoints). No hub downloads."""
+local checkpoint (sporch.runtime.model.keymaps). No hub downloads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from orchestrator.plan.sections import ModelSection
+from sporch.orchestrator.contract.sections import ModelSection
 from .base import DiTBase
 from .config import ModelConfig
 from .dit import ClassDiT
@@ -79,7 +79,7 @@ def build_model(
 
     Weights are random from ``seed`` (identical on every rank and every run), or loaded from
     ``weights``: a local checkpoint folder or file in the publisher's layout (original or
-    diffusers, single file or sharded with an index; runtime.model.checkpoints). ``device="meta"`` builds the shapes only (parameter
+    diffusers, single file or sharded with an index; sporch.runtime.model.keymaps). ``device="meta"`` builds the shapes only (parameter
     counting for the real presets without allocating)."""
     cfg = as_config(model)
     if isinstance(dtype, str):
@@ -121,8 +121,8 @@ def save_safetensors(model: nn.Module, path: str) -> None:
 
 def load_safetensors(model: nn.Module, path: str) -> nn.Module:
     """Load local weights into ``model``: a file or folder in sporch's own names, the original
-    release's or diffusers' layout (see runtime.model.checkpoints). Strict: every parameter
+    release's or diffusers' layout (see sporch.runtime.model.keymaps). Strict: every parameter
     present with its shape, nothing else; a CheckpointError (one line) otherwise."""
-    from .checkpoints import load_checkpoint
+    from .keymaps import load_checkpoint
 
     return load_checkpoint(model, path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from orchestrator.plan.rules import ATTENTION_KINDS
+from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class SampleInputs:
     """The seeded inputs of one job, for this rank's dp replica."""
 
     noise: torch.Tensor  # [b, C, F, H, W] float32 (this replica's rows)
-    cond: Condition  # text embeddings [b, T, text_dim], labels [b], or a dict (runtime.model.condition)
+    cond: Condition  # text embeddings [b, T, text_dim], labels [b], or a dict (sporch.runtime.model.condition)
     null_cond: Condition
     rows: slice  # this replica's rows of the global batch
 

@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 import torch
 
-from runtime.workloads import _peak_memory_bytes, _sync
+from sporch.runtime.workloads import _peak_memory_bytes, _sync
 
-from .check import require_pipelines
+from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from .spec import GenerateSpec, generate_spec
 from .text import encode_for_replica, is_leader
 
@@ -79,8 +79,8 @@ def run_generate(plan: Any, ctx: Any, device: torch.device, output_dir: Path,
     """Run the generate workload of ``plan`` on this rank; ``frames_sink(index, frames)``
     (tests) also receives each prompt's decoded float frames [F, H, W, 3]."""
     require_pipelines()
-    from runtime.model import ShardedDiT, build_model, resolve_dtype
-    from runtime.model.condition import cond_rows
+    from sporch.runtime.model import ShardedDiT, build_model, resolve_dtype
+    from sporch.runtime.model.condition import cond_rows
 
     from .schedulers import load_scheduler, timesteps
     from .vae import Decoder

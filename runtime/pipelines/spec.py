@@ -1,7 +1,7 @@
 """The generate settings, read from the Plan here and nowhere else in runtime/pipelines/.
 
 (``plan.model`` / ``plan.workload`` / ``plan.sequence`` are the Plan's typed sections,
-orchestrator.plan.sections.)
+sporch.orchestrator.contract.sections.)
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .check import family_of, read_prompts
+from sporch.orchestrator.contract.generate_inputs import family_of, read_prompts
 
 
 @dataclass(frozen=True)

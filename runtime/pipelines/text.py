@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from runtime.model.condition import Condition, cond_map
+from sporch.runtime.model.condition import Condition, cond_map
 
 from .spec import GenerateSpec
 

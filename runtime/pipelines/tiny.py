@@ -96,7 +96,7 @@ def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from runtime.model import ModelConfig
+    from sporch.runtime.model import ModelConfig
 
     cfg = ModelConfig.from_dict(model)
     rope = cfg.rope_axes or (cfg.head_dim - 4 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6))

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign.expand import expand
-from orchestrator.campaign.spec import campaign_from_dict
-from orchestrator.config.cluster import load_cluster_file
-from orchestrator.plan.calibration import load_constants
-from orchestrator.plan.cost import cluster_constants, predict_plan
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.campaign.expand import expand
+from sporch.orchestrator.campaign.spec import campaign_from_dict
+from sporch.orchestrator.config.cluster import load_cluster_file
+from sporch.orchestrator.plan.calibration import load_constants
+from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
+from sporch.orchestrator.contract.plan import Plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -84,7 +84,7 @@ def campaign_dir(slurm_cluster, tmp_path_factory):
     exp = expand(campaign_from_dict(doc))
     assert len(exp.points) == 12  # 1 rank on 1 node, 3 layouts on 2 nodes, three shapes; the rest skipped
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPORCH_HOME": str(folder / "home")}
-    cli = [sys.executable, "-m", "orchestrator.cli.main", "campaign", "run", str(path), "--interval", "1"]
+    cli = [sys.executable, "-m", "sporch.orchestrator.cli.main", "campaign", "run", str(path), "--interval", "1"]
     try:
         p = subprocess.run(cli, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     finally:
@@ -108,7 +108,7 @@ def campaign_dir(slurm_cluster, tmp_path_factory):
 
 def cancel_arrays(root: Path) -> None:
     """Nothing of this module stays in the lab's queue (a failed or timed-out run)."""
-    from orchestrator.slurm.commands import scancel
+    from sporch.orchestrator.slurm.commands import scancel
 
     state = root / "state.json"
     if state.is_file():
@@ -123,7 +123,7 @@ def points(root: Path) -> dict[str, tuple[Plan, dict]]:
 
 
 def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, capsys):
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     pts = points(campaign_dir)
     held = sorted(pid for pid, (plan, _) in pts.items() if plan.world_size == 2
@@ -156,7 +156,7 @@ def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, caps
 
 
 def test_report_shows_predicted_beside_measured(campaign_dir, tmp_path):
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     assert main(["campaign", "report", str(campaign_dir), "--out", str(tmp_path / "r")]) == 0
     with open(tmp_path / "r" / "table.csv") as fh:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign.collect import collect
-from orchestrator.campaign.expand import expand
-from orchestrator.campaign.metrics import GIB
-from orchestrator.campaign.report import plot_data
-from orchestrator.campaign.spec import campaign_from_dict
+from sporch.orchestrator.campaign.collect import collect
+from sporch.orchestrator.campaign.expand import expand
+from sporch.orchestrator.campaign.metrics import GIB
+from sporch.orchestrator.campaign.report import plot_data
+from sporch.orchestrator.campaign.spec import campaign_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -49,7 +49,7 @@ CAMPAIGN = {
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory):
     """The campaign through `sporch campaign run --local`, then once more: nothing runs twice."""
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     folder = tmp_path_factory.mktemp("campaign")
     path = folder / "live.yaml"
@@ -91,7 +91,7 @@ def test_points_record_what_the_issue_asks(campaign_dir):
 
 @pytest.mark.slow
 def test_report_numbers_plots_and_page_in_chromium(campaign_dir, tmp_path):
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     out = tmp_path / "report"
     code = main(["campaign", "report", str(campaign_dir), "--out", str(out)])

@@ -68,7 +68,7 @@ class Cli:
         self.cwd, self.env = cwd, env
 
     def popen(self, *args) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", *map(str, args)], cwd=self.cwd,
+        return subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", *map(str, args)], cwd=self.cwd,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def __call__(self, *args, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -94,7 +94,7 @@ def lab(slurm_cluster, tmp_path_factory):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
            "SPORCH_HOME": str(root / "home")}
     yield root, Cli(root, env)
-    from orchestrator.slurm.commands import scancel
+    from sporch.orchestrator.slurm.commands import scancel
 
     for argv in calls(root, "sbatch"):  # nothing of this module stays in the queue
         script = Path(argv[-1])
@@ -104,8 +104,8 @@ def lab(slurm_cluster, tmp_path_factory):
 
 
 def test_campaign_on_the_lab_resumes_after_a_kill_and_reports(lab):
-    from orchestrator.slurm.commands import scancel
-    from orchestrator.slurm.query import squeue_states
+    from sporch.orchestrator.slurm.commands import scancel
+    from sporch.orchestrator.slurm.query import squeue_states
 
     root, cli = lab
     path = write_campaign(root, "lab12", str(root / "campaigns"))

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from runtime.rank_env import RankEnv, RankEnvError, default_master_port, first_host
-from runtime.results import error_record, read_rank_files, rank_file, write_json_atomic
+from sporch.runtime.rank_env import RankEnv, RankEnvError, default_master_port, first_host
+from sporch.orchestrator.contract.results import error_record, read_rank_files, rank_file, write_json_atomic
 
 
 def test_slurm_environment():

@@ -63,7 +63,7 @@ def test_a_hung_rank_is_ended_and_named(tmp_path):
 
 
 def _rank_pids(parent: int) -> list[int]:
-    """Pids of the rank processes (``runtime.launch``) whose parent is ``parent``."""
+    """Pids of the rank processes (``sporch.runtime.launch``) whose parent is ``parent``."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -73,7 +73,7 @@ def _rank_pids(parent: int) -> list[int]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and "runtime.launch" in cmd:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and "sporch.runtime.launch" in cmd:
             out.append(int(d.name))
     return out
 
@@ -89,7 +89,7 @@ def _alive(pid: int) -> bool:
 def test_terminating_the_runner_leaves_no_rank_behind(sig, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, **hooks_env(), "SPORCH_SLEEP_S": "600"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+    proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
                              str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(run_dir)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.local_run import LocalRun
+from sporch.orchestrator.submit.local_run import LocalRun
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "examples" / "tiny.yaml"
@@ -24,7 +24,7 @@ HOOKS = Path(__file__).resolve().parent
 
 
 def sporch(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -186,7 +186,7 @@ def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
 
     # a run that sleeps: RUNNING, then cancelled through its id; wait says how it ended
     run_env = {**env, "SPORCH_SLEEP_S": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+    proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
                              str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(tmp_path / "long")],
                             cwd=REPO, env={**os.environ, **run_env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

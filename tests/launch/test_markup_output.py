@@ -17,7 +17,7 @@ HOOKS = Path(__file__).resolve().parent
 
 
 def sporch(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=300, env={**os.environ, **env})
 
 

@@ -207,7 +207,7 @@ def flux_to_original(state: dict, cfg: dict = FLUX_TINY) -> dict:
 
 def flux_reference(model, latents, sigma, text, pooled, guidance):
     """diffusers' Flux on [B, C, 1, H, W] latents (packed 2x2 as its pipeline does) -> same shape."""
-    from runtime.model import patchify, unpatchify
+    from sporch.runtime.model import patchify, unpatchify
 
     b, c, _, hh, ww = latents.shape
     tokens, grid = patchify(latents, (1, 2, 2))

@@ -1,4 +1,4 @@
-"""Regional compilation (runtime.compile): compiled blocks agree with eager ones to float32
+"""Regional compilation (sporch.runtime.compile): compiled blocks agree with eager ones to float32
 rounding, unsharded and on 2 real gloo ranks, with attention running outside compiled code.
 
 Inductor generates C++ on CPU: the first test pays the compiler (tens of seconds on a cold
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.testing import run_distributed
+from sporch.runtime.testing import run_distributed
 
 HALF_GRID = (2, 2, 4)  # 16 tokens
 GRID = (2, 4, 4)  # 32 tokens: 16 per rank on a ring of 2
@@ -17,7 +17,7 @@ TOL = 1e-5  # relative, like sharded vs unsharded in float32
 
 
 def _forward(model, ctx, grid, seed=3):
-    from runtime.model import ShardedDiT, make_inputs
+    from sporch.runtime.model import ShardedDiT, make_inputs
 
     inputs = make_inputs(model, grid, 1, seed, ctx)
     return ShardedDiT(model, ctx, grid=grid).forward(inputs.noise, 500.0, inputs.cond)
@@ -28,7 +28,7 @@ def _rel(a, b):
 
 
 def _tiny(**over):
-    from runtime.model import build_model, tiny_model_dict
+    from sporch.runtime.model import build_model, tiny_model_dict
 
     return build_model(tiny_model_dict("cross", **over), seed=7)
 
@@ -37,7 +37,7 @@ def _tiny(**over):
 def test_compiled_blocks_equal_eager_in_one_process():
     """Inductor-compiled Wan-style blocks against eager ones. The token grid gives the same
     per-block shapes as one rank of the 2-rank test below, whose compile then hits the cache."""
-    from runtime.compile import compile_blocks
+    from sporch.runtime.compile import compile_blocks
 
     model = _tiny()
     keys = list(model.state_dict())
@@ -57,10 +57,10 @@ def test_attention_runs_outside_the_compiled_region(kind, block):
     """A compiled block calls its attention argument eagerly (not traced by Dynamo), once per
     call, positional or with joint keywords. Dynamo's graph split is the same for every
     backend; ``eager`` skips code generation to keep this fast."""
-    from runtime.compile import compile_blocks
-    from runtime.model import build_model, tiny_model_dict
-    from runtime.model.attention import SequenceAttention
-    from runtime.model.rope import rope_cos_sin
+    from sporch.runtime.compile import compile_blocks
+    from sporch.runtime.model import build_model, tiny_model_dict
+    from sporch.runtime.model.attention import SequenceAttention
+    from sporch.runtime.model.rope import rope_cos_sin
 
     class Recording(SequenceAttention):
         def __call__(self, *args, **kwargs):
@@ -89,8 +89,8 @@ def test_attention_runs_outside_the_compiled_region(kind, block):
 
 
 def test_compile_switch():
-    from runtime.compile import compile_blocks, should_compile
-    from runtime.model import build_model, tiny_model_dict
+    from sporch.runtime.compile import compile_blocks, should_compile
+    from sporch.runtime.model import build_model, tiny_model_dict
 
     assert should_compile(None, "cuda") and not should_compile(None, "cpu")
     assert should_compile(True, "cpu") and not should_compile(False, "cuda")
@@ -102,8 +102,8 @@ def test_compile_switch():
 
 def _ranks():
     """Every rank: the sharded forward over ring=2, eager then compiled."""
-    from runtime.compile import compile_blocks, time_first_call
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.compile import compile_blocks, time_first_call
+    from sporch.runtime.parallel import ParallelContext
 
     ctx = ParallelContext.from_layout(ring=2)
     model = _tiny()

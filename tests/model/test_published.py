@@ -14,9 +14,9 @@ from published import (  # noqa: E402
     FLUX_TINY, I2V_TEXT_LEN, IMAGE_LEN, TEXT_LEN, WAN_TINY, WAN_TINY_I2V, WAN_TO_ORIGINAL, diffusers_flux, diffusers_wan, flux_reference, flux_to_original,
     original_wan_config, sporch_flux_dict, sporch_wan_dict, to_original, write_safetensors,
 )
-from runtime.model import build_model, count_parameters  # noqa: E402
-from runtime.model.verify import compare  # noqa: E402
-from runtime.testing import run_distributed  # noqa: E402
+from sporch.runtime.model import build_model, count_parameters  # noqa: E402
+from sporch.runtime.model.verify import compare  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
 
 TOL = 1e-5
 GUIDANCE = 5.0
@@ -62,8 +62,8 @@ def test_wan_t2v_loads_and_equals_diffusers(wan, folder):
 
 def test_wan_head_rows_matter(wan):
     """The output head's (pt, ph, pw, C) rows are permuted on load: without it the output is wrong."""
-    from runtime.model.checkpoints import wan as wan_table
-    from runtime.model.checkpoints.table import copy
+    from sporch.runtime.model.keymaps import wan as wan_table
+    from sporch.runtime.model.keymaps.table import copy
 
     head = next(r for r in wan_table.WAN.rules if r.ours == "head.head")
     saved = head.transform
@@ -77,8 +77,8 @@ def test_wan_head_rows_matter(wan):
 
 
 def _sharded_world(cases):
-    from runtime.model import ShardedDiT
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.model import ShardedDiT
+    from sporch.runtime.parallel import ParallelContext
 
     out = {}
     for name, layout, model_dict, folder, x, t, cond, null, guidance in cases:
@@ -205,7 +205,7 @@ def test_flux_dev_loads_and_equals_diffusers(flux, folder):
 def test_flux_guidance_is_an_input_not_cfg(flux):
     """Guidance-distilled: ShardedDiT runs one pass with the guidance embedded; cfg=2 and (for
     schnell, which has no guidance input) guidance_scale > 1 are refused."""
-    from runtime.model import ShardedDiT
+    from sporch.runtime.model import ShardedDiT
 
     model = build_model(sporch_flux_dict(FLUX_TINY), weights=flux["dirs"]["FLUX.1-dev"])
     runner = ShardedDiT(model, None, grid=(1, 3, 3))
@@ -234,7 +234,7 @@ def test_flux_schnell_equals_diffusers(tmp_path):
 
 
 def test_flux_norm_out_swap_matters(flux):
-    from runtime.model.checkpoints import flux as flux_table
+    from sporch.runtime.model.keymaps import flux as flux_table
 
     r = next(r for r in flux_table.FLUX.rules if r.ours == "final_layer.adaLN")
     saved = r.transform
@@ -279,8 +279,8 @@ FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=3
     ("flux.1-schnell", "FluxTransformer2DModel", dict(FLUX_DEV, guidance_embeds=False), 11_891_178_560),
 ])
 def test_full_size_parameter_counts(preset, cls_name, cfg, published):
-    from orchestrator.config.job import ModelSpec
-    from orchestrator.plan.resolve import resolve_model
+    from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.plan.resolve import resolve_model
 
     ours = count_parameters(resolve_model(ModelSpec(preset=preset)))
     assert ours == _diffusers_count(cls_name, cfg) == published
@@ -336,7 +336,7 @@ DAMAGES = {
 
 @pytest.mark.parametrize("case", sorted(DAMAGES))
 def test_broken_checkpoint_one_line_error(wan, tmp_path, case):
-    from runtime.model.checkpoints import CheckpointError
+    from sporch.runtime.model.keymaps import CheckpointError
 
     folder, damage, needle = DAMAGES[case]
     path = _damaged(wan, tmp_path, folder, damage)

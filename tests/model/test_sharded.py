@@ -9,7 +9,7 @@ import pytest
 import torch
 
 
-from runtime.testing import run_distributed  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
 
 TOL = 1e-5
 WORLD = 4
@@ -34,8 +34,8 @@ CASES = [
 
 
 def _plan(layout_kw, model, workload, grid):
-    from orchestrator.plan.schema import Layout
-    from runtime.testing import plan_for
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.runtime.testing import plan_for
 
     return plan_for(Layout(**layout_kw), model, grid, workload)
 
@@ -44,12 +44,12 @@ def _world(cases):
     """Runs on every rank: all cases, one ParallelContext each."""
     import torch.distributed as dist
 
-    from runtime.model import build_model, generate, tiny_model_dict, verify
+    from sporch.runtime.model import build_model, generate, tiny_model_dict, verify
     import tempfile
 
-    from runtime.checkpoint import Progress
-    from runtime.workloads import run_workload
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.progress import Progress
+    from sporch.runtime.workloads import run_workload
+    from sporch.runtime.parallel import ParallelContext
 
     out = {}
     for name, layout, kind, over, grid, batch, guidance, steps in cases:

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from runtime.model import (
+from sporch.runtime.model import (
     ModelConfig, ShardedDiT, build_model, count_parameters, euler_sample, flow_sigmas, generate,
     latent_shape, load_safetensors, make_inputs, patchify, save_safetensors, tiny_model_dict, unpatchify,
 )
-from runtime.model.attention import SequenceAttention, sdpa
-from runtime.model.rope import apply_rope, axis_dims, grid_positions, rope_cos_sin
+from sporch.runtime.model.attention import SequenceAttention, sdpa
+from sporch.runtime.model.rope import apply_rope, axis_dims, grid_positions, rope_cos_sin
 
 KINDS = ["cross", "joint", "self"]
 
@@ -238,7 +238,7 @@ def test_real_presets_on_meta():
 
 
 def test_orchestrator_presets_build_on_meta():
-    from orchestrator.config import presets
+    from sporch.orchestrator.config import presets
     expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "class-dit-xl": 675e6}
     for name, d in presets.PRESETS.items():
         n = count_parameters(d)
@@ -250,9 +250,9 @@ def test_orchestrator_presets_build_on_meta():
 def test_plan_guidance_knobs_agree_with_published():
     """The planner's preset data (no CFG branch -> cfg 1) and the runtime's published knobs say
     the same about every published model, and a plan's model section carries them to the model."""
-    from orchestrator.config.job import ModelSpec
-    from orchestrator.plan.resolve import resolve_model
-    from runtime.model.config import PUBLISHED, ModelConfig
+    from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.plan.resolve import resolve_model
+    from sporch.runtime.model.config import PUBLISHED, ModelConfig
 
     for name, knobs in PUBLISHED.items():
         section = resolve_model(ModelSpec(preset=name))

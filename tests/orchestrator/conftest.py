@@ -15,7 +15,7 @@ def _isolated_cluster_search(monkeypatch, tmp_path_factory):
 @pytest.fixture
 def run_cli(capsys):
     """Run ``sporch`` in-process: returns (exit code, stdout, stderr)."""
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     def _run(*args: str):
         code = main([str(a) for a in args])

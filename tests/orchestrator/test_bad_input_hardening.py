@@ -1,7 +1,7 @@
 """Bad input that used to escape as an internal error, hangs on huge descriptors, layouts that
 adapt to what the job sets, memory advice and help texts (issue 9, items 9, 10, 11, 14, 15, 18).
 
-Every command runs in-process (``orchestrator.cli.main.main``); exit 2 and one line on stderr
+Every command runs in-process (``sporch.orchestrator.cli.main.main``); exit 2 and one line on stderr
 is the contract for bad input, and nothing may be left behind.
 """
 
@@ -135,7 +135,7 @@ def test_huge_descriptor_is_refused_quickly(run_cli, tmp_path, nodes, gpn):
 
 @pytest.mark.timeout(20)
 def test_the_largest_world_plans_and_ranks_within_the_timeout(run_cli, tmp_path):
-    from orchestrator.plan.rules import MAX_WORLD
+    from sporch.orchestrator.contract.parallel import MAX_WORLD
 
     cluster = tmp_path / "big.yaml"
     cluster.write_text(LOCAL_CLUSTER.replace("nodes: 1", f"nodes: {MAX_WORLD // 8}")
@@ -149,7 +149,7 @@ def test_the_largest_world_plans_and_ranks_within_the_timeout(run_cli, tmp_path)
     assert plan["world_size"] == MAX_WORLD and len(plan["ranks"]) == MAX_WORLD
     code, out, err = run_cli("plan", "--rank", "--cluster", cluster, TINY, *shape, "--json")
     assert code == 0, err
-    from orchestrator.plan.ranking import MAX_RANKED
+    from sporch.orchestrator.plan.ranking import MAX_RANKED
 
     assert 1 <= len(json.loads(out)["layouts"]) <= MAX_RANKED
 
@@ -157,8 +157,8 @@ def test_the_largest_world_plans_and_ranks_within_the_timeout(run_cli, tmp_path)
 def test_divisors_and_groups_match_their_definitions():
     import itertools
 
-    from orchestrator.plan.layouts import divisors
-    from orchestrator.plan.schema import Layout
+    from sporch.orchestrator.plan.layouts import divisors
+    from sporch.orchestrator.contract.plan import Layout
 
     for n in list(range(1, 200)) + [2**14, 3 * 5 * 7 * 11 * 13, 9973]:
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
@@ -207,7 +207,7 @@ def test_parameters_that_do_not_fit_get_advice_that_can_help(run_cli):
 
 
 def test_run_local_refuses_a_plan_over_this_machines_memory(run_cli, in_tmp):
-    from orchestrator.cli.run_cmd import machine_memory_bytes
+    from sporch.orchestrator.cli.run_cmd import machine_memory_bytes
 
     args = ("run", "--local", "--cluster", "local", WAN14B, "workload.batch=4096")
     code, out, err = run_cli("plan", *args[2:], "--json")
@@ -221,7 +221,7 @@ def test_run_local_refuses_a_plan_over_this_machines_memory(run_cli, in_tmp):
 
 # -- item 18: every --help has an example, explains KEY=VALUE and points to docs/ ---------------
 def _all_commands():
-    from orchestrator.cli.main import COMMANDS, cli
+    from sporch.orchestrator.cli.main import COMMANDS, cli
 
     ctx = click.Context(cli)
     for name in sorted(COMMANDS):

@@ -7,13 +7,13 @@ import subprocess
 
 import pytest
 
-from orchestrator.campaign.arrays import render_array, write_array
-from orchestrator.campaign.expand import expand
-from orchestrator.campaign.groups import group_points
-from orchestrator.campaign.layout import CampaignDir, prepare
-from orchestrator.campaign.spec import load_campaign
-from orchestrator.errors import SporchError
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.campaign.arrays import render_array, write_array
+from sporch.orchestrator.campaign.expand import expand
+from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.folder import CampaignDir, prepare
+from sporch.orchestrator.campaign.spec import load_campaign
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.plan import Plan
 from orch_testutil import EXAMPLES, GOLDEN, GOLDEN_JOB_DIR, update_golden
 
 
@@ -83,8 +83,8 @@ def test_prepare_writes_points_and_keeps_finished_ones(tmp_path):
 def test_serial_arrays_wait_for_the_clusters_arrays_still_out(tmp_path):
     """run.serial: a new array depends (afterany) on the same cluster's arrays whose points
     have not ended; ended arrays and other clusters' arrays are not waited for."""
-    from orchestrator.campaign.runner import arrays_out
-    from orchestrator.campaign.track import CampaignState
+    from sporch.orchestrator.campaign.runner import arrays_out
+    from sporch.orchestrator.campaign.track import CampaignState
 
     exp = expand(load_campaign(EXAMPLES / "campaigns" / "tiny.yaml"))
     g = group_points(exp.points)[0]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.campaign.collect import collect
-from orchestrator.campaign.report import plot_data
-from orchestrator.campaign.compare import parse_threshold
-from orchestrator.errors import SporchError
+from sporch.orchestrator.campaign.collect import collect
+from sporch.orchestrator.campaign.report import plot_data
+from sporch.orchestrator.campaign.compare import parse_threshold
+from sporch.orchestrator.errors import SporchError
 
 REFS = """
 name: synth

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.campaign.expand import expand, point_id
-from orchestrator.campaign.groups import group_points
-from orchestrator.campaign.references import FAIL, NONE, PASS, evaluate, parse_references, select
-from orchestrator.campaign.spec import ReferenceSpec, campaign_from_dict, load_campaign
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.plan.layouts import compact
-from orchestrator.plan.planner import make_plan
+from sporch.orchestrator.campaign.expand import expand, point_id
+from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.references import FAIL, NONE, PASS, evaluate, parse_references, select
+from sporch.orchestrator.campaign.spec import ReferenceSpec, campaign_from_dict, load_campaign
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import compact
+from sporch.orchestrator.plan.planner import make_plan
 from orch_testutil import EXAMPLES, write
 
 TINY_BASE = {
@@ -38,10 +38,10 @@ def test_realistic_example_expands_every_accepted_layout():
     assert [s.params["nodes"] for s in exp.skipped] == [8]
     assert "exceeds the 4 nodes of a100x32" in exp.skipped[0].reason
     base = load_job(EXAMPLES / "wan14b-720p.yaml")
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.plan.resolve import resolve_model, sequence_shape
-    from orchestrator.plan.layouts import feasible_layouts
-    from orchestrator.plan.planner import layout_context
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+    from sporch.orchestrator.plan.layouts import feasible_layouts
+    from sporch.orchestrator.plan.planner import layout_context
 
     cluster = find_cluster("a100x32")
     for nodes in (1, 2, 4):
@@ -59,8 +59,8 @@ def test_realistic_example_expands_every_accepted_layout():
 def test_points_are_the_planners_plans():
     c = tiny(nodes=[2], layouts=[{"ulysses": 2, "ring": 2}])
     (p,) = expand(c).points
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.config.job import job_from_dict
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.config.job import job_from_dict
 
     job = job_from_dict({**TINY_BASE, "name": "x", "parallel": {"ulysses": 2, "ring": 2},
                          "resources": {"nodes": 2}})
@@ -236,7 +236,7 @@ def test_campaign_plan_never_imports_torch(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import sys, io, contextlib\nfrom orchestrator.cli.main import main\n"
+    probe = ("import sys, io, contextlib\nfrom sporch.orchestrator.cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
              f"    code = main(['campaign', 'plan', {str(EXAMPLES / 'campaigns' / 'wan14b-720p.yaml')!r}])\n"
              "print(code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")

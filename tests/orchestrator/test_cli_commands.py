@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.contract.plan import Plan
 from orch_testutil import EXAMPLES, ROOT, write
 
 WAN14B = str(EXAMPLES / "wan14b-720p.yaml")
@@ -173,7 +173,7 @@ def test_grace_refuses_non_finite_and_negative(run_cli, args, value):
 def test_seconds_type_accepts_finite_values_in_range():
     import click
 
-    from orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, Seconds
+    from sporch.orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, Seconds
 
     assert POSITIVE_SECONDS.convert("1.5", None, None) == 1.5 and POSITIVE_SECONDS.convert(600, None, None) == 600.0
     assert GRACE_SECONDS.convert("0", None, None) == 0.0  # no grace: give up at the first outage
@@ -190,26 +190,26 @@ def test_bad_yaml_file(run_cli, tmp_path):
 
 def test_debug_shows_traceback():
     env = dict(os.environ)
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "--debug", "plan", "-c", "nope", TINY],
+    r = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "--debug", "plan", "-c", "nope", TINY],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode != 0 and "Traceback" in r.stderr and "SporchError" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "plan", "-c", "nope", TINY],
+    r = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "plan", "-c", "nope", TINY],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
 
 def test_commands_are_registered_lazily():
-    from orchestrator.cli import main as climain
+    from sporch.orchestrator.cli import main as climain
 
     assert set(climain.COMMANDS) >= {"clusters", "plan", "render", "submit"}
     for target, _help in climain.COMMANDS.values():
         module, _, attr = target.partition(":")
-        assert module.startswith("orchestrator.cli.") and attr
+        assert module.startswith("sporch.orchestrator.cli.") and attr
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
 def test_grace_environment_variable_refuses_what_the_option_refuses(run_cli, tmp_path, monkeypatch, value):
-    from orchestrator.jobs.retry import default_grace
+    from sporch.orchestrator.jobs.retry import default_grace
 
     monkeypatch.setenv("SPORCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SPORCH_GRACE_S", value)

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.cluster import (
+from sporch.orchestrator.config.cluster import (
     GPU_DIRECTIVES,
     available_clusters,
     find_cluster,
     load_cluster_file,
 )
-from orchestrator.errors import SporchError
-from orchestrator.paths import clusters_dir
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.paths import clusters_dir
 
 from orch_testutil import write
 

@@ -1,4 +1,4 @@
-"""The cost model (orchestrator.plan.cost), its calibration, ranking and `sporch plan --rank`.
+"""The cost model (sporch.orchestrator.plan.cost), its calibration, ranking and `sporch plan --rank`.
 
 Published cases (orchestrator/plan/data/published.yaml, xDiT's HunyuanVideo and ConsisID
 tables): with the default constants the model orders every pair of measurements that differ by
@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from orch_testutil import EXAMPLES
 
-from orchestrator.config.cluster import find_cluster, load_cluster_file
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.plan import published
-from orchestrator.plan.calibration import Observation, fit, load_constants, predicted_s, write_calibration
-from orchestrator.plan.cost import (
+from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan import published
+from sporch.orchestrator.plan.calibration import Observation, fit, load_constants, predicted_s, write_calibration
+from sporch.orchestrator.plan.cost import (
     FITTED,
     CostInputs,
     cluster_constants,
@@ -33,7 +33,7 @@ from orchestrator.plan.cost import (
     parameters,
     predict,
 )
-from orchestrator.plan.planner import make_plan
+from sporch.orchestrator.plan.planner import make_plan
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"
 WAN13B = EXAMPLES / "wan1.3b-480p.yaml"
@@ -151,7 +151,7 @@ def test_plan_records_prediction_beside_ideal():
 
 # -- ranking and auto --------------------------------------------------------------------------
 def test_auto_picks_fastest_predicted_and_says_why():
-    from orchestrator.plan.ranking import TIE, rank_feasible
+    from sporch.orchestrator.plan.ranking import TIE, rank_feasible
 
     p = plan("l40x16", WAN14B, "parallel.ring=auto", "parallel.ulysses=auto", "parallel.cfg=auto")
     why = p.estimates["layout_choice"]
@@ -164,7 +164,7 @@ def test_auto_picks_fastest_predicted_and_says_why():
 
 
 def test_auto_prefers_a_layout_that_fits():
-    from orchestrator.plan.ranking import pick, rank_feasible
+    from sporch.orchestrator.plan.ranking import pick, rank_feasible
 
     ctx, ranked = rank_feasible(find_cluster("l40x16"), load_job(WAN14B))
     fastest, second = ranked[0], ranked[1]

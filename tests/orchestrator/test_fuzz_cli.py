@@ -110,7 +110,7 @@ def yaml_text(doc: dict) -> str:
 def run_in_empty_folder(make_args) -> tuple[int, str, list[str]]:
     """``make_args(folder) -> argv`` run by ``main`` in a fresh folder (the cwd); returns the exit
     code, stderr, and what is in the folder afterwards besides the inputs."""
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.cluster import find_cluster
-from orchestrator.config.job import job_from_dict
-from orchestrator.errors import SporchError
-from orchestrator.plan.planner import make_plan
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.planner import make_plan
 
 BASE = {"model": {"preset": "wan2.1-t2v-1.3b"},
         "workload": {"kind": "generate", "prompt": "a fox", "frames": 81, "height": 480, "width": 832}}

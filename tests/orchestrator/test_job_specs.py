@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.job import ModelSpec, job_from_dict, load_job
-from orchestrator.plan.resolve import resolve_model, sequence_shape
-from orchestrator.config.presets import PRESETS
-from orchestrator.errors import SporchError
+from sporch.orchestrator.config.job import ModelSpec, job_from_dict, load_job
+from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+from sporch.orchestrator.config.presets import PRESETS
+from sporch.orchestrator.errors import SporchError
 from orch_testutil import EXAMPLES, write
 
 
@@ -201,8 +201,8 @@ def test_all_examples_load():
 
 def test_shift_compile_and_weights_reach_the_plan(tmp_path):
     """Every plan field the runtime reads is settable from the job file."""
-    from orchestrator.config.cluster import find_cluster
-    from orchestrator.plan.planner import make_plan
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.plan.planner import make_plan
 
     p = tmp_path / "j.yaml"
     p.write_text("model: {preset: tiny}\nworkload: {frames: 5, height: 64, width: 64}\n")

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from orchestrator.config.cluster import find_cluster
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.plan.layouts import LayoutError
-from orchestrator.plan.rules import head_split, kv_mode
-from orchestrator.plan.planner import make_plan
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import LayoutError
+from sporch.orchestrator.contract.parallel import head_split, kv_mode
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.contract.plan import Plan
 from orch_testutil import EXAMPLES
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"
@@ -114,7 +114,7 @@ def test_guidance_distilled_flux_has_no_cfg_branch():
 
 
 def test_guidance_distilled_rank_lists_no_cfg_layouts():
-    from orchestrator.plan.ranking import rank_feasible
+    from sporch.orchestrator.plan.ranking import rank_feasible
 
     _, ranked = rank_feasible(find_cluster("a100x32"), load_job(FLUX, ["workload.guidance_scale=3.5"]))
     assert ranked and all(r.layout.cfg == 1 for r in ranked)
@@ -218,7 +218,7 @@ def test_auto_fill():
 def test_resources_nodes_override():
     p = plan("a100x32", WAN14B, "resources.nodes=2")
     assert p.nodes == 2 and p.layout.ring == 2 and p.world_size == 16
-    from orchestrator.errors import SporchError
+    from sporch.orchestrator.errors import SporchError
 
     with pytest.raises(SporchError, match="resources.nodes 8 exceeds the 4 nodes"):
         plan("a100x32", WAN14B, "resources.nodes=8")

@@ -1,6 +1,6 @@
 """The orchestrator never imports torch, nor the runtime at module level (it runs on login
 nodes and laptops; the brief's rule). A function may import a torch-free runtime module
-lazily (runtime.results, the result files' contract) or the entry point on a compute node."""
+lazily (sporch.orchestrator.contract.results, the result files' contract) or the entry point on a compute node."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from orch_testutil import EXAMPLES, ROOT
 
 PROBE = """
 import sys, io, contextlib
-from orchestrator.cli.main import main
+from sporch.orchestrator.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["submit", "--dry-run", "--cluster", "a100x32", {job!r}])
-bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m == "runtime"
-             or m.startswith("runtime."))
+bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.") or m == "sporch.runtime"
+             or m.startswith("sporch.runtime."))
 print(code, ",".join(bad))
 """
 
@@ -46,6 +46,6 @@ def test_no_torch_anywhere_and_no_runtime_at_module_level_in_source():
         module_level = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         module_level += [n for b in tree.body if isinstance(b, (ast.If, ast.Try)) for n in ast.walk(b)]
         for name in _imports(module_level):
-            assert name.split(".")[0] != "runtime", f"{path}: imports {name} at module level"
+            assert not (name + ".").startswith("sporch.runtime."), f"{path}: imports {name} at module level"
         src = path.read_text()
-        assert 'import_module("runtime' not in src and "import_module('runtime" not in src, path
+        assert 'import_module("sporch.runtime' not in src and "import_module('sporch.runtime" not in src, path

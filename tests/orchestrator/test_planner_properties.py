@@ -8,12 +8,12 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config.cluster import ClusterSpec
-from orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
-from orchestrator.plan.layouts import LayoutError, compact, divisors
-from orchestrator.plan.planner import make_plan
-from orchestrator.plan.rules import DIMS
-from orchestrator.plan.schema import Plan
+from sporch.orchestrator.config.cluster import ClusterSpec
+from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+from sporch.orchestrator.plan.layouts import LayoutError, compact, divisors
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.contract.parallel import DIMS
+from sporch.orchestrator.contract.plan import Plan
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -148,7 +148,7 @@ def test_auto_everywhere_finds_a_layout_when_one_exists(case):
         return
     check_invariants(cluster, job, p)
     # auto picks the fastest predicted layout that fits (issue 14; ties within ranking.TIE)
-    from orchestrator.plan.ranking import TIE, rank_feasible
+    from sporch.orchestrator.plan.ranking import TIE, rank_feasible
 
     _ctx, ranked = rank_feasible(cluster, job)
     pool = [r for r in ranked if r.fits] or ranked

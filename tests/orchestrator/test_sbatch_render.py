@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.cluster import find_cluster, load_cluster_file
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.plan.planner import make_plan
-from orchestrator.render import render_sbatch
+from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.submit.render import render_sbatch
 from orch_testutil import EXAMPLES, GOLDEN, GOLDEN_JOB_DIR, update_golden, write
 
 CASES = {
@@ -52,7 +52,7 @@ def test_script_essentials():
     assert "#SBATCH --qos" not in text and "#SBATCH --constraint" not in text
     srun = text[text.index("srun "):]
     assert srun.startswith("srun --kill-on-bad-exit=1")
-    assert f"python -m runtime.launch --plan {GOLDEN_JOB_DIR}/plan.json" in srun
+    assert f"python -m sporch.runtime.launch --plan {GOLDEN_JOB_DIR}/plan.json" in srun
     # setup lines come before srun, env before srun
     assert text.index("module load") < text.index("srun ") and text.index("MASTER_ADDR") < text.index("srun ")
 
@@ -67,7 +67,7 @@ def test_gpu_directive_styles_and_options(tmp_path):
     c = write(tmp_path, "c.yaml", "nodes: 1\ngpus_per_node: 4\npython: /opt/venv/bin/python\n"
                                   "slurm: {time: '3:00:00', extra: ['#SBATCH --reservation=r1']}\n")
     text = render(load_cluster_file(c), "tiny.yaml", ["resources.time=null"])
-    assert "/opt/venv/bin/python -m runtime.launch" in text
+    assert "/opt/venv/bin/python -m sporch.runtime.launch" in text
     assert "#SBATCH --time=3:00:00" in text and "#SBATCH --reservation=r1" in text
     bad = write(tmp_path, "bad.yaml", "nodes: 1\ngpus_per_node: 4\nslurm: {extra: ['reservation=r1']}\n")
     with pytest.raises(SporchError, match="not an sbatch option"):

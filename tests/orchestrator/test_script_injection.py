@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.cluster import find_cluster, load_cluster_file
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.plan.files import JobFiles
-from orchestrator.plan.planner import make_plan
-from orchestrator.render import render_job, render_template
-from orchestrator.submit.slurm_job import SlurmJob
+from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.submit.render import render_job, render_template
+from sporch.orchestrator.submit.slurm_job import SlurmJob
 from orch_testutil import EXAMPLES, write
 
 #: Hostile texts; MARKER is replaced by the path of the file none of them may create.

@@ -43,9 +43,13 @@ def test_wheel_ships_data_and_cli_works(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for needed in ("orchestrator/_data/clusters/a100x32.yaml", "orchestrator/_data/templates/sbatch.j2",
-                   "orchestrator/_data/examples/tiny.yaml", "orchestrator/plan/schema.py"):
+    for needed in ("sporch/orchestrator/_data/clusters/a100x32.yaml", "sporch/orchestrator/_data/templates/sbatch.j2",
+                   "sporch/orchestrator/_data/examples/tiny.yaml", "sporch/orchestrator/contract/plan.py",
+                   "sporch/runtime/launch.py"):
         assert needed in names
+    # Nothing generic at the top of site-packages: only the sporch namespace and its metadata.
+    tops = {n.split("/", 1)[0] for n in names}
+    assert tops == {"sporch", wheels[0].name.split("-")[0] + "-" + wheels[0].name.split("-")[1] + ".dist-info"}, tops
 
     env_dir = tmp_path / "venv"
     py = _venv_seeing_this_interpreters_packages(env_dir)
@@ -65,10 +69,10 @@ def test_wheel_ships_data_and_cli_works(tmp_path):
         assert name in r.stdout
     builtin = [line for line in r.stdout.splitlines() if line.startswith("builtin: ")]
     assert builtin and builtin[0].split(": ", 1)[1].startswith(str(env_dir))
-    assert builtin[0].rstrip().endswith(os.path.join("orchestrator", "_data", "clusters"))
+    assert builtin[0].rstrip().endswith(os.path.join("sporch", "orchestrator", "_data", "clusters"))
     jd = str(elsewhere / "j")
     shipped = os.path.join(os.path.dirname(builtin[0].split(": ", 1)[1].rstrip()), "examples", "tiny.yaml")
     r = subprocess.run([str(env_dir / "bin" / "sporch"), "render", "-c", "local", shipped, "--job-dir", jd],
                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert f"python -m runtime.launch --plan {jd}/plan.json" in r.stdout
+    assert f"python -m sporch.runtime.launch --plan {jd}/plan.json" in r.stdout

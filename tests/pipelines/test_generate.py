@@ -23,10 +23,10 @@ import torch
 pytest.importorskip("diffusers")
 pytest.importorskip("imageio_ffmpeg")
 
-from orchestrator.config.cluster import find_cluster  # noqa: E402
-from orchestrator.config.job import job_from_dict  # noqa: E402
-from orchestrator.plan.planner import make_plan  # noqa: E402
-from runtime.testing import run_distributed  # noqa: E402
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def _plan(model: dict, workload: dict, parallel: dict, name: str):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The two tiny pipelines, saved in the diffusers layout, and the prompt file."""
-    from runtime.pipelines.tiny import save_tiny_pipeline
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("pipelines")
     wan_model = _plan({"preset": "tiny"}, {**WAN_WORKLOAD, "prompt": "x"}, {}, "probe").model
@@ -101,9 +101,9 @@ def _reference_flux(folder: Path, seed_offset: int = 0) -> np.ndarray:
 
 def _generate_world(cases):
     """Each case on the same 4 gloo ranks: sporch's generate workload from a Plan."""
-    from orchestrator.plan.schema import Plan
-    from runtime.parallel import ParallelContext
-    from runtime.pipelines.generate import run_generate
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
 
     out = {}
     for name, plan_json, folder in cases:
@@ -179,7 +179,7 @@ def test_flux_frames_equal_flux_pipeline(generated, folders):
 
 def test_files_open_with_frames_size_prompt_and_seed(generated):
     """One file per prompt, written by one rank per dp replica; read back with imageio."""
-    from runtime.pipelines.media import read, to_uint8
+    from sporch.runtime.pipelines.media import read, to_uint8
 
     for name, prompts, fmt, shape in (("wan-U2R2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
                                       ("wan-cfg2-U2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
@@ -229,12 +229,12 @@ def test_plan_places_encoder_and_vae(generated):
 def test_example_writes_a_video(tmp_path):
     """`sporch run --local --cluster local examples/tiny-generate.yaml` creates its tiny random
     pipeline, prints step progress, and lists the MP4 in result.json."""
-    from runtime.pipelines.media import read
+    from sporch.runtime.pipelines.media import read
 
     weights = tmp_path / "tiny-wan"
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "run", "--local", "--cluster", "local",
+    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
                            "examples/tiny-generate.yaml", "--run-dir", str(run_dir), f"model.weights={weights}"],
                           cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -252,8 +252,8 @@ def test_example_writes_a_video(tmp_path):
 def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
     """`sporch run --local` of a generate job without the extra: exit 2, one line naming it,
     no run folder (the extra's absence is emulated by one more module that does not exist)."""
-    from orchestrator.cli.main import main
-    from runtime.pipelines import check
+    from sporch.orchestrator.cli.main import main
+    from sporch.runtime.pipelines import check
 
     monkeypatch.setattr(check, "PIPELINE_MODULES", check.PIPELINE_MODULES + ("sporch_no_such_module",))
     rc = main(["run", "--local", "--cluster", "local", str(REPO / "examples/tiny-generate.yaml"),

@@ -114,6 +114,6 @@ LogLevel ERROR
             proc.kill()
             proc.wait(timeout=10)
         log.close()
-        from orchestrator.remote.ssh import close_all
+        from sporch.orchestrator.remote.ssh import close_all
 
         close_all()

@@ -54,7 +54,7 @@ def test_campaign_over_ssh_runs_on_the_login_host_and_results_come_back(slurm_cl
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPORCH_HOME": str(tmp_path / "home")}
 
     def sporch(*args, timeout=400):
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *map(str, args)], cwd=local,
+        return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *map(str, args)], cwd=local,
                               env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=timeout)
 
     try:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import Unreachable
-from orchestrator.jobs.retry import retry_unreachable
-from orchestrator.jobs.status import poll
-from orchestrator.jobs.store import JobRecord
-from orchestrator.remote.ssh import close_all
+from sporch.orchestrator.errors import Unreachable
+from sporch.orchestrator.jobs.retry import retry_unreachable
+from sporch.orchestrator.jobs.status import poll
+from sporch.orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.remote.ssh import close_all
 
 SSHD = "/usr/sbin/sshd"
 SQUEUE = f"#!{sys.executable}\nprint('88|COMPLETED|None|0:09|node1')\n"

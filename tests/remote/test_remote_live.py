@@ -41,7 +41,7 @@ class RemoteSporch:
         self.env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "SPORCH_HOME": str(self.home)}
 
     def __call__(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *map(str, args)], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *map(str, args)], cwd=ROOT,
                               env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def submit(self, *args) -> dict:

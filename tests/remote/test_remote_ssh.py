@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import SporchError
-from orchestrator.remote.ssh import SshHost, login_dict
-from orchestrator.slurm.commands import SlurmCommandError, run_slurm, sbatch, scancel
-from orchestrator.slurm.query import squeue_states, test_only
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.remote.ssh import SshHost, login_dict
+from sporch.orchestrator.slurm.commands import SlurmCommandError, run_slurm, sbatch, scancel
+from sporch.orchestrator.slurm.query import squeue_states, test_only
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "examples" / "tiny.yaml")
@@ -165,7 +165,7 @@ def test_cli_unknown_host_key_is_one_line_and_writes_nothing(sshd, tmp_path):
         f"workdir: {tmp_path}/work, known_hosts: {tmp_path}/kh}}\n"))
     env = {"SPORCH_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for args in (["submit"], ["submit", "--check"]):
-        p = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args, "-c", str(remote), TINY],
+        p = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *args, "-c", str(remote), TINY],
                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and "is not known" in p.stderr and "Traceback" not in p.stderr

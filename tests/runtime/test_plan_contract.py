@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plan.schema import _SECTIONS, Plan
+from sporch.orchestrator.contract.plan import _SECTIONS, Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = sorted([*(ROOT / "runtime").rglob("*.py"), *(ROOT / "orchestrator").rglob("*.py"),
@@ -81,9 +81,9 @@ def test_the_scan_sees_the_runtime_reads():
 
 
 def test_sections_round_trip_and_refuse_unknown_keys():
-    from runtime.model import tiny_model_dict
-    from runtime.testing import plan_for
-    from orchestrator.plan.schema import Layout
+    from sporch.runtime.model import tiny_model_dict
+    from sporch.runtime.testing import plan_for
+    from sporch.orchestrator.contract.plan import Layout
 
     plan = plan_for(Layout(ring=2), tiny_model_dict("joint"), workload={"shift": 3.0})
     assert Plan.from_json(plan.to_json()) == plan

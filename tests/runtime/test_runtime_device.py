@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.distributed import DeviceError, gpu_index
+from sporch.runtime.distributed import DeviceError, gpu_index
 
 
 def test_each_local_rank_gets_its_own_gpu():
@@ -34,7 +34,7 @@ def test_per_task_binding_uses_the_task_s_own_gpus():
 
 
 def test_cpu_ranks_take_the_threads_slurm_gave_them():
-    from runtime.distributed import cpu_threads
+    from sporch.runtime.distributed import cpu_threads
 
     assert cpu_threads({"OMP_NUM_THREADS": "3", "SLURM_CPUS_PER_TASK": "8"}) is None  # torch reads OMP itself
     assert cpu_threads({"SLURM_CPUS_PER_TASK": "4"}) == 4

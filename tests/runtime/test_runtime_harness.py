@@ -1,4 +1,4 @@
-"""runtime.testing.run_distributed: results by rank, failures named, no hangs."""
+"""sporch.runtime.testing.run_distributed: results by rank, failures named, no hangs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runtime.testing import DistributedTimeout, RankError, run_distributed
+from sporch.runtime.testing import DistributedTimeout, RankError, run_distributed
 
 
 def _sum_ranks(scale):

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from runtime.attention import attention_block, available_backends
-from runtime.attention.utils import merge_block
+from sporch.runtime.attention import attention_block, available_backends
+from sporch.runtime.attention.utils import merge_block
 
 
 def _ref(q, k, v, causal=False):
@@ -113,7 +113,7 @@ def test_in_place_merge_matches_float64_reference(dtype, tol):
 
 
 def test_merge_modes():
-    from runtime.attention.utils import _fused_merge_, merge_, resolve_merge
+    from sporch.runtime.attention.utils import _fused_merge_, merge_, resolve_merge
 
     assert resolve_merge("auto", "cpu") is merge_ and resolve_merge("eager", "cuda") is merge_
     assert resolve_merge("auto", "cuda") is _fused_merge_ and resolve_merge("fused", "cpu") is _fused_merge_
@@ -125,7 +125,7 @@ def test_merge_modes():
 def test_fused_merge_equals_eager_merge():
     """torch.compile'd merge (Inductor, C++ on CPU) against the eager one on the same blocks:
     float32 accumulators agree to float32 rounding, bf16 blocks included."""
-    from runtime.attention.utils import _fused_merge_, merge_
+    from sporch.runtime.attention.utils import _fused_merge_, merge_
 
     for dtype in (torch.bfloat16, torch.float32):
         blocks, ro, _ = _blocks(dtype)
@@ -138,13 +138,13 @@ def test_fused_merge_equals_eager_merge():
         (eo, el), (fo, fl) = res
         assert (eo - fo).abs().max() <= 4e-7 * ro.abs().max(), dtype
         assert (el - fl).abs().max() <= 4e-7 * el.abs().max(), dtype
-    from runtime.attention import utils
+    from sporch.runtime.attention import utils
 
     assert utils._fused_broken is None, utils._fused_broken  # it compiled; no silent eager fallback
 
 
 def test_local_attention_is_sdpa_with_gqa():
-    from runtime.attention.kernels import local_attention
+    from sporch.runtime.attention.kernels import local_attention
 
     g = torch.Generator().manual_seed(5)
     q = torch.randn(2, 19, 6, 16, generator=g)

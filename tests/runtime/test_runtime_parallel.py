@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orchestrator.plan.schema import Layout, Plan
-from runtime.testing import plan_for, run_distributed
+from sporch.orchestrator.contract.plan import Layout, Plan
+from sporch.runtime.testing import plan_for, run_distributed
 
 
 def _context_facts(layouts):
     import torch.distributed as dist
 
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.parallel import ParallelContext
 
     out = []
     for lay in layouts:
@@ -64,14 +64,14 @@ def test_context_groups_order_and_sharding_8_ranks():
 
 
 def _from_plan(plan_json):
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.parallel import ParallelContext
 
     ctx = ParallelContext.from_plan(Plan.from_json(plan_json))
     return ctx.ring_rank, ctx.ulysses_rank, ctx.group_ranks("ring"), ctx.heads_per_rank(12)
 
 
 def _plan(layout: Layout) -> Plan:
-    from runtime.model import tiny_model_dict
+    from sporch.runtime.model import tiny_model_dict
 
     return plan_for(layout, tiny_model_dict("cross"))
 
@@ -84,7 +84,7 @@ def test_from_plan():
 
 
 def _broken():
-    from runtime.parallel import ContextBroken, ParallelContext
+    from sporch.runtime.parallel import ContextBroken, ParallelContext
 
     ctx = ParallelContext.from_layout(ulysses=2)
     with pytest.raises(RuntimeError):
@@ -101,20 +101,20 @@ def test_broken_context_refuses_reuse():
 
 
 def _wrong_world():
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.parallel import ParallelContext
 
     ParallelContext.from_layout(ring=3)
 
 
 def test_layout_must_match_world():
-    from runtime.testing import RankError
+    from sporch.runtime.testing import RankError
 
     with pytest.raises(RankError, match="needs 3 ranks"):
         run_distributed(_wrong_world, 2, timeout=60)
 
 
 def test_split_heads_rule():
-    from orchestrator.plan.rules import head_split as split_heads
+    from sporch.orchestrator.contract.parallel import head_split as split_heads
 
     assert split_heads(12, 8) == [2, 2, 2, 2, 1, 1, 1, 1]
     assert split_heads(16, 4) == [4, 4, 4, 4]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.attention.kernels import KERNELS, available_backends, resolve_backend
-from runtime.attention.select import PREFERENCE, SPECS, Facts, choose_kernel, probe, rank_kernels, selected_kernel
+from sporch.runtime.attention.kernels import KERNELS, available_backends, resolve_backend
+from sporch.runtime.attention.select import PREFERENCE, SPECS, Facts, choose_kernel, probe, rank_kernels, selected_kernel
 
 ALL_OPS = frozenset(s.op for s in SPECS.values() if s.op)
 CUDA_OPS = ALL_OPS - {"_scaled_dot_product_flash_attention_for_cpu"}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from runtime.testing import RankError, run_distributed
+from sporch.runtime.testing import RankError, run_distributed
 from usp_reference import reference_attention, sdpa_single
 
 FP32_TOL = 2e-6
@@ -64,8 +64,8 @@ def _cast(ts, dtype):
 def _run_cases(layouts, cases, dtypes):
     """Rank body: for every layout and case, run USP on this rank's shards and compare the gathered
     result to the float64 reference (computed on every rank). Returns rows of plain data."""
-    from runtime.attention import CommStats, usp_attention, usp_min_bytes
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.attention import CommStats, usp_attention, usp_min_bytes
+    from sporch.runtime.parallel import ParallelContext
 
     rows = []
     for lay in layouts:
@@ -159,7 +159,7 @@ def _run_cases_8(layouts, cases):
 
 def test_min_bytes_formula_even_mha():
     """The closed form for MHA with even heads: (U-1)/U of q, k, v and of the output; R-1 KV blocks."""
-    from runtime.attention import usp_min_bytes
+    from sporch.runtime.attention import usp_min_bytes
 
     B, L, H, D, e = 2, 16, 8, 16, 4
     for U, R in [(4, 1), (2, 2), (1, 4), (2, 4), (4, 2)]:
@@ -180,8 +180,8 @@ def test_min_bytes_formula_even_mha():
 def _fail_on_rank(bad_rank):
     import torch.distributed as dist
 
-    from runtime.attention import usp_attention
-    from runtime.parallel import ContextBroken, ParallelContext
+    from sporch.runtime.attention import usp_attention
+    from sporch.runtime.parallel import ContextBroken, ParallelContext
 
     ctx = ParallelContext.from_layout(ring=2, ulysses=2)
     q = torch.randn(1, 8, 4, 16)
@@ -210,8 +210,8 @@ def test_failing_rank_is_named_and_nothing_hangs():
 # -- single process -------------------------------------------------------------------------
 
 def _single(case):
-    from runtime.attention import usp_attention
-    from runtime.parallel import ParallelContext
+    from sporch.runtime.attention import usp_attention
+    from sporch.runtime.parallel import ParallelContext
 
     ctx = ParallelContext.from_layout()
     q, k, v, jq, jk, jv = _inputs(case, 3)
@@ -233,9 +233,9 @@ def test_world_of_one_math_backend():
 # -- Ulysses verbs ----------------------------------------------------------------------------
 
 def _verbs(H):
-    from runtime.attention import CommStats, gather_heads_scatter_seq, gather_seq_scatter_heads
-    from orchestrator.plan.rules import head_split as split_heads
-    from runtime.parallel import ParallelContext, head_offsets
+    from sporch.runtime.attention import CommStats, gather_heads_scatter_seq, gather_seq_scatter_heads
+    from sporch.orchestrator.contract.parallel import head_split as split_heads
+    from sporch.runtime.parallel import ParallelContext, head_offsets
 
     ctx = ParallelContext.from_layout(ring=2, ulysses=2)
     g = torch.Generator().manual_seed(ctx.dp_rank)

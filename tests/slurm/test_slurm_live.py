@@ -1,4 +1,4 @@
-"""orchestrator.slurm against the loopback lab (scripts/slurmlab/start.sh). Seconds each."""
+"""sporch.orchestrator.slurm against the loopback lab (scripts/slurmlab/start.sh). Seconds each."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import SporchError
-from orchestrator.slurm import commands
-from orchestrator.slurm.discover import descriptor_yaml, discover_cluster
-from orchestrator.slurm.query import sacct_available, sacct_states, squeue_states
-from orchestrator.slurm.query import test_only as sbatch_test_only
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm import commands
+from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
+from sporch.orchestrator.slurm.query import sacct_available, sacct_states, squeue_states
+from sporch.orchestrator.slurm.query import test_only as sbatch_test_only
 
 pytestmark = pytest.mark.slurm
 
@@ -126,7 +126,7 @@ def test_discover_lab(slurm_cluster, tmp_path):
     assert d["observed"]["node_names"] == [f"node{i}" for i in range(1, slurm_cluster.nodes + 1)]
     assert "gpu.model" in d["guessed"]  # untyped gres
     assert discover_cluster(slurm_cluster.partition)["nodes"] == slurm_cluster.nodes
-    from orchestrator.config import cluster
+    from sporch.orchestrator.config import cluster
     f = tmp_path / "lab.yaml"
     f.write_text(descriptor_yaml(d))
     spec = cluster.load_cluster_file(f)

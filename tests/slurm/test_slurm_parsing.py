@@ -1,4 +1,4 @@
-"""orchestrator.slurm without a cluster: states, exit codes, error reasons, test-only, discovery."""
+"""sporch.orchestrator.slurm without a cluster: states, exit codes, error reasons, test-only, discovery."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from orchestrator.errors import SporchError
-from orchestrator.slurm import commands, discover
-from orchestrator.slurm.commands import job_id_list, run_slurm, slurm_reason
-from orchestrator.slurm.query import parse_test_only
-from orchestrator.slurm.states import ExitCode, parse_exit_code, parse_state
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm import commands, discover
+from sporch.orchestrator.slurm.commands import job_id_list, run_slurm, slurm_reason
+from sporch.orchestrator.slurm.query import parse_test_only
+from sporch.orchestrator.slurm.states import ExitCode, parse_exit_code, parse_state
 
 
 @pytest.mark.parametrize("text,name,terminal", [
@@ -123,7 +123,7 @@ def test_run_slurm_other_tool_failure(tmp_path):
 def test_could_not_reach_is_told_from_rejected(tmp_path):
     """Issue 9 item 17: a controller that does not answer is "could not reach" (exit 75, which
     wait/status retry), not "Slurm rejected the job"; both name the Slurm that was asked."""
-    from orchestrator.errors import EXIT_UNREACHABLE, Unreachable
+    from sporch.orchestrator.errors import EXIT_UNREACHABLE, Unreachable
 
     fake = tmp_path / "sbatch"
     fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm "
@@ -253,7 +253,7 @@ def test_descriptor_yaml_marks_guesses_and_loads(fake_scontrol, tmp_path):
 
     loaded = yaml.safe_load(text)
     assert loaded == discover.spec_fields(d)
-    from orchestrator.config import cluster
+    from sporch.orchestrator.config import cluster
     f = tmp_path / "big.yaml"
     f.write_text(text)
     spec = cluster.load_cluster_file(f)
@@ -263,7 +263,7 @@ def test_descriptor_yaml_marks_guesses_and_loads(fake_scontrol, tmp_path):
 def test_package_is_light():
     import subprocess
 
-    code = ("import sys, orchestrator.slurm, orchestrator.slurm.query, orchestrator.slurm.discover; "
+    code = ("import sys, sporch.orchestrator.slurm, sporch.orchestrator.slurm.query, sporch.orchestrator.slurm.discover; "
             "bad = [m for m in ('torch', 'numpy', 'yaml', 'omegaconf', 'submitit') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -25,7 +25,7 @@ def sporch_home(tmp_path, monkeypatch):
 @pytest.fixture
 def run_cli(capsys):
     """Run ``sporch`` in-process: (exit code, stdout, stderr); sys.exit inside a command counts."""
-    from orchestrator.cli.main import main
+    from sporch.orchestrator.cli.main import main
 
     def _run(*args):
         try:

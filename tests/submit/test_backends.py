@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.cluster import find_cluster
-from orchestrator.config.job import load_job
-from orchestrator.errors import SporchError
-from orchestrator.jobs import store
-from orchestrator.slurm.commands import SlurmCommandError
-from orchestrator.submit import submitter
-from orchestrator.submit.backend import Submitted, get_backend
-from orchestrator.submit.request import build_request
-from orchestrator.submit.submitit_backend import executor_parameters, setup_lines, time_to_minutes
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.slurm.commands import SlurmCommandError
+from sporch.orchestrator.submit import submitter
+from sporch.orchestrator.submit.backend import Submitted, get_backend
+from sporch.orchestrator.submit.request import build_request
+from sporch.orchestrator.submit.submitit_backend import executor_parameters, setup_lines, time_to_minutes
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -126,7 +126,7 @@ def test_unknown_backend_is_one_line():
 def test_submitit_rejection_becomes_one_line_with_slurms_reason(monkeypatch, tmp_path, capsys):
     import submitit
 
-    from orchestrator.submit import submitit_backend
+    from sporch.orchestrator.submit import submitit_backend
 
     class FakeExecutor:
         def __init__(self, folder, cluster, **kw):
@@ -178,7 +178,7 @@ class _Accepting:
 
 
 def test_rejected_submit_leaves_nothing(monkeypatch, tmp_path, sporch_home, run_cli):
-    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name, *a: _Rejecting())
+    monkeypatch.setattr("sporch.orchestrator.submit.submitter.get_backend", lambda name, *a: _Rejecting())
     out_dir = tmp_path / "runs" / "deeper"
     code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", f"output_dir={out_dir}")
     assert code == 2
@@ -190,7 +190,7 @@ def test_rejected_submit_leaves_nothing(monkeypatch, tmp_path, sporch_home, run_
 
 def test_accepted_submit_writes_record_and_job_dir(monkeypatch, tmp_path, sporch_home, run_cli):
     fake = _Accepting()
-    monkeypatch.setattr("orchestrator.submit.submitter.get_backend", lambda name, *a: fake)
+    monkeypatch.setattr("sporch.orchestrator.submit.submitter.get_backend", lambda name, *a: fake)
     code, out, err = run_cli("submit", "--cluster", "slurmlab", EXAMPLES / "tiny.yaml", "resources.nodes=2",
                              f"output_dir={tmp_path}")
     assert code == 0, err
@@ -216,7 +216,7 @@ def test_record_failure_cancels_the_accepted_job(monkeypatch, tmp_path, sporch_h
     def boom(record, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr("orchestrator.jobs.store.save_new", boom)  # a new submission's record
+    monkeypatch.setattr("sporch.orchestrator.jobs.store.save_new", boom)  # a new submission's record
     prepared = submitter.prepare(find_cluster("slurmlab"), load_job(str(EXAMPLES / "tiny.yaml"),
                                                                     [f"output_dir={tmp_path}"]))
     with pytest.raises(OSError):
@@ -247,8 +247,8 @@ def test_dry_run_and_check_are_exclusive(run_cli):
 
 
 def test_task_module_imports_runtime_only_when_called():
-    code = ("import sys, orchestrator.submit.task, orchestrator.submit.submitit_backend; "
-            "print(any(m == 'torch' or m.startswith(('torch.', 'runtime')) for m in sys.modules))")
+    code = ("import sys, sporch.orchestrator.submit.task, sporch.orchestrator.submit.submitit_backend; "
+            "print(any(m == 'torch' or m.startswith(('torch.', 'sporch.runtime')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -256,14 +256,14 @@ def test_task_module_imports_runtime_only_when_called():
 def test_run_rank_maps_exit_codes(monkeypatch, tmp_path):
     import types
 
-    from orchestrator.submit import task
+    from sporch.orchestrator.submit import task
 
-    import runtime
+    import sporch.runtime
 
     codes = iter([0, 1, 3])
     fake = types.SimpleNamespace(main=lambda argv: next(codes))
-    monkeypatch.setitem(sys.modules, "runtime.launch", fake)  # `from runtime import launch` finds it
-    monkeypatch.setattr(runtime, "launch", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "sporch.runtime.launch", fake)  # `from sporch.runtime import launch` finds it
+    monkeypatch.setattr(sporch.runtime, "launch", fake, raising=False)
     monkeypatch.setenv("SLURM_PROCID", "2")
     assert task.run_rank(str(tmp_path / "plan.json"), str(tmp_path)) == 0
     with pytest.raises(task.RankFailed, match="rank 2"):

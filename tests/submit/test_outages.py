@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import EXIT_UNREACHABLE, Unreachable
-from orchestrator.jobs import store
-from orchestrator.jobs.retry import retry_unreachable
-from orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.errors import EXIT_UNREACHABLE, Unreachable
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.retry import retry_unreachable
+from sporch.orchestrator.jobs.store import JobRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def _setup(tmp_path: Path, fail: int) -> dict:
 
 
 def _sporch(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -8,15 +8,15 @@ import subprocess
 import sys
 import time
 
-from orchestrator.jobs import store
-from orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.store import JobRecord
 
 #: One process: wait for the common start time, then save a record whose wanted id is the same
 #: in every process (as 20 submissions of one job name in the same second have).
 SAVER = """
 import sys, time
-from orchestrator.jobs import store
-from orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.store import JobRecord
 start, slurm_id = float(sys.argv[1]), sys.argv[2]
 while time.time() < start:
     time.sleep(0.001)

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from orchestrator.errors import SporchError
-from orchestrator.jobs import store
-from orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.store import JobRecord
 
 
 def _rec(i: str, name: str, slurm_id: str, when: str, job_dir: str = "/nonexistent") -> JobRecord:

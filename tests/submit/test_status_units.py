@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.jobs import status as js
-from orchestrator.jobs import store
-from orchestrator.jobs.status import SlurmRow
-from orchestrator.jobs.store import JobRecord
+from sporch.orchestrator.jobs import status as js
+from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.status import SlurmRow
+from sporch.orchestrator.jobs.store import JobRecord
 
 
 def _rec(tmp_path: Path, i: str, slurm_id: str, completed: bool = False) -> JobRecord:

@@ -35,7 +35,7 @@ class Sporch:
     def __call__(self, *args, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
         e = dict(self.env)
         e.update(env or {})
-        return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", *map(str, args)], cwd=ROOT, env=e,
+        return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *map(str, args)], cwd=ROOT, env=e,
                               capture_output=True, text=True, timeout=timeout)
 
     def submit(self, *args, env=None) -> dict:
@@ -216,7 +216,7 @@ def test_check_accepts_a_good_request(sporch):
 
 
 def test_clusters_discover_writes_a_loadable_descriptor(sporch, slurm_cluster, tmp_path):
-    from orchestrator.config.cluster import load_cluster_file
+    from sporch.orchestrator.config.cluster import load_cluster_file
 
     out = tmp_path / "lab.yaml"
     p = sporch("clusters", "discover", "--partition", slurm_cluster.partition, "-o", out)

@@ -1,6 +1,6 @@
 """Run a Plan on this machine: one CPU process per rank, emulating the cluster's nodes.
 
-Each rank is ``python -m runtime.launch --plan plan.json`` with the Slurm variables a real
+Each rank is ``python -m sporch.runtime.launch --plan plan.json`` with the Slurm variables a real
 srun would set (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``...),
 so the same Plan, groups and entry point run here as on the cluster. Like
 ``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others.
@@ -9,8 +9,8 @@ The process that runs the ranks is the local job's supervisor: its pid is the jo
 record keeps, and it writes ``<job_dir>/local.json`` (:data:`STATE_FILE`: ``pid``, then the
 final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so that
 ``sporch status/logs/wait/cancel`` work on a local run from any process
-(:mod:`orchestrator.submit.local_backend`). SIGTERM (``sporch cancel``) ends the ranks.
-``python -m orchestrator.local_run PLAN JOB_DIR`` is the detached supervisor the local
+(:mod:`sporch.orchestrator.submit.local_backend`). SIGTERM (``sporch cancel``) ends the ranks.
+``python -m sporch.orchestrator.submit.local_run PLAN JOB_DIR`` is the detached supervisor the local
 backend starts.
 
 Torch-free: only the rank processes import torch.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from orchestrator.host import LOCAL
-from orchestrator.plan.files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.host import LOCAL
+from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
 
 #: After a rank fails, the others get this long to write their error files before being killed.
 KILL_GRACE_S = 10.0
@@ -71,7 +71,7 @@ class LocalRunResult:
         """{rank, error} of the failure as the runner saw it: the first rank that died without
         writing its record (a peer's broken connection comes after it), else a rank that hung
         or ran out of time; None when the rank files tell the story (or nothing failed)."""
-        from orchestrator.jobs.batchlog import root_death
+        from sporch.orchestrator.jobs.batchlog import root_death
 
         recorded = recorded_errors(self.run_dir)
         death = root_death(self.died, recorded)
@@ -88,7 +88,7 @@ class LocalRunResult:
 def recorded_errors(run_dir: str | Path, host=LOCAL) -> dict[int, Optional[str]]:
     """Rank -> the error its rank file records (None when it records none), for every rank that
     wrote one."""
-    from runtime.results import read_rank_files  # stdlib only
+    from sporch.orchestrator.contract.results import read_rank_files  # stdlib only
 
     if host is LOCAL:
         records = read_rank_files(run_dir)
@@ -174,7 +174,7 @@ class LocalRun:
             log = Path(files.path(LOG_LAYOUTS["local"]["rank_out"].format(job_id=job_id, rank=rank)))
             with open(log, "ab") as fh:
                 popen = subprocess.Popen(
-                    [self.python, "-m", "runtime.launch", "--plan", str(self.plan_path)],
+                    [self.python, "-m", "sporch.runtime.launch", "--plan", str(self.plan_path)],
                     env=rank_environment(self.plan_dict, rank, rendezvous, job_id, self.run_dir),
                     stdout=fh,
                     stderr=subprocess.STDOUT,
@@ -309,7 +309,7 @@ def _blame(run_dir: Path, result: Optional[dict], cause: dict) -> dict:
     """result.json names ``cause`` (a rank that died or hung without its record) as the failure,
     ahead of the errors the ranks recorded (a peer's broken connection); written when rank 0
     could not write one."""
-    from runtime.results import result_file, write_json_atomic  # stdlib only
+    from sporch.orchestrator.contract.results import result_file, write_json_atomic  # stdlib only
 
     result = dict(result or {"status": "failed", "errors": []})
     result.update(status="failed", failed_rank=cause["rank"], error=cause["error"],
@@ -319,7 +319,7 @@ def _blame(run_dir: Path, result: Optional[dict], cause: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m orchestrator.local_run PLAN JOB_DIR``: the detached supervisor."""
+    """``python -m sporch.orchestrator.submit.local_run PLAN JOB_DIR``: the detached supervisor."""
     plan_path, job_dir = (sys.argv[1:] if argv is None else argv)[:2]
     res = supervise(Path(plan_path), Path(job_dir))
     return 0 if res is not None and res.ok else 1

@@ -1,6 +1,6 @@
 """Load published checkpoints into sporch models.
 
-``load_checkpoint(model, path)``: finds the files (runtime/weights.py), picks the name table of the
+``load_checkpoint(model, path)``: finds the files (orchestrator/contract/checkpoint_files.py), picks the name table of the
 model's family (wan.py, flux.py) and the format whose names the checkpoint uses (the original
 release, diffusers, or sporch's own names from ``save_safetensors``), checks config.json
 against the model config, checks that every tensor is there with the right shape and nothing
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from runtime.weights import CheckpointError, CheckpointFiles, open_checkpoint
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
 from .table import Table
 
 

@@ -5,9 +5,9 @@ write there, and where each backend puts the logs (standard library only; the ru
     <job_dir>/job.sbatch                the batch script (sbatch backend; a copy for the others)
     <job_dir>/record.json               the job record's copy (``$SPORCH_HOME/jobs/<id>.json`` is the authority)
     <job_dir>/logs/                     logs (per backend: :data:`LOG_LAYOUTS`)
-    <job_dir>/ranks/rank<N>.json        one per rank (runtime/results.py)
+    <job_dir>/ranks/rank<N>.json        one per rank (orchestrator/contract/results.py)
     <job_dir>/result.json               rank 0's summary
-    <job_dir>/checkpoint/progress.json  progress of a resumable workload (runtime/checkpoint.py)
+    <job_dir>/checkpoint/progress.json  progress of a resumable workload (runtime/progress.py)
 """
 
 from __future__ import annotations

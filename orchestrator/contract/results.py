@@ -5,7 +5,7 @@ Stdlib only: the orchestrator reads result files with these helpers too (importe
 Layout of a run's output directory:
     <output_dir>/ranks/rank<N>.json   one per rank: host, timings, status, error
     <output_dir>/result.json          written by rank 0: layout, hosts per rank, timings, errors
-    <output_dir>/checkpoint/          progress of a resumable workload (see runtime.checkpoint)
+    <output_dir>/checkpoint/          progress of a resumable workload (see sporch.runtime.progress)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orchestrator.plan.files import JobFiles
+from sporch.orchestrator.contract.files import JobFiles
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from orchestrator.plan.files import PROGRESS_FILE, JobFiles
-from runtime.results import write_json_atomic
+from sporch.orchestrator.contract.files import PROGRESS_FILE, JobFiles
+from sporch.orchestrator.contract.results import write_json_atomic
 
 
 class RequeueRequested(Exception):

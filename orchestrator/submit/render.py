@@ -1,16 +1,16 @@
-"""Render the Slurm batch script of a :class:`~orchestrator.submit.slurm_job.SlurmJob`
+"""Render the Slurm batch script of a :class:`~sporch.orchestrator.submit.slurm_job.SlurmJob`
 (jinja2, StrictUndefined): ``render_sbatch(plan, job_dir)``. The job's files are named in
-:mod:`orchestrator.plan.files` (docs/jobs.md)."""
+:mod:`sporch.orchestrator.contract.files` (docs/jobs.md)."""
 
 from __future__ import annotations
 
 import shlex
 
-from orchestrator import __version__
-from orchestrator.errors import SporchError
-from orchestrator.paths import templates_dir
-from orchestrator.plan.schema import Plan
-from orchestrator.submit.slurm_job import SlurmJob, check_line
+from sporch.orchestrator import __version__
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.paths import templates_dir
+from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.submit.slurm_job import SlurmJob, check_line
 
 TEMPLATE = "sbatch.j2"
 

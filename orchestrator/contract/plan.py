@@ -22,8 +22,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from orchestrator.plan.rules import DIMS, GROUP_DIMS
-from orchestrator.plan.sections import (
+from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
+from sporch.orchestrator.contract.sections import (
     ClusterSpec,
     HeadsSection,
     JobSection,
@@ -135,7 +135,7 @@ class Plan:
     """Everything a rank needs to run, and everything a person needs to check it.
 
     ``cluster``, ``job``, ``model``, ``workload``, ``sequence`` and ``heads`` are frozen
-    dataclasses (:mod:`orchestrator.plan.sections`); ``estimates`` is the estimator's plain
+    dataclasses (:mod:`sporch.orchestrator.contract.sections`); ``estimates`` is the estimator's plain
     dict (for people; the runtime does not read it). Keys are documented in docs/plan.md.
     """
 

@@ -8,7 +8,7 @@
     <dir>/points/<id>/               the point's job dir (SPORCH_JOB_DIR of its run):
         point.json                   id, params, values, group (written at prepare time)
         plan.json                    the Plan (runtime input)
-        result.json, ranks/, checkpoint/, logs/    written by the run (runtime/results.py)
+        result.json, ranks/, checkpoint/, logs/    written by the run (orchestrator/contract/results.py)
     <dir>/arrays/<group>.<n>.list    point dirs of submission n of a group, one per line;
                                      line i+1 is the point of SLURM_ARRAY_TASK_ID i
     <dir>/arrays/<group>.<n>.sbatch  the job-array script for that list (arrays.render_array)
@@ -88,7 +88,7 @@ class CampaignDir:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    from runtime.results import write_json_atomic  # stdlib-only module (the result-file contract)
+    from sporch.orchestrator.contract.results import write_json_atomic  # stdlib-only module (the result-file contract)
 
     write_json_atomic(path, data)
 
@@ -100,7 +100,7 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
     ``point.json`` + ``plan.json``. A point that already has a ``result.json`` keeps its
     files untouched, so re-preparing after adding points to the matrix keeps old results.
     """
-    from orchestrator.campaign.groups import group_points
+    from sporch.orchestrator.campaign.groups import group_points
 
     cdir = CampaignDir(Path(root))
     cdir.root.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
                 continue
             _write_json(cdir.point_dir(p.id) / POINT_FILE, record)
             cdir.plan_file(p.id).write_text(p.plan.to_json(), encoding="utf-8")
-    from orchestrator import __version__
+    from sporch.orchestrator import __version__
 
     _write_json(cdir.manifest, {
         "name": spec.name,

@@ -1,7 +1,7 @@
 """What a benchmark point records beside its raw step times, and the run's provenance.
 
 Torch-free: plain numbers in, plain dicts out (the caller measures). Keys are documented
-in docs/contracts.md (result files) and read by orchestrator.campaign.metrics.
+in docs/contracts.md (result files) and read by sporch.orchestrator.campaign.metrics.
 
 - :func:`step_summary`: median, p90, min over the timed steps (warm-up excluded by the
   caller), tokens/s, achieved TFLOP/s per GPU and fraction of the GPU's peak (FLOPs from the
@@ -14,6 +14,7 @@ in docs/contracts.md (result files) and read by orchestrator.campaign.metrics.
 from __future__ import annotations
 
 import math
+import importlib.metadata
 import os
 import statistics
 import subprocess
@@ -85,14 +86,12 @@ def git_revision(path: Optional[Path] = None) -> Optional[str]:
 def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional[dict[str, str]] = None
                ) -> dict[str, Any]:
     """Where and with what a result was produced."""
-    from orchestrator import __version__
+    from sporch.orchestrator import __version__
 
     env = dict(os.environ if env is None else env)
-    try:
-        import torch
-
-        torch_version: Optional[str] = torch.__version__
-    except ImportError:  # pragma: no cover - the runtime always has torch
+    try:  # the installed distribution's version: no torch import in the contract
+        torch_version: Optional[str] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - the runtime always has torch
         torch_version = None
     return {
         "sporch_version": __version__,

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..config import ModelConfig
-from runtime.weights import CheckpointError
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 
 Transform = Callable[[Sequence[torch.Tensor], ModelConfig, str], torch.Tensor]
 

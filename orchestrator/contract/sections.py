@@ -3,7 +3,7 @@
 Standard library only. Every key the runtime reads is a field here (tests/runtime/
 test_plan_contract.py checks it); ``from_dict`` refuses unknown keys, so a plan and the code
 reading it cannot drift apart silently. The cluster section is the cluster descriptor itself
-(``clusters/*.yaml`` is loaded into these classes by :mod:`orchestrator.config.cluster`).
+(``clusters/*.yaml`` is loaded into these classes by :mod:`sporch.orchestrator.config.cluster`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class ModelSection(Section):
     """The resolved model shape (preset + explicit fields), keys as in docs/contracts.md."""
 
     preset: Optional[str]
-    attention: str  # rules.ATTENTION_KINDS
+    attention: str  # vocab.ATTENTION_KINDS
     depth: int
     single_depth: int
     hidden: int
@@ -76,7 +76,7 @@ class ModelSection(Section):
     text_len: int
     text_dim: int
     qk_norm: bool
-    weights: Optional[str] = None  # a local checkpoint folder/file (runtime.weights); None = seeded random weights
+    weights: Optional[str] = None  # a local checkpoint folder/file (sporch.orchestrator.contract.checkpoint_files); None = seeded random weights
     # guidance-distilled (Flux.1): one transformer pass per step, no classifier-free-guidance
     # branch, so layout.cfg is 1; guidance_embed: guidance_scale is an embedded input.
     # None = not stated (the runtime keeps its published knobs for the preset)
@@ -86,7 +86,7 @@ class ModelSection(Section):
 
 @dataclass(frozen=True)
 class WorkloadSection(Section):
-    kind: str  # rules.WORKLOAD_KINDS
+    kind: str  # vocab.WORKLOAD_KINDS
     batch: int
     frames: Optional[int]
     height: Optional[int]
@@ -95,20 +95,20 @@ class WorkloadSection(Section):
     steps: int
     guidance_scale: float
     cfg_enabled: bool
-    dtype: str  # rules.DTYPES
+    dtype: str  # vocab.DTYPES
     warmup: int
     repeat: int
     seed: int
     # flow-matching timestep shift: the sampler's (None = 1, no shift); for generate Wan's
     # flow_shift or Flux's fixed shift (None = the pipeline's own)
     shift: Optional[float] = None
-    compile: Optional[bool] = None  # compile each block (runtime.compile); None = on for CUDA, off on CPU
+    compile: Optional[bool] = None  # compile each block (sporch.runtime.compile); None = on for CUDA, off on CPU
     # generate (docs/generate.md); prompt_file is absolute in the plan
     prompt: Optional[str] = None
     prompt_file: Optional[str] = None
     negative_prompt: Optional[str] = None
-    scheduler: Optional[str] = None  # rules.SCHEDULERS; None = the pipeline folder's
-    output_format: Optional[str] = None  # rules.OUTPUT_FORMATS; None = mp4 for video models, png for images
+    scheduler: Optional[str] = None  # vocab.SCHEDULERS; None = the pipeline folder's
+    output_format: Optional[str] = None  # vocab.OUTPUT_FORMATS; None = mp4 for video models, png for images
     fps: int = 16
     tiny_weights: bool = False
 
@@ -127,8 +127,8 @@ class SequenceSection(Section):
 class HeadsSection(Section):
     num_heads: int
     num_kv_heads: int
-    q_heads_per_rank: List[int]  # rules.head_split(num_heads, ulysses)
-    kv_mode: Optional[str]  # rules.kv_mode
+    q_heads_per_rank: List[int]  # parallel.head_split(num_heads, ulysses)
+    kv_mode: Optional[str]  # parallel.kv_mode
     even: bool
 
 
@@ -198,7 +198,7 @@ class LoginSpec(Section):
     workdir: str = "~/sporch"
     setup: List[str] = field(default_factory=list)  # run on the login node before sbatch
     known_hosts: Optional[str] = None  # extra known_hosts file (~/.ssh/known_hosts is always read)
-    host_key_policy: str = "reject"  # rules.HOST_KEY_POLICIES
+    host_key_policy: str = "reject"  # vocab.HOST_KEY_POLICIES
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,15 @@
+"""Exit codes of ranks and of the ``sporch`` commands (stdlib only).
+"""
+
+from __future__ import annotations
+
+#: A rank (and ``sporch run``/``wait``) that finished its work.
+EXIT_OK = 0
+#: The work failed.
+EXIT_FAILED = 1
+#: Bad input (a SporchError).
+EXIT_BAD_INPUT = 2
+#: A rank that stopped on USR2 after saving progress, the job being requeued; ``sporch wait``
+#: uses the same code for a job stopped from outside (CANCELLED, TIMEOUT, PREEMPTED).
+EXIT_REQUEUED = 3
+EXIT_STOPPED = 3
