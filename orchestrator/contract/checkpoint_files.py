@@ -19,6 +19,7 @@ file or tensor. Only headers are read here; tensors are memory-mapped later (saf
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,8 +53,52 @@ class CheckpointFiles:
         return str(self.files[0]) if len(self.files) == 1 else f"{self.root} ({len(self.files)} shards)"
 
 
+#: Bytes per element of every dtype a safetensors header may name (the format's own list).
+DTYPE_SIZES: dict[str, int] = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4,
+    "I64": 8, "U64": 8, "F64": 8,
+}
+
+
+def _load_json(raw: bytes | str, broken: str) -> Any:
+    """JSON of a checkpoint file; ``broken`` plus the reason as one CheckpointError line for bad
+    text, bad UTF-8 and nesting deep enough to exhaust the parser (a bracket bomb is a
+    RecursionError in json)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise CheckpointError(f"{broken} (it nests too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{broken} (not valid JSON: {exc})") from None
+
+
+def _entry(path: Path, name: str, meta: Any) -> tuple[int, int, TensorInfo]:
+    """(start, stop, info) of one header entry, checked as the safetensors loader checks it:
+    a known dtype, non-negative shape and offsets, and exactly shape x itemsize bytes."""
+    where = f"{path}: tensor {name!r}"
+    try:
+        dtype = str(meta["dtype"])
+        shape = tuple(int(s) for s in meta["shape"])
+        start, stop = (int(o) for o in meta["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{path} has a corrupt safetensors header entry for tensor {name!r}") from None
+    if dtype not in DTYPE_SIZES:
+        raise CheckpointError(f"{where} has unknown dtype {dtype!r} (known: {', '.join(DTYPE_SIZES)})")
+    if any(s < 0 for s in shape) or start < 0 or stop < start:
+        raise CheckpointError(f"{where} has negative sizes or offsets (shape {list(shape)}, "
+                              f"data_offsets [{start}, {stop}])")
+    need = math.prod(shape) * DTYPE_SIZES[dtype]
+    if stop - start != need:
+        raise CheckpointError(f"{where} spans {stop - start} bytes, but {dtype} x {list(shape)} needs {need}")
+    return start, stop, TensorInfo(path, dtype, shape)
+
+
 def read_header(path: Path) -> dict[str, TensorInfo]:
-    """Tensor names, dtypes and shapes from a safetensors header; checks the file length."""
+    """Tensor names, dtypes and shapes from a safetensors header, checked the way the loader
+    checks them (known dtypes, byte spans that match the shapes, no overlap, no gap, the file
+    exactly as long as the header says), so a bad file is refused before any rank starts."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -67,34 +112,39 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             raw = f.read(n)
     except OSError as exc:
         raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("not an object")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} has a corrupt safetensors header ({exc})") from None
+    header = _load_json(raw, f"{path} has a corrupt safetensors header")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path} has a corrupt safetensors header (not an object)")
+    spans: list[tuple[int, int, str]] = []
     out: dict[str, TensorInfo] = {}
-    end = 0
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        try:
-            start, stop = (int(o) for o in meta["data_offsets"])
-            out[name] = TensorInfo(path, str(meta["dtype"]), tuple(int(s) for s in meta["shape"]))
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path} has a corrupt safetensors header entry for tensor {name!r}") from None
-        end = max(end, stop)
+        start, stop, out[name] = _entry(path, name, meta)
+        spans.append((start, stop, name))
+    end = 0
+    for start, stop, name in sorted(spans):
+        if start < end:
+            raise CheckpointError(f"{path}: tensor {name!r} overlaps the tensor before it (bytes {start}-{stop})")
+        if start > end:
+            raise CheckpointError(f"{path}: a gap of {start - end} bytes lies before tensor {name!r}")
+        end = stop
     if 8 + n + end > size:
         raise CheckpointError(f"{path} is truncated: its header needs {8 + n + end} bytes, the file has {size}")
+    if 8 + n + end < size:
+        raise CheckpointError(f"{path} has {size - 8 - n - end} bytes after its last tensor (not a safetensors "
+                              "file, or a broken write)")
     return out
 
 
 def _read_index(index: Path) -> dict[str, Path]:
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
+        data = _load_json(index.read_bytes(), f"broken index {index}")
         weight_map = data["weight_map"]
         if not isinstance(weight_map, dict) or not weight_map:
             raise KeyError("weight_map")
+    except CheckpointError:
+        raise
     except OSError as exc:
         raise CheckpointError(f"cannot read index {index}: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -152,7 +202,9 @@ def open_checkpoint(path: str | Path) -> CheckpointFiles:
     cfg_path = root / "config.json"
     if cfg_path.is_file():
         try:
-            config = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise CheckpointError(f"{cfg_path} is not valid JSON ({exc})") from None
+            config = _load_json(cfg_path.read_bytes(), f"{cfg_path} is broken")
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {cfg_path}: {exc.strerror or exc}") from None
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{cfg_path} is not a JSON object")
     return CheckpointFiles(root=root, files=files, tensors=tensors, config=config)
