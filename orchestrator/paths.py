@@ -1,4 +1,4 @@
-"""Where the shipped data (clusters/, templates/, examples/) lives.
+"""Where the shipped data (clusters/, templates/) lives.
 
 Installed from a wheel they sit in ``orchestrator/_data/``; in a source checkout (or an
 editable install) they are the top-level folders of the repository.
@@ -12,7 +12,7 @@ _PKG = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """Path of a shipped data folder: "clusters", "templates" or "examples"."""
+    """Path of a shipped data folder: "clusters" or "templates"."""
     for candidate in (_PKG / "_data" / name, _PKG.parent / name):
         if candidate.is_dir():
             return candidate
@@ -25,7 +25,3 @@ def clusters_dir() -> Path:
 
 def templates_dir() -> Path:
     return data_dir("templates")
-
-
-def examples_dir() -> Path:
-    return data_dir("examples")

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.host import LOCAL
+from sporch.orchestrator.submit.render import render_template
+from sporch.orchestrator.submit.slurm_job import SlurmJob
 
 TEMPLATE = "campaign_array.sbatch.j2"
 #: Batch logs of the array tasks, relative to the campaign directory.
@@ -27,9 +30,6 @@ def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, 
     campaign directory (batch logs go to ``<root>/arrays/logs``); ``after``: job ids the array
     waits for (``run.serial``).
     """
-    from sporch.orchestrator.submit.render import render_template
-    from sporch.orchestrator.submit.slurm_job import SlurmJob
-
     if count < 1:
         raise SporchError(f"group {group} has no point to submit")
     if throttle is not None and throttle < 1:
@@ -50,8 +50,6 @@ def write_array(cdir, group, point_ids: Sequence[str], submission: int, *, campa
     machine, ``cdir.root``); a login host's copy (campaign run over ssh) is written through
     its Host.
     """
-    from sporch.orchestrator.host import LOCAL
-
     host = host or LOCAL
     by_id = {p.id: p for p in group.points}
     missing = [pid for pid in point_ids if pid not in by_id]

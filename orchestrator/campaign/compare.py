@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.metrics import METRICS, is_worse
 from sporch.orchestrator.errors import SporchError
 
@@ -37,8 +38,6 @@ def parse_threshold(text: str) -> float:
 
 def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple[list[Change], int]:
     """(regressions, number of points compared). Only points completed in both count."""
-    from sporch.orchestrator.campaign.collect import collect
-
     old = {r.id: r for r in collect(old_dir, references=[]) if r.ok}
     new = {r.id: r for r in collect(new_dir, references=[]) if r.ok}
     common = sorted(set(old) & set(new))

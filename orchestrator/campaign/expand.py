@@ -14,7 +14,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import ParallelSpec, validate_job
+from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import compact, feasible_layouts
+from sporch.orchestrator.plan.planner import job_context, make_plan
 
 #: Length of a point id (hex digits of sha256).
 ID_LEN = 12
@@ -50,8 +55,6 @@ class Point:
 
 def point_values(params: dict[str, Any], plan) -> dict[str, Any]:
     """The point's identifying values: from its parameters and its Plan."""
-    from sporch.orchestrator.plan.layouts import compact
-
     w = plan.workload
     if w.seq_len is not None:
         shape = {"seq_len": w.seq_len}
@@ -110,20 +113,13 @@ def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Option
 
 def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
     """(param value, requested parallel dims) for every layout of this point's axes."""
-    from sporch.orchestrator.plan.layouts import feasible_layouts
-    from sporch.orchestrator.plan.planner import layout_context
-    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
-    from sporch.orchestrator.contract.parallel import DIMS
-
     mode = campaign.layouts
     if mode is None:
         yield "base", {d: getattr(job.parallel, d) for d in DIMS}
     elif mode == "auto":
         yield "auto", {d: "auto" for d in DIMS}
     elif mode == "all":
-        model = resolve_model(job.model)
-        seq_len, _ = sequence_shape(model, job.workload)
-        for lay in feasible_layouts(layout_context(cluster, job, model, seq_len)):
+        for lay in feasible_layouts(job_context(cluster, job)):
             yield lay.sizes(), lay.sizes()
     else:
         for lay in mode:
@@ -136,10 +132,6 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     ``clusters``: name -> ClusterSpec to use instead of looking names up (tests, benches).
     An unknown cluster name is bad input for the whole campaign (SporchError).
     """
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.config.job import ParallelSpec, validate_job
-    from sporch.orchestrator.plan.planner import make_plan
-
     spec, base = campaign.spec, campaign.base
     m = spec.matrix
     out = Expansion(campaign=campaign)

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from sporch.orchestrator import __version__
+from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.contract.results import write_json_atomic
+
 CAMPAIGN_FILE = "campaign.yaml"
 BASE_FILE = "base.yaml"
 MANIFEST_FILE = "manifest.json"
@@ -87,12 +91,6 @@ class CampaignDir:
         return self.result_file(pid).is_file()
 
 
-def _write_json(path: Path, data: Any) -> None:
-    from sporch.orchestrator.contract.results import write_json_atomic  # stdlib-only module (the result-file contract)
-
-    write_json_atomic(path, data)
-
-
 def prepare(expansion, root: str | Path) -> CampaignDir:
     """Create or update the campaign directory for ``expansion`` (expand.Expansion).
 
@@ -100,8 +98,6 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
     ``point.json`` + ``plan.json``. A point that already has a ``result.json`` keeps its
     files untouched, so re-preparing after adding points to the matrix keeps old results.
     """
-    from sporch.orchestrator.campaign.groups import group_points
-
     cdir = CampaignDir(Path(root))
     cdir.root.mkdir(parents=True, exist_ok=True)
     spec = expansion.campaign.spec
@@ -117,11 +113,9 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
             points[p.id] = record
             if cdir.has_result(p.id):
                 continue
-            _write_json(cdir.point_dir(p.id) / POINT_FILE, record)
+            write_json_atomic(cdir.point_dir(p.id) / POINT_FILE, record)
             cdir.plan_file(p.id).write_text(p.plan.to_json(), encoding="utf-8")
-    from sporch.orchestrator import __version__
-
-    _write_json(cdir.manifest, {
+    write_json_atomic(cdir.manifest, {
         "name": spec.name,
         "sporch_version": __version__,
         "source": spec.source,

@@ -14,6 +14,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
+from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.errors import SporchError
 
 #: Point parameters a reference's ``where`` may name (see expand.Point.match_values).
@@ -63,8 +64,6 @@ class Reference:
 
 
 def parse_references(specs: Iterable[Any], source: str) -> list[Reference]:
-    from sporch.orchestrator.campaign.metrics import BY_NAME
-
     out: list[Reference] = []
     for i, ref in enumerate(specs):
         key = f"references[{i}]"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
+from sporch.orchestrator.paths import templates_dir
 
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
 CSV_FILE = "table.csv"
@@ -158,8 +159,6 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
 def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) -> Path:
     """One self-contained page: the table (same cells as the CSV) and the plots as data URIs."""
     import jinja2
-
-    from sporch.orchestrator.paths import templates_dir
 
     cols = columns()
     table = []

@@ -3,7 +3,7 @@
 One run of the command:
 
 1. takes the directory's lock (:mod:`.lock`; a second runner is refused);
-2. expands the file and prepares the directory (:func:`.layout.prepare`; finished points keep
+2. expands the file and prepares the directory (:func:`.folder.prepare`; finished points keep
    their files);
 3. polls once (:func:`.track.refresh`) and picks the points to submit: never submitted, or
    failed / lost with submissions left (``1 + run.retries`` in all); finished points and points
@@ -28,8 +28,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
+from sporch.orchestrator.campaign.arrays import write_array
+from sporch.orchestrator.campaign.expand import expand
+from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE, CampaignDir, prepare
+from sporch.orchestrator.campaign.groups import Group, group_points
+from sporch.orchestrator.campaign.lock import CampaignLock
+from sporch.orchestrator.campaign.spec import Campaign, load_campaign
 from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
+from sporch.orchestrator.contract.durations import time_to_minutes
+from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import Host, host_for
+from sporch.orchestrator.remote.ssh import login_dict
+from sporch.orchestrator.slurm.commands import sbatch
+from sporch.orchestrator.submit.local_run import supervise
 
 #: Seconds between polls while waiting.
 DEFAULT_INTERVAL = 5.0
@@ -47,11 +58,11 @@ class Submission:
 class Session:
     """A campaign directory held by this runner (lock taken, prepared)."""
 
-    campaign: object  # spec.Campaign
-    groups: list  # groups.Group
-    cdir: object  # layout.CampaignDir
+    campaign: Campaign
+    groups: List[Group]
+    cdir: CampaignDir
     state: CampaignState
-    lock: object
+    lock: CampaignLock
     submitted: List[Submission] = field(default_factory=list)
 
     @property
@@ -76,9 +87,6 @@ class Session:
                 out.append(pid)
         return out
 
-    def exhausted(self, snap: Snapshot) -> List[str]:
-        return [pid for pid in snap.ids("failed") if self.state.submissions(pid) >= self.max_submissions]
-
     def release(self) -> None:
         self.lock.release()
 
@@ -86,13 +94,6 @@ class Session:
 def open_session(campaign_file: str, command: Sequence[str] = ()) -> Session:
     """Load and expand the file, lock its directory, prepare it (in that order: nothing is
     written into a directory another runner holds)."""
-    from sporch.orchestrator.campaign.expand import expand
-    from sporch.orchestrator.campaign.groups import group_points
-    from sporch.orchestrator.campaign.folder import CampaignDir, prepare
-    from sporch.orchestrator.campaign.lock import CampaignLock
-    from sporch.orchestrator.campaign.spec import load_campaign
-    from sporch.orchestrator.errors import SporchError
-
     campaign = load_campaign(campaign_file)
     expansion = expand(campaign)
     if not expansion.points:
@@ -124,10 +125,6 @@ def remote_root(campaign, login, host: Host) -> str:
 
 def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
     """ONE sbatch per group that has points in ``ids``; the state is saved after each."""
-    from sporch.orchestrator.campaign.arrays import write_array
-    from sporch.orchestrator.remote.ssh import login_dict
-    from sporch.orchestrator.slurm.commands import sbatch
-
     wanted = set(ids)
     out: List[Submission] = []
     c, cdir, state = session.campaign, session.cdir, session.state
@@ -175,8 +172,6 @@ def arrays_out(state: CampaignState, cluster: str) -> List[str]:
 
 def mirror_points(cdir, pids: Sequence[str], host: Host, root: str) -> None:
     """Copy the points' point.json and plan.json to the login host's campaign directory."""
-    from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE
-
     for pid in pids:
         folder = posixpath.join(root, "points", pid)
         host.makedirs(folder)
@@ -206,9 +201,6 @@ def run_local_points(session: Session, ids: Sequence[str], *,
     processes, emulated nodes), each limited to its time limit as Slurm would.
     ``on_point(pid, None)`` before a point, ``on_point(pid, outcome)`` after it. Returns False
     when SIGTERM cancelled a point (the points after it are left for the next run)."""
-    from sporch.orchestrator.submit.local_run import supervise
-    from sporch.orchestrator.contract.durations import time_to_minutes
-
     cdir, state = session.cdir, session.state
     wanted = set(ids)
     for group in session.groups:

@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from sporch.orchestrator.campaign.references import parse_references
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.config.presets import PRESETS
+from sporch.orchestrator.contract.parallel import DIMS
+from sporch.orchestrator.contract.vocab import DTYPES
 from sporch.orchestrator.errors import SporchError
 
 #: Keys a shape entry may have (a video/image shape, or a sequence length).
@@ -90,8 +96,6 @@ class Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read, type-check and validate ``path``. Errors are one-line :class:`SporchError`."""
-    from sporch.orchestrator.config.loading import read_yaml, to_typed
-
     p = Path(path)
     cfg = read_yaml(p)
     if "name" not in cfg:
@@ -106,8 +110,6 @@ def campaign_from_dict(data: dict[str, Any], source: str = "<dict>") -> Campaign
     against the working directory."""
     from omegaconf import OmegaConf
 
-    from sporch.orchestrator.config.loading import to_typed
-
     cfg = OmegaConf.create(dict(data))
     if "name" not in cfg:
         cfg["name"] = "campaign"
@@ -119,8 +121,6 @@ def _bad(source: str, key: str, msg: str) -> SporchError:
 
 
 def validate(spec: CampaignSpec, source: str) -> Campaign:
-    from sporch.orchestrator.campaign.references import parse_references
-
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.name or ""):
         raise _bad(source, "name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
     m = spec.matrix
@@ -132,8 +132,6 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         raise _bad(source, "run.throttle", f"must be >= 1, got {spec.run.throttle}")
     if spec.run.retries < 0:
         raise _bad(source, "run.retries", f"must be >= 0, got {spec.run.retries}")
-    from sporch.orchestrator.config.job import DTYPES
-
     for d in m.dtypes:
         if d not in DTYPES:
             raise _bad(source, "matrix.dtypes", f"entry {d!r} is not one of {', '.join(DTYPES)}")
@@ -147,8 +145,6 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
             if v is not None and v < 1:
                 raise _bad(source, f"matrix.shapes[{i}].{k}", f"must be >= 1, got {v}")
     if m.presets:
-        from sporch.orchestrator.config.presets import PRESETS
-
         for name in m.presets:
             if name.strip().lower() not in PRESETS:
                 raise _bad(source, "matrix.presets", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
@@ -161,9 +157,6 @@ def _load_base(spec: CampaignSpec, source: str):
     """The base job, typed and validated. Without a shape of its own it takes the matrix's
     first shape (every point sets its shape anyway)."""
     from omegaconf import DictConfig, OmegaConf
-
-    from sporch.orchestrator.config.job import job_from_dict
-    from sporch.orchestrator.config.loading import read_yaml
 
     base, path = spec.base, None
     if base is None:
@@ -214,8 +207,6 @@ def _parse_nodes(value: Any, source: str) -> Any:
 
 
 def _parse_layouts(value: Any, source: str) -> Any:
-    from sporch.orchestrator.contract.parallel import DIMS
-
     if value is None or value in LAYOUT_MODES:
         return value
     if isinstance(value, str):

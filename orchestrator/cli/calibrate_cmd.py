@@ -8,7 +8,11 @@ from typing import Optional
 
 import click
 
+from sporch.orchestrator.campaign.calibration_points import campaign_observations
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.calibration import fit, write_calibration
+from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
 
 CALIBRATION_FILE = "calibration.yaml"
 
@@ -25,18 +29,13 @@ CALIBRATION_FILE = "calibration.yaml"
 def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[str], exclude: tuple,
               fit_names: Optional[str]) -> None:
     """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md)."""
-
-    from sporch.orchestrator.errors import SporchError
-    from sporch.orchestrator.plan.calibration import campaign_observations, fit, write_calibration
-    from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
-
     names = FITTED
     if fit_names:
         names = tuple(n.strip() for n in fit_names.split(",") if n.strip())
         bad = [n for n in names if n not in FITTED]
         if bad:
             raise SporchError(f"--fit: unknown constant(s) {', '.join(bad)}; choose from {', '.join(FITTED)}")
-    obs, plans, cluster = campaign_observations(directory, cluster_name, exclude)
+    obs, cluster = campaign_observations(directory, cluster_name, exclude)
     base = default_constants(cluster.gpu.model)
     result = fit(obs, base, names)
     before, _ = cluster_constants(cluster)

@@ -8,7 +8,18 @@ from typing import Optional
 
 import click
 
+from sporch.orchestrator.campaign.collect import collect, columns, short_value
+from sporch.orchestrator.campaign.compare import compare, parse_threshold
+from sporch.orchestrator.campaign.expand import expand
+from sporch.orchestrator.campaign.folder import CampaignDir
+from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.report import build_report
+from sporch.orchestrator.campaign.spec import load_campaign
+from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.contract.benchstats import ideal_ms_per_step
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import compact
 
 #: Exit code when a reference fails (report) or a metric regressed (compare).
 EXIT_FAILED = 1
@@ -30,11 +41,6 @@ def _layout_text(params_layout) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the points, groups and skipped points as JSON.")
 def plan_cmd(campaign_file: str, as_json: bool) -> None:
     """The points of CAMPAIGN.yaml grouped by resource shape, and the skipped ones with the reason."""
-    from sporch.orchestrator.campaign.expand import expand
-    from sporch.orchestrator.campaign.groups import group_points
-    from sporch.orchestrator.campaign.spec import load_campaign
-    from sporch.orchestrator.plan.layouts import compact
-
     c = load_campaign(campaign_file)
     exp = expand(c)
     groups = group_points(exp.points)
@@ -86,8 +92,6 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
 
 
 def _ideal_ms(plan) -> Optional[float]:
-    from sporch.orchestrator.contract.benchstats import ideal_ms_per_step  # torch-free module
-
     return ideal_ms_per_step(plan.estimates)
 
 
@@ -100,11 +104,6 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     reference fails."""
     from rich.markup import escape
     from rich.text import Text
-
-    from sporch.orchestrator.campaign.collect import collect, columns, short_value
-    from sporch.orchestrator.campaign.folder import CampaignDir
-    from sporch.orchestrator.campaign.report import build_report
-    from sporch.orchestrator.errors import SporchError
 
     rows = collect(directory)
     if not rows:
@@ -132,7 +131,7 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     failed = [(r, m) for r in rows for m, v in r.verdicts.items() if v == "fail"]
     for r, m in failed:
         measured = r.metrics.get(m)
-        con.print(f"[red]reference failed[/] " + escape(
+        con.print("[red]reference failed[/] " + escape(
                   f"{r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
                   f"{short_value(measured) if measured is not None else 'missing'}, "
                   f"expected {r.bounds[m].text()}"))
@@ -152,9 +151,6 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
               help="Relative change that counts as a regression (5% or 0.05).")
 def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     """Points whose metrics got worse from campaign A to campaign B; exit 1 on any."""
-    from sporch.orchestrator.campaign.collect import short_value
-    from sporch.orchestrator.campaign.compare import compare, parse_threshold
-
     limit = parse_threshold(threshold)
     changes, compared = compare(old_dir, new_dir, limit)
     con = console()
@@ -173,11 +169,5 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     click.get_current_context().exit(EXIT_FAILED)
 
 
-def _add_runner_commands() -> None:
-    from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
-
-    campaign.add_command(run_cmd)
-    campaign.add_command(status_cmd)
-
-
-_add_runner_commands()
+campaign.add_command(run_cmd)
+campaign.add_command(status_cmd)

@@ -8,9 +8,14 @@ from typing import Dict, Optional
 
 import click
 
+from sporch.orchestrator.campaign import runner
+from sporch.orchestrator.campaign.folder import CampaignDir, read_json
+from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
+from sporch.orchestrator.campaign.track import CampaignState, refresh
 from sporch.orchestrator.cli.common import Seconds, console, invocation
-from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.submit.submitter import command_line
 
 
 class ProgressView:
@@ -52,9 +57,6 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> N
     """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a
     cluster with a login section), or --local; re-running resumes (finished points are kept,
     failed ones resubmitted up to run.retries)."""
-    from sporch.orchestrator.campaign import runner
-    from sporch.orchestrator.submit.submitter import command_line
-
     if local and detach:
         raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
                           "use one of them")
@@ -84,8 +86,6 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> N
 
 
 def _run_local(session, todo, con, total):
-    from sporch.orchestrator.campaign import runner
-
     snap = session.poll()
     with ProgressView(con, total, "points") as view:
         def on_point(pid: str, outcome: Optional[str]) -> None:
@@ -122,8 +122,6 @@ def _failures(state, ids) -> Dict[str, str]:
 
 
 def _values(cdir) -> Dict[str, dict]:
-    from sporch.orchestrator.campaign.folder import read_json
-
     try:
         return {pid: rec.get("values") or {} for pid, rec in read_json(cdir.manifest)["points"].items()}
     except (OSError, ValueError, KeyError):
@@ -149,10 +147,6 @@ def _failure_table(con, errors: Dict[str, str], values: Dict[str, dict]) -> None
 def status_cmd(directory: str, as_json: bool) -> None:
     """Points of the campaign in DIR by state (pending/running/done/failed) and the failing
     ones with their error line: one squeue call for all arrays, sacct once for ended ones."""
-    from sporch.orchestrator.campaign.folder import CampaignDir
-    from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
-    from sporch.orchestrator.campaign.track import CampaignState, refresh
-
     cdir = CampaignDir(Path(directory))
     values = _values(cdir)
     if not values:

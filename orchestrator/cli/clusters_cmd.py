@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from sporch.orchestrator.cli.common import console
+from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.config.cluster import available_clusters, find_cluster, load_cluster_file, search_dirs
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
@@ -21,8 +21,6 @@ def clusters() -> None:
 @clusters.command("list")
 def list_cmd() -> None:
     """Every known cluster (built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters)."""
-    from sporch.orchestrator.cli.common import plain_table
-
     table = plain_table(title="clusters")
     for col in ("name", "nodes x GPUs", "GPU", "intra-node", "inter-node", "source"):
         table.add_column(col)

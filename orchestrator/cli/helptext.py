@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import click
+
 #: "command" or "group subcommand" -> (example command line, docs page)
 EXAMPLES: dict[str, tuple[str, str]] = {
     "": ("sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=auto", "docs/cli.md"),
@@ -54,8 +56,6 @@ def epilog(path: str, takes_overrides: bool) -> str:
 
 def attach(cmd: Any, path: str) -> Any:
     """Give ``cmd`` (and, for a group, its subcommands) the closing help text, once."""
-    import click
-
     if getattr(cmd, "_sporch_epilog", False):
         return cmd
     cmd.epilog = epilog(path, any(p.name == "overrides" for p in cmd.params))

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import click
 
+from sporch.orchestrator.cli.helptext import attach
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
@@ -42,8 +43,6 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[name][0].partition(":")
-        from sporch.orchestrator.cli.helptext import attach
-
         return attach(getattr(import_module(module), attr), name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

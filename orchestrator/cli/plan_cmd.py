@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, load
-from sporch.orchestrator.cli.show import print_plan
-from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.cli.show import print_plan, ranking_table
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import compact
+from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feasible
+from sporch.orchestrator.plan.ranking import pick
 
 
 @click.command("plan")
@@ -33,17 +38,9 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
 
 
 def _rank(cluster, job, as_json: bool) -> None:
-    import json
-
-    from sporch.orchestrator.errors import SporchError
-    from sporch.orchestrator.plan.layouts import compact
-    from sporch.orchestrator.plan.ranking import pick, rank_feasible
-
     ctx, ranked = rank_feasible(cluster, job)
     chosen, reason = pick(ctx, ranked)
     try:  # the layout the job itself asks for (it may be infeasible: ranking still helps)
-        from sporch.orchestrator.plan.planner import make_plan
-
         requested = make_plan(cluster, job).layout
     except SporchError:
         requested = None
@@ -58,14 +55,10 @@ def _rank(cluster, job, as_json: bool) -> None:
         return
     from rich.markup import escape
 
-    from sporch.orchestrator.cli.show import ranking_table
-
     con = console()
     con.print(ranking_table(ranked, chosen.layout, requested))
     con.print(f"[cyan]note[/cyan] {escape(reason)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
-        from sporch.orchestrator.plan.planner import memory_advice
-
         least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan.estimates
         advice = memory_advice(least, cluster.gpu.memory_gib, cluster.gpu.model)
         con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {escape(advice)}", soft_wrap=True)

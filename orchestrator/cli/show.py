@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
-from sporch.orchestrator.plan.layouts import short
+from sporch.orchestrator.plan.cost import TERMS
+from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
 from sporch.orchestrator.contract.plan import Plan
 
@@ -186,9 +187,6 @@ TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
     """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking)."""
     from rich.text import Text
-
-    from sporch.orchestrator.plan.cost import TERMS
-    from sporch.orchestrator.plan.layouts import compact
 
     t = plain_table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
                     "layout dp x cfg x ring x ulysses)", title_justify="left")

@@ -15,9 +15,11 @@ import os
 import re
 from pathlib import Path
 
+from sporch.orchestrator.config.calibration_file import check_constants, load_constants
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
+from sporch.orchestrator.slurm.directives import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME
 from sporch.orchestrator.contract.sections import (  # noqa: F401 - the descriptor's classes, re-exported
@@ -76,8 +78,6 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
         raise bad("login.host_key_policy",
                   f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
     if c.calibration_constants:
-        from sporch.orchestrator.plan.calibration import check_constants
-
         check_constants(c.calibration_constants, f"{source}: 'calibration_constants'")
     if c.login is not None and not c.login.host:
         raise bad("login.host", "must be a host name")
@@ -87,8 +87,6 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
 def _check_slurm_values(c: ClusterSpec, source: str) -> None:
     """Values that become ``#SBATCH`` lines are single-line words (a newline in ``partition`` or
     ``extra`` would add a script line); ``setup`` and ``python`` are shell by design (docs/clusters.md)."""
-    from sporch.orchestrator.submit.slurm_job import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
-
     try:
         for key in OPTIONAL_OPTIONS:
             value = getattr(c.slurm, key)
@@ -108,8 +106,6 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
     spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.calibration:
-        from sporch.orchestrator.plan.calibration import load_constants
-
         cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
         constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}
         spec = dataclasses.replace(spec, calibration=str(cal), calibration_constants=constants)

@@ -1,4 +1,4 @@
-"""Fit the cost model's constants to measured points; read and write calibration files.
+"""Fit the cost model's constants to measured points; write the calibration file.
 
 The model (sporch.orchestrator.plan.cost) is linear in its parameters (1 / efficiency, latencies,
 overheads, fixed cost) once each point's ring regime is known (transfer hidden behind the
@@ -10,7 +10,10 @@ determine (no ring point: no p2p latency) stays at its prior instead of wanderin
 that come out past their bounds are held there (costs at 0, efficiencies at 1) and the rest
 refitted.
 
-Pure Python: a handful of parameters, normal equations, Gaussian elimination.
+Pure Python: a handful of parameters, normal equations, Gaussian elimination. The file's reader
+(what a cluster descriptor's ``calibration:`` loads) is
+:mod:`sporch.orchestrator.config.calibration_file`; the observations of a campaign's measured
+points come from :mod:`sporch.orchestrator.campaign.calibration_points`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import (
-    CONSTANTS,
     FITTED,
     INVERSE,
     CostInputs,
@@ -32,44 +35,12 @@ from sporch.orchestrator.plan.cost import (
     predict,
 )
 
-FORMAT_VERSION = 1
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6
 MAX_ITERATIONS = 50
 
 
 # -- files ------------------------------------------------------------------------------------
-def check_constants(values: Mapping[str, Any], where: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for k, v in values.items():
-        if k not in CONSTANTS:
-            raise SporchError(f"{where}: unknown constant {k!r}; known: {', '.join(CONSTANTS)}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise SporchError(f"{where}: {k} must be a number, got {v!r}")
-        positive = k in INVERSE or k in ("parallel_units", "hbm_gb_per_s")
-        if v < 0 or (positive and v == 0):
-            raise SporchError(f"{where}: {k} must be {'> 0' if positive else '>= 0'}, got {v}")
-        out[k] = float(v)
-    return out
-
-
-def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, float]:
-    """The ``constants`` of a calibration file (one-line errors for a missing or bad file)."""
-    import yaml
-
-    p = Path(path)
-    where = where or str(p)
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError:
-        raise SporchError(f"{where}: calibration file {p} not found; write one with `sporch calibrate DIR --out {p}`")
-    except yaml.YAMLError as e:
-        raise SporchError(f"{where}: {p} is not YAML ({' '.join(str(e).split())[:120]})")
-    if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):
-        raise SporchError(f"{where}: {p} has no 'constants' mapping (is it a file from `sporch calibrate`?)")
-    return check_constants(doc["constants"], f"{p}: constants")
-
-
 def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any]) -> Path:
     """The calibration file (YAML): metadata, fit quality, every constant of the model."""
     import yaml
@@ -211,40 +182,3 @@ def fit(observations: Sequence[Observation], base: Mapping[str, float],
                        observations=obs)
     result.predictions = [predicted_s(o, consts) for o in obs]
     return result
-
-
-# -- campaign points ---------------------------------------------------------------------------
-def campaign_observations(directory: str | Path, cluster: Optional[str] = None, exclude: Iterable[str] = ()
-                          ) -> tuple[list[Observation], list[Any], dict[str, Any]]:
-    """(observations, their plans, the cluster descriptor) of a campaign's completed points.
-
-    Measured: ``step_ms_median`` of result.json; the plan: the point's plan.json. All points
-    must share one cluster (``cluster`` picks one when the campaign spans several); points whose
-    id is in ``exclude`` are left out (held back to check the fit)."""
-    from sporch.orchestrator.campaign.collect import collect
-    from sporch.orchestrator.campaign.folder import PLAN_FILE, CampaignDir
-    from sporch.orchestrator.plan.cost import inputs_from_plan
-    from sporch.orchestrator.contract.plan import Plan
-
-    cdir = CampaignDir(Path(directory))
-    skip = set(exclude)
-    rows = [r for r in collect(directory, references=[])
-            if r.ok and r.metrics.get("step_ms_median") and r.id not in skip]
-    clusters = sorted({str(r.values["cluster"]) for r in rows})
-    if cluster is not None:
-        rows = [r for r in rows if str(r.values["cluster"]) == cluster]
-        if not rows:
-            raise SporchError(f"{directory}: no completed point on cluster {cluster!r} (clusters: "
-                              f"{', '.join(clusters) or 'none'})")
-    elif len(clusters) > 1:
-        raise SporchError(f"{directory} has points on {len(clusters)} clusters ({', '.join(clusters)}); "
-                          "pick one with --cluster NAME")
-    if not rows:
-        raise SporchError(f"{directory} has no completed point with a measured step time; run the campaign first")
-    obs, plans = [], []
-    for r in rows:
-        plan = Plan.load(str(cdir.point_dir(r.id) / PLAN_FILE))
-        plans.append(plan)
-        obs.append(Observation(inputs_from_plan(plan), r.metrics["step_ms_median"] / 1e3, "step",
-                               f"{r.id} {r.values['layout']}"))
-    return obs, plans, plans[0].cluster

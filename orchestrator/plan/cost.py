@@ -34,13 +34,13 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-#: Constants of the model (the GPU table's columns); FITTED are the ones calibration fits.
-CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
-             "ring_merge_bytes", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
+from sporch.orchestrator.config.calibration_file import CONSTANTS
+
+#: The constants (CONSTANTS: the GPU table's columns) that calibration fits.
 FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "ring_merge_bytes", "link_efficiency",
           "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
 #: Constants that enter as 1 / value (rates); the others enter as they are (costs).
@@ -272,6 +272,4 @@ def prediction_record(plan: Any) -> dict[str, Any]:
 
 def with_prediction(plan: Any) -> Any:
     """``plan`` with ``estimates["predicted"]`` filled in (the planner's last step)."""
-    import dataclasses
-
-    return dataclasses.replace(plan, estimates={**plan.estimates, "predicted": prediction_record(plan)})
+    return replace(plan, estimates={**plan.estimates, "predicted": prediction_record(plan)})

@@ -1,17 +1,29 @@
-"""``make_plan(cluster, job) -> Plan``: pure (no I/O, no clock, no randomness)."""
+"""``make_plan(cluster, job) -> Plan``: pure (no I/O, no clock, no randomness).
+
+``auto`` dimensions are filled by :class:`~sporch.orchestrator.plan.ranking.FastestChooser`, which
+plans each candidate with :func:`plan_with_layout` (handed to it: ranking never imports this
+module). :func:`rank_feasible` ranks every feasible layout of a job (``sporch plan --rank``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
-from sporch.orchestrator.config.job import JobSpec, WorkloadSpec
+from sporch.orchestrator.config.job import JobSpec, ParallelSpec, WorkloadSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.plan.estimates import GIB, estimate
-from sporch.orchestrator.plan.layouts import LayoutContext, resolve_layout
+from sporch.orchestrator.plan.layouts import (
+    LayoutContext,
+    LayoutError,
+    feasible_layouts,
+    feasible_text,
+    resolve_layout,
+)
 from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
-from sporch.orchestrator.plan.ranking import FastestChooser
+from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
@@ -64,6 +76,13 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         seq_len=seq_len,
         distilled=(model.preset or "this model") if model.distilled else None,
     )
+
+
+def job_context(cluster: sections.ClusterSpec, job: JobSpec) -> LayoutContext:
+    """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved, its sequence length)."""
+    model = resolve_model(job.model)
+    seq_len, _grid = sequence_shape(model, job.workload)
+    return layout_context(cluster, job, model, seq_len)
 
 
 def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
@@ -135,7 +154,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     model = resolve_model(job.model)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
-    chooser = FastestChooser(cluster, job)
+    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
@@ -173,3 +192,19 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         estimates=est,
         warnings=tuple(warnings),
     ))
+
+
+def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout) -> Plan:
+    """The Plan of ``job`` with its layout fixed to ``layout``, without the rank table and groups:
+    what ranking compares."""
+    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())), tables=False)
+
+
+def rank_feasible(cluster: sections.ClusterSpec, job: JobSpec) -> tuple[LayoutContext, list[Ranked]]:
+    """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
+    :data:`~sporch.orchestrator.plan.ranking.MAX_RANKED`, the most preferred), ranked."""
+    ctx = job_context(cluster, job)
+    feas = feasible_layouts(ctx)
+    if not feas:
+        raise LayoutError(feasible_text(ctx, feas), feas)
+    return ctx, rank(functools.partial(plan_with_layout, cluster, job), most_preferred(ctx, feas))

@@ -1,17 +1,21 @@
-"""Every feasible layout of a job on a cluster, ranked by predicted step time; ``auto``'s chooser.
+"""Layouts ranked by predicted step time; ``auto``'s chooser.
 
-Each candidate is planned for real (``make_plan`` with the layout fixed), so its memory check,
-bytes and FLOPs are the planner's own; :mod:`.cost` predicts its time.
+Each candidate is planned for real by the function the planner hands in (``plan_layout``: a
+layout -> its Plan, :func:`sporch.orchestrator.plan.planner.plan_with_layout`), so its memory
+check, bytes and FLOPs are the planner's own; :mod:`.cost` predicts its time. This module does
+not import the planner: the planner imports it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sporch.orchestrator.plan.layouts import LayoutContext, compact, preference, short
 from sporch.orchestrator.contract.plan import Layout, Plan
+
+#: A layout -> the Plan of the job with that layout (without the rank table and groups).
+PlanLayout = Callable[[Layout], Plan]
 
 #: Predictions closer than this (relative) to the fastest count as ties, broken by the old
 #: preference (Ulysses inside a node, even heads, large Ulysses, then ring, cfg, dp): the
@@ -36,13 +40,6 @@ class Ranked:
         return self.plan.estimates["predicted"]
 
 
-def plan_with_layout(cluster: Any, job: Any, layout: Layout) -> Plan:
-    from sporch.orchestrator.config.job import ParallelSpec
-    from sporch.orchestrator.plan.planner import make_plan
-
-    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())), tables=False)
-
-
 def most_preferred(ctx: LayoutContext, layouts: list[Layout]) -> list[Layout]:
     """The :data:`MAX_RANKED` layouts of ``layouts`` that :func:`preference` likes best."""
     if len(layouts) <= MAX_RANKED:
@@ -50,35 +47,15 @@ def most_preferred(ctx: LayoutContext, layouts: list[Layout]) -> list[Layout]:
     return sorted(layouts, key=lambda lay: preference(ctx, lay))[:MAX_RANKED]
 
 
-def rank(cluster: Any, job: Any, layouts: list[Layout]) -> list[Ranked]:
-    """``layouts`` planned and sorted: layouts that fit first, then by predicted step time."""
+def rank(plan_layout: PlanLayout, layouts: list[Layout]) -> list[Ranked]:
+    """``layouts`` planned (by ``plan_layout``) and sorted: layouts that fit first, then by
+    predicted step time."""
     out = []
     for lay in layouts:
-        p = plan_with_layout(cluster, job, lay)
+        p = plan_layout(lay)
         pred = p.estimates["predicted"]
         out.append(Ranked(lay, p, pred["step_s"], pred["job_s"], bool(p.estimates["fits"])))
     return sorted(out, key=lambda r: (not r.fits, r.step_s))
-
-
-def job_context(cluster: Any, job: Any) -> LayoutContext:
-    from sporch.orchestrator.plan.planner import layout_context
-    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
-
-    model = resolve_model(job.model)
-    seq_len, _grid = sequence_shape(model, job.workload)
-    return layout_context(cluster, job, model, seq_len)
-
-
-def rank_feasible(cluster: Any, job: Any) -> tuple[LayoutContext, list[Ranked]]:
-    """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
-    :data:`MAX_RANKED`, the most preferred), ranked."""
-    from sporch.orchestrator.plan.layouts import LayoutError, feasible_layouts, feasible_text
-
-    ctx = job_context(cluster, job)
-    feas = feasible_layouts(ctx)
-    if not feas:
-        raise LayoutError(feasible_text(ctx, feas), feas)
-    return ctx, rank(cluster, job, most_preferred(ctx, feas))
 
 
 def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
@@ -103,15 +80,16 @@ def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
 
 
 class FastestChooser:
-    """``auto``'s chooser for :func:`sporch.orchestrator.plan.layouts.resolve_layout`; ``reason`` holds
-    the one-line explanation after a choice among several completions."""
+    """``auto``'s chooser for :func:`sporch.orchestrator.plan.layouts.resolve_layout`: the fastest
+    predicted of the candidates, each planned by ``plan_layout``; ``reason`` holds the one-line
+    explanation after a choice among several completions."""
 
-    def __init__(self, cluster: Any, job: Any):
-        self.cluster, self.job = cluster, job
+    def __init__(self, plan_layout: PlanLayout):
+        self.plan_layout = plan_layout
         self.reason: Optional[str] = None
 
     def __call__(self, ctx: LayoutContext, candidates: list[Layout]) -> Layout:
         if len(candidates) == 1:
             return candidates[0]
-        chosen, self.reason = pick(ctx, rank(self.cluster, self.job, most_preferred(ctx, candidates)))
+        chosen, self.reason = pick(ctx, rank(self.plan_layout, most_preferred(ctx, candidates)))
         return chosen.layout

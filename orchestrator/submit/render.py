@@ -10,7 +10,8 @@ from sporch.orchestrator import __version__
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.submit.slurm_job import SlurmJob, check_line
+from sporch.orchestrator.slurm.directives import check_line
+from sporch.orchestrator.submit.slurm_job import SlurmJob
 
 TEMPLATE = "sbatch.j2"
 

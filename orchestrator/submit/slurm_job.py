@@ -20,6 +20,16 @@ from sporch.orchestrator.contract.files import JobFiles
 from sporch.orchestrator.plan.layouts import short
 from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.slurm.directives import (
+    ENV_KEY_RE,
+    JOB_ID_RE,
+    OPTION_RE,
+    OPTIONAL_OPTIONS,
+    WORD_RE,
+    check_directive_value,
+    check_line,
+    parse_extra,
+)
 
 #: USR2, 90 s before the time limit: the runtime saves progress and the job is requeued
 #: (submitit's default signal; USR1 is NCCL's).
@@ -27,50 +37,6 @@ SIGNAL = "USR2"
 SIGNAL_DELAY_S = 90
 #: One failed rank ends the job.
 SRUN_ARGS = ("--kill-on-bad-exit=1",)
-#: Optional sbatch options taken from the cluster's ``slurm`` section as they are.
-OPTIONAL_OPTIONS = ("partition", "account", "qos", "constraint", "mem")
-
-
-#: A value that lands on one ``#SBATCH`` line or in a script comment: one line, no control characters.
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-#: Names that sbatch and the shell take as they are (job names, environment variable names).
-_WORD_RE = re.compile(r"[A-Za-z0-9_.\-]+")
-_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def check_line(what: str, value: object) -> str:
-    """``value`` as text if it is a single line without control characters, else a SporchError."""
-    text = str(value)
-    if _CONTROL_RE.search(text):
-        raise SporchError(f"{what} {text!r} must be a single line without control characters")
-    return text
-
-
-def check_directive_value(what: str, value: object) -> str:
-    """A value of an ``#SBATCH --key=value`` option: one line, no whitespace, no double quotes or
-    backslashes (sbatch reads its own quoting on these lines; they cannot be quoted)."""
-    text = check_line(what, value)
-    if not text or re.search(r'[\s"\\]', text):
-        raise SporchError(f"{what} {text!r} must be a non-empty value without whitespace, double quotes or backslashes")
-    return text
-
-
-def parse_extra(lines: List[str]) -> Tuple[Tuple[str, Optional[str]], ...]:
-    """``slurm.extra`` (``--reservation=x``, ``#SBATCH --hint=y``, ``--overcommit``) ->
-    ((option, value or None), ...)."""
-    out = []
-    for raw in lines:
-        line = check_line("slurm.extra line", raw).strip()
-        if line.startswith("#SBATCH"):
-            line = line[len("#SBATCH"):].strip()
-        m = re.fullmatch(r"--([A-Za-z][\w-]*)(?:=(.*))?", line)
-        if not m:
-            raise SporchError(f"slurm.extra line {raw!r} is not an sbatch option of the form --key[=value] "
-                              "(e.g. --reservation=NAME)")
-        if m.group(2) is not None:
-            check_directive_value(f"slurm.extra --{m.group(1)}", m.group(2))
-        out.append((m.group(1), m.group(2)))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -133,7 +99,7 @@ class SlurmJob:
         batch script: directive values are single-line words, environment names are identifiers,
         comments are single lines. Values on shell lines are quoted by the templates (``| sh``);
         ``setup`` and ``python`` are shell by design (docs/clusters.md) and only kept to one line each."""
-        if not _WORD_RE.fullmatch(self.name):
+        if not WORD_RE.fullmatch(self.name):
             raise SporchError(f"job name {self.name!r} must be letters, digits, '-', '_' or '.'")
         check_directive_value("job dir", self.files.job_dir)
         if self.batch_logs is not None:
@@ -142,16 +108,16 @@ class SlurmJob:
         for key, value in self.options.items():
             check_directive_value(f"slurm.{key}", value)
         for key, value in self.extra:
-            if not re.fullmatch(r"[A-Za-z][\w-]*", str(key)):
+            if not OPTION_RE.fullmatch(str(key)):
                 raise SporchError(f"slurm.extra option {key!r} is not an sbatch option name")
             check_directive_value(f"slurm.extra --{key}", key if value is None else value)
         if self.array is not None:
             check_directive_value("array", self.array)
         for job_id in self.after:
-            if not re.fullmatch(r"\d+(_\d+)?", str(job_id)):
+            if not JOB_ID_RE.fullmatch(str(job_id)):
                 raise SporchError(f"dependency {job_id!r} is not a Slurm job id")
         for key in self.env:
-            if not _ENV_KEY_RE.fullmatch(str(key)):
+            if not ENV_KEY_RE.fullmatch(str(key)):
                 raise SporchError(f"env name {key!r} is not a valid environment variable name")
         for key in ("nodes", "tasks_per_node", "cpus_per_task", "world_size", "signal_delay_s"):
             if not isinstance(getattr(self, key), int):

@@ -33,8 +33,8 @@ import pytest
 
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.spec import campaign_from_dict
+from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import load_cluster_file
-from sporch.orchestrator.plan.calibration import load_constants
 from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
 from sporch.orchestrator.contract.plan import Plan
 

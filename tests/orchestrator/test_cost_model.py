@@ -13,15 +13,16 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from orch_testutil import EXAMPLES
 
+from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan import published
-from sporch.orchestrator.plan.calibration import Observation, fit, load_constants, predicted_s, write_calibration
+from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s, write_calibration
 from sporch.orchestrator.plan.cost import (
     FITTED,
     CostInputs,
@@ -33,7 +34,8 @@ from sporch.orchestrator.plan.cost import (
     parameters,
     predict,
 )
-from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.plan.planner import make_plan, rank_feasible
+from sporch.orchestrator.plan.ranking import TIE, pick
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"
 WAN13B = EXAMPLES / "wan1.3b-480p.yaml"
@@ -151,8 +153,6 @@ def test_plan_records_prediction_beside_ideal():
 
 # -- ranking and auto --------------------------------------------------------------------------
 def test_auto_picks_fastest_predicted_and_says_why():
-    from sporch.orchestrator.plan.ranking import TIE, rank_feasible
-
     p = plan("l40x16", WAN14B, "parallel.ring=auto", "parallel.ulysses=auto", "parallel.cfg=auto")
     why = p.estimates["layout_choice"]
     assert why.startswith("auto chose ") and "s/step" in why
@@ -164,8 +164,6 @@ def test_auto_picks_fastest_predicted_and_says_why():
 
 
 def test_auto_prefers_a_layout_that_fits():
-    from sporch.orchestrator.plan.ranking import pick, rank_feasible
-
     ctx, ranked = rank_feasible(find_cluster("l40x16"), load_job(WAN14B))
     fastest, second = ranked[0], ranked[1]
     chosen, reason = pick(ctx, [dataclasses.replace(fastest, fits=False), *ranked[1:]])

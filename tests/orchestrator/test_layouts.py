@@ -9,7 +9,7 @@ from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import LayoutError
 from sporch.orchestrator.contract.parallel import head_split, kv_mode
-from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.contract.plan import Plan
 from orch_testutil import EXAMPLES
 
@@ -114,8 +114,6 @@ def test_guidance_distilled_flux_has_no_cfg_branch():
 
 
 def test_guidance_distilled_rank_lists_no_cfg_layouts():
-    from sporch.orchestrator.plan.ranking import rank_feasible
-
     _, ranked = rank_feasible(find_cluster("a100x32"), load_job(FLUX, ["workload.guidance_scale=3.5"]))
     assert ranked and all(r.layout.cfg == 1 for r in ranked)
     _, ranked = rank_feasible(find_cluster("a100x32"), load_job(WAN14B))

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from sporch.orchestrator.config.cluster import ClusterSpec
 from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
 from sporch.orchestrator.plan.layouts import LayoutError, compact, divisors
-from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.plan.planner import make_plan, rank_feasible
+from sporch.orchestrator.plan.ranking import TIE
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.plan import Plan
 
@@ -148,8 +149,6 @@ def test_auto_everywhere_finds_a_layout_when_one_exists(case):
         return
     check_invariants(cluster, job, p)
     # auto picks the fastest predicted layout that fits (issue 14; ties within ranking.TIE)
-    from sporch.orchestrator.plan.ranking import TIE, rank_feasible
-
     _ctx, ranked = rank_feasible(cluster, job)
     pool = [r for r in ranked if r.fits] or ranked
     assert p.layout in [r.layout for r in pool]

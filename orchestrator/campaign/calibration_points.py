@@ -1,0 +1,45 @@
+"""A campaign's measured points as observations for the cost model's fit (``sporch calibrate``).
+
+Measured: ``step_ms_median`` of each completed point's result.json; what the model needs of the
+point: its plan.json (:func:`sporch.orchestrator.plan.cost.inputs_from_plan`). The fit itself is
+:mod:`sporch.orchestrator.plan.calibration`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from sporch.orchestrator.campaign.collect import collect
+from sporch.orchestrator.campaign.folder import CampaignDir
+from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.calibration import Observation
+from sporch.orchestrator.plan.cost import inputs_from_plan
+
+
+def campaign_observations(directory: str | Path, cluster: Optional[str] = None, exclude: Iterable[str] = ()
+                          ) -> tuple[list[Observation], Any]:
+    """(observations, the cluster descriptor of their plans) of a campaign's completed points.
+
+    All points must share one cluster (``cluster`` picks one when the campaign spans several);
+    points whose id is in ``exclude`` are left out (held back to check the fit)."""
+    cdir = CampaignDir(Path(directory))
+    skip = set(exclude)
+    rows = [r for r in collect(directory, references=[])
+            if r.ok and r.metrics.get("step_ms_median") and r.id not in skip]
+    clusters = sorted({str(r.values["cluster"]) for r in rows})
+    if cluster is not None:
+        rows = [r for r in rows if str(r.values["cluster"]) == cluster]
+        if not rows:
+            raise SporchError(f"{directory}: no completed point on cluster {cluster!r} (clusters: "
+                              f"{', '.join(clusters) or 'none'})")
+    elif len(clusters) > 1:
+        raise SporchError(f"{directory} has points on {len(clusters)} clusters ({', '.join(clusters)}); "
+                          "pick one with --cluster NAME")
+    if not rows:
+        raise SporchError(f"{directory} has no completed point with a measured step time; run the campaign first")
+    plans = [Plan.load(str(cdir.plan_file(r.id))) for r in rows]
+    obs = [Observation(inputs_from_plan(plan), r.metrics["step_ms_median"] / 1e3, "step",
+                       f"{r.id} {r.values['layout']}") for r, plan in zip(rows, plans)]
+    return obs, plans[0].cluster

@@ -1,0 +1,54 @@
+"""A cluster descriptor's calibration: the constants of the cost model it may set, their checks,
+and the reader of a calibration file (``calibration: <file>``, written by ``sporch calibrate``).
+
+The model that uses the constants is :mod:`sporch.orchestrator.plan.cost`; the fit that writes
+the file is :mod:`sporch.orchestrator.plan.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from sporch.orchestrator.errors import SporchError
+
+#: Version of the calibration file (its ``sporch_calibration`` key).
+FORMAT_VERSION = 1
+#: Constants of the cost model (the GPU table's columns, data/gpus.yaml).
+CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
+             "ring_merge_bytes", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
+#: Constants that must be > 0 (efficiencies, SM count, bandwidth); the others are costs (>= 0).
+POSITIVE = ("gemm_efficiency", "attention_efficiency", "link_efficiency", "parallel_units", "hbm_gb_per_s")
+
+
+def check_constants(values: Mapping[str, Any], where: str) -> dict[str, float]:
+    """``values`` as floats, or a one-line SporchError naming ``where`` and the bad constant."""
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if k not in CONSTANTS:
+            raise SporchError(f"{where}: unknown constant {k!r}; known: {', '.join(CONSTANTS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise SporchError(f"{where}: {k} must be a number, got {v!r}")
+        positive = k in POSITIVE
+        if v < 0 or (positive and v == 0):
+            raise SporchError(f"{where}: {k} must be {'> 0' if positive else '>= 0'}, got {v}")
+        out[k] = float(v)
+    return out
+
+
+def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, float]:
+    """The ``constants`` of a calibration file (one-line errors for a missing or bad file)."""
+    import yaml
+
+    p = Path(path)
+    where = where or str(p)
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError:
+        raise SporchError(f"{where}: calibration file {p} not found; write one with `sporch calibrate DIR --out {p}`")
+    except yaml.YAMLError as e:
+        raise SporchError(f"{where}: {p} is not YAML ({' '.join(str(e).split())[:120]})")
+    if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):
+        raise SporchError(f"{where}: {p} has no 'constants' mapping (is it a file from `sporch calibrate`?)")
+    return check_constants(doc["constants"], f"{p}: constants")
