@@ -13,10 +13,10 @@ from sporch.orchestrator.campaign.expand import expand, point_id
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.references import FAIL, NONE, PASS, evaluate, parse_references, select
 from sporch.orchestrator.campaign.spec import ReferenceSpec, campaign_from_dict, load_campaign
-from sporch.orchestrator.config.job import load_job
-from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.layouts import compact
-from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.config.job import job_from_dict, load_job
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.plan.layouts import compact, feasible_layouts
+from sporch.orchestrator.plan.planner import job_context, make_plan
 from orch_testutil import EXAMPLES, write
 
 TINY_BASE = {
@@ -38,17 +38,10 @@ def test_realistic_example_expands_every_accepted_layout():
     assert [s.params["nodes"] for s in exp.skipped] == [8]
     assert "exceeds the 4 nodes of a100x32" in exp.skipped[0].reason
     base = load_job(EXAMPLES / "wan14b-720p.yaml")
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
-    from sporch.orchestrator.plan.layouts import feasible_layouts
-    from sporch.orchestrator.plan.planner import layout_context
-
     cluster = find_cluster("a100x32")
     for nodes in (1, 2, 4):
         base.resources.nodes = nodes
-        model = resolve_model(base.model)
-        ctx = layout_context(cluster, base, model, sequence_shape(model, base.workload)[0])
-        want = sorted(compact(lay) for lay in feasible_layouts(ctx))
+        want = sorted(compact(lay) for lay in feasible_layouts(job_context(cluster, base)))
         got = sorted(compact(p.plan.layout) for p in exp.points if p.plan.nodes == nodes)
         assert got == want and got
     groups = group_points(exp.points)
@@ -59,9 +52,6 @@ def test_realistic_example_expands_every_accepted_layout():
 def test_points_are_the_planners_plans():
     c = tiny(nodes=[2], layouts=[{"ulysses": 2, "ring": 2}])
     (p,) = expand(c).points
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.config.job import job_from_dict
-
     job = job_from_dict({**TINY_BASE, "name": "x", "parallel": {"ulysses": 2, "ring": 2},
                          "resources": {"nodes": 2}})
     ref = make_plan(find_cluster("slurmlab"), job).to_dict()
