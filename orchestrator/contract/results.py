@@ -154,11 +154,6 @@ def _check_version(data: Dict[str, Any], where: str) -> None:
                               f"{RESULT_SCHEMA_VERSION}); read it with the sporch that wrote it")
 
 
-def _check_status(data: Dict[str, Any], where: str) -> None:
-    if data.get("status") not in STATUSES:
-        raise ResultFileError(f"{where}: status {data.get('status')!r} is not one of {', '.join(STATUSES)}")
-
-
 @dataclass(frozen=True)
 class RankError(ResultSection):
     """A rank's failure: the rank, the exception in one line (``ValueError: ...``), and in the
@@ -211,7 +206,6 @@ class RankRecord(ResultSection):
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
-        _check_status(data, where)
         if not isinstance(data.get("rank"), int) or isinstance(data.get("rank"), bool):
             raise ResultFileError(f"{where}: rank must be an integer, got {data.get('rank')!r}")
         if data.get("error") is not None:
@@ -262,7 +256,6 @@ class JobResult(ResultSection):
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
-        _check_status(data, where)
         errors = data.get("errors") or []
         if not isinstance(errors, list):
             raise ResultFileError(f"{where}: errors must be a list, got {type(errors).__name__}")
