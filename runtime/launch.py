@@ -18,11 +18,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
+from sporch.orchestrator.contract.benchstats import provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.benchstats import provenance
+from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, error_record, rank_file,
+                                                  read_rank_files, result_file, root_cause)
+from sporch.runtime.attention.select import selected_kernel
+from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
+from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
-from sporch.orchestrator.contract.results import error_record, rank_file, read_rank_files, result_file, root_cause, write_json_atomic
+from sporch.runtime.workloads import run_workload
 
 #: How long rank 0 waits for the other ranks' files when it cannot gather their records (a
 #: failed run only: a healthy world always gathers, see :func:`_gather_records`).
@@ -50,17 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
-    # torch is imported here, not at module import, so `--help` stays fast.
-    import torch.distributed as dist
-
-    from sporch.runtime.attention.select import selected_kernel
-    from sporch.runtime.progress import Progress, RequeueRequested, restart_count
-    from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
-    from sporch.runtime.parallel import ParallelContext
-    from sporch.runtime.workloads import run_workload
-
     started = time.time()
-    record: dict[str, Any] = {
+    place: dict[str, Any] = {
         "rank": env.rank,
         "hostname": env.hostname,
         "node_rank": env.node_rank,
@@ -78,9 +77,9 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
                 f"({plan.layout.describe()}); submit with nodes={plan.nodes} x {plan.gpus_per_node} tasks"
             )
         device = pick_device(env)
-        record["device"] = str(device)
-        record["threads"] = limit_cpu_threads(device)
-        record["backend"] = init_distributed(env, device)
+        place["device"] = str(device)
+        place["threads"] = limit_cpu_threads(device)
+        place["backend"] = init_distributed(env, device)
         ctx = ParallelContext.from_plan(plan)
         progress = Progress(output_dir=output_dir, rank=env.rank)
         progress.install_signal_handler()
@@ -88,16 +87,14 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))
         status = "completed"
     except RequeueRequested as exc:
-        status, error = "requeued", {"rank": env.rank, "error": str(exc)}
+        status, error = "requeued", RankError(rank=env.rank, error=str(exc))
     except BaseException as exc:  # noqa: BLE001 - recorded, then the rank exits non-zero
         error = error_record(env.rank, exc)
-        print(error["traceback"], file=sys.stderr, flush=True)
-    record.update(status=status, finished=time.time(), metrics=metrics)
-    if error:
-        record["error"] = error
-    write_json_atomic(rank_file(output_dir, env.rank), record)
+        print(error.traceback, file=sys.stderr, flush=True)
+    record = RankRecord(**place, status=status, finished=time.time(), metrics=metrics, error=error)
+    record.write(rank_file(output_dir, env.rank))
 
-    gathered = _gather_records(plan, record, dist)
+    gathered = _gather_records(plan, record)
     job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
     if env.rank == 0:
         job_status = _write_result(plan, output_dir, record, gathered or {})
@@ -109,24 +106,24 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     return EXIT_REQUEUED if status == "requeued" else EXIT_FAILED
 
 
-def _gather_records(plan: Plan, own: dict[str, Any], dist) -> dict[int, dict[str, Any]] | None:
+def _gather_records(plan: Plan, own: RankRecord) -> dict[int, RankRecord] | None:
     """Every rank's record, gathered by every rank that finished its workload (completed, or
     stopped for a requeue, which the ranks decide together): a collective that all ranks of a
     healthy world enter, however late one of them comes (up to the collective timeout). A rank
     that failed does not enter it; the others' gather then fails and rank 0 reads the rank
     files, which every rank writes before this call. {} when this rank does not gather, None
     when the gather failed (the job failed, though this rank finished: it exits non-zero)."""
-    if own["status"] not in ("completed", "requeued") or not dist.is_initialized():
+    if own.status not in ("completed", "requeued") or not dist.is_initialized():
         return {}
     gathered: list[Any] = [None] * plan.world_size
     try:
         dist.all_gather_object(gathered, own)
     except Exception:  # noqa: BLE001 - a peer failed: rank 0 falls back to the rank files
         return None
-    return {r["rank"]: r for r in gathered if r}
+    return {r.rank: r for r in gathered if r}
 
 
-def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: dict[int, dict[str, Any]]) -> str:
+def _write_result(plan: Plan, output_dir: Path, own: RankRecord, records: dict[int, RankRecord]) -> str:
     """Rank 0: write result.json from every rank's record (``records``, gathered when the world
     is healthy, else the rank files); returns the job's status."""
     if len(records) < plan.world_size:
@@ -136,37 +133,38 @@ def _write_result(plan: Plan, output_dir: Path, own: dict[str, Any], records: di
             if len(records) >= plan.world_size or time.time() > deadline:
                 break
             time.sleep(0.25)
-    errors = [r["error"] for r in sorted(records.values(), key=lambda r: r["rank"]) if r.get("error")]
-    statuses = {r.get("status") for r in records.values()}
+    errors = [r.error for r in sorted(records.values(), key=lambda r: r.rank) if r.error]
+    statuses = {r.status for r in records.values()}
     status = "completed" if statuses == {"completed"} and len(records) == plan.world_size else (
         "requeued" if "requeued" in statuses and not any(s == "failed" for s in statuses) else "failed"
     )
     first_error = root_cause(errors)
-    summary = _summarise_metrics([records[r].get("metrics") or {} for r in sorted(records)])
+    summary = _summarise_metrics([records[r].metrics or {} for r in sorted(records)])
     summary.update(_generated_outputs(records))
-    result = {
-        "status": status,
-        "job_name": plan.job.name,
-        "layout": plan.layout.sizes(),
-        "world_size": plan.world_size,
-        "nodes": plan.nodes,
-        "gpus_per_node": plan.gpus_per_node,
-        "cluster": plan.cluster.name,
-        "workload": plan.workload.kind,
-        "sequence": plan.sequence.to_dict(),
-        "hosts": {str(r): records[r].get("hostname") for r in sorted(records)},
-        "distinct_hosts": sorted({rec.get("hostname") for rec in records.values() if rec.get("hostname")}),
-        "metrics": own.get("metrics", {}),
+    hostnames = [r.hostname for r in records.values() if r.hostname]
+    result = JobResult(
+        status=status,
+        job_name=plan.job.name,
+        layout=plan.layout.sizes(),
+        world_size=plan.world_size,
+        nodes=plan.nodes,
+        gpus_per_node=plan.gpus_per_node,
+        cluster=plan.cluster.name,
+        workload=plan.workload.kind,
+        sequence=plan.sequence.to_dict(),
+        hosts={str(r): records[r].hostname for r in sorted(records)},
+        distinct_hosts=sorted(set(hostnames)),
+        metrics=own.metrics,
         **summary,
-        "restart": own.get("restart", 0),
-        "errors": [{k: v for k, v in e.items() if k != "traceback"} for e in errors],
-        "failed_rank": first_error.get("rank") if first_error else None,
-        "error": first_error.get("error") if first_error else None,
-        "launcher_host": socket.gethostname(),
-        "wall_s": own["finished"] - own["started"],
-        "provenance": provenance(plan.cluster.to_dict(), [r.get("hostname") for r in records.values() if r.get("hostname")]),
-    }
-    write_json_atomic(result_file(output_dir), result)
+        restart=own.restart,
+        errors=[e.without_traceback() for e in errors],
+        failed_rank=first_error.rank if first_error else None,
+        error=first_error.error if first_error else None,
+        launcher_host=socket.gethostname(),
+        wall_s=(own.finished or own.started or 0.0) - (own.started or 0.0),
+        provenance=provenance(plan.cluster.to_dict(), hostnames),
+    )
+    result.write(result_file(output_dir))
     return status
 
 
@@ -185,10 +183,10 @@ def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _generated_outputs(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _generated_outputs(records: dict[int, RankRecord]) -> dict[str, Any]:
     """A generate job: the files every dp replica wrote (with prompt and seed), in prompt
     order, and each rank's peak memory."""
-    metrics = {r: records[r].get("metrics") or {} for r in sorted(records)}
+    metrics = {r: records[r].metrics or {} for r in sorted(records)}
     if not any(m.get("kind") == "generate" for m in metrics.values()):
         return {}
     outputs = sorted((o for m in metrics.values() for o in m.get("outputs", [])), key=lambda o: o["index"])

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign.metrics import METRICS, metric_value
-from sporch.orchestrator.campaign.references import FAIL, NONE, PASS, Reference, evaluate, select
+from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
+                                                     select)
+from sporch.orchestrator.campaign.spec import CampaignSpec
+from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.contract.results import JobResult, ResultFileError
+from sporch.orchestrator.errors import SporchError
 
 #: Identifying columns, in table order.
 KEY_COLUMNS = ("id", "cluster", "nodes", "gpus", "layout", "preset", "shape", "dtype", "repeat", "status")
@@ -59,10 +65,6 @@ def columns() -> list[str]:
 
 def load_references(campaign_file: Path) -> list[Reference]:
     """The references of a campaign file (only that section is read; the base job is not loaded)."""
-    from sporch.orchestrator.campaign.references import parse_references
-    from sporch.orchestrator.campaign.spec import CampaignSpec
-    from sporch.orchestrator.config.loading import read_yaml, to_typed
-
     if not campaign_file.is_file():
         return []
     cfg = read_yaml(campaign_file)
@@ -77,11 +79,19 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
         return None
 
 
+def read_point_result(path: Path) -> Optional[JobResult]:
+    """A point's result.json; None while there is none. A broken one is a one-line error
+    naming the file (a report must not quietly count it as pending)."""
+    try:
+        return JobResult.load(path)
+    except FileNotFoundError:
+        return None
+    except ResultFileError as exc:
+        raise SporchError(str(exc)) from None
+
+
 def collect(root: str | Path, references: Optional[list[Reference]] = None) -> list[Row]:
     """Rows of the campaign directory ``root``; ``references`` default to its campaign.yaml's."""
-    from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
-    from sporch.orchestrator.errors import SporchError
-
     cdir = CampaignDir(Path(root))
     if not cdir.root.is_dir():
         raise SporchError(f"campaign directory {root} not found")
@@ -92,12 +102,12 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None) -> l
         point = _read(folder / POINT_FILE)
         if point is None:
             continue
-        result = _read(folder / RESULT_FILE)
+        result = read_point_result(folder / RESULT_FILE)
         values = dict(point["values"])
-        row = Row(id=point["id"], values=values, status=(result or {}).get("status", PENDING))
+        row = Row(id=point["id"], values=values, status=result.status if result is not None else PENDING)
         if result is not None:
-            row.error = result.get("error")
-            row.metrics = {m.name: metric_value(result, m.name) for m in METRICS}
+            row.error = result.error
+            row.metrics = {m.name: metric_value(result.to_dict(), m.name) for m in METRICS}
             if row.ok:
                 row.bounds = select(references, values)
                 row.verdicts = evaluate(row.bounds, row.metrics)

@@ -214,7 +214,7 @@ def run_local_points(session: Session, ids: Sequence[str], *,
                 on_point(p.id, None)
             limit = 60.0 * time_to_minutes(p.plan.job.time or p.plan.cluster.slurm.time)
             res = supervise(cdir.plan_file(p.id), cdir.point_dir(p.id), timeout_s=limit, on_tick=on_tick)
-            ok = res is not None and res.ok and (res.result or {}).get("status") == "completed"
+            ok = res is not None and res.completed
             if ok:
                 state.ended(p.id, "COMPLETED")
             else:

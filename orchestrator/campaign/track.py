@@ -22,7 +22,10 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from sporch.orchestrator.contract.results import JobResult, ResultFileError, write_json_atomic
 from sporch.orchestrator.host import LOCAL, Host, host_for
+from sporch.orchestrator.jobs.diagnosis import job_dir_failure, one_line
+from sporch.orchestrator.slurm.rows import sacct_rows, squeue_rows
 from sporch.orchestrator.slurm.states import parse_state
 
 CATEGORIES = ("pending", "running", "done", "failed")
@@ -46,8 +49,6 @@ class CampaignState:
         return cls(arrays=list(data.get("arrays") or []), points=dict(data.get("points") or {}))
 
     def save(self, cdir) -> None:
-        from sporch.orchestrator.contract.results import write_json_atomic  # stdlib-only module
-
         write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points})
 
     def point(self, pid: str) -> Dict[str, Any]:
@@ -82,11 +83,12 @@ def category(rec: Optional[Dict[str, Any]], done: bool) -> str:
 
 
 def result_status(text: Optional[str]) -> Optional[str]:
+    """A result.json's status; None when there is none or it is broken (the point is not done:
+    its failure line says why)."""
     try:
-        data = json.loads(text) if text else None
-    except ValueError:
+        return JobResult.from_json(text).status if text else None
+    except ResultFileError:
         return None
-    return data.get("status") if isinstance(data, dict) else None
 
 
 def is_done(cdir, pid: str) -> bool:
@@ -132,8 +134,6 @@ def refresh(cdir, state: CampaignState, point_ids: List[str], *, local_runner_al
 
     ``local_runner_alive``: a local run in this process is in progress (its point is running,
     not lost)."""
-    from sporch.orchestrator.jobs.status import sacct_rows, squeue_rows
-
     cats: Dict[str, str] = {}
     out: Dict[str, List[tuple]] = {}  # host key -> [(pid, array, task)]
     hosts: Dict[Any, Host] = {}
@@ -201,42 +201,17 @@ def _fetch_done(cdir, host: Host, array: Dict[str, Any], pid: str) -> bool:
 
 def slurm_failure(host: Host, array: Dict[str, Any], pid: str, task: str, row) -> str:
     """``STATE: error line`` of an array task that ended without a completed result."""
-    from sporch.orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
-
     folder = point_dir_on(array, pid)
     state = row.state + (f" ({row.reason})" if row.reason else "")
-    result = read_result(folder, host) or {}
-    info = None
-    if result.get("status") == "failed" and result.get("error"):
-        info = {"rank": result.get("failed_rank"), "error": result["error"]}
-    info = info or failure_from_rank_files(folder, host)
-    line = None
-    if info:
-        line = (f"rank {info['rank']}: " if info.get("rank") is not None else "") + str(info.get("error") or "")
-    if not line:
-        job, _, index = task.partition("_")
-        candidates = [posixpath.join(array["root"], "arrays", "logs", f"{job}_{index}.err")]
-        logs = posixpath.join(folder, "logs")
-        candidates += [posixpath.join(logs, n) for n in sorted(host.listdir(logs), reverse=True) if n.endswith(".err")]
-        line = next((ln for ln in (last_error_line(c, host=host) for c in candidates) if ln), None)
+    job, _, index = task.partition("_")
+    logs = posixpath.join(folder, "logs")
+    candidates = [posixpath.join(array["root"], "arrays", "logs", f"{job}_{index}.err")]
+    candidates += [posixpath.join(logs, n) for n in sorted(host.listdir(logs), reverse=True) if n.endswith(".err")]
+    line = job_dir_failure(folder, candidates, host)
     return one_line(f"{state}: {line}" if line else state)
 
 
 def local_failure(cdir, pid: str) -> Optional[str]:
     """The error line a local run of the point left (result, rank files, rank logs)."""
-    from sporch.orchestrator.jobs.status import failure_from_rank_files, last_error_line, one_line, read_result
-
-    folder = str(cdir.point_dir(pid))
-    result = read_result(folder) or {}
-    if result.get("status") == "failed" and result.get("error"):
-        rank = result.get("failed_rank")
-        return one_line((f"rank {rank}: " if rank is not None else "") + str(result["error"]))
-    info = failure_from_rank_files(folder)
-    if info:
-        return one_line(f"rank {info['rank']}: {info['error']}")
     logs = cdir.point_dir(pid) / "logs"
-    for log in sorted(logs.glob("rank*.log")) if logs.is_dir() else []:
-        line = last_error_line(log)
-        if line:
-            return one_line(line)
-    return None
+    return job_dir_failure(str(cdir.point_dir(pid)), sorted(logs.glob("rank*.log")) if logs.is_dir() else [])

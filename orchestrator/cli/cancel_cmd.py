@@ -9,7 +9,7 @@ import click
 
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.status import poll, record_host
-from sporch.orchestrator.submit.backend import get_backend
+from sporch.orchestrator.submit.registry import get_backend
 
 
 @click.command("cancel")

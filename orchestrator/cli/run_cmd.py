@@ -11,20 +11,25 @@ import datetime as _dt
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
-from sporch.orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load
+from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
+                                            plain_table)
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
+from sporch.orchestrator.contract.results import JobResult
+from sporch.orchestrator.contract.generate_inputs import check_generate
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
-from sporch.orchestrator.jobs import store
+from sporch.orchestrator.jobs.status import poll
 from sporch.orchestrator.jobs.store import JobRecord
-from sporch.orchestrator.submit.local_run import supervise
-from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
-from sporch.orchestrator.submit.local_backend import LOGS
+from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.submit.local_backend import LocalBackend
+from sporch.orchestrator.submit.local_run import LocalRunResult, supervise
 from sporch.orchestrator.submit.request import default_job_dir
-from sporch.orchestrator.submit.submitter import command_line, prepare, remove_job_dir, write_files
+from sporch.orchestrator.submit.submitter import command_line, prepare, submit
 
 
 @click.command("run")
@@ -51,26 +56,15 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     folder = run_dir or default_job_dir(cluster, job, now) + "-local"
     if Path(folder).exists() and any(Path(folder).iterdir()):
         raise SporchError(f"run dir {folder} is not empty; choose another with --run-dir")
-    prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL)
-    req, plan = prepared.request, prepared.request.plan
+    plan = make_plan(cluster, job)
     if not ignore_memory:
-        try:
-            _check_local_memory(plan)
-        except SporchError:
-            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
-            raise
+        _check_local_memory(plan)
     if plan.workload.kind == "generate":
-        try:
-            _check_generate(plan.model, plan.workload)
-        except SporchError:
-            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
-            raise
-    write_files(req, LOCAL)
-    rec = JobRecord(id=store.make_id(plan.job.name, now), name=plan.job.name, cluster=cluster.name,
-                    backend="local", slurm_job_id=str(os.getpid()), job_dir=req.job_dir,
-                    submitted=now.isoformat(timespec="seconds"), command=command_line(invocation()),
-                    world_size=plan.world_size, nodes=plan.nodes, workload=plan.workload.kind, logs=dict(LOGS))
-    store.save_new(rec)
+        _check_generate(plan.model, plan.workload)
+    # a job of the local backend, this process its supervisor: `sporch status/logs/wait/cancel` work on its id
+    prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
+    rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
+    req = prepared.request
 
     from rich.markup import escape
 
@@ -83,30 +77,27 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         click.echo(f"{rec.id}: cancelled", err=True)
         sys.exit(EXIT_FAILED)
     _print_summary(res, plan, console())
-    error = str((res.result or {}).get("error") or "")
-    if error.startswith(CHECKPOINT_ERROR):
+    if res.result_error:
+        raise SporchError(res.result_error)
+    cause = res.result.cause() if res.result is not None else None
+    if cause is not None and cause.bad_input:
         # the ranks found the weights unusable (a tensor missing, unexpected or mis-shaped): bad input
-        raise SporchError(error[len(CHECKPOINT_ERROR):].strip())
-    if not res.ok or res.result is None or res.result.get("status") != "completed":
+        raise SporchError(cause.bad_input)
+    if not res.completed or res.result is None:
         sys.exit(EXIT_FAILED)
     if plan.workload.kind == "verify" and not plan.job.entrypoint:
-        click.echo(f"max_abs_err={res.result.get('max_abs_err')!r}")
-        if not res.result.get("verified", False):
+        click.echo(f"max_abs_err={res.result.max_abs_err!r}")
+        if not res.result.verified:
             click.echo(
-                f"sporch: verification failed: max_rel_err={res.result.get('max_rel_err')} > "
-                f"tolerance {res.result.get('tolerance')}",
+                f"sporch: verification failed: max_rel_err={res.result.max_rel_err} > "
+                f"tolerance {res.result.tolerance}",
                 err=True,
             )
             sys.exit(EXIT_FAILED)
 
 
-CHECKPOINT_ERROR = "CheckpointError:"
-
-
 def _record_final(rec: JobRecord) -> None:
     """The run's final state into its record (here and record.json), as `sporch status` would."""
-    from sporch.orchestrator.jobs.status import poll
-
     try:
         poll([rec])
     except (OSError, SporchError):  # the summary below still tells; `sporch status` retries
@@ -139,8 +130,6 @@ def _check_weights(weights: Optional[str]) -> None:
     """model.weights must be a readable checkpoint here (files, index, headers; no tensors read)."""
     if not weights:
         return
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
-
     try:
         open_checkpoint(weights)
     except CheckpointError as exc:
@@ -149,15 +138,12 @@ def _check_weights(weights: Optional[str]) -> None:
 
 def _check_generate(model, workload) -> None:
     """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
-    from sporch.orchestrator.errors import SporchError
-    from sporch.orchestrator.contract.generate_inputs import check_generate
-
     problems = check_generate(model, workload)
     if problems:
         raise SporchError(problems[0])
 
 
-def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con) -> Any:
+def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con) -> Optional[LocalRunResult]:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     columns = (SpinnerColumn(), TextColumn("ranks finished"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -168,31 +154,29 @@ def _run_with_progress(plan_path: Path, folder: Path, world: int, timeout_s, con
                          on_tick=lambda done, total: bar.update(task, completed=done))
 
 
-def _print_summary(res, plan, con) -> None:
-    from sporch.orchestrator.cli.common import plain_table
-
-    result = res.result or {}
+def _print_summary(res: LocalRunResult, plan, con) -> None:
+    result = res.result or JobResult(status="failed")  # none written: nothing to show but the logs
     table = plain_table(title="result", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
-    table.add_row("status", str(result.get("status", "no result (see logs)")))
+    table.add_row("status", res.result.status if res.result is not None else "no result (see logs)")
     table.add_row("layout", plan.layout.describe())
-    hosts = result.get("hosts") or {}
-    table.add_row("ranks", f"{len(hosts)} on {len(result.get('distinct_hosts') or [])} node name(s)")
-    metrics = result.get("metrics") or {}
+    table.add_row("ranks", f"{len(result.hosts or {})} on {len(result.distinct_hosts or [])} node name(s)")
     for key in ("max_abs_err", "max_rel_err", "tolerance", "step_ms_median_max"):
-        if result.get(key) is not None:
-            table.add_row(key, f"{result[key]:.3g}" if isinstance(result[key], float) else str(result[key]))
+        value = getattr(result, key)
+        if value is not None:
+            table.add_row(key, f"{value:.3g}" if isinstance(value, float) else str(value))
+    metrics = result.metrics or {}
     for key in ("step_ms_median", "tokens_per_s", "comm_ms_per_step", "resumed_from_step", "latents_path"):
         if metrics.get(key) is not None:
             v = metrics[key]
             table.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
-    for out in result.get("outputs") or []:
+    for out in result.outputs or []:
         table.add_row("output", f"{out['path']} (seed {out['seed']}: {out['prompt']})")
-    if res.failed_rank is not None or result.get("error"):
-        rank = result.get("failed_rank", res.failed_rank)
+    if res.failed_rank is not None or result.error:
+        rank = res.result.failed_rank if res.result is not None else res.failed_rank
         table.add_row("failed rank", str(rank))
-        table.add_row("error", str(result.get("error") or f"see {res.logs.get(rank, res.run_dir / 'logs')}"))
+        table.add_row("error", str(result.error or f"see {res.logs.get(rank, res.run_dir / 'logs')}"))
     table.add_row("result", str(res.run_dir / "result.json"))
     table.add_row("logs", str(res.run_dir / "logs"))
     con.print(table)

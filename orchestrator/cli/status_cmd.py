@@ -7,13 +7,14 @@ import json
 import click
 
 from sporch.orchestrator.cli.common import GRACE_SECONDS, console
+from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
 from sporch.orchestrator.jobs.status import poll
+from sporch.orchestrator.jobs.store import jobs_dir
 
 #: How long `status` retries while Slurm / the login host cannot be reached ($SPORCH_GRACE_S).
 STATUS_GRACE_S = 60.0
-from sporch.orchestrator.jobs.store import jobs_dir
 
 
 def _records(refs, show_all: bool, last: int):
@@ -50,8 +51,6 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
     line are shown.
     """
     recs = _records(jobs, show_all, last)
-    from sporch.orchestrator.cli.wait_cmd import report_retry
-
     statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
                                  grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)
     if as_json:

@@ -1,6 +1,13 @@
-"""Result files of a run, written atomically (temporary file in the same folder, then rename).
+"""The result files of a run, typed: :class:`RankRecord` (``ranks/rank<N>.json``) and
+:class:`JobResult` (``result.json``), written atomically (temporary file in the same folder,
+then rename).
 
-Stdlib only: the orchestrator reads result files with these helpers too (imported lazily).
+Standard library only: the runtime writes these files through these classes and the
+orchestrator reads them through them (``sporch status``, ``sporch run --local``, campaigns).
+Like the Plan's sections, ``from_dict`` refuses unknown keys; every problem with a file
+(not JSON, not an object, an unknown key, a newer ``schema_version``) is a
+:class:`ResultFileError` with one line naming the file. Keys are the contract
+(docs/contracts.md): add fields, never rename.
 
 Layout of a run's output directory:
     <output_dir>/ranks/rank<N>.json   one per rank: host, timings, status, error
@@ -10,16 +17,31 @@ Layout of a run's output directory:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Type, TypeVar
 
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.files import JobFiles
 
+#: Version of the result files' keys; a file without ``schema_version`` is version 1.
+RESULT_SCHEMA_VERSION = 1
+#: What a rank and a job can end as.
+STATUSES = ("completed", "failed", "requeued")
 
+R = TypeVar("R", bound="ResultSection")
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read as the contract says; the message is one line."""
+
+
+# -- writing ------------------------------------------------------------------------------------
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,28 +78,223 @@ def result_file(output_dir: str | os.PathLike) -> Path:
     return Path(JobFiles(str(output_dir)).result)
 
 
-def error_record(rank: int, exc: BaseException) -> dict[str, Any]:
+# -- the typed files ----------------------------------------------------------------------------
+class ResultSection:
+    """JSON round trip of a frozen dataclass whose keys are the contract. Keys in ``OPTIONAL``
+    are left out of the file while they are None (a verify job's errors, a failed rank's
+    error); every other key is always written."""
+
+    OPTIONAL: ClassVar[FrozenSet[str]] = frozenset()
+
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.name in self.OPTIONAL:
+                continue
+            if isinstance(value, ResultSection):
+                value = value.to_dict()
+            elif isinstance(value, list):
+                value = [v.to_dict() if isinstance(v, ResultSection) else v for v in value]
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=_jsonable) + "\n"
+
+    @classmethod
+    def from_dict(cls: Type[R], data: Any, where: str = "") -> R:
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise ResultFileError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        unknown = sorted(set(data) - {f.name for f in fields})
+        if unknown:
+            raise ResultFileError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} "
+                                  f"(result files of schema_version {RESULT_SCHEMA_VERSION})")
+        missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ResultFileError(f"{where}: missing key(s) {', '.join(missing)}")
+        return cls(**cls._fields_from(dict(data), where))  # type: ignore[call-arg]
+
+    @classmethod
+    def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
+        return data
+
+    @classmethod
+    def from_json(cls: Type[R], text: str, where: str = "") -> R:
+        where = where or cls.__name__
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ResultFileError(f"{where}: not valid JSON ({exc})") from None
+        return cls.from_dict(data, where)
+
+    @classmethod
+    def load(cls: Type[R], path: str | os.PathLike) -> R:
+        """Read ``path``; ResultFileError when it cannot be read or parsed (FileNotFoundError
+        passes through: a missing file is not a broken one)."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ResultFileError(f"{path}: cannot read ({exc})") from None
+        return cls.from_json(text, str(path))
+
+    def write(self, path: str | os.PathLike) -> Path:
+        return write_json_atomic(path, self.to_dict())
+
+
+def _check_version(data: Dict[str, Any], where: str) -> None:
+    version = data.get("schema_version", RESULT_SCHEMA_VERSION)
+    if version != RESULT_SCHEMA_VERSION:
+        raise ResultFileError(f"{where}: schema_version {version!r} is not supported (this sporch reads "
+                              f"{RESULT_SCHEMA_VERSION}); read it with the sporch that wrote it")
+
+
+@dataclass(frozen=True)
+class RankError(ResultSection):
+    """A rank's failure: the rank, the exception in one line (``ValueError: ...``), and in the
+    rank's own file the traceback. ``bad_input``: the message for the user when the rank
+    failed on unusable input (a :class:`CheckpointError`: the weights do not fit the model)."""
+
+    OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({"traceback", "bad_input"})
+
+    rank: Optional[int]
+    error: str
+    traceback: Optional[str] = None
+    bad_input: Optional[str] = None
+
+    def without_traceback(self) -> "RankError":
+        return dataclasses.replace(self, traceback=None)
+
+
+def error_record(rank: int, exc: BaseException) -> RankError:
     """What a failure looks like in a result file: the rank, the exception in one line, and
     the traceback for whoever wants it."""
     line = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-    return {
-        "rank": rank,
-        "error": line,
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-    }
+    return RankError(rank=rank, error=line,
+                     traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                     bad_input=str(exc).splitlines()[0] if isinstance(exc, CheckpointError) and str(exc) else None)
 
 
-def read_rank_files(output_dir: str | os.PathLike) -> dict[int, dict[str, Any]]:
-    out: dict[int, dict[str, Any]] = {}
+@dataclass(frozen=True)
+class RankRecord(ResultSection):
+    """``ranks/rank<N>.json``: one rank's place, timings, status and error."""
+
+    OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({"device", "threads", "backend", "error"})
+
+    rank: int
+    hostname: Optional[str] = None
+    node_rank: Optional[int] = None
+    local_rank: Optional[int] = None
+    launcher: Optional[str] = None  # slurm | torchrun
+    job_id: Optional[str] = None
+    restart: int = 0  # SLURM_RESTART_COUNT
+    started: Optional[float] = None
+    device: Optional[str] = None  # set once the rank has a device
+    threads: Optional[int] = None
+    backend: Optional[str] = None  # torch.distributed's
+    status: str = field(kw_only=True)  # STATUSES (keyword-only: keeps the file's key order)
+    finished: Optional[float] = None
+    metrics: Dict[str, Any] = field(default_factory=dict)
+    error: Optional[RankError] = None
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    @classmethod
+    def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
+        _check_version(data, where)
+        if not isinstance(data.get("rank"), int) or isinstance(data.get("rank"), bool):
+            raise ResultFileError(f"{where}: rank must be an integer, got {data.get('rank')!r}")
+        if data.get("error") is not None:
+            data["error"] = RankError.from_dict(data["error"], f"{where}: error")
+        return data
+
+
+@dataclass(frozen=True)
+class JobResult(ResultSection):
+    """``result.json``: the job's status, layout, hosts per rank, timings and errors (rank 0
+    writes it; the local runner names a rank that died without a record)."""
+
+    OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({
+        "max_abs_err", "max_rel_err", "tolerance", "verified", "step_ms_median_max", "outputs",
+        "peak_memory_bytes_by_rank"})
+
+    status: str  # STATUSES
+    job_name: Optional[str] = None
+    layout: Optional[Dict[str, int]] = None
+    world_size: Optional[int] = None
+    nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+    cluster: Optional[str] = None
+    workload: Optional[str] = None
+    sequence: Optional[Dict[str, Any]] = None  # the plan's sequence section
+    hosts: Dict[str, Optional[str]] = field(default_factory=dict)  # rank -> hostname
+    distinct_hosts: List[str] = field(default_factory=list)
+    metrics: Dict[str, Any] = field(default_factory=dict)  # rank 0's
+    # verify: over all ranks
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    tolerance: Optional[float] = None
+    verified: Optional[bool] = None
+    # benchmark / inference: the slowest rank's median step
+    step_ms_median_max: Optional[float] = None
+    # generate: the files every dp replica wrote, and each rank's peak memory
+    outputs: Optional[List[Dict[str, Any]]] = None
+    peak_memory_bytes_by_rank: Optional[Dict[str, Optional[int]]] = None
+    restart: Optional[int] = None
+    errors: List[RankError] = field(default_factory=list)
+    failed_rank: Optional[int] = None  # the root cause's
+    error: Optional[str] = None
+    launcher_host: Optional[str] = None
+    wall_s: Optional[float] = None
+    provenance: Optional[Dict[str, Any]] = None
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    @classmethod
+    def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
+        _check_version(data, where)
+        errors = data.get("errors") or []
+        if not isinstance(errors, list):
+            raise ResultFileError(f"{where}: errors must be a list, got {type(errors).__name__}")
+        data["errors"] = [RankError.from_dict(e, f"{where}: errors[{i}]") for i, e in enumerate(errors)]
+        return data
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    def cause(self) -> Optional[RankError]:
+        """The error that ended the job (``failed_rank`` and ``error``) as its rank recorded
+        it; None when nothing failed."""
+        if self.error is None and self.failed_rank is None:
+            return None
+        return next((e for e in self.errors if e.rank == self.failed_rank and e.error == self.error),
+                    RankError(self.failed_rank, self.error or ""))
+
+
+def read_result(output_dir: str | os.PathLike) -> Optional[JobResult]:
+    """``result.json`` of a run; None when there is none. ResultFileError when it is broken."""
+    try:
+        return JobResult.load(result_file(output_dir))
+    except FileNotFoundError:
+        return None
+
+
+def read_rank_files(output_dir: str | os.PathLike) -> dict[int, RankRecord]:
+    """Every rank's record that can be read (a broken or half-written file is left out)."""
+    out: dict[int, RankRecord] = {}
     folder = Path(JobFiles(str(output_dir)).ranks)
     if not folder.is_dir():
         return out
     for f in sorted(folder.glob("rank*.json")):
         try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            rec = RankRecord.load(f)
+        except (OSError, ResultFileError):
             continue
-        out[int(data.get("rank", f.stem[4:]))] = data
+        out[rec.rank] = rec
     return out
 
 
@@ -86,12 +303,17 @@ SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset", "NCCL commu
                     "Timeout", "recvBytes", "Socket", "Broken pipe", "DistBackendError")
 
 
-def root_cause(errors: list[dict[str, Any]]) -> dict[str, Any] | None:
+def is_secondary(error: Optional[str]) -> bool:
+    """Whether an error line is a peer's broken collective (a consequence, not a cause)."""
+    return any(s in str(error or "") for s in SECONDARY_ERRORS)
+
+
+def root_cause(errors: List[RankError]) -> Optional[RankError]:
     """The error that most likely started a failure: the first (by rank) that is not a peer's
     broken collective; else the first."""
     if not errors:
         return None
     for e in errors:
-        if not any(s in str(e.get("error", "")) for s in SECONDARY_ERRORS):
+        if not is_secondary(e.error):
             return e
     return errors[0]

@@ -12,6 +12,8 @@ import re
 import signal
 from typing import Dict, List, Optional
 
+from sporch.orchestrator.contract.results import RankError, is_secondary
+
 _TASK_RE = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-(\d+))?: (.+?)\s*$")
 _SLURM_ERROR_RE = re.compile(r"^(?:srun|slurmstepd(?:-\S+)?|sbatch|salloc)(?:\[\d+\])?: error: (.+?)\s*$")
 #: strsignal() text (what srun prints) -> signal number.
@@ -39,19 +41,17 @@ def task_deaths(text: str) -> List[Dict[str, object]]:
     return out
 
 
-def root_death(deaths: List[Dict[str, object]], recorded: Dict[int, Optional[str]]) -> Optional[Dict[str, object]]:
+def root_death(deaths: List[Dict[str, object]], recorded: Dict[int, Optional[str]]) -> Optional[RankError]:
     """Of ``deaths`` (in the order the ranks ended), the first rank that wrote no record of its
     own (``recorded``: rank -> the error its record names, None for none): the root cause, ahead
     of its peers' broken connections. None when a rank that recorded an error of its own (not a
     broken connection) ended first: that error is the cause."""
-    from sporch.orchestrator.contract.results import SECONDARY_ERRORS  # stdlib only; runtime/ is imported lazily
-
     for death in deaths:
         rank = death["rank"]
         if rank not in recorded:
-            return {"rank": rank, "error": death["error"]}
+            return RankError(rank, str(death["error"]))  # type: ignore[arg-type]
         error = recorded[rank]
-        if error and not any(s in error for s in SECONDARY_ERRORS):
+        if error and not is_secondary(error):
             return None
     return None
 

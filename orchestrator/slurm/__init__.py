@@ -7,6 +7,7 @@ Torch-free and light: only the standard library is imported. Failures become one
 - :mod:`.commands`  run a Slurm tool with a timeout; ``sbatch``/``scancel``/... wrappers
 - :mod:`.states`    job state and exit code parsing (terminal vs active)
 - :mod:`.query`     ``squeue_states``, ``sacct_states`` (one call for many jobs), ``test_only``
+- :mod:`.rows`      ``SlurmRow`` per job id: ``squeue_rows``, ``sacct_rows``, ``slurm_query``
 - :mod:`.discover`  build a cluster descriptor from ``scontrol``/``sinfo``
 """
 

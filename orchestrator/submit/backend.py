@@ -12,9 +12,10 @@ is built with the :class:`~sporch.orchestrator.host.Host` the job dir lives on:
 - ``local``     (:mod:`.local_backend`): the ranks as CPU processes on this machine under a
   supervisor (``sporch run --local``).
 
-One small interface, what ``sporch status/wait/cancel`` and a campaign runner call: ``submit``
-a request whose files are in its job dir, ``query`` the states of many records at once (Slurm
-backends: one squeue and at most one sacct call per host), ``cancel`` job ids.
+One small interface, what ``sporch submit/run/cancel`` and a campaign runner call: ``submit``
+a request whose files are in its job dir, ``cancel`` job ids. Asking where jobs stand is not a
+backend's business: :mod:`sporch.orchestrator.jobs.status` asks Slurm (squeue, sacct) or a local
+run's supervisor. :mod:`.registry` maps the names to the classes.
 
 A backend raises a one-line :class:`~sporch.orchestrator.errors.SporchError` (usually a
 ``SlurmCommandError`` quoting Slurm's reason) when the job is not accepted; the caller then
@@ -24,19 +25,11 @@ removes the job dir.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import import_module
-from typing import Any, Dict, Protocol, Sequence, Tuple
+from typing import Dict, Protocol, Sequence
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.submit.request import SubmitRequest
 
-#: backend name -> "module:class"
-BACKENDS: Dict[str, str] = {
-    "submitit": "sporch.orchestrator.submit.submitit_backend:SubmititBackend",
-    "sbatch": "sporch.orchestrator.submit.sbatch_backend:SbatchBackend",
-    "local": "sporch.orchestrator.submit.local_backend:LocalBackend",
-}
 DEFAULT_BACKEND = "submitit"
 #: What a cluster with a login section (ssh) submits through.
 REMOTE_BACKEND = "sbatch"
@@ -54,16 +47,9 @@ class Submitted:
 
 class Backend(Protocol):
     name: str
-    #: Backends with the same queue on the same host are asked about together ("slurm", "local").
-    queue: str
 
     def submit(self, request: SubmitRequest) -> Submitted:
         """Submit; return the job id. Raise SporchError (one line) when rejected."""
-        ...
-
-    def query(self, records: Sequence[Any]) -> Tuple[Dict[str, Any], Dict[str, str], bool]:
-        """(state rows by job id, where each came from, whether the scheduler keeps accounting)
-        for many job records at once; a job missing from the rows is judged by its job dir."""
         ...
 
     def cancel(self, job_ids: Sequence[str]) -> None:
@@ -75,13 +61,3 @@ def remote_backend_error(name: str, cluster: str = "") -> SporchError:
     where = f"cluster {cluster} " if cluster else "a cluster with a login section "
     return SporchError(f"--via {name} does not work on {where}(remote, over ssh): submitit needs a filesystem "
                        "shared with the cluster and this machine's Python; use --via sbatch (the default there)")
-
-
-def get_backend(name: str, host: Host = LOCAL, cluster: str = "") -> Backend:
-    """The backend ``name`` submitting on ``host``."""
-    if name not in BACKENDS:
-        raise SporchError(f"unknown submission backend {name!r}; choose one of: {', '.join(sorted(BACKENDS))}")
-    if host.remote and name != REMOTE_BACKEND:
-        raise remote_backend_error(name, cluster)
-    module, _, attr = BACKENDS[name].partition(":")
-    return getattr(import_module(module), attr)(host)

@@ -6,10 +6,10 @@ so the same Plan, groups and entry point run here as on the cluster. Like
 ``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others.
 
 The process that runs the ranks is the local job's supervisor: its pid is the job id the
-record keeps, and it writes ``<job_dir>/local.json`` (:data:`STATE_FILE`: ``pid``, then the
-final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so that
-``sporch status/logs/wait/cancel`` work on a local run from any process
-(:mod:`sporch.orchestrator.submit.local_backend`). SIGTERM (``sporch cancel``) ends the ranks.
+record keeps, and it writes ``<job_dir>/local.json`` (:mod:`sporch.orchestrator.jobs.local_state`:
+``pid``, then the final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so
+that ``sporch status/logs/wait/cancel`` work on a local run from any process. SIGTERM
+(``sporch cancel``) ends the ranks.
 ``python -m sporch.orchestrator.submit.local_run PLAN JOB_DIR`` is the detached supervisor the local
 backend starts.
 
@@ -18,6 +18,7 @@ Torch-free: only the rank processes import torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from sporch.orchestrator.host import LOCAL
 from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.contract.results import JobResult, RankError, ResultFileError, read_result, result_file
+from sporch.orchestrator.jobs.batchlog import root_death
+from sporch.orchestrator.jobs.diagnosis import recorded_errors
+from sporch.orchestrator.jobs.local_state import write_state
 
 #: After a rank fails, the others get this long to write their error files before being killed.
 KILL_GRACE_S = 10.0
-#: The supervisor's state file in the job dir.
-STATE_FILE = "local.json"
 
 
 class Cancelled(Exception):
@@ -54,7 +56,7 @@ class RankProcess:
 class LocalRunResult:
     run_dir: Path
     returncodes: dict[int, int]
-    result: dict | None
+    result: JobResult | None
     failed_rank: int | None = None
     logs: dict[int, Path] = field(default_factory=dict)
     #: Ranks that ended on their own with a non-zero exit, in the order they were seen to end:
@@ -62,18 +64,23 @@ class LocalRunResult:
     died: list[dict] = field(default_factory=list)
     #: Ranks still running when the runner stopped them, and why ("hung" | "timeout").
     stopped: dict[int, str] = field(default_factory=dict)
+    #: Why result.json could not be read (one line), when it is there but broken.
+    result_error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.failed_rank is None and all(rc == 0 for rc in self.returncodes.values())
 
-    def cause(self) -> dict | None:
-        """{rank, error} of the failure as the runner saw it: the first rank that died without
-        writing its record (a peer's broken connection comes after it), else a rank that hung
-        or ran out of time; None when the rank files tell the story (or nothing failed)."""
-        from sporch.orchestrator.jobs.batchlog import root_death
+    @property
+    def completed(self) -> bool:
+        """Every rank exited 0 and result.json says completed."""
+        return self.ok and self.result is not None and self.result.completed
 
-        recorded = recorded_errors(self.run_dir)
+    def cause(self) -> RankError | None:
+        """The failure as the runner saw it: the first rank that died without writing its
+        record (a peer's broken connection comes after it), else a rank that hung or ran out of
+        time; None when the rank files tell the story (or nothing failed)."""
+        recorded = recorded_errors(str(self.run_dir))
         death = root_death(self.died, recorded)
         if death is not None:
             return death
@@ -81,33 +88,8 @@ class LocalRunResult:
             if rank not in recorded:
                 what = "did not finish before the timeout" if why == "timeout" else \
                     f"hung: still running {KILL_GRACE_S:g} s after another rank failed"
-                return {"rank": rank, "error": f"rank {rank} {what}; stopped by the local runner"}
+                return RankError(rank, f"rank {rank} {what}; stopped by the local runner")
         return None
-
-
-def recorded_errors(run_dir: str | Path, host=LOCAL) -> dict[int, Optional[str]]:
-    """Rank -> the error its rank file records (None when it records none), for every rank that
-    wrote one."""
-    from sporch.orchestrator.contract.results import read_rank_files  # stdlib only
-
-    if host is LOCAL:
-        records = read_rank_files(run_dir)
-    else:
-        records = {}
-        folder = JobFiles(str(run_dir)).ranks
-        for name in host.listdir(folder):
-            text = host.read_text(f"{folder}/{name}") if name.endswith(".json") else None
-            try:
-                data = json.loads(text) if text else None
-            except ValueError:
-                data = None
-            if isinstance(data, dict) and isinstance(data.get("rank"), int):
-                records[data["rank"]] = data
-    out: dict[int, Optional[str]] = {}
-    for rank, rec in records.items():
-        err = rec.get("error")
-        out[rank] = (err.get("error") if isinstance(err, dict) else str(err)) if err else None
-    return out
 
 
 def exit_text(code: int) -> str:
@@ -231,12 +213,15 @@ class LocalRun:
         returncodes = {p.rank: p.popen.wait() for p in self.procs}
         for stale in self.run_dir.glob(".rendezvous-*"):  # left behind by killed ranks
             stale.unlink(missing_ok=True)
-        result_path = Path(JobFiles(str(self.run_dir)).result)
-        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
+        try:
+            result, result_error = read_result(self.run_dir), None
+        except ResultFileError as exc:
+            result, result_error = None, str(exc)
         return LocalRunResult(
             run_dir=self.run_dir,
             returncodes=returncodes,
             result=result,
+            result_error=result_error,
             failed_rank=failed_rank,
             logs={p.rank: p.log for p in self.procs},
             died=died,
@@ -245,26 +230,6 @@ class LocalRun:
 
     def _node_name(self, node: int) -> str:
         return node_name(self.plan_dict["cluster"].get("name", "local"), node)
-
-
-def run_local(
-    plan_path: Path,
-    run_dir: Path,
-    *,
-    python: str = sys.executable,
-    timeout_s: float | None = None,
-    on_tick: Callable[[int, int], None] | None = None,
-) -> LocalRunResult:
-    """Spawn every rank of the plan at ``plan_path``, wait, return codes and rank 0's result."""
-    return LocalRun(plan_path, run_dir, python=python).start().wait(timeout_s=timeout_s, on_tick=on_tick)
-
-
-def state_path(job_dir: str) -> str:
-    return JobFiles(job_dir).path(STATE_FILE)
-
-
-def write_state(job_dir: str, **state) -> None:
-    LOCAL.write_text(state_path(job_dir), json.dumps({"pid": os.getpid(), **state}, indent=2) + "\n")
 
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 (signal API)
@@ -292,29 +257,29 @@ def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
-    ok = res.ok and (res.result or {}).get("status") == "completed"
+    ok = res.completed
     code = next((rc for rc in res.returncodes.values() if rc), 0)
     cause = None if ok else res.cause()
-    if cause is not None:
+    if cause is not None and res.result_error is None:  # a broken result.json is left as it is
         res.result = _blame(run_dir, res.result, cause)
-        res.failed_rank = cause["rank"]
+    if cause is not None:
+        res.failed_rank = cause.rank
+    reason = cause.error if cause is not None else res.result_error
     write_state(str(run_dir), state="COMPLETED" if ok else "FAILED", exit_code=f"{code}:0",
-                failed_rank=res.failed_rank, reason=cause["error"] if cause else None,
+                failed_rank=res.failed_rank, reason=reason,
                 returncodes={str(k): v for k, v in res.returncodes.items()},
                 stopped={str(k): v for k, v in res.stopped.items()})
     return res
 
 
-def _blame(run_dir: Path, result: Optional[dict], cause: dict) -> dict:
+def _blame(run_dir: Path, result: Optional[JobResult], cause: RankError) -> JobResult:
     """result.json names ``cause`` (a rank that died or hung without its record) as the failure,
     ahead of the errors the ranks recorded (a peer's broken connection); written when rank 0
     could not write one."""
-    from sporch.orchestrator.contract.results import result_file, write_json_atomic  # stdlib only
-
-    result = dict(result or {"status": "failed", "errors": []})
-    result.update(status="failed", failed_rank=cause["rank"], error=cause["error"],
-                  errors=[cause] + [e for e in result.get("errors") or [] if e != cause])
-    write_json_atomic(result_file(run_dir), result)
+    result = result or JobResult(status="failed")
+    result = dataclasses.replace(result, status="failed", failed_rank=cause.rank, error=cause.error,
+                                 errors=[cause] + [e for e in result.errors if e != cause])
+    result.write(result_file(run_dir))
     return result
 
 

@@ -10,10 +10,9 @@ from the submitter's directory, like submitit (tasks start there and see its mod
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from sporch.orchestrator.host import LOCAL, Host
-from sporch.orchestrator.jobs.status import slurm_query
 from sporch.orchestrator.contract.files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import sbatch, scancel
 from sporch.orchestrator.submit.backend import Submitted
@@ -24,7 +23,6 @@ LOGS = LOG_LAYOUTS["sbatch"]
 
 class SbatchBackend:
     name = "sbatch"
-    queue = "slurm"
 
     def __init__(self, host: Host = LOCAL) -> None:
         self.host = host
@@ -33,9 +31,6 @@ class SbatchBackend:
         cwd = request.job_dir if self.host.remote else None
         job_id = sbatch(script=request.script_path, cwd=cwd, host=self.host)
         return Submitted(slurm_job_id=job_id, backend=self.name, logs=dict(LOGS))
-
-    def query(self, records: Sequence[Any]):
-        return slurm_query([r.slurm_job_id for r in records], self.host)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

@@ -21,7 +21,6 @@ from typing import Any, Dict, List, Sequence
 
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
-from sporch.orchestrator.jobs.status import slurm_query
 from sporch.orchestrator.contract import durations
 from sporch.orchestrator.contract.files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
@@ -98,7 +97,6 @@ def python_command(request: SubmitRequest) -> str | None:
 
 class SubmititBackend:
     name = "submitit"
-    queue = "slurm"
 
     def __init__(self, host: Host = LOCAL) -> None:
         self.host = host  # always this machine (get_backend refuses a remote host)
@@ -130,9 +128,6 @@ class SubmititBackend:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH on this machine", tool="sbatch",
                                     reason="command not found", returncode=None) from None
         return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
-
-    def query(self, records: Sequence[Any]):
-        return slurm_query([r.slurm_job_id for r in records], self.host)
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

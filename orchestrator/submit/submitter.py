@@ -28,7 +28,9 @@ from sporch.orchestrator.jobs.store import JobRecord
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.remote.ssh import login_dict
 from sporch.orchestrator.slurm.query import TestOnlyResult, test_only
-from sporch.orchestrator.submit.backend import DEFAULT_BACKEND, Backend, get_backend
+from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.submit.backend import DEFAULT_BACKEND, Backend
+from sporch.orchestrator.submit.registry import get_backend
 from sporch.orchestrator.submit.request import SubmitRequest, build_request, default_job_dir
 
 
@@ -58,11 +60,13 @@ def claim_job_dir(host: Host, path: str) -> tuple[str, str]:
 
 
 def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.datetime] = None,
-            host: Optional[Host] = None) -> Prepared:
-    """Plan the job and claim its (new, empty) job dir on ``host`` (default: the cluster's: this
-    machine, or its login host over ssh); the request's script names that dir."""
+            host: Optional[Host] = None, plan: Optional[Plan] = None) -> Prepared:
+    """Plan the job (``plan``: already made by the caller) and claim its (new, empty) job dir on
+    ``host`` (default: the cluster's: this machine, or its login host over ssh); the request's
+    script names that dir."""
     now = now or _dt.datetime.now()
-    plan = make_plan(cluster, job)  # first: a bad job is an error before anything is written or connected
+    if plan is None:  # first: a bad job is an error before anything is written or connected
+        plan = make_plan(cluster, job)
     host = host or host_for(cluster.login)
     if job_dir is None:
         claimed, root = claim_job_dir(host, host.abspath(default_job_dir(cluster, job, now)))

@@ -5,7 +5,10 @@ import json
 import pytest
 
 from sporch.runtime.rank_env import RankEnv, RankEnvError, default_master_port, first_host
-from sporch.orchestrator.contract.results import error_record, read_rank_files, rank_file, write_json_atomic
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, ResultFileError, error_record,
+                                                  read_rank_files, read_result, rank_file, result_file,
+                                                  write_json_atomic)
 
 
 def test_slurm_environment():
@@ -43,14 +46,59 @@ def test_missing_environment_is_a_clear_error():
 
 
 def test_atomic_json_and_rank_files(tmp_path):
-    write_json_atomic(rank_file(tmp_path, 3), {"rank": 3, "status": "completed"})
+    RankRecord(rank=3, status="completed").write(rank_file(tmp_path, 3))
     try:
         raise KeyError("boom")
     except KeyError as exc:
-        write_json_atomic(rank_file(tmp_path, 1), {"rank": 1, "error": error_record(1, exc)})
+        RankRecord(rank=1, status="failed", error=error_record(1, exc)).write(rank_file(tmp_path, 1))
+    write_json_atomic(rank_file(tmp_path, 5), {"rank": 5, "status": "completed", "surprise": 1})  # not ours
     files = read_rank_files(tmp_path)
     assert sorted(files) == [1, 3]
-    assert files[1]["error"]["error"] == "KeyError: 'boom'"
-    assert "Traceback" in files[1]["error"]["traceback"]
+    assert files[1].error.error == "KeyError: 'boom'" and files[1].error.bad_input is None
+    assert "Traceback" in files[1].error.traceback
     assert not list((tmp_path / "ranks").glob("*.tmp"))  # no temporary left behind
-    assert json.loads(rank_file(tmp_path, 3).read_text())["status"] == "completed"
+    on_disk = json.loads(rank_file(tmp_path, 3).read_text())
+    assert on_disk["status"] == "completed" and on_disk["schema_version"] == 1
+    assert "error" not in on_disk and "device" not in on_disk  # optional keys stay out while unset
+
+
+def test_a_checkpoint_error_is_recorded_as_bad_input():
+    err = error_record(0, CheckpointError("w.safetensors lacks tensor 'x'"))
+    assert err.error == "CheckpointError: w.safetensors lacks tensor 'x'"
+    assert err.bad_input == "w.safetensors lacks tensor 'x'"
+    result = JobResult(status="failed", errors=[err.without_traceback()], failed_rank=0, error=err.error)
+    again = JobResult.from_json(result.to_json())
+    assert again == result and again.cause().bad_input == "w.safetensors lacks tensor 'x'"
+
+
+def test_result_round_trip_and_todays_files(tmp_path):
+    # a result.json as the runtime wrote it before schema_version existed reads as version 1
+    old = {"status": "completed", "layout": {"dp": 1, "cfg": 1, "ring": 2, "ulysses": 2}, "world_size": 4,
+           "hosts": {"0": "n1"}, "distinct_hosts": ["n1"], "metrics": {"step_ms_median": 3.5}, "restart": 0,
+           "errors": [], "failed_rank": None, "error": None, "max_abs_err": 1e-7, "verified": True}
+    result = JobResult.from_dict(old)
+    assert result.completed and result.max_abs_err == 1e-7 and result.cause() is None
+    assert JobResult.from_dict(result.to_dict()) == result
+    assert "outputs" not in result.to_dict() and result.to_dict()["failed_rank"] is None
+    result.write(result_file(tmp_path))
+    assert read_result(tmp_path) == result
+    assert read_result(tmp_path / "nothing-here") is None
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object, got list"),
+    ('{"status": "completed", "colour": "red"}', "unknown key(s) colour"),
+    ('{"error": "x"}', "missing key(s) status"),
+    ('{"status": "completed", "schema_version": 9}', "schema_version 9 is not supported"),
+    ('{"status": "failed", "errors": [{"rank": 1}]}', "errors[0]"),
+])
+def test_broken_result_files_are_one_line_errors(tmp_path, text, needle):
+    result_file(tmp_path).write_text(text)
+    with pytest.raises(ResultFileError) as e:
+        read_result(tmp_path)
+    assert needle in str(e.value) and "\n" not in str(e.value) and str(result_file(tmp_path)) in str(e.value)
+
+
+def test_rank_error_without_a_rank_is_allowed():
+    assert RankError.from_dict({"rank": None, "error": "srun: error: x"}).rank is None

@@ -142,13 +142,13 @@ def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
     finally:
         run.kill()  # never leave ranks behind, whatever failed above
     assert set(first.returncodes.values()) == {3}, first.returncodes
-    assert first.result["status"] == "requeued"
+    assert first.result.status == "requeued"
     stopped_at = json.loads(progress.read_text())["step"]
     assert 2 <= stopped_at < steps
 
     second = LocalRun(plan_path, interrupted).start().wait(timeout_s=300)
     assert second.ok, second.returncodes
-    metrics = second.result["metrics"]
+    metrics = second.result.metrics
     assert metrics["resumed"] is True and metrics["resumed_from_step"] == stopped_at
     assert len(metrics["step_ms"]) == steps
     assert _latents(interrupted).equal(_latents(reference))

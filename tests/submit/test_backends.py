@@ -15,7 +15,8 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.slurm.commands import SlurmCommandError
 from sporch.orchestrator.submit import submitter
-from sporch.orchestrator.submit.backend import Submitted, get_backend
+from sporch.orchestrator.submit.backend import Submitted
+from sporch.orchestrator.submit.registry import get_backend
 from sporch.orchestrator.submit.request import build_request
 from sporch.orchestrator.submit.submitit_backend import executor_parameters, setup_lines, time_to_minutes
 
@@ -246,33 +247,88 @@ def test_dry_run_and_check_are_exclusive(run_cli):
     assert code == 2
 
 
-def test_task_module_imports_runtime_only_when_called():
+def test_task_module_never_imports_the_runtime():
     code = ("import sys, sporch.orchestrator.submit.task, sporch.orchestrator.submit.submitit_backend; "
             "print(any(m == 'torch' or m.startswith(('torch.', 'sporch.runtime')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 
-def test_run_rank_maps_exit_codes(monkeypatch, tmp_path):
-    import types
+FAKE_PYTHON = """#!/bin/sh
+# a stand-in for the job's python: records how it was started, exits with $FAKE_CODE
+echo "$@" > "$FAKE_LOG"
+echo "$SPORCH_JOB_DIR $SPORCH_PLAN" >> "$FAKE_LOG"
+exit "$FAKE_CODE"
+"""
 
-    from sporch.orchestrator.submit import task
 
-    import sporch.runtime
+def _fake_python(tmp_path):
+    py = tmp_path / "fake-python"
+    py.write_text(FAKE_PYTHON)
+    py.chmod(0o755)
+    return str(py)
 
-    codes = iter([0, 1, 3])
-    fake = types.SimpleNamespace(main=lambda argv: next(codes))
-    monkeypatch.setitem(sys.modules, "sporch.runtime.launch", fake)  # `from sporch.runtime import launch` finds it
-    monkeypatch.setattr(sporch.runtime, "launch", fake, raising=False)
-    monkeypatch.setenv("SLURM_PROCID", "2")
-    assert task.run_rank(str(tmp_path / "plan.json"), str(tmp_path)) == 0
-    with pytest.raises(task.RankFailed, match="rank 2"):
-        task.run_rank(str(tmp_path / "plan.json"), str(tmp_path))
-    with pytest.raises(SystemExit) as e:
-        task.run_rank(str(tmp_path / "plan.json"), str(tmp_path))
-    assert e.value.code == 3
+
+def test_run_rank_runs_the_runtime_as_a_child_and_maps_exit_codes(monkeypatch, tmp_path):
     import os
     import signal
 
+    from sporch.orchestrator.submit import task
+
+    py, log, plan = _fake_python(tmp_path), tmp_path / "argv.txt", str(tmp_path / "plan.json")
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("FAKE_CODE", "0")
+    assert task.run_rank(plan, str(tmp_path), python=py) == 0
+    assert log.read_text().splitlines() == [f"-m sporch.runtime.launch --plan {plan} --output-dir {tmp_path}",
+                                            f"{tmp_path} {plan}"]
     assert os.environ["SPORCH_JOB_DIR"] == str(tmp_path)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    monkeypatch.setenv("FAKE_CODE", "1")
+    with pytest.raises(task.RankFailed, match=r"^rank 2: sporch.runtime.launch exited with code 1"):
+        task.run_rank(plan, str(tmp_path), python=py)
+    monkeypatch.setenv("FAKE_CODE", "3")  # progress saved, requeue asked: the task leaves with 3
+    with pytest.raises(SystemExit) as e:
+        task.run_rank(plan, str(tmp_path), python=py)
+    assert e.value.code == 3
+
+
+SLOW_PYTHON = """#!/bin/sh
+# saves its progress on USR2 and leaves with the requeue code, as the runtime does
+trap 'echo usr2 > "$FAKE_LOG"; exit 3' USR2
+echo started > "$FAKE_LOG"
+while true; do sleep 0.05; done
+"""
+
+TASK_PROBE = """
+import sys
+from sporch.orchestrator.submit import task
+try:
+    task.run_rank(sys.argv[1], sys.argv[2], python=sys.argv[3])
+except SystemExit as e:
+    sys.exit(e.code)
+"""
+
+
+def test_run_rank_passes_usr2_on_to_the_runtime(tmp_path):
+    """Slurm's --signal=USR2 reaches the submitit task: the runtime (the child) gets it."""
+    import os
+    import signal
+    import time
+
+    py = tmp_path / "slow-python"
+    py.write_text(SLOW_PYTHON)
+    py.chmod(0o755)
+    log = tmp_path / "log.txt"
+    proc = subprocess.Popen([sys.executable, "-c", TASK_PROBE, str(tmp_path / "plan.json"), str(tmp_path), str(py)],
+                            env={**os.environ, "FAKE_LOG": str(log)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR2)  # to the task only, not its process group
+        assert proc.wait(timeout=60) == 3
+        assert log.read_text().strip() == "usr2"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

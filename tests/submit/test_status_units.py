@@ -11,7 +11,7 @@ import pytest
 
 from sporch.orchestrator.jobs import status as js
 from sporch.orchestrator.jobs import store
-from sporch.orchestrator.jobs.status import SlurmRow
+from sporch.orchestrator.slurm.rows import SlurmRow
 from sporch.orchestrator.jobs.store import JobRecord
 
 
@@ -278,3 +278,20 @@ def test_a_local_run_that_says_completed_without_result_is_failed(tmp_path, spor
     st = js.poll([r])[0]
     assert st.state == "FAILED" and st.exit_status() == 1
     assert st.reason == "finished without a result (no result.json): RuntimeError: the ranks could not start"
+
+
+def test_a_broken_result_json_is_a_one_line_reason_not_a_traceback(monkeypatch, tmp_path, sporch_home, run_cli):
+    """result.json with a key the contract does not know: the job did not complete readably."""
+    r = _rec(tmp_path, "bad", "95")
+    (Path(r.job_dir) / "result.json").write_text('{"status": "completed", "colour": "red"}')
+    garbled = _rec(tmp_path, "garbled", "96")
+    (Path(garbled.job_dir) / "result.json").write_text('{"status": "comp')
+    FakeSlurm(sacct={"95": SlurmRow("COMPLETED", exit_code="0:0"),
+                     "96": SlurmRow("FAILED", exit_code="1:0")}).install(monkeypatch, tmp_path)
+    code, out, err = run_cli("status", "--json", "bad", "garbled")
+    assert code == 0 and "Traceback" not in out + err
+    bad, garbled = json.loads(out)
+    assert bad["state"] == "FAILED" and bad["result_status"] is None
+    assert bad["reason"].startswith("finished without a readable result (") and "unknown key(s) colour" in bad["reason"]
+    assert garbled["state"] == "FAILED" and "not valid JSON" in garbled["reason"]
+    assert all("\n" not in s["reason"] for s in (bad, garbled))
