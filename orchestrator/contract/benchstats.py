@@ -21,6 +21,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sporch.orchestrator import __version__
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0..100) with linear interpolation between order statistics."""
@@ -86,8 +88,6 @@ def git_revision(path: Optional[Path] = None) -> Optional[str]:
 def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional[dict[str, str]] = None
                ) -> dict[str, Any]:
     """Where and with what a result was produced."""
-    from sporch.orchestrator import __version__
-
     env = dict(os.environ if env is None else env)
     try:  # the installed distribution's version: no torch import in the contract
         torch_version: Optional[str] = importlib.metadata.version("torch")
