@@ -23,6 +23,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from sporch.runtime.model.attention import SequenceAttention
+
 __all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "should_compile", "time_first_call"]
 
 
@@ -60,7 +62,6 @@ class EagerAttention:
 def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
     """Forward pre-hook: hand the block an :class:`EagerAttention` instead of the model's
     sequence attention (found by type, positional or keyword)."""
-    from sporch.runtime.model.attention import SequenceAttention
 
     def swap(a):
         return EagerAttention(a) if isinstance(a, SequenceAttention) else a

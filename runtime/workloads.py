@@ -18,21 +18,18 @@
 from __future__ import annotations
 
 import importlib
-import resource
 import statistics
 import time
 from typing import Any, Callable
 
 import torch
-
-from safetensors.torch import save_file
 from torch.profiler import ProfilerActivity, profile
 
+from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention import CommStats
-from sporch.orchestrator.contract.benchstats import step_summary
-from sporch.runtime.progress import Progress
 from sporch.runtime.compile import compile_blocks, should_compile, time_first_call
+from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import (
     NUM_TRAIN_TIMESTEPS,
     ShardedDiT,
@@ -43,6 +40,9 @@ from sporch.runtime.model import (
     resolve_dtype,
     verify,
 )
+from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.pipelines.generate import run_generate
+from sporch.runtime.progress import Progress
 
 
 def resolve_entrypoint(spec: str) -> Callable[..., Any]:
@@ -57,7 +57,7 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
     entrypoint = plan.job.entrypoint
     if entrypoint:
         result = resolve_entrypoint(entrypoint)(ctx, plan)
@@ -70,8 +70,6 @@ def run_workload(plan: Plan, ctx: Any, device: torch.device, progress: Progress)
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
     if kind == "generate":
-        from sporch.runtime.pipelines.generate import run_generate
-
         return run_generate(plan, ctx, device, progress.output_dir)
     raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
 
@@ -84,7 +82,7 @@ def _build(plan: Plan, device: torch.device):
                        weights=plan.model.weights)
 
 
-def _setup(plan: Plan, ctx: Any, device: torch.device):
+def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
     """(model, runner, inputs, grid, compile info): the model built, its blocks compiled
     when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
@@ -95,18 +93,7 @@ def _setup(plan: Plan, ctx: Any, device: torch.device):
     return model, runner, inputs, grid, info
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
-
-
-def _verify(plan: Plan, ctx: Any, device: torch.device) -> dict[str, Any]:
+def _verify(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
     """Sharded forward + min(steps, 2) sampling steps against the unsharded model."""
     wl = plan.workload
     model = _build(plan, device)
@@ -129,7 +116,7 @@ def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None
     try:
         with profile(activities=activities) as prof:
             step()
-            _sync(device)
+            sync(device)
     except RuntimeError:
         return None
     total_us = 0.0
@@ -141,7 +128,7 @@ def _comm_time_ms(step: Callable[[], Any], device: torch.device) -> float | None
     return total_us / 1e3
 
 
-def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
     wl = plan.workload
     warmup, repeat, guidance = wl.warmup, wl.repeat, wl.guidance_scale
     model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
@@ -156,14 +143,14 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
     resumed_from = len(times)
     with torch.no_grad():
         if warmup or compiled.enabled:  # the first call compiles: timed apart from the steps
-            time_first_call(compiled, step, lambda: _sync(device))
+            time_first_call(compiled, step, lambda: sync(device))
         for _ in range(warmup - 1):
             step()
         for i in range(resumed_from, repeat):
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             step()
-            _sync(device)
+            sync(device)
             times.append((time.perf_counter() - start) * 1e3)
             progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times, "total": repeat})
         ctx.comm_stats = CommStats()  # bytes this rank sends during the profiled step
@@ -180,7 +167,7 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         "comm_bytes_per_step": sent.total,
         "comm_bytes_by_op": sent.as_dict(),
         "comm_fraction": (comm_ms / median) if comm_ms is not None and times else None,
-        "peak_memory_bytes": _peak_memory_bytes(device),
+        "peak_memory_bytes": peak_memory_bytes(device),
         "local_tokens": runner.local_len,
         "parameters": model.num_parameters(),
         "resumed": resumed_from > 0,
@@ -190,7 +177,7 @@ def _benchmark(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
 
 # -- inference ------------------------------------------------------------------------------
 
-def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -> dict[str, Any]:
+def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
     wl = plan.workload
     steps, guidance = wl.steps, wl.guidance_scale
     model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
@@ -210,13 +197,13 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
     clock = [0.0]
 
     def after_step(i: int, x: torch.Tensor) -> None:
-        _sync(device)
+        sync(device)
         step_ms.append((time.perf_counter() - clock[0]) * 1e3)
         progress.step_done(i + 1, {"kind": "inference", "step_ms": step_ms, "total": steps}, shard=x)
         clock[0] = time.perf_counter()  # the checkpoint's I/O is not step time
 
     with torch.no_grad():
-        _sync(device)
+        sync(device)
         clock[0] = time.perf_counter()
         x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step)
         latents = runner.gather_latents(x_local, channels=model.cfg.out_dim)
@@ -228,7 +215,7 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
         "latent_shape": list(latents.shape),
         "latent_mean": float(latents.mean()),
         "latent_std": float(latents.std()) if latents.numel() > 1 else 0.0,
-        "peak_memory_bytes": _peak_memory_bytes(device),
+        "peak_memory_bytes": peak_memory_bytes(device),
         "compile": compiled.record(),  # the first step's time includes compiling
         "resumed": start_step > 0,
         "resumed_from_step": start_step,
@@ -237,6 +224,8 @@ def _inference(plan: Plan, ctx: Any, device: torch.device, progress: Progress) -
     if writer:
         path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
+        from safetensors.torch import save_file
+
         save_file({"latents": latents.contiguous().cpu()}, str(path))
         out["latents_path"] = str(path)
     return out

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract.parallel import head_split
 from sporch.runtime.attention.comm_stats import CommStats
-from sporch.runtime.parallel import head_offsets
+from sporch.runtime.parallel import ParallelContext, head_offsets
 
 __all__ = ["head_ranges", "qkv_in", "out_back", "exchange_heads", "gather_seq_scatter_heads",
            "gather_heads_scatter_seq"]
@@ -140,7 +140,7 @@ def exchange_heads(x: torch.Tensor, group, me: int, q_ranges, stats: CommStats |
 
 # -- verl-style public verbs (sequence-sharded [B, S, H, D] tensors) ------------------------
 
-def gather_seq_scatter_heads(x: torch.Tensor, ctx, *, stats: CommStats | None = None) -> torch.Tensor:
+def gather_seq_scatter_heads(x: torch.Tensor, ctx: ParallelContext, *, stats: CommStats | None = None) -> torch.Tensor:
     """``[B, L, H, D]`` (sequence chunk, all heads) -> ``[B, U*L, h, D]`` over ``ctx``'s Ulysses group."""
     q_ranges, _ = head_ranges(x.shape[2], x.shape[2], ctx.ulysses)
     me = ctx.ulysses_rank
@@ -156,7 +156,7 @@ def gather_seq_scatter_heads(x: torch.Tensor, ctx, *, stats: CommStats | None = 
     return recv.view(ctx.ulysses, n, B, L, D).permute(2, 0, 3, 1, 4).reshape(B, ctx.ulysses * L, n, D)
 
 
-def gather_heads_scatter_seq(x: torch.Tensor, ctx, num_heads: int, *, stats: CommStats | None = None) -> torch.Tensor:
+def gather_heads_scatter_seq(x: torch.Tensor, ctx: ParallelContext, num_heads: int, *, stats: CommStats | None = None) -> torch.Tensor:
     """``[B, U*L, h, D]`` (group sequence, this rank's heads) -> ``[B, L, H, D]``; inverse of
     :func:`gather_seq_scatter_heads` (``num_heads`` is the total H)."""
     q_ranges, _ = head_ranges(num_heads, num_heads, ctx.ulysses)

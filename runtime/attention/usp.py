@@ -17,11 +17,12 @@ from sporch.runtime.attention.comm_stats import CommStats
 from sporch.runtime.attention.kernels import resolve_backend
 from sporch.runtime.attention.ring import ring_attention
 from sporch.runtime.attention.ulysses import exchange_heads, head_ranges, out_back, qkv_in
+from sporch.runtime.parallel import ParallelContext
 
 __all__ = ["usp_attention"]
 
 
-def _check(q, k, v, joint_q, joint_k, joint_v, ctx, seq_len):
+def _check(q, k, v, joint_q, joint_k, joint_v, ctx: ParallelContext, seq_len):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, S_local, H, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     B, L, H, D = q.shape
@@ -50,7 +51,7 @@ def _check(q, k, v, joint_q, joint_k, joint_v, ctx, seq_len):
             raise ValueError("joint_q and joint_k must have the same number of text tokens")
 
 
-def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx, *, seq_len: int | None = None,
+def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: ParallelContext, *, seq_len: int | None = None,
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
                   stats: CommStats | None = None, merge: str = "auto"):

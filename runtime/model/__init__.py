@@ -15,7 +15,8 @@ from .base import DiTBase, latent_shape, patchify, unpatchify
 from .build import build_model, count_parameters, load_safetensors, resolve_dtype, save_safetensors
 from .config import ModelConfig, tiny_model_dict
 from .sampler import SampleInputs, euler_sample, flow_sigmas, generate, make_inputs
-from .sharded import NUM_TRAIN_TIMESTEPS, ShardedDiT, cfg_combine, dp_slice, sharded_forward
+from .layers import NUM_TRAIN_TIMESTEPS
+from .sharded import ShardedDiT, cfg_combine, dp_slice
 from .verify import compare, verify
 
 __all__ = [
@@ -23,5 +24,5 @@ __all__ = [
     "build_model", "count_parameters", "load_safetensors", "save_safetensors", "resolve_dtype",
     "tiny_model_dict", "latent_shape", "patchify", "unpatchify",
     "flow_sigmas", "euler_sample", "generate", "make_inputs",
-    "sharded_forward", "cfg_combine", "dp_slice", "compare", "verify",
+    "cfg_combine", "dp_slice", "compare", "verify",
 ]

@@ -11,13 +11,13 @@ serves ``H // H_kv`` consecutive query heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from sporch.runtime.attention import usp_attention
 from sporch.runtime.attention.kernels import local_attention
+from sporch.runtime.parallel import ParallelContext
 
 
 def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -40,12 +40,12 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 class SequenceAttention:
     """How the model's sequence (self / joint) attention runs.
 
-    ``ctx``: a ``sporch.runtime.parallel.ParallelContext`` or None (unsharded). ``seq_len``: the
+    ``ctx``: the ParallelContext, or None (unsharded). ``seq_len``: the
     unpadded global number of sharded tokens (keys past it are padding and masked).
     ``backend`` is passed through to usp_attention / local_attention.
     """
 
-    ctx: Any = None
+    ctx: ParallelContext | None = None
     seq_len: int | None = None
     backend: str = "auto"
 

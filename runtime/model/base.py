@@ -3,10 +3,12 @@ forward that works the same unsharded (ctx=None) and on one sequence shard."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
+
+from sporch.runtime.parallel import ParallelContext
 
 from .attention import SequenceAttention
 from .condition import Condition, cond_to
@@ -29,7 +31,7 @@ def patchify(latents: torch.Tensor, patch: Sequence[int]) -> tuple[torch.Tensor,
 def unpatchify(tokens: torch.Tensor, grid: Sequence[int], patch: Sequence[int], channels: int) -> torch.Tensor:
     """Inverse of :func:`patchify`: [B, f*h*w, C*pt*ph*pw] -> [B, C, f*pt, h*ph, w*pw]. Features
     are read as (C, pt, ph, pw) like the input side: a checkpoint whose output head is ordered
-    otherwise (Wan: (pt, ph, pw, C)) has its rows permuted when it is loaded (checkpoints/)."""
+    otherwise (Wan: (pt, ph, pw, C)) has its rows permuted when it is loaded (keymaps/)."""
     b = tokens.shape[0]
     f, h, w = (int(g) for g in grid)
     pt, ph, pw = (int(p) for p in patch)
@@ -95,7 +97,7 @@ class DiTBase(nn.Module):
         grid: Sequence[int],
         token_index: torch.Tensor | None = None,
         seq_len: int | None = None,
-        ctx: Any = None,
+        ctx: ParallelContext | None = None,
         backend: str = "auto",
         guidance: float | torch.Tensor | None = None,
     ) -> torch.Tensor:

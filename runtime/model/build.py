@@ -14,6 +14,7 @@ from sporch.orchestrator.contract.sections import ModelSection
 from .base import DiTBase
 from .config import ModelConfig
 from .dit import ClassDiT
+from .keymaps import load_checkpoint
 from .mmdit import MMDiT
 from .wan import WanDiT
 
@@ -123,6 +124,4 @@ def load_safetensors(model: nn.Module, path: str) -> nn.Module:
     """Load local weights into ``model``: a file or folder in sporch's own names, the original
     release's or diffusers' layout (see sporch.runtime.model.keymaps). Strict: every parameter
     present with its shape, nothing else; a CheckpointError (one line) otherwise."""
-    from .keymaps import load_checkpoint
-
     return load_checkpoint(model, path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from sporch.orchestrator.contract.models import find_preset, preset_knobs
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 
 
@@ -32,7 +33,7 @@ class ModelConfig:
     num_classes: int = 1000  # attention == "self" only (class-conditional DiT); +1 null class
     eps: float = 1e-6
     preset: str | None = None
-    # -- architecture knobs of the published models (see PUBLISHED) ------------------------
+    # -- architecture knobs of the published models (sporch.orchestrator.contract.models) --
     rope_axes: tuple[int, int, int] | None = None  # head_dim split (t, h, w); None: Wan's split
     rope_theta: float = 10000.0
     pooled_dim: int = 0  # width of a pooled text vector added to the time embedding (Flux: 768)
@@ -103,9 +104,9 @@ class ModelConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
         """Build from a ``plan.model`` dict. ``ffn_dim`` falls back to ``mlp_ratio*hidden``,
         ``head_dim`` to ``hidden // num_heads``, ``num_kv_heads`` to ``num_heads``. A published
-        preset (``d["preset"]`` in :data:`PUBLISHED`) contributes its architecture knobs; keys
-        given in ``d`` win."""
-        knobs = dict(PUBLISHED.get(str(d.get("preset") or "").lower(), {}))
+        preset (``d["preset"]``, sporch.orchestrator.contract.models) contributes its
+        architecture knobs; keys given in ``d`` win."""
+        knobs = preset_knobs(d.get("preset"))
         if "rope_axes" in knobs and d.get("head_dim") not in (None, sum(knobs["rope_axes"])):
             knobs.pop("rope_axes")  # a resized preset: the published split no longer fits
         d = {**knobs, **dict(d)}
@@ -144,37 +145,14 @@ class ModelConfig:
         return d
 
 
-#: Architecture knobs of the published models, keyed by preset name (the shapes themselves
-#: come with ``plan.model``; orchestrator/config/presets.py holds them for planning). A model
-#: with these knobs and its published shapes computes that model exactly (docs/model.md).
-PUBLISHED: dict[str, dict[str, Any]] = {
-    "wan2.1-t2v-1.3b": {},
-    "wan2.1-t2v-14b": {},
-    "wan2.1-i2v-14b": dict(out_channels=16, image_dim=1280, image_len=257),
-    "flux.1-dev": dict(rope_axes=(16, 56, 56), pooled_dim=768, guidance_embed=True, distilled=True),
-    "flux.1-schnell": dict(rope_axes=(16, 56, 56), pooled_dim=768, guidance_embed=False, distilled=True),
-}
-
-
 def tiny_model_dict(attention: str = "cross", **overrides: Any) -> dict[str, Any]:
-    """The tiny preset's ``plan.model`` dict (tests, CPU smoke runs)."""
-    d: dict[str, Any] = {
-        "preset": f"tiny-{attention}",
-        "attention": attention,
-        "depth": 1 if attention == "joint" else 2,
-        "single_depth": 1 if attention == "joint" else 0,
-        "hidden": 64,
-        "num_heads": 4,
-        "num_kv_heads": 4,
-        "head_dim": 16,
-        "ffn_dim": 128,
-        "mlp_ratio": 2.0,
-        "patch": [1, 2, 2],
-        "in_channels": 4,
-        "vae_stride": [4, 8, 8],
-        "text_len": 8,
-        "text_dim": 32,
-        "qk_norm": True,
-    }
+    """The tiny preset's ``plan.model`` dict (tests, CPU smoke runs), named ``tiny-<attention>``;
+    a joint model gets one double- and one single-stream block."""
+    shape = find_preset("tiny").shape
+    joint = attention == "joint"
+    d: dict[str, Any] = {k: v for k, v in shape.items() if k != "joint_single_depth"}
+    d.update(preset=f"tiny-{attention}", attention=attention, depth=1 if joint else shape["depth"],
+             single_depth=shape["joint_single_depth"] if joint else 0, mlp_ratio=shape["ffn_dim"] / shape["hidden"],
+             patch=list(shape["patch"]), vae_stride=list(shape["vae_stride"]))
     d.update(overrides)
     return d

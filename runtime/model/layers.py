@@ -41,6 +41,11 @@ def gate(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return x * (g.unsqueeze(1) if g.dim() == 2 else g)
 
 
+#: Model units of time: the flow-matching time sigma in [0, 1] enters the model as
+#: ``sigma * NUM_TRAIN_TIMESTEPS`` (Wan / SD3 convention); Flux embeds its guidance scale in the same units.
+NUM_TRAIN_TIMESTEPS = 1000.0
+
+
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0,
                        precision: torch.dtype = torch.float64) -> torch.Tensor:
     """Sinusoidal embedding of (possibly fractional) timesteps ``t`` [B] -> [B, dim] float32,

@@ -21,11 +21,8 @@ from .attention import SequenceAttention
 from .base import DiTBase
 from .condition import cond_text
 from .config import ModelConfig
-from .layers import MLP, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
+from .layers import MLP, NUM_TRAIN_TIMESTEPS, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
 from .rope import apply_rope
-
-#: Flux embeds t and the guidance scale as ``1000 * value`` (timesteps arrive in model units).
-NUM_TRAIN_TIMESTEPS = 1000.0
 
 
 class HeadNorm(nn.Module):

@@ -14,13 +14,16 @@ identical noise and sees identical timesteps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from sporch.runtime.parallel import ParallelContext
+
 from .base import DiTBase, latent_shape
 from .condition import Condition, cond_rows
-from .sharded import NUM_TRAIN_TIMESTEPS, ShardedDiT, dp_slice
+from .layers import NUM_TRAIN_TIMESTEPS
+from .sharded import ShardedDiT, dp_slice
 
 
 def flow_sigmas(steps: int, shift: float | None = None) -> torch.Tensor:
@@ -57,7 +60,7 @@ class SampleInputs:
     rows: slice  # this replica's rows of the global batch
 
 
-def make_inputs(model: DiTBase, grid: Sequence[int], batch: int, seed: int, ctx: Any = None) -> SampleInputs:
+def make_inputs(model: DiTBase, grid: Sequence[int], batch: int, seed: int, ctx: ParallelContext | None = None) -> SampleInputs:
     """Noise (generator seeded ``seed``) and condition (generator seeded ``seed + 1``) for the
     global batch, sliced to this dp replica. Identical on every rank that shares a replica."""
     g_noise = torch.Generator().manual_seed(int(seed))
@@ -70,7 +73,7 @@ def make_inputs(model: DiTBase, grid: Sequence[int], batch: int, seed: int, ctx:
 
 
 @torch.no_grad()
-def generate(model: DiTBase, ctx: Any = None, *, grid: Sequence[int], batch: int = 1, steps: int = 50,
+def generate(model: DiTBase, ctx: ParallelContext | None = None, *, grid: Sequence[int], batch: int = 1, steps: int = 50,
              guidance_scale: float = 1.0, seed: int = 0, shift: float = 1.0, backend: str = "auto",
              inputs: SampleInputs | None = None,
              callback: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:

@@ -16,29 +16,33 @@ unsharded reference.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
+from sporch.runtime.parallel import ParallelContext
+
 from .base import DiTBase, patchify, unpatchify
 from .condition import Condition, cond_cat
 
-#: Flow-matching time -> the model's timestep input (Wan / SD3 convention).
-NUM_TRAIN_TIMESTEPS = 1000.0
-
-
-def dp_slice(batch: int, ctx: Any = None) -> slice:
-    """This dp replica's rows of a global batch (contiguous; uneven split allowed, the first
-    replicas get one more)."""
+def replica_rows(n: int, ctx: ParallelContext | None = None) -> range:
+    """This dp replica's share of ``n`` rows (contiguous; uneven split allowed, the first
+    replicas get one more; with fewer rows than replicas the last ones get none)."""
     if ctx is None or ctx.dp == 1:
-        return slice(0, batch)
-    if batch < ctx.dp:
-        raise ValueError(f"global batch {batch} is smaller than dp={ctx.dp}")
-    base, extra = divmod(batch, ctx.dp)
+        return range(n)
+    base, extra = divmod(n, ctx.dp)
     i = ctx.dp_rank
     start = i * base + min(i, extra)
-    return slice(start, start + base + (1 if i < extra else 0))
+    return range(start, start + base + (1 if i < extra else 0))
+
+
+def dp_slice(batch: int, ctx: ParallelContext | None = None) -> slice:
+    """This dp replica's rows of a global batch (:func:`replica_rows`; every replica needs one)."""
+    if ctx is not None and batch < ctx.dp:
+        raise ValueError(f"global batch {batch} is smaller than dp={ctx.dp}")
+    rows = replica_rows(batch, ctx)
+    return slice(rows.start, rows.stop)
 
 
 def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
@@ -53,7 +57,7 @@ class ShardedDiT:
     Token tensors are [B, N, C*pt*ph*pw]; "local" ones are this rank's padded chunk.
     """
 
-    def __init__(self, model: DiTBase, ctx: Any = None, *, grid: Sequence[int], backend: str = "auto") -> None:
+    def __init__(self, model: DiTBase, ctx: ParallelContext | None = None, *, grid: Sequence[int], backend: str = "auto") -> None:
         self.model = model
         self.cfg = model.cfg
         self.ctx = ctx
@@ -154,11 +158,3 @@ class ShardedDiT:
         v = self.velocity(x_local, timestep, cond, guidance_scale=guidance_scale, null_cond=null_cond)
         return self.gather_latents(v)
 
-
-def sharded_forward(model: DiTBase, latents: torch.Tensor, timestep, cond: Condition, ctx: Any = None, *,
-                    guidance_scale: float = 1.0, null_cond: Condition | None = None,
-                    backend: str = "auto") -> torch.Tensor:
-    """One forward of ``model`` over ``ctx`` (None = unsharded reference); see ShardedDiT.forward."""
-    tokens_grid = patchify(latents[:1], model.cfg.patch)[1]
-    runner = ShardedDiT(model, ctx, grid=tokens_grid, backend=backend)
-    return runner.forward(latents, timestep, cond, guidance_scale=guidance_scale, null_cond=null_cond)

@@ -6,9 +6,12 @@ from typing import Any, Sequence
 
 import torch
 
+from sporch.runtime.parallel import ParallelContext
+
 from .base import DiTBase
 from .sampler import generate, make_inputs
-from .sharded import NUM_TRAIN_TIMESTEPS, ShardedDiT
+from .layers import NUM_TRAIN_TIMESTEPS
+from .sharded import ShardedDiT
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
@@ -24,7 +27,7 @@ def default_tolerance(dtype: torch.dtype) -> float:
 
 
 @torch.no_grad()
-def verify(model: DiTBase, ctx: Any, *, grid: Sequence[int], batch: int = 1, seed: int = 0,
+def verify(model: DiTBase, ctx: ParallelContext | None, *, grid: Sequence[int], batch: int = 1, seed: int = 0,
            guidance_scale: float = 1.0, sigma: float = 0.7, steps: int = 0, shift: float = 1.0,
            backend: str = "auto", tolerance: float | None = None) -> dict[str, Any]:
     """Run one forward (and, with ``steps > 0``, a ``steps``-step sampling) sharded over

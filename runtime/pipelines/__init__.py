@@ -6,7 +6,6 @@ pipelines' own prompt encoding and post-processing; sporch's sharded DiT replace
 transformer call. One module per job:
 
 * ``spec.py``       the generate settings, read from the Plan in one place
-* ``check.py``      stdlib-only checks before ranks start (extra installed, folders, prompt file)
 * ``text.py``       prompt encoding on one rank per dp replica, broadcast over the replica
 * ``schedulers.py`` the scheduler and its timesteps, as the diffusers pipelines set them up
 * ``vae.py``        latents -> frames on one rank per dp replica

@@ -19,22 +19,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-
-from sporch.runtime.workloads import _peak_memory_bytes, _sync
+import torch.distributed as dist
 
 from sporch.orchestrator.contract.generate_inputs import require_pipelines
+from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.measure import peak_memory_bytes, sync
+from sporch.runtime.model import ShardedDiT, build_model, resolve_dtype
+from sporch.runtime.model.condition import cond_rows
+from sporch.runtime.model.sharded import replica_rows
+from sporch.runtime.parallel import ParallelContext
+
+from .media import output_name, write
+from .schedulers import load_scheduler, timesteps
 from .spec import GenerateSpec, generate_spec
 from .text import encode_for_replica, is_leader
-
-
-def replica_prompts(n: int, ctx: Any) -> range:
-    """This dp replica's prompt indices (contiguous; the first replicas take one more)."""
-    if ctx is None or ctx.dp == 1:
-        return range(n)
-    base, extra = divmod(n, ctx.dp)
-    i = ctx.dp_rank
-    start = i * base + min(i, extra)
-    return range(start, start + base + (1 if i < extra else 0))
+from .tiny import save_tiny_pipeline
+from .vae import Decoder
 
 
 def initial_noise(spec: GenerateSpec, channels: int, seeds: list[int]) -> torch.Tensor:
@@ -50,50 +50,40 @@ def initial_noise(spec: GenerateSpec, channels: int, seeds: list[int]) -> torch.
     return x if spec.video else x[:, :, None]
 
 
-def _say(ctx: Any, msg: str) -> None:
+def _say(ctx: ParallelContext | None, msg: str) -> None:
     if is_leader(ctx):
         prefix = f"[dp {ctx.dp_rank}] " if ctx is not None and ctx.dp > 1 else ""
         print(prefix + msg, flush=True)
 
 
-def ensure_weights(spec: GenerateSpec, ctx: Any) -> None:
+def ensure_weights(spec: GenerateSpec, ctx: ParallelContext | None) -> None:
     """With ``workload.tiny_weights``: rank 0 creates the tiny random pipeline if the folder
     is missing; the others wait for it."""
     if not spec.tiny_weights:
         return
-    import torch.distributed as dist
-
     if ctx is None or ctx.rank == 0:
         if not Path(spec.root).exists():
-            from .tiny import save_tiny_pipeline
-
             save_tiny_pipeline(spec.family, spec.root, spec.model)
     if ctx is not None and dist.is_initialized():
         with ctx.guard():
             dist.barrier()
 
 
-def run_generate(plan: Any, ctx: Any, device: torch.device, output_dir: Path,
-                 log: Callable[[Any, str], None] = _say,
+def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
+                 log: Callable[[ParallelContext | None, str], None] = _say,
                  frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
     """Run the generate workload of ``plan`` on this rank; ``frames_sink(index, frames)``
     (tests) also receives each prompt's decoded float frames [F, H, W, 3]."""
     require_pipelines()
-    from sporch.runtime.model import ShardedDiT, build_model, resolve_dtype
-    from sporch.runtime.model.condition import cond_rows
-
-    from .schedulers import load_scheduler, timesteps
-    from .vae import Decoder
-
     spec = generate_spec(plan)
     ensure_weights(spec, ctx)
     dtype = resolve_dtype(spec.dtype)
-    mine = replica_prompts(len(spec.prompts), ctx)
+    mine = replica_rows(len(spec.prompts), ctx)  # this replica's prompt indices
     per_pass = max(1, spec.batch // (ctx.dp if ctx is not None else 1))
     out: dict[str, Any] = {"kind": "generate", "prompts": len(mine), "steps": spec.steps,
                            "roles": ["text_encoder", "vae"] if is_leader(ctx) and len(mine) else []}
     if not len(mine):
-        out["peak_memory_bytes"] = _peak_memory_bytes(device)
+        out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
     guidance = spec.guidance_scale
     cfg_on = spec.family == "wan" and guidance > 1.0
@@ -124,11 +114,11 @@ def run_generate(plan: Any, ctx: Any, device: torch.device, output_dir: Path,
             x = runner.shard_latents(initial_noise(spec, model.cfg.out_dim, seeds)).float()
             n = len(ts)
             for i, t in enumerate(ts):
-                _sync(device)
+                sync(device)
                 start = time.perf_counter()
                 v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null)
                 x = scheduler.step(v, t, x, return_dict=False)[0]
-                _sync(device)
+                sync(device)
                 step_ms.append((time.perf_counter() - start) * 1e3)
                 log(ctx, f"batch {bi + 1}/{len(batches)} step {i + 1}/{n}  {step_ms[-1] / 1e3:.2f} s/step")
             latents = runner.gather_latents(x, channels=model.cfg.out_dim)
@@ -141,14 +131,13 @@ def run_generate(plan: Any, ctx: Any, device: torch.device, output_dir: Path,
                     if frames_sink is not None:
                         frames_sink(mine[r], frames[k])
     out.update(step_ms=step_ms, outputs=outputs, parameters=model.num_parameters(),
-               peak_memory_bytes=_peak_memory_bytes(device),
+               peak_memory_bytes=peak_memory_bytes(device),
                latent_shape=list(latents.shape))
     return out
 
 
-def _write(spec: GenerateSpec, frames, indices: list[int], seeds: list[int], output_dir: Path, log, ctx) -> list[dict]:
-    from .media import output_name, write
-
+def _write(spec: GenerateSpec, frames, indices: list[int], seeds: list[int], output_dir: Path, log,
+           ctx: ParallelContext | None) -> list[dict]:
     rows = []
     for k, (index, seed) in enumerate(zip(indices, seeds)):
         prompt = spec.prompts[index]

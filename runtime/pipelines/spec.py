@@ -7,9 +7,9 @@ sporch.orchestrator.contract.sections.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sporch.orchestrator.contract.generate_inputs import family_of, read_prompts
+from sporch.orchestrator.contract.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class GenerateSpec:
         return self.family == "wan"
 
 
-def generate_spec(plan: Any) -> GenerateSpec:
+def generate_spec(plan: Plan) -> GenerateSpec:
     """The one place plan fields are read for a generate job."""
     model, wl, seq = plan.model, plan.workload, plan.sequence
     family = family_of(model)

@@ -22,11 +22,12 @@ import torch
 import torch.distributed as dist
 
 from sporch.runtime.model.condition import Condition, cond_map
+from sporch.runtime.parallel import ParallelContext
 
 from .spec import GenerateSpec
 
 
-def is_leader(ctx: Any) -> bool:
+def is_leader(ctx: ParallelContext | None) -> bool:
     """The rank that encodes and decodes for its dp replica."""
     return ctx is None or (ctx.cfg_rank == 0 and ctx.sequence_rank == 0)
 
@@ -63,7 +64,7 @@ def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dty
     return cond_map(cond, to_cpu), (cond_map(null, to_cpu) if null is not None else None)
 
 
-def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: Any, device: torch.device,
+def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: ParallelContext | None, device: torch.device,
                        dtype: torch.dtype, cfg: bool) -> tuple[Condition, Condition | None]:
     """Every rank of the dp replica gets the leader's encoding of ``prompts`` (an error on the
     leader is raised on every rank of the replica, so none waits forever)."""

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
+from sporch.runtime.model import ModelConfig
+
 WORDS = ("a an the of in on at with and under over red green blue white black small big cat dog fox "
          "bird fish horse car boat tree river sea sky sun moon snow rain city street forest mountain field "
          "running flying walking swimming sitting playing night day morning sunset slow fast camera shot "
@@ -68,13 +70,14 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
+    cfg = ModelConfig.from_dict(model)
     heads, hd = int(model["num_heads"]), int(model["head_dim"])
     channels = int(model.get("out_channels") or model["in_channels"])
     transformer = randomize(WanTransformer3DModel(
         patch_size=tuple(model["patch"]), num_attention_heads=heads, attention_head_dim=hd,
         in_channels=int(model["in_channels"]), out_channels=channels, text_dim=int(model["text_dim"]),
-        freq_dim=256, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]), cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads", eps=1e-6), seed)
+        freq_dim=cfg.freq_dim, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]),
+        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=cfg.eps), seed)
     text_encoder = UMT5EncoderModel(_t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
     st, sh, _ = (int(s) for s in model["vae_stride"])
     downs = int(math.log2(sh))
@@ -95,8 +98,6 @@ def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
     flux.1-* preset: pooled CLIP vector 768 wide, guidance input for flux.1-dev)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
-
-    from sporch.runtime.model import ModelConfig
 
     cfg = ModelConfig.from_dict(model)
     rope = cfg.rope_axes or (cfg.head_dim - 4 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6), 2 * (cfg.head_dim // 6))

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("diffusers")
 
-from published import (  # noqa: E402
+from .published import (  # noqa: E402
     FLUX_TINY, I2V_TEXT_LEN, IMAGE_LEN, TEXT_LEN, WAN_TINY, WAN_TINY_I2V, WAN_TO_ORIGINAL, diffusers_flux, diffusers_wan, flux_reference, flux_to_original,
     original_wan_config, sporch_flux_dict, sporch_wan_dict, to_original, write_safetensors,
 )
@@ -60,18 +60,24 @@ def test_wan_t2v_loads_and_equals_diffusers(wan, folder):
     assert err["max_rel_err"] <= TOL and err["ref_max_abs"] > 0.5, err
 
 
+def _table_with(table, ours: str, transform):
+    """``table`` with the rule for ``ours`` loading with ``transform`` instead."""
+    from dataclasses import replace
+
+    from sporch.orchestrator.contract.models.keymap import Table
+
+    rules = [replace(r, transform=transform) if r.ours == ours else r for r in table.rules]
+    assert rules != table.rules, ours
+    return Table(model=table.model, rules=rules, config_keys=table.config_keys)
+
+
 def test_wan_head_rows_matter(wan):
     """The output head's (pt, ph, pw, C) rows are permuted on load: without it the output is wrong."""
-    from sporch.runtime.model.keymaps import wan as wan_table
-    from sporch.runtime.model.keymaps.table import copy
+    from sporch.orchestrator.contract.models import wan as wan_family
+    from sporch.runtime.model.keymaps import load_checkpoint
 
-    head = next(r for r in wan_table.WAN.rules if r.ours == "head.head")
-    saved = head.transform
-    object.__setattr__(head, "transform", copy)
-    try:
-        model = build_model(sporch_wan_dict(WAN_TINY), weights=wan["dirs"]["Wan-T2V"])
-    finally:
-        object.__setattr__(head, "transform", saved)
+    model = build_model(sporch_wan_dict(WAN_TINY))
+    load_checkpoint(model, wan["dirs"]["Wan-T2V"], table=_table_with(wan_family.TABLE, "head.head", "copy"))
     with torch.no_grad():
         assert compare(model(wan["x"], wan["t"], wan["text"]), wan["ref"])["max_rel_err"] > 0.1
 
@@ -234,15 +240,11 @@ def test_flux_schnell_equals_diffusers(tmp_path):
 
 
 def test_flux_norm_out_swap_matters(flux):
-    from sporch.runtime.model.keymaps import flux as flux_table
+    from sporch.orchestrator.contract.models import flux as flux_family
+    from sporch.runtime.model.keymaps import load_checkpoint
 
-    r = next(r for r in flux_table.FLUX.rules if r.ours == "final_layer.adaLN")
-    saved = r.transform
-    object.__setattr__(r, "transform", {})
-    try:
-        model = build_model(sporch_flux_dict(FLUX_TINY), weights=flux["dirs"]["FLUX.1-dev"])
-    finally:
-        object.__setattr__(r, "transform", saved)
+    model = build_model(sporch_flux_dict(FLUX_TINY))
+    load_checkpoint(model, flux["dirs"]["FLUX.1-dev"], table=_table_with(flux_family.TABLE, "final_layer.adaLN", "copy"))
     with torch.no_grad():
         out = model(flux["x"], flux["t"], flux["cond"], guidance=FLUX_GUIDANCE)
     assert compare(out, flux["ref"])["max_rel_err"] > 1e-3

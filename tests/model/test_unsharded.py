@@ -240,24 +240,49 @@ def test_real_presets_on_meta():
 def test_orchestrator_presets_build_on_meta():
     from sporch.orchestrator.config import presets
     expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9, "flux.1-dev": 11.9e9, "class-dit-xl": 675e6}
-    for name, d in presets.PRESETS.items():
-        n = count_parameters(d)
+    for name in presets.preset_names():
+        n = count_parameters(presets.get_preset(name))
         assert n > 0, name
         if name in expected:
             assert abs(n - expected[name]) / expected[name] < 0.02, (name, n)
 
 
-def test_plan_guidance_knobs_agree_with_published():
-    """The planner's preset data (no CFG branch -> cfg 1) and the runtime's published knobs say
-    the same about every published model, and a plan's model section carries them to the model."""
+def test_published_knobs_reach_planner_and_model():
+    """One preset table for both sides: the planner's model section (no CFG branch -> cfg 1)
+    and the runtime's ModelConfig built from it both carry every knob of each published model."""
     from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.contract.models import flux, wan
     from sporch.orchestrator.plan.resolve import resolve_model
-    from sporch.runtime.model.config import PUBLISHED, ModelConfig
 
-    for name, knobs in PUBLISHED.items():
+    for name, preset in {**wan.PRESETS, **flux.PRESETS}.items():
         section = resolve_model(ModelSpec(preset=name))
-        assert section.distilled == knobs.get("distilled", False), name
-        assert section.guidance_embed == knobs.get("guidance_embed", False), name
+        assert section.distilled == preset.knobs.get("distilled", False), name
+        assert section.guidance_embed == preset.knobs.get("guidance_embed", False), name
         cfg = ModelConfig.from_dict(section.to_dict())
         assert cfg.uses_cfg == (not section.distilled), name
+        for key, value in preset.knobs.items():
+            assert getattr(cfg, key) == value, (name, key)
     assert not ModelConfig.from_dict(resolve_model(ModelSpec(preset="flux.1-dev")).to_dict()).uses_cfg
+
+
+def test_tiny_model_dict_is_the_tiny_preset():
+    from sporch.orchestrator.contract.models import find_preset
+
+    shape = find_preset("tiny").shape
+    for attention in ("cross", "joint", "self"):
+        d = tiny_model_dict(attention)
+        assert d["attention"] == attention and d["preset"] == f"tiny-{attention}"
+        assert {k: d[k] for k in ("hidden", "num_heads", "head_dim", "ffn_dim", "text_len", "text_dim")} == \
+            {k: shape[k] for k in ("hidden", "num_heads", "head_dim", "ffn_dim", "text_len", "text_dim")}
+    assert tiny_model_dict("joint")["single_depth"] == shape["joint_single_depth"]
+
+
+def test_every_transform_a_table_names_is_implemented():
+    from sporch.orchestrator.contract.models import flux, keymap, wan
+    from sporch.runtime.model.keymaps.transforms import TRANSFORMS
+
+    assert set(TRANSFORMS) == set(keymap.TRANSFORMS)
+    for table in (wan.TABLE, flux.TABLE):
+        for r in table.rules:
+            for fmt in table.formats:
+                assert r.transform_for(fmt) in TRANSFORMS, (table.model, r.ours, fmt)

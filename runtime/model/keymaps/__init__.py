@@ -1,11 +1,13 @@
 """Load published checkpoints into sporch models.
 
-``load_checkpoint(model, path)``: finds the files (orchestrator/contract/checkpoint_files.py), picks the name table of the
-model's family (wan.py, flux.py) and the format whose names the checkpoint uses (the original
-release, diffusers, or sporch's own names from ``save_safetensors``), checks config.json
-against the model config, checks that every tensor is there with the right shape and nothing
-else is, then copies tensor by tensor out of memory-mapped files (``safe_open``): a rank never
-holds a second full copy of the weights, and ranks of one node share the page cache.
+``load_checkpoint(model, path)``: finds the files (sporch.orchestrator.contract.checkpoint_files),
+picks the name table of the model's family (``TABLE`` of sporch.orchestrator.contract.models.wan
+or .flux) and the format whose names the checkpoint uses (the original release, diffusers, or
+sporch's own names from ``save_safetensors``), checks config.json against the model config,
+checks that every tensor is there with the right shape and nothing else is, then copies tensor
+by tensor out of memory-mapped files (``safe_open``), applying the table's transforms
+(transforms.py): a rank never holds a second full copy of the weights, and ranks of one node
+share the page cache.
 """
 
 from __future__ import annotations
@@ -17,26 +19,22 @@ import torch
 from torch import nn
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
-from .table import Table
+from sporch.orchestrator.contract.models import flux, wan
+from sporch.orchestrator.contract.models.keymap import Table
+from .transforms import TRANSFORMS
+
+#: The published family whose checkpoints load into a model of each attention kind.
+TABLES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
 
 
 def table_for(model: nn.Module) -> Table | None:
-    attention = model.cfg.attention
-    if attention == "cross":
-        from .wan import WAN
-
-        return WAN
-    if attention == "joint":
-        from .flux import FLUX
-
-        return FLUX
-    return None
+    return TABLES.get(model.cfg.attention)
 
 
 def detect_format(ckpt: CheckpointFiles, own: list[str], table: Table | None) -> tuple[str, dict]:
     """The format whose expected tensor names overlap the checkpoint's most."""
     names = set(ckpt.tensors)
-    best = ("sporch", {n: ([n], None, "") for n in own})
+    best = ("sporch", {n: ([n], "copy", "") for n in own})
     best_hits = len(names & set(own))
     for fmt in table.formats if table is not None else []:
         try:
@@ -55,13 +53,14 @@ def detect_format(ckpt: CheckpointFiles, own: list[str], table: Table | None) ->
 
 
 @torch.no_grad()
-def load_checkpoint(model: nn.Module, path: str | Path) -> nn.Module:
+def load_checkpoint(model: nn.Module, path: str | Path, table: Table | None = None) -> nn.Module:
     """Fill ``model``'s parameters from the checkpoint at ``path`` (cast to each parameter's
-    dtype, copied to its device). Raises CheckpointError (one line) on any mismatch."""
+    dtype, copied to its device) with the name ``table`` (default: the model family's, see
+    :data:`TABLES`). Raises CheckpointError (one line) on any mismatch."""
     from safetensors import safe_open
 
     ckpt = open_checkpoint(path)
-    table = table_for(model)
+    table = table if table is not None else table_for(model)
     own_state = model.state_dict()
     own = list(own_state)
     fmt, plan = detect_format(ckpt, own, table)
@@ -88,7 +87,7 @@ def load_checkpoint(model: nn.Module, path: str | Path) -> nn.Module:
             except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
                 raise CheckpointError(f"{where}: cannot read tensor {srcs[0]!r} ({exc})".splitlines()[0]) from None
             try:
-                value = tensors[0] if transform is None else transform(tensors, model.cfg, leaf)
+                value = TRANSFORMS[transform](tensors, model.cfg, leaf)
             except RuntimeError:
                 value = None
             if value is None or tuple(value.shape) != tuple(param.shape):
@@ -100,4 +99,4 @@ def load_checkpoint(model: nn.Module, path: str | Path) -> nn.Module:
     return model
 
 
-__all__ = ["CheckpointError", "CheckpointFiles", "load_checkpoint", "open_checkpoint"]
+__all__ = ["CheckpointError", "CheckpointFiles", "TABLES", "load_checkpoint", "open_checkpoint"]

@@ -1,68 +1,48 @@
-"""Name tables: how a published checkpoint's tensors become sporch's parameters.
+"""Name tables: how a published checkpoint's tensors become sporch's parameters (pure data).
 
 A :class:`Table` is a list of :class:`Rule` rows, one per sporch module or parameter, each
 naming its source tensor(s) in every published format and the transform applied on load.
 Patterns use ``{i}`` for a block index; a rule on a module covers all its parameters (the
 leaf name, ``weight``/``bias``, is appended on both sides). The formats' own config.json keys
 are mapped to ModelConfig fields so a checkpoint of another size is refused by name.
+
+Transforms are named here and implemented on tensors by the runtime
+(sporch.runtime.model.keymaps.transforms):
+
+* ``copy``                       the one source tensor as it is
+* ``cat``                        projections stored separately (q, k, v[, mlp]) -> one fused
+  projection (rows stacked)
+* ``conv_as_linear``             a Conv3d/Conv2d patch embedding -> Linear over (C, pt, ph, pw)
+* ``rows_channel_last_to_first`` output head rows (pt, ph, pw, C) -> sporch's (C, pt, ph, pw)
+* ``swap_halves``                (scale, shift) rows -> (shift, scale) (diffusers'
+  AdaLayerNormContinuous)
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-import torch
+from ..checkpoint_files import CheckpointError
 
-from ..config import ModelConfig
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-
-Transform = Callable[[Sequence[torch.Tensor], ModelConfig, str], torch.Tensor]
-
-
-def copy(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torch.Tensor:
-    return ts[0]
-
-
-def cat(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torch.Tensor:
-    """Projections stored separately (q, k, v[, mlp]) -> one fused projection (rows stacked)."""
-    return torch.cat(list(ts), dim=0)
-
-
-def conv_as_linear(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torch.Tensor:
-    """Conv3d/Conv2d patch embedding [D, C, pt, ph, pw] -> Linear over (C, pt, ph, pw) features."""
-    t = ts[0]
-    return t.reshape(t.shape[0], -1) if leaf == "weight" else t
-
-
-def rows_channel_last_to_first(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torch.Tensor:
-    """Output head rows ordered (pt, ph, pw, C) (Wan, both formats) -> sporch's (C, pt, ph, pw)."""
-    t = ts[0]
-    pt, ph, pw = cfg.patch
-    if t.shape[0] != cfg.patch_out:
-        return t  # the shape check reports it
-    rest = tuple(t.shape[1:])
-    return t.reshape(pt, ph, pw, cfg.out_dim, *rest).movedim(3, 0).reshape(cfg.patch_out, *rest)
-
-
-def swap_halves(ts: Sequence[torch.Tensor], cfg: ModelConfig, leaf: str) -> torch.Tensor:
-    """(scale, shift) -> (shift, scale) rows (diffusers' AdaLayerNormContinuous)."""
-    a, b = ts[0].chunk(2, dim=0)
-    return torch.cat([b, a], dim=0)
+TRANSFORMS = ("copy", "cat", "conv_as_linear", "rows_channel_last_to_first", "swap_halves")
 
 
 @dataclass(frozen=True)
 class Rule:
     ours: str  # sporch module or parameter, with {i}
     sources: Mapping[str, tuple[str, ...]]  # format -> source name(s), same placeholders
-    transform: Transform | Mapping[str, Transform] = copy  # one for all formats, or per format
+    transform: str | Mapping[str, str] = "copy"  # one for all formats, or per format (default copy)
 
-    def transform_for(self, fmt: str) -> Transform:
-        return self.transform.get(fmt, copy) if isinstance(self.transform, Mapping) else self.transform
+    def transform_for(self, fmt: str) -> str:
+        return self.transform.get(fmt, "copy") if isinstance(self.transform, Mapping) else self.transform
 
 
-def rule(ours: str, transform: Transform | Mapping[str, Transform] = copy, **sources: str | tuple[str, ...]) -> Rule:
+def rule(ours: str, transform: str | Mapping[str, str] = "copy", **sources: str | tuple[str, ...]) -> Rule:
+    for name in [transform] if isinstance(transform, str) else transform.values():
+        if name not in TRANSFORMS:
+            raise ValueError(f"unknown transform {name!r} for {ours}; known: {', '.join(TRANSFORMS)}")
     return Rule(ours, {k: (v,) if isinstance(v, str) else tuple(v) for k, v in sources.items()}, transform)
 
 
@@ -90,12 +70,12 @@ class Table:
                 return r, {k: v for k, v in m.groupdict().items() if v is not None}
         raise KeyError(name)
 
-    def sources(self, own_names: Sequence[str], fmt: str) -> dict[str, tuple[list[str], Transform, str]]:
-        """sporch parameter -> (source tensor names in ``fmt``, transform, leaf)."""
+    def sources(self, own_names: Sequence[str], fmt: str) -> dict[str, tuple[list[str], str, str]]:
+        """sporch parameter -> (source tensor names in ``fmt``, transform name, leaf)."""
         out = {}
         for name in own_names:
             if fmt == "sporch":
-                out[name] = ([name], copy, name.rsplit(".", 1)[-1])
+                out[name] = ([name], "copy", name.rsplit(".", 1)[-1])
                 continue
             r, groups = self.rule_for(name)
             leaf = groups.get("leaf")
@@ -106,7 +86,9 @@ class Table:
             out[name] = (srcs, r.transform_for(fmt), leaf or name.rsplit(".", 1)[-1])
         return out
 
-    def check_config(self, fmt: str, config: Mapping[str, Any], cfg: ModelConfig, where: str) -> None:
+    def check_config(self, fmt: str, config: Mapping[str, Any], cfg: Any, where: str) -> None:
+        """Refuse a checkpoint whose config.json disagrees with the model config ``cfg`` (any
+        object with the ModelConfig attributes the table names)."""
         for key, attr in self.config_keys.get(fmt, {}).items():
             if config.get(key) is None:
                 continue

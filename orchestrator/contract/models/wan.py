@@ -1,16 +1,49 @@
-"""Wan2.1 (T2V 1.3B/14B, I2V 14B): sporch names <- the original release (Wan-Video/Wan2.1,
-``WanModel``) and diffusers (``WanTransformer3DModel``). One row per module; see table.py."""
+"""Wan2.1 (T2V 1.3B / 14B, I2V 14B): the published models' facts in one place.
+
+* ``PRESETS``: each model's shape (umT5 text encoder, 4096 wide, 512 tokens; VAE strides
+  4 x 8 x 8) and knobs. With these a sporch model computes Wan2.1 exactly and loads its
+  published checkpoints (docs/model.md).
+* ``TABLE``: sporch's parameter names <- the original release (Wan-Video/Wan2.1,
+  ``WanModel``) and diffusers (``WanTransformer3DModel``), one row per module (keymap.py).
+"""
 
 from __future__ import annotations
 
-from .table import Table, conv_as_linear, rule, rows_channel_last_to_first
+from .keymap import Table, rule
+from .preset import ModelPreset
+
+#: What every Wan2.1 transformer has: sinusoidal timestep embedding 256 wide, norms' eps 1e-6.
+KNOBS = {"freq_dim": 256, "eps": 1e-6}
+
+PRESETS = {
+    "wan2.1-t2v-1.3b": ModelPreset(
+        shape=dict(attention="cross", depth=30, single_depth=0, hidden=1536, num_heads=12, num_kv_heads=12,
+                   head_dim=128, ffn_dim=8960, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs=KNOBS,
+    ),
+    "wan2.1-t2v-14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs=KNOBS,
+    ),
+    # image-to-video: 16 noise + 4 mask + 16 first-frame latent channels in, 16 out; 257 CLIP
+    # image tokens 1280 wide through img_emb.
+    "wan2.1-i2v-14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs={**KNOBS, "out_channels": 16, "image_dim": 1280, "image_len": 257},
+    ),
+}
 
 B = "blocks.{i}."
 
-WAN = Table(
+TABLE = Table(
     model="Wan2.1",
     rules=[
-        rule("patch_embedding", conv_as_linear, original="patch_embedding", diffusers="patch_embedding"),
+        rule("patch_embedding", "conv_as_linear", original="patch_embedding", diffusers="patch_embedding"),
         rule("text_embedding.fc1", original="text_embedding.0",
              diffusers="condition_embedder.text_embedder.linear_1"),
         rule("text_embedding.fc2", original="text_embedding.2",
@@ -38,7 +71,7 @@ WAN = Table(
         rule(B + "ffn.fc2", original=B + "ffn.2", diffusers=B + "ffn.net.2"),
         rule(B + "modulation", original=B + "modulation", diffusers=B + "scale_shift_table"),
         # head: rows are (pt, ph, pw, C) in both formats
-        rule("head.head", rows_channel_last_to_first, original="head.head", diffusers="proj_out"),
+        rule("head.head", "rows_channel_last_to_first", original="head.head", diffusers="proj_out"),
         rule("head.modulation", original="head.modulation", diffusers="scale_shift_table"),
     ],
     config_keys={
