@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
+from sporch.orchestrator.campaign.spec import MAX_POINTS
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import ParallelSpec, validate_job
 from sporch.orchestrator.contract.parallel import DIMS
@@ -169,6 +170,10 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                                 why = next((m for m in plan.warnings if m.startswith("estimated")), "does not fit")
                                 out.skipped.append(Skipped({**params, "repeat": None}, why))
                                 continue
+                            if len(out.points) + m.repeats > MAX_POINTS:  # `layouts: all`, `nodes: pow2`
+                                raise SporchError(f"{spec.source or spec.name}: 'matrix' gives more than {MAX_POINTS} "
+                                                  "points; a campaign has at most that many: split it or shorten "
+                                                  "an axis")
                             for rep in range(m.repeats):
                                 p = {**params, "repeat": rep}
                                 pid = point_id(p)

@@ -27,6 +27,8 @@ SHAPE_KEYS = ("frames", "height", "width", "seq_len")
 LAYOUT_MODES = ("all", "auto")
 #: Special value of ``matrix.nodes``.
 POW2 = "pow2"
+#: The most points one campaign may have (docs/campaigns.md); a bigger sweep is several campaigns.
+MAX_POINTS = 10_000
 
 
 @dataclass
@@ -116,6 +118,16 @@ def campaign_from_dict(data: dict[str, Any], source: str = "<dict>") -> Campaign
     return validate(to_typed(CampaignSpec, [(cfg, source)]), source)
 
 
+def matrix_size(m: MatrixSpec, layouts: Any, nodes: Any) -> int:
+    """Points of the matrix before any is skipped, counting an axis given by name (``layouts: all``,
+    ``nodes: pow2``) or left unset as one value."""
+    size = len(m.clusters) * max(1, len(m.presets)) * max(1, len(m.shapes)) * max(1, len(m.dtypes)) * m.repeats
+    for axis in (layouts, nodes):
+        if isinstance(axis, (list, tuple)):
+            size *= max(1, len(axis))
+    return size
+
+
 def _bad(source: str, key: str, msg: str) -> SporchError:
     return SporchError(f"{source}: '{key}' {msg}")
 
@@ -128,6 +140,8 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")
     if m.repeats < 1:
         raise _bad(source, "matrix.repeats", f"must be >= 1, got {m.repeats}")
+    if m.repeats > MAX_POINTS:
+        raise _bad(source, "matrix.repeats", f"is {m.repeats}; a campaign has at most {MAX_POINTS} points")
     if spec.run.throttle is not None and spec.run.throttle < 1:
         raise _bad(source, "run.throttle", f"must be >= 1, got {spec.run.throttle}")
     if spec.run.retries < 0:
@@ -149,6 +163,10 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
             if name.strip().lower() not in PRESETS:
                 raise _bad(source, "matrix.presets", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     layouts, nodes = _parse_layouts(m.layouts, source), _parse_nodes(m.nodes, source)
+    size = matrix_size(m, layouts, nodes)
+    if size > MAX_POINTS:
+        raise _bad(source, "matrix", f"gives {size} points (axes multiplied, times repeats); a campaign has at most "
+                   f"{MAX_POINTS}: split it or shorten an axis")
     references = parse_references(spec.references, source)
     return Campaign(spec=spec, base=_load_base(spec, source), layouts=layouts, nodes=nodes, references=references)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -16,7 +15,8 @@ from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.report import build_report
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
-from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.common import console, json_text, plain_table
+from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.contract.benchstats import ideal_ms_per_step
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
@@ -57,13 +57,11 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
             } for g in groups],
             "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
         }
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(json_text(doc))
         return
-    from rich.markup import escape
-
     con = console()
-    con.print(f"[bold]campaign[/] {escape(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
-              f"(one job array each), {len(exp.skipped)} skipped; directory {escape(str(c.directory()))}")
+    con.print(f"[bold]campaign[/] {shown(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
+              f"(one job array each), {len(exp.skipped)} skipped; directory {shown(c.directory())}")
     for g in groups:
         s = g.shape
         where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
@@ -102,7 +100,6 @@ def _ideal_ms(plan) -> Optional[float]:
 def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
     reference fails."""
-    from rich.markup import escape
     from rich.text import Text
 
     rows = collect(directory)
@@ -114,32 +111,33 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes"}
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
             if len({str(r.cell(c)) for r in rows}) == 1}
-    shown = [c for c in columns() if c not in hidden and c not in same]
+    visible_cols = [c for c in columns() if c not in hidden and c not in same]
     table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
                   title_justify="left")
-    for c in shown:
+    for c in visible_cols:
         table.add_column(c.replace("_", " "), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
     style = {"pass": "green", "fail": "bold red"}
     for r in rows:
         cells = []
-        for c in shown:
+        for c in visible_cols:
             text = short_value(r.cell(c))
             verdict = r.verdict if c == "reference" else r.verdicts.get(c)
-            cells.append(Text(text, style=style[verdict]) if verdict in style else text)
+            cells.append(Text(visible(text, one_line=True), style=style[verdict]) if verdict in style else text)
         table.add_row(*cells)
     con.print(table)
     failed = [(r, m) for r in rows for m, v in r.verdicts.items() if v == "fail"]
     for r, m in failed:
         measured = r.metrics.get(m)
-        con.print("[red]reference failed[/] " + escape(
+        con.print("[red]reference failed[/] " + shown(
                   f"{r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
                   f"{short_value(measured) if measured is not None else 'missing'}, "
                   f"expected {r.bounds[m].text()}"))
     not_done = [r for r in rows if not r.ok]
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "
-                  + ", ".join(f"{r.id} {r.status}" for r in not_done[:10]), markup=False)
-    con.print(f"report: {files['html']} (table {files['csv']}, plots in {folder})", markup=False)
+                  + visible(", ".join(f"{r.id} {r.status}" for r in not_done[:10]), one_line=True), markup=False)
+    con.print(visible(f"report: {files['html']} (table {files['csv']}, plots in {folder})", one_line=True),
+              markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -12,7 +11,8 @@ from sporch.orchestrator.campaign import runner
 from sporch.orchestrator.campaign.folder import CampaignDir, read_json
 from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
 from sporch.orchestrator.campaign.track import CampaignState, refresh
-from sporch.orchestrator.cli.common import Seconds, console, invocation
+from sporch.orchestrator.cli.common import Seconds, console, invocation, json_text, plain_table
+from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.submit.submitter import command_line
@@ -39,7 +39,7 @@ class ProgressView:
         self.bar.__exit__(*exc)
 
     def show(self, counts: Dict[str, int], note: str = "") -> None:
-        text = ", ".join(f"{n} {c}" for c, n in counts.items()) + (f" ({note})" if note else "")
+        text = shown(", ".join(f"{n} {c}" for c, n in counts.items()) + (f" ({note})" if note else ""), one_line=True)
         self.bar.update(self.task, completed=counts.get("done", 0) + counts.get("failed", 0), counts=text)
         if not self.con.is_terminal and text != self.last:
             self.con.print(text)
@@ -66,17 +66,17 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> N
         snap = session.poll()
         todo = session.todo(snap)
         total = len(session.point_ids)
-        con.print(f"[bold]campaign[/] {session.campaign.name}: {total} points in {len(session.groups)} group(s), "
-                  f"directory {session.cdir.root}; {snap.counts()['done']} done, {len(todo)} to "
+        con.print(f"[bold]campaign[/] {shown(session.campaign.name)}: {total} points in {len(session.groups)} group(s), "
+                  f"directory {shown(session.cdir.root)}; {snap.counts()['done']} done, {len(todo)} to "
                   f"{'run here' if local else 'submit'}")
         if local:
             snap = _run_local(session, todo, con, total)
         else:
             for sub in runner.submit_arrays(session, todo):
-                con.print(f"group {sub.group}: {len(sub.points)} point(s) submitted as job array {sub.job_id} "
-                          f"({sub.where})")
+                con.print(shown(f"group {sub.group}: {len(sub.points)} point(s) submitted as job array {sub.job_id} "
+                                f"({sub.where})"))
             if detach:
-                con.print(f"detached; follow with `sporch campaign status {session.cdir.root}`")
+                con.print(f"detached; follow with `sporch campaign status {shown(session.cdir.root)}`")
                 return
             with ProgressView(con, total, "points") as view:
                 snap = runner.wait(session, interval=interval, on_poll=lambda s: view.show(s.counts()))
@@ -100,20 +100,20 @@ def _run_local(session, todo, con, total):
 
 def _summary(session, snap, con, campaign_file: str) -> None:
     counts = snap.counts()
-    con.print(f"campaign {session.campaign.name}: " + ", ".join(f"{n} {c}" for c, n in counts.items()))
+    con.print(f"campaign {shown(session.campaign.name)}: " + ", ".join(f"{n} {c}" for c, n in counts.items()))
     errors = _failures(session.state, snap.ids("failed"))
     if errors:
         _failure_table(con, errors, _values(session.cdir))
         left = [pid for pid in errors if session.state.submissions(pid) < session.max_submissions]
         if left:
-            con.print(f"{len(left)} failed point(s) have retries left: run `sporch campaign run {campaign_file}` "
+            con.print(f"{len(left)} failed point(s) have retries left: run `sporch campaign run {shown(campaign_file)}` "
                       "again to resubmit them")
     if counts["done"] == len(snap.categories):
-        con.print(f"all points done; report: `sporch campaign report {session.cdir.root}`")
+        con.print(f"all points done; report: `sporch campaign report {shown(session.cdir.root)}`")
         return
     if snap.active:  # --local left points that are in a Slurm queue
         con.print(f"{counts['pending'] + counts['running']} point(s) still in a queue: "
-                  f"`sporch campaign status {session.cdir.root}`")
+                  f"`sporch campaign status {shown(session.cdir.root)}`")
     click.get_current_context().exit(EXIT_FAILED)
 
 
@@ -129,15 +129,12 @@ def _values(cdir) -> Dict[str, dict]:
 
 
 def _failure_table(con, errors: Dict[str, str], values: Dict[str, dict]) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=f"failed: {len(errors)}", title_justify="left")
+    t = plain_table(title=f"failed: {len(errors)}", title_justify="left")
     for col in ("id", "gpus", "layout", "shape", "error"):
         t.add_column(col, overflow="fold")
     for pid, err in errors.items():
         v = values.get(pid, {})
-        t.add_row(pid, str(v.get("gpus", "")), str(v.get("layout", "")), str(v.get("shape", "")), escape(err))
+        t.add_row(pid, str(v.get("gpus", "")), str(v.get("layout", "")), str(v.get("shape", "")), str(err))
     con.print(t)
 
 
@@ -166,10 +163,10 @@ def status_cmd(directory: str, as_json: bool) -> None:
             lock.release()
     errors = _failures(state, snap.ids("failed"))
     if as_json:
-        click.echo(json.dumps({"counts": snap.counts(), "points": snap.categories, "failed": errors,
-                               "arrays": [a["job_id"] for a in state.arrays]}, indent=2))
+        click.echo(json_text({"counts": snap.counts(), "points": snap.categories, "failed": errors,
+                              "arrays": [a["job_id"] for a in state.arrays]}))
         return
     con = console()
-    con.print(f"campaign {cdir.root}: {len(values)} points: " + snap.text())
+    con.print(shown(f"campaign {cdir.root}: {len(values)} points: " + snap.text()))
     if errors:
         _failure_table(con, errors, values)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import click
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract.durations import seconds
+from sporch.orchestrator.errors import SporchError
 
 cluster_option = click.option(
     "--cluster", "-c", "cluster_ref", required=True, metavar="NAME|PATH",
@@ -70,6 +74,27 @@ def console(stderr: bool = False) -> Any:
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
+def json_text(doc: Any, indent: Optional[int] = 2) -> str:
+    """``doc`` as strict JSON (what ``--json`` prints): a non-finite number (nan, Infinity), which
+    strict parsers refuse, is a one-line SporchError naming where it is."""
+    try:
+        return json.dumps(doc, indent=indent, allow_nan=False)
+    except ValueError:
+        raise SporchError(f"refusing to print non-finite JSON: {_non_finite(doc) or 'a number'} is not finite; "
+                          "check the inputs that produce it (calibration constants, workload sizes)") from None
+
+
+def _non_finite(doc: Any, where: str = "") -> Optional[str]:
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return f"{where or 'the value'} = {doc}"
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, (list, tuple)) else ()
+    for k, v in items:
+        found = _non_finite(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return None
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -85,15 +110,16 @@ def fmt_int(n: int) -> str:
 def plain_table(*args: Any, **kwargs: Any) -> Any:
     """A rich Table whose string cells are shown as they are, never parsed as markup: cells
     carry names, paths and error lines from YAML, result files and logs (a gloo error line
-    holds ``[/__w/...]``, which rich would take for a closing tag). Style a cell with
+    holds ``[/__w/...]``, which rich would take for a closing tag), and control characters in
+    them (terminal escapes, newlines) are written out as ``\\xNN`` escapes (:func:`visible`). Style a cell with
     ``rich.text.Text(value, style=...)``."""
     from rich.table import Table
     from rich.text import Text
 
     class PlainTable(Table):
         def add_row(self, *cells: Any, **kw: Any) -> None:
-            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kw)
+            super().add_row(*(Text(visible(c, one_line=True)) if isinstance(c, str) else c for c in cells), **kw)
 
     if isinstance(kwargs.get("title"), str):
-        kwargs["title"] = Text(kwargs["title"], style="table.title")
+        kwargs["title"] = Text(visible(kwargs["title"], one_line=True), style="table.title")
     return PlainTable(*args, **kwargs)

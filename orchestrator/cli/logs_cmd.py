@@ -11,6 +11,7 @@ from typing import List, Optional
 import click
 
 from sporch.orchestrator.cli.common import POSITIVE_SECONDS
+from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import Tail
 from sporch.orchestrator.jobs import store
@@ -29,7 +30,7 @@ def _paths(rec, rank: Optional[int], stream: str) -> List[Path]:
 def _emit(text: str, err_stream: bool) -> None:
     if text:
         out = sys.stderr if err_stream else sys.stdout
-        out.write(text)
+        out.write(visible(text))  # a log keeps its lines, never its terminal escapes
         out.flush()
 
 
@@ -67,6 +68,6 @@ def logs(job: str, rank: Optional[int], stream: str, follow: bool, interval: flo
                 time.sleep(0.5)  # the last lines of a just-ended job
                 for t, is_err in tails:
                     _emit(t.read_new(), is_err)
-                click.echo(f"-- {rec.id}: {st.state}", err=True)
+                click.echo(visible(f"-- {rec.id}: {st.state}", one_line=True), err=True)
                 return
         time.sleep(max(0.1, interval))

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import click
 
 from sporch.orchestrator.cli.helptext import attach
+from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
@@ -85,7 +86,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return e.exit_code
         ctx = getattr(e, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if isinstance(e, click.UsageError) and ctx else ""
-        click.echo(f"sporch: error: {' '.join(e.format_message().split())}{hint}", err=True)
+        click.echo(visible(f"sporch: error: {' '.join(e.format_message().split())}{hint}", one_line=True), err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
@@ -93,7 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SporchError as e:
         if debug:
             raise
-        click.echo(f"sporch: error: {' '.join(str(e).split())}", err=True)
+        click.echo(visible(f"sporch: error: {' '.join(str(e).split())}", one_line=True), err=True)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
@@ -103,7 +104,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if debug:
             raise
         click.echo(
-            f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
+            visible(f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
+                    one_line=True),
             err=True,
         )
         return 1

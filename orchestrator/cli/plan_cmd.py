@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, load
+from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, json_text, load
 from sporch.orchestrator.cli.show import print_plan, ranking_table
+from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feasible
@@ -31,7 +30,7 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
         return
     p = make_plan(cluster, job)
     if as_json:
-        click.echo(p.to_json())
+        click.echo(json_text(p.to_dict()))
         return
 
     print_plan(p, console(), all_ranks=all_ranks)
@@ -45,20 +44,19 @@ def _rank(cluster, job, as_json: bool) -> None:
     except SporchError:
         requested = None
     if as_json:
-        click.echo(json.dumps({
+        click.echo(json_text({
             "cluster": cluster.name, "world_size": ctx.world_size, "auto": compact(chosen.layout), "reason": reason,
             "requested": compact(requested) if requested else None,
             "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
                          "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"], **r.predicted}
                         for r in ranked],
-        }, indent=2))
+        }))
         return
-    from rich.markup import escape
 
     con = console()
     con.print(ranking_table(ranked, chosen.layout, requested))
-    con.print(f"[cyan]note[/cyan] {escape(reason)}", soft_wrap=True)
+    con.print(f"[cyan]note[/cyan] {shown(reason)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
         least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan.estimates
         advice = memory_advice(least, cluster.gpu.memory_gib, cluster.gpu.model)
-        con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {escape(advice)}", soft_wrap=True)
+        con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {shown(advice)}", soft_wrap=True)

@@ -17,6 +17,7 @@ import click
 
 from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
                                             plain_table)
+from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.contract.results import JobResult
@@ -66,15 +67,13 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
     req = prepared.request
 
-    from rich.markup import escape
-
     con = console(stderr=True)
-    con.print(f"[bold]run[/] {plan.job.name} on {cluster.name}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {escape(req.job_dir)}; id {rec.id}")
+    con.print(f"[bold]run[/] {shown(plan.job.name)} on {shown(cluster.name)}: {plan.layout.describe()} = "
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {shown(req.job_dir)}; id {rec.id}")
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
     _record_final(rec)
     if res is None:
-        click.echo(f"{rec.id}: cancelled", err=True)
+        click.echo(visible(f"{rec.id}: cancelled"), err=True)
         sys.exit(EXIT_FAILED)
     _print_summary(res, plan, console())
     if res.result_error:
@@ -86,11 +85,11 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     if not res.completed or res.result is None:
         sys.exit(EXIT_FAILED)
     if plan.workload.kind == "verify" and not plan.job.entrypoint:
-        click.echo(f"max_abs_err={res.result.max_abs_err!r}")
+        click.echo(visible(f"max_abs_err={res.result.max_abs_err!r}", one_line=True))
         if not res.result.verified:
             click.echo(
-                f"sporch: verification failed: max_rel_err={res.result.max_rel_err} > "
-                f"tolerance {res.result.tolerance}",
+                visible(f"sporch: verification failed: max_rel_err={res.result.max_rel_err} > "
+                        f"tolerance {res.result.tolerance}", one_line=True),
                 err=True,
             )
             sys.exit(EXIT_FAILED)

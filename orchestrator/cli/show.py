@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
+from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
@@ -65,9 +66,9 @@ def groups_table(plan: Plan) -> Any:
     for dim in GROUP_DIMS:
         groups = plan.groups[dim]
         first = groups[0]
-        shown = ", ".join(str(r) for r in first[:8]) + (", ..." if len(first) > 8 else "")
+        ranks_text = ", ".join(str(r) for r in first[:8]) + (", ..." if len(first) > 8 else "")
         spans = sorted({len({r // gpn for r in g}) for g in groups})
-        t.add_row(dim, str(len(first)), str(len(groups)), f"[{shown}]", "/".join(str(x) for x in spans))
+        t.add_row(dim, str(len(first)), str(len(groups)), f"[{ranks_text}]", "/".join(str(x) for x in spans))
     return t
 
 
@@ -158,13 +159,11 @@ def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
     for line in summary_lines(plan):
-        con.print(line, markup=False)
-    from rich.markup import escape
-
+        con.print(visible(line), markup=False)
     for w in plan.warnings:
-        con.print(f"[yellow]warning[/yellow]   {escape(w)}", soft_wrap=True)
+        con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
     if plan.estimates.get("layout_choice"):
-        con.print(f"[cyan]note[/cyan]      {escape(plan.estimates['layout_choice'])}", soft_wrap=True)
+        con.print(f"[cyan]note[/cyan]      {shown(plan.estimates['layout_choice'])}", soft_wrap=True)
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))

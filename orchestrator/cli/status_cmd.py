@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from sporch.orchestrator.cli.common import GRACE_SECONDS, console
+from sporch.orchestrator.cli.common import GRACE_SECONDS, console, json_text
+from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
@@ -29,7 +28,7 @@ def _records(refs, show_all: bool, last: int):
         return out
     recs, bad = store.load_all_checked()
     for path, why in bad:  # one bad file must not hide the other jobs
-        click.echo(f"sporch: warning: unreadable job record {path} ({why}); skipped", err=True)
+        click.echo(visible(f"sporch: warning: unreadable job record {path} ({why}); skipped", one_line=True), err=True)
     return recs if show_all else recs[-last:]
 
 
@@ -54,13 +53,15 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
     statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
                                  grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
+        click.echo(json_text([s.to_dict() for s in statuses]))
         return
     if not statuses:
-        click.echo(f"no jobs known (records in {jobs_dir()}); submit one with `sporch submit`")
+        click.echo(visible(f"no jobs known (records in {jobs_dir()}); submit one with `sporch submit`"))
         return
-    from rich.markup import escape
     from rich.table import Table
+
+    def escape(text) -> str:
+        return shown(text, one_line=True)
 
     table = Table(title=None, show_lines=False)
     for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "outcome", "failed rank", "error"):
@@ -75,7 +76,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
             state += f" {s.progress}"
         color = colors.get(s.state)
         state = escape(state)
-        table.add_row(escape(s.id), s.slurm_job_id, escape(s.cluster), f"[{color}]{state}[/]" if color else state,
-                      s.elapsed or "-", escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
-                      "-" if s.failed_rank is None else str(s.failed_rank), escape(s.error or ""))
+        table.add_row(escape(s.id), escape(s.slurm_job_id), escape(s.cluster), f"[{color}]{state}[/]" if color else state,
+                      escape(s.elapsed or "-"), escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
+                      "-" if s.failed_rank is None else escape(s.failed_rank), escape(s.error or ""))
     console().print(table)

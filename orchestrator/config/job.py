@@ -18,6 +18,9 @@ from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, WORKLOAD_KINDS
 
+#: Frames per second a generated video may have (docs/jobs.md).
+FPS_RANGE = (1, 240)
+
 
 @dataclass
 class ModelSpec:
@@ -161,6 +164,11 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         v = getattr(w, key)
         if v is not None and v < 1:
             raise bad(f"workload.{key}", f"must be >= 1, got {v}")
+    low, high = FPS_RANGE
+    if not low <= w.fps <= high:
+        raise bad("workload.fps", f"must be {low}..{high} frames per second, got {w.fps}")
+    if w.prompt is not None and not str(w.prompt).strip():
+        raise bad("workload.prompt", "is empty; give the text to generate from (or workload.prompt_file)")
     if w.shift is not None and w.shift <= 0:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
     _validate_generate(w, bad)
@@ -203,7 +211,5 @@ def _validate_generate(w: WorkloadSpec, bad) -> None:
     if w.scheduler is not None and w.scheduler not in SCHEDULERS:
         raise bad("workload.scheduler", f"must be one of {', '.join(SCHEDULERS)} (or unset: the folder's), "
                   f"got {w.scheduler!r}")
-    if w.fps < 1:
-        raise bad("workload.fps", f"must be >= 1, got {w.fps}")
     if w.seq_len is not None:
         raise bad("workload.seq_len", "generate needs the video/image shape (frames, height, width), not seq_len")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.config.calibration_file import CONSTANTS
+from sporch.orchestrator.errors import SporchError
 
 #: The constants (CONSTANTS: the GPU table's columns) that calibration fits.
 FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "ring_merge_bytes", "link_efficiency",
@@ -260,6 +261,11 @@ def prediction_record(plan: Any) -> dict[str, Any]:
     """What the Plan records under ``estimates["predicted"]`` (docs/plan.md)."""
     consts, source = cluster_constants(plan.cluster)
     p = predict(inputs_from_plan(plan), consts)
+    times = {"step": p.step_s, "job": p.job_s, **p.breakdown()}
+    bad = next((k for k, v in times.items() if not math.isfinite(v)), None)
+    if bad is not None:  # constants each finite but extreme (an efficiency of 1e-310, an overhead of 1e308)
+        raise SporchError(f"the cost model's constants ({source}) predict a {bad} time of {times[bad]} s; "
+                          "set them to realistic values (efficiencies near 0.1..1, latencies in seconds)")
     return {
         "step_s": round(p.step_s, 9),
         "job_s": round(p.job_s, 9),

@@ -24,7 +24,7 @@ def _job(**workload):
     ({"output_format": "png"}, "png holds one image but frames is 81"),
     ({"scheduler": "ddim"}, "must be one of unipc, euler"),
     ({"shift": 0.0}, "must be > 0"),
-    ({"fps": 0}, "must be >= 1"),
+    ({"fps": 0}, "must be 1..240"),
 ])
 def test_bad_generate_fields_are_refused(workload, message):
     with pytest.raises(SporchError, match=message):
