@@ -1,5 +1,14 @@
-"""Shared fixtures. The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm and
-tests/submit:
+"""Shared fixtures, available to every test folder (each folder is a package: helpers are
+imported as ``tests.<folder>.<module>``; see tests/testutil.py).
+
+``isolated_cluster_search``: HOME is a temporary folder and SPORCH_CLUSTERS / SPORCH_DEBUG are
+unset, so no user or environment cluster folder leaks into a test (the orchestrator folders'
+conftest.py files use it for every test they hold).
+``run_cli``: ``sporch`` in-process: (exit code, stdout, stderr); a ``sys.exit`` inside a command counts.
+``sporch_home``: SPORCH_HOME in a temporary folder (job records), no SPORCH_CLUSTERS / SPORCH_DEBUG.
+
+The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm, tests/submit,
+tests/campaign and tests/remote:
 
 ``slurm_cluster`` (session): loads the lab's env file (SLURM_CONF, SLURMLAB_*), checks that
 ``sinfo`` answers, and skips with the reason otherwise -- or fails when SPORCH_REQUIRE_SLURM=1
@@ -146,3 +155,38 @@ def scancel_recorded():
             subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
 
     return cancel
+
+
+@pytest.fixture
+def isolated_cluster_search(monkeypatch, tmp_path_factory):
+    """No user/env cluster folders leak into tests."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SPORCH_CLUSTERS", raising=False)
+    monkeypatch.delenv("SPORCH_DEBUG", raising=False)
+    return home
+
+
+@pytest.fixture
+def sporch_home(tmp_path, monkeypatch):
+    home = tmp_path / "sporch-home"
+    monkeypatch.setenv("SPORCH_HOME", str(home))
+    monkeypatch.delenv("SPORCH_DEBUG", raising=False)
+    monkeypatch.delenv("SPORCH_CLUSTERS", raising=False)
+    return home
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``sporch`` in-process: (exit code, stdout, stderr); sys.exit inside a command counts."""
+    from sporch.orchestrator.cli.main import main
+
+    def _run(*args):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return _run

@@ -1,23 +1,28 @@
 """Calibration from real runs on the loopback Slurm lab: a small campaign (a 2-block model with
-hidden 128, gloo ranks on CPU) runs through `sporch campaign run` as two job arrays (1 node, 2
-nodes) with ``run.throttle: 1`` and ``run.serial: true``, so one point runs at a time. The
-cluster descriptor is the lab with ONE fake GPU per node (``CLUSTER``): the lab's 4 nodes share
-this machine's 2 CPU cores, so a point never has more ranks (each limited to its one Slurm CPU)
-than there are cores. Oversubscribed points (4 ranks on 2 cores) run at half speed, which no
-cost-model term describes (docs/plan.md, Limits): with the 2-GPU lab, a calibration on 2-rank
-points missed the 4-rank Ulysses 2 x ring 2 points by -45% and -72%.
+hidden 128, gloo ranks on CPU; tests/campaign/calibration_campaign.py) runs through `sporch
+campaign run` as two job arrays (1 node, 2 nodes) with ``run.throttle: 1`` and ``run.serial:
+true``, so one point runs at a time. The cluster descriptor is the lab with ONE fake GPU per node
+(``CLUSTER``): the lab's 4 nodes share this machine's 2 CPU cores, so a point never has more ranks
+(each limited to its one Slurm CPU) than there are cores. Oversubscribed points (4 ranks on 2
+cores) run at half speed, which no cost-model term describes (docs/plan.md, Limits): with the
+2-GPU lab, a calibration on 2-rank points missed the 4-rank Ulysses 2 x ring 2 points by -45% and
+-72%.
 
 `sporch calibrate` fits the cost model on 9 points (1 rank; and Ulysses 2, ring 2 and dp 2 across
 the two nodes, at 1,024 and 4,096 tokens) and the 2-node points at 2,048 tokens, held back, are
 predicted from a cluster descriptor that references the calibration file: interpolation in
 sequence length, with every term of theirs determined by training points.
 
-Stated error: HELD_BACK_ERROR (35%), and every held-back point better predicted than by the
-default constants (a fake GPU's table row, 49-54% off). On a quiet machine the held-back points
-landed at +1%, -1% and +3% (dp 2, Ulysses 2, ring 2; the 9 fitted points within 4.8%). Why the
-bound is looser: the 2 cores are shared with whatever else runs (Slurm's daemons, other test
-suites); with a second test suite on the same cores one held-back point measured 339 ms instead
-of 186 ms (-43%), noise the model has no term for.
+What this checks is what noise cannot flip: the whole chain on measured times (arrays, result
+files, `sporch calibrate --exclude`, a descriptor that references the file) and held-back
+predictions within a factor HELD_BACK_FACTOR (2) of their measurements. On a quiet machine they
+landed at +1%, -1% and +3% (dp 2, Ulysses 2, ring 2; the 9 fitted points within 4.8%), but the 2
+cores are shared with whatever else runs (Slurm's daemons, other test suites): with a second test
+suite on the same cores one held-back point measured 339 ms instead of 186 ms (-43%), noise the
+model has no term for. Whether the calibrated model beats the default constants is not decided
+here: how far the defaults (a fake GPU's table row) are off depends on the machine's speed (49-54%
+on one, 6-20% on another), so that comparison runs on injected timings with bounded noise
+(tests/campaign/test_calibration_injected.py).
 """
 
 from __future__ import annotations
@@ -37,59 +42,29 @@ from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import load_cluster_file
 from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
 from sporch.orchestrator.contract.plan import Plan
+from tests.campaign.calibration_campaign import FIT, POINTS, calibrated_descriptor, is_held_back, write_campaign
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-HELD_BACK_ERROR = 0.35
-#: The lab (clusters/slurmlab.yaml) with one fake GPU a node: a rank per node, one CPU a rank.
-CLUSTER = """\
-name: slurmlab-1gpu
-description: the loopback Slurm lab with one fake GPU (one rank) per node
-nodes: 4
-gpus_per_node: 1
-gpu: {model: fake, memory_gib: 4, bf16_tflops: 0.1}
-intra_node: {fabric: pcie, gb_per_s: 5}
-inter_node: {fabric: ethernet, gb_per_s: 1, nics_per_node: 1}
-slurm: {partition: lab, time: "00:10:00", cpus_per_task: 1, exclusive: false, gpu_directive: gpus-per-node}
-env: {GLOO_SOCKET_IFNAME: lo}
-"""
-SHAPES = [{"seq_len": 1024}, {"seq_len": 2048}, {"seq_len": 4096}]
-HELD_BACK_SEQ = 2048
-CAMPAIGN = {
-    "name": "calibrate",
-    "base": {
-        "model": {"preset": "tiny", "hidden": 128, "num_heads": 4, "num_kv_heads": 4, "head_dim": 32, "ffn_dim": 256},
-        "workload": {"kind": "benchmark", "batch": 2, "guidance_scale": 1.0, "dtype": "float32", "warmup": 1,
-                     "repeat": 3},
-        "resources": {"time": "00:05:00"},
-    },
-    "matrix": {"nodes": [1, 2], "shapes": SHAPES,
-               "layouts": [{"ulysses": 1, "ring": 1}, {"ulysses": 2, "ring": 1}, {"ulysses": 1, "ring": 2},
-                           {"dp": 2, "ulysses": 1, "ring": 1}]},
-    "run": {"throttle": 1, "serial": True, "retries": 0},
-}
-FIT = "gemm_efficiency,attention_efficiency,ring_merge_bytes,a2a_latency_s,p2p_latency_s,layer_overhead_s"
+#: Held-back predictions within this factor of their measurements (either way).
+HELD_BACK_FACTOR = 2.0
 
 
 @pytest.fixture(scope="module")
 def campaign_dir(slurm_cluster, tmp_path_factory):
     """The campaign through `sporch campaign run` on the lab (waits until every point is done)."""
     folder = tmp_path_factory.mktemp("calibration")
-    (folder / "slurmlab-1gpu.yaml").write_text(CLUSTER)
-    doc = {**CAMPAIGN, "output_dir": str(folder),
-           "matrix": {**CAMPAIGN["matrix"], "clusters": [str(folder / "slurmlab-1gpu.yaml")]}}
-    path = folder / "calibrate.yaml"
-    path.write_text(json.dumps(doc))  # JSON is YAML
+    path, doc = write_campaign(folder)
     exp = expand(campaign_from_dict(doc))
-    assert len(exp.points) == 12  # 1 rank on 1 node, 3 layouts on 2 nodes, three shapes; the rest skipped
+    assert len(exp.points) == POINTS
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPORCH_HOME": str(folder / "home")}
     cli = [sys.executable, "-m", "sporch.orchestrator.cli.main", "campaign", "run", str(path), "--interval", "1"]
     try:
         p = subprocess.run(cli, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     finally:
         cancel_arrays(folder / "calibrate")
-    assert p.returncode == 0 and "12 done" in p.stderr, p.stdout + p.stderr
+    assert p.returncode == 0 and f"{POINTS} done" in p.stderr, p.stdout + p.stderr
     root = folder / "calibrate"
     state = json.loads((root / "state.json").read_text())
     arrays = state["arrays"]
@@ -126,8 +101,7 @@ def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, caps
     from sporch.orchestrator.cli.main import main
 
     pts = points(campaign_dir)
-    held = sorted(pid for pid, (plan, _) in pts.items() if plan.world_size == 2
-                  and plan.sequence.seq_len == HELD_BACK_SEQ)
+    held = sorted(pid for pid, (plan, _) in pts.items() if is_held_back(plan))
     assert len(held) == 3
     cal = tmp_path / "slurmlab-calibration.yaml"
     args = ["calibrate", str(campaign_dir), "--out", str(cal), "--fit", FIT]
@@ -138,21 +112,15 @@ def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, caps
     assert "9 points on slurmlab-1gpu" in out and all(pid not in out for pid in held)
 
     # a descriptor that references the file: its plans predict with the fitted constants
-    desc = tmp_path / "slurmlab-1gpu-cal.yaml"
-    desc.write_text(CLUSTER + f"calibration: {cal.name}\n")
-    cluster = load_cluster_file(desc)
+    cluster = load_cluster_file(calibrated_descriptor(tmp_path, cal.name))
     consts, source = cluster_constants(cluster)
     assert consts == {**consts, **load_constants(cal)} and source.startswith("calibration ")
-    errors = {}
+    ratios = {}
     for pid in held:
         plan, result = pts[pid]
         measured = result["metrics"]["step_ms_median"] / 1e3
-        errors[pid] = predict_plan(plan, consts).step_s / measured - 1
-    assert all(abs(e) < HELD_BACK_ERROR for e in errors.values()), errors
-    # the defaults (a fake GPU's table row) are far off: calibration is what brings them close
-    defaults = {pid: predict_plan(pts[pid][0]).step_s / (pts[pid][1]["metrics"]["step_ms_median"] / 1e3) - 1
-                for pid in held}
-    assert all(abs(d) > abs(errors[pid]) for pid, d in defaults.items()), (defaults, errors)
+        ratios[pid] = predict_plan(plan, consts).step_s / measured
+    assert all(1 / HELD_BACK_FACTOR <= r <= HELD_BACK_FACTOR for r in ratios.values()), ratios
 
 
 def test_report_shows_predicted_beside_measured(campaign_dir, tmp_path):

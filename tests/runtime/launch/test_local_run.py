@@ -1,0 +1,192 @@
+"""`sporch run --local`: real rank processes (gloo on CPU) running the sharded tiny DiT.
+
+Each run starts 4 Python processes that import torch: a few seconds each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sporch.orchestrator.submit.local_run import LocalRun
+from tests.runtime.launch.local_cli import REPO, TINY, hooks_env, sporch
+
+# (cluster, overrides): the layouts of the USP runtime issue on 4 ranks, joint attention,
+# cfg=2 x ulysses=2, a sequence that does not divide, and 2 emulated nodes of slurmlab.
+VERIFY_CASES = {
+    "u4": ("local", ["parallel.ulysses=4", "parallel.ring=1"]),
+    "u2r2": ("local", ["parallel.ulysses=2", "parallel.ring=2"]),
+    "r4": ("local", ["parallel.ulysses=1", "parallel.ring=4"]),
+    "joint-u2r2": ("local", ["model.attention=joint", "parallel.ulysses=2", "parallel.ring=2"]),
+    "cfg2-u2": ("local", ["parallel.cfg=2", "parallel.ulysses=2", "parallel.ring=1"]),
+    "uneven-seq-u2r2": ("local", ["workload.frames=5", "workload.height=48", "workload.width=80",
+                                  "parallel.ulysses=2", "parallel.ring=2"]),
+    "slurmlab-2-nodes": ("slurmlab", ["resources.nodes=2"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VERIFY_CASES))
+def test_verify_sharded_equals_unsharded(case, tmp_path):
+    cluster, overrides = VERIFY_CASES[case]
+    run_dir = tmp_path / "run"
+    proc = sporch("run", "--local", "--cluster", cluster, str(TINY), *overrides, "--verify",
+                  "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"^max_abs_err=(\S+)$", proc.stdout, re.M)
+    assert m, proc.stdout
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "completed" and result["verified"] is True
+    assert float(m.group(1)) == result["max_abs_err"]
+    assert result["max_rel_err"] <= 1e-5
+    assert result["metrics"]["attention_kernel"] == "cpu_flash"  # what backend="auto" ran, recorded
+    assert len(result["hosts"]) == 4
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert result["layout"] == plan["layout"]
+    if case == "slurmlab-2-nodes":
+        assert result["distinct_hosts"] == ["slurmlab-node0", "slurmlab-node1"]
+    if case == "uneven-seq-u2r2":
+        assert plan["sequence"]["pad"] > 0
+
+
+def test_entrypoint_hook_gets_context_and_plan(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:report_layout",
+                  "parallel.ulysses=2", "parallel.ring=2", "--run-dir", str(run_dir), env=hooks_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads((run_dir / "plan.json").read_text())
+    for rank in range(4):
+        metrics = json.loads((run_dir / "ranks" / f"rank{rank}.json").read_text())["metrics"]
+        row = plan["ranks"][rank]
+        assert metrics["entrypoint"] == "launch_hooks:report_layout"
+        assert metrics["coords"] == {d: row[d] for d in ("dp", "cfg", "ring", "ulysses")}
+        assert rank in metrics["ulysses_group"] and metrics["ulysses_group"] in plan["groups"]["ulysses"]
+        assert metrics["ring_group"] in plan["groups"]["ring"]
+        assert metrics["job_name"] == "tiny"
+
+
+def test_failing_rank_is_named_and_ends_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**hooks_env(), "SPORCH_TEST_FAIL_RANK": "2", "SPORCH_DIST_TIMEOUT_S": "60"}
+    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:fail_on_rank",
+                  "--run-dir", str(run_dir), "--timeout", "120", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    rank2 = json.loads((run_dir / "ranks" / "rank2.json").read_text())
+    assert rank2["status"] == "failed"
+    assert rank2["error"]["error"] == "ValueError: injected failure for the test"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert result["failed_rank"] == 2
+    assert result["error"] == "ValueError: injected failure for the test"
+    assert "injected failure" in proc.stdout
+
+
+def _plan_file(tmp_path: Path, *overrides: str) -> Path:
+    proc = sporch("plan", "--cluster", "local", str(TINY), *overrides, "--json")
+    assert proc.returncode == 0, proc.stderr
+    path = tmp_path / "plan.json"
+    path.write_text(proc.stdout)
+    return path
+
+
+def _latents(run_dir: Path):
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "latents_dp0.safetensors"))["latents"]
+
+
+def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
+    """USR2 -> every rank stops after the same finished step (exit 3, status requeued);
+    starting again in the same folder resumes from that step and ends with exactly the
+    latents of an uninterrupted run."""
+    steps = 200  # long enough (seconds) that the signal lands mid-run on a fast machine too
+    overrides = ("workload.kind=inference", f"workload.steps={steps}", "parallel.ulysses=2", "parallel.ring=2")
+    plan_path = _plan_file(tmp_path, *overrides)
+
+    reference = tmp_path / "reference"
+    done = LocalRun(plan_path, reference).start().wait(timeout_s=300)
+    assert done.ok, done.logs
+
+    interrupted = tmp_path / "interrupted"
+    run = LocalRun(plan_path, interrupted).start()
+    try:
+        progress = interrupted / "checkpoint" / "progress.json"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if progress.exists() and json.loads(progress.read_text())["step"] >= 2:
+                break
+            time.sleep(0.05)
+        run.send_signal(signal.SIGUSR2)
+        first = run.wait(timeout_s=240)
+    finally:
+        run.kill()  # never leave ranks behind, whatever failed above
+    assert set(first.returncodes.values()) == {3}, first.returncodes
+    assert first.result.status == "requeued"
+    stopped_at = json.loads(progress.read_text())["step"]
+    assert 2 <= stopped_at < steps
+
+    second = LocalRun(plan_path, interrupted).start().wait(timeout_s=300)
+    assert second.ok, second.returncodes
+    metrics = second.result.metrics
+    assert metrics["resumed"] is True and metrics["resumed_from_step"] == stopped_at
+    assert len(metrics["step_ms"]) == steps
+    assert _latents(interrupted).equal(_latents(reference))
+    assert not list((interrupted / "checkpoint").glob("*.pt"))  # shards dropped once finished
+
+
+def test_run_without_local_and_bad_input_are_one_line_errors(tmp_path):
+    proc = sporch("run", "--cluster", "local", str(TINY))
+    assert proc.returncode == 2 and "--local" in proc.stderr and "Traceback" not in proc.stderr
+    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "parallel.ulysses=3",
+                  "--run-dir", str(tmp_path / "x"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
+    """A local run is a job of the local backend: it has a record, and the job commands work on
+    its id from other processes (while it runs and after it ended)."""
+    env = {"SPORCH_HOME": str(tmp_path / "home")}
+    done = sporch("run", "--local", "--cluster", "local", str(TINY), "parallel.ulysses=2", "parallel.ring=2",
+                  "workload.kind=benchmark", "workload.repeat=1", "--run-dir", str(tmp_path / "done"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rec_id = re.search(r"id (tiny-\S+)", done.stderr.replace("\n", " ")).group(1)
+    st = sporch("status", "--json", rec_id, env=env)
+    [s] = json.loads(st.stdout)
+    # the run recorded its final state when it ended (source "record"); --refresh asks the backend again
+    assert (s["state"], s["source"], s["result_status"], s["job_dir"]) == (
+        "COMPLETED", "record", "completed", str(tmp_path / "done"))
+    [s] = json.loads(sporch("status", "--json", "--refresh", rec_id, env=env).stdout)
+    assert (s["state"], s["source"], s["result_status"]) == ("COMPLETED", "local", "completed")
+    w = sporch("wait", rec_id, env=env)
+    assert w.returncode == 0 and f"{rec_id}: COMPLETED" in w.stdout
+    logs = sporch("logs", rec_id, "--rank", "1", env=env)
+    assert logs.returncode == 0 and logs.stdout == (tmp_path / "done" / "logs" / "rank1.log").read_text()
+
+    # a run that sleeps: RUNNING, then cancelled through its id; wait says how it ended
+    run_env = {**env, "SPORCH_SLEEP_S": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
+                             str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(tmp_path / "long")],
+                            cwd=REPO, env={**os.environ, **run_env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "long" / "logs" / "rank3.log").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [s] = json.loads(sporch("status", "--json", "tiny", env=run_env).stdout)  # the latest "tiny"
+        assert s["state"] == "RUNNING" and s["job_dir"] == str(tmp_path / "long")
+        c = sporch("cancel", "tiny", env=run_env)
+        assert c.returncode == 0 and "cancelled" in c.stdout, c.stdout + c.stderr
+        w = sporch("wait", "tiny", "--timeout", "60", env=run_env)
+        assert w.returncode == 3 and "CANCELLED" in w.stdout, w.stdout + w.stderr
+        assert proc.wait(timeout=60) == 1
+    finally:
+        proc.kill()

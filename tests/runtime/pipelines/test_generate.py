@@ -1,0 +1,267 @@
+"""`workload.kind: generate` against diffusers' own pipelines.
+
+Tiny random Wan2.1 and Flux.1 pipelines are built with diffusers + transformers
+(runtime/pipelines/tiny.py: tiny configs, a word-level tokenizer from the tokenizers library,
+``save_pretrained`` into a temporary folder). sporch's generate runs from that folder on 4 gloo
+ranks (Wan: U2R2 and cfg 2 x U2; Flux: U2R2) and the decoded frames are compared with
+``WanPipeline`` / ``FluxPipeline`` loaded from the same folder, same prompts and seeds, float32.
+The files written are read back with imageio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("imageio_ffmpeg")
+
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+
+# Tolerance on decoded frames (values in [0, 1]), float32. The transformer alone matches
+# diffusers within 1e-5 relative (tests/runtime/model/test_published.py); everything else (text
+# encoders, scheduler steps, VAE, post-processing) is diffusers' own code on the same inputs,
+# and the noise is drawn by the same function from the same generator. What remains is float32
+# rounding in a different order (sharded attention, CFG combined in one place), carried
+# through 3 scheduler steps and the VAE: measured 3.1e-6 (Wan, both layouts) and 4.2e-7 (Flux). 1e-4 is 1/40 of one 8-bit
+# level, far below any visible change, while a wrong seed, prompt, shift or latent scaling
+# moves frames by 1e-2 or more (checked below, so the comparison can fail).
+FRAME_TOL = 1e-4
+
+WAN_PROMPTS = ["a red fox running in snow", "a small boat on the sea at sunset"]
+NEGATIVE = "blurry low quality"
+FLUX_PROMPTS = ["a white cat sitting under a tree"]
+STEPS = 3
+SEED = 11
+
+WAN_WORKLOAD = dict(kind="generate", frames=9, height=80, width=48, steps=STEPS, guidance_scale=5.0,
+                    negative_prompt=NEGATIVE, dtype="float32", seed=SEED)  # 3 x 5 x 3 = 45 tokens
+# head_dim 128 keeps Flux.1's RoPE split (16, 56, 56); 2 heads of it for ulysses 2
+FLUX_MODEL = dict(preset="flux.1-dev", depth=1, single_depth=1, hidden=256, num_heads=2, head_dim=128, ffn_dim=1024,
+                  in_channels=4, vae_stride=[1, 2, 2], text_len=8, text_dim=32)
+FLUX_WORKLOAD = dict(kind="generate", height=24, width=20, steps=STEPS, guidance_scale=3.5, dtype="float32",
+                     seed=SEED)  # 1 x 6 x 5 = 30 tokens
+
+
+def _plan(model: dict, workload: dict, parallel: dict, name: str):
+    job = job_from_dict({"name": name, "model": model, "workload": workload, "parallel": parallel})
+    return make_plan(find_cluster("local"), job)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """The two tiny pipelines, saved in the diffusers layout, and the prompt file."""
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("pipelines")
+    wan_model = _plan({"preset": "tiny"}, {**WAN_WORKLOAD, "prompt": "x"}, {}, "probe").model
+    flux_model = _plan(FLUX_MODEL, {**FLUX_WORKLOAD, "prompt": "x"}, {"ulysses": 2, "ring": 2}, "probe").model
+    save_tiny_pipeline("wan", root / "wan", wan_model, seed=1)
+    save_tiny_pipeline("flux", root / "flux", flux_model, seed=2)
+    prompts = root / "prompts.txt"
+    prompts.write_text("# two prompts\n" + "\n".join(WAN_PROMPTS) + "\n\n", encoding="utf-8")
+    return {"wan": root / "wan", "flux": root / "flux", "prompts": prompts, "root": root}
+
+
+def _reference_wan(folder: Path, seed_offset: int = 0, **kw) -> np.ndarray:
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(folder, dtype=torch.float32)
+    out = []
+    for i, prompt in enumerate(WAN_PROMPTS):
+        args = dict(prompt=prompt, negative_prompt=NEGATIVE, height=80, width=48, num_frames=9,
+                    num_inference_steps=STEPS, guidance_scale=5.0, max_sequence_length=8, output_type="np",
+                    generator=torch.Generator().manual_seed(SEED + i + seed_offset))
+        args.update(kw)
+        out.append(pipe(**args).frames[0])
+    return np.stack(out)  # [2, F, H, W, 3]
+
+
+def _reference_flux(folder: Path, seed_offset: int = 0) -> np.ndarray:
+    from diffusers import FluxPipeline
+
+    pipe = FluxPipeline.from_pretrained(folder, dtype=torch.float32)
+    img = pipe(prompt=FLUX_PROMPTS[0], height=24, width=20, num_inference_steps=STEPS, guidance_scale=3.5,
+               max_sequence_length=8, output_type="np",
+               generator=torch.Generator().manual_seed(SEED + seed_offset)).images
+    return img[:, None]  # [1, 1, H, W, 3]
+
+
+def _generate_world(cases):
+    """Each case on the same 4 gloo ranks: sporch's generate workload from a Plan."""
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
+
+    out = {}
+    for name, plan_json, folder in cases:
+        plan = Plan.from_json(plan_json)
+        ctx = ParallelContext.from_plan(plan)
+        frames = {}
+        metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
+                               frames_sink=lambda i, f: frames.__setitem__(i, f))
+        out[name] = {**metrics, "frames": frames, "cfg_rank": ctx.cfg_rank, "sequence_rank": ctx.sequence_rank}
+    return out
+
+
+@pytest.fixture(scope="module")
+def generated(folders):
+    wan = {"preset": "tiny", "weights": str(folders["wan"])}
+    flux = {**FLUX_MODEL, "weights": str(folders["flux"])}
+    wl = {**WAN_WORKLOAD, "prompt_file": str(folders["prompts"])}
+    cases = [
+        ("wan-U2R2", _plan(wan, {**wl, "batch": 2}, {"ulysses": 2, "ring": 2, "cfg": 1}, "wan-u2r2")),
+        ("wan-cfg2-U2", _plan(wan, wl, {"ulysses": 2, "ring": 1, "cfg": 2}, "wan-cfg2")),
+        ("flux-U2R2", _plan(flux, {**FLUX_WORKLOAD, "prompt": FLUX_PROMPTS[0]}, {"ulysses": 2, "ring": 2},
+                            "flux-u2r2")),
+    ]
+    dirs = {name: folders["root"] / "out" / name for name, _ in cases}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    results = run_distributed(_generate_world, 4, [(n, p.to_json(), str(dirs[n])) for n, p in cases],
+                              timeout=900)
+    return {"plans": dict(cases), "ranks": results, "dirs": dirs}
+
+
+def _sporch_frames(generated, name: str) -> np.ndarray:
+    """The decoded frames of every prompt, from the ranks that decoded them (one per replica)."""
+    frames = {}
+    for rank in generated["ranks"]:
+        frames.update(rank[name]["frames"])
+    return np.stack([frames[i] for i in sorted(frames)])
+
+
+@pytest.fixture(scope="module")
+def wan_reference(folders):
+    return _reference_wan(folders["wan"])
+
+
+@pytest.mark.parametrize("name", ["wan-U2R2", "wan-cfg2-U2"])
+def test_wan_frames_equal_wan_pipeline(generated, wan_reference, name):
+    ours = _sporch_frames(generated, name)
+    assert ours.shape == wan_reference.shape == (2, 9, 80, 48, 3)
+    assert wan_reference.std() > 0.02  # not a flat image: the comparison means something
+    err = np.abs(ours - wan_reference).max()
+    print(f"{name}: max |frames - WanPipeline| = {err:.3g}")
+    assert err <= FRAME_TOL, (name, err)
+
+
+def test_wan_comparison_can_fail(folders, wan_reference):
+    """Another seed, or no negative prompt, moves the frames far beyond the tolerance."""
+    other_seed = _reference_wan(folders["wan"], seed_offset=5)
+    no_negative = _reference_wan(folders["wan"], negative_prompt=None)
+    assert np.abs(other_seed - wan_reference).max() > 100 * FRAME_TOL
+    assert np.abs(no_negative - wan_reference).max() > 100 * FRAME_TOL
+
+
+def test_flux_frames_equal_flux_pipeline(generated, folders):
+    ours = _sporch_frames(generated, "flux-U2R2")
+    ref = _reference_flux(folders["flux"])
+    other = _reference_flux(folders["flux"], seed_offset=1)
+    assert ours.shape == ref.shape == (1, 1, 24, 20, 3)
+    assert ref.std() > 0.02 and np.abs(other - ref).max() > 100 * FRAME_TOL
+    err = np.abs(ours - ref).max()
+    print(f"flux-U2R2: max |frames - FluxPipeline| = {err:.3g}")
+    assert err <= FRAME_TOL, err
+
+
+def test_files_open_with_frames_size_prompt_and_seed(generated):
+    """One file per prompt, written by one rank per dp replica; read back with imageio."""
+    from sporch.runtime.pipelines.media import read, to_uint8
+
+    for name, prompts, fmt, shape in (("wan-U2R2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
+                                      ("wan-cfg2-U2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
+                                      ("flux-U2R2", FLUX_PROMPTS, "png", (1, 24, 20, 3))):
+        writers = [r[name] for r in generated["ranks"] if r[name].get("outputs")]
+        assert [(w["cfg_rank"], w["sequence_rank"]) for w in writers] == [(0, 0)], name
+        outputs = writers[0]["outputs"]
+        assert [o["prompt"] for o in outputs] == prompts
+        assert [o["seed"] for o in outputs] == [SEED + i for i in range(len(prompts))]
+        files = sorted(p.name for p in generated["dirs"][name].iterdir())
+        assert files == sorted(o["file"] for o in outputs) and all(f.endswith("." + fmt) for f in files)
+        for o in outputs:
+            back = read(Path(o["path"]))
+            assert back.shape == shape, (name, back.shape)
+            decoded = to_uint8(writers[0]["frames"][o["index"]])
+            diff = np.abs(back.astype(float) - decoded.astype(float)).mean()
+            # PNG is lossless; H.264 at quality 8 stays within a few levels on average
+            assert diff == 0 if fmt == "png" else diff < 12, (name, diff)
+        for r in generated["ranks"]:
+            assert r[name]["peak_memory_bytes"] > 0
+
+
+def test_text_encoded_once_per_replica(generated):
+    """Only the replica's leader holds the text encoder and the VAE."""
+    for name in generated["plans"]:
+        roles = [r[name]["roles"] for r in generated["ranks"]]
+        assert roles == [["text_encoder", "vae"], [], [], []], (name, roles)
+
+
+def test_plan_places_encoder_and_vae(generated):
+    for name, plan in generated["plans"].items():
+        pipe = plan.estimates["pipeline"]
+        assert pipe["text_encoder"]["ranks"] == [0] and pipe["vae"]["ranks"] == [0]
+        assert pipe["transformer"]["ranks"] == [0, 1, 2, 3]
+    dp2 = _plan({"preset": "wan2.1-t2v-1.3b"}, {**WAN_WORKLOAD, "prompt": "x", "batch": 2, "height": 480,
+                                                 "width": 832, "frames": 81},
+                {"dp": 2, "ulysses": 2, "ring": 1, "cfg": 1}, "dp2")
+    e = dp2.estimates
+    assert e["pipeline"]["text_encoder"]["ranks"] == [0, 2]
+    assert e["pipeline"]["text_encoder"]["bytes"] == 5_680_000_000 * 4
+    assert e["memory_bytes_per_gpu"] == max(e["dit_memory_bytes_per_gpu"], e["pipeline"]["leader_memory_bytes"])
+    assert e["memory_bytes_per_gpu"] > e["dit_memory_bytes_per_gpu"]
+
+
+# -- the example and the CLI ---------------------------------------------------------------
+
+def test_example_writes_a_video(tmp_path):
+    """`sporch run --local --cluster local examples/tiny-generate.yaml` creates its tiny random
+    pipeline, prints step progress, and lists the MP4 in result.json."""
+    from sporch.runtime.pipelines.media import read
+
+    weights = tmp_path / "tiny-wan"
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
+                           "examples/tiny-generate.yaml", "--run-dir", str(run_dir), f"model.weights={weights}"],
+                          cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((run_dir / "result.json").read_text())
+    (out,) = result["outputs"]
+    assert out["prompt"].startswith("a red fox") and out["seed"] == 0
+    assert read(Path(out["path"])).shape == (out["frames"], out["height"], out["width"], 3)
+    assert set(result["peak_memory_bytes_by_rank"]) == {"0", "1", "2", "3"}
+    log = (run_dir / "logs" / "rank0.log").read_text() if (run_dir / "logs" / "rank0.log").exists() else ""
+    logs = log + "".join(p.read_text() for p in (run_dir / "logs").glob("*"))
+    assert "step 4/4" in logs and "s/step" in logs
+    assert (weights / "model_index.json").is_file()
+
+
+def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
+    """`sporch run --local` of a generate job without the extra: exit 2, one line naming it,
+    no run folder (the extra's absence is emulated by one more module that does not exist)."""
+    from sporch.orchestrator.cli.main import main
+    from sporch.orchestrator.contract import generate_inputs as check
+
+    monkeypatch.setattr(check, "PIPELINE_MODULES", check.PIPELINE_MODULES + ("sporch_no_such_module",))
+    rc = main(["run", "--local", "--cluster", "local", str(REPO / "examples/tiny-generate.yaml"),
+               "--run-dir", str(tmp_path / "run"), f"model.weights={tmp_path / 'w'}"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "pip install sporch[pipelines]" in lines[0], err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(check.PipelinesMissing, match=r"pip install sporch\[pipelines\]"):
+        check.require_pipelines()
