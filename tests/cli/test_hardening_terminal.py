@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from escape_hooks import EVIL_ERROR
+from tests.cli.escape_hooks import EVIL_ERROR
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "examples" / "tiny.yaml"
