@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import click
 
 from sporch.orchestrator.cli.helptext import attach
+from sporch.orchestrator.contract.safe_files import UnsafeFileError
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
@@ -90,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 1
-    except SporchError as e:
+    except (SporchError, UnsafeFileError) as e:  # bad input: one line, exit 2
         if debug:
             raise
         click.echo(f"sporch: error: {' '.join(str(e).split())}", err=True)
