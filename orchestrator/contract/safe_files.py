@@ -5,7 +5,8 @@ without ever following a symbolic link at the file's name.
   ``O_NOFOLLOW``: never an existing file, never through a link) and renames it over the
   target; a rename replaces a link at the target, it never writes where the link points.
 - :func:`open_nofollow` opens a file that must keep its inode (a lock file) and refuses a
-  link at its name with :class:`UnsafeFileError` (one line).
+  link at its name with :class:`UnsafeFileError` (one line); :func:`open_append` opens a log
+  that way.
 
 Standard library only (the runtime writes its result files through this module).
 """
@@ -17,7 +18,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Union
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -47,6 +48,11 @@ def open_nofollow(path: Union[str, os.PathLike], flags: int, mode: int = 0o666) 
         os.close(fd)
         raise _refusal(path)
     return fd
+
+
+def open_append(path: Union[str, os.PathLike]) -> BinaryIO:
+    """A log file opened for appending (created when missing), never through a link."""
+    return os.fdopen(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
 
 
 def write_atomic(path: Union[str, os.PathLike], data: Union[str, bytes], *, fsync: bool = True) -> Path:
