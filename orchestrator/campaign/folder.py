@@ -14,6 +14,7 @@
     <dir>/arrays/<group>.<n>.sbatch  the job-array script for that list (arrays.render_array)
     <dir>/arrays/logs/               batch logs of the array tasks (%A_%a.out / .err)
     <dir>/state.json, <dir>/.lock    the runner's state and lock (campaign run)
+    <dir>/.state.lock                the state file's lock (runner shared, saving status exclusive)
     <dir>/report/                    campaign report: table.csv, *.png, plots.json, report.html
 
 The report reads only ``points/*/point.json`` and ``points/*/result.json``.
@@ -22,7 +23,6 @@ The report reads only ``points/*/point.json`` and ``points/*/result.json``.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,6 +30,7 @@ from typing import Any, Iterator
 from sporch.orchestrator import __version__
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.contract.results import write_json_atomic
+from sporch.orchestrator.contract.safe_files import write_atomic
 
 CAMPAIGN_FILE = "campaign.yaml"
 BASE_FILE = "base.yaml"
@@ -102,9 +103,9 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
     cdir.root.mkdir(parents=True, exist_ok=True)
     spec = expansion.campaign.spec
     if spec.source:
-        shutil.copyfile(spec.source, cdir.root / CAMPAIGN_FILE)
+        write_atomic(cdir.root / CAMPAIGN_FILE, Path(spec.source).read_bytes(), fsync=False)
     if expansion.campaign.base.source:
-        shutil.copyfile(expansion.campaign.base.source, cdir.root / BASE_FILE)
+        write_atomic(cdir.root / BASE_FILE, Path(expansion.campaign.base.source).read_bytes(), fsync=False)
     groups = group_points(expansion.points)
     points: dict[str, Any] = {}
     for g in groups:
@@ -114,7 +115,7 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
             if cdir.has_result(p.id):
                 continue
             write_json_atomic(cdir.point_dir(p.id) / POINT_FILE, record)
-            cdir.plan_file(p.id).write_text(p.plan.to_json(), encoding="utf-8")
+            write_atomic(cdir.plan_file(p.id), p.plan.to_json(), fsync=False)
     write_json_atomic(cdir.manifest, {
         "name": spec.name,
         "sporch_version": __version__,

@@ -4,6 +4,14 @@ The holder writes who it is (pid, host, command) into the file; a second runner 
 and stops with one line naming the holder. The kernel drops the lock when the holder's process
 ends (even when killed), so a stale file never blocks: only a live holder does. The file is
 never deleted (deleting a lock file races with a runner that just opened it).
+
+``campaign status`` never takes ``.lock``: the state file has a second lock, ``.state.lock``,
+that a runner holds shared for its whole life (taken after ``.lock``, waiting for a status that
+is saving) and a status tries exclusively without waiting (:func:`try_state_lock`). A status
+that gets it saves ``state.json``; one that does not (a runner is on) only reads. So a status
+can make a starting runner wait for its save, never refuse it.
+
+Both files are opened without following a symbolic link (:mod:`..contract.safe_files`).
 """
 
 from __future__ import annotations
@@ -15,7 +23,10 @@ import socket
 from pathlib import Path
 from typing import Optional, Sequence
 
+from sporch.orchestrator.contract.safe_files import open_nofollow
 from sporch.orchestrator.errors import SporchError
+
+STATE_LOCK_FILE = ".state.lock"
 
 
 class CampaignBusy(SporchError):
@@ -27,9 +38,10 @@ class CampaignLock:
         self.path = Path(path)
         self.command = list(command)
         self._fh = None
+        self._state_fh = None
 
     def acquire(self) -> "CampaignLock":
-        fh = open(self.path, "a+", encoding="utf-8")
+        fh = _open(self.path)
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -38,18 +50,26 @@ class CampaignLock:
             fh.close()
             raise CampaignBusy(f"campaign directory {self.path.parent} is in use by {holder}; wait for it to end "
                                "(or stop that process) and run again") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": self.command}) + "\n")
-        fh.flush()
-        self._fh = fh
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": self.command}) + "\n")
+            fh.flush()
+            state_fh = _open(self.path.with_name(STATE_LOCK_FILE))
+        except BaseException:
+            fh.close()
+            raise
+        fcntl.flock(state_fh.fileno(), fcntl.LOCK_SH)  # waits only for a status saving the state
+        self._fh, self._state_fh = fh, state_fh
         return self
 
     def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+        for name in ("_state_fh", "_fh"):
+            fh = getattr(self, name)
+            if fh is not None:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                fh.close()
+                setattr(self, name, None)
 
     def __enter__(self) -> "CampaignLock":
         return self.acquire()
@@ -68,3 +88,36 @@ def describe(text: str) -> str:
         return "another process"
     command = " ".join(str(c) for c in info.get("command") or [])
     return f"pid {info.get('pid')} on host {info.get('host')}" + (f" ({command})" if command else "")
+
+
+class StateLock:
+    """The state file's exclusive lock, held by a status that saves ``state.json``."""
+
+    def __init__(self, fh) -> None:
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def try_state_lock(directory: Path) -> Optional[StateLock]:
+    """The state lock of campaign ``directory`` when no runner (and no other status) holds it,
+    else None; never waits and never touches the runner's ``.lock``."""
+    try:
+        fh = _open(Path(directory) / STATE_LOCK_FILE)
+    except PermissionError:  # a folder this user may only read: read-only status
+        return None
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return StateLock(fh)
+
+
+def _open(path: Path):
+    """A lock file opened for reading and writing, created when missing, never through a link."""
+    return os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import io
 import json
 import statistics
 from collections import defaultdict
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
+from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.paths import templates_dir
 
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
@@ -33,13 +35,12 @@ HTML_TEMPLATE = "campaign_report.html.j2"
 
 
 def write_csv(rows: list[Row], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns())
-        for r in rows:
-            w.writerow([format_value(r.cell(c)) for c in columns()])
-    return path
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(columns())
+    for r in rows:
+        w.writerow([format_value(r.cell(c)) for c in columns()])
+    return write_atomic(path, fh.getvalue(), fsync=False)
 
 
 def _workload(row: Row) -> tuple[str, ...]:
@@ -150,9 +151,11 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
         paths[name] = folder / f"{name}.png"
-        fig.savefig(paths[name], dpi=100)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
         plt.close(fig)
-    (folder / PLOT_DATA_FILE).write_text(json.dumps(data, indent=1), encoding="utf-8")
+        write_atomic(paths[name], png.getvalue(), fsync=False)
+    write_atomic(folder / PLOT_DATA_FILE, json.dumps(data, indent=1), fsync=False)
     return paths
 
 
@@ -177,8 +180,7 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images)
-    path.write_text(html, encoding="utf-8")
-    return path
+    return write_atomic(path, html, fsync=False)
 
 
 def build_report(rows: list[Row], folder: Path, title: str) -> dict[str, Path]:

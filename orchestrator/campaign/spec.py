@@ -18,7 +18,7 @@ from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.vocab import DTYPES
+from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME
 from sporch.orchestrator.errors import SporchError
 
 #: Keys a shape entry may have (a video/image shape, or a sequence length).
@@ -135,6 +135,10 @@ def _bad(source: str, key: str, msg: str) -> SporchError:
 def validate(spec: CampaignSpec, source: str) -> Campaign:
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.name or ""):
         raise _bad(source, "name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
+    if set(spec.name) == {"."}:  # the campaign directory is <output_dir>/<name>
+        raise _bad(source, "name", f"{spec.name!r} is not a folder name of its own; use letters or digits")
+    if len(spec.name) > MAX_NAME:
+        raise _bad(source, "name", f"is {len(spec.name)} characters long; use at most {MAX_NAME}")
     m = spec.matrix
     if not m.clusters:
         raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")

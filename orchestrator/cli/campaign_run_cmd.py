@@ -9,7 +9,7 @@ import click
 
 from sporch.orchestrator.campaign import runner
 from sporch.orchestrator.campaign.folder import CampaignDir, read_json
-from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
+from sporch.orchestrator.campaign.lock import try_state_lock
 from sporch.orchestrator.campaign.track import CampaignState, refresh
 from sporch.orchestrator.cli.common import Seconds, console, invocation, json_text, plain_table
 from sporch.orchestrator.cli.terminal import shown
@@ -150,17 +150,16 @@ def status_cmd(directory: str, as_json: bool) -> None:
         raise SporchError(f"{directory} is not a prepared campaign directory (no manifest.json with points); "
                           "run `sporch campaign run FILE` first")
     state = CampaignState.load(cdir)
-    try:  # saved only when no runner holds the directory (a runner's own state wins)
-        lock = CampaignLock(cdir.lock, ["sporch", "campaign", "status", directory]).acquire()
-    except CampaignBusy:
-        lock = None
+    # saved only when no runner holds the directory (a runner's own state wins); the runner's
+    # .lock is never taken here, so a status never keeps a runner out (lock.try_state_lock)
+    saving = try_state_lock(cdir.root)
     try:
-        snap = refresh(cdir, state, list(values), local_runner_alive=lock is None)
-        if lock is not None:
+        snap = refresh(cdir, state, list(values), local_runner_alive=saving is None)
+        if saving is not None:
             state.save(cdir)
     finally:
-        if lock is not None:
-            lock.release()
+        if saving is not None:
+            saving.release()
     errors = _failures(state, snap.ids("failed"))
     if as_json:
         click.echo(json_text({"counts": snap.counts(), "points": snap.categories, "failed": errors,

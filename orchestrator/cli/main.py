@@ -16,6 +16,7 @@ import click
 
 from sporch.orchestrator.cli.helptext import attach
 from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.contract.safe_files import UnsafeFileError
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
@@ -91,7 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 1
-    except SporchError as e:
+    except (SporchError, UnsafeFileError) as e:  # bad input: one line, exit 2
         if debug:
             raise
         click.echo(visible(f"sporch: error: {' '.join(str(e).split())}", one_line=True), err=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Type, TypeVar
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.safe_files import write_atomic
 
 #: Version of the result files' keys; a file without ``schema_version`` is version 1.
 RESULT_SCHEMA_VERSION = 1
@@ -43,23 +43,9 @@ class ResultFileError(ValueError):
 
 # -- writing ------------------------------------------------------------------------------------
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=_jsonable)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    """``data`` as indented JSON: a new temporary file in the same folder, then a rename
+    (never through a symbolic link: :mod:`.safe_files`)."""
+    return write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
 def _jsonable(obj: Any) -> Any:

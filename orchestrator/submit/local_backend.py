@@ -18,6 +18,7 @@ import sys
 from typing import Sequence
 
 from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.contract.safe_files import open_append
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest
@@ -38,7 +39,7 @@ class LocalBackend:
         if self.foreground:
             return Submitted(slurm_job_id=str(os.getpid()), backend=self.name, logs=dict(LOGS))
         files = request.job.files
-        with open(files.path("logs", "supervisor.log"), "ab") as log:
+        with open_append(files.path("logs", "supervisor.log")) as log:
             proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.submit.local_run", files.plan, files.job_dir],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)

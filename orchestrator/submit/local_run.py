@@ -32,6 +32,7 @@ from typing import Callable, Optional
 
 from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
 from sporch.orchestrator.contract.results import JobResult, RankError, ResultFileError, read_result, result_file
+from sporch.orchestrator.contract.safe_files import open_append
 from sporch.orchestrator.jobs.batchlog import root_death
 from sporch.orchestrator.jobs.diagnosis import recorded_errors
 from sporch.orchestrator.jobs.local_state import write_state
@@ -154,7 +155,7 @@ class LocalRun:
         job_id = f"local{os.getpid()}"
         for rank in range(self.world):
             log = Path(files.path(LOG_LAYOUTS["local"]["rank_out"].format(job_id=job_id, rank=rank)))
-            with open(log, "ab") as fh:
+            with open_append(log) as fh:
                 popen = subprocess.Popen(
                     [self.python, "-m", "sporch.runtime.launch", "--plan", str(self.plan_path)],
                     env=rank_environment(self.plan_dict, rank, rendezvous, job_id, self.run_dir),

@@ -18,6 +18,7 @@ from sporch.orchestrator.config.job import JobSpec
 from sporch.orchestrator.contract.files import PLAN_FILE, SCRIPT_FILE
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.submit.render import render_job
 from sporch.orchestrator.submit.slurm_job import SlurmJob
 
@@ -100,5 +101,5 @@ def write_dry_run(request: SubmitRequest, folder: Optional[str] = None) -> Path:
     root = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="sporch-dryrun-"))
     root.mkdir(parents=True, exist_ok=True)
     for rel, text in request.files().items():
-        (root / rel).write_text(text, encoding="utf-8")
+        write_atomic(root / rel, text, fsync=False)
     return root
