@@ -22,7 +22,8 @@ The report reads only ``points/*/point.json`` and ``points/*/result.json``.
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -102,9 +103,9 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
     cdir.root.mkdir(parents=True, exist_ok=True)
     spec = expansion.campaign.spec
     if spec.source:
-        shutil.copyfile(spec.source, cdir.root / CAMPAIGN_FILE)
+        _copy(spec.source, cdir.root / CAMPAIGN_FILE)
     if expansion.campaign.base.source:
-        shutil.copyfile(expansion.campaign.base.source, cdir.root / BASE_FILE)
+        _copy(expansion.campaign.base.source, cdir.root / BASE_FILE)
     groups = group_points(expansion.points)
     points: dict[str, Any] = {}
     for g in groups:
@@ -114,7 +115,7 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
             if cdir.has_result(p.id):
                 continue
             write_json_atomic(cdir.point_dir(p.id) / POINT_FILE, record)
-            cdir.plan_file(p.id).write_text(p.plan.to_json(), encoding="utf-8")
+            _write_text_atomic(cdir.plan_file(p.id), p.plan.to_json())
     write_json_atomic(cdir.manifest, {
         "name": spec.name,
         "sporch_version": __version__,
@@ -124,6 +125,31 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
         "skipped": [{"params": s.params, "reason": s.reason} for s in expansion.skipped],
     })
     return cdir
+
+
+def _copy(source: str | Path, target: Path) -> None:
+    """``source`` into the campaign directory (temporary file, then rename); nothing to do when
+    it is that very file (``campaign run DIR/campaign.yaml``)."""
+    if target.exists() and os.path.samefile(source, target):
+        return
+    _write_text_atomic(target, Path(source).read_bytes())
+
+
+def _write_text_atomic(path: Path, data: str | bytes) -> None:
+    """``data`` into ``path`` through a temporary file beside it (a full disk leaves the old
+    file or none, never a half-written one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def read_json(path: Path) -> Any:

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -29,7 +30,7 @@ class CampaignLock:
         self._fh = None
 
     def acquire(self) -> "CampaignLock":
-        fh = open(self.path, "a+", encoding="utf-8")
+        fh = self._open()
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -44,6 +45,22 @@ class CampaignLock:
         fh.flush()
         self._fh = fh
         return self
+
+    def _open(self):
+        """The lock file, opened for reading and appending; something else in its place (a
+        folder, a FIFO, a device) is a one-line SporchError."""
+        fix = f"{self.path} is not a regular file; remove it (sporch makes a new lock file)"
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except IsADirectoryError:
+            raise SporchError(fix) from None
+        except OSError as exc:
+            raise SporchError(f"cannot open the lock file {self.path} ({exc.strerror or exc})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SporchError(fix)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "a+", encoding="utf-8", errors="replace")
 
     def release(self) -> None:
         if self._fh is not None:

@@ -13,4 +13,5 @@ orchestrator). Each module holds one subject:
 - :mod:`.benchstats`        benchmark figures written into result.json
 - :mod:`.checkpoint_files`  where a checkpoint's tensors are (safetensors headers, index)
 - :mod:`.generate_inputs`   what a generate job needs on disk (pipeline folders, prompts)
+- :mod:`.models`            the named models: presets (shapes, knobs) and checkpoint name tables, one module per family
 """

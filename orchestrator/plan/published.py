@@ -12,16 +12,23 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from sporch.orchestrator.contract.plan import Layout
+from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
+from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+from sporch.orchestrator.contract.plan import Layout, Plan
+from sporch.orchestrator.plan.calibration import Observation
+from sporch.orchestrator.plan.cost import inputs_from_plan
+from sporch.orchestrator.plan.layouts import compact
+from sporch.orchestrator.plan.planner import make_plan
 
-PUBLISHED = Path(__file__).resolve().parent / "data" / "published.yaml"
+#: The measurements file: one case per machine, model and workload.
+MEASUREMENTS_FILE = Path(__file__).resolve().parent / "data" / "published.yaml"
 
 
 @functools.lru_cache(maxsize=1)
 def cases() -> tuple[dict[str, Any], ...]:
     import yaml
 
-    with open(PUBLISHED, encoding="utf-8") as fh:
+    with open(MEASUREMENTS_FILE, encoding="utf-8") as fh:
         return tuple(yaml.safe_load(fh)["cases"])
 
 
@@ -32,12 +39,8 @@ def case(name: str) -> dict[str, Any]:
     raise KeyError(name)
 
 
-def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None) -> Any:
+def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None) -> Plan:
     """The Plan of ``layout`` for case ``c`` (a one-node cluster of layout.world_size GPUs)."""
-    from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
-    from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
-    from sporch.orchestrator.plan.planner import make_plan
-
     cluster = validate_cluster(ClusterSpec(
         name=c["name"], nodes=1, gpus_per_node=layout.world_size, gpu=GpuSpec(**c["gpu"]),
         intra_node=IntraNodeSpec(**c["intra_node"]), calibration_constants=dict(constants or {}),
@@ -52,10 +55,6 @@ def layouts(c: dict[str, Any]) -> list[tuple[Layout, float]]:
     return [(Layout(*m["layout"]), float(m["seconds"])) for m in c["measured"]]
 
 
-def observations(c: dict[str, Any]) -> list[Any]:
-    from sporch.orchestrator.plan.calibration import Observation
-    from sporch.orchestrator.plan.cost import inputs_from_plan
-    from sporch.orchestrator.plan.layouts import compact
-
+def observations(c: dict[str, Any]) -> list[Observation]:
     return [Observation(inputs_from_plan(plan_case(c, lay)), seconds, "job", compact(lay))
             for lay, seconds in layouts(c)]

@@ -1,0 +1,33 @@
+"""The models sporch knows by name (standard library only; both sides read it).
+
+One module per published family holds everything about it: wan.py (Wan2.1), flux.py
+(Flux.1): each model's shape and knobs (:class:`~.preset.ModelPreset`) and the family's
+checkpoint name table (``TABLE``, :mod:`.keymap`). standins.py holds the shape-only presets
+(architecture stand-ins for planning, ``tiny`` for tests).
+
+The orchestrator plans with a preset's shape and knobs (sporch.orchestrator.config.presets);
+the runtime's ModelConfig takes the knobs by preset name and loads checkpoints with the
+family's table (sporch.runtime.model.config, sporch.runtime.model.keymaps).
+"""
+
+from __future__ import annotations
+
+from . import flux, standins, wan
+from .preset import ModelPreset
+
+#: Every preset by name (lower case): the published models first, then the stand-ins.
+PRESETS: dict[str, ModelPreset] = {**wan.PRESETS, **flux.PRESETS, **standins.PRESETS}
+
+
+def find_preset(name: str | None) -> ModelPreset | None:
+    """The preset called ``name`` (case and surrounding blanks ignored), or None."""
+    return PRESETS.get(str(name or "").strip().lower())
+
+
+def preset_knobs(name: str | None) -> dict[str, object]:
+    """The knobs of preset ``name`` ({} for a stand-in, an unknown name or None)."""
+    preset = find_preset(name)
+    return dict(preset.knobs) if preset is not None else {}
+
+
+__all__ = ["ModelPreset", "PRESETS", "find_preset", "preset_knobs", "flux", "standins", "wan"]

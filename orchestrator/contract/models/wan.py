@@ -1,0 +1,86 @@
+"""Wan2.1 (T2V 1.3B / 14B, I2V 14B): the published models' facts in one place.
+
+* ``PRESETS``: each model's shape (umT5 text encoder, 4096 wide, 512 tokens; VAE strides
+  4 x 8 x 8) and knobs. With these a sporch model computes Wan2.1 exactly and loads its
+  published checkpoints (docs/model.md).
+* ``TABLE``: sporch's parameter names <- the original release (Wan-Video/Wan2.1,
+  ``WanModel``) and diffusers (``WanTransformer3DModel``), one row per module (keymap.py).
+"""
+
+from __future__ import annotations
+
+from .keymap import Table, rule
+from .preset import ModelPreset
+
+#: What every Wan2.1 transformer has: sinusoidal timestep embedding 256 wide, norms' eps 1e-6.
+KNOBS = {"freq_dim": 256, "eps": 1e-6}
+
+PRESETS = {
+    "wan2.1-t2v-1.3b": ModelPreset(
+        shape=dict(attention="cross", depth=30, single_depth=0, hidden=1536, num_heads=12, num_kv_heads=12,
+                   head_dim=128, ffn_dim=8960, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs=KNOBS,
+    ),
+    "wan2.1-t2v-14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs=KNOBS,
+    ),
+    # image-to-video: 16 noise + 4 mask + 16 first-frame latent channels in, 16 out; 257 CLIP
+    # image tokens 1280 wide through img_emb.
+    "wan2.1-i2v-14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs={**KNOBS, "out_channels": 16, "image_dim": 1280, "image_len": 257},
+    ),
+}
+
+B = "blocks.{i}."
+
+TABLE = Table(
+    model="Wan2.1",
+    rules=[
+        rule("patch_embedding", "conv_as_linear", original="patch_embedding", diffusers="patch_embedding"),
+        rule("text_embedding.fc1", original="text_embedding.0",
+             diffusers="condition_embedder.text_embedder.linear_1"),
+        rule("text_embedding.fc2", original="text_embedding.2",
+             diffusers="condition_embedder.text_embedder.linear_2"),
+        rule("time_embedding.fc1", original="time_embedding.0",
+             diffusers="condition_embedder.time_embedder.linear_1"),
+        rule("time_embedding.fc2", original="time_embedding.2",
+             diffusers="condition_embedder.time_embedder.linear_2"),
+        rule("time_projection", original="time_projection.1", diffusers="condition_embedder.time_proj"),
+        # image-to-video: CLIP image tokens -> model width
+        rule("img_emb.norm1", original="img_emb.proj.0", diffusers="condition_embedder.image_embedder.norm1"),
+        rule("img_emb.fc1", original="img_emb.proj.1", diffusers="condition_embedder.image_embedder.ff.net.0.proj"),
+        rule("img_emb.fc2", original="img_emb.proj.3", diffusers="condition_embedder.image_embedder.ff.net.2"),
+        rule("img_emb.norm2", original="img_emb.proj.4", diffusers="condition_embedder.image_embedder.norm2"),
+        # blocks
+        *(rule(B + f"{ours}.{o}", original=B + f"{ours}.{o}", diffusers=B + f"{theirs}.{d}")
+          for ours, theirs in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+          for o, d in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"), ("norm_q", "norm_q"),
+                       ("norm_k", "norm_k"))),
+        rule(B + "norm3", original=B + "norm3", diffusers=B + "norm2"),  # the cross-attention norm
+        rule(B + "cross_attn.k_img", original=B + "cross_attn.k_img", diffusers=B + "attn2.add_k_proj"),
+        rule(B + "cross_attn.v_img", original=B + "cross_attn.v_img", diffusers=B + "attn2.add_v_proj"),
+        rule(B + "cross_attn.norm_k_img", original=B + "cross_attn.norm_k_img", diffusers=B + "attn2.norm_added_k"),
+        rule(B + "ffn.fc1", original=B + "ffn.0", diffusers=B + "ffn.net.0.proj"),
+        rule(B + "ffn.fc2", original=B + "ffn.2", diffusers=B + "ffn.net.2"),
+        rule(B + "modulation", original=B + "modulation", diffusers=B + "scale_shift_table"),
+        # head: rows are (pt, ph, pw, C) in both formats
+        rule("head.head", "rows_channel_last_to_first", original="head.head", diffusers="proj_out"),
+        rule("head.modulation", original="head.modulation", diffusers="scale_shift_table"),
+    ],
+    config_keys={
+        "original": {"dim": "hidden", "num_heads": "num_heads", "num_layers": "depth", "ffn_dim": "ffn_dim",
+                     "in_dim": "in_channels", "out_dim": "out_dim", "freq_dim": "freq_dim", "text_dim": "text_dim",
+                     "patch_size": "patch", "eps": "eps"},
+        "diffusers": {"num_attention_heads": "num_heads", "attention_head_dim": "head_dim", "num_layers": "depth",
+                      "ffn_dim": "ffn_dim", "in_channels": "in_channels", "out_channels": "out_dim",
+                      "freq_dim": "freq_dim", "text_dim": "text_dim", "patch_size": "patch", "image_dim": "image_dim",
+                      "eps": "eps"},
+    },
+)
