@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -97,12 +98,16 @@ class LocalHost:
         return None if data is None else data.decode("utf-8", errors="replace")
 
     def read_bytes(self, path: str, offset: int = 0) -> Optional[bytes]:
+        """None also for what is not a regular file (a FIFO would block, a device never end)."""
         try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read()
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            fh.seek(offset)
+            return fh.read()
 
     def size(self, path: str) -> Optional[int]:
         try:

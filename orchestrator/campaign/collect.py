@@ -18,13 +18,15 @@ from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
 from sporch.orchestrator.config.loading import read_yaml, to_typed
-from sporch.orchestrator.contract.results import JobResult, ResultFileError
+from sporch.orchestrator.contract.results import JobResult, ResultFileError, read_bounded_text
 from sporch.orchestrator.errors import SporchError
 
 #: Identifying columns, in table order.
 KEY_COLUMNS = ("id", "cluster", "nodes", "gpus", "layout", "preset", "shape", "dtype", "repeat", "status")
 PENDING = "pending"
 COMPLETED = "completed"
+#: Status of a point whose point.json or result.json cannot be read (the row's error says why).
+UNREADABLE = "unreadable"
 
 
 @dataclass
@@ -72,22 +74,45 @@ def load_references(campaign_file: Path) -> list[Reference]:
     return parse_references(spec.references, str(campaign_file))
 
 
-def _read(path: Path) -> Optional[dict[str, Any]]:
+def read_point(path: Path) -> dict[str, Any]:
+    """A point.json: ``id`` (text) and ``values`` (an object); ResultFileError naming the file
+    when it is anything else."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+        data = json.loads(read_bounded_text(path))
+    except FileNotFoundError:
+        raise ResultFileError(f"{path}: missing") from None
+    except ValueError as exc:
+        if isinstance(exc, ResultFileError):
+            raise
+        raise ResultFileError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ResultFileError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if not isinstance(data.get("id"), str) or not isinstance(data.get("values"), dict):
+        raise ResultFileError(f"{path}: needs 'id' (text) and 'values' (an object); prepare the campaign again")
+    return data
 
 
 def read_point_result(path: Path) -> Optional[JobResult]:
-    """A point's result.json; None while there is none. A broken one is a one-line error
-    naming the file (a report must not quietly count it as pending)."""
+    """A point's result.json; None while there is none. ResultFileError when it is broken (the
+    report shows the point as unreadable, never quietly as pending)."""
     try:
         return JobResult.load(path)
     except FileNotFoundError:
         return None
-    except ResultFileError as exc:
-        raise SporchError(str(exc)) from None
+
+
+def _values(values: dict) -> dict:
+    """A point's identifying values with every key column present (blank when point.json lacks it)."""
+    out = {c: "" for c in KEY_COLUMNS if c not in ("id", "status")}
+    out.update(values)
+    return out
+
+
+def _sort_key(r: "Row") -> tuple:
+    v = r.values
+    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype")) + tuple(
+        (0, x, "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0, str(x))
+        for x in (v.get("gpus"), v.get("layout"), v.get("repeat")))
 
 
 def collect(root: str | Path, references: Optional[list[Reference]] = None) -> list[Row]:
@@ -99,11 +124,17 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None) -> l
         references = load_references(cdir.root / CAMPAIGN_FILE)
     rows: list[Row] = []
     for folder in cdir.point_dirs():
-        point = _read(folder / POINT_FILE)
-        if point is None:
+        try:
+            point = read_point(folder / POINT_FILE)
+        except ResultFileError as exc:
+            rows.append(Row(id=folder.name, values=_values({}), status=UNREADABLE, error=str(exc)))
             continue
-        result = read_point_result(folder / RESULT_FILE)
-        values = dict(point["values"])
+        values = _values(point["values"])
+        try:
+            result = read_point_result(folder / RESULT_FILE)
+        except ResultFileError as exc:
+            rows.append(Row(id=point["id"], values=values, status=UNREADABLE, error=str(exc)))
+            continue
         row = Row(id=point["id"], values=values, status=result.status if result is not None else PENDING)
         if result is not None:
             row.error = result.error
@@ -112,8 +143,7 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None) -> l
                 row.bounds = select(references, values)
                 row.verdicts = evaluate(row.bounds, row.metrics)
         rows.append(row)
-    rows.sort(key=lambda r: (str(r.values["cluster"]), str(r.values["preset"]), str(r.values["shape"]),
-                             str(r.values["dtype"]), r.values["gpus"], r.values["layout"], r.values["repeat"]))
+    rows.sort(key=_sort_key)
     return rows
 
 

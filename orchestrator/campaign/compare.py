@@ -3,8 +3,10 @@ a threshold (lower-is-better metrics up, higher-is-better ones down)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.metrics import METRICS, is_worse
@@ -17,10 +19,17 @@ class Change:
     values: dict
     metric: str
     old: float
-    new: float
+    new: Optional[float]  # None: B has no such metric
+
+    @property
+    def broken(self) -> bool:
+        """B lost a metric A had (missing, NaN or infinite): a failure of its own, whatever the threshold."""
+        return self.new is None or not math.isfinite(self.new)
 
     @property
     def relative(self) -> float:
+        if self.broken:
+            return float("nan")
         return (self.new - self.old) / abs(self.old) if self.old else float("inf")
 
 
@@ -37,7 +46,9 @@ def parse_threshold(text: str) -> float:
 
 
 def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple[list[Change], int]:
-    """(regressions, number of points compared). Only points completed in both count."""
+    """(regressions, number of points compared). Only points completed in both count. A metric
+    A has (a finite number) that B lacks or holds as NaN or an infinity is a change of its own
+    (:attr:`Change.broken`), never "no regression"."""
     old = {r.id: r for r in collect(old_dir, references=[]) if r.ok}
     new = {r.id: r for r in collect(new_dir, references=[]) if r.ok}
     common = sorted(set(old) & set(new))
@@ -45,8 +56,8 @@ def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple
     for pid in common:
         for m in METRICS:
             a, b = old[pid].metrics.get(m.name), new[pid].metrics.get(m.name)
-            if a is None or b is None or m.name == "ideal_ms_per_step":
+            if a is None or not math.isfinite(a) or m.name == "ideal_ms_per_step":
                 continue
-            if is_worse(m.name, b, a, threshold):
+            if b is None or not math.isfinite(b) or is_worse(m.name, b, a, threshold):
                 out.append(Change(pid, new[pid].values, m.name, a, b))
     return out, len(common)

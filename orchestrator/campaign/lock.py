@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -119,5 +120,13 @@ def try_state_lock(directory: Path) -> Optional[StateLock]:
 
 
 def _open(path: Path):
-    """A lock file opened for reading and writing, created when missing, never through a link."""
-    return os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
+    """A lock file opened for reading and writing, created when missing, never through a link;
+    a folder, FIFO or device in its place is one line (UnsafeFileError or SporchError)."""
+    try:
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except IsADirectoryError:
+        raise SporchError(f"{path} is not a regular file; remove it (sporch makes a new lock file)") from None
+    except OSError as exc:
+        raise SporchError(f"cannot open the lock file {path} ({exc.strerror or exc})") from None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+", encoding="utf-8", errors="replace")

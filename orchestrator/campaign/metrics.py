@@ -45,12 +45,20 @@ def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
         pred, measured = metric_value(result, "predicted_ms_per_step"), metric_value(result, "step_ms_median")
         return pred / measured - 1 if pred is not None and measured else None
     if name == "peak_memory_gib":
-        raw = metrics.get("peak_memory_bytes")
+        raw = _number(metrics.get("peak_memory_bytes"))
         return None if raw is None else raw / GIB
-    value = metrics.get(name)
+    return _number(metrics.get(name))
+
+
+def _number(value: Any) -> Optional[float]:
+    """A JSON number as a float (NaN and infinities kept: a comparison must see them); None
+    for anything else (text, a list, a bool) or a number too large for a float."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def is_worse(name: str, new: float, old: float, threshold: float) -> bool:

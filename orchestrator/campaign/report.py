@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import base64
 import csv
-import io
 import json
+import math
+import os
 import statistics
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
 from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
@@ -34,13 +36,39 @@ HTML_FILE = "report.html"
 HTML_TEMPLATE = "campaign_report.html.j2"
 
 
+def _replace_with(path: Path, write: Callable[[str], None]) -> Path:
+    """``write(tmp)`` fills a temporary file beside ``path``, which then replaces ``path``: a
+    failure half-way (a full disk) leaves the old file or none, never a half-written one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def _write_text(path: Path, text: str) -> Path:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return _replace_with(path, write)
+
+
 def write_csv(rows: list[Row], path: Path) -> Path:
-    fh = io.StringIO(newline="")
-    w = csv.writer(fh)
-    w.writerow(columns())
-    for r in rows:
-        w.writerow([format_value(r.cell(c)) for c in columns()])
-    return write_atomic(path, fh.getvalue(), fsync=False)
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(columns())
+            for r in rows:
+                w.writerow([format_value(r.cell(c)) for c in columns()])
+    return _replace_with(path, write)
 
 
 def _workload(row: Row) -> tuple[str, ...]:
@@ -66,16 +94,24 @@ def _family(layout: str) -> str:
     return " ".join(parts)
 
 
+def _plottable(values: dict) -> bool:
+    """Whether a row's GPU count and layout can place it on a plot (a hand-edited point.json
+    may hold anything)."""
+    gpus, layout = values.get("gpus"), values.get("layout")
+    return (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 and isinstance(layout, str)
+            and len(layout.split("x")) == 4)
+
+
 def _combined(rows: list[Row]) -> dict[tuple[str, int, str], dict[str, float]]:
     """(workload, gpus, layout) -> median over repeats of step and collective times."""
     acc: dict[tuple[str, int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         step = r.metrics.get("step_ms_median")
-        if not r.ok or step is None:
+        if not r.ok or step is None or not math.isfinite(step) or not _plottable(r.values):
             continue
         key = (_workload(r), int(r.values["gpus"]), str(r.values["layout"]))
         acc[key]["step_ms"].append(step)
-        if r.metrics.get("comm_ms_per_step") is not None:
+        if r.metrics.get("comm_ms_per_step") is not None and math.isfinite(r.metrics["comm_ms_per_step"]):
             acc[key]["comm_ms"].append(r.metrics["comm_ms_per_step"])
     return {k: {m: statistics.median(v) for m, v in d.items()} for k, d in sorted(acc.items())}
 
@@ -126,37 +162,42 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    for name in PLOTS:
-        d = data[name]
-        fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
-        if name == "comm_vs_compute":
-            xs = range(len(d["labels"]))
-            ax.bar(xs, d["compute_ms"], label="compute and the rest")
-            ax.bar(xs, d["comm_ms"], bottom=d["compute_ms"], label="collectives")
-            ax.set_xticks(list(xs), d["labels"], rotation=60, ha="right", fontsize=7)
-        else:
-            for label, s in d["series"].items():
-                ax.plot(s["x"], s["y"], marker="o", label=label)
-                if name == "best_layout":
-                    for x, y, lay in zip(s["x"], s["y"], s["layout"]):
-                        ax.annotate(lay, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-            if name == "scaling_efficiency":
-                ax.axhline(d["ideal"], color="gray", linestyle="--", label="ideal linear")
-                ax.set_ylim(bottom=0)
-            if name in ("latency_vs_gpus", "best_layout"):
-                ax.set_xscale("log", base=2)
-            ax.set_xlabel(d["xlabel"])
-        ax.set_ylabel(d["ylabel"])
-        ax.set_title(name.replace("_", " "))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        paths[name] = folder / f"{name}.png"
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=100)
-        plt.close(fig)
-        write_atomic(paths[name], png.getvalue(), fsync=False)
-    write_atomic(folder / PLOT_DATA_FILE, json.dumps(data, indent=1), fsync=False)
+    # labels are names from files (a cluster path may hold `$`): text, never mathtext
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        for name in PLOTS:
+            paths[name] = _replace_with(folder / f"{name}.png", lambda tmp, name=name: _draw(plt, name, data[name], tmp))
+    _write_text(folder / PLOT_DATA_FILE, json.dumps(data, indent=1))
     return paths
+
+
+def _draw(plt, name: str, d: dict[str, Any], path: str) -> None:
+    """One plot of ``d`` as a PNG at ``path``."""
+    fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+    if name == "comm_vs_compute":
+        xs = range(len(d["labels"]))
+        ax.bar(xs, d["compute_ms"], label="compute and the rest")
+        ax.bar(xs, d["comm_ms"], bottom=d["compute_ms"], label="collectives")
+        ax.set_xticks(list(xs), d["labels"], rotation=60, ha="right", fontsize=7)
+    else:
+        for label, s in d["series"].items():
+            ax.plot(s["x"], s["y"], marker="o", label=label)
+            if name == "best_layout":
+                for x, y, lay in zip(s["x"], s["y"], s["layout"]):
+                    ax.annotate(lay, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        if name == "scaling_efficiency":
+            ax.axhline(d["ideal"], color="gray", linestyle="--", label="ideal linear")
+            ax.set_ylim(bottom=0)
+        if name in ("latency_vs_gpus", "best_layout"):
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(d["xlabel"])
+    ax.set_ylabel(d["ylabel"])
+    ax.set_title(name.replace("_", " "))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    try:
+        fig.savefig(path, dpi=100, format="png")
+    finally:
+        plt.close(fig)
 
 
 def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) -> Path:
@@ -180,12 +221,17 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images)
-    return write_atomic(path, html, fsync=False)
+    return _write_text(path, html)
 
 
 def build_report(rows: list[Row], folder: Path, title: str) -> dict[str, Path]:
-    """CSV, plots and HTML page into ``folder``; returns their paths by name."""
-    csv_path = write_csv(rows, folder / CSV_FILE)
-    plots = draw_plots(plot_data(rows), folder)
-    html = write_html(rows, plots, folder / HTML_FILE, title)
+    """CSV, plots and HTML page into ``folder``; returns their paths by name. A file that cannot
+    be written (a full disk) is a one-line SporchError; no file is left half-written."""
+    try:
+        csv_path = write_csv(rows, folder / CSV_FILE)
+        plots = draw_plots(plot_data(rows), folder)
+        html = write_html(rows, plots, folder / HTML_FILE, title)
+    except OSError as exc:
+        raise SporchError(f"cannot write the report into {folder} ({exc.strerror or exc}); "
+                          "free some space or pick another folder with --out") from None
     return {"csv": csv_path, "html": html, "plots_json": folder / PLOT_DATA_FILE, **plots}

@@ -142,6 +142,10 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
     m = spec.matrix
     if not m.clusters:
         raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")
+    for key in ("clusters", "presets", "dtypes"):
+        for entry in getattr(m, key):
+            if not isinstance(entry, str):
+                raise _bad(source, f"matrix.{key}", f"entries must be names (text), got {entry!r}")
     if m.repeats < 1:
         raise _bad(source, "matrix.repeats", f"must be >= 1, got {m.repeats}")
     if m.repeats > MAX_POINTS:

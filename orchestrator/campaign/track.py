@@ -22,7 +22,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from sporch.orchestrator.contract.results import JobResult, ResultFileError, write_json_atomic
+from sporch.orchestrator.contract.results import JobResult, ResultFileError, read_bounded_text, write_json_atomic
+from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host, host_for
 from sporch.orchestrator.jobs.diagnosis import job_dir_failure, one_line
 from sporch.orchestrator.slurm.rows import sacct_rows, squeue_rows
@@ -43,10 +44,31 @@ class CampaignState:
 
     @classmethod
     def load(cls, cdir) -> "CampaignState":
-        if not cdir.state.is_file():
+        """The state of ``cdir`` (empty without a state.json); a file that is not the runner's
+        state is a one-line SporchError naming it."""
+        path = cdir.state
+        try:
+            data = json.loads(read_bounded_text(path))
+        except FileNotFoundError:
             return cls()
-        data = json.loads(cdir.state.read_text(encoding="utf-8"))
-        return cls(arrays=list(data.get("arrays") or []), points=dict(data.get("points") or {}))
+        except ValueError as exc:  # ResultFileError, JSONDecodeError
+            raise _bad_state(path, exc if isinstance(exc, ResultFileError) else f"not valid JSON ({exc})")
+        if not isinstance(data, dict):
+            raise _bad_state(path, f"expected a JSON object, got {type(data).__name__}")
+        arrays = [] if data.get("arrays") is None else data["arrays"]
+        points = {} if data.get("points") is None else data["points"]
+        if not isinstance(arrays, list) or not all(isinstance(a, dict) and all(
+                isinstance(a.get(k), str) for k in ("job_id", "group", "root")) for a in arrays):
+            raise _bad_state(path, "'arrays' must be a list of objects with job_id, group and root")
+        if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
+            raise _bad_state(path, "'points' must map point ids to objects")
+        for pid, rec in points.items():
+            sub, task = rec.get("submissions"), rec.get("task")
+            if sub is not None and (isinstance(sub, bool) or not isinstance(sub, int)):
+                raise _bad_state(path, f"point {pid}: submissions must be an integer, got {sub!r}")
+            if task is not None and not isinstance(task, str):
+                raise _bad_state(path, f"point {pid}: task must be text, got {task!r}")
+        return cls(arrays=list(arrays), points=dict(points))
 
     def save(self, cdir) -> None:
         write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points})
@@ -72,6 +94,13 @@ class CampaignState:
         self.point(pid).update(state=state, final=True, error=error)
 
 
+def _bad_state(path, why) -> SporchError:
+    if isinstance(why, ResultFileError):
+        why = str(why).removeprefix(f"{path}: ")
+    return SporchError(f"{path}: {why}; move it away and run the campaign again (points with a completed "
+                       "result stay done; sporch forgets the job arrays the file listed)")
+
+
 def category(rec: Optional[Dict[str, Any]], done: bool) -> str:
     if done:
         return "done"
@@ -92,7 +121,12 @@ def result_status(text: Optional[str]) -> Optional[str]:
 
 
 def is_done(cdir, pid: str) -> bool:
-    return result_status(LOCAL.read_text(str(cdir.result_file(pid)))) == "completed"
+    """Whether the point's local result.json says completed (a broken one, a FIFO or a device
+    in its place: not done, and never a hang)."""
+    try:
+        return JobResult.load(cdir.result_file(pid)).status == "completed"
+    except (FileNotFoundError, ResultFileError):
+        return False
 
 
 @dataclass

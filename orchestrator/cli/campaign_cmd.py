@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from sporch.orchestrator.campaign.collect import collect, columns, short_value
+from sporch.orchestrator.campaign.collect import UNREADABLE, collect, columns, short_value
 from sporch.orchestrator.campaign.compare import compare, parse_threshold
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
@@ -132,6 +132,9 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
                   f"{r.id} ({r.values['layout']}, {r.values['gpus']} GPUs): {m} = "
                   f"{short_value(measured) if measured is not None else 'missing'}, "
                   f"expected {r.bounds[m].text()}"))
+    for r in rows:
+        if r.status == UNREADABLE:
+            con.print(f"unreadable: {r.id}: {r.error}", markup=False)
     not_done = [r for r in rows if not r.ok]
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "
@@ -155,14 +158,18 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
     if not changes:
         con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
         return
-    t = plain_table(title=f"{len(changes)} regression(s) over {limit:.1%} ({compared} points compared)",
+    broken = sum(1 for ch in changes if ch.broken)
+    t = plain_table(title=f"{len(changes) - broken} regression(s) over {limit:.1%}"
+                    + (f", {broken} metric(s) missing or not finite in B" if broken else "")
+                    + f" ({compared} points compared)",
               title_justify="left")
     for col in ("id", "gpus", "layout", "shape", "metric", "A", "B", "change"):
         t.add_column(col)
     for ch in changes:
         v = ch.values
-        t.add_row(ch.id, str(v["gpus"]), str(v["layout"]), str(v["shape"]), ch.metric, short_value(ch.old),
-                  short_value(ch.new), f"{ch.relative:+.1%}")
+        t.add_row(ch.id, str(v.get("gpus", "")), str(v.get("layout", "")), str(v.get("shape", "")), ch.metric,
+                  short_value(ch.old), "missing" if ch.new is None else short_value(ch.new),
+                  "broken" if ch.broken else f"{ch.relative:+.1%}")
     con.print(t)
     click.get_current_context().exit(EXIT_FAILED)
 

@@ -11,10 +11,13 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.results import ResultFileError, read_bounded_text
 from sporch.orchestrator.errors import SporchError
 
 #: Version of the calibration file (its ``sporch_calibration`` key).
 FORMAT_VERSION = 1
+#: The largest calibration file read (one is well under a KiB).
+MAX_FILE_BYTES = 1024 * 1024
 #: Constants of the cost model (the GPU table's columns, data/gpus.yaml).
 CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
              "ring_merge_bytes", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
@@ -44,9 +47,12 @@ def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, f
     p = Path(path)
     where = where or str(p)
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError:
+        doc = yaml.safe_load(read_bounded_text(p, MAX_FILE_BYTES))
+    except FileNotFoundError:
         raise SporchError(f"{where}: calibration file {p} not found; write one with `sporch calibrate DIR --out {p}`")
+    except ResultFileError as e:  # a folder, a FIFO, not UTF-8, too big
+        raise SporchError(f"{where}: calibration file {e}; "
+                          f"write one with `sporch calibrate DIR --out {p}`")
     except yaml.YAMLError as e:
         raise SporchError(f"{where}: {p} is not YAML ({' '.join(str(e).split())[:120]})")
     if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from sporch.orchestrator.contract.safe_files import write_atomic
 RESULT_SCHEMA_VERSION = 1
 #: What a rank and a job can end as.
 STATUSES = ("completed", "failed", "requeued")
+#: The largest result file read (a real one is a few KiB; this bounds a file gone wrong).
+MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 R = TypeVar("R", bound="ResultSection")
 
@@ -121,16 +124,53 @@ class ResultSection:
     def load(cls: Type[R], path: str | os.PathLike) -> R:
         """Read ``path``; ResultFileError when it cannot be read or parsed (FileNotFoundError
         passes through: a missing file is not a broken one)."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ResultFileError(f"{path}: cannot read ({exc})") from None
-        return cls.from_json(text, str(path))
+        return cls.from_json(read_bounded_text(path), str(path))
 
     def write(self, path: str | os.PathLike) -> Path:
         return write_json_atomic(path, self.to_dict())
+
+
+def read_bounded_text(path: str | os.PathLike, limit: int = MAX_RESULT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes. Anything else (a FIFO, a
+    device such as /dev/zero, a folder, a bigger file, bytes that are not UTF-8) is a
+    ResultFileError; it never blocks (a FIFO is opened non-blocking and refused) and never reads
+    more than ``limit`` + 1 bytes. FileNotFoundError passes through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ResultFileError(f"{path}: not a regular file")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ResultFileError(f"{path}: larger than {limit} bytes")
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ResultFileError(f"{path}: not UTF-8 text") from None
+
+
+def _check_types(data: Dict[str, Any], where: str, mappings: tuple, texts: tuple) -> None:
+    """Keys whose value must be an object (or null) and ones that must be text (or null)."""
+    for key in mappings:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ResultFileError(f"{where}: {key} must be an object, got {type(data[key]).__name__}")
+    for key in texts:
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ResultFileError(f"{where}: {key} must be text, got {type(data[key]).__name__}")
 
 
 def _check_version(data: Dict[str, Any], where: str) -> None:
@@ -194,6 +234,9 @@ class RankRecord(ResultSection):
         _check_version(data, where)
         if not isinstance(data.get("rank"), int) or isinstance(data.get("rank"), bool):
             raise ResultFileError(f"{where}: rank must be an integer, got {data.get('rank')!r}")
+        _check_types(data, where, ("metrics",), ("status",))
+        if data.get("metrics") is None:
+            data["metrics"] = {}
         if data.get("error") is not None:
             data["error"] = RankError.from_dict(data["error"], f"{where}: error")
         return data
@@ -242,6 +285,11 @@ class JobResult(ResultSection):
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
+        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance"),
+                     ("status", "error", "job_name", "cluster", "workload"))
+        for key in ("metrics", "hosts"):
+            if data.get(key) is None:
+                data[key] = {}
         errors = data.get("errors") or []
         if not isinstance(errors, list):
             raise ResultFileError(f"{where}: errors must be a list, got {type(errors).__name__}")

@@ -38,6 +38,9 @@ from sporch.orchestrator.plan.cost import (
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6
 MAX_ITERATIONS = 50
+#: Measured times the fit accepts (seconds): a step takes more than a nanosecond and less than a day.
+MIN_MEASURED_S = 1e-9
+MAX_MEASURED_S = 86400.0
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -149,8 +152,17 @@ def fit(observations: Sequence[Observation], base: Mapping[str, float],
     if not obs:
         raise SporchError("calibration: no measured points to fit")
     for o in obs:
-        if not (o.measured_s > 0 and math.isfinite(o.measured_s)):
-            raise SporchError(f"calibration: point {o.label or '?'} has no positive measured time ({o.measured_s})")
+        if not (MIN_MEASURED_S <= o.measured_s <= MAX_MEASURED_S):
+            raise SporchError(f"calibration: point {o.label or '?'} has no plausible measured time ({o.measured_s} s; "
+                              f"between {MIN_MEASURED_S:g} and {MAX_MEASURED_S:g} s); leave it out with --exclude")
+    try:
+        return _fit(obs, base, names)
+    except (OverflowError, ZeroDivisionError) as exc:
+        raise SporchError(f"calibration: the fit does not converge on these points ({exc}); leave outliers out "
+                          "with --exclude") from None
+
+
+def _fit(obs: tuple[Observation, ...], base: Mapping[str, float], names: Iterable[str]) -> FitResult:
     prior = parameters(base)
     wanted = [k for k in FITTED if k in set(names)]
     consts = dict(base)
