@@ -20,6 +20,7 @@ from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import DTYPES
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm.directives import check_directive_path
 
 #: Keys a shape entry may have (a video/image shape, or a sequence length).
 SHAPE_KEYS = ("frames", "height", "width", "seq_len")
@@ -123,6 +124,7 @@ def _bad(source: str, key: str, msg: str) -> SporchError:
 def validate(spec: CampaignSpec, source: str) -> Campaign:
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", spec.name or ""):
         raise _bad(source, "name", f"must be letters, digits, '-', '_' or '.', got {spec.name!r}")
+    check_directive_path(f"{source}: 'output_dir'", spec.output_dir)
     m = spec.matrix
     if not m.clusters:
         raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")
