@@ -13,13 +13,31 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.host import LOCAL
+from sporch.orchestrator.host import LOCAL, Host
+from sporch.orchestrator.slurm.discover import max_array_size
 from sporch.orchestrator.submit.render import render_template
 from sporch.orchestrator.submit.slurm_job import SlurmJob
 
 TEMPLATE = "campaign_array.sbatch.j2"
 #: Batch logs of the array tasks, relative to the campaign directory.
 ARRAY_LOGS = "arrays/logs"
+
+
+def array_limit(cluster, host: Host = LOCAL) -> int:
+    """The most points one array of ``cluster`` may hold: the descriptor's ``slurm.max_array_size``,
+    else Slurm's MaxArraySize (``scontrol show config`` on ``host``)."""
+    limit = cluster.slurm.max_array_size or max_array_size(host=host)
+    if limit < 1:
+        raise SporchError(f"cluster {cluster.name} allows no job arrays (MaxArraySize {limit}); "
+                          "a campaign needs them")
+    return limit
+
+
+def split_for_arrays(point_ids: Sequence[str], limit: int) -> list[list[str]]:
+    """``point_ids`` in consecutive slices of at most ``limit``: one job array each (Slurm
+    rejects ``--array`` indices at or above MaxArraySize)."""
+    ids = list(point_ids)
+    return [ids[i:i + limit] for i in range(0, len(ids), limit)]
 
 
 def render_array(plan, *, campaign: str, group: str, root: str, list_path: str, count: int,

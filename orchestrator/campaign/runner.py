@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
-from sporch.orchestrator.campaign.arrays import write_array
+from sporch.orchestrator.campaign.arrays import array_limit, split_for_arrays, write_array
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE, CampaignDir, prepare
 from sporch.orchestrator.campaign.groups import Group, group_points
@@ -124,7 +124,8 @@ def remote_root(campaign, login, host: Host) -> str:
 
 
 def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
-    """ONE sbatch per group that has points in ``ids``; the state is saved after each."""
+    """ONE sbatch per group that has points in ``ids`` (one per slice of at most the cluster's
+    MaxArraySize points); the state is saved after each."""
     wanted = set(ids)
     out: List[Submission] = []
     c, cdir, state = session.campaign, session.cdir, session.state
@@ -133,27 +134,38 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
         if not pids:
             continue
         host = group_host(group)
-        login = group.points[0].plan.cluster.login
-        root = remote_root(c, login, host) if host.remote else str(cdir.root.resolve())
-        if host.remote:
-            mirror_points(cdir, pids, host, root)
-        n = state.next_submission(group.key)
-        cluster = group.points[0].plan.cluster.name
-        after = arrays_out(state, cluster) if c.spec.run.serial else []
-        _, script = write_array(cdir, group, pids, n, campaign=c.name, throttle=c.spec.run.throttle, host=host,
-                                root=root, after=after)
-        job_id = sbatch(script=str(script), cwd=root if host.remote else None, host=host)
-        state.arrays.append({"job_id": job_id, "group": group.key, "cluster": cluster, "n": n, "points": pids,
-                             "root": root,
-                             "remote": login_dict(login) if host.remote else None,
-                             "submitted": _dt.datetime.now().isoformat(timespec="seconds")})
-        for i, pid in enumerate(pids):
-            state.started(pid, f"{job_id}_{i}")
-        state.save(cdir)
-        sub = Submission(group.key, job_id, pids, host.where)
-        session.submitted.append(sub)
-        out.append(sub)
+        prev: List[str] = []
+        for part in split_for_arrays(pids, array_limit(group.points[0].plan.cluster, host)):
+            out.append(_submit_array(session, group, part, host, prev))
+            # run.throttle holds across a group's slices: the next starts once this one has ended
+            prev = [out[-1].job_id] if c.spec.run.throttle else []
     return out
+
+
+def _submit_array(session: Session, group: Group, pids: List[str], host: Host, prev: List[str]) -> Submission:
+    """One job array of ``group`` for ``pids`` (after the arrays ``prev``); the state is saved after it."""
+    c, cdir, state = session.campaign, session.cdir, session.state
+    login = group.points[0].plan.cluster.login
+    root = remote_root(c, login, host) if host.remote else str(cdir.root.resolve())
+    if host.remote:
+        mirror_points(cdir, pids, host, root)
+    n = state.next_submission(group.key)
+    cluster = group.points[0].plan.cluster.name
+    after = arrays_out(state, cluster) if c.spec.run.serial else []
+    after += [j for j in prev if j not in after]
+    _, script = write_array(cdir, group, pids, n, campaign=c.name, throttle=c.spec.run.throttle, host=host,
+                            root=root, after=after)
+    job_id = sbatch(script=str(script), cwd=root if host.remote else None, host=host)
+    state.arrays.append({"job_id": job_id, "group": group.key, "cluster": cluster, "n": n, "points": pids,
+                         "root": root,
+                         "remote": login_dict(login) if host.remote else None,
+                         "submitted": _dt.datetime.now().isoformat(timespec="seconds")})
+    for i, pid in enumerate(pids):
+        state.started(pid, f"{job_id}_{i}")
+    state.save(cdir)
+    sub = Submission(group.key, job_id, pids, host.where)
+    session.submitted.append(sub)
+    return sub
 
 
 def arrays_out(state: CampaignState, cluster: str) -> List[str]:

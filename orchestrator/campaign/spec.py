@@ -20,6 +20,7 @@ from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm.directives import check_directive_path
 
 #: Keys a shape entry may have (a video/image shape, or a sequence length).
 SHAPE_KEYS = ("frames", "height", "width", "seq_len")
@@ -139,6 +140,7 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         raise _bad(source, "name", f"{spec.name!r} is not a folder name of its own; use letters or digits")
     if len(spec.name) > MAX_NAME:
         raise _bad(source, "name", f"is {len(spec.name)} characters long; use at most {MAX_NAME}")
+    check_directive_path(f"{source}: 'output_dir'", spec.output_dir)
     m = spec.matrix
     if not m.clusters:
         raise _bad(source, "matrix.clusters", "needs at least one cluster name (see `sporch clusters list`)")

@@ -69,6 +69,8 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
     _check_slurm_values(c, source)
     if c.slurm.cpus_per_task < 1:
         raise bad("slurm.cpus_per_task", f"must be >= 1, got {c.slurm.cpus_per_task}")
+    if c.slurm.max_array_size is not None and c.slurm.max_array_size < 1:
+        raise bad("slurm.max_array_size", f"must be >= 1 (Slurm's MaxArraySize), got {c.slurm.max_array_size}")
     for k in c.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise bad(f"env.{k}", "is not a valid environment variable name")

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence, Union
 
 from sporch.orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, WORKLOAD_KINDS
@@ -147,6 +148,7 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         raise bad("name", f"{job.name!r} is not a folder name of its own; use letters or digits")
     if len(job.name) > MAX_NAME:
         raise bad("name", f"is {len(job.name)} characters long; use at most {MAX_NAME}")
+    check_directive_path(f"{source}: 'output_dir'", job.output_dir)
     if job.entrypoint is not None and not re.fullmatch(r"[\w.]+(:[\w.]+)?", job.entrypoint):
         raise bad("entrypoint", f"must look like 'pkg.module:function', got {job.entrypoint!r}")
     problem = vae_stride_problem(job.model.vae_stride)

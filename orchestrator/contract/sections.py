@@ -187,6 +187,7 @@ class SlurmSpec(Section):
     exclusive: bool = True
     gpu_directive: str = "gpus-per-node"  # gpus-per-node | gres | gpus-per-task
     extra: List[str] = field(default_factory=list)  # extra sbatch options, e.g. "--reservation=x"
+    max_array_size: Optional[int] = None  # Slurm's MaxArraySize; unset: asked of scontrol at submit
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,36 @@ FAILED | CANCELLED and the ranks' exit codes). :func:`local_rows` turns that int
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from typing import Dict, Sequence, Tuple
 
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.jobs.store import JobRecord
 from sporch.orchestrator.slurm.rows import SlurmRow
 
 #: The supervisor's state file in the job dir.
 STATE_FILE = "local.json"
+
+
+#: Locked by a run's supervisor and inherited by its ranks: held while any of them is alive.
+RANKS_LOCK = ".ranks.lock"
+
+
+def hold_ranks_lock(job_dir: str) -> int:
+    """An open descriptor holding the job dir's ranks lock (for the supervisor, passed on to its
+    ranks); a SporchError when a previous run's supervisor or ranks still hold it."""
+    fd = os.open(JobFiles(job_dir).path(RANKS_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SporchError(f"{job_dir}: ranks of a previous run are still alive there (they hold {RANKS_LOCK}); "
+                          "end them (`sporch cancel`, or kill them) before running it again") from None
+    return fd
 
 
 def state_path(job_dir: str) -> str:

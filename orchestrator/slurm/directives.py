@@ -37,13 +37,34 @@ def check_line(what: str, value: object) -> str:
     return text
 
 
+#: What sbatch reads as its own quoting or word breaks on an ``#SBATCH`` line.
+UNQUOTABLE_RE = re.compile(r"[\s\"'\\]")
+
+
 def check_directive_value(what: str, value: object) -> str:
-    """A value of an ``#SBATCH --key=value`` option: one line, no whitespace, no double quotes or
-    backslashes (sbatch reads its own quoting on these lines; they cannot be quoted)."""
+    """A value of an ``#SBATCH --key=value`` option: one line, no whitespace, no quotes or
+    backslashes (sbatch reads its own quoting on these lines: it strips quotes and refuses an
+    unmatched one; they cannot be escaped)."""
     text = check_line(what, value)
-    if not text or re.search(r'[\s"\\]', text):
-        raise SporchError(f"{what} {text!r} must be a non-empty value without whitespace, double quotes or backslashes")
+    if not text or UNQUOTABLE_RE.search(text):
+        raise SporchError(f"{what} {text!r} must be a non-empty value without whitespace, quotes or backslashes")
     return text
+
+
+def check_directive_path(what: str, value: object) -> str:
+    """A folder that will stand on ``#SBATCH --output``/``--error`` lines (a job's or campaign's
+    ``output_dir``): refused at plan time unless :func:`check_directive_value` accepts it."""
+    text = check_line(what, value)
+    if not text or UNQUOTABLE_RE.search(text):
+        raise SporchError(f"{what} {text!r} cannot stand on an #SBATCH line: use a path without whitespace, "
+                          "quotes or backslashes")
+    return text
+
+
+def filename_pattern(path: str) -> str:
+    """``path`` as the literal start of a Slurm filename pattern (``--output``/``--error`` of
+    sbatch and srun expand ``%j``, ``%t``, ...): every ``%`` doubled."""
+    return str(path).replace("%", "%%")
 
 
 def parse_extra(lines: List[str]) -> Tuple[Tuple[str, Optional[str]], ...]:

@@ -85,6 +85,31 @@ def _gpu_facts(gres_type: Optional[str]) -> Tuple[Tuple[str, float, float, str, 
     return UNKNOWN_GPU, False
 
 
+#: Slurm's MaxArraySize when slurm.conf does not set it.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+def read_config(timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> Dict[str, str]:
+    """``scontrol show config`` as {key: value}."""
+    config = {}
+    for ln in run_slurm(["scontrol", "show", "config"], timeout=timeout, host=host).stdout.splitlines():
+        if "=" in ln:
+            k, _, v = ln.partition("=")
+            config[k.strip()] = v.strip()
+    return config
+
+
+def array_size_of(config: Dict[str, str]) -> int:
+    """The most tasks one job array may have (indices 0..MaxArraySize-1) per ``scontrol show config``."""
+    value = config.get("MaxArraySize", "")
+    return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
+
+
+def max_array_size(timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> int:
+    """The cluster's MaxArraySize, asked of ``scontrol show config`` on ``host``."""
+    return array_size_of(read_config(timeout, host))
+
+
 def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = None,
                      timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> Dict[str, Any]:
     """Describe ``partition`` (default: the cluster's default partition) as a cluster descriptor.
@@ -121,11 +146,7 @@ def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = N
     if not nodes:
         raise SporchError(f"partition {pname!r} has no nodes")
 
-    config = {}
-    for ln in run_slurm(["scontrol", "show", "config"], timeout=timeout, host=host).stdout.splitlines():
-        if "=" in ln:
-            k, _, v = ln.partition("=")
-            config[k.strip()] = v.strip()
+    config = read_config(timeout, host)
 
     # a partition may mix node types: describe the most common one and say so
     def shape(n: Dict[str, str]) -> Tuple[int, int, str, str]:
@@ -187,6 +208,7 @@ def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = N
             "exclusive": True,
             "gpu_directive": "gpus-per-node",
             "extra": [],
+            "max_array_size": array_size_of(config),
         },
         "env": {},
         "guessed": guessed,

@@ -9,7 +9,9 @@ The process that runs the ranks is the local job's supervisor: its pid is the jo
 record keeps, and it writes ``<job_dir>/local.json`` (:mod:`sporch.orchestrator.jobs.local_state`:
 ``pid``, then the final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so
 that ``sporch status/logs/wait/cancel`` work on a local run from any process. SIGTERM
-(``sporch cancel``) ends the ranks.
+(``sporch cancel``) ends the ranks. The ranks die with the supervisor, even a SIGKILLed one
+(PR_SET_PDEATHSIG), and hold the folder's ranks lock (``.ranks.lock``, inherited from it): a new
+run in the same folder is refused while any rank of a previous run is alive.
 ``python -m sporch.orchestrator.submit.local_run PLAN JOB_DIR`` is the detached supervisor the local
 backend starts.
 
@@ -19,6 +21,7 @@ Torch-free: only the rank processes import torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -31,14 +34,30 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.results import JobResult, RankError, ResultFileError, read_result, result_file
 from sporch.orchestrator.contract.safe_files import open_append
 from sporch.orchestrator.jobs.batchlog import root_death
 from sporch.orchestrator.jobs.diagnosis import recorded_errors
-from sporch.orchestrator.jobs.local_state import write_state
+from sporch.orchestrator.jobs.local_state import hold_ranks_lock, write_state
 
 #: After a rank fails, the others get this long to write their error files before being killed.
 KILL_GRACE_S = 10.0
+
+
+#: prctl(2) option: the signal this process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """In a rank, before exec: SIGKILL when the supervisor (pid ``parent``) dies, even by
+    SIGKILL (Linux only); a parent already gone ends the rank at once."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 class Cancelled(Exception):
@@ -145,10 +164,15 @@ class LocalRun:
         self.plan_dict = json.loads(self.plan_path.read_text(encoding="utf-8"))
         self.world = int(self.plan_dict["world_size"])
         self.procs: list[RankProcess] = []
+        self.lock_fd: int | None = None
 
     def start(self) -> "LocalRun":
+        """Start every rank; a SporchError when ranks of a previous run in this folder are alive.
+        The ranks inherit the folder's ranks lock and die with this process."""
         files = JobFiles(str(self.run_dir))
         Path(files.logs).mkdir(parents=True, exist_ok=True)
+        if self.lock_fd is None:
+            self.lock_fd = hold_ranks_lock(str(self.run_dir))
         # A FileStore unique to this start (a rerun in the same folder must not meet the
         # stale file of a killed run).
         rendezvous = self.run_dir / f".rendezvous-{uuid.uuid4().hex[:12]}"
@@ -162,6 +186,8 @@ class LocalRun:
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    pass_fds=(self.lock_fd,),
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),
                 )
             self.procs.append(RankProcess(rank, self.plan_dict["ranks"][rank]["node"], popen, log))
         return self
@@ -174,6 +200,15 @@ class LocalRun:
 
     def kill(self) -> None:
         _kill_all(self.procs)
+        for p in self.procs:
+            p.popen.wait()
+        self.release()
+
+    def release(self) -> None:
+        """Close this process's hold on the folder's ranks lock (the ranks have ended)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
     def wait(self, *, timeout_s: float | None = None,
              on_tick: Callable[[int, int], None] | None = None) -> LocalRunResult:
@@ -212,6 +247,7 @@ class LocalRun:
             self.kill()
             raise
         returncodes = {p.rank: p.popen.wait() for p in self.procs}
+        self.release()
         for stale in self.run_dir.glob(".rendezvous-*"):  # left behind by killed ranks
             stale.unlink(missing_ok=True)
         try:
@@ -241,10 +277,11 @@ def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
               on_tick: Callable[[int, int], None] | None = None) -> Optional[LocalRunResult]:
     """Run every rank as this job's supervisor: ``local.json`` says RUNNING (with this pid),
     then how it ended; SIGTERM cancels. Returns the run's result (None when cancelled)."""
+    run = LocalRun(plan_path, run_dir)
+    run.lock_fd = hold_ranks_lock(str(run_dir))  # refused before local.json says anything
     write_state(str(run_dir), state="RUNNING")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_hup = signal.signal(signal.SIGHUP, _on_sigterm)  # the terminal went away
-    run = LocalRun(plan_path, run_dir)
     try:
         res = run.start().wait(timeout_s=timeout_s, on_tick=on_tick)
     except Cancelled:
@@ -287,7 +324,11 @@ def _blame(run_dir: Path, result: Optional[JobResult], cause: RankError) -> JobR
 def main(argv: list[str] | None = None) -> int:
     """``python -m sporch.orchestrator.submit.local_run PLAN JOB_DIR``: the detached supervisor."""
     plan_path, job_dir = (sys.argv[1:] if argv is None else argv)[:2]
-    res = supervise(Path(plan_path), Path(job_dir))
+    try:
+        res = supervise(Path(plan_path), Path(job_dir))
+    except SporchError as exc:  # ranks of a previous run still alive in job_dir
+        print(f"sporch: error: {exc}", file=sys.stderr)
+        return 2
     return 0 if res is not None and res.ok else 1
 
 

@@ -10,7 +10,7 @@ from sporch.orchestrator import __version__
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.slurm.directives import check_line
+from sporch.orchestrator.slurm.directives import check_line, filename_pattern
 from sporch.orchestrator.submit.slurm_job import SlurmJob
 
 TEMPLATE = "sbatch.j2"
@@ -33,6 +33,8 @@ def _environment():
     env.filters["sh"] = lambda v: shlex.quote(str(v))
     # a value in a comment or #SBATCH line: refused unless it is one line
     env.filters["line"] = lambda v: check_line("script value", v)
+    # a folder at the start of a Slurm filename pattern (srun --output): its '%' doubled
+    env.filters["pattern"] = filename_pattern
     return env
 
 

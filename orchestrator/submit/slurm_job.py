@@ -28,6 +28,7 @@ from sporch.orchestrator.slurm.directives import (
     WORD_RE,
     check_directive_value,
     check_line,
+    filename_pattern,
     parse_extra,
 )
 
@@ -167,7 +168,7 @@ class SlurmJob:
         out.append(f"--signal={self.signal}@{self.signal_delay_s}")
         if self.requeue:
             out.append("--requeue")
-        logs, name = self.batch_logs or self.files.logs, "%A_%a" if self.array else "%j"
+        logs, name = filename_pattern(self.batch_logs or self.files.logs), "%A_%a" if self.array else "%j"
         out += [f"--output={logs}/{name}.out", f"--error={logs}/{name}.err"]
         out += [f"--{k}" if v is None else f"--{k}={v}" for k, v in self.extra]
         return out

@@ -48,7 +48,7 @@ def test_array_maps_task_ids_to_point_plans(tmp_path):
     spaced = prepare(exp, tmp_path / "my campaign")  # #SBATCH lines cannot quote: refused, one line
     with pytest.raises(SporchError, match="without whitespace"):
         write_array(spaced, g, [g.points[0].id], 0, campaign="tiny-scaling")
-    cdir = prepare(exp, tmp_path / "c$(x)'q")  # shell metacharacters: quoted for the shell
+    cdir = prepare(exp, tmp_path / "c$(x);q")  # shell metacharacters: quoted for the shell (a quote is refused: sbatch strips it)
     ids = [p.id for p in g.points][1:]  # a resubmission of some points only
     list_path, script = write_array(cdir, g, ids, 3, campaign="tiny-scaling", throttle=None)
     assert list_path.name == f"{g.key}.3.list" and script.name == f"{g.key}.3.sbatch"
