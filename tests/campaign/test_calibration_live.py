@@ -13,28 +13,32 @@ the two nodes, at 1,024 and 4,096 tokens) and the 2-node points at 2,048 tokens,
 predicted from a cluster descriptor that references the calibration file: interpolation in
 sequence length, with every term of theirs determined by training points.
 
-What this checks is what noise cannot flip: the whole chain on measured times (arrays, result
-files, `sporch calibrate --exclude`, a descriptor that references the file) and held-back
-predictions within a factor HELD_BACK_FACTOR (2) of their measurements. On a quiet machine they
-landed at +1%, -1% and +3% (dp 2, Ulysses 2, ring 2; the 9 fitted points within 4.8%), but the 2
-cores are shared with whatever else runs (Slurm's daemons, other test suites): with a second test
-suite on the same cores one held-back point measured 339 ms instead of 186 ms (-43%), noise the
-model has no term for. Whether the calibrated model beats the default constants is not decided
-here: how far the defaults (a fake GPU's table row) are off depends on the machine's speed (49-54%
-on one, 6-20% on another), so that comparison runs on injected timings with bounded noise
-(tests/campaign/test_calibration_injected.py).
+What noise cannot flip is checked on every run: the whole chain on measured times (arrays, result
+files, `sporch calibrate --exclude`, a descriptor that references the file and predicts with its
+constants). The timings themselves are judged with a generous bound, held-back predictions within
+a factor HELD_BACK_FACTOR (2) of their measurements, and only when the 9 fitted points are
+consistent (rms error <= NOISY_FIT, 20%; otherwise skipped with the reason). On a quiet machine
+the held-back points landed at +1%, -1% and +3% (dp 2, Ulysses 2, ring 2; the 9 fitted points
+within 4.8%); with a second test suite on the same 2 cores one held-back point measured 339 ms
+instead of 186 ms (-43%); with six suites on them (load average 12) the fitted points were off by
+35% rms and a 4,096-token point measured faster than its 2,048-token one. Whether the calibrated
+model beats the default constants is not decided here: how far the defaults (a fake GPU's table
+row) are off depends on the machine's speed (49-54% on one, 6-20% on another), so that comparison
+runs on injected timings with bounded noise (tests/campaign/test_calibration_injected.py).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.spec import campaign_from_dict
@@ -42,13 +46,16 @@ from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import load_cluster_file
 from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
 from sporch.orchestrator.contract.plan import Plan
-from tests.campaign.calibration_campaign import FIT, POINTS, calibrated_descriptor, is_held_back, write_campaign
+from tests.campaign.calibration_campaign import (CLUSTER_FILE, FIT, POINTS, calibrated_descriptor, is_held_back,
+                                                 write_campaign)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Held-back predictions within this factor of their measurements (either way).
 HELD_BACK_FACTOR = 2.0
+#: Fitted points' rms error above which the timings are too noisy to judge (quiet machine: < 5%).
+NOISY_FIT = 0.20
 
 
 @pytest.fixture(scope="module")
@@ -97,24 +104,47 @@ def points(root: Path) -> dict[str, tuple[Plan, dict]]:
             for d in (root / "points").iterdir()}
 
 
-def test_calibrated_model_predicts_held_back_points(campaign_dir, tmp_path, capsys):
-    from sporch.orchestrator.cli.main import main
-
-    pts = points(campaign_dir)
-    held = sorted(pid for pid, (plan, _) in pts.items() if is_held_back(plan))
+@pytest.fixture(scope="module")
+def calibrated(campaign_dir, tmp_path_factory):
+    """`sporch calibrate` on the 9 training points (the held-back ones excluded), and a descriptor
+    that references the file: (CLI output, calibration file, held-back ids, the descriptor's
+    constants and their source)."""
+    held = sorted(pid for pid, (plan, _) in points(campaign_dir).items() if is_held_back(plan))
     assert len(held) == 3
-    cal = tmp_path / "slurmlab-calibration.yaml"
-    args = ["calibrate", str(campaign_dir), "--out", str(cal), "--fit", FIT]
+    folder = tmp_path_factory.mktemp("calibrated")
+    cal = folder / "slurmlab-calibration.yaml"
+    cli = [sys.executable, "-m", "sporch.orchestrator.cli.main", "calibrate", str(campaign_dir), "--out", str(cal),
+           "--fit", FIT]
     for pid in held:
-        args += ["--exclude", pid]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "9 points on slurmlab-1gpu" in out and all(pid not in out for pid in held)
+        cli += ["--exclude", pid]
+    p = subprocess.run(cli, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    consts, source = cluster_constants(load_cluster_file(calibrated_descriptor(folder, cal.name)))
+    return p.stdout, cal, held, consts, source
 
-    # a descriptor that references the file: its plans predict with the fitted constants
-    cluster = load_cluster_file(calibrated_descriptor(tmp_path, cal.name))
-    consts, source = cluster_constants(cluster)
+
+def test_calibration_fits_the_training_points_and_the_descriptor_uses_it(campaign_dir, calibrated):
+    """What noise cannot flip: the fit saw the 9 training points only, and a descriptor that
+    references the file predicts with its constants."""
+    out, cal, held, consts, source = calibrated
+    assert "9 points on slurmlab-1gpu" in out and all(pid not in out for pid in held)
     assert consts == {**consts, **load_constants(cal)} and source.startswith("calibration ")
+    defaults, _ = cluster_constants(load_cluster_file(campaign_dir.parent / CLUSTER_FILE))
+    assert consts != defaults
+    for plan, _ in points(campaign_dir).values():
+        assert 0 < predict_plan(plan, consts).step_s < math.inf
+
+
+def test_calibrated_model_predicts_held_back_points(campaign_dir, calibrated):
+    """Held-back points within a factor HELD_BACK_FACTOR of their measurements -- judged only
+    when the training points themselves fit (rms error <= NOISY_FIT): a busier machine times
+    the points inconsistently, and then no prediction can match them (skipped, with the reason)."""
+    _, cal, held, consts, _ = calibrated
+    fit_rms = yaml.safe_load(cal.read_text())["rms_relative_error"]
+    if fit_rms > NOISY_FIT:
+        pytest.skip(f"the 9 fitted points are off by {fit_rms:.0%} rms (> {NOISY_FIT:.0%}): the machine was "
+                    "too busy for the timings to be judged")
+    pts = points(campaign_dir)
     ratios = {}
     for pid in held:
         plan, result = pts[pid]
