@@ -4,7 +4,7 @@ process (``python -m sporch.runtime.launch --plan PLAN --output-dir JOB_DIR``).
 ``run_rank(plan_path, job_dir)`` is pickled by reference (module + name), so it must stay a
 module-level function with plain-string arguments. It runs on the compute node, inside
 ``python -m submitit.core._submit``; the runtime (torch) runs in the child, so the orchestrator
-never imports ``sporch.runtime`` (tests/orchestrator/test_no_torch.py).
+never imports ``sporch.runtime`` (tests/project/test_no_torch.py).
 """
 
 from __future__ import annotations

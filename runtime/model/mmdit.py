@@ -2,7 +2,7 @@
 weights, one joint attention) followed by single-stream blocks (one fused stream over
 text + image tokens). With the Flux.1 knobs (``rope_axes`` (16, 56, 56), ``pooled_dim``,
 ``guidance_embed``) and shapes this is Flux.1-dev / -schnell exactly
-(tests/model/test_published.py compares it with diffusers' FluxTransformer2DModel); the
+(tests/runtime/model/test_published.py compares it with diffusers' FluxTransformer2DModel); the
 conditioning vector is time + embedded guidance + pooled text, as in Flux.
 
 Sharded: image tokens are split over the sequence group, text tokens stay whole on every
