@@ -18,14 +18,14 @@ import base64
 import csv
 import json
 import math
-import os
+import io
 import statistics
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
 from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
+from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 
@@ -36,39 +36,19 @@ HTML_FILE = "report.html"
 HTML_TEMPLATE = "campaign_report.html.j2"
 
 
-def _replace_with(path: Path, write: Callable[[str], None]) -> Path:
-    """``write(tmp)`` fills a temporary file beside ``path``, which then replaces ``path``: a
-    failure half-way (a full disk) leaves the old file or none, never a half-written one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
 def _write_text(path: Path, text: str) -> Path:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return _replace_with(path, write)
+    """A temporary file beside ``path``, then a rename (contract.safe_files): a failure half-way
+    (a full disk) leaves the old file or none, never a half-written one or a followed link."""
+    return write_atomic(path, text, fsync=False)
 
 
 def write_csv(rows: list[Row], path: Path) -> Path:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(columns())
-            for r in rows:
-                w.writerow([format_value(r.cell(c)) for c in columns()])
-    return _replace_with(path, write)
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(columns())
+    for r in rows:
+        w.writerow([format_value(r.cell(c)) for c in columns()])
+    return _write_text(path, fh.getvalue())
 
 
 def _workload(row: Row) -> tuple[str, ...]:
@@ -165,13 +145,15 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
     # labels are names from files (a cluster path may hold `$`): text, never mathtext
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
         for name in PLOTS:
-            paths[name] = _replace_with(folder / f"{name}.png", lambda tmp, name=name: _draw(plt, name, data[name], tmp))
+            png = io.BytesIO()
+            _draw(plt, name, data[name], png)
+            paths[name] = write_atomic(folder / f"{name}.png", png.getvalue(), fsync=False)
     _write_text(folder / PLOT_DATA_FILE, json.dumps(data, indent=1))
     return paths
 
 
-def _draw(plt, name: str, d: dict[str, Any], path: str) -> None:
-    """One plot of ``d`` as a PNG at ``path``."""
+def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
+    """One plot of ``d`` written as a PNG to ``out`` (a file object)."""
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
     if name == "comm_vs_compute":
         xs = range(len(d["labels"]))
@@ -195,7 +177,7 @@ def _draw(plt, name: str, d: dict[str, Any], path: str) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     try:
-        fig.savefig(path, dpi=100, format="png")
+        fig.savefig(out, dpi=100, format="png")
     finally:
         plt.close(fig)
 
