@@ -20,7 +20,6 @@ import fcntl
 import json
 import os
 import socket
-import stat
 from pathlib import Path
 from typing import Optional, Sequence
 

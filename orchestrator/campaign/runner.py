@@ -128,7 +128,7 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
     MaxArraySize points); the state is saved after each."""
     wanted = set(ids)
     out: List[Submission] = []
-    c, cdir, state = session.campaign, session.cdir, session.state
+    c = session.campaign
     for group in session.groups:
         pids = [p.id for p in group.points if p.id in wanted]
         if not pids:

@@ -15,7 +15,6 @@ import click
 from sporch.orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
 from sporch.orchestrator.cli.show import print_plan
 from sporch.orchestrator.cli.wait_cmd import wait_for
-from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.backend import remote_backend_error
 from sporch.orchestrator.submit.request import build_request, write_dry_run
