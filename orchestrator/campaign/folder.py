@@ -30,7 +30,8 @@ from typing import Any, Iterator
 from sporch.orchestrator import __version__
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.contract.results import write_json_atomic
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.contract.safe_files import is_no_room, write_atomic
+from sporch.orchestrator.errors import SporchError
 
 CAMPAIGN_FILE = "campaign.yaml"
 BASE_FILE = "base.yaml"
@@ -99,7 +100,17 @@ def prepare(expansion, root: str | Path) -> CampaignDir:
     ``point.json`` + ``plan.json``. A point that already has a ``result.json`` keeps its
     files untouched, so re-preparing after adding points to the matrix keeps old results.
     """
-    cdir = CampaignDir(Path(root))
+    try:
+        return _prepare(expansion, CampaignDir(Path(root)))
+    except OSError as exc:
+        if not is_no_room(exc):
+            raise
+        raise SporchError(f"cannot prepare the campaign directory {root} ({exc.strerror}); free some space (or set "
+                          "output_dir to another file system) and run again: every file written is whole, and "
+                          "points with a result keep it") from None
+
+
+def _prepare(expansion, cdir: CampaignDir) -> CampaignDir:
     cdir.root.mkdir(parents=True, exist_ok=True)
     spec = expansion.campaign.spec
     if spec.source:

@@ -4,7 +4,8 @@ One run of the command:
 
 1. takes the directory's lock (:mod:`.lock`; a second runner is refused);
 2. expands the file and prepares the directory (:func:`.folder.prepare`; finished points keep
-   their files);
+   their files), and settles the submissions an earlier run made without recording their job
+   id (:mod:`.intents`: one squeue);
 3. polls once (:func:`.track.refresh`) and picks the points to submit: never submitted, or
    failed / lost with submissions left (``1 + run.retries`` in all); finished points and points
    still in a queue are never submitted again;
@@ -16,34 +17,44 @@ One run of the command:
    (:func:`sporch.orchestrator.submit.local_run.supervise`);
 5. unless detached, polls until no point is in a queue any more (one squeue per poll).
 
+Every call to Slurm or to a login host that cannot reach it (slurmctld restarting, sshd
+dropped) is tried again for ``grace_s`` seconds (:func:`sporch.orchestrator.jobs.retry.retry_unreachable`)
+before the run gives up with exit 75; a submission retried so is first looked for in the queue,
+so it is never made twice.
+
 Failed points are resubmitted by the next run of the command, not by this one: every run
 submits each group at most once.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, TypeVar
 
 from sporch.orchestrator.campaign.arrays import array_limit, split_for_arrays, write_array
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE, CampaignDir, prepare
 from sporch.orchestrator.campaign.groups import Group, group_points
+from sporch.orchestrator.campaign.intents import comment_option, find_submitted, new_intent, reconcile
 from sporch.orchestrator.campaign.lock import CampaignLock
 from sporch.orchestrator.campaign.spec import Campaign, load_campaign
 from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
 from sporch.orchestrator.contract.durations import time_to_minutes
-from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.errors import SporchError, Unreachable
 from sporch.orchestrator.host import Host, host_for
+from sporch.orchestrator.jobs.retry import retry_unreachable
 from sporch.orchestrator.remote.ssh import login_dict
 from sporch.orchestrator.slurm.commands import sbatch
 from sporch.orchestrator.submit.local_run import supervise
 
 #: Seconds between polls while waiting.
 DEFAULT_INTERVAL = 5.0
+#: How long a call to Slurm or a login host is retried while it cannot be reached ($SPORCH_GRACE_S).
+DEFAULT_GRACE_S = 300.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -64,6 +75,10 @@ class Session:
     state: CampaignState
     lock: CampaignLock
     submitted: List[Submission] = field(default_factory=list)
+    #: Seconds to retry calls that cannot reach Slurm or a login host; ``on_retry(error, pause,
+    #: grace left)`` is told before each pause.
+    grace_s: float = DEFAULT_GRACE_S
+    on_retry: Optional[Callable[[Unreachable, float, float], None]] = None
 
     @property
     def point_ids(self) -> List[str]:
@@ -73,10 +88,23 @@ class Session:
     def max_submissions(self) -> int:
         return 1 + self.campaign.spec.run.retries
 
+    def retried(self, fn: Callable[[], T]) -> T:
+        """``fn()``, tried again while Slurm or a login host cannot be reached (``grace_s``)."""
+        return retry_unreachable(fn, grace_s=self.grace_s, on_retry=self.on_retry)
+
     def poll(self, local_runner_alive: bool = False) -> Snapshot:
-        snap = refresh(self.cdir, self.state, self.point_ids, local_runner_alive=local_runner_alive)
+        snap = self.retried(lambda: refresh(self.cdir, self.state, self.point_ids,
+                                            local_runner_alive=local_runner_alive))
         self.state.save(self.cdir)
         return snap
+
+    def settle_intents(self) -> list:
+        """Adopt or drop the submissions an earlier run left unrecorded (:mod:`.intents`); saved."""
+        if not self.state.intents:
+            return []
+        settled = self.retried(lambda: reconcile(self.state))
+        self.state.save(self.cdir)
+        return settled
 
     def todo(self, snap: Snapshot) -> List[str]:
         """Points to submit now: never submitted, or failed with submissions left."""
@@ -91,9 +119,11 @@ class Session:
         self.lock.release()
 
 
-def open_session(campaign_file: str, command: Sequence[str] = ()) -> Session:
+def open_session(campaign_file: str, command: Sequence[str] = (), *, grace_s: float = DEFAULT_GRACE_S,
+                 on_retry: Optional[Callable[[Unreachable, float, float], None]] = None) -> Session:
     """Load and expand the file, lock its directory, prepare it (in that order: nothing is
-    written into a directory another runner holds)."""
+    written into a directory another runner holds), settle an earlier run's unrecorded
+    submissions."""
     campaign = load_campaign(campaign_file)
     expansion = expand(campaign)
     if not expansion.points:
@@ -104,7 +134,10 @@ def open_session(campaign_file: str, command: Sequence[str] = ()) -> Session:
     lock = CampaignLock(cdir.lock, command).acquire()
     try:
         prepare(expansion, cdir.root)
-        return Session(campaign, group_points(expansion.points), cdir, CampaignState.load(cdir), lock)
+        session = Session(campaign, group_points(expansion.points), cdir, CampaignState.load(cdir), lock,
+                          grace_s=grace_s, on_retry=on_retry)
+        session.settle_intents()
+        return session
     except BaseException:
         lock.release()
         raise
@@ -135,7 +168,8 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
             continue
         host = group_host(group)
         prev: List[str] = []
-        for part in split_for_arrays(pids, array_limit(group.points[0].plan.cluster, host)):
+        limit = session.retried(lambda: array_limit(group.points[0].plan.cluster, host))
+        for part in split_for_arrays(pids, limit):
             out.append(_submit_array(session, group, part, host, prev))
             # run.throttle holds across a group's slices: the next starts once this one has ended
             prev = [out[-1].job_id] if c.spec.run.throttle else []
@@ -143,25 +177,44 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
 
 
 def _submit_array(session: Session, group: Group, pids: List[str], host: Host, prev: List[str]) -> Submission:
-    """One job array of ``group`` for ``pids`` (after the arrays ``prev``); the state is saved after it."""
+    """One job array of ``group`` for ``pids`` (after the arrays ``prev``).
+
+    The submission is saved as an intent before sbatch runs and as the array after it answers
+    (:mod:`.intents`); an sbatch that could not reach Slurm is retried for the grace period, each
+    retry first asking the queue whether the previous try got through after all."""
     c, cdir, state = session.campaign, session.cdir, session.state
     login = group.points[0].plan.cluster.login
     root = remote_root(c, login, host) if host.remote else str(cdir.root.resolve())
     if host.remote:
-        mirror_points(cdir, pids, host, root)
-    n = state.next_submission(group.key)
+        session.retried(lambda: mirror_points(cdir, pids, host, root))
     cluster = group.points[0].plan.cluster.name
     after = arrays_out(state, cluster) if c.spec.run.serial else []
     after += [j for j in prev if j not in after]
-    _, script = write_array(cdir, group, pids, n, campaign=c.name, throttle=c.spec.run.throttle, host=host,
-                            root=root, after=after)
-    job_id = sbatch(script=str(script), cwd=root if host.remote else None, host=host)
-    state.arrays.append({"job_id": job_id, "group": group.key, "cluster": cluster, "n": n, "points": pids,
-                         "root": root,
-                         "remote": login_dict(login) if host.remote else None,
-                         "submitted": _dt.datetime.now().isoformat(timespec="seconds")})
-    for i, pid in enumerate(pids):
-        state.started(pid, f"{job_id}_{i}")
+    n = state.next_submission(group.key)
+    _, script = session.retried(lambda: write_array(cdir, group, pids, n, campaign=c.name,
+                                                    throttle=c.spec.run.throttle, host=host, root=root, after=after))
+    intent = new_intent(state, group=group.key, cluster=cluster, n=n, points=pids, root=root,
+                        remote=login_dict(login) if host.remote else None)
+    state.save(cdir)
+    tries = []
+
+    def submit() -> str:
+        if tries:  # an earlier try may have been accepted though its answer was lost
+            found = find_submitted(host, [intent]).get(intent["token"])
+            if found:
+                return found
+        tries.append(1)
+        return sbatch([comment_option(intent)], script=str(script), cwd=root if host.remote else None, host=host)
+
+    try:
+        job_id = session.retried(submit)
+    except Unreachable:
+        raise  # may have been accepted: the intent stays, the next run settles it
+    except SporchError:
+        state.intents.remove(intent)  # Slurm said no: nothing was submitted
+        state.save(cdir)
+        raise
+    state.record_array(intent, job_id)
     state.save(cdir)
     sub = Submission(group.key, job_id, pids, host.where)
     session.submitted.append(sub)

@@ -41,6 +41,9 @@ class CampaignState:
 
     arrays: List[Dict[str, Any]] = field(default_factory=list)  # job_id, group, cluster, n, points, root, remote, submitted
     points: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # id -> submissions, task, state, final, error
+    #: Submissions asked of sbatch whose job id is not recorded yet (:mod:`.intents`): an array
+    #: record without ``job_id`` plus the ``token`` its ``--comment`` carries.
+    intents: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, cdir) -> "CampaignState":
@@ -57,9 +60,14 @@ class CampaignState:
             raise _bad_state(path, f"expected a JSON object, got {type(data).__name__}")
         arrays = [] if data.get("arrays") is None else data["arrays"]
         points = {} if data.get("points") is None else data["points"]
+        intents = [] if data.get("intents") is None else data["intents"]
         if not isinstance(arrays, list) or not all(isinstance(a, dict) and all(
                 isinstance(a.get(k), str) for k in ("job_id", "group", "root")) for a in arrays):
             raise _bad_state(path, "'arrays' must be a list of objects with job_id, group and root")
+        if not isinstance(intents, list) or not all(isinstance(a, dict) and all(
+                isinstance(a.get(k), str) for k in ("token", "group", "root")) and isinstance(a.get("points"), list)
+                and all(isinstance(p, str) for p in a["points"]) for a in intents):
+            raise _bad_state(path, "'intents' must be a list of objects with token, group, root and points")
         if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
             raise _bad_state(path, "'points' must map point ids to objects")
         for pid, rec in points.items():
@@ -68,10 +76,11 @@ class CampaignState:
                 raise _bad_state(path, f"point {pid}: submissions must be an integer, got {sub!r}")
             if task is not None and not isinstance(task, str):
                 raise _bad_state(path, f"point {pid}: task must be text, got {task!r}")
-        return cls(arrays=list(arrays), points=dict(points))
+        return cls(arrays=list(arrays), points=dict(points), intents=list(intents))
 
     def save(self, cdir) -> None:
-        write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points})
+        write_json_atomic(cdir.state, {"schema": SCHEMA, "arrays": self.arrays, "points": self.points,
+                                       "intents": self.intents})
 
     def point(self, pid: str) -> Dict[str, Any]:
         return self.points.setdefault(pid, {"submissions": 0, "task": None, "state": None, "final": False,
@@ -84,7 +93,23 @@ class CampaignState:
         return next((a for a in self.arrays if a["job_id"] == job_id), None)
 
     def next_submission(self, group: str) -> int:
-        return 1 + sum(1 for a in self.arrays if a["group"] == group)
+        """The number of the group's next submission (its list and script file names): one past
+        every array and every unresolved intent of the group."""
+        same = [a for a in self.arrays + self.intents if a["group"] == group]
+        numbers = [a["n"] for a in same if isinstance(a.get("n"), int) and not isinstance(a["n"], bool)]
+        return 1 + max([len(same), *numbers])
+
+    def record_array(self, intent: Dict[str, Any], job_id: str) -> Dict[str, Any]:
+        """``intent`` became Slurm array ``job_id``: it leaves the intents, joins the arrays, and
+        its points' tasks are ``<job_id>_<index>`` in list order."""
+        if intent in self.intents:
+            self.intents.remove(intent)
+        array = {k: v for k, v in intent.items() if k != "token"}
+        array["job_id"] = job_id
+        self.arrays.append(array)
+        for i, pid in enumerate(intent["points"]):
+            self.started(pid, f"{job_id}_{i}")
+        return array
 
     def started(self, pid: str, task: str) -> None:
         rec = self.point(pid)

@@ -9,12 +9,16 @@ import click
 
 from sporch.orchestrator.campaign import runner
 from sporch.orchestrator.campaign.folder import CampaignDir, read_json
+from sporch.orchestrator.campaign.intents import reconcile
 from sporch.orchestrator.campaign.lock import try_state_lock
 from sporch.orchestrator.campaign.track import CampaignState, refresh
-from sporch.orchestrator.cli.common import Seconds, console, invocation, json_text, plain_table
+from sporch.orchestrator.cli.common import GRACE_SECONDS, Seconds, console, invocation, json_text, plain_table
+from sporch.orchestrator.cli.status_cmd import STATUS_GRACE_S
 from sporch.orchestrator.cli.terminal import shown
+from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
 from sporch.orchestrator.submit.submitter import command_line
 
 
@@ -53,14 +57,19 @@ class ProgressView:
 @click.option("--detach", is_flag=True, help="Return right after submitting (follow with `campaign status DIR`).")
 @click.option("--interval", default=5.0, show_default=True, type=Seconds(0.1, inclusive=True),
               help="Seconds between polls of the queue while waiting.")
-def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float) -> None:
+@click.option("--grace", "grace_s", type=GRACE_SECONDS, default=None,
+              help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
+                   f"(default $SPORCH_GRACE_S or {runner.DEFAULT_GRACE_S:g}); then exit 75.")
+def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grace_s: Optional[float]) -> None:
     """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a
     cluster with a login section), or --local; re-running resumes (finished points are kept,
-    failed ones resubmitted up to run.retries)."""
+    failed ones resubmitted up to run.retries, arrays an interrupted run submitted are found
+    in the queue and not submitted again)."""
     if local and detach:
         raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
                           "use one of them")
-    session = runner.open_session(campaign_file, command_line(invocation()))
+    grace_s = default_grace(runner.DEFAULT_GRACE_S) if grace_s is None else grace_s
+    session = runner.open_session(campaign_file, command_line(invocation()), grace_s=grace_s, on_retry=report_retry)
     con = console(stderr=True)
     try:
         snap = session.poll()
@@ -141,7 +150,10 @@ def _failure_table(con, errors: Dict[str, str], values: Dict[str, dict]) -> None
 @click.command("status")
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print counts, states and errors as JSON.")
-def status_cmd(directory: str, as_json: bool) -> None:
+@click.option("--grace", "grace_s", type=GRACE_SECONDS, default=None,
+              help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
+                   f"(default $SPORCH_GRACE_S or {STATUS_GRACE_S:g}); then exit 75.")
+def status_cmd(directory: str, as_json: bool, grace_s: Optional[float]) -> None:
     """Points of the campaign in DIR by state (pending/running/done/failed) and the failing
     ones with their error line: one squeue call for all arrays, sacct once for ended ones."""
     cdir = CampaignDir(Path(directory))
@@ -153,8 +165,15 @@ def status_cmd(directory: str, as_json: bool) -> None:
     # saved only when no runner holds the directory (a runner's own state wins); the runner's
     # .lock is never taken here, so a status never keeps a runner out (lock.try_state_lock)
     saving = try_state_lock(cdir.root)
+    grace_s = default_grace(STATUS_GRACE_S) if grace_s is None else grace_s
+
+    def poll():
+        if state.intents:  # an interrupted run's submissions: found in the queue, or dropped
+            reconcile(state)
+        return refresh(cdir, state, list(values), local_runner_alive=saving is None)
+
     try:
-        snap = refresh(cdir, state, list(values), local_runner_alive=saving is None)
+        snap = retry_unreachable(poll, grace_s=grace_s, on_retry=report_retry)
         if saving is not None:
             state.save(cdir)
     finally:

@@ -16,7 +16,7 @@ import click
 
 from sporch.orchestrator.cli.helptext import attach
 from sporch.orchestrator.cli.terminal import visible
-from sporch.orchestrator.contract.safe_files import UnsafeFileError
+from sporch.orchestrator.contract.safe_files import UnsafeFileError, is_no_room
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
@@ -101,9 +101,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as e:  # a bug: say so in one line
+    except Exception as e:  # a full disk: what and where, in one line; anything else is a bug
         if debug:
             raise
+        if is_no_room(e):
+            where = f" {e.filename}" if getattr(e, "filename", None) else ""
+            click.echo(visible(f"sporch: error: cannot write{where}: {e.strerror}; free some space (or write "
+                               "elsewhere) and run again", one_line=True), err=True)
+            return 1
         click.echo(
             visible(f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
                     one_line=True),

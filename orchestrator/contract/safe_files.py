@@ -23,6 +23,15 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+#: errno values that mean "the disk (or quota, or file size limit) has no room", or it is read-only.
+NO_ROOM_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS") if hasattr(errno, n))
+
+
+def is_no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file system has no room for a write (or takes none)."""
+    return isinstance(exc, OSError) and exc.errno in NO_ROOM_ERRNOS
+
+
 class UnsafeFileError(ValueError):
     """A file name in a job or campaign folder is a symbolic link (or not a plain file)."""
 
@@ -76,10 +85,12 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[str, bytes], *, fsyn
             if fsync:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None:  # a failed write names no file: name it
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
     return path

@@ -43,6 +43,26 @@ def squeue_states(job_ids: JobIds, *, timeout: float = DEFAULT_TIMEOUT, host: Op
     return _parse_rows(proc.stdout, ("id", "state", "reason", "elapsed", "nodelist"))
 
 
+def squeue_comments(prefix: str, *, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None) -> Dict[str, str]:
+    """``{comment: job id}`` of this user's jobs whose ``--comment`` starts with ``prefix``, in
+    ONE squeue call (``squeue --me``; an array counts once, by its array job id ``%F``).
+
+    How a submission whose job id was never recorded is found again: every job slurmctld still
+    knows is listed, so a job that is pending or running is never missed; one that ended longer
+    than MinJobAge ago is (it no longer runs either)."""
+    proc = run_slurm(["squeue", "--noheader", "--me", "--states=all", f"--format=%F{_SEP}%k"], timeout=timeout,
+                     check=False, host=host)
+    if proc.returncode != 0:
+        raise command_failure("squeue", slurm_reason(proc.stderr, proc.stdout) or f"exit code {proc.returncode}",
+                              asked(host or LOCAL, "squeue"), proc)
+    out: Dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        job, sep, comment = line.strip().partition(_SEP)
+        if sep and comment.startswith(prefix) and job.isdigit():
+            out.setdefault(comment, job)
+    return out
+
+
 def sacct_available(*, timeout: float = DEFAULT_TIMEOUT, host: Optional[Host] = None) -> bool:
     """Whether this cluster keeps accounting (sacct answers)."""
     proc = run_slurm(["sacct", "--noheader", "--parsable2", "--allocations", "--jobs=1", "--format=JobID"],

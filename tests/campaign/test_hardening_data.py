@@ -29,6 +29,8 @@ from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.errors import SporchError
 
+REPO = Path(__file__).resolve().parents[2]
+
 VALUES = {"nodes": 1, "preset": "tiny", "shape": "9x64x64", "dtype": "float32", "repeat": 0}
 
 
@@ -219,24 +221,32 @@ def test_a_full_disk_during_report_leaves_no_half_written_table(tmp_path):
     assert proc.stderr.startswith("sporch: error: cannot write the report") and "Traceback" not in proc.stderr
 
 
-def test_a_full_disk_during_prepare_leaves_no_half_written_plan(tmp_path):
+def test_a_full_disk_during_prepare_is_one_line_and_leaves_no_half_written_plan(tmp_path):
     doc = {"name": "c", "output_dir": str(tmp_path / "out"),
            "base": {"model": {"preset": "tiny"},
                     "workload": {"kind": "benchmark", "frames": 5, "height": 32, "width": 32, "dtype": "float32"}},
            "matrix": {"clusters": ["local"], "nodes": [1], "layouts": [{"ulysses": 1, "ring": "auto"}]}}
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(doc))
-    code = ("import sys; from sporch.orchestrator.campaign.expand import expand;"
-            "from sporch.orchestrator.campaign.spec import load_campaign;"
-            "from sporch.orchestrator.campaign.folder import prepare;"
-            "c = load_campaign(sys.argv[1]); e = expand(c)\n"
-            "try: prepare(e, c.directory())\nexcept OSError: sys.exit(3)")
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                          preexec_fn=_limited(1500))
-    assert proc.returncode == 3, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "campaign", "run", str(path),
+                           "--local"], capture_output=True, text=True, preexec_fn=_limited(1500))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"sporch: error: cannot prepare the campaign directory {tmp_path / 'out' / 'c'} "
+                                  "(File too large); free some space")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     plans = list((tmp_path / "out").rglob("plan.json"))
     assert all(json.loads(p.read_text()) for p in plans)  # every plan.json there is whole
     assert not list((tmp_path / "out").rglob("*.tmp"))
+
+
+def test_a_full_disk_elsewhere_is_one_line_naming_the_file(tmp_path):
+    """Any command: no room for a write is one line naming the file, not an internal error."""
+    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "render", "--cluster", "a100x32",
+                           str(REPO / "examples" / "wan14b-720p.yaml"), "--out", str(tmp_path / "job")],
+                          capture_output=True, text=True, preexec_fn=_limited(200))
+    assert proc.returncode != 0 and "internal error" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"sporch: error: cannot write {tmp_path / 'job'}/") and "File too large" in proc.stderr
+    assert proc.stderr.count("\n") == 1
 
 
 # -- campaign compare: broken runs are failures -------------------------------------------------
