@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sporch.runtime.model.attention import SequenceAttention
+from sporch.runtime.model.base import block_lists
 
 __all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "should_compile", "time_first_call"]
 
@@ -67,13 +68,6 @@ def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
         return EagerAttention(a) if isinstance(a, SequenceAttention) else a
 
     return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
-
-
-def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
-    """The model's transformer block lists: direct ``nn.ModuleList`` children whose name ends
-    in ``blocks`` (``blocks``; ``double_blocks``, ``single_blocks``)."""
-    return [(name, child) for name, child in model.named_children()
-            if isinstance(child, nn.ModuleList) and name.endswith("blocks")]
 
 
 def should_compile(option: bool | None, device: torch.device | str) -> bool:

@@ -52,10 +52,11 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 
 
 def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1, 1, 8),
-             workload: Mapping[str, Any] | None = None, name: str = "test") -> Plan:
+             workload: Mapping[str, Any] | None = None, name: str = "test", shard_weights: str = "none") -> Plan:
     """A complete Plan on one emulated node (world = layout) for a ``plan.model`` dict (e.g.
     ``sporch.runtime.model.tiny_model_dict``) and a token grid; ``workload`` keys override
-    :data:`DEFAULT_WORKLOAD`."""
+    :data:`DEFAULT_WORKLOAD`; ``shard_weights``: the placement (none, sequence, world)."""
+    degree = {"none": 1, "sequence": layout.sequence_degree, "world": layout.world_size}[shard_weights]
     wl = {**DEFAULT_WORKLOAD, **(workload or {})}
     wl["cfg_enabled"] = wl["guidance_scale"] > 1
     n = layout.sequence_degree
@@ -73,7 +74,8 @@ def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1,
                 model=m, workload=sections.WorkloadSection(**wl),
                 sequence=sections.SequenceSection(seq_len=seq, padded_len=padded, pad=padded - seq,
                                          tokens_per_rank=padded // n, grid=list(grid), degree=n),
-                heads=heads)
+                heads=heads,
+                placement=sections.PlacementSection(shard_weights=shard_weights, shard_degree=degree))
 
 
 class RankError(RuntimeError):

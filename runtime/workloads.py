@@ -33,7 +33,8 @@ from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import (
     NUM_TRAIN_TIMESTEPS,
     ShardedDiT,
-    build_model,
+    build_sharded,
+    resident_parameter_bytes,
     euler_sample,
     flow_sigmas,
     make_inputs,
@@ -76,17 +77,24 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
 
 # -- shared -------------------------------------------------------------------------------
 
-def _build(plan: Plan, device: torch.device):
+def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
+    """The plan's model: its parameters whole on every rank, or sharded (plan.placement)."""
     wl = plan.workload
-    return build_model(plan.model, seed=wl.seed, dtype=resolve_dtype(wl.dtype), device=device,
-                       weights=plan.model.weights)
+    mode = plan.placement.shard_weights if ctx is not None else "none"
+    return build_sharded(plan.model, ctx, mode, seed=wl.seed, dtype=resolve_dtype(wl.dtype), device=device,
+                         weights=plan.model.weights)
+
+
+def _parameters(model) -> int:
+    """The model's parameter count (a sharded parameter counts whole)."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
     """(model, runner, inputs, grid, compile info): the model built, its blocks compiled
     when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
-    model = _build(plan, device)
+    model = _build(plan, ctx, device)
     info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
     runner = ShardedDiT(model, ctx, grid=grid)
     inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
@@ -96,7 +104,7 @@ def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
 def _verify(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
     """Sharded forward + min(steps, 2) sampling steps against the unsharded model."""
     wl = plan.workload
-    model = _build(plan, device)
+    model = _build(plan, ctx, device)
     out = verify(model, ctx, grid=plan.sequence.grid, batch=wl.batch, seed=wl.seed,
                  guidance_scale=wl.guidance_scale, steps=min(wl.steps, 2), shift=wl.shift)
     out["kind"] = "verify"
@@ -168,8 +176,10 @@ def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         "comm_bytes_by_op": sent.as_dict(),
         "comm_fraction": (comm_ms / median) if comm_ms is not None and times else None,
         "peak_memory_bytes": peak_memory_bytes(device),
+        "parameter_bytes_resident": resident_parameter_bytes(model),
+        "shard_weights": plan.placement.shard_weights,
         "local_tokens": runner.local_len,
-        "parameters": model.num_parameters(),
+        "parameters": _parameters(model),
         "resumed": resumed_from > 0,
         "resumed_from_step": resumed_from,
     }

@@ -40,6 +40,10 @@ def summary_lines(plan: Plan) -> list[str]:
         f"sequence  {fmt_int(s.seq_len)} tokens{pad}, {fmt_int(s.tokens_per_rank)} per rank",
         f"heads     {h.num_heads} over ulysses {lay.ulysses}: {_runs(h.q_heads_per_rank)} per rank, "
         f"kv {h.num_kv_heads} ({h.kv_mode})",
+        "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
+                        f"sharded over {plan.placement.shard_degree} ranks "
+                        f"({'each replica' + chr(39) + 's sequence group' if plan.placement.shard_weights == 'sequence' else 'all ranks'}), "
+                        "FSDP2, one unit per block"),
     ]
 
 
@@ -106,7 +110,7 @@ def estimates_table(plan: Plan) -> Any:
         ("ring bytes / attention call", human_bytes(e["ring_bytes_per_rank"])),
         ("attention calls per step", str(e["attention_calls_per_step"])),
         ("parameters", _count(e["parameters"])),
-        ("parameter memory", human_bytes(e["parameter_bytes_per_gpu"])),
+        ("parameter memory", human_bytes(e["parameter_bytes_per_gpu"]) + _shard_note(plan)),
         ("activation memory", human_bytes(e["activation_bytes_per_gpu"])),
         (
             "total vs GPU memory",
@@ -117,11 +121,24 @@ def estimates_table(plan: Plan) -> Any:
         ("ideal all-to-all per step", f"{e['all_to_all_s_per_step_ideal']:.3f} s at {e['all_to_all_gb_per_s']:g} GB/s"),
         ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
     ]
+    if e.get("weight_gather_bytes_per_rank_per_step"):
+        rows.append(("ideal weight gather per step", f"{e['weight_gather_s_per_step_ideal']:.3f} s at "
+                     f"{e['weight_gather_gb_per_s']:g} GB/s"))
     rows += prediction_rows(e)
     rows += pipeline_rows(e.get("pipeline"))
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def _shard_note(plan: Plan) -> str:
+    """How the parameters are held: every rank all of them, or sharded (FSDP2)."""
+    e, p = plan.estimates, plan.placement
+    if p.shard_degree <= 1:
+        return " (all on every rank)"
+    return (f" (1/{p.shard_degree} of {human_bytes(e['parameter_bytes_full'])} sharded over "
+            f"{'the sequence group' if p.shard_weights == 'sequence' else 'all ranks'}, "
+            f"+ {human_bytes(e['parameter_bytes_gathered'])} gathered while a block runs)")
 
 
 def ideal_s(e: dict) -> float:
@@ -162,6 +179,8 @@ def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True
         con.print(visible(line), markup=False)
     for w in plan.warnings:
         con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
+    if plan.placement.reason.startswith("auto:") and plan.placement.shard_degree > 1:
+        con.print(f"[cyan]note[/cyan]      {shown('parameters ' + plan.placement.reason)}", soft_wrap=True)
     if plan.estimates.get("layout_choice"):
         con.print(f"[cyan]note[/cyan]      {shown(plan.estimates['layout_choice'])}", soft_wrap=True)
     con.print(groups_table(plan))
@@ -180,7 +199,8 @@ def _count(n: float) -> str:
 
 #: Short column headers of the cost model's terms (plan --rank).
 TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all_to_all": "a2a",
-                "ring_merge": "merge", "ring_exposed": "ring exp", "overhead": "ovh"}
+                "ring_merge": "merge", "ring_exposed": "ring exp", "overhead": "ovh",
+                "weight_gather": "gather"}
 
 
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:

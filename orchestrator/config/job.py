@@ -17,7 +17,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, WORKLOAD_KINDS
+from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, WORKLOAD_KINDS
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
@@ -78,6 +78,9 @@ class ParallelSpec:
     cfg: Optional[Union[int, str]] = None
     ring: Optional[Union[int, str]] = None
     ulysses: Optional[Union[int, str]] = None
+    #: none | sequence | world (vocab.SHARD_WEIGHTS), or auto: shard only when the plain plan
+    #: does not fit in GPU memory (the planner says which it chose and why).
+    shard_weights: str = "auto"
 
 
 @dataclass
@@ -193,6 +196,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
                 raise bad(f"parallel.{dim}", f"must be a positive integer or 'auto', got {v!r}")
         if v < 1:
             raise bad(f"parallel.{dim}", f"must be a positive integer or 'auto', got {v}")
+    if job.parallel.shard_weights not in (*SHARD_WEIGHTS, "auto"):
+        raise bad("parallel.shard_weights", f"must be one of {', '.join(SHARD_WEIGHTS)} or auto, "
+                  f"got {job.parallel.shard_weights!r}")
     r = job.resources
     if r.nodes is not None and r.nodes < 1:
         raise bad("resources.nodes", f"must be >= 1, got {r.nodes}")

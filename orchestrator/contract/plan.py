@@ -27,6 +27,7 @@ from sporch.orchestrator.contract.sections import (
     ClusterSpec,
     HeadsSection,
     JobSection,
+    PlacementSection,
     ModelSection,
     SequenceSection,
     WorkloadSection,
@@ -151,6 +152,7 @@ class Plan:
     workload: WorkloadSection
     sequence: SequenceSection
     heads: HeadsSection
+    placement: PlacementSection = field(default_factory=PlacementSection)
     estimates: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
@@ -202,6 +204,7 @@ class Plan:
         d["warnings"] = tuple(d.get("warnings", ()))
         for key, section in _SECTIONS.items():
             d[key] = build(section, d[key], f"plan.{key}")
+        d["placement"] = build(PlacementSection, d.get("placement", {}), "plan.placement")  # optional
         return cls(**d)
 
     @classmethod

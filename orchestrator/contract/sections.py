@@ -142,6 +142,18 @@ class JobSection(Section):
     spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
 
 
+@dataclass(frozen=True)
+class PlacementSection(Section):
+    """Where the DiT's parameters live (docs/plan.md, "Memory"). ``shard_weights``: none (every
+    rank holds them all), sequence (sharded over each replica's ring x ulysses ranks) or world
+    (over every rank), FSDP2 with one unit per block; ``shard_degree``: ranks one copy is
+    spread over; ``reason``: why the planner chose it (``parallel.shard_weights: auto``)."""
+
+    shard_weights: str = "none"  # vocab.SHARD_WEIGHTS
+    shard_degree: int = 1
+    reason: str = ""
+
+
 # -- cluster -------------------------------------------------------------------------------------
 #: Environment exported in every job, before the fabric defaults and the cluster's own env.
 COMMON_ENV: Dict[str, str] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "1"}

@@ -16,5 +16,8 @@ SCHEDULERS: tuple[str, ...] = ("unipc", "euler")
 #: ``workload.dtype`` and its size in bytes.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+#: ``parallel.shard_weights``: where the DiT's parameters are sharded (FSDP2, one unit per block):
+#: not at all, over each replica's sequence group (ring x ulysses ranks), or over every rank.
+SHARD_WEIGHTS: tuple[str, ...] = ("none", "sequence", "world")
 #: ``login.host_key_policy``: what to do with a login host whose key is not known.
 HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")

@@ -14,9 +14,14 @@ dp / cfg replicas run independently, so one rank's time is the step time):
                   (bytes / (link x link_efficiency) + p2p_latency_s) hides behind one block:
                   exposed = (R - 1) x max(0, transfer - block)                   (ring > 1)
     overhead    = layer_overhead_s
+    weight gather (parameters sharded, FSDP2): each block is all-gathered before it runs,
+                  gather = block's share of the bytes / (link x link_efficiency); the next
+                  block's gather is prefetched behind this block's compute (gemm + attention
+                  + elementwise), the first has nothing to hide behind:
+                  exposed = gather + (layers - 1) x max(0, gather - compute)   (per step)
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
-                     + overhead)
+                     + overhead) + weight gather
     job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
 
 ``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
@@ -47,7 +52,7 @@ FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "ring_
 #: Constants that enter as 1 / value (rates); the others enter as they are (costs).
 INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency")
 #: Breakdown terms, in display order.
-TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead")
+TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead", "weight_gather")
 A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
 TILE_ROWS = 128
 GPU_TABLE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
@@ -110,6 +115,8 @@ class CostInputs:
     ring_bw: float  # B/s, nominal
     steps: int
     generation: bool  # the full pipeline runs (text encoder, VAE): fixed costs apply
+    gather_bytes: float = 0.0  # per step: the parameters' all-gathers (sharded weights)
+    gather_bw: float = 1.0  # B/s, nominal
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
@@ -135,6 +142,8 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         ring_bw=float(e["ring_gb_per_s"]) * 1e9,
         steps=plan.workload.steps,
         generation=plan.workload.kind == "inference",
+        gather_bytes=float(e.get("weight_gather_bytes_per_rank_per_step") or 0.0),
+        gather_bw=float(e.get("weight_gather_gb_per_s") or 1.0) * 1e9,
     )
 
 
@@ -155,6 +164,7 @@ class Prediction:
     ring_merge: float
     ring_exposed: float
     overhead: float
+    weight_gather: float
     fixed_s: float  # per job
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
 
@@ -176,6 +186,7 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
         "all_to_all": (x.a2a_bytes / (x.a2a_bw * c["link_efficiency"]) + _a2a_messages(x) * c["a2a_latency_s"]
                        if x.ulysses > 1 else 0.0),
         "overhead": c["layer_overhead_s"],
+        "gather": x.gather_bytes / L / (x.gather_bw * c["link_efficiency"]),
     }
     t["ring_merge"] = 0.0
     if x.ring > 1:
@@ -183,6 +194,16 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
         t["ring_transfer"] = x.ring_bytes / (x.ring - 1) / (x.ring_bw * c["link_efficiency"]) + c["p2p_latency_s"]
         t["ring_block"] = (t["attention"] + t["ring_merge"]) / x.ring
     return t
+
+
+def _compute(t: Mapping[str, float]) -> float:
+    """A layer's compute: what a prefetched weight gather hides behind."""
+    return t["gemm"] + t["attention"] + t["elementwise"]
+
+
+def _gather_exposed(x: CostInputs, c: Mapping[str, float]) -> bool:
+    t = _layer_terms(x, c)
+    return x.gather_bytes > 0 and t["gather"] > _compute(t)
 
 
 def _a2a_messages(x: CostInputs) -> int:
@@ -204,6 +225,9 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
         exposed = (x.ring - 1) * max(0.0, t["ring_transfer"] - t["ring_block"])
     step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead")}
     step["ring_exposed"] = L * exposed
+    step["weight_gather"] = 0.0
+    if x.gather_bytes > 0:
+        step["weight_gather"] = t["gather"] + (L - 1) * max(0.0, t["gather"] - _compute(t))
     step_s = sum(step.values())
     fixed = c["fixed_s"] if x.generation else 0.0
     return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed, fixed_s=fixed, ring_comm_bound=bound, **step)
@@ -233,6 +257,14 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
             f["ring_merge_bytes"] = merge / x.ring
             f["link_efficiency"] += L * x.ring_bytes / x.ring_bw
             f["p2p_latency_s"] = float(L * (x.ring - 1))
+    if x.gather_bytes > 0:
+        f["link_efficiency"] += x.gather_bytes / L / x.gather_bw  # the first block's gather
+        if _gather_exposed(x, c):
+            # + (L-1) (gather - compute): L-1 layers' compute is hidden behind their gathers
+            f["link_efficiency"] += (L - 1) * x.gather_bytes / L / x.gather_bw
+            f["gemm_efficiency"] -= (L - 1) / L * x.gemm_flops / x.peak_flops
+            f["attention_efficiency"] -= (L - 1) / L * attn
+            f["elementwise_bytes"] -= (L - 1) * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
     if level == "job":
         f = {k: v * x.steps for k, v in f.items()}
         f["fixed_s"] = 1.0 if x.generation else 0.0

@@ -13,10 +13,20 @@ from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
 
 GIB = 1024**3
+#: What a rank holds besides tensors: the CUDA context and kernels (about 0.5 GiB), cuBLAS and
+#: NCCL workspaces and buffers, the caching allocator's slack. Counted in every rank's total.
+RESERVED_BYTES = 2 * GIB
 
 
 def parameter_count(model: ModelSection) -> int:
     """Approximate parameter count of the DiT (blocks + embeddings + head)."""
+    parts = parameter_parts(model)
+    return parts["blocks"] + parts["root"]
+
+
+def parameter_parts(model: ModelSection) -> dict[str, int]:
+    """The DiT's parameters by FSDP unit kind: ``blocks`` (all of them), ``largest_block`` (the
+    biggest one unit gathers), ``root`` (embeddings and head: the root unit)."""
     h, f = model.hidden, model.ffn_dim
     kvd = model.num_kv_heads * model.head_dim
     attn = 2 * h * h + 2 * h * kvd + 4 * h  # q, o + k, v (+ biases)
@@ -24,21 +34,22 @@ def parameter_count(model: ModelSection) -> int:
     kind = model.attention
     if kind == "self":
         block = attn + ffn + 6 * h * h  # adaLN-Zero modulation
-        blocks = model.depth * block
+        blocks, largest = model.depth * block, block
     elif kind == "cross":
         block = attn + (4 * h * h + 4 * h) + ffn + 6 * h  # self-attn, cross-attn, FFN, modulation
-        blocks = model.depth * block
+        blocks, largest = model.depth * block, block
     else:  # joint: double-stream blocks (two streams) + single-stream blocks
         double = 2 * (attn + ffn + 6 * h * h)
         single = h * (3 * h + f) + (h + f) * h + 3 * h * h
         blocks = model.depth * double + model.single_depth * single
+        largest = max(double if model.depth else 0, single if model.single_depth else 0)
     pt, ph, pw = model.patch
     patch_in = model.in_channels * pt * ph * pw
     embed = patch_in * h + h + 2 * (256 * h + h * h)  # patch embed + timestep MLP
     if model.text_dim:
         embed += model.text_dim * h + h * h
     head = h * patch_in + 2 * h * h
-    return int(blocks + embed + head)
+    return {"blocks": int(blocks), "largest_block": int(largest), "root": int(embed + head)}
 
 
 def estimate(
@@ -48,7 +59,10 @@ def estimate(
     sequence: SequenceSection,
     heads: HeadsSection,
     cluster: ClusterSpec,
+    shard_degree: int = 1,
 ) -> dict[str, Any]:
+    """``shard_degree``: ranks one copy of the DiT's parameters is spread over (FSDP2,
+    PlacementSection); 1 = every rank holds them all."""
     b = DTYPE_BYTES[workload.dtype]
     U, R = layout.ulysses, layout.ring
     # Samples a rank pushes through the DiT per step: batch/dp, doubled by CFG unless cfg=2 splits it.
@@ -74,8 +88,16 @@ def estimate(
     # around the ring R - 1 times.
     ring_chunk = 2 * samples * (padded // R) * kv_local * hd * b
     ring_bytes = int(ring_chunk * (R - 1)) if R > 1 else 0
-    params = parameter_count(model)
-    param_bytes = params * b
+    parts = parameter_parts(model)
+    params = parts["blocks"] + parts["root"]
+    full_bytes = params * b
+    # Sharded (FSDP2, one unit per block): 1/n of every unit stays, and while a block runs it is
+    # gathered whole, the next one prefetched, the root unit (embeddings, head) too.
+    sharded = -(-params // shard_degree) * b if shard_degree > 1 else full_bytes
+    gathered = (parts["root"] + 2 * parts["largest_block"]) * b if shard_degree > 1 else 0
+    param_bytes = sharded + gathered
+    # each forward gathers every unit once: a rank receives (n-1)/n of the parameters
+    gather_bytes = int(full_bytes * (shard_degree - 1) / shard_degree) if shard_degree > 1 else 0
     # Inference activations: one block live at a time: residual, norm, qkv, attention out,
     # FFN hidden; plus the attention working set after the all-to-all (+ ring buffers).
     act = samples * t_rank * (6 * model.hidden + model.ffn_dim) * b
@@ -83,7 +105,7 @@ def estimate(
     ring_buf = 2 * ring_chunk if R > 1 else 0
     cross_ctx = samples * model.text_len * model.hidden * 2 * b if model.attention == "cross" else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
-    total = param_bytes + act_bytes
+    total = param_bytes + act_bytes + RESERVED_BYTES
     gpu_mem = float(cluster.gpu.memory_gib) * GIB
     # Compute: 2 * params * tokens for the linears + 4 * S^2 * hidden per attention layer.
     layers = model.depth + model.single_depth
@@ -98,6 +120,8 @@ def estimate(
     # groups stride by U ranks: they leave the node when ring x U > GPUs per node.
     a2a_bw = intra if gpn % U == 0 else min(intra, inter_per_gpu)
     ring_bw = intra if R * U <= gpn and gpn % (R * U) == 0 else min(intra, inter_per_gpu)
+    # the shard group: the sequence group (contiguous R x U ranks) or the world
+    gather_bw = intra if shard_degree <= gpn and gpn % shard_degree == 0 else min(intra, inter_per_gpu)
     return {
         "dtype_bytes": b,
         "samples_per_rank": samples,
@@ -109,7 +133,15 @@ def estimate(
         "comm_bytes_per_rank_per_step": (a2a + ring_bytes) * layers,
         "parameters": params,
         "parameter_bytes_per_gpu": param_bytes,
+        "parameter_bytes_full": full_bytes,
+        "shard_degree": shard_degree,
+        "parameter_bytes_sharded": sharded,
+        "parameter_bytes_gathered": gathered,
+        "weight_gather_bytes_per_rank_per_step": gather_bytes,
+        "weight_gather_gb_per_s": gather_bw / 1e9,
+        "weight_gather_s_per_step_ideal": round(gather_bytes / gather_bw, 6),
         "activation_bytes_per_gpu": act_bytes,
+        "reserved_bytes_per_gpu": RESERVED_BYTES,
         "memory_bytes_per_gpu": total,
         "memory_gib_per_gpu": round(total / GIB, 3),
         "gpu_memory_gib": float(cluster.gpu.memory_gib),

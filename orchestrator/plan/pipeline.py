@@ -65,7 +65,8 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
         act_bytes = frames * pixels * known["vae_channels"] * VAE_BYTES * VAE_LIVE_TENSORS
         out["text_encoder"]["bytes"] = enc_bytes
         out["vae"].update(bytes=vae_bytes, decode_bytes=act_bytes)
-    leader_bytes = max(enc_bytes, dit["memory_bytes_per_gpu"] + vae_bytes + act_bytes)
+    leader_bytes = max(enc_bytes + int(dit.get("reserved_bytes_per_gpu", 0)),
+                       dit["memory_bytes_per_gpu"] + vae_bytes + act_bytes)
     out["leader_memory_bytes"] = leader_bytes
     return out
 

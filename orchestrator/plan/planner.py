@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from typing import Optional
 
-from sporch.orchestrator.config.job import JobSpec, ParallelSpec, WorkloadSpec
+from sporch.orchestrator.config.job import JobSpec, WorkloadSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.plan.estimates import GIB, estimate
@@ -23,6 +23,7 @@ from sporch.orchestrator.plan.layouts import (
     resolve_layout,
 )
 from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
+from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
@@ -133,19 +134,24 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
 
 
-def memory_advice(est: dict, memory_gib: float, gpu_model: str) -> str:
-    """Why a plan does not fit in GPU memory, and what would help. Every rank holds all the
-    parameters (sporch shards the sequence, not the weights): more ring/ulysses only shrinks the
-    activations."""
+def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: sections.PlacementSection,
+                  layout: Layout) -> str:
+    """Why a plan does not fit in GPU memory, and what would help: sharding the parameters
+    (``parallel.shard_weights``) when they are not sharded over every rank yet, more
+    ring/ulysses for the activations, more GPUs or bigger ones."""
     params, acts = est["parameter_bytes_per_gpu"], est["activation_bytes_per_gpu"]
-    head = (f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU (parameters {params / GIB:.1f} + "
+    where = "" if placement.shard_degree <= 1 else f" sharded over {placement.shard_degree} ranks"
+    head = (f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU (parameters{where} {params / GIB:.1f} + "
             f"activations {acts / GIB:.1f}) exceeds 90% of the {memory_gib:g} GiB of a {gpu_model}")
+    dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.get("dtype_bytes", 2) > 2 else ""
+    if placement.shard_degree < layout.world_size:
+        return (f"{head}; set parallel.shard_weights=world (or auto) to spread the parameters over all "
+                f"{layout.world_size} ranks, raise ring/ulysses (it splits the activations), lower the batch, "
+                f"or use more or bigger GPUs{dtype}")
     if params > 0.9 * memory_gib * GIB:
-        dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.get("dtype_bytes", 2) > 2 else ""
-        return (f"{head}; the parameters alone do not fit and every rank holds all of them (sporch does not "
-                "shard parameters, so more ring/ulysses cannot help): use a GPU with more memory, "
-                f"a smaller model{dtype}")
-    return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use a bigger GPU"
+        return (f"{head}; the parameters do not fit even sharded over all {layout.world_size} ranks: use more "
+                f"GPUs (resources.nodes), GPUs with more memory, a smaller model{dtype}")
+    return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use more or bigger GPUs"
 
 
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
@@ -160,13 +166,18 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     heads = heads_section(model, layout)
     workload = workload_section(job.workload, model, job.source)
     cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
-    est = estimate(model, workload, layout, sequence, heads, cluster_s)
+
+    def estimate_for(degree: int) -> dict:
+        est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
+        return with_pipeline(est, model, workload, layout) if workload.kind == "generate" else est
+
+    placement, est = choose_placement(job.parallel.shard_weights, layout, estimate_for,
+                                      lockstep=workload.kind != "generate")
+    est = {**est, "shard_weights": placement.shard_weights}
     if chooser.reason:
         est["layout_choice"] = chooser.reason
-    if workload.kind == "generate":
-        est = with_pipeline(est, model, workload, layout)
     if not est["fits"]:
-        warnings.append(memory_advice(est, cluster.gpu.memory_gib, cluster.gpu.model))
+        warnings.append(memory_advice(est, cluster.gpu.memory_gib, cluster.gpu.model, placement, layout))
     comm_s = est["all_to_all_s_per_step_ideal"] + est["ring_s_per_step_ideal"]
     if comm_s > est["compute_s_per_step_ideal"] > 0:
         warnings.append(
@@ -189,6 +200,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         workload=workload,
         sequence=sequence,
         heads=heads,
+        placement=placement,
         estimates=est,
         warnings=tuple(warnings),
     ))
@@ -197,7 +209,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout) -> Plan:
     """The Plan of ``job`` with its layout fixed to ``layout``, without the rank table and groups:
     what ranking compares."""
-    return make_plan(cluster, dataclasses.replace(job, parallel=ParallelSpec(**layout.sizes())), tables=False)
+    parallel = dataclasses.replace(job.parallel, **layout.sizes())
+    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False)
 
 
 def rank_feasible(cluster: sections.ClusterSpec, job: JobSpec) -> tuple[LayoutContext, list[Ranked]]:

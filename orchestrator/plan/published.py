@@ -47,7 +47,7 @@ def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | N
     ), c["name"])
     job = JobSpec(name=c["name"], model=ModelSpec(preset=c["model"]),
                   workload=WorkloadSpec(kind="inference", dtype="bfloat16", **c["workload"]),
-                  parallel=ParallelSpec(**layout.sizes()))
+                  parallel=ParallelSpec(**layout.sizes(), shard_weights="none"))  # measured unsharded
     return make_plan(cluster, validate_job(job, c["name"]))
 
 

@@ -5,6 +5,7 @@
 Public API (see docs/model.md)::
 
     model = build_model(plan.model, seed=0, dtype="float32")           # or weights="x.safetensors"
+    model = build_sharded(plan.model, ctx, "sequence", seed=0)          # parameters sharded (FSDP2)
     runner = ShardedDiT(model, ctx, grid=plan.sequence.grid)            # ctx=None: one process
     v = runner.forward(latents, timestep, cond, guidance_scale=g)       # full velocity, every rank
     x = generate(model, ctx, grid=..., batch=..., steps=..., guidance_scale=..., seed=...)
@@ -17,6 +18,7 @@ from .config import ModelConfig, tiny_model_dict
 from .sampler import SampleInputs, euler_sample, flow_sigmas, generate, make_inputs
 from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT, cfg_combine, dp_slice
+from .shard_weights import build_sharded, resident_parameter_bytes, shard_model
 from .verify import compare, verify
 
 __all__ = [
@@ -25,4 +27,5 @@ __all__ = [
     "tiny_model_dict", "latent_shape", "patchify", "unpatchify",
     "flow_sigmas", "euler_sample", "generate", "make_inputs",
     "cfg_combine", "dp_slice", "compare", "verify",
+    "build_sharded", "shard_model", "resident_parameter_bytes",
 ]

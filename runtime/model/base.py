@@ -16,6 +16,14 @@ from .config import ModelConfig
 from .rope import rope_cos_sin
 
 
+def block_lists(model: nn.Module) -> list[tuple[str, nn.ModuleList]]:
+    """The model's transformer block lists: direct ``nn.ModuleList`` children whose name ends
+    in ``blocks`` (``blocks``; ``double_blocks``, ``single_blocks``): the units compiling and
+    weight sharding work on."""
+    return [(name, child) for name, child in model.named_children()
+            if isinstance(child, nn.ModuleList) and name.endswith("blocks")]
+
+
 def patchify(latents: torch.Tensor, patch: Sequence[int]) -> tuple[torch.Tensor, tuple[int, int, int]]:
     """[B, C, F, H, W] -> tokens [B, f*h*w, C*pt*ph*pw] (f-major, w-minor; features ordered
     (C, pt, ph, pw), i.e. a Conv3d weight with stride == kernel flattened), and the grid."""

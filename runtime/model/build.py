@@ -16,6 +16,7 @@ from .config import ModelConfig
 from .dit import ClassDiT
 from .keymaps import load_checkpoint
 from .mmdit import MMDiT
+from .shards import local_rows
 from .wan import WanDiT
 
 #: Scale of the weights that produce adaLN modulation (keeps random deep stacks tame).
@@ -62,10 +63,14 @@ def init_value(name: str, shape: torch.Size, seed: int) -> torch.Tensor:
 
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Fill every parameter from (seed, name); a sharded parameter (FSDP2) gets its rows of the
+    same values, so sharded and unsharded models compute the same."""
     for name, p in model.named_parameters():
         if p.device.type == "meta":
             continue
-        p.copy_(init_value(name, p.shape, seed).to(p.dtype))
+        local, rows = local_rows(p)
+        value = init_value(name, p.shape, seed)
+        local.copy_((value if rows is None else value[rows]).to(local.dtype))
     return model
 
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
-from sporch.runtime.model import ShardedDiT, build_model, resolve_dtype
+from sporch.runtime.model import ShardedDiT, build_sharded, resolve_dtype
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
@@ -96,7 +96,8 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     out["encode_s"] = time.perf_counter() - t0
     log(ctx, f"encoded {len(prompts)} prompt(s) in {out['encode_s']:.1f} s")
 
-    model = build_model(spec.model, dtype=dtype, device=device, weights=spec.root)
+    mode = plan.placement.shard_weights if ctx is not None else "none"
+    model = build_sharded(spec.model, ctx, mode, dtype=dtype, device=device, weights=spec.root)
     runner = ShardedDiT(model, ctx, grid=spec.grid)
     image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
     decoder = None

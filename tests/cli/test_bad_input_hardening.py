@@ -196,8 +196,12 @@ def test_parameters_that_do_not_fit_get_advice_that_can_help(run_cli):
     code, out, err = run_cli("plan", "--cluster", "local", WAN14B, "--json")
     assert code == 0, err
     (warning,) = [w for w in json.loads(out)["warnings"] if "exceeds 90%" in w]
-    assert "sporch does not shard parameters" in warning and "GPU with more memory" in warning
+    # auto already sharded the parameters over every rank: what is left is more or bigger GPUs
+    assert "do not fit even sharded over all 4 ranks" in warning and "GPUs with more memory" in warning
     assert "raise ring/ulysses" not in warning
+    code, out, err = run_cli("plan", "--cluster", "local", WAN14B, "parallel.shard_weights=none", "--json")
+    (warning,) = [w for w in json.loads(out)["warnings"] if "exceeds 90%" in w]
+    assert "set parallel.shard_weights=world (or auto) to spread the parameters over all 4 ranks" in warning
     # activation-bound: more sequence ranks do help, and the advice says so
     code, out, err = run_cli("plan", "--cluster", "local", TINY, "workload.height=8192", "workload.width=8192",
                              "workload.frames=81", "--json")

@@ -231,8 +231,12 @@ def test_estimates_present_and_memory_check():
     assert e["fits"] and 0 < e["memory_fraction"] < 1
     single = plan("a100x8", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=8", "workload.batch=8")
     assert single.estimates["all_to_all_bytes_per_rank"] == 0 and single.estimates["ring_bytes_per_rank"] == 0
-    big = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16")
+    big = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16",
+               "parallel.shard_weights=none")
     assert not big.estimates["fits"] and any("exceeds 90%" in w for w in big.warnings)
+    # auto (the default) spreads the parameters over the 16 ranks instead
+    auto = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16")
+    assert auto.estimates["fits"] and auto.placement.shard_weights == "world"
 
 
 def test_planner_is_pure():

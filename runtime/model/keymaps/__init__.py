@@ -7,7 +7,9 @@ sporch's own names from ``save_safetensors``), checks config.json against the mo
 checks that every tensor is there with the right shape and nothing else is, then copies tensor
 by tensor out of memory-mapped files (``safe_open``), applying the table's transforms
 (transforms.py): a rank never holds a second full copy of the weights, and ranks of one node
-share the page cache.
+share the page cache. A sharded model (FSDP2, ``parallel.shard_weights``) gets only its rows of
+each parameter: read as a slice of the mapped file where the transform keeps rows in place
+(copy, conv_as_linear), else one parameter read whole and cut; never the whole model.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from torch import nn
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
 from sporch.orchestrator.contract.models import flux, wan
 from sporch.orchestrator.contract.models.keymap import Table
+from ..shards import local_rows
 from .transforms import TRANSFORMS
+
+#: Transforms that keep a tensor's rows where they are: a shard reads only its rows from the file.
+ROW_PRESERVING = ("copy", "conv_as_linear")
 
 #: The published family whose checkpoints load into a model of each attention kind.
 TABLES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
@@ -82,21 +88,46 @@ def load_checkpoint(model: nn.Module, path: str | Path, table: Table | None = No
         handles = {f: stack.enter_context(safe_open(str(f), framework="pt", device="cpu")) for f in ckpt.files}
         for name, (srcs, transform, leaf) in plan.items():
             param = own_state[name]
-            try:
-                tensors = [handles[ckpt.tensors[s].file].get_tensor(s) for s in srcs]
-            except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-                raise CheckpointError(f"{where}: cannot read tensor {srcs[0]!r} ({exc})".splitlines()[0]) from None
-            try:
-                value = TRANSFORMS[transform](tensors, model.cfg, leaf)
-            except RuntimeError:
-                value = None
-            if value is None or tuple(value.shape) != tuple(param.shape):
-                shapes = " + ".join(str(list(t.shape)) for t in tensors)
-                raise CheckpointError(
-                    f"{where}: tensor {srcs[0]!r} has shape {shapes}, but sporch's {name} needs "
-                    f"{list(param.shape)}; the checkpoint is of another model size")
-            param.copy_(value.to(param.dtype))
+            local, rows = local_rows(param)
+            value = _read(handles, ckpt, srcs, transform, leaf, model.cfg, rows, name, tuple(param.shape), where)
+            local.copy_(value.to(local.dtype))
     return model
+
+
+def _read(handles, ckpt, srcs, transform, leaf, cfg, rows, name, shape, where) -> torch.Tensor:
+    """Parameter ``name`` (full ``shape``) from its source tensors, or only its ``rows``."""
+    def fail(shapes: str) -> CheckpointError:
+        return CheckpointError(f"{where}: tensor {srcs[0]!r} has shape {shapes}, but sporch's {name} needs "
+                               f"{list(shape)}; the checkpoint is of another model size")
+
+    try:
+        if rows is not None and transform in ROW_PRESERVING and len(srcs) == 1:
+            part = handles[ckpt.tensors[srcs[0]].file].get_slice(srcs[0])
+            src_shape = list(part.get_shape())
+            full = src_shape if transform == "copy" or leaf != "weight" else (
+                [src_shape[0], _prod(src_shape[1:])] if src_shape else src_shape)
+            if tuple(full) != shape:
+                raise fail(str(src_shape))
+            return TRANSFORMS[transform]([part[rows.start:rows.stop]], cfg, leaf)
+        tensors = [handles[ckpt.tensors[s].file].get_tensor(s) for s in srcs]
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{where}: cannot read tensor {srcs[0]!r} ({exc})".splitlines()[0]) from None
+    try:
+        value = TRANSFORMS[transform](tensors, cfg, leaf)
+    except RuntimeError:
+        value = None
+    if value is None or tuple(value.shape) != shape:
+        raise fail(" + ".join(str(list(t.shape)) for t in tensors))
+    return value if rows is None else value[rows]
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
 
 
 __all__ = ["CheckpointError", "CheckpointFiles", "TABLES", "load_checkpoint", "open_checkpoint"]

@@ -126,6 +126,93 @@ def test_sharded_equals_diffusers(wan, flux, i2v):
             assert err["max_rel_err"] <= TOL, (name, rank, err)
 
 
+# -- parameters sharded (FSDP2, parallel.shard_weights) ------------------------------------------
+
+def _rows(value, sl):
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: v[sl] for k, v in value.items()}
+    return value[sl]
+
+
+def _shard_weights_world(cases):
+    """Each case: the checkpoint loaded with its parameters sharded (every rank reads only its
+    rows), this replica's samples through the sharded model; returns outputs and how much of
+    the parameters each rank held."""
+    from sporch.runtime.model import ShardedDiT, build_sharded, dp_slice, resident_parameter_bytes
+    from sporch.runtime.parallel import ParallelContext
+
+    out = {}
+    for name, layout, mode, model_dict, folder, x, t, cond, null, guidance in cases:
+        ctx = ParallelContext.from_layout(**layout)
+        model = build_sharded(model_dict, ctx, mode, weights=folder)
+        full = build_model(model_dict, device="meta").num_parameters() * 4
+        runner = ShardedDiT(model, ctx, grid=(x.shape[2], x.shape[3] // 2, x.shape[4] // 2))
+        sl = dp_slice(x.shape[0], ctx)
+        y = runner.forward(x[sl], t[sl], _rows(cond, sl), guidance_scale=guidance, null_cond=_rows(null, sl))
+        out[name] = dict(y=y, rows=(sl.start, sl.stop), resident=resident_parameter_bytes(model), full=full)
+    return out
+
+
+def _shard_cases(wan, flux, specs):
+    wan_dict, flux_dict = sporch_wan_dict(WAN_TINY), sporch_flux_dict(FLUX_TINY)
+    wan_in = (wan["x"], wan["t"], wan["text"], torch.zeros_like(wan["text"]))
+    flux_in = (flux["x"], flux["t"], flux["cond"], None)
+    out = []
+    for name, layout, mode, folder in specs:
+        if name.startswith("wan"):
+            guidance = GUIDANCE if layout.get("cfg") == 2 else 1.0
+            out.append((name, layout, mode, wan_dict, wan["dirs"][folder], *wan_in, guidance))
+        else:
+            out.append((name, layout, mode, flux_dict, flux["dirs"][folder], *flux_in, FLUX_GUIDANCE))
+    return out
+
+
+def _check_shard_results(cases, results, wan, flux, world):
+    refs = {"wan": wan["ref"], "wan-cfg": wan["ref_cfg"], "flux": flux["ref"]}
+    for name, layout, mode, *_, guidance in cases:
+        ref = refs["flux" if name.startswith("flux") else "wan-cfg" if guidance > 1 else "wan"]
+        degree = {"sequence": layout.get("ring", 1) * layout.get("ulysses", 1), "world": world}[mode]
+        for rank, res in enumerate(results):
+            r = res[name]
+            err = compare(r["y"], ref[slice(*r["rows"])])
+            assert err["max_rel_err"] <= TOL, (name, rank, err)
+            # each rank holds 1/degree of the parameters (rounded up per parameter), not all of them
+            assert r["resident"] < r["full"] / degree * 1.25, (name, rank, r["resident"], r["full"])
+
+
+SHARD_CASES_4 = [
+    ("wan-U4-seq-diffusers", dict(ulysses=4), "sequence", "Wan-T2V-Diffusers"),
+    ("wan-R4-world-original-sharded", dict(ring=4), "world", "Wan-T2V-sharded"),
+    ("wan-U2R2-seq-original", dict(ulysses=2, ring=2), "sequence", "Wan-T2V"),
+    ("wan-cfg2xU2-world-diffusers-sharded", dict(cfg=2, ulysses=2), "world", "Wan-T2V-Diffusers-sharded"),
+    ("wan-dp2xU2-seq-original", dict(dp=2, ulysses=2), "sequence", "Wan-T2V"),
+    ("flux-U4-world-diffusers", dict(ulysses=4), "world", "FLUX.1-dev"),
+    ("flux-R4-seq-bfl", dict(ring=4), "sequence", "flux1-dev.safetensors"),
+    ("flux-U2R2-world-bfl-sharded", dict(ulysses=2, ring=2), "world", "flux1-dev-sharded"),
+    ("flux-dp2xU2-world-diffusers-sharded", dict(dp=2, ulysses=2), "world", "FLUX.1-dev-sharded"),
+]
+SHARD_CASES_8 = [
+    ("wan-cfg2xU2R2-seq-original", dict(cfg=2, ulysses=2, ring=2), "sequence", "Wan-T2V"),
+    ("wan-dp2xU4-world-diffusers", dict(dp=2, ulysses=4), "world", "Wan-T2V-Diffusers"),
+    ("flux-U4R2-world-bfl-sharded", dict(ulysses=4, ring=2), "world", "flux1-dev-sharded"),
+]
+
+
+def test_sharded_weights_equal_diffusers_on_4_ranks(wan, flux):
+    """parallel.shard_weights on 4 gloo ranks: U4, R4, U2R2, cfg2xU2, dp2xU2, both families,
+    every checkpoint layout, loaded sharded; == the diffusers model within 1e-5."""
+    cases = _shard_cases(wan, flux, SHARD_CASES_4)
+    _check_shard_results(cases, run_distributed(_shard_weights_world, 4, cases, timeout=300), wan, flux, 4)
+
+
+@pytest.mark.slow
+def test_sharded_weights_equal_diffusers_on_8_ranks(wan, flux):
+    cases = _shard_cases(wan, flux, SHARD_CASES_8)
+    _check_shard_results(cases, run_distributed(_shard_weights_world, 8, cases, timeout=400, threads=1), wan, flux, 8)
+
+
 # -- Wan2.1 image-to-video ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

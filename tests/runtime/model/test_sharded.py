@@ -33,11 +33,11 @@ CASES = [
 ]
 
 
-def _plan(layout_kw, model, workload, grid):
+def _plan(layout_kw, model, workload, grid, shard_weights="none"):
     from sporch.orchestrator.contract.plan import Layout
     from sporch.runtime.testing import plan_for
 
-    return plan_for(Layout(**layout_kw), model, grid, workload)
+    return plan_for(Layout(**layout_kw), model, grid, workload, shard_weights=shard_weights)
 
 
 def _world(cases):
@@ -79,6 +79,13 @@ def _world(cases):
     bench_plan = _plan(dict(ulysses=4), model_dict, dict(workload, kind="benchmark", repeat=2, warmup=1), (2, 4, 4))
     bench = run_workload(bench_plan, ParallelContext.from_plan(bench_plan), cpu, progress())
     out["plan-benchmark-u4"] = bench
+    # the same through plans whose placement shards the parameters (parallel.shard_weights)
+    sharded = _plan(dict(cfg=2, ring=2), model_dict, workload, (2, 3, 3), shard_weights="world")
+    out["plan-verify-cfg2-r2-sharded-world"] = run_workload(sharded, ParallelContext.from_plan(sharded), cpu,
+                                                            progress())
+    sharded = _plan(dict(ulysses=4), model_dict, dict(workload, kind="benchmark", repeat=2, warmup=1), (2, 4, 4),
+                    shard_weights="sequence")
+    out["plan-benchmark-u4-sharded"] = run_workload(sharded, ParallelContext.from_plan(sharded), cpu, progress())
     return out
 
 
@@ -87,7 +94,7 @@ def world_results():
     return run_distributed(_world, WORLD, CASES, timeout=240)
 
 
-@pytest.mark.parametrize("name", [c[0] for c in CASES] + ["plan-verify-cfg2-r2"])
+@pytest.mark.parametrize("name", [c[0] for c in CASES] + ["plan-verify-cfg2-r2", "plan-verify-cfg2-r2-sharded-world"])
 def test_sharded_equals_unsharded(world_results, name):
     for rank, res in enumerate(world_results):
         r = res[name]
@@ -109,3 +116,8 @@ def test_benchmark_workload_from_a_plan(world_results):
         # workload.compile unset on CPU: not compiled; the first (warm-up) call is timed apart
         assert bench["compile"]["enabled"] is False and bench["compile"]["first_call_s"] > 0
         assert bench["compile"]["compile_s"] >= 0
+        sharded = res["plan-benchmark-u4-sharded"]
+        assert sharded["shard_weights"] == "sequence" and bench["shard_weights"] == "none"
+        assert sharded["parameters"] == bench["parameters"]  # the same model, counted whole
+        # each of the 4 ranks holds about a quarter of the parameters (rows rounded up per tensor)
+        assert sharded["parameter_bytes_resident"] < bench["parameter_bytes_resident"] / 4 * 1.25

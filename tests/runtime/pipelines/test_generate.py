@@ -123,9 +123,10 @@ def generated(folders):
     wl = {**WAN_WORKLOAD, "prompt_file": str(folders["prompts"])}
     cases = [
         ("wan-U2R2", _plan(wan, {**wl, "batch": 2}, {"ulysses": 2, "ring": 2, "cfg": 1}, "wan-u2r2")),
-        ("wan-cfg2-U2", _plan(wan, wl, {"ulysses": 2, "ring": 1, "cfg": 2}, "wan-cfg2")),
-        ("flux-U2R2", _plan(flux, {**FLUX_WORKLOAD, "prompt": FLUX_PROMPTS[0]}, {"ulysses": 2, "ring": 2},
-                            "flux-u2r2")),
+        # these two with the DiT's parameters sharded (FSDP2): the frames must not change
+        ("wan-cfg2-U2", _plan(wan, wl, {"ulysses": 2, "ring": 1, "cfg": 2, "shard_weights": "world"}, "wan-cfg2")),
+        ("flux-U2R2", _plan(flux, {**FLUX_WORKLOAD, "prompt": FLUX_PROMPTS[0]},
+                            {"ulysses": 2, "ring": 2, "shard_weights": "sequence"}, "flux-u2r2")),
     ]
     dirs = {name: folders["root"] / "out" / name for name, _ in cases}
     for d in dirs.values():
@@ -150,6 +151,8 @@ def wan_reference(folders):
 
 @pytest.mark.parametrize("name", ["wan-U2R2", "wan-cfg2-U2"])
 def test_wan_frames_equal_wan_pipeline(generated, wan_reference, name):
+    expected = "world" if name == "wan-cfg2-U2" else "none"
+    assert generated["plans"][name].placement.shard_weights == expected
     ours = _sporch_frames(generated, name)
     assert ours.shape == wan_reference.shape == (2, 9, 80, 48, 3)
     assert wan_reference.std() > 0.02  # not a flat image: the comparison means something
@@ -167,6 +170,7 @@ def test_wan_comparison_can_fail(folders, wan_reference):
 
 
 def test_flux_frames_equal_flux_pipeline(generated, folders):
+    assert generated["plans"]["flux-U2R2"].placement.shard_weights == "sequence"
     ours = _sporch_frames(generated, "flux-U2R2")
     ref = _reference_flux(folders["flux"])
     other = _reference_flux(folders["flux"], seed_offset=1)
