@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "campaign": ("sporch.orchestrator.cli.campaign_cmd:campaign", "Benchmark campaigns: plan a sweep, report, compare."),
     "cancel": ("sporch.orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
     "clusters": ("sporch.orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
+    "decode": ("sporch.orchestrator.cli.decode_cmd:decode", "Decode a generate job's kept latents (no denoising)."),
     "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
     "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
     "render": ("sporch.orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),

@@ -32,7 +32,10 @@ from sporch.runtime.parallel import ParallelContext
 from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
 from .spec import GenerateSpec, generate_spec
-from .text import encode_for_replica, is_leader
+from .latents import LatentStore
+from .replica import is_leader, share_from_leader
+from .stages import Stages
+from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
 from .vae import Decoder
 
@@ -73,7 +76,10 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                  log: Callable[[ParallelContext | None, str], None] = _say,
                  frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
     """Run the generate workload of ``plan`` on this rank; ``frames_sink(index, frames)``
-    (tests) also receives each prompt's decoded float frames [F, H, W, 3]."""
+    (tests) also receives each prompt's decoded float frames [F, H, W, 3].
+
+    Prompts whose latents an earlier run of the job saved (:mod:`.latents`) are decoded
+    without denoising; when every prompt of the replica has them, nothing is encoded either."""
     require_pipelines()
     spec = generate_spec(plan)
     ensure_weights(spec, ctx)
@@ -89,52 +95,112 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     cfg_on = spec.family == "wan" and guidance > 1.0
     if spec.family == "flux" and spec.negative_prompt:
         raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
+    store = LatentStore(spec, output_dir)
+    saved = set(share_from_leader(ctx, _saved(store, mine) if is_leader(ctx) else None, "reading saved latents"))
+    stages = Stages(device)
+    batches = [list(range(k, min(k + per_pass, len(mine)))) for k in range(0, len(mine), per_pass)]
+    todo = [rows for rows in batches if not all(mine[r] in saved for r in rows)]
+    if saved:
+        log(ctx, f"{sum(1 for r in range(len(mine)) if mine[r] in saved)} prompt(s) already denoised "
+                 f"(latents in {store.folder}): decoding them without denoising again")
 
-    t0 = time.perf_counter()
-    prompts = [spec.prompts[i] for i in mine]
-    cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on)
-    out["encode_s"] = time.perf_counter() - t0
-    log(ctx, f"encoded {len(prompts)} prompt(s) in {out['encode_s']:.1f} s")
-
-    mode = plan.placement.shard_weights if ctx is not None else "none"
-    model = build_sharded(spec.model, ctx, mode, dtype=dtype, device=device, weights=spec.root)
-    runner = ShardedDiT(model, ctx, grid=spec.grid)
+    model = runner = cond_all = null_all = None
+    if todo:
+        with stages("encode"):
+            prompts = [spec.prompts[i] for i in mine]
+            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on)
+        log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
+        mode = plan.placement.shard_weights if ctx is not None else "none"
+        with stages("load"):
+            model = build_sharded(spec.model, ctx, mode, dtype=dtype, device=device, weights=spec.root)
+            runner = ShardedDiT(model, ctx, grid=spec.grid)
     image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
     decoder = None
     outputs: list[dict[str, Any]] = []
     step_ms: list[float] = []
-    batches = [list(range(k, min(k + per_pass, len(prompts)))) for k in range(0, len(prompts), per_pass)]
+    latent_shape = None
     with torch.no_grad():
         for bi, rows in enumerate(batches):
-            sl = slice(rows[0], rows[-1] + 1)
-            seeds = [spec.seed + mine[r] for r in rows]
-            cond = cond_rows(cond_all, sl)
-            null = cond_rows(null_all, sl) if null_all is not None else None
-            scheduler = load_scheduler(spec)
-            ts = timesteps(spec, scheduler, image_tokens, torch.device("cpu"))
-            x = runner.shard_latents(initial_noise(spec, model.cfg.out_dim, seeds)).float()
-            n = len(ts)
-            for i, t in enumerate(ts):
-                sync(device)
-                start = time.perf_counter()
-                v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null)
-                x = scheduler.step(v, t, x, return_dict=False)[0]
-                sync(device)
-                step_ms.append((time.perf_counter() - start) * 1e3)
-                log(ctx, f"batch {bi + 1}/{len(batches)} step {i + 1}/{n}  {step_ms[-1] / 1e3:.2f} s/step")
-            latents = runner.gather_latents(x, channels=model.cfg.out_dim)
+            indices = [mine[r] for r in rows]
+            seeds = [spec.seed + i for i in indices]
+            if rows in todo:
+                with stages("denoise"):
+                    latents = _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens,
+                                       device, step_ms, lambda i, n: log(
+                                           ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
+                                                f"{step_ms[-1] / 1e3:.2f} s/step"))
+                if is_leader(ctx):
+                    store.save(indices, latents)  # before decoding: a failed decode loses no denoising
+            elif is_leader(ctx):
+                latents = store.load(indices)
+            else:
+                continue
+            latent_shape = list(latents.shape)
             if is_leader(ctx):
                 if decoder is None:
-                    decoder = Decoder(spec, device)
-                frames = decoder(latents)
-                outputs += _write(spec, frames, [mine[r] for r in rows], seeds, output_dir, log, ctx)
-                for k, r in enumerate(rows):
+                    with stages("decode"):
+                        decoder = Decoder(spec, device)
+                with stages("decode"):
+                    frames = decoder(latents)
+                with stages("save"):
+                    outputs += _write(spec, frames, indices, seeds, output_dir, log, ctx)
+                for k, index in enumerate(indices):
                     if frames_sink is not None:
-                        frames_sink(mine[r], frames[k])
-    out.update(step_ms=step_ms, outputs=outputs, parameters=model.num_parameters(),
-               peak_memory_bytes=peak_memory_bytes(device),
-               latent_shape=list(latents.shape))
+                        frames_sink(index, frames[k])
+    out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
+               denoised_prompts=sum(len(r) for r in todo), reused_latents=sorted(saved & set(mine)),
+               parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
+               peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
+    if "encode" in stages.seen:
+        out["encode_s"] = stages.seconds("encode")
     return out
+
+
+def _saved(store: LatentStore, mine) -> list[int]:
+    try:
+        return [i for i in mine if store.has(i)]
+    except Exception as exc:  # noqa: BLE001 - shipped to the replica, then re-raised
+        return exc  # type: ignore[return-value]
+
+
+def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens, device, step_ms,
+             on_step) -> torch.Tensor:
+    """One prompt batch through the scheduler's steps; the gathered latents [B, C, F, H, W]."""
+    sl = slice(rows[0], rows[-1] + 1)
+    cond = cond_rows(cond_all, sl)
+    null = cond_rows(null_all, sl) if null_all is not None else None
+    scheduler = load_scheduler(spec)
+    ts = timesteps(spec, scheduler, image_tokens, torch.device("cpu"))
+    x = runner.shard_latents(initial_noise(spec, model.cfg.out_dim, seeds)).float()
+    for i, t in enumerate(ts):
+        sync(device)
+        start = time.perf_counter()
+        v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null)
+        x = scheduler.step(v, t, x, return_dict=False)[0]
+        sync(device)
+        step_ms.append((time.perf_counter() - start) * 1e3)
+        on_step(i + 1, len(ts))
+    return runner.gather_latents(x, channels=model.cfg.out_dim)
+
+
+def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
+                 log: Callable[[ParallelContext | None, str], None] = _say) -> list[dict[str, Any]]:
+    """Decode every prompt whose latents ``output_dir`` keeps (one process, no transformer, no
+    text encoder): what ``sporch decode RUN_DIR`` does. Returns the files written."""
+    require_pipelines()
+    spec = generate_spec(plan)
+    store = LatentStore(spec, output_dir)
+    indices = store.saved()
+    if not indices:
+        raise FileNotFoundError(f"no latents of this job in {store.folder} (the job saves them once a prompt is "
+                                "denoised); run the job")
+    decoder = Decoder(spec, device)
+    written: list[dict[str, Any]] = []
+    with torch.no_grad():
+        for i in indices:
+            frames = decoder(store.load([i]))
+            written += _write(spec, frames, [i], [spec.seed + i], output_dir, log, None)
+    return written
 
 
 def _write(spec: GenerateSpec, frames, indices: list[int], seeds: list[int], output_dir: Path, log,

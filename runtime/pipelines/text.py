@@ -19,17 +19,12 @@ import gc
 from typing import Any, Sequence
 
 import torch
-import torch.distributed as dist
 
 from sporch.runtime.model.condition import Condition, cond_map
 from sporch.runtime.parallel import ParallelContext
 
+from .replica import is_leader, share_from_leader
 from .spec import GenerateSpec
-
-
-def is_leader(ctx: ParallelContext | None) -> bool:
-    """The rank that encodes and decodes for its dp replica."""
-    return ctx is None or (ctx.cfg_rank == 0 and ctx.sequence_rank == 0)
 
 
 def load_text_pipeline(root: str, dtype: torch.dtype, device: torch.device):
@@ -68,21 +63,10 @@ def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: Parallel
                        dtype: torch.dtype, cfg: bool) -> tuple[Condition, Condition | None]:
     """Every rank of the dp replica gets the leader's encoding of ``prompts`` (an error on the
     leader is raised on every rank of the replica, so none waits forever)."""
-    payload: list[Any] = [None]
+    payload: Any = None
     if is_leader(ctx):
         try:
-            payload[0] = encode(spec, prompts, device, dtype, cfg)
+            payload = encode(spec, prompts, device, dtype, cfg)
         except Exception as exc:  # noqa: BLE001 - shipped to the replica, then re-raised
-            payload[0] = exc
-    if ctx is not None:
-        if ctx.sequence_rank == 0 and ctx.cfg > 1:
-            with ctx.guard():
-                dist.broadcast_object_list(payload, src=ctx.group_ranks("cfg")[0], group=ctx.cfg_group)
-        if ctx.sequence_size > 1:
-            with ctx.guard():
-                dist.broadcast_object_list(payload, src=ctx.group_ranks("sequence")[0], group=ctx.sequence_group)
-    if isinstance(payload[0], BaseException):
-        if is_leader(ctx):
-            raise payload[0]
-        raise RuntimeError(f"text encoding failed on this replica's leader: {payload[0]}")
-    return payload[0]
+            payload = exc
+    return share_from_leader(ctx, payload, "text encoding")

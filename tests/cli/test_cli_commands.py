@@ -116,7 +116,7 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["plan", "-c", "a100x33", WAN14B], "known clusters: a100x32"),
+        (["plan", "-c", "a100x33", WAN14B], "known clusters: a100-40gx32, a100x32"),
         (["plan", "-c", "a100x32", WAN14B, "parallel.ring=2"], "feasible (dp x cfg x ring x ulysses)"),
         (["plan", "-c", "a100x32", WAN14B, "parallel.rnig=2"], "'parallel.rnig'"),
         (["plan", "-c", "a100x32", WAN14B, "workload.batch=x"], "'workload.batch'"),

@@ -193,7 +193,9 @@ def test_files_open_with_frames_size_prompt_and_seed(generated):
         outputs = writers[0]["outputs"]
         assert [o["prompt"] for o in outputs] == prompts
         assert [o["seed"] for o in outputs] == [SEED + i for i in range(len(prompts))]
-        files = sorted(p.name for p in generated["dirs"][name].iterdir())
+        files = sorted(p.name for p in generated["dirs"][name].iterdir() if p.name != "latents")
+        # the denoised latents were kept, one file per prompt, before decoding
+        assert len(list((generated["dirs"][name] / "latents").glob("*.safetensors"))) == len(prompts)
         assert files == sorted(o["file"] for o in outputs) and all(f.endswith("." + fmt) for f in files)
         for o in outputs:
             back = read(Path(o["path"]))
@@ -204,6 +206,98 @@ def test_files_open_with_frames_size_prompt_and_seed(generated):
             assert diff == 0 if fmt == "png" else diff < 12, (name, diff)
         for r in generated["ranks"]:
             assert r[name]["peak_memory_bytes"] > 0
+
+
+def test_stage_figures(generated):
+    """result.json's per-stage seconds and peak memory: text encode, load, denoise (per step),
+    decode and save on the leader; the others encode nothing and decode nothing."""
+    for name in generated["plans"]:
+        for rank, r in enumerate(generated["ranks"]):
+            st = r[name]["stages"]
+            want = {"encode", "load", "denoise", "decode", "save"} if rank == 0 else {"encode", "load", "denoise"}
+            assert set(st) == want, (name, rank, st)
+            batches = {"wan-U2R2": 1, "wan-cfg2-U2": 2, "flux-U2R2": 1}[name]  # prompt batches denoised
+            assert st["denoise"]["steps"] == len(r[name]["step_ms"]) == STEPS * batches
+            assert all(v["s"] >= 0 and v["peak_memory_bytes"] > 0 for v in st.values())
+            assert st["denoise"]["s_per_step"] == pytest.approx(st["denoise"]["s"] / st["denoise"]["steps"], rel=1e-3)
+
+
+def _generate_once(plan_json: str, folder: str):
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
+
+    plan = Plan.from_json(plan_json)
+    frames = {}
+    metrics = run_generate(plan, ParallelContext.from_plan(plan), torch.device("cpu"), Path(folder),
+                           frames_sink=lambda i, f: frames.__setitem__(i, f))
+    return {**metrics, "frames": frames}
+
+
+def test_a_failed_decode_loses_no_denoising(folders, generated, tmp_path):
+    """The VAE fails after every denoising step ran (a broken VAE file stands in for the VAE
+    running out of memory); the re-run of the same job decodes the kept latents without a single
+    denoising step, and its frames are those of an uninterrupted run, bit for bit."""
+    import shutil
+
+    from sporch.runtime.testing import RankError
+
+    root = tmp_path / "wan"
+    shutil.copytree(folders["wan"], root)
+    vae = next((root / "vae").glob("*.safetensors"))
+    good = vae.read_bytes()
+    vae.write_bytes(good[: len(good) // 3])  # truncated: loading the VAE fails at the first decode
+    wl = {**WAN_WORKLOAD, "prompt_file": str(folders["prompts"]), "batch": 2}
+    plan = _plan({"preset": "tiny", "weights": str(root)}, wl, {"ulysses": 2, "ring": 2, "cfg": 1}, "wan-u2r2")
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(RankError):
+        run_distributed(_generate_once, 4, plan.to_json(), str(out), timeout=600)
+    kept = sorted(p.name for p in (out / "latents").glob("*.safetensors"))
+    assert kept == ["00000.safetensors", "00001.safetensors"]
+    assert not list(out.glob("*.mp4"))  # nothing decoded
+
+    vae.write_bytes(good)  # the VAE fixed (or more memory)
+    # `sporch decode RUN_DIR` on a copy of the job folder: the VAE only, one process
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "plan.json").write_text(plan.to_json())
+    p = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "decode", str(copy), "--device", "cpu"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"decoded 2 prompt(s) into {copy}" in p.stdout and len(list(copy.glob("*.mp4"))) == 2
+    # and the same job run again
+    again = run_distributed(_generate_once, 4, plan.to_json(), str(out), timeout=600)
+    for r in again:
+        assert r["step_ms"] == [] and r["denoised_prompts"] == 0 and r["reused_latents"] == [0, 1]
+        assert "denoise" not in r["stages"] and "encode" not in r["stages"]  # nor was any prompt encoded
+    frames = again[0]["frames"]
+    before = {}
+    for rank in generated["ranks"]:
+        before.update(rank["wan-U2R2"]["frames"])
+    assert sorted(frames) == [0, 1]
+    for i in (0, 1):
+        assert np.array_equal(frames[i], before[i]), i
+    assert len(list(out.glob("*.mp4"))) == 2
+
+
+def test_decode_refuses_what_it_cannot_decode_in_one_line(tmp_path):
+    from sporch.runtime.testing import plan_for
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.runtime.model import tiny_model_dict
+
+    def decode(folder):
+        p = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "decode", str(folder)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+        return p.stderr
+
+    assert "has no plan.json" in decode(tmp_path)
+    (tmp_path / "plan.json").write_text(plan_for(Layout(ulysses=1), tiny_model_dict("cross")).to_json())
+    assert "is a verify job; only generate jobs keep latents" in decode(tmp_path)
+    gen = _plan({"preset": "tiny"}, {**WAN_WORKLOAD, "prompt": "x"}, {}, "gen")
+    (tmp_path / "plan.json").write_text(gen.to_json())
+    assert "holds no latents: the job never finished denoising a prompt" in decode(tmp_path)
 
 
 def test_text_encoded_once_per_replica(generated):

@@ -1,0 +1,92 @@
+"""Denoised latents kept on disk, so that no finished denoising is ever done twice.
+
+After the sequence gather, the replica's leader writes each prompt's latents to
+``<job dir>/latents/<index>.safetensors`` (written to a temporary name, then renamed: a file
+there is whole) before it decodes them. A later run of the same job (a requeue, a re-run after
+the VAE ran out of memory, ``sporch decode RUN_DIR``) finds them and decodes without denoising.
+
+Each file carries a fingerprint of everything that decides the latents (the model, its
+weights' folder, the prompt and negative prompt, the seed, steps, guidance, shape, dtype,
+scheduler and shift): a file whose fingerprint differs (the job file changed) is not used and
+is overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .spec import GenerateSpec
+
+FOLDER = "latents"
+
+
+def fingerprint(spec: GenerateSpec, index: int) -> str:
+    """What decides prompt ``index``'s latents, hashed."""
+    keys = {"model": spec.model, "root": str(spec.root), "prompt": spec.prompts[index],
+            "negative_prompt": spec.negative_prompt, "seed": spec.seed + index, "steps": spec.steps,
+            "guidance_scale": spec.guidance_scale, "frames": spec.frames, "height": spec.height,
+            "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift}
+    text = json.dumps(keys, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class LatentStore:
+    """The job's saved latents (``output_dir/latents``)."""
+
+    def __init__(self, spec: GenerateSpec, output_dir: str | os.PathLike) -> None:
+        self.spec = spec
+        self.folder = Path(output_dir) / FOLDER
+
+    def path(self, index: int) -> Path:
+        return self.folder / f"{index:05d}.safetensors"
+
+    def has(self, index: int) -> bool:
+        """Whether prompt ``index``'s latents are saved for this very job (fingerprint)."""
+        return self._read(index, tensors=False) is not None
+
+    def load(self, indices: list[int]) -> torch.Tensor:
+        """[B, C, F, H, W] float32 latents of ``indices`` (all must be saved)."""
+        parts = []
+        for i in indices:
+            got = self._read(i, tensors=True)
+            if got is None:
+                raise FileNotFoundError(f"no saved latents for prompt {i} in {self.folder}")
+            parts.append(got)
+        return torch.stack(parts)
+
+    def save(self, indices: list[int], latents: torch.Tensor) -> None:
+        """Prompt ``indices[k]``'s latents are ``latents[k]``; each file appears whole or not at all."""
+        from safetensors.torch import save_file
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for k, i in enumerate(indices):
+            final = self.path(i)
+            tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+            save_file({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()}, str(tmp),
+                      metadata={"fingerprint": fingerprint(self.spec, i), "index": str(i),
+                                "prompt": self.spec.prompts[i][:200]})
+            os.replace(tmp, final)
+
+    def saved(self) -> list[int]:
+        """Indices of every prompt whose latents are saved for this job."""
+        return [i for i in range(len(self.spec.prompts)) if self.has(i)]
+
+    def _read(self, index: int, *, tensors: bool) -> Any:
+        from safetensors import safe_open
+
+        path = self.path(index)
+        if not path.is_file():
+            return None
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as fh:
+                if (fh.metadata() or {}).get("fingerprint") != fingerprint(self.spec, index):
+                    return None
+                return fh.get_tensor("latents") if tensors else True
+        except Exception:  # noqa: BLE001 - a broken file is no saved latents: denoise again
+            return None

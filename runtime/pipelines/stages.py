@@ -1,0 +1,48 @@
+"""Per-stage figures of a generate run: seconds and peak memory of text encoding, loading the
+transformer, denoising, decoding and saving (``result.json`` ``stages``; docs/generate.md).
+
+On a GPU each stage's peak is the most memory allocated while it ran (the peak counter is reset
+when a stage starts); on the CPU it is the process's peak resident set when the stage ended
+(which only grows). A stage entered several times (one denoising per prompt batch) adds up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+import torch
+
+from sporch.runtime.measure import peak_memory_bytes, sync
+
+
+class Stages:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        sync(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            sync(self.device)
+            rec = self.seen.setdefault(name, {"s": 0.0, "peak_memory_bytes": 0})
+            rec["s"] += time.perf_counter() - start
+            rec["peak_memory_bytes"] = max(rec["peak_memory_bytes"], peak_memory_bytes(self.device))
+
+    def seconds(self, name: str) -> float:
+        return float(self.seen.get(name, {}).get("s", 0.0))
+
+    def record(self, steps: int = 0) -> dict[str, Any]:
+        """``{stage: {s, peak_memory_bytes}}``; denoise adds ``steps`` and ``s_per_step``."""
+        out = {k: {"s": round(v["s"], 6), "peak_memory_bytes": int(v["peak_memory_bytes"])}
+               for k, v in self.seen.items()}
+        if "denoise" in out and steps:
+            out["denoise"].update(steps=steps, s_per_step=round(out["denoise"]["s"] / steps, 6))
+        return out
