@@ -50,6 +50,11 @@ class Progress:
     def _on_usr2(self, signum, frame) -> None:  # noqa: ARG002 (signal API)
         self._stop = True
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether this rank got USR2 (not yet agreed with the others)."""
+        return self._stop
+
     def stop_agreed(self) -> bool:
         """True on every rank when any rank got USR2 (one all-reduce of one int)."""
         if not (dist.is_available() and dist.is_initialized()):

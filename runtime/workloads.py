@@ -71,7 +71,7 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
     if kind == "generate":
-        return run_generate(plan, ctx, device, progress.output_dir)
+        return run_generate(plan, ctx, device, progress.output_dir, progress=progress)
     raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
 
 

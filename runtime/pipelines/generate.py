@@ -28,11 +28,13 @@ from sporch.runtime.model import ShardedDiT, build_sharded, resolve_dtype
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 
 from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
 from .spec import GenerateSpec, generate_spec
 from .latents import LatentStore
+from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
 from .text import encode_for_replica
@@ -74,12 +76,15 @@ def ensure_weights(spec: GenerateSpec, ctx: ParallelContext | None) -> None:
 
 def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                  log: Callable[[ParallelContext | None, str], None] = _say,
-                 frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
+                 frames_sink: Callable[[int, Any], None] | None = None,
+                 progress: Progress | None = None) -> dict[str, Any]:
     """Run the generate workload of ``plan`` on this rank; ``frames_sink(index, frames)``
     (tests) also receives each prompt's decoded float frames [F, H, W, 3].
 
     Prompts whose latents an earlier run of the job saved (:mod:`.latents`) are decoded
-    without denoising; when every prompt of the replica has them, nothing is encoded either."""
+    without denoising; when every prompt of the replica has them, nothing is encoded either.
+    A batch a requeued run was denoising resumes from its last finished step (:mod:`.resume`;
+    ``progress`` carries the USR2 stop request)."""
     require_pipelines()
     spec = generate_spec(plan)
     ensure_weights(spec, ctx)
@@ -98,6 +103,9 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     store = LatentStore(spec, output_dir)
     saved = set(share_from_leader(ctx, _saved(store, mine) if is_leader(ctx) else None, "reading saved latents"))
     stages = Stages(device)
+    ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
+                             else (lambda: False))
+    resumed: dict[int, int] = {}
     batches = [list(range(k, min(k + per_pass, len(mine)))) for k in range(0, len(mine), per_pass)]
     todo = [rows for rows in batches if not all(mine[r] in saved for r in rows)]
     if saved:
@@ -128,9 +136,11 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                     latents = _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens,
                                        device, step_ms, lambda i, n: log(
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
-                                                f"{step_ms[-1] / 1e3:.2f} s/step"))
+                                                f"{step_ms[-1] / 1e3:.2f} s/step"),
+                                       ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log)
                 if is_leader(ctx):
                     store.save(indices, latents)  # before decoding: a failed decode loses no denoising
+                ckpt.finish(bi)
             elif is_leader(ctx):
                 latents = store.load(indices)
             else:
@@ -149,6 +159,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                         frames_sink(index, frames[k])
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
                denoised_prompts=sum(len(r) for r in todo), reused_latents=sorted(saved & set(mine)),
+               resumed={str(b): s for b, s in resumed.items()},
                parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
                peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
     if "encode" in stages.seen:
@@ -164,22 +175,40 @@ def _saved(store: LatentStore, mine) -> list[int]:
 
 
 def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens, device, step_ms,
-             on_step) -> torch.Tensor:
-    """One prompt batch through the scheduler's steps; the gathered latents [B, C, F, H, W]."""
+             on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log) -> torch.Tensor:
+    """One prompt batch through the scheduler's steps (from the last finished one when a
+    requeued run left it); the gathered latents [B, C, F, H, W]."""
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
     scheduler = load_scheduler(spec)
     ts = timesteps(spec, scheduler, image_tokens, torch.device("cpu"))
     x = runner.shard_latents(initial_noise(spec, model.cfg.out_dim, seeds)).float()
-    for i, t in enumerate(ts):
+    first, batch_ms = 0, []
+    got = ckpt.resume(batch, x.device)
+    if got is not None:
+        first, state = got
+        x = state["x"]
+        restore_scheduler(scheduler, state["scheduler"], x.device)
+        batch_ms = list(state["step_ms"])
+        resumed[batch] = first
+        log(ctx, f"batch {batch + 1}: resuming after step {first}/{len(ts)} (requeued)")
+    for i in range(first, len(ts)):
+        t = ts[i]
         sync(device)
         start = time.perf_counter()
         v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null)
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
-        step_ms.append((time.perf_counter() - start) * 1e3)
+        batch_ms.append((time.perf_counter() - start) * 1e3)
+        step_ms.append(batch_ms[-1])
+        ckpt.save(batch, i + 1, x, scheduler, batch_ms)
         on_step(i + 1, len(ts))
+        if i + 1 < len(ts) and ckpt.stop_agreed():
+            if is_leader(ctx):
+                requeue_self()
+            raise RequeueRequested(f"stopped after step {i + 1}/{len(ts)} of prompt batch {batch + 1} on USR2; "
+                                   "the step is kept and the job requeued")
     return runner.gather_latents(x, channels=model.cfg.out_dim)
 
 
