@@ -8,7 +8,9 @@ import click
 from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, json_text, load
 from sporch.orchestrator.cli.show import print_plan, ranking_table
 from sporch.orchestrator.cli.terminal import shown
+from sporch.orchestrator.config.cluster import available_clusters, find_cluster
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.advice import fit_line, smallest_fit
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feasible
 from sporch.orchestrator.plan.ranking import pick
@@ -33,7 +35,21 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
         click.echo(json_text(p.to_dict()))
         return
 
-    print_plan(p, console(), all_ranks=all_ranks)
+    con = console()
+    print_plan(p, con, all_ranks=all_ranks)
+    if not p.estimates["fits"]:
+        con.print(f"[yellow]warning[/yellow]   {shown(_where_it_fits(job))}", soft_wrap=True)
+
+
+def _where_it_fits(job) -> str:
+    """The smallest cluster among the known descriptors that fits ``job`` (one line)."""
+    clusters = []
+    for name in available_clusters():
+        try:
+            clusters.append(find_cluster(name))
+        except SporchError:
+            continue  # a broken descriptor elsewhere must not hide the answer
+    return fit_line(smallest_fit(job, clusters))
 
 
 def _rank(cluster, job, as_json: bool) -> None:
@@ -48,7 +64,8 @@ def _rank(cluster, job, as_json: bool) -> None:
             "cluster": cluster.name, "world_size": ctx.world_size, "auto": compact(chosen.layout), "reason": reason,
             "requested": compact(requested) if requested else None,
             "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
-                         "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"], **r.predicted}
+                         "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"],
+                         "shard_weights": r.plan.placement.shard_weights, **r.predicted}
                         for r in ranked],
         }))
         return
@@ -57,6 +74,8 @@ def _rank(cluster, job, as_json: bool) -> None:
     con.print(ranking_table(ranked, chosen.layout, requested))
     con.print(f"[cyan]note[/cyan] {shown(reason)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
-        least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan.estimates
-        advice = memory_advice(least, cluster.gpu.memory_gib, cluster.gpu.model)
+        least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan
+        advice = memory_advice(least.estimates, cluster.gpu.memory_gib, cluster.gpu.model, least.placement,
+                               least.layout)
         con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {shown(advice)}", soft_wrap=True)
+        con.print(f"[yellow]warning[/yellow] {shown(_where_it_fits(job))}", soft_wrap=True)

@@ -203,13 +203,19 @@ TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all
                 "weight_gather": "gather"}
 
 
+def _weights_cell(plan: Plan) -> str:
+    """How a ranked layout holds the parameters: ``all`` or ``1/n seq|world``."""
+    p = plan.placement
+    return "all" if p.shard_degree <= 1 else f"1/{p.shard_degree} {'seq' if p.shard_weights == 'sequence' else 'world'}"
+
+
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
     """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking)."""
     from rich.text import Text
 
     t = plain_table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
                     "layout dp x cfg x ring x ulysses)", title_justify="left")
-    cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "GiB/GPU", "fits"]
+    cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "weights", "GiB/GPU", "fits"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("layout", "fits") else "right", no_wrap=c == "layout")
     for i, r in enumerate(ranked, 1):
@@ -218,6 +224,6 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> An
             "  <- job" if requested is not None and r.layout == requested else "")
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{r.job_s:.4g}",
                   *[f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS],
-                  f"{ideal_s(e):.4g}", f"{e['memory_gib_per_gpu']:.1f}",
+                  f"{ideal_s(e):.4g}", _weights_cell(r.plan), f"{e['memory_gib_per_gpu']:.1f}",
                   "yes" if r.fits else Text("no", style="red"))
     return t

@@ -127,3 +127,29 @@ def test_sporch_plan_prints_the_choice_and_the_breakdown(tmp_path):
     assert "parameters auto: 37.6 GiB per GPU unsharded does not fit" in text
     assert "1/32 of 26.47 GiB sharded over the sequence group" in text
     assert "weight gather" in text and "text encoder" in text
+
+
+def test_a_job_that_fits_nowhere_here_names_the_smallest_cluster_that_fits():
+    from sporch.orchestrator.plan.advice import fit_line, smallest_fit
+
+    job = job_from_dict(dict(WAN14B_GENERATE, parallel={"ulysses": 4}))
+    assert not make_plan(find_cluster("local"), job).estimates["fits"]
+    names = ["local", "l40sx8", "a100x8", "a100x32", "a100-40gx32", "h100x64"]
+    best = smallest_fit(job, [find_cluster(n) for n in names])
+    # 8 GPUs is the fewest that fit (a100x8 and l40sx8); a100x8 leaves more headroom
+    assert best.cluster.name == "a100x8" and best.world_size == 8 and best.estimates["fits"]
+    assert fit_line(best).startswith("the smallest known cluster that fits: a100x8 (1 x 8 A100-SXM4-80GB, ")
+    assert smallest_fit(job, [find_cluster("local")]) is None
+    assert fit_line(None).startswith("no known cluster fits this job")
+
+
+def test_sporch_plan_and_plan_rank_name_where_it_fits(tmp_path):
+    job = tmp_path / "gen14b.yaml"
+    job.write_text(json.dumps(WAN14B_GENERATE))
+    env = {"COLUMNS": "250", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SPORCH_CLUSTERS": str(tmp_path)}
+    for extra in ([], ["--rank"]):
+        out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "plan", "--cluster", "local",
+                              str(job), *extra], capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr
+        assert "the smallest known cluster that fits: a100x8 (1 x 8 A100-SXM4-80GB" in out.stdout, out.stdout[-800:]
+    assert "1/4 world" in out.stdout  # the ranking shows how each layout holds the parameters
