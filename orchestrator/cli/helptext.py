@@ -28,6 +28,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "clusters show": ("sporch clusters show a100x32 --json", "docs/clusters.md"),
     "clusters discover": ("sporch clusters discover --partition gpu -o ~/.config/sporch/clusters/mine.yaml",
                           "docs/clusters.md"),
+    "decode": ("sporch decode runs/wan-fox/20260101-120000 --device cuda", "docs/generate.md"),
     "logs": ("sporch logs tiny --rank 1 -f", "docs/submit.md"),
     "plan": ("sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=2 parallel.ulysses=16",
              "docs/plan.md"),
