@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention import CommStats
-from sporch.runtime.compile import compile_blocks, should_compile, time_first_call
+from sporch.runtime.compile import CompileInfo, compile_blocks, should_compile, time_first_call
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import (
     NUM_TRAIN_TIMESTEPS,
@@ -95,7 +95,11 @@ def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
     when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
     model = _build(plan, ctx, device)
-    info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
+    if plan.placement.shard_weights != "none" and should_compile(plan.workload.compile, device):
+        # fully_shard's hooks run in every block call: compiling them is not measured yet
+        info = CompileInfo(enabled=False, reason="off: the parameters are sharded (parallel.shard_weights)")
+    else:
+        info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
     runner = ShardedDiT(model, ctx, grid=grid)
     inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
     return model, runner, inputs, grid, info
