@@ -193,7 +193,9 @@ def test_files_open_with_frames_size_prompt_and_seed(generated):
         outputs = writers[0]["outputs"]
         assert [o["prompt"] for o in outputs] == prompts
         assert [o["seed"] for o in outputs] == [SEED + i for i in range(len(prompts))]
-        files = sorted(p.name for p in generated["dirs"][name].iterdir() if p.name != "latents")
+        files = sorted(p.name for p in generated["dirs"][name].iterdir() if p.name not in ("latents", "checkpoint"))
+        # the per-step resume files are dropped once a batch's latents are kept
+        assert not list((generated["dirs"][name] / "checkpoint").glob("generate_rank*.pt"))
         # the denoised latents were kept, one file per prompt, before decoding
         assert len(list((generated["dirs"][name] / "latents").glob("*.safetensors"))) == len(prompts)
         assert files == sorted(o["file"] for o in outputs) and all(f.endswith("." + fmt) for f in files)
