@@ -80,14 +80,8 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
 def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
     """The plan's model: its parameters whole on every rank, or sharded (plan.placement)."""
     wl = plan.workload
-    mode = plan.placement.shard_weights if ctx is not None else "none"
-    return build_sharded(plan.model, ctx, mode, seed=wl.seed, dtype=resolve_dtype(wl.dtype), device=device,
+    return build_sharded(plan.model, ctx, plan.placement.shard_weights, seed=wl.seed, dtype=resolve_dtype(wl.dtype), device=device,
                          weights=plan.model.weights)
-
-
-def _parameters(model) -> int:
-    """The model's parameter count (a sharded parameter counts whole)."""
-    return sum(p.numel() for p in model.parameters())
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
@@ -183,7 +177,7 @@ def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         "parameter_bytes_resident": resident_parameter_bytes(model),
         "shard_weights": plan.placement.shard_weights,
         "local_tokens": runner.local_len,
-        "parameters": _parameters(model),
+        "parameters": model.num_parameters(),  # a sharded parameter (DTensor) counts whole
         "resumed": resumed_from > 0,
         "resumed_from_step": resumed_from,
     }

@@ -196,14 +196,15 @@ def _submit_array(session: Session, group: Group, pids: List[str], host: Host, p
     intent = new_intent(state, group=group.key, cluster=cluster, n=n, points=pids, root=root,
                         remote=login_dict(login) if host.remote else None)
     state.save(cdir)
-    tries = []
+    tried = False
 
     def submit() -> str:
-        if tries:  # an earlier try may have been accepted though its answer was lost
+        nonlocal tried
+        if tried:  # an earlier try may have been accepted though its answer was lost
             found = find_submitted(host, [intent]).get(intent["token"])
             if found:
                 return found
-        tries.append(1)
+        tried = True
         return sbatch([comment_option(intent)], script=str(script), cwd=root if host.remote else None, host=host)
 
     try:

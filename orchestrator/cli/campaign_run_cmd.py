@@ -68,8 +68,8 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grac
     if local and detach:
         raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
                           "use one of them")
-    grace_s = default_grace(runner.DEFAULT_GRACE_S) if grace_s is None else grace_s
-    session = runner.open_session(campaign_file, command_line(invocation()), grace_s=grace_s, on_retry=report_retry)
+    session = runner.open_session(campaign_file, command_line(invocation()),
+                                  grace_s=default_grace(runner.DEFAULT_GRACE_S, grace_s), on_retry=report_retry)
     con = console(stderr=True)
     try:
         snap = session.poll()
@@ -165,7 +165,6 @@ def status_cmd(directory: str, as_json: bool, grace_s: Optional[float]) -> None:
     # saved only when no runner holds the directory (a runner's own state wins); the runner's
     # .lock is never taken here, so a status never keeps a runner out (lock.try_state_lock)
     saving = try_state_lock(cdir.root)
-    grace_s = default_grace(STATUS_GRACE_S) if grace_s is None else grace_s
 
     def poll():
         if state.intents:  # an interrupted run's submissions: found in the queue, or dropped
@@ -173,7 +172,7 @@ def status_cmd(directory: str, as_json: bool, grace_s: Optional[float]) -> None:
         return refresh(cdir, state, list(values), local_runner_alive=saving is None)
 
     try:
-        snap = retry_unreachable(poll, grace_s=grace_s, on_retry=report_retry)
+        snap = retry_unreachable(poll, grace_s=default_grace(STATUS_GRACE_S, grace_s), on_retry=report_retry)
         if saving is not None:
             state.save(cdir)
     finally:

@@ -41,8 +41,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"heads     {h.num_heads} over ulysses {lay.ulysses}: {_runs(h.q_heads_per_rank)} per rank, "
         f"kv {h.num_kv_heads} ({h.kv_mode})",
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
-                        f"sharded over {plan.placement.shard_degree} ranks "
-                        f"({'each replica' + chr(39) + 's sequence group' if plan.placement.shard_weights == 'sequence' else 'all ranks'}), "
+                        f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
     ]
 
@@ -136,9 +135,14 @@ def _shard_note(plan: Plan) -> str:
     e, p = plan.estimates, plan.placement
     if p.shard_degree <= 1:
         return " (all on every rank)"
-    return (f" (1/{p.shard_degree} of {human_bytes(e['parameter_bytes_full'])} sharded over "
-            f"{'the sequence group' if p.shard_weights == 'sequence' else 'all ranks'}, "
+    group = "the sequence group" if p.shard_weights == "sequence" else _shard_group(p)
+    return (f" (1/{p.shard_degree} of {human_bytes(e['parameter_bytes_full'])} sharded over {group}, "
             f"+ {human_bytes(e['parameter_bytes_gathered'])} gathered while a block runs)")
+
+
+def _shard_group(p) -> str:
+    """The ranks one copy of the parameters is spread over, in words."""
+    return "each replica's sequence group" if p.shard_weights == "sequence" else "all ranks"
 
 
 def ideal_s(e: dict) -> float:

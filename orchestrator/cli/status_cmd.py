@@ -51,7 +51,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
     """
     recs = _records(jobs, show_all, last)
     statuses = retry_unreachable(lambda: poll(recs, refresh=refresh), on_retry=report_retry,
-                                 grace_s=default_grace(STATUS_GRACE_S) if grace_s is None else grace_s)
+                                 grace_s=default_grace(STATUS_GRACE_S, grace_s))
     if as_json:
         click.echo(json_text([s.to_dict() for s in statuses]))
         return

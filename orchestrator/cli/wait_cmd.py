@@ -117,5 +117,5 @@ def wait(job: str, timeout: Optional[float], interval: float, quiet: bool, grace
     75 Slurm or the login host unreachable for longer than --grace."""
     rec = store.find(job)
     code = wait_for(rec, timeout=timeout, interval=max(0.1, interval), quiet=quiet,
-                    grace_s=default_grace(DEFAULT_GRACE_S) if grace_s is None else grace_s)
+                    grace_s=default_grace(DEFAULT_GRACE_S, grace_s))
     sys.exit(code)

@@ -20,9 +20,12 @@ T = TypeVar("T")
 MAX_DELAY_S = 30.0
 
 
-def default_grace(fallback: float) -> float:
-    """``$SPORCH_GRACE_S`` when set (a finite number of seconds >= 0), else ``fallback``; any
-    other value is refused (SporchError, one line) rather than read as "retry forever"."""
+def default_grace(fallback: float, given: Optional[float] = None) -> float:
+    """``given`` (a command's ``--grace``) when set, else ``$SPORCH_GRACE_S`` when set (a finite
+    number of seconds >= 0), else ``fallback``; any other value of the variable is refused
+    (SporchError, one line) rather than read as "retry forever"."""
+    if given is not None:
+        return given
     raw = os.environ.get("SPORCH_GRACE_S", "").strip()
     if not raw:
         return fallback

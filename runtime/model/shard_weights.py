@@ -19,7 +19,7 @@ is registered with FSDP so that its root all-gather runs there too.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -59,12 +59,13 @@ def shard_model(model: DiTBase, mesh) -> DiTBase:
     return model
 
 
-def build_sharded(model: Any, ctx: ParallelContext, mode: str, *, seed: int = 0,
+def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
                   dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
                   weights: str | None = None) -> DiTBase:
     """The model of ``model`` (a ``plan.model`` dict or ModelConfig) with its parameters
-    sharded over ``shard_group(ctx, mode)``; ``mode`` "none" builds the plain model."""
-    if mode == "none":
+    sharded over ``shard_group(ctx, mode)``; ``mode`` "none", or no ``ctx`` (one process),
+    builds the plain model."""
+    if mode == "none" or ctx is None:
         return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights)
     from torch.distributed.device_mesh import DeviceMesh
 

@@ -101,7 +101,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if spec.family == "flux" and spec.negative_prompt:
         raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
     store = LatentStore(spec, output_dir)
-    saved = set(share_from_leader(ctx, _saved(store, mine) if is_leader(ctx) else None, "reading saved latents"))
+    saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
     stages = Stages(device)
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
                              else (lambda: False))
@@ -118,9 +118,9 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
             prompts = [spec.prompts[i] for i in mine]
             cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on)
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
-        mode = plan.placement.shard_weights if ctx is not None else "none"
         with stages("load"):
-            model = build_sharded(spec.model, ctx, mode, dtype=dtype, device=device, weights=spec.root)
+            model = build_sharded(spec.model, ctx, plan.placement.shard_weights, dtype=dtype, device=device,
+                                  weights=spec.root)
             runner = ShardedDiT(model, ctx, grid=spec.grid)
     image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
     decoder = None
@@ -160,18 +160,11 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
                denoised_prompts=sum(len(r) for r in todo), reused_latents=sorted(saved & set(mine)),
                resumed={str(b): s for b, s in resumed.items()},
-               parameters=sum(p.numel() for p in model.parameters()) if model is not None else None,
+               parameters=model.num_parameters() if model is not None else None,
                peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
     if "encode" in stages.seen:
         out["encode_s"] = stages.seconds("encode")
     return out
-
-
-def _saved(store: LatentStore, mine) -> list[int]:
-    try:
-        return [i for i in mine if store.has(i)]
-    except Exception as exc:  # noqa: BLE001 - shipped to the replica, then re-raised
-        return exc  # type: ignore[return-value]
 
 
 def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens, device, step_ms,

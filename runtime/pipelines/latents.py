@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from sporch.orchestrator.contract.safe_files import write_atomic
+
 from .spec import GenerateSpec
 
 FOLDER = "latents"
@@ -61,17 +63,15 @@ class LatentStore:
         return torch.stack(parts)
 
     def save(self, indices: list[int], latents: torch.Tensor) -> None:
-        """Prompt ``indices[k]``'s latents are ``latents[k]``; each file appears whole or not at all."""
-        from safetensors.torch import save_file
+        """Prompt ``indices[k]``'s latents are ``latents[k]``; each file appears whole or not at
+        all, never through a link (contract.safe_files.write_atomic)."""
+        from safetensors.torch import save
 
-        self.folder.mkdir(parents=True, exist_ok=True)
         for k, i in enumerate(indices):
-            final = self.path(i)
-            tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-            save_file({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()}, str(tmp),
-                      metadata={"fingerprint": fingerprint(self.spec, i), "index": str(i),
-                                "prompt": self.spec.prompts[i][:200]})
-            os.replace(tmp, final)
+            data = save({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()},
+                        metadata={"fingerprint": fingerprint(self.spec, i), "index": str(i),
+                                  "prompt": self.spec.prompts[i][:200]})
+            write_atomic(self.path(i), data)
 
     def saved(self) -> list[int]:
         """Indices of every prompt whose latents are saved for this job."""

@@ -9,7 +9,7 @@ waits forever for a leader that failed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -21,10 +21,15 @@ def is_leader(ctx: ParallelContext | None) -> bool:
     return ctx is None or (ctx.cfg_rank == 0 and ctx.sequence_rank == 0)
 
 
-def share_from_leader(ctx: ParallelContext | None, payload: Any, what: str) -> Any:
-    """The leader's ``payload`` on every rank of its replica (``payload`` is ignored elsewhere);
-    an exception from the leader is raised everywhere (``what`` names the step in the others')."""
-    box: list[Any] = [payload if is_leader(ctx) else None]
+def share_from_leader(ctx: ParallelContext | None, produce: Callable[[], Any], what: str) -> Any:
+    """``produce()``, run on the leader only, on every rank of its replica; an exception it
+    raises is raised everywhere (``what`` names the step in the others' error)."""
+    box: list[Any] = [None]
+    if is_leader(ctx):
+        try:
+            box[0] = produce()
+        except Exception as exc:  # noqa: BLE001 - shipped to the replica, then re-raised
+            box[0] = exc
     if ctx is not None:
         if ctx.sequence_rank == 0 and ctx.cfg > 1:
             with ctx.guard():

@@ -4,7 +4,8 @@ After every denoising step each rank writes its own file
 ``<job dir>/checkpoint/generate_rank<R>.b<batch>.s<step>.pt``: its token shard of the latents,
 its scheduler's state (UniPC's history of model outputs and timesteps, the step index,
 the last sample; every plain value and tensor the scheduler object holds) and the step times.
-The two newest files are kept; a file is written to a temporary name and renamed.
+The two newest files are kept; a file is written to a temporary name and renamed
+(contract.safe_files.write_atomic).
 
 A stop (USR2 before the time limit, see sporch.runtime.progress) is agreed inside the dp
 replica at a step boundary (every rank of the replica stops after the same step; replicas run
@@ -17,6 +18,7 @@ uninterrupted run's, bit for bit.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -26,9 +28,10 @@ import torch
 import torch.distributed as dist
 
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.runtime.parallel import ParallelContext
 
-_NAME = re.compile(r"generate_rank(\d+)\.b(\d+)\.s(\d+)\.pt$")
+_STEP = re.compile(r"\.s(\d+)\.pt$")
 #: Scheduler attributes that are configuration, not state.
 _SKIP = ("config", "_internal_dict")
 
@@ -90,24 +93,17 @@ class DenoiseCheckpoint:
 
     def _mine(self, batch: int) -> list[int]:
         """Steps of ``batch`` this rank has a file for."""
-        out = []
-        for p in self.folder.glob(f"generate_rank{self.rank}.b{batch}.s*.pt"):
-            m = _NAME.search(p.name)
-            if m and int(m.group(1)) == self.rank:
-                out.append(int(m.group(3)))
-        return sorted(out)
+        found = (_STEP.search(p.name) for p in self.folder.glob(f"generate_rank{self.rank}.b{batch}.s*.pt"))
+        return sorted(int(m.group(1)) for m in found if m)
 
     def save(self, batch: int, step: int, x_local: torch.Tensor, scheduler: Any, step_ms: list[float]) -> None:
         """After finished step ``step`` (1-based) of prompt batch ``batch``."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self._path(batch, step)
-        tmp = path.with_name(f".{path.name}.tmp")
+        buf = io.BytesIO()
         torch.save({"x": x_local.detach().to("cpu").clone(), "scheduler": scheduler_state(scheduler),
-                    "step_ms": list(step_ms)}, tmp)
-        os.replace(tmp, path)
-        for old in self._mine(batch):
-            if old < step - 1:
-                self._path(batch, old).unlink(missing_ok=True)
+                    "step_ms": list(step_ms)}, buf)
+        write_atomic(self._path(batch, step), buf.getvalue(), fsync=False)
+        # the two newest stay: a rank one step behind its replica still finds the agreed step
+        self._path(batch, step - 2).unlink(missing_ok=True)
 
     def resume(self, batch: int, device: torch.device) -> tuple[int, dict[str, Any]] | None:
         """(finished step, saved state) to resume ``batch`` from, the same step on every rank

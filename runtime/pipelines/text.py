@@ -16,14 +16,14 @@ leader's cfg group, then over every sequence group), never to other replicas.
 from __future__ import annotations
 
 import gc
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from sporch.runtime.model.condition import Condition, cond_map
 from sporch.runtime.parallel import ParallelContext
 
-from .replica import is_leader, share_from_leader
+from .replica import share_from_leader
 from .spec import GenerateSpec
 
 
@@ -63,10 +63,4 @@ def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: Parallel
                        dtype: torch.dtype, cfg: bool) -> tuple[Condition, Condition | None]:
     """Every rank of the dp replica gets the leader's encoding of ``prompts`` (an error on the
     leader is raised on every rank of the replica, so none waits forever)."""
-    payload: Any = None
-    if is_leader(ctx):
-        try:
-            payload = encode(spec, prompts, device, dtype, cfg)
-        except Exception as exc:  # noqa: BLE001 - shipped to the replica, then re-raised
-            payload = exc
-    return share_from_leader(ctx, payload, "text encoding")
+    return share_from_leader(ctx, lambda: encode(spec, prompts, device, dtype, cfg), "text encoding")

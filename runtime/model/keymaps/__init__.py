@@ -104,8 +104,8 @@ def _read(handles, ckpt, srcs, transform, leaf, cfg, rows, name, shape, where) -
         if rows is not None and transform in ROW_PRESERVING and len(srcs) == 1:
             part = handles[ckpt.tensors[srcs[0]].file].get_slice(srcs[0])
             src_shape = list(part.get_shape())
-            full = src_shape if transform == "copy" or leaf != "weight" else (
-                [src_shape[0], _prod(src_shape[1:])] if src_shape else src_shape)
+            # the transform's own shape rule, run on a shape-only (meta) tensor
+            full = TRANSFORMS[transform]([torch.empty(src_shape, device="meta")], cfg, leaf).shape
             if tuple(full) != shape:
                 raise fail(str(src_shape))
             return TRANSFORMS[transform]([part[rows.start:rows.stop]], cfg, leaf)
@@ -121,13 +121,6 @@ def _read(handles, ckpt, srcs, transform, leaf, cfg, rows, name, shape, where) -
     if value is None or tuple(value.shape) != shape:
         raise fail(" + ".join(str(list(t.shape)) for t in tensors))
     return value if rows is None else value[rows]
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
 
 
 __all__ = ["CheckpointError", "CheckpointFiles", "TABLES", "load_checkpoint", "open_checkpoint"]
