@@ -2,7 +2,8 @@
 
 One row per point directory (``points/<id>/point.json``): the point's identifying values,
 its status (``result.json``'s, or ``pending`` without one), every metric of
-:mod:`.metrics` read from ``result.json``, and each metric's reference verdict.
+:mod:`.metrics` read from ``result.json`` (a generate point's per-stage figures too), and each
+metric's reference verdict.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
-from sporch.orchestrator.campaign.metrics import METRICS, metric_value
+from sporch.orchestrator.campaign.metrics import METRICS, STAGE_METRICS, STEP_METRICS, metric_value
 from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
@@ -61,8 +62,17 @@ class Row:
         return self.metrics.get(column)
 
 
-def columns() -> list[str]:
-    return list(KEY_COLUMNS) + [m.name for m in METRICS] + ["reference"]
+def columns(rows: Sequence[Row] = ()) -> list[str]:
+    """Table columns: the key columns, every step metric, the stage metrics (generate points)
+    that some row of ``rows`` has or has a reference for, and the verdict. A benchmark campaign
+    gets no stage column."""
+    stages = [m.name for m in STAGE_METRICS if any(has_metric(r, m.name) for r in rows)]
+    return list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + stages + ["reference"]
+
+
+def has_metric(row: Row, name: str) -> bool:
+    """Whether ``row`` measured ``name`` or has a reference for it (a missing measurement fails)."""
+    return row.metrics.get(name) is not None or name in row.bounds
 
 
 def load_references(campaign_file: Path) -> list[Reference]:

@@ -2,6 +2,10 @@
 
 Every metric is read from a point's ``result.json`` (``metrics`` = rank 0's benchmark
 record, written by sporch.orchestrator.contract.benchstats); nothing is recomputed from the plan.
+A generate point's ``metrics.stages`` (sporch.runtime.pipelines.stages, docs/generate.md) gives
+the ``stage_<stage>_*`` metrics: ``stages.<stage>.s`` as ``stage_<stage>_s``, its
+``peak_memory_bytes`` as ``stage_<stage>_peak_memory_gib`` and denoise's ``s_per_step`` as
+``stage_denoise_s_per_step`` (rank 0's: the leader, which also decodes and saves).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ class Metric:
     label: str
 
 
-METRICS: tuple[Metric, ...] = (
+#: Metrics of every run's steps: every report shows them.
+STEP_METRICS: tuple[Metric, ...] = (
     Metric("step_ms_median", "ms", "lower", "step median"),
     Metric("step_ms_p90", "ms", "lower", "step p90"),
     Metric("step_ms_min", "ms", "lower", "step min"),
@@ -33,6 +38,24 @@ METRICS: tuple[Metric, ...] = (
     Metric("prediction_error", "fraction", "lower", "predicted / measured step - 1"),
 )
 
+#: Per-stage metrics of generate points (stages: encode, load, denoise, decode, save): a report
+#: shows only the ones some point has, so a benchmark campaign gets none of them.
+STAGE_METRICS: tuple[Metric, ...] = (
+    Metric("stage_encode_s", "s", "lower", "text encode"),
+    Metric("stage_encode_peak_memory_gib", "GiB", "lower", "text encode peak memory"),
+    Metric("stage_load_s", "s", "lower", "transformer load"),
+    Metric("stage_load_peak_memory_gib", "GiB", "lower", "transformer load peak memory"),
+    Metric("stage_denoise_s", "s", "lower", "denoise"),
+    Metric("stage_denoise_s_per_step", "s", "lower", "denoise per step"),
+    Metric("stage_denoise_peak_memory_gib", "GiB", "lower", "denoise peak memory"),
+    Metric("stage_decode_s", "s", "lower", "decode"),
+    Metric("stage_decode_peak_memory_gib", "GiB", "lower", "decode peak memory"),
+    Metric("stage_save_s", "s", "lower", "save"),
+    Metric("stage_save_peak_memory_gib", "GiB", "lower", "save peak memory"),
+)
+
+METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS
+
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 GIB = 1024**3
@@ -45,9 +68,29 @@ def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
         pred, measured = metric_value(result, "predicted_ms_per_step"), metric_value(result, "step_ms_median")
         return pred / measured - 1 if pred is not None and measured else None
     if name == "peak_memory_gib":
-        raw = _number(metrics.get("peak_memory_bytes"))
-        return None if raw is None else raw / GIB
+        return _gib(metrics, "peak_memory_bytes")
+    if name.startswith("stage_"):
+        return _stage_value(metrics, name)
     return _number(metrics.get(name))
+
+
+def _stage_value(metrics: dict[str, Any], name: str) -> Optional[float]:
+    """``stage_<stage>_<figure>`` from ``metrics.stages.<stage>`` (None when the stage or the
+    figure is absent, or the record is not an object)."""
+    _, stage, figure = name.split("_", 2)
+    stages = metrics.get("stages")
+    record = stages.get(stage) if isinstance(stages, dict) else None
+    if not isinstance(record, dict):
+        return None
+    if figure == "peak_memory_gib":
+        return _gib(record, "peak_memory_bytes")
+    return _number(record.get(figure))
+
+
+def _gib(record: dict[str, Any], key: str) -> Optional[float]:
+    """A byte count of ``record`` in GiB (None when it is not a number)."""
+    raw = _number(record.get(key))
+    return None if raw is None else raw / GIB
 
 
 def _number(value: Any) -> Optional[float]:

@@ -45,9 +45,10 @@ def _write_text(path: Path, text: str) -> Path:
 def write_csv(rows: list[Row], path: Path) -> Path:
     fh = io.StringIO(newline="")
     w = csv.writer(fh)
-    w.writerow(columns())
+    cols = columns(rows)
+    w.writerow(cols)
     for r in rows:
-        w.writerow([format_value(r.cell(c)) for c in columns()])
+        w.writerow([format_value(r.cell(c)) for c in cols])
     return _write_text(path, fh.getvalue())
 
 
@@ -186,7 +187,7 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) 
     """One self-contained page: the table (same cells as the CSV) and the plots as data URIs."""
     import jinja2
 
-    cols = columns()
+    cols = columns(rows)
     table = []
     for r in rows:
         cells = []

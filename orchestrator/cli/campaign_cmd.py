@@ -7,11 +7,12 @@ from typing import Optional
 
 import click
 
-from sporch.orchestrator.campaign.collect import UNREADABLE, collect, columns, short_value
+from sporch.orchestrator.campaign.collect import UNREADABLE, Row, collect, columns, has_metric, short_value
 from sporch.orchestrator.campaign.compare import compare, parse_threshold
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.report import build_report
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
@@ -108,14 +109,15 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
     files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}")
     con = console()
-    hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes"}
+    hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
+              "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
             if len({str(r.cell(c)) for r in rows}) == 1}
-    visible_cols = [c for c in columns() if c not in hidden and c not in same]
+    visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
     table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
                   title_justify="left")
     for c in visible_cols:
-        table.add_column(c.replace("_", " "), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
+        table.add_column(_header(c), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
     style = {"pass": "green", "fail": "bold red"}
     for r in rows:
         cells = []
@@ -143,6 +145,21 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
+
+
+def _shown(column: str, rows: list[Row]) -> bool:
+    """Whether the terminal table shows ``column``: a metric only when some row has it or a
+    reference for it (a generate campaign has no step times); table.csv and report.html keep
+    every step metric."""
+    return column not in BY_NAME or any(has_metric(r, column) for r in rows)
+
+
+def _header(column: str) -> str:
+    """A terminal column's header: a stage metric without its prefix, its peak memory as GiB
+    (``stage_decode_peak_memory_gib`` -> ``decode GiB``)."""
+    if column.startswith("stage_"):
+        column = column[len("stage_"):].replace("peak_memory_gib", "GiB")
+    return column.replace("_", " ")
 
 
 @campaign.command("compare")

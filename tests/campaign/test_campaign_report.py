@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sporch.orchestrator.campaign.collect import collect
+from sporch.orchestrator.campaign.collect import KEY_COLUMNS, collect, columns, format_value
+from sporch.orchestrator.campaign.metrics import STAGE_METRICS, STEP_METRICS
 from sporch.orchestrator.campaign.report import plot_data
 from sporch.orchestrator.campaign.compare import parse_threshold
 from sporch.orchestrator.errors import SporchError
@@ -159,3 +160,129 @@ def test_threshold_parsing(text, value):
 def test_bad_threshold():
     with pytest.raises(SporchError, match="not a number or a percentage"):
         parse_threshold("five")
+
+
+# -- generate points: per-stage figures (result.json metrics.stages, rank 0's) -----------------------
+GIB = 2**30
+STEPS = 4
+#: (id, gpus, layout, stages): g2 denoised everything; g4r reused every latent (no encode, load, denoise).
+GENERATE = [
+    ("g2", 2, "1x1x1x2", {
+        "encode": {"s": 1.234567, "peak_memory_bytes": 3 * GIB + 12345},
+        "load": {"s": 2.5, "peak_memory_bytes": 9 * GIB},
+        "denoise": {"s": 10.2, "peak_memory_bytes": 11 * GIB + 1, "steps": STEPS, "s_per_step": 2.55},
+        "decode": {"s": 3.75, "peak_memory_bytes": 14 * GIB + 7},
+        "save": {"s": 0.012345, "peak_memory_bytes": 14 * GIB + 7}}),
+    ("g4r", 4, "1x1x2x2", {
+        "decode": {"s": 4.5, "peak_memory_bytes": 13 * GIB},
+        "save": {"s": 0.02, "peak_memory_bytes": 13 * GIB}}),
+]
+GENERATE_REFS = REFS.replace("    where: {gpus: 4}\n", "").replace("step_ms_median: [40.0, -0.5, 0.1, ms]",
+                                                                  "stage_decode_s: [4.0, null, 0.1, s]")
+
+
+def make_generate_campaign(root: Path, points=GENERATE, refs: str = GENERATE_REFS) -> Path:
+    """A campaign of generate points whose result.json carries rank 0's ``stages``."""
+    (root / "points").mkdir(parents=True, exist_ok=True)
+    (root / "campaign.yaml").write_text(refs)
+    for pid, gpus, layout, stages in points:
+        d = root / "points" / pid
+        d.mkdir(parents=True, exist_ok=True)
+        values = {"cluster": "local", "nodes": 1, "gpus": gpus, "layout": layout, "preset": "tiny",
+                  "shape": "9x64x64", "dtype": "float32", "repeat": 0}
+        (d / "point.json").write_text(json.dumps({"id": pid, "params": {}, "values": values, "group": "g"}))
+        metrics = {"kind": "generate", "prompts": 1, "steps": STEPS, "step_ms": [2550.0] * STEPS,
+                   "peak_memory_bytes": 14 * GIB + 7, "stages": stages}
+        (d / "result.json").write_text(json.dumps({"status": "completed", "workload": "generate",
+                                                   "metrics": metrics}))
+    return root
+
+
+def expected_stage_metrics(stages: dict) -> dict:
+    """The stage metrics a point's ``stages`` should give, computed from the record itself."""
+    out = {}
+    for stage, rec in stages.items():
+        out[f"stage_{stage}_s"] = rec["s"]
+        out[f"stage_{stage}_peak_memory_gib"] = rec["peak_memory_bytes"] / GIB
+        if "s_per_step" in rec:
+            out[f"stage_{stage}_s_per_step"] = rec["s_per_step"]
+    return out
+
+
+def test_generate_rows_hold_each_stages_seconds_and_peak_memory(tmp_path):
+    rows = {r.id: r for r in collect(make_generate_campaign(tmp_path / "g"))}
+    for pid, _, _, stages in GENERATE:
+        want = expected_stage_metrics(stages)
+        got = {m.name: rows[pid].metrics[m.name] for m in STAGE_METRICS}
+        assert got == {m.name: want.get(m.name) for m in STAGE_METRICS}, pid  # an absent stage is None
+    assert rows["g2"].metrics["peak_memory_gib"] == (14 * GIB + 7) / GIB
+    # reference on decode: 4.0 s, at most +10% -> g2 (3.75 s) passes, g4r (4.5 s) fails
+    assert rows["g2"].verdicts["stage_decode_s"] == "pass" and rows["g4r"].verdicts["stage_decode_s"] == "fail"
+    assert rows["g2"].verdict == "pass" and rows["g4r"].verdict == "fail"
+
+
+def test_report_of_generate_points_shows_the_stage_columns_exactly(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the terminal table on one line per row
+    root = make_generate_campaign(tmp_path / "g")
+    code, out, err = run_cli("campaign", "report", root)
+    assert code == 1, err  # g4r's decode misses its reference
+    assert "reference failed g4r" in out and "stage_decode_s = 4.5" in out
+    with open(root / "report" / "table.csv") as fh:
+        header, *table = list(csv.reader(fh))
+    stage_cols = [c for c in header if c.startswith("stage_")]
+    assert stage_cols == [m.name for m in STAGE_METRICS]  # some point has each of them, in stage order
+    assert header == list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + stage_cols + ["reference"]
+    by_id = {line[0]: dict(zip(header, line)) for line in table}
+    html = (root / "report" / "report.html").read_text()
+    for pid, _, _, stages in GENERATE:
+        want = expected_stage_metrics(stages)
+        for col in stage_cols:
+            assert by_id[pid][col] == format_value(want.get(col)), (pid, col)  # exact: repr of the float
+        for col, value in want.items():
+            assert f'data-value="{format_value(value)}"' in html
+    # the terminal: short stage headers, no step-time columns (no point has one), no load columns
+    header = next(line for line in out.splitlines() if " id " in line)
+    assert [h in header for h in ("encode s", "denoise s per step", "decode GiB", "save s", "step ms median",
+                                  "load s")] == [True] * 4 + [False] * 2
+
+
+def test_a_stage_no_point_ran_has_no_column_unless_a_reference_wants_it(tmp_path):
+    """Only reused latents everywhere: no encode, load or denoise columns; a reference on
+    encode brings its column back, as a failing cell (measurement missing)."""
+    rows = collect(make_generate_campaign(tmp_path / "g", points=GENERATE[1:]))
+    decode_save = ["stage_decode_s", "stage_decode_peak_memory_gib", "stage_save_s", "stage_save_peak_memory_gib"]
+    assert [c for c in columns(rows) if c.startswith("stage_")] == decode_save
+    refs = GENERATE_REFS.replace("stage_decode_s: [4.0, null, 0.1, s]", "stage_encode_s: [1.0, null, 0.1, s]")
+    (row,) = collect(make_generate_campaign(tmp_path / "r", points=GENERATE[1:], refs=refs))
+    assert [c for c in columns([row]) if c.startswith("stage_")] == ["stage_encode_s"] + decode_save
+    assert row.metrics["stage_encode_s"] is None and row.verdicts["stage_encode_s"] == "fail"
+
+
+def test_a_benchmark_campaign_gets_no_stage_column(tmp_path, run_cli):
+    root = make_campaign(tmp_path / "c")
+    _, out, _ = run_cli("campaign", "report", root)
+    with open(root / "report" / "table.csv") as fh:
+        header = next(csv.reader(fh))
+    assert header == list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + ["reference"]
+    assert "stage_" not in (root / "report" / "report.html").read_text()
+    assert not any(stage in out for stage in ("encode", "denoise", "decode", "save "))
+
+
+@pytest.mark.parametrize("stages", [[1, 2], "fast", {"decode": [3.0]},
+                                    {"decode": {"s": "3", "peak_memory_bytes": True}},
+                                    {"decode": {"s": None, "peak_memory_bytes": {"x": 1}}}])
+def test_stage_records_that_are_not_numbers_are_blank(tmp_path, run_cli, stages):
+    root = make_generate_campaign(tmp_path / "g", points=[("g2", 2, "1x1x1x2", stages)], refs=REFS)
+    (row,) = collect(root)
+    assert row.ok and all(row.metrics[m.name] is None for m in STAGE_METRICS)
+    code, out, err = run_cli("campaign", "report", root)
+    assert code == 0 and err == "" and "Traceback" not in out
+
+
+def test_compare_flags_a_slower_stage(tmp_path, run_cli):
+    a = make_generate_campaign(tmp_path / "a", refs=REFS)
+    slower = [(pid, g, lay, {**st, "decode": {**st["decode"], "s": st["decode"]["s"] * 1.2}})
+              for pid, g, lay, st in GENERATE]
+    b = make_generate_campaign(tmp_path / "b", points=slower, refs=REFS)
+    code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert code == 1 and "stage_decode_s" in out and "+20.0%" in out and "stage_save_s" not in out
