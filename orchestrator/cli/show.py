@@ -43,7 +43,17 @@ def summary_lines(plan: Plan) -> list[str]:
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
                         f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
-    ]
+    ] + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else [])
+
+
+def _pipeline_words(p) -> str:
+    """Where a generate job's text encoder and VAE run, in words."""
+    text = {"leader": "text encoder on each replica's leader GPU",
+            "sharded": f"text encoder sharded over each sequence group ({p.pipeline_degree} ranks, FSDP2)",
+            "cpu": "text encoder on each leader's CPU"}[p.text_encoder]
+    vae = {"leader": "VAE decode on the leader", "tiled": "VAE decoded in tiles on the leader",
+           "parallel": f"VAE decode split by rows over the leader's sequence group ({p.pipeline_degree} ranks)"}[p.vae]
+    return f"{text}; {vae}"
 
 
 def _runs(values: list[int]) -> str:
@@ -166,16 +176,43 @@ def prediction_rows(e: dict) -> list[tuple[str, str]]:
 
 
 def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
-    """A generate job: where the text encoder and the VAE run, and their memory."""
+    """A generate job: where the text encoder and the VAE run, and the busiest rank's memory
+    broken down (DiT parameters and activations, text encoder, VAE, decode)."""
     if not pipe:
         return []
     rows = []
     for part in ("text_encoder", "vae"):
         p = pipe[part]
-        size = human_bytes(p["bytes"] + p.get("decode_bytes", 0)) if "bytes" in p else "size unknown"
-        rows.append((part.replace("_", " "), f"{p['what']} on rank(s) {', '.join(map(str, p['ranks']))} ({size})"))
-    rows.append(("busiest rank (encoder, or DiT + VAE)", human_bytes(pipe["leader_memory_bytes"])))
+        if "bytes" not in p:
+            size = "size unknown"
+        elif part == "text_encoder":
+            size = human_bytes(p["bytes"]) + (f", {human_bytes(p['bytes_per_rank'])} per rank"
+                                              if 0 < p["bytes_per_rank"] < p["bytes"] else "")
+            size += " in host memory" if p.get("host_bytes") else ""
+        else:
+            size = f"{human_bytes(p['bytes'])} + decode {human_bytes(p['decode_bytes'] + p.get('frames_bytes', 0))}"
+        ranks = ", ".join(map(str, p["ranks"][:8])) + (", ..." if len(p["ranks"]) > 8 else "")
+        rows.append((part.replace("_", " "), f"{p['what']}, {p.get('placement', 'leader')}, on rank(s) {ranks} ({size})"))
+    busy = pipe.get("busiest_rank")
+    rows.append(("busiest rank (a leader)", human_bytes(pipe["leader_memory_bytes"])
+                 + (f", peak in {busy['peak_stage']}" if busy else "")))
+    if busy:
+        for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
+                           ("text_encoder", "text encoder (encode)"), ("vae", "VAE parameters"),
+                           ("vae_decode", "VAE decode + frames"), ("reserved", "CUDA context, workspaces")):
+            rows.append((f"  {label}", human_bytes(busy[key])))
     return rows
+
+
+def memory_options_table(plan: Plan) -> Any:
+    """What ``auto`` tried before its choice (plan.estimates.memory_options), cheapest first."""
+    t = plain_table(title="memory options auto tried (cheapest in time first)", title_justify="left")
+    for col in ("shard_weights", "text_encoder", "vae", "GiB/GPU", "fits"):
+        t.add_column(col, justify="right" if col == "GiB/GPU" else "left")
+    for o in plan.estimates["memory_options"]:
+        t.add_row(o["shard_weights"], o["text_encoder"], o["vae"], f"{o['memory_gib_per_gpu']:.1f}",
+                  "yes" if o["fits"] else "no")
+    return t
 
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
@@ -183,14 +220,16 @@ def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True
         con.print(visible(line), markup=False)
     for w in plan.warnings:
         con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
-    if plan.placement.reason.startswith("auto:") and plan.placement.shard_degree > 1:
-        con.print(f"[cyan]note[/cyan]      {shown('parameters ' + plan.placement.reason)}", soft_wrap=True)
+    if plan.placement.reason.startswith("auto:") and "does not fit" in plan.placement.reason:
+        con.print(f"[cyan]note[/cyan]      {shown('memory ' + plan.placement.reason)}", soft_wrap=True)
     if plan.estimates.get("layout_choice"):
         con.print(f"[cyan]note[/cyan]      {shown(plan.estimates['layout_choice'])}", soft_wrap=True)
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))
     con.print(estimates_table(plan))
+    if plan.estimates.get("memory_options"):
+        con.print(memory_options_table(plan))
 
 
 def _count(n: float) -> str:

@@ -1,7 +1,7 @@
 """Job specs (``job.yaml``): typed sections, loading with overrides, validation.
 
 Sections: ``model`` (ModelSpec), ``workload`` (WorkloadSpec), ``parallel`` (ParallelSpec),
-``resources`` (ResourcesSpec), plus ``name``, ``output_dir`` and ``entrypoint``.
+``pipeline`` (PipelineSpec: generate's text encoder and VAE), ``resources`` (ResourcesSpec), plus ``name``, ``output_dir`` and ``entrypoint``.
 The key names are the public interface (docs/jobs.md).
 """
 
@@ -17,7 +17,8 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, WORKLOAD_KINDS
+from sporch.orchestrator.contract.vocab import (DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS,
+                                               TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
@@ -84,6 +85,17 @@ class ParallelSpec:
 
 
 @dataclass
+class PipelineSpec:
+    """Where a generate job's text encoder and VAE run (docs/generate.md, "Memory")."""
+
+    #: leader | sharded | cpu (vocab.TEXT_ENCODER_PLACEMENTS), or auto: off the leader's GPU
+    #: only when the plain plan does not fit.
+    text_encoder: str = "auto"
+    #: leader | tiled | parallel (vocab.VAE_PLACEMENTS), or auto: likewise.
+    vae: str = "auto"
+
+
+@dataclass
 class ResourcesSpec:
     time: Optional[str] = None  # Slurm time limit; default: the cluster's slurm.time
     nodes: Optional[int] = None  # default: the cluster's node count
@@ -97,6 +109,7 @@ class JobSpec:
     model: ModelSpec = field(default_factory=ModelSpec)
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
+    pipeline: PipelineSpec = field(default_factory=PipelineSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     source: str = ""  # file it was loaded from
 
@@ -199,12 +212,25 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if job.parallel.shard_weights not in (*SHARD_WEIGHTS, "auto"):
         raise bad("parallel.shard_weights", f"must be one of {', '.join(SHARD_WEIGHTS)} or auto, "
                   f"got {job.parallel.shard_weights!r}")
+    _validate_pipeline(job, bad)
     r = job.resources
     if r.nodes is not None and r.nodes < 1:
         raise bad("resources.nodes", f"must be >= 1, got {r.nodes}")
     if r.time is not None and not is_valid_time(str(r.time)):
         raise bad("resources.time", f"{r.time!r} is not a Slurm time ({TIME_FORMS})")
     return job
+
+
+def _validate_pipeline(job: JobSpec, bad) -> None:
+    """``pipeline.*``: a known placement, and only on a generate job (the others have no text
+    encoder or VAE)."""
+    for key, allowed in (("text_encoder", TEXT_ENCODER_PLACEMENTS), ("vae", VAE_PLACEMENTS)):
+        value = getattr(job.pipeline, key)
+        if value not in (*allowed, "auto"):
+            raise bad(f"pipeline.{key}", f"must be one of {', '.join(allowed)} or auto, got {value!r}")
+        if value != "auto" and job.workload.kind != "generate":
+            raise bad(f"pipeline.{key}", f"places generate's {key.replace('_', ' ')}, but workload.kind is "
+                      f"{job.workload.kind}: remove it (or set workload.kind=generate)")
 
 
 def _validate_generate(w: WorkloadSpec, bad) -> None:

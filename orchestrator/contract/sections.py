@@ -147,11 +147,18 @@ class PlacementSection(Section):
     """Where the DiT's parameters live (docs/plan.md, "Memory"). ``shard_weights``: none (every
     rank holds them all), sequence (sharded over each replica's ring x ulysses ranks) or world
     (over every rank), FSDP2 with one unit per block; ``shard_degree``: ranks one copy is
-    spread over; ``reason``: why the planner chose it (``parallel.shard_weights: auto``)."""
+    spread over; ``reason``: why the planner chose it (``auto``). A generate job also places its
+    text encoder and VAE (``pipeline.text_encoder``, ``pipeline.vae``; docs/generate.md)."""
 
     shard_weights: str = "none"  # vocab.SHARD_WEIGHTS
     shard_degree: int = 1
     reason: str = ""
+    # generate only (absent in older plans = leader): vocab.TEXT_ENCODER_PLACEMENTS,
+    # vocab.VAE_PLACEMENTS; ``pipeline_degree``: ranks a sharded text encoder or a parallel
+    # decode is spread over (the leader's sequence group)
+    text_encoder: str = "leader"
+    vae: str = "leader"
+    pipeline_degree: int = 1
 
 
 # -- cluster -------------------------------------------------------------------------------------

@@ -19,5 +19,11 @@ DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 #: ``parallel.shard_weights``: where the DiT's parameters are sharded (FSDP2, one unit per block):
 #: not at all, over each replica's sequence group (ring x ulysses ranks), or over every rank.
 SHARD_WEIGHTS: tuple[str, ...] = ("none", "sequence", "world")
+#: ``pipeline.text_encoder`` (generate): on the replica's leader GPU, sharded (FSDP2) over the
+#: leader's sequence group, or run on the leader's CPU.
+TEXT_ENCODER_PLACEMENTS: tuple[str, ...] = ("leader", "sharded", "cpu")
+#: ``pipeline.vae`` (generate): the whole decode on the leader, diffusers' tiled decode on the
+#: leader, or the latent split by rows over the leader's sequence group (exact, halos per conv).
+VAE_PLACEMENTS: tuple[str, ...] = ("leader", "tiled", "parallel")
 #: ``login.host_key_policy``: what to do with a login host whose key is not known.
 HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")

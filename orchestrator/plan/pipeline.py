@@ -1,10 +1,13 @@
 """The generate workload in the Plan: its workload keys, and where the text encoder and VAE
 run with what memory (``plan.estimates.pipeline``). Pure, stdlib only.
 
-Placement (runtime/pipelines/): the text encoder and the VAE run on one rank per dp replica
-(its cfg rank 0, sequence rank 0); the text encoder before the transformer is built and freed
-after encoding, the VAE after denoising next to the transformer. So the busiest rank holds
-``max(text encoder, transformer + VAE + decode working set)``.
+Placement (runtime/pipelines/, ``plan.placement``): by default the text encoder and the VAE run
+on one rank per dp replica (its cfg rank 0, sequence rank 0: the leader); the text encoder before
+the transformer is built and freed after encoding, the VAE after denoising next to the
+transformer. So the busiest rank holds ``max(text encoder, transformer + VAE + decode)``.
+``pipeline.text_encoder: sharded`` spreads the encoder over each sequence group (FSDP2), ``cpu``
+runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by tile (diffusers),
+``parallel`` splits the latent's rows over the leader's sequence group.
 """
 
 from __future__ import annotations
@@ -15,16 +18,25 @@ from typing import Any, Optional
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 
-#: Parameters of the published pipelines' other parts (text encoders, VAE).
+#: Parameters of the published pipelines' other parts (text encoders, VAE): sizes, the text
+#: encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the VAE's
+#: widest decoder channels, frames per causal chunk, and diffusers' tile size (``enable_tiling``).
 ENCODERS: dict[str, dict[str, Any]] = {
     "wan": {"text_encoder": "umT5-XXL encoder", "text_encoder_parameters": 5_680_000_000,
-            "vae": "AutoencoderKLWan", "vae_parameters": 127_000_000, "vae_channels": 96, "vae_chunk_frames": 4},
+            "text_encoder_layers": 24, "text_encoder_embedding": 256_384 * 4096,
+            "vae": "AutoencoderKLWan", "vae_parameters": 127_000_000, "vae_channels": 96, "vae_chunk_frames": 4,
+            "vae_tile_pixels": 256 * 256},
     "flux": {"text_encoder": "T5-XXL encoder + CLIP-L text", "text_encoder_parameters": 4_760_000_000 + 123_000_000,
-             "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1},
+             "text_encoder_layers": 24 + 12, "text_encoder_embedding": 32_128 * 4096,
+             "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1,
+             "vae_tile_pixels": 1024 * 1024},
 }
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
 VAE_BYTES = 4  # the VAE decodes in float32
+#: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
+#: (4/3)^2 of the frames) and then the blended frames.
+TILED_OUTPUT_COPIES = 2.8
 
 
 def resolve_prompt_file(prompt_file: Optional[str], source: Optional[str]) -> Optional[str]:
@@ -43,37 +55,85 @@ def _family(model: ModelSection) -> Optional[str]:
     return None
 
 
-def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: Layout,
-                      dit: dict[str, Any]) -> dict[str, Any]:
-    """Where the text encoder and VAE run and their memory, merged with the DiT estimate
-    ``dit``: ``memory_bytes_per_gpu`` becomes the busiest rank's."""
+def known_parts(model: ModelSection) -> Optional[dict[str, Any]]:
+    """The published text encoder and VAE of ``model``'s family, or None (sizes unknown)."""
+    return ENCODERS.get(_family(model) or "")
+
+
+def sharded_encoder_bytes(known: dict[str, Any], b: int, degree: int) -> int:
+    """GPU bytes per rank of a text encoder sharded over ``degree`` ranks (FSDP2: each block and
+    the embedding a unit): 1/degree of it, plus the biggest that is gathered at a time (the
+    embedding, or a block and the prefetched next one)."""
+    params = known["text_encoder_parameters"]
+    block = (params - known["text_encoder_embedding"]) / known["text_encoder_layers"]
+    gathered = max(known["text_encoder_embedding"], 2 * block)
+    return int((-(-params // degree) + gathered) * b)
+
+
+def decode_bytes(known: dict[str, Any], workload: WorkloadSection, vae: str, degree: int,
+                 vae_stride: list[int]) -> dict[str, int]:
+    """The VAE decode's working set on the busiest decoding rank, and the decoded frames it holds."""
+    height, width = workload.height or 0, workload.width or 0
+    frames = min(workload.frames or 1, known["vae_chunk_frames"])
+    per_pixel = frames * known["vae_channels"] * VAE_BYTES * VAE_LIVE_TENSORS
+    out = (workload.frames or 1) * height * width * 3 * VAE_BYTES  # one sample's frames, float32
+    if vae == "tiled":
+        return {"working": int(min(height * width, known["vae_tile_pixels"]) * per_pixel),
+                "frames": int(out * TILED_OUTPUT_COPIES)}
+    if vae == "parallel" and degree > 1:
+        rows = max(1, height // int(vae_stride[1]))
+        share = min(1.0, (-(-rows // degree) + 1) / rows)  # its rows, plus a halo row per conv
+        return {"working": int(height * width * per_pixel * share), "frames": 2 * out}  # parts + gathered
+    return {"working": int(height * width * per_pixel), "frames": out}
+
+
+def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: Layout, dit: dict[str, Any],
+                      text_encoder: str = "leader", vae: str = "leader") -> dict[str, Any]:
+    """Where the text encoder and VAE run and their memory for the placements ``text_encoder``
+    and ``vae`` (vocab.TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS), with the busiest rank's
+    breakdown. That rank is a replica's leader: it encodes (before the transformer is built;
+    the encoder is freed after) and then holds the transformer, the VAE and the decode."""
     leaders = [layout.rank_of(dp=d) for d in range(layout.dp)]
-    fam = _family(model)
-    known = ENCODERS.get(fam or "")
+    seq = layout.sequence_degree
+    groups = [layout.rank_of(dp=d, ring=r, ulysses=u) for d in range(layout.dp)
+              for r in range(layout.ring) for u in range(layout.ulysses)]  # every leader's sequence group
+    known = known_parts(model)
     b = int(dit["dtype_bytes"])
+    enc_ranks = list(range(layout.world_size)) if text_encoder == "sharded" and seq > 1 else leaders
     out: dict[str, Any] = {
-        "text_encoder": {"ranks": leaders, "what": known["text_encoder"] if known else "the folder's (size unknown)"},
-        "vae": {"ranks": leaders, "what": known["vae"] if known else "the folder's (size unknown)"},
+        "text_encoder": {"ranks": enc_ranks, "placement": text_encoder,
+                         "what": known["text_encoder"] if known else "the folder's (size unknown)"},
+        "vae": {"ranks": groups if vae == "parallel" and seq > 1 else leaders, "placement": vae,
+                "what": known["vae"] if known else "the folder's (size unknown)"},
         "transformer": {"ranks": list(range(layout.world_size))},
     }
-    enc_bytes = vae_bytes = act_bytes = 0
+    enc_gpu = vae_bytes = work = frames = 0
     if known:
-        enc_bytes = known["text_encoder_parameters"] * b
+        enc_full = known["text_encoder_parameters"] * b
+        enc_gpu = (0 if text_encoder == "cpu" else sharded_encoder_bytes(known, b, seq)
+                   if text_encoder == "sharded" and seq > 1 else enc_full)
         vae_bytes = known["vae_parameters"] * VAE_BYTES
-        pixels = (workload.height or 0) * (workload.width or 0)
-        frames = min(workload.frames or 1, known["vae_chunk_frames"])
-        act_bytes = frames * pixels * known["vae_channels"] * VAE_BYTES * VAE_LIVE_TENSORS
-        out["text_encoder"]["bytes"] = enc_bytes
-        out["vae"].update(bytes=vae_bytes, decode_bytes=act_bytes)
-    leader_bytes = max(enc_bytes + int(dit.get("reserved_bytes_per_gpu", 0)),
-                       dit["memory_bytes_per_gpu"] + vae_bytes + act_bytes)
-    out["leader_memory_bytes"] = leader_bytes
+        dec = decode_bytes(known, workload, vae, seq, model.vae_stride)
+        work, frames = dec["working"], dec["frames"]
+        out["text_encoder"].update(bytes=enc_full, bytes_per_rank=enc_gpu,
+                                   host_bytes=enc_full if text_encoder == "cpu" else 0)
+        out["vae"].update(bytes=vae_bytes, decode_bytes=work, frames_bytes=frames)
+    reserved = int(dit.get("reserved_bytes_per_gpu", 0))
+    encode_phase = enc_gpu + reserved
+    decode_phase = dit["memory_bytes_per_gpu"] + vae_bytes + work + frames
+    out["leader_memory_bytes"] = max(encode_phase, decode_phase)
+    out["busiest_rank"] = {
+        "peak_stage": "encode" if encode_phase > decode_phase else "denoise + decode",
+        "dit_parameters": int(dit["parameter_bytes_per_gpu"]), "dit_activations": int(dit["activation_bytes_per_gpu"]),
+        "text_encoder": enc_gpu, "vae": vae_bytes, "vae_decode": work + frames, "reserved": reserved,
+    }
     return out
 
 
-def with_pipeline(est: dict[str, Any], model: ModelSection, workload: WorkloadSection, layout: Layout) -> dict[str, Any]:
+def with_pipeline(est: dict[str, Any], model: ModelSection, workload: WorkloadSection, layout: Layout,
+                  text_encoder: str = "leader", vae: str = "leader") -> dict[str, Any]:
     """The DiT estimate with ``pipeline`` added and its memory numbers raised to the busiest rank's."""
-    pipe = pipeline_estimate(model, workload, layout, est)
+    pipe = pipeline_estimate(model, workload, layout, est, text_encoder, vae)
     total = max(est["memory_bytes_per_gpu"], pipe["leader_memory_bytes"])
     gpu = est["gpu_memory_gib"] * 1024**3
     return {**est, "pipeline": pipe, "dit_memory_bytes_per_gpu": est["memory_bytes_per_gpu"],

@@ -1,15 +1,25 @@
-"""Where the DiT's parameters live: ``parallel.shard_weights`` -> a PlacementSection.
+"""Where the parameters, the text encoder and the VAE live -> a PlacementSection.
 
-``none`` keeps every parameter on every rank; ``sequence`` shards them (FSDP2, one unit per
-block) over each replica's ring x ulysses ranks; ``world`` over every rank. ``auto`` (the
-default) keeps the plain layout when its estimate fits in GPU memory, else takes the first of
-sequence, world that fits, else world (the least memory) and the plan says it does not fit.
-Pure: ``estimate_for(degree)`` is handed in and returns the estimate dict with ``fits`` and
-``memory_bytes_per_gpu`` for that shard degree.
+``parallel.shard_weights``: ``none`` keeps every DiT parameter on every rank; ``sequence`` shards
+them (FSDP2, one unit per block) over each replica's ring x ulysses ranks; ``world`` over every
+rank. A generate job also places its text encoder (``pipeline.text_encoder``: leader, sharded
+over the sequence group, or on the leader's cpu) and its VAE (``pipeline.vae``: leader, tiled,
+or parallel over the sequence group).
+
+``auto`` (the default of each) keeps the plain placement when its estimate fits in GPU memory.
+Otherwise it tries the combinations of the ``auto`` settings cheapest first, by what each costs
+in time (:data:`COST`: a parallel decode is faster than the plain one, a sharded encoder costs a
+few gathers once per prompt, sharded DiT parameters cost gathers at every step, a tiled decode
+recomputes the overlaps, an encoder on the CPU is slow), and takes the first that fits; if none
+fits, the one that needs the least memory, and the plan says it does not fit.
+
+Pure: ``estimate_for(shard_degree, text_encoder, vae)`` is handed in and returns the estimate
+dict with ``fits`` and ``memory_bytes_per_gpu``.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable
 
 from sporch.orchestrator.contract.plan import Layout
@@ -18,6 +28,16 @@ from sporch.orchestrator.errors import SporchError
 
 GIB = 1024**3
 Estimate = dict[str, Any]
+EstimateFor = Callable[[int, str, str], Estimate]
+
+#: The relative time cost of each option (0 = the plain placement); combinations are tried in
+#: order of their sum.
+COST: dict[str, dict[str, int]] = {
+    "shard_weights": {"none": 0, "sequence": 2, "world": 3},
+    "text_encoder": {"leader": 0, "sharded": 1, "cpu": 3},
+    "vae": {"leader": 0, "parallel": 1, "tiled": 2},
+}
+PLAIN = {"shard_weights": "none", "text_encoder": "leader", "vae": "leader"}
 
 
 def shard_degree(mode: str, layout: Layout) -> int:
@@ -25,46 +45,94 @@ def shard_degree(mode: str, layout: Layout) -> int:
     return {"none": 1, "sequence": layout.sequence_degree, "world": layout.world_size}[mode]
 
 
-def choose_placement(mode: str, layout: Layout, estimate_for: Callable[[int], Estimate], *,
-                     lockstep: bool = True) -> tuple[PlacementSection, Estimate]:
-    """(placement, its estimate) for ``parallel.shard_weights`` = ``mode`` on ``layout``.
+def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: EstimateFor, *,
+                     lockstep: bool = True, generate: bool = False) -> tuple[PlacementSection, Estimate]:
+    """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae:
+    an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a VAE to
+    place (otherwise both stay ``leader``).
 
     ``lockstep``: every dp replica runs the same number of forwards (benchmark, verify,
     inference; not generate, where replicas run their own prompts): ``world`` needs it, since
     every rank takes part in every gather."""
-    if mode == "world" and not lockstep and layout.dp > 1:
+    if modes["shard_weights"] == "world" and not lockstep and layout.dp > 1:
         raise SporchError(f"parallel.shard_weights=world needs every rank to run the same forwards, but the "
                           f"{layout.dp} dp replicas of a generate job run their own prompts: use "
                           "parallel.shard_weights=sequence (or auto)")
-    if mode != "auto":
-        degree = shard_degree(mode, layout)
-        return _section(mode, degree, f"parallel.shard_weights: {mode}"), estimate_for(degree)
-    plain = estimate_for(1)
-    if plain["fits"]:
-        return _section("none", 1, "auto: fits without sharding the parameters"), plain
-    tried = [("none", 1, plain)]
-    for mode_ in ("sequence", "world") if lockstep or layout.dp == 1 else ("sequence",):
-        degree = shard_degree(mode_, layout)
-        if degree <= tried[-1][1]:
-            continue  # the same degree as the one before: nothing new
-        est = estimate_for(degree)
-        tried.append((mode_, degree, est))
+    options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate) for key in COST}
+    combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
+                    key=lambda c: (sum(COST[k][v] for k, v in c.items()), *(COST[k][c[k]] for k in COST)))
+    tried: list[tuple[dict[str, str], Estimate]] = []
+    for combo in combos:
+        est = estimate_for(shard_degree(combo["shard_weights"], layout), combo["text_encoder"], combo["vae"])
+        tried.append((combo, est))
         if est["fits"]:
-            return _section(mode_, degree, _why(plain, mode_, degree, est, fits=True)), est
-    mode_, degree, est = tried[-1]
-    return _section(mode_, degree, _why(plain, mode_, degree, est, fits=False)), est
+            break
+    combo, est = tried[-1] if tried[-1][1]["fits"] else min(tried, key=lambda t: t[1]["memory_bytes_per_gpu"])
+    reason = _why(modes, tried[0], (combo, est), layout, generate)
+    est = {**est, "memory_options": [_option_row(c, e) for c, e in tried]} if len(tried) > 1 else est
+    return _section(combo, layout, reason), est
 
 
-def _section(mode: str, degree: int, reason: str) -> PlacementSection:
-    if degree <= 1:
-        mode = "none"
-    return PlacementSection(shard_weights=mode, shard_degree=degree, reason=reason)
+def _options(key: str, mode: str, layout: Layout, lockstep: bool, generate: bool) -> list[str]:
+    """The options ``auto`` may try for ``key`` (or the one the job names)."""
+    if key != "shard_weights" and not generate:
+        return ["leader"]
+    if mode != "auto":
+        return [mode]
+    if key == "shard_weights":
+        modes = ["none", "sequence"] + (["world"] if lockstep or layout.dp == 1 else [])
+        out: list[str] = []
+        for m in modes:  # a degree no bigger than the one before it adds nothing
+            if not out or shard_degree(m, layout) > shard_degree(out[-1], layout):
+                out.append(m)
+        return out
+    spread = layout.sequence_degree > 1
+    if key == "text_encoder":
+        return ["leader"] + (["sharded"] if spread else []) + ["cpu"]
+    return ["leader"] + (["parallel"] if spread else []) + ["tiled"]
 
 
-def _why(plain: Estimate, mode: str, degree: int, est: Estimate, *, fits: bool) -> str:
-    head = f"auto: {plain['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU unsharded does not fit"
-    if degree <= 1:
+def _section(combo: dict[str, str], layout: Layout, reason: str) -> PlacementSection:
+    degree = shard_degree(combo["shard_weights"], layout)
+    spread = layout.sequence_degree
+    text = "leader" if combo["text_encoder"] == "sharded" and spread <= 1 else combo["text_encoder"]
+    vae = "leader" if combo["vae"] == "parallel" and spread <= 1 else combo["vae"]
+    return PlacementSection(shard_weights=combo["shard_weights"] if degree > 1 else "none", shard_degree=degree,
+                            reason=reason, text_encoder=text, vae=vae,
+                            pipeline_degree=spread if "sharded" == text or "parallel" == vae else 1)
+
+
+def _option_row(combo: dict[str, str], est: Estimate) -> dict[str, Any]:
+    return {**combo, "memory_gib_per_gpu": est["memory_gib_per_gpu"], "fits": bool(est["fits"])}
+
+
+def _what(key: str, value: str, layout: Layout) -> str:
+    """One option in words."""
+    if key == "shard_weights":
+        where = ("each replica's sequence ranks" if value == "sequence" else "all ranks")
+        return f"parameters sharded over {where} ({shard_degree(value, layout)})"
+    if key == "text_encoder":
+        return {"sharded": f"text encoder sharded over each sequence group ({layout.sequence_degree})",
+                "cpu": "text encoder on the leader's CPU", "leader": "text encoder on the leader"}[value]
+    return {"parallel": f"VAE decode split over the leader's sequence group ({layout.sequence_degree})",
+            "tiled": "VAE decoded in tiles", "leader": "VAE on the leader"}[value]
+
+
+def _why(modes: dict[str, str], first: tuple[dict[str, str], Estimate], chosen: tuple[dict[str, str], Estimate],
+         layout: Layout, generate: bool) -> str:
+    keys = [k for k in COST if generate or k == "shard_weights"]
+    auto = [k for k in keys if modes.get(k, "auto") == "auto"]
+    if not auto:
+        return "; ".join(f"{'parallel' if k == 'shard_weights' else 'pipeline'}.{k}: {modes[k]}" for k in keys)
+    (combo0, plain), (combo, est) = first, chosen
+    fixed = [_what(k, combo0[k], layout) for k in keys if combo0[k] != PLAIN[k]]
+    if plain["fits"]:
+        rest = ", text encoder and VAE on the leader" if generate and not fixed else ""
+        return "auto: fits without sharding the parameters" + rest if not fixed else f"auto: fits with {', '.join(fixed)}"
+    start = "unsharded" if not fixed else f"with {', '.join(fixed)}"
+    head = f"auto: {plain['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU {start} does not fit"
+    changed = [_what(k, combo[k], layout) for k in auto if combo[k] != combo0[k]]
+    if not changed:
         return f"{head}, and there is no other rank to shard the parameters over"
-    where = "each replica's sequence ranks" if mode == "sequence" else "all ranks"
-    tail = "" if fits else ", still too much"
-    return f"{head}; parameters sharded over {where} ({degree}): {est['memory_bytes_per_gpu'] / GIB:.1f} GiB{tail}"
+    tail = "" if est["fits"] else ", still too much"
+    return f"{head}; {', '.join(changed)}: {est['memory_bytes_per_gpu'] / GIB:.1f} GiB{tail}"

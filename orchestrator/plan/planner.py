@@ -167,12 +167,15 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     workload = workload_section(job.workload, model, job.source)
     cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
 
-    def estimate_for(degree: int) -> dict:
-        est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
-        return with_pipeline(est, model, workload, layout) if workload.kind == "generate" else est
+    generate = workload.kind == "generate"
 
-    placement, est = choose_placement(job.parallel.shard_weights, layout, estimate_for,
-                                      lockstep=workload.kind != "generate")
+    def estimate_for(degree: int, text_encoder: str, vae: str) -> dict:
+        est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
+        return with_pipeline(est, model, workload, layout, text_encoder, vae) if generate else est
+
+    modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
+             "vae": job.pipeline.vae}
+    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate)
     est = {**est, "shard_weights": placement.shard_weights}
     if chooser.reason:
         est["layout_choice"] = chooser.reason

@@ -4,7 +4,9 @@ Per dp replica (prompts are split over replicas like a batch, contiguous; a repl
 none): the leader encodes the replica's prompts once and broadcasts them; then prompt
 batches of ``batch // dp`` samples run through the sharded transformer, the scheduler
 stepping each rank's own token shard; the latents are gathered over the sequence group and
-the leader decodes and writes one file per prompt into the job folder.
+the leader decodes and writes one file per prompt into the job folder. Where the text encoder
+and the VAE run (``plan.placement``: sharded encoders, a CPU encoder, a tiled or a parallel
+decode over the leader's sequence group) is text.py's and vae.py's business.
 
 Noise: prompt ``i`` gets ``seed + i`` and its own ``torch.Generator`` on the CPU, drawn with
 diffusers' ``randn_tensor`` in the shape the pipelines' ``prepare_latents`` use (float32), so
@@ -91,8 +93,12 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     dtype = resolve_dtype(spec.dtype)
     mine = replica_rows(len(spec.prompts), ctx)  # this replica's prompt indices
     per_pass = max(1, spec.batch // (ctx.dp if ctx is not None else 1))
+    parallel_vae = spec.vae == "parallel" and ctx is not None and ctx.sequence_size > 1
+    decodes = is_leader(ctx) or (parallel_vae and ctx.cfg_rank == 0)  # this rank takes part in decoding
+    encodes = is_leader(ctx) or (spec.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1)
     out: dict[str, Any] = {"kind": "generate", "prompts": len(mine), "steps": spec.steps,
-                           "roles": ["text_encoder", "vae"] if is_leader(ctx) and len(mine) else []}
+                           "roles": ([r for r, on in (("text_encoder", encodes), ("vae", decodes)) if on]
+                                     if len(mine) else [])}
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
@@ -116,7 +122,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if todo:
         with stages("encode"):
             prompts = [spec.prompts[i] for i in mine]
-            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on)
+            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on, spec.text_encoder)
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
         with stages("load"):
             model = build_sharded(spec.model, ctx, plan.placement.shard_weights, dtype=dtype, device=device,
@@ -141,17 +147,22 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                 if is_leader(ctx):
                     store.save(indices, latents)  # before decoding: a failed decode loses no denoising
                 ckpt.finish(bi)
+            elif parallel_vae:  # every rank of the decode group needs them
+                latents = share_from_leader(ctx, lambda: store.load(indices), "reading saved latents")
             elif is_leader(ctx):
                 latents = store.load(indices)
             else:
                 continue
             latent_shape = list(latents.shape)
-            if is_leader(ctx):
-                if decoder is None:
-                    with stages("decode"):
-                        decoder = Decoder(spec, device)
+            if not decodes:
+                continue
+            if decoder is None:
                 with stages("decode"):
-                    frames = decoder(latents)
+                    decoder = Decoder(spec, device, placement=spec.vae,
+                                      group=ctx.sequence_group if parallel_vae else None)
+            with stages("decode"):
+                frames = decoder(latents)
+            if is_leader(ctx):
                 with stages("save"):
                     outputs += _write(spec, frames, indices, seeds, output_dir, log, ctx)
                 for k, index in enumerate(indices):
@@ -216,7 +227,7 @@ def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
     if not indices:
         raise FileNotFoundError(f"no latents of this job in {store.folder} (the job saves them once a prompt is "
                                 "denoised); run the job")
-    decoder = Decoder(spec, device)
+    decoder = Decoder(spec, device, placement="tiled" if spec.vae == "tiled" else "leader")  # one process
     written: list[dict[str, Any]] = []
     with torch.no_grad():
         for i in indices:

@@ -34,6 +34,8 @@ class GenerateSpec:
     dtype: str
     batch: int  # samples per denoising pass, over all dp replicas
     grid: tuple[int, int, int]
+    text_encoder: str = "leader"  # plan.placement.text_encoder: leader | sharded | cpu
+    vae: str = "leader"  # plan.placement.vae: leader | tiled | parallel
 
     @property
     def video(self) -> bool:
@@ -58,4 +60,5 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         guidance_scale=wl.guidance_scale, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,
         fps=wl.fps, frames=frames, height=wl.height, width=wl.width, text_len=model.text_len,
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
+        text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
     )

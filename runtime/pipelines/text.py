@@ -8,9 +8,16 @@ loaded with its text encoders and tokenizers only (``transformer=None, vae=None`
   (``max_sequence_length``); the negative prompt ("" when unset) the same way, for CFG.
 * Flux.1: T5 hidden states padded to ``text_len`` tokens + CLIP's pooled vector.
 
-Placement: one rank per dp replica encodes (cfg rank 0, sequence rank 0: the *leader*) and
-frees the encoders; the result goes to the rest of the replica in two broadcasts (over the
-leader's cfg group, then over every sequence group), never to other replicas.
+Placement (``plan.placement.text_encoder``):
+
+* ``leader``: one rank per dp replica encodes (cfg rank 0, sequence rank 0: the *leader*) and
+  frees the encoders; the result goes to the rest of the replica in two broadcasts (over the
+  leader's cfg group, then over every sequence group), never to other replicas.
+* ``cpu``: the same, but the leader runs the encoders on its CPU (host memory; no GPU memory).
+* ``sharded``: every rank of each sequence group loads the encoders into host memory, shards
+  them with FSDP2 over its sequence group (one unit per block and per embedding, the next block
+  prefetched, each resharded after its forward; only the shard goes to the GPU) and encodes
+  with the group: every rank ends with the same condition, no broadcast needed.
 """
 
 from __future__ import annotations
@@ -27,19 +34,63 @@ from .replica import share_from_leader
 from .spec import GenerateSpec
 
 
-def load_text_pipeline(root: str, dtype: torch.dtype, device: torch.device):
-    """The folder's pipeline with its text encoders and tokenizers only."""
+#: The pipeline attributes that hold text encoders (Wan: one umT5; Flux: CLIP and T5).
+ENCODER_NAMES = ("text_encoder", "text_encoder_2")
+
+
+def load_text_pipeline(root: str, dtype: torch.dtype, device: torch.device | None):
+    """The folder's pipeline with its text encoders and tokenizers only, on ``device`` (None:
+    left in host memory)."""
     from diffusers import DiffusionPipeline
 
     pipe = DiffusionPipeline.from_pretrained(root, transformer=None, vae=None, dtype=dtype)
-    return pipe.to(device)
+    return pipe.to(device) if device is not None else pipe
+
+
+def shard_encoder(encoder: torch.nn.Module, mesh) -> torch.nn.Module:
+    """FSDP2 on a transformers text encoder, in place: every layer of its longest module list
+    (T5's ``block``, CLIP's ``layers``) and every embedding table is a unit, then the root;
+    each gathers the next layer while it runs."""
+    from torch.distributed.fsdp import fully_shard
+
+    lists = [m for m in encoder.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    if not lists:
+        raise ValueError(f"{type(encoder).__name__} has no list of layers to shard")
+    layers = list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    tables: dict[int, list[torch.nn.Module]] = {}  # tied tables (T5's shared and embed_tokens) go together
+    for m in encoder.modules():
+        if isinstance(m, torch.nn.Embedding) and id(m) not in inside:
+            tables.setdefault(id(m.weight), []).append(m)
+    for unit in [group if len(group) > 1 else group[0] for group in tables.values()] + layers:
+        fully_shard(unit, mesh=mesh, reshard_after_forward=True)
+    fully_shard(encoder, mesh=mesh, reshard_after_forward=True)
+    for layer, following in zip(layers, layers[1:]):
+        layer.set_modules_to_forward_prefetch([following])
+    return encoder
+
+
+def load_sharded_text_pipeline(root: str, dtype: torch.dtype, device: torch.device, ctx: ParallelContext):
+    """The text pipeline with its encoders sharded over ``ctx``'s sequence group (each rank keeps
+    1/n of every unit on ``device``)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    pipe = load_text_pipeline(root, dtype, None)
+    mesh = DeviceMesh.from_group(ctx.sequence_group, device.type)
+    for name in ENCODER_NAMES:
+        encoder = getattr(pipe, name, None)
+        if encoder is not None:
+            shard_encoder(encoder, mesh)
+    return pipe
 
 
 @torch.no_grad()
 def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dtype: torch.dtype,
-           cfg: bool) -> tuple[Condition, Condition | None]:
-    """(condition, negative condition or None) for ``prompts``, on CPU in ``dtype``."""
-    pipe = load_text_pipeline(spec.root, dtype, device)
+           cfg: bool, ctx: ParallelContext | None = None) -> tuple[Condition, Condition | None]:
+    """(condition, negative condition or None) for ``prompts``, on CPU in ``dtype``. With
+    ``ctx``, the encoders are sharded over its sequence group, whose ranks all call this."""
+    pipe = (load_sharded_text_pipeline(spec.root, dtype, device, ctx) if ctx is not None
+            else load_text_pipeline(spec.root, dtype, device))
     try:
         if spec.family == "wan":
             pos, neg = pipe.encode_prompt(list(prompts), negative_prompt=spec.negative_prompt or "",
@@ -60,7 +111,12 @@ def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dty
 
 
 def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: ParallelContext | None, device: torch.device,
-                       dtype: torch.dtype, cfg: bool) -> tuple[Condition, Condition | None]:
-    """Every rank of the dp replica gets the leader's encoding of ``prompts`` (an error on the
-    leader is raised on every rank of the replica, so none waits forever)."""
-    return share_from_leader(ctx, lambda: encode(spec, prompts, device, dtype, cfg), "text encoding")
+                       dtype: torch.dtype, cfg: bool, placement: str = "leader") -> tuple[Condition, Condition | None]:
+    """Every rank of the dp replica gets the encoding of ``prompts``: the leader's (``leader``,
+    ``cpu``; an error on the leader is raised on every rank of the replica, so none waits
+    forever), or its sequence group's (``sharded``)."""
+    if placement == "sharded" and ctx is not None and ctx.sequence_size > 1:
+        with ctx.guard():
+            return encode(spec, prompts, device, dtype, cfg, ctx)
+    where = torch.device("cpu") if placement == "cpu" else device
+    return share_from_leader(ctx, lambda: encode(spec, prompts, where, dtype, cfg), "text encoding")

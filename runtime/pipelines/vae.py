@@ -1,7 +1,11 @@
 """Latents -> frames with the folder's VAE and the pipeline's own post-processing.
 
 Runs on one rank per dp replica (the leader, see text.py), after the sequence gather; the
-VAE is loaded on first use and kept for the replica's later prompt batches.
+VAE is loaded on first use and kept for the replica's later prompt batches. Placement
+(``plan.placement.vae``): ``leader`` decodes whole; ``tiled`` uses diffusers' tiled decode
+(``enable_tiling``: overlapping tiles blended, less memory, not exact); ``parallel`` splits
+the latent's rows over the leader's sequence group (:mod:`.vae_parallel`, exact), whose ranks
+all call the decoder; the frames end on the group's first rank (the leader).
 
 * Wan2.1 (AutoencoderKLWan): ``latents / (1 / latents_std) + latents_mean`` per channel, as
   WanPipeline; the VAE decodes frame chunks causally, so its working set follows one chunk.
@@ -20,7 +24,12 @@ from .spec import GenerateSpec
 
 
 class Decoder:
-    def __init__(self, spec: GenerateSpec, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    """``placement``: leader | tiled | parallel; ``group``: the process group of a parallel
+    decode (every rank of it calls the decoder; the frames are returned on its first rank,
+    None on the others)."""
+
+    def __init__(self, spec: GenerateSpec, device: torch.device, dtype: torch.dtype = torch.float32,
+                 placement: str = "leader", group: Any = None) -> None:
         from diffusers import DiffusionPipeline
 
         self.spec = spec
@@ -30,6 +39,14 @@ class Decoder:
             drop.update(text_encoder_2=None, tokenizer_2=None)
         self.pipe = DiffusionPipeline.from_pretrained(spec.root, dtype=dtype, **drop).to(device)
         self.check()
+        self.group = group if placement == "parallel" else None
+        if placement == "tiled":
+            self.pipe.vae.enable_tiling()
+        self.parallel_vae = None
+        if self.group is not None:
+            from .vae_parallel import parallelize_decoder
+
+            self.parallel_vae = parallelize_decoder(self.pipe.vae, self.group)
 
     def check(self) -> None:
         """The VAE's latent channels and strides must be the model's."""
@@ -49,15 +66,24 @@ class Decoder:
 
     @torch.no_grad()
     def __call__(self, latents: torch.Tensor):
-        """[B, C, F, H, W] float32 latents -> frames [B, F, H, W, 3] float32 numpy in [0, 1]."""
+        """[B, C, F, H, W] float32 latents -> frames [B, F, H, W, 3] float32 numpy in [0, 1]
+        (None on a parallel decode's other ranks)."""
         vae = self.pipe.vae
         x = latents.to(self.device, vae.dtype)
         if self.spec.family == "wan":
             c = vae.config.z_dim
             mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1).to(x.device, x.dtype)
             inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1).to(x.device, x.dtype)
-            video = vae.decode(x / inv_std + mean, return_dict=False)[0]
-            return self.pipe.video_processor.postprocess_video(video, output_type="np")
+            video = self._decode(x / inv_std + mean)
+            return None if video is None else self.pipe.video_processor.postprocess_video(video, output_type="np")
         x = x[:, :, 0] / vae.config.scaling_factor + vae.config.shift_factor
-        image = vae.decode(x, return_dict=False)[0]
-        return self.pipe.image_processor.postprocess(image, output_type="np")[:, None]
+        image = self._decode(x)
+        return None if image is None else self.pipe.image_processor.postprocess(image, output_type="np")[:, None]
+
+    def _decode(self, z: torch.Tensor) -> torch.Tensor | None:
+        """The VAE's decode of the un-normalised latents: whole, or split over the group."""
+        if self.parallel_vae is None:
+            return self.pipe.vae.decode(z, return_dict=False)[0]
+        from .vae_parallel import decode_rows
+
+        return decode_rows(self.parallel_vae, z, self.group, lambda vae, part: vae.decode(part, return_dict=False)[0])

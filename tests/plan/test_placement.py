@@ -25,13 +25,17 @@ WAN14B_GENERATE = {"name": "gen14b", "model": {"preset": "wan2.1-t2v-14b"},
                                 "guidance_scale": 5.0, "dtype": "bfloat16", "prompt": "a red fox in the snow"}}
 
 
-def _plan(cluster: str, shard: str, doc: dict = WAN14B_GENERATE, **parallel):
-    job = job_from_dict({**doc, "parallel": {"shard_weights": shard, **parallel}})
+LEADER = {"text_encoder": "leader", "vae": "leader"}
+
+
+def _plan(cluster: str, shard: str, doc: dict = WAN14B_GENERATE, pipeline: dict | None = None, **parallel):
+    extra = {"pipeline": pipeline} if pipeline else {}
+    job = job_from_dict({**doc, "parallel": {"shard_weights": shard, **parallel}, **extra})
     return make_plan(find_cluster(cluster), job)
 
 
 def test_14b_720p_generate_does_not_fit_a100_40gb_unsharded_and_auto_shards_it():
-    plain = _plan("a100-40gx32", "none")
+    plain = _plan("a100-40gx32", "none", pipeline=LEADER)
     assert not plain.estimates["fits"] and plain.placement.shard_weights == "none"
     assert any("parallel.shard_weights=world (or auto)" in w for w in plain.warnings)
     # the breakdown: DiT parameters (all 14.6 B in bf16), activations, text encoder, VAE decode
@@ -39,10 +43,11 @@ def test_14b_720p_generate_does_not_fit_a100_40gb_unsharded_and_auto_shards_it()
     assert e["parameter_bytes_per_gpu"] == e["parameter_bytes_full"] == e["parameters"] * 2
     assert e["pipeline"]["text_encoder"]["bytes"] > 10 * GIB and e["pipeline"]["vae"]["decode_bytes"] > 0
 
-    auto = _plan("a100-40gx32", "auto")
+    auto = _plan("a100-40gx32", "auto", pipeline=LEADER)  # the text encoder and VAE stay on the leader
     p, a = auto.placement, auto.estimates
     assert a["fits"] and p.shard_weights == "sequence" and p.shard_degree == 32
-    assert p.reason.startswith("auto: 37.6 GiB per GPU unsharded does not fit; parameters sharded over each "
+    assert (p.text_encoder, p.vae) == ("leader", "leader")
+    assert p.reason.startswith("auto: 38.5 GiB per GPU unsharded does not fit; parameters sharded over each "
                                "replica's sequence ranks (32)")
     # 1/32 of the parameters stay, plus the root unit and two blocks gathered at a time
     assert a["parameter_bytes_sharded"] == -(-a["parameters"] // 32) * 2
@@ -55,7 +60,7 @@ def test_14b_720p_generate_does_not_fit_a100_40gb_unsharded_and_auto_shards_it()
 def test_auto_keeps_the_plain_layout_when_it_fits():
     p = _plan("l40sx8", "auto")
     assert p.estimates["fits"] and p.placement.shard_weights == "none"
-    assert p.placement.reason == "auto: fits without sharding the parameters"
+    assert p.placement.reason == "auto: fits without sharding the parameters, text encoder and VAE on the leader"
     assert p.estimates["weight_gather_bytes_per_rank_per_step"] == 0
     assert p.estimates["predicted"]["breakdown_s_per_step"]["weight_gather"] == 0
 
@@ -66,7 +71,17 @@ def test_auto_says_when_nothing_fits():
     p = _plan("a100-40gx32", "auto", doc, ring=1, ulysses=1, dp=32, cfg=1)
     # generate with dp 8 cannot shard over the world, and the sequence groups are single ranks
     assert p.placement.shard_weights == "none" and not p.estimates["fits"]
-    assert "there is no other rank to shard the parameters over" in p.placement.reason
+    # nothing fits: the least memory of what auto tried (a tiled decode), said to be too much
+    assert p.placement.vae == "tiled" and p.placement.reason.endswith(", still too much")
+    assert p.estimates["memory_gib_per_gpu"] == min(o["memory_gib_per_gpu"] for o in p.estimates["memory_options"])
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.orchestrator.plan.placement import choose_placement
+
+    def too_big(degree, text, vae):
+        return {"fits": False, "memory_bytes_per_gpu": 100 * GIB, "memory_gib_per_gpu": 100.0}
+
+    one, _ = choose_placement({"shard_weights": "auto"}, Layout(1, 1, 1, 1), too_big)
+    assert one.reason == "auto: 100.0 GiB per GPU unsharded does not fit, and there is no other rank to shard the parameters over"
 
 
 def test_world_sharding_is_refused_for_generate_across_replicas():
@@ -123,10 +138,16 @@ def test_sporch_plan_prints_the_choice_and_the_breakdown(tmp_path):
                                                                                        "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "weights   sharded over 32 ranks (each replica's sequence group), FSDP2, one unit per block" in text
-    assert "parameters auto: 37.6 GiB per GPU unsharded does not fit" in text
-    assert "1/32 of 26.47 GiB sharded over the sequence group" in text
-    assert "weight gather" in text and "text encoder" in text
+    assert "weights   on every rank" in text
+    assert ("pipeline  text encoder on each replica's leader GPU; VAE decode split by rows over the leader's "
+            "sequence group (32 ranks)") in text
+    assert ("memory auto: 38.5 GiB per GPU unsharded does not fit; VAE decode split over the leader's sequence "
+            "group (32): 31.7 GiB") in text
+    # the busiest rank's memory, part by part, and what auto tried
+    for row in ("DiT parameters", "DiT activations", "text encoder (encode)", "VAE parameters",
+                "VAE decode + frames", "CUDA context, workspaces", "memory options auto tried"):
+        assert row in text, row
+    assert "weight gather" in text
 
 
 def test_a_job_that_fits_nowhere_here_names_the_smallest_cluster_that_fits():
@@ -153,3 +174,84 @@ def test_sporch_plan_and_plan_rank_name_where_it_fits(tmp_path):
         assert out.returncode == 0, out.stderr
         assert "the smallest known cluster that fits: a100x8 (1 x 8 A100-SXM4-80GB" in out.stdout, out.stdout[-800:]
     assert "1/4 world" in out.stdout  # the ranking shows how each layout holds the parameters
+
+
+# -- the text encoder and the VAE (pipeline.text_encoder, pipeline.vae) ----------------------
+
+def test_auto_moves_the_vae_decode_before_sharding_the_dit():
+    """Everything auto: the cheapest change that fits wins; a parallel decode costs no step time,
+    sharded parameters cost gathers at every step."""
+    plain = _plan("a100-40gx32", "none", pipeline=LEADER)
+    auto = _plan("a100-40gx32", "auto")
+    p, a = auto.placement, auto.estimates
+    assert a["fits"] and (p.shard_weights, p.text_encoder, p.vae, p.pipeline_degree) == ("none", "leader", "parallel", 32)
+    assert [(o["shard_weights"], o["text_encoder"], o["vae"], o["fits"]) for o in a["memory_options"]] == [
+        ("none", "leader", "leader", False), ("none", "leader", "parallel", True)]
+    assert a["memory_options"][0]["memory_gib_per_gpu"] == plain.estimates["memory_gib_per_gpu"]
+    # the decode's working set is its rows' share (+ a halo row per conv) on each of the 32 ranks
+    dec_plain, dec = plain.estimates["pipeline"]["vae"], a["pipeline"]["vae"]
+    assert dec["decode_bytes"] == pytest.approx(dec_plain["decode_bytes"] * (-(-90 // 32) + 1) / 90, rel=1e-6)
+    assert dec["frames_bytes"] == 2 * dec_plain["frames_bytes"] == 2 * 81 * 720 * 1280 * 3 * 4
+    assert a["pipeline"]["vae"]["ranks"] == list(range(32))
+    busy = a["pipeline"]["busiest_rank"]
+    assert a["memory_bytes_per_gpu"] == (busy["dit_parameters"] + busy["dit_activations"] + busy["reserved"]
+                                         + busy["vae"] + busy["vae_decode"])
+
+
+def test_each_text_encoder_and_vae_option_has_its_memory():
+    from sporch.orchestrator.plan.pipeline import ENCODERS, sharded_encoder_bytes
+
+    wan = ENCODERS["wan"]
+    rows = {}
+    for text in ("leader", "sharded", "cpu"):
+        for vae in ("leader", "tiled", "parallel"):
+            e = _plan("a100-40gx32", "none", pipeline={"text_encoder": text, "vae": vae}).estimates["pipeline"]
+            rows[text, vae] = e
+            assert (e["text_encoder"]["placement"], e["vae"]["placement"]) == (text, vae)
+    full = wan["text_encoder_parameters"] * 2
+    enc = {t: rows[t, "leader"]["text_encoder"] for t in ("leader", "sharded", "cpu")}
+    assert (enc["leader"]["bytes_per_rank"], enc["cpu"]["bytes_per_rank"]) == (full, 0)
+    assert enc["cpu"]["host_bytes"] == full and enc["leader"]["host_bytes"] == 0
+    # 1/32 of it + the biggest unit gathered at a time (umT5's 1.05 B embedding table)
+    assert enc["sharded"]["bytes_per_rank"] == sharded_encoder_bytes(wan, 2, 32) == int((-(-5_680_000_000 // 32)
+                                                                                        + 256_384 * 4096) * 2)
+    assert enc["sharded"]["ranks"] == list(range(32)) and enc["leader"]["ranks"] == [0]
+    work = {v: rows["leader", v]["vae"]["decode_bytes"] for v in ("leader", "tiled", "parallel")}
+    assert work["tiled"] == pytest.approx(work["leader"] * 256 * 256 / (720 * 1280)) and work["parallel"] < work["leader"]
+
+
+def test_the_text_encoder_is_the_peak_when_the_decode_is_small():
+    """A short low-resolution video with the 1.3B model: the 11 GB umT5 is the leader's peak (it
+    runs before the transformer is built); on the CPU it is out of the GPU's count."""
+    doc = dict(WAN14B_GENERATE, model={"preset": "wan2.1-t2v-1.3b"},
+               workload=dict(WAN14B_GENERATE["workload"], frames=5, height=256, width=256))
+    plain = _plan("l40sx8", "none", doc, pipeline=LEADER)
+    busy = plain.estimates["pipeline"]["busiest_rank"]
+    assert busy["peak_stage"] == "encode" and busy["text_encoder"] == 5_680_000_000 * 2
+    enc = _plan("l40sx8", "none", doc, pipeline={"text_encoder": "cpu", "vae": "leader"}).estimates["pipeline"]
+    assert enc["busiest_rank"]["text_encoder"] == 0 and enc["busiest_rank"]["peak_stage"] == "denoise + decode"
+
+
+def test_pipeline_settings_are_checked_in_one_line():
+    with pytest.raises(SporchError, match=r"'pipeline.vae' must be one of leader, tiled, parallel or auto, got 'gpu'"):
+        _plan("a100-40gx32", "auto", pipeline={"vae": "gpu"})
+    bench = dict(WAN14B_GENERATE, workload=dict(WAN14B_GENERATE["workload"], kind="benchmark", prompt=None))
+    with pytest.raises(SporchError, match=r"'pipeline.text_encoder' places generate's text encoder, but "
+                                          r"workload.kind is benchmark: remove it"):
+        _plan("a100-40gx32", "auto", bench, pipeline={"text_encoder": "sharded"})
+    # a benchmark keeps its placement words (it has no text encoder or VAE)
+    p = _plan("a100-40gx32", "auto", bench).placement
+    assert (p.text_encoder, p.vae, p.pipeline_degree) == ("leader", "leader", 1)
+
+
+def test_plan_json_says_fits_with_what_auto_picks(tmp_path):
+    job = tmp_path / "gen14b.yaml"
+    job.write_text(json.dumps(WAN14B_GENERATE))
+    for extra, fits in (([], True), (["parallel.shard_weights=none", "pipeline.vae=leader",
+                                      "pipeline.text_encoder=leader"], False)):
+        out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "plan", "--cluster", "a100-40gx32",
+                              str(job), "--json", *extra], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        plan = json.loads(out.stdout)
+        assert plan["estimates"]["fits"] is fits, extra
+        assert plan["placement"]["vae"] == ("parallel" if fits else "leader")
