@@ -55,8 +55,9 @@ FLUX_WORKLOAD = dict(kind="generate", height=24, width=20, steps=STEPS, guidance
                      seed=SEED)  # 1 x 6 x 5 = 30 tokens
 
 
-def _plan(model: dict, workload: dict, parallel: dict, name: str):
-    job = job_from_dict({"name": name, "model": model, "workload": workload, "parallel": parallel})
+def _plan(model: dict, workload: dict, parallel: dict, name: str, pipeline: dict | None = None):
+    job = job_from_dict({"name": name, "model": model, "workload": workload, "parallel": parallel,
+                         **({"pipeline": pipeline} if pipeline else {})})
     return make_plan(find_cluster("local"), job)
 
 
@@ -127,6 +128,11 @@ def generated(folders):
         ("wan-cfg2-U2", _plan(wan, wl, {"ulysses": 2, "ring": 1, "cfg": 2, "shard_weights": "world"}, "wan-cfg2")),
         ("flux-U2R2", _plan(flux, {**FLUX_WORKLOAD, "prompt": FLUX_PROMPTS[0]},
                             {"ulysses": 2, "ring": 2, "shard_weights": "sequence"}, "flux-u2r2")),
+        # the text encoders and the VAE off the leader's GPU (pipeline.*): the frames must not change
+        ("wan-U2R2-placed", _plan(wan, {**wl, "batch": 2}, {"ulysses": 2, "ring": 2, "cfg": 1}, "wan-placed",
+                                  {"text_encoder": "sharded", "vae": "parallel"})),
+        ("flux-U2R2-placed", _plan(flux, {**FLUX_WORKLOAD, "prompt": FLUX_PROMPTS[0]}, {"ulysses": 2, "ring": 2},
+                                   "flux-placed", {"text_encoder": "cpu", "vae": "parallel"})),
     ]
     dirs = {name: folders["root"] / "out" / name for name, _ in cases}
     for d in dirs.values():
@@ -149,10 +155,12 @@ def wan_reference(folders):
     return _reference_wan(folders["wan"])
 
 
-@pytest.mark.parametrize("name", ["wan-U2R2", "wan-cfg2-U2"])
+@pytest.mark.parametrize("name", ["wan-U2R2", "wan-cfg2-U2", "wan-U2R2-placed"])
 def test_wan_frames_equal_wan_pipeline(generated, wan_reference, name):
     expected = "world" if name == "wan-cfg2-U2" else "none"
-    assert generated["plans"][name].placement.shard_weights == expected
+    p = generated["plans"][name].placement
+    assert p.shard_weights == expected
+    assert (p.text_encoder, p.vae) == (("sharded", "parallel") if name.endswith("placed") else ("leader", "leader"))
     ours = _sporch_frames(generated, name)
     assert ours.shape == wan_reference.shape == (2, 9, 80, 48, 3)
     assert wan_reference.std() > 0.02  # not a flat image: the comparison means something
@@ -171,14 +179,17 @@ def test_wan_comparison_can_fail(folders, wan_reference):
 
 def test_flux_frames_equal_flux_pipeline(generated, folders):
     assert generated["plans"]["flux-U2R2"].placement.shard_weights == "sequence"
-    ours = _sporch_frames(generated, "flux-U2R2")
+    p = generated["plans"]["flux-U2R2-placed"].placement
+    assert (p.text_encoder, p.vae, p.pipeline_degree) == ("cpu", "parallel", 4)
     ref = _reference_flux(folders["flux"])
     other = _reference_flux(folders["flux"], seed_offset=1)
-    assert ours.shape == ref.shape == (1, 1, 24, 20, 3)
     assert ref.std() > 0.02 and np.abs(other - ref).max() > 100 * FRAME_TOL
-    err = np.abs(ours - ref).max()
-    print(f"flux-U2R2: max |frames - FluxPipeline| = {err:.3g}")
-    assert err <= FRAME_TOL, err
+    for name in ("flux-U2R2", "flux-U2R2-placed"):
+        ours = _sporch_frames(generated, name)
+        assert ours.shape == ref.shape == (1, 1, 24, 20, 3)
+        err = np.abs(ours - ref).max()
+        print(f"{name}: max |frames - FluxPipeline| = {err:.3g}")
+        assert err <= FRAME_TOL, (name, err)
 
 
 def test_files_open_with_frames_size_prompt_and_seed(generated):
@@ -187,7 +198,9 @@ def test_files_open_with_frames_size_prompt_and_seed(generated):
 
     for name, prompts, fmt, shape in (("wan-U2R2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
                                       ("wan-cfg2-U2", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
-                                      ("flux-U2R2", FLUX_PROMPTS, "png", (1, 24, 20, 3))):
+                                      ("flux-U2R2", FLUX_PROMPTS, "png", (1, 24, 20, 3)),
+                                      ("wan-U2R2-placed", WAN_PROMPTS, "mp4", (9, 80, 48, 3)),
+                                      ("flux-U2R2-placed", FLUX_PROMPTS, "png", (1, 24, 20, 3))):
         writers = [r[name] for r in generated["ranks"] if r[name].get("outputs")]
         assert [(w["cfg_rank"], w["sequence_rank"]) for w in writers] == [(0, 0)], name
         outputs = writers[0]["outputs"]
@@ -216,9 +229,10 @@ def test_stage_figures(generated):
     for name in generated["plans"]:
         for rank, r in enumerate(generated["ranks"]):
             st = r[name]["stages"]
-            want = {"encode", "load", "denoise", "decode", "save"} if rank == 0 else {"encode", "load", "denoise"}
+            decodes = rank == 0 or name.endswith("placed")  # a parallel decode runs on the sequence group
+            want = {"encode", "load", "denoise"} | ({"decode"} if decodes else set()) | ({"save"} if rank == 0 else set())
             assert set(st) == want, (name, rank, st)
-            batches = {"wan-U2R2": 1, "wan-cfg2-U2": 2, "flux-U2R2": 1}[name]  # prompt batches denoised
+            batches = {"wan-cfg2-U2": 2}.get(name, 1)  # prompt batches denoised
             assert st["denoise"]["steps"] == len(r[name]["step_ms"]) == STEPS * batches
             assert all(v["s"] >= 0 and v["peak_memory_bytes"] > 0 for v in st.values())
             assert st["denoise"]["s_per_step"] == pytest.approx(st["denoise"]["s"] / st["denoise"]["steps"], rel=1e-3)
@@ -303,14 +317,20 @@ def test_decode_refuses_what_it_cannot_decode_in_one_line(tmp_path):
 
 
 def test_text_encoded_once_per_replica(generated):
-    """Only the replica's leader holds the text encoder and the VAE."""
+    """Only the replica's leader holds the text encoder and the VAE, unless they are placed
+    elsewhere: a sharded encoder and a parallel decode run on the whole sequence group."""
     for name in generated["plans"]:
         roles = [r[name]["roles"] for r in generated["ranks"]]
-        assert roles == [["text_encoder", "vae"], [], [], []], (name, roles)
+        want = {"wan-U2R2-placed": [["text_encoder", "vae"]] * 4,
+                "flux-U2R2-placed": [["text_encoder", "vae"], ["vae"], ["vae"], ["vae"]]}.get(
+            name, [["text_encoder", "vae"], [], [], []])
+        assert roles == want, (name, roles)
 
 
 def test_plan_places_encoder_and_vae(generated):
     for name, plan in generated["plans"].items():
+        if name.endswith("placed"):
+            continue
         pipe = plan.estimates["pipeline"]
         assert pipe["text_encoder"]["ranks"] == [0] and pipe["vae"]["ranks"] == [0]
         assert pipe["transformer"]["ranks"] == [0, 1, 2, 3]
