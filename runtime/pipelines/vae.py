@@ -84,6 +84,9 @@ class Decoder:
         """The VAE's decode of the un-normalised latents: whole, or split over the group."""
         if self.parallel_vae is None:
             return self.pipe.vae.decode(z, return_dict=False)[0]
+        import torch.distributed as dist
+
         from .vae_parallel import decode_rows
 
-        return decode_rows(self.parallel_vae, z, self.group, lambda vae, part: vae.decode(part, return_dict=False)[0])
+        whole = decode_rows(self.parallel_vae, z, self.group, lambda vae, part: vae.decode(part, return_dict=False)[0])
+        return whole if dist.get_rank(self.group) == 0 else None  # the leader post-processes and writes
