@@ -9,6 +9,8 @@ transformer call. One module per job:
 * ``text.py``       prompt encoding on one rank per dp replica, broadcast over the replica
 * ``schedulers.py`` the scheduler and its timesteps, as the diffusers pipelines set them up
 * ``vae.py``        latents -> frames on one rank per dp replica
+* ``vae_parallel.py`` the exact row-parallel decode (``pipeline.vae: parallel``): the latent's
+  rows split over a group, halo convolutions, whole-image group norms, gathered attention
 * ``media.py``      MP4 / PNG writing and reading (imageio)
 * ``generate.py``   the workload
 * ``tiny.py``       tiny random Wan2.1 / Flux.1 pipelines in the publishers' layout (tests, examples)
