@@ -19,6 +19,7 @@ from sporch.orchestrator.config.calibration_file import check_constants, load_co
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
+from sporch.orchestrator.remote.route import normalize_jump
 from sporch.orchestrator.slurm.directives import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME
@@ -74,8 +75,13 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
     for k in c.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise bad(f"env.{k}", "is not a valid environment variable name")
-    if c.login is not None and not (1 <= c.login.port <= 65535):
+    if c.login is not None and c.login.port is not None and not (1 <= c.login.port <= 65535):
         raise bad("login.port", f"must be in 1..65535, got {c.login.port}")
+    if c.login is not None:
+        try:
+            normalize_jump(c.login.proxy_jump)
+        except ValueError as e:
+            raise bad("login.proxy_jump", str(e)) from None
     if c.login is not None and c.login.host_key_policy not in HOST_KEY_POLICIES:
         raise bad("login.host_key_policy",
                   f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
@@ -100,11 +106,24 @@ def _check_slurm_values(c: ClusterSpec, source: str) -> None:
         raise SporchError(f"{source}: {exc}") from None
 
 
+def _split_jump_string(cfg) -> None:
+    """``login.proxy_jump: "a,b:2222"`` (OpenSSH's ``-J`` form) -> the list ``[a, b:2222]`` the
+    descriptor's type holds; a list, or anything else, is left for typing and validation."""
+    from omegaconf import DictConfig
+
+    login = cfg.get("login")
+    if isinstance(login, DictConfig):
+        value = login.get("proxy_jump")
+        if isinstance(value, str):
+            login["proxy_jump"] = [p.strip() for p in value.split(",")] if value.strip() else None
+
+
 def load_cluster_file(path: str | Path) -> ClusterSpec:
     p = Path(path).expanduser()
     cfg = read_yaml(p)
     if "name" not in cfg:
         cfg["name"] = p.stem
+    _split_jump_string(cfg)
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
     spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.calibration:

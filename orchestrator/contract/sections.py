@@ -211,14 +211,21 @@ class SlurmSpec(Section):
 
 @dataclass(frozen=True)
 class LoginSpec(Section):
-    host: str = "localhost"
-    port: int = 22
+    """How to reach the login host over ssh (docs/clusters.md); the user's ssh config fills in
+    what is not given here (sporch.orchestrator.remote.route)."""
+
+    host: str = "localhost"  # a host name, or a Host alias of the ssh config
+    port: Optional[int] = None  # None: ssh config's Port, else 22
     user: Optional[str] = None
     identity_file: Optional[str] = None
     workdir: str = "~/sporch"
     setup: List[str] = field(default_factory=list)  # run on the login node before sbatch
     known_hosts: Optional[str] = None  # extra known_hosts file (~/.ssh/known_hosts is always read)
     host_key_policy: str = "reject"  # vocab.HOST_KEY_POLICIES
+    # jump hosts, "[user@]host[:port]" each, in order (the loader splits a comma-separated string);
+    # None: ssh config's ProxyJump; ["none"]: none at all
+    proxy_jump: Optional[List[str]] = None
+    ssh_config: Optional[str] = None  # OpenSSH client config; None: $SPORCH_SSH_CONFIG, else ~/.ssh/config
 
 
 @dataclass(frozen=True)

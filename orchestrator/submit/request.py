@@ -71,7 +71,10 @@ def destination_text(cluster: ClusterSpec) -> str:
         return f"sbatch on this machine{part}"
     lg = cluster.login
     who = f"{lg.user}@{lg.host}" if lg.user else lg.host
-    return f"sbatch over ssh on {who}:{lg.port}{part}"
+    port = f":{lg.port}" if lg.port else ""
+    jump = [h for h in (lg.proxy_jump or []) if h != "none"]
+    via = f" via {','.join(jump)}" if jump else ""
+    return f"sbatch over ssh on {who}{port}{via}{part}"
 
 
 def build_request(

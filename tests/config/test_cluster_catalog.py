@@ -101,7 +101,8 @@ def test_bad_descriptors_one_line(tmp_path, text, needle):
 def test_login_section(tmp_path):
     p = write(tmp_path, "remote.yaml", "login: {host: login.example.org, user: me, workdir: /scratch/me}\n")
     c = load_cluster_file(p)
-    assert c.login.host == "login.example.org" and c.login.port == 22 and c.login.workdir == "/scratch/me"
+    # port unset: ssh config's Port, else 22 (sporch.orchestrator.remote.route)
+    assert c.login.host == "login.example.org" and c.login.port is None and c.login.workdir == "/scratch/me"
 
 
 def test_lookup_order_and_paths(tmp_path, monkeypatch):
