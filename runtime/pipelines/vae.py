@@ -19,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from .spec import GenerateSpec
+from .vae_parallel import decode_rows, parallelize_decoder
 
 
 class Decoder:
@@ -44,8 +46,6 @@ class Decoder:
             self.pipe.vae.enable_tiling()
         self.parallel_vae = None
         if self.group is not None:
-            from .vae_parallel import parallelize_decoder
-
             self.parallel_vae = parallelize_decoder(self.pipe.vae, self.group)
 
     def check(self) -> None:
@@ -84,9 +84,5 @@ class Decoder:
         """The VAE's decode of the un-normalised latents: whole, or split over the group."""
         if self.parallel_vae is None:
             return self.pipe.vae.decode(z, return_dict=False)[0]
-        import torch.distributed as dist
-
-        from .vae_parallel import decode_rows
-
         whole = decode_rows(self.parallel_vae, z, self.group, lambda vae, part: vae.decode(part, return_dict=False)[0])
         return whole if dist.get_rank(self.group) == 0 else None  # the leader post-processes and writes
