@@ -65,7 +65,8 @@ def _rank(cluster, job, as_json: bool) -> None:
             "requested": compact(requested) if requested else None,
             "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
                          "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"],
-                         "shard_weights": r.plan.placement.shard_weights, **r.predicted}
+                         "shard_weights": r.plan.placement.shard_weights,
+                         "text_encoder": r.plan.placement.text_encoder, "vae": r.plan.placement.vae, **r.predicted}
                         for r in ranked],
         }))
         return

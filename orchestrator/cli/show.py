@@ -247,9 +247,13 @@ TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all
 
 
 def _weights_cell(plan: Plan) -> str:
-    """How a ranked layout holds the parameters: ``all`` or ``1/n seq|world``."""
+    """How a ranked layout holds the parameters (``all`` or ``1/n seq|world``), and where a
+    generate job's text encoder (``te``) and VAE run when not on the leader's GPU."""
     p = plan.placement
-    return "all" if p.shard_degree <= 1 else f"1/{p.shard_degree} {'seq' if p.shard_weights == 'sequence' else 'world'}"
+    cell = "all" if p.shard_degree <= 1 else f"1/{p.shard_degree} {'seq' if p.shard_weights == 'sequence' else 'world'}"
+    moved = [f"{label} {getattr(p, key)}" for key, label in (("text_encoder", "te"), ("vae", "vae"))
+             if getattr(p, key) != "leader"]  # a generate job's encoder / VAE off the leader's GPU
+    return ", ".join([cell, *moved])
 
 
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
