@@ -30,6 +30,7 @@ from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
+from sporch.runtime.stage import all_records, clean_up, stage_for_node
 from sporch.runtime.workloads import run_workload
 
 #: How long rank 0 waits for the other ranks' files when it cannot gather their records (a
@@ -80,10 +81,13 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         place["device"] = str(device)
         place["threads"] = limit_cpu_threads(device)
         place["backend"] = init_distributed(env, device)
-        ctx = ParallelContext.from_plan(plan)
+        staged_plan, _ = stage_for_node(plan, env.local_rank, env.hostname, output_dir)
+        ctx = ParallelContext.from_plan(staged_plan)
         progress = Progress(output_dir=output_dir, rank=env.rank)
         progress.install_signal_handler()
-        metrics = run_workload(plan, ctx, device, progress)
+        metrics = run_workload(staged_plan, ctx, device, progress)
+        if plan.model.stage == "node" and env.rank == 0:
+            metrics["staging"] = all_records(output_dir)
         metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))
         status = "completed"
     except RequeueRequested as exc:
@@ -95,6 +99,8 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     record.write(rank_file(output_dir, env.rank))
 
     gathered = _gather_records(plan, record)
+    if gathered is not None and status == "completed":  # every rank is done with the node's copy
+        clean_up(plan, env.local_rank, env.hostname)
     job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
     if env.rank == 0:
         job_status = _write_result(plan, output_dir, record, gathered or {})

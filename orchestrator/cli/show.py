@@ -135,6 +135,10 @@ def estimates_table(plan: Plan) -> Any:
                      f"{e['weight_gather_gb_per_s']:g} GB/s"))
     rows += prediction_rows(e)
     rows += pipeline_rows(e.get("pipeline"))
+    if e.get("staging"):
+        st = e["staging"]
+        rows.append(("weights staged per node", f"{human_bytes(st['bytes'])} to {st['node_local_dir']} on each of "
+                     f"{st['nodes']} node(s): ~{st['s']:.0f} s at {st['shared_fs_gb_per_s']:g} GB/s shared"))
     for k, v in rows:
         t.add_row(k, v)
     return t

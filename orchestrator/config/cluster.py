@@ -22,7 +22,7 @@ from sporch.orchestrator.paths import clusters_dir
 from sporch.orchestrator.remote.route import normalize_jump
 from sporch.orchestrator.slurm.directives import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
-from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME
+from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME, STAGE_CLEANUP
 from sporch.orchestrator.contract.sections import (  # noqa: F401 - the descriptor's classes, re-exported
     COMMON_ENV,
     FABRIC_ENV,
@@ -87,6 +87,12 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
                   f"must be one of {', '.join(HOST_KEY_POLICIES)}, got {c.login.host_key_policy!r}")
     if c.calibration_constants:
         check_constants(c.calibration_constants, f"{source}: 'calibration_constants'")
+    if c.stage_cleanup not in STAGE_CLEANUP:
+        raise bad("stage_cleanup", f"must be one of {', '.join(STAGE_CLEANUP)}, got {c.stage_cleanup!r}")
+    if not c.node_local_dir.strip():
+        raise bad("node_local_dir", "must be a folder on each node's own disk, e.g. /tmp/sporch-stage")
+    if not c.shared_fs_gb_per_s > 0:
+        raise bad("shared_fs_gb_per_s", f"must be > 0 (GB/s), got {c.shared_fs_gb_per_s}")
     if c.login is not None and not c.login.host:
         raise bad("login.host", "must be a host name")
     return c

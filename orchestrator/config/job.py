@@ -18,7 +18,8 @@ from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import (DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS,
-                                               TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
+                                               STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
+                                               WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
@@ -43,6 +44,7 @@ class ModelSpec:
     text_dim: Optional[int] = None
     qk_norm: Optional[bool] = None
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
+    stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
 
 
 @dataclass
@@ -167,6 +169,11 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     check_directive_path(f"{source}: 'output_dir'", job.output_dir)
     if job.entrypoint is not None and not re.fullmatch(r"[\w.]+(:[\w.]+)?", job.entrypoint):
         raise bad("entrypoint", f"must look like 'pkg.module:function', got {job.entrypoint!r}")
+    if job.model.stage not in STAGE_MODES:
+        raise bad("model.stage", f"must be one of {', '.join(STAGE_MODES)}, got {job.model.stage!r}")
+    if job.model.stage == "node" and not job.model.weights:
+        raise bad("model.stage", "node stages model.weights on each node, but the job has no model.weights: "
+                  "set model.weights (a checkpoint folder or file) or model.stage=shared")
     problem = vae_stride_problem(job.model.vae_stride)
     if problem:
         raise bad("model.vae_stride", problem)

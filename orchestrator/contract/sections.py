@@ -82,6 +82,9 @@ class ModelSection(Section):
     # None = not stated (the runtime keeps its published knobs for the preset)
     distilled: Optional[bool] = None
     guidance_embed: Optional[bool] = None
+    # vocab.STAGE_MODES: ranks read ``weights`` where it is (shared), or from one verified copy
+    # per node in the cluster's node_local_dir (node; runtime/stage.py)
+    stage: str = "shared"
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,12 @@ class ClusterSpec(Section):
     # given inline win over the file's.
     calibration: Optional[str] = None
     calibration_constants: Dict[str, float] = field(default_factory=dict)
+    # Weights staged per node (model.stage: node; runtime/stage.py): the node-local folder
+    # ("{node}" = the node's name), what happens to the copy at the job's end (keep | end), and
+    # the shared file system's read bandwidth (GB/s, all nodes together) for the plan's estimate.
+    node_local_dir: str = "/tmp/sporch-stage"
+    stage_cleanup: str = "keep"
+    shared_fs_gb_per_s: float = 2.0
     source: str = ""  # file it was loaded from (filled in by the loader)
 
     @property

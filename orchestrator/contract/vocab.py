@@ -25,5 +25,9 @@ TEXT_ENCODER_PLACEMENTS: tuple[str, ...] = ("leader", "sharded", "cpu")
 #: ``pipeline.vae`` (generate): the whole decode on the leader, diffusers' tiled decode on the
 #: leader, or the latent split by rows over the leader's sequence group (exact, halos per conv).
 VAE_PLACEMENTS: tuple[str, ...] = ("leader", "tiled", "parallel")
+#: ``model.stage``: ranks read the weights where they are, or a verified copy per node.
+STAGE_MODES: tuple[str, ...] = ("shared", "node")
+#: ``stage_cleanup`` (cluster): keep a node's staged copy for later jobs, or remove it at the end.
+STAGE_CLEANUP: tuple[str, ...] = ("keep", "end")
 #: ``login.host_key_policy``: what to do with a login host whose key is not known.
 HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")

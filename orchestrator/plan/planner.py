@@ -24,6 +24,7 @@ from sporch.orchestrator.plan.layouts import (
 )
 from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
 from sporch.orchestrator.plan.placement import choose_placement
+from sporch.orchestrator.plan.staging import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
@@ -177,6 +178,9 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
              "vae": job.pipeline.vae}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate)
     est = {**est, "shard_weights": placement.shard_weights}
+    staging = staging_estimate(model, workload, cluster, ctx.nodes)
+    if staging:
+        est["staging"] = staging
     if chooser.reason:
         est["layout_choice"] = chooser.reason
     if not est["fits"]:

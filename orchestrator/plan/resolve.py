@@ -193,6 +193,7 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
         text_dim=text_dim,
         qk_norm=bool(given.get("qk_norm", base.get("qk_norm", False))),
         weights=spec.weights,
+        stage=spec.stage,
         distilled=bool(base.get("distilled", False)),
         guidance_embed=bool(base.get("guidance_embed", False)),
     )

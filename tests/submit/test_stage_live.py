@@ -1,0 +1,77 @@
+"""Issue 19 item 2 on the loopback Slurm lab: weights staged per node (``model.stage: node``).
+
+4 nodes x 2 ranks: the first job copies the checkpoint once per node (4 copies, counted in the
+per-node records), checksum verified; a second job reuses every copy; a copy corrupted on one
+node (a flipped byte, same size) is detected there and staged again, the others reused. The
+lab's nodes share /tmp, so the descriptor's ``node_local_dir`` holds ``{node}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .test_submit_live import ROOT, Sporch, _result
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab(slurm_cluster, tmp_path_factory, scancel_recorded):
+    root = tmp_path_factory.mktemp("stage-live")
+    clusters = root / "clusters"
+    clusters.mkdir()
+    (clusters / "stagelab.yaml").write_text(
+        (ROOT / "clusters" / "slurmlab.yaml").read_text().replace("name: slurmlab", "name: stagelab")
+        + f"node_local_dir: {root}/local/{{node}}\n")
+    ckpt = root / "ckpt"
+    ckpt.mkdir()
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.config.job import load_job
+    from sporch.orchestrator.plan.planner import make_plan
+    from sporch.runtime.model.build import build_model, save_safetensors
+
+    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
+    save_safetensors(build_model(plan.model.to_dict(), seed=5), str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text("{}")
+    s = Sporch(root / "home", root / "runs")
+    s.env["SPORCH_CLUSTERS"] = str(clusters)
+    yield s, ckpt, root
+    scancel_recorded((s.home / "jobs").glob("*.json"))
+
+
+def _run(sporch: Sporch, ckpt: Path, name: str) -> dict:
+    p = sporch("submit", "--json", "--cluster", "stagelab", str(ROOT / "examples" / "tiny.yaml"),
+               f"output_dir={sporch.runs}", f"name={name}", f"model.weights={ckpt}", "model.stage=node",
+               "workload.kind=verify", "--via", "sbatch")
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout)
+    w = sporch("wait", rec["id"], "--interval", "1", "--timeout", "150", timeout=180)
+    assert w.returncode == 0, w.stdout + w.stderr
+    res = _result(rec)
+    assert res["status"] == "completed" and res["verified"] is True and res["world_size"] == 8
+    return res["metrics"]["staging"]
+
+
+def test_one_copy_per_node_reused_and_a_corrupted_copy_restaged(lab):
+    sporch, ckpt, root = lab
+    first = _run(sporch, ckpt, "stage-1")
+    assert sorted(first) == ["node1", "node2", "node3", "node4"]
+    # one copy per node: both files copied on each of the 4 nodes, nothing reused
+    assert [(r["copied"], r["reused"]) for r in first.values()] == [(2, 0)] * 4
+    copies = sorted(root.glob("local/*/ckpt-*/model.safetensors"))
+    assert len(copies) == 4 and all(c.read_bytes() == (ckpt / "model.safetensors").read_bytes() for c in copies)
+
+    second = _run(sporch, ckpt, "stage-2")
+    assert [(r["copied"], r["reused"]) for r in second.values()] == [(0, 2)] * 4
+
+    bad = Path(first["node2"]["folder"]) / "model.safetensors"
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad.write_bytes(bytes(data))
+    third = _run(sporch, ckpt, "stage-3")
+    assert {n: (r["copied"], r["reused"]) for n, r in third.items()} == {
+        "node1": (0, 2), "node2": (1, 1), "node3": (0, 2), "node4": (0, 2)}
+    assert bad.read_bytes() == (ckpt / "model.safetensors").read_bytes()
