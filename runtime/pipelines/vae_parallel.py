@@ -81,6 +81,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from sporch.runtime.parallel import head_offsets  # the start of each part, given the sizes
+
 __all__ = ["split_rows", "HaloConv", "DistGroupNorm", "GatherRows", "parallelize_decoder", "decode_rows",
            "attention_types", "gather_rows", "halo_rows"]
 
@@ -106,14 +108,6 @@ def split_rows(n_rows: int, n_ranks: int) -> list[int]:
                          f"would get none: decode on at most {n_rows} ranks or a larger latent")
     base, extra = divmod(n_rows, n_ranks)
     return [base + (1 if r < extra else 0) for r in range(n_ranks)]
-
-
-def _offsets(counts: list[int]) -> list[int]:
-    out, at = [], 0
-    for c in counts:
-        out.append(at)
-        at += c
-    return out
 
 
 def _rank_and_size(group: dist.ProcessGroup | None) -> tuple[int, int]:
@@ -322,7 +316,7 @@ class GatherRows(nn.Module):
         whole = gather_rows(hidden_states, self.group, counts)
         out = self.inner(whole, *args, **kwargs)
         rank = dist.get_rank(self.group)
-        start = _offsets(counts)[rank]
+        start = head_offsets(counts)[rank]
         return out[..., start:start + counts[rank], :]
 
 
@@ -443,7 +437,7 @@ def decode_rows(pvae: nn.Module, latents: torch.Tensor, group: dist.ProcessGroup
     """
     rank, n = _rank_and_size(group)
     counts = split_rows(latents.shape[-2], n)
-    start = _offsets(counts)[rank]
+    start = head_offsets(counts)[rank]
     band = latents[..., start:start + counts[rank], :]
     out = decode(pvae, band)
     scale, rest = divmod(out.shape[-2], counts[rank])

@@ -19,7 +19,7 @@ from typing import Set
 import pytest
 
 from sporch.orchestrator.config.cluster import load_cluster_file
-from sporch.orchestrator.errors import SporchError, Unreachable
+from sporch.orchestrator.errors import Unreachable
 from sporch.orchestrator.remote.route import (
     Hop,
     load_ssh_config,
@@ -30,6 +30,7 @@ from sporch.orchestrator.remote.route import (
 from sporch.orchestrator.remote.ssh import SshHost, close_all, login_dict
 
 from .conftest import running_sshd
+from .helpers import descendants, one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "examples" / "tiny.yaml")
@@ -49,31 +50,6 @@ def _known(tmp_path: Path, *servers) -> str:
 
 def _jump(sshd) -> str:
     return f"{sshd.user}@{sshd.host}:{sshd.port}"
-
-
-def _err(fn) -> str:
-    with pytest.raises(SporchError) as ei:
-        fn()
-    msg = str(ei.value)
-    assert "\n" not in msg
-    return msg
-
-
-def _descendants(pid: int) -> Set[int]:
-    children: dict = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
 
 
 def _socket_owners(local_port: int, remote_port: int) -> Set[int]:
@@ -106,7 +82,7 @@ def _assert_through_jump(h: SshHost, jump, target) -> None:
 def _assert_owned_by(jump, client_port: int, target_port: int) -> None:
     owners = _socket_owners(client_port, target_port)
     assert owners, f"no socket 127.0.0.1:{client_port} -> :{target_port}"
-    assert os.getpid() not in owners and owners <= _descendants(jump.pid), (owners, jump.pid)
+    assert os.getpid() not in owners and owners <= descendants(jump.pid), (owners, jump.pid)
 
 
 # -- hop strings, the loader --------------------------------------------------------------------------
@@ -141,7 +117,7 @@ def test_loader_splits_a_string_and_refuses_a_bad_hop_in_one_line(tmp_path):
                          ("login: {host: h, proxy_jump: 'b1,,b2'}\n", "'' is not a jump host")]:
         bad = tmp_path / "bad.yaml"
         bad.write_text(text)
-        msg = _err(lambda: load_cluster_file(bad))
+        msg = one_line_error(lambda: load_cluster_file(bad))
         assert msg.startswith(f"{bad}: 'login.proxy_jump' ") and needle in msg, msg
 
 
@@ -181,11 +157,11 @@ Host loop2
         ("10.0.0.1:2022", "carol", (str(Path("~/k").expanduser()),))]
     assert resolve_route("cluster", proxy_jump="none", config=config).hops == ()
     assert resolve_route("plain", config=config).target.address == "plain:22"
-    assert "ProxyJump loop" in _err(lambda: resolve_route("loop1", config=config))
+    assert "ProxyJump loop" in one_line_error(lambda: resolve_route("loop1", config=config))
     monkeypatch.setenv("SPORCH_SSH_CONFIG", str(cfg))
     assert SshHost("cluster").where == "alice@10.0.0.5:2200"
     assert SshHost("cluster", ssh_config="none").where.endswith("@cluster:22")
-    assert "not found" in _err(lambda: SshHost("cluster", ssh_config=str(tmp_path / "nope")))
+    assert "not found" in one_line_error(lambda: SshHost("cluster", ssh_config=str(tmp_path / "nope")))
 
 
 # -- live: through the jump host ---------------------------------------------------------------------------
@@ -202,11 +178,11 @@ def test_commands_and_files_go_through_the_jump_host(sshd, target_sshd, tmp_path
 def test_accept_new_records_every_hop_and_reject_names_the_hop(sshd, target_sshd, tmp_path):
     kh = tmp_path / "kh"
     login = target_sshd.login(str(kh), policy="reject", proxy_jump=_jump(sshd))
-    msg = _err(lambda: SshHost.from_login(login).connect())
+    msg = one_line_error(lambda: SshHost.from_login(login).connect())
     assert msg.startswith(f"host key of jump host 127.0.0.1:{sshd.port} (ssh-ed25519) is not known in {kh}; "
                           f"run `ssh -p {sshd.port} {sshd.user}@127.0.0.1` once"), msg
     kh.write_text(_entry(sshd))
-    msg = _err(lambda: SshHost.from_login(login).connect())
+    msg = one_line_error(lambda: SshHost.from_login(login).connect())
     assert msg.startswith(f"host key of 127.0.0.2:{target_sshd.port} (ssh-ed25519) is not known"), msg
     assert f"`ssh -J {_jump(sshd)} -p {target_sshd.port} {target_sshd.user}@127.0.0.2`" in msg
     kh.unlink()
@@ -224,7 +200,7 @@ def test_a_wrong_key_on_the_jump_host_is_refused_in_one_line(sshd, target_sshd, 
     kh = tmp_path / "kh"
     kh.write_text(f"[127.0.0.1]:{sshd.port} {other}\n" + _entry(target_sshd))
     login = target_sshd.login(str(kh), policy="accept-new", proxy_jump=[_jump(sshd)])
-    msg = _err(lambda: SshHost.from_login(login).connect())
+    msg = one_line_error(lambda: SshHost.from_login(login).connect())
     assert msg.startswith(f"host key of jump host 127.0.0.1:{sshd.port} does NOT match known_hosts "
                           "(a changed host or a man-in-the-middle)"), msg
     assert f"ssh-keygen -R '[127.0.0.1]:{sshd.port}' -f {kh}" in msg
@@ -260,7 +236,7 @@ Host cluster
 def test_jump_host_problems_are_one_line(sshd, target_sshd, tmp_path):
     with running_sshd(tmp_path, name="nofwd", keys=sshd.folder, extra="AllowTcpForwarding no\n") as nofwd:
         login = target_sshd.login(_known(tmp_path, nofwd, target_sshd), policy="reject", proxy_jump=_jump(nofwd))
-        msg = _err(lambda: SshHost.from_login(login).connect())
+        msg = one_line_error(lambda: SshHost.from_login(login).connect())
         assert msg.startswith(f"jump host 127.0.0.1:{nofwd.port} refuses to forward to 127.0.0.2:{target_sshd.port}")
         assert "AllowTcpForwarding yes" in msg
         # a process of its own (pytest's log capture would hide it): paramiko's log line of the refused
@@ -276,10 +252,10 @@ def test_jump_host_problems_are_one_line(sshd, target_sshd, tmp_path):
         SshHost.from_login(login).connect()
     assert str(ei.value).startswith(f"cannot reach {target_sshd.user}@127.0.0.2:1 through jump host "
                                     f"127.0.0.1:{sshd.port}: ")
-    msg = _err(lambda: SshHost.from_login({**login, "proxy_jump": f"{sshd.user}@127.0.0.1:1"}).connect())
+    msg = one_line_error(lambda: SshHost.from_login({**login, "proxy_jump": f"{sshd.user}@127.0.0.1:1"}).connect())
     assert msg.startswith(f"cannot reach jump host {sshd.user}@127.0.0.1:1: ")
     bad_key = {**login, "port": target_sshd.port, "proxy_jump": _jump(sshd), "identity_file": sshd.other_key}
-    msg = _err(lambda: SshHost.from_login(bad_key).connect())
+    msg = one_line_error(lambda: SshHost.from_login(bad_key).connect())
     assert msg.startswith(f"ssh authentication as {sshd.user}@127.0.0.1:{sshd.port} (jump host) failed"), msg
 
 

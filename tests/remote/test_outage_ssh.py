@@ -20,6 +20,7 @@ from sporch.orchestrator.jobs.retry import retry_unreachable
 from sporch.orchestrator.jobs.status import poll
 from sporch.orchestrator.jobs.store import JobRecord
 from sporch.orchestrator.remote.ssh import close_all
+from .helpers import descendants
 
 SSHD = "/usr/sbin/sshd"
 SQUEUE = f"#!{sys.executable}\nprint('88|COMPLETED|None|0:09|node1')\n"
@@ -54,29 +55,13 @@ class OwnSshd:
 
     def stop(self) -> None:
         """Drop everything: the listener and every session it serves (its descendants)."""
-        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+        for pid in [*descendants(self.proc.pid), self.proc.pid]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         self.proc.wait(timeout=10)
 
-
-def _descendants(pid: int) -> list:
-    children: dict = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 @pytest.fixture

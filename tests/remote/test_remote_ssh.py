@@ -13,6 +13,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.remote.ssh import SshHost, login_dict
 from sporch.orchestrator.slurm.commands import SlurmCommandError, run_slurm, sbatch, scancel
 from sporch.orchestrator.slurm.query import squeue_states, test_only
+from .helpers import one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "examples" / "tiny.yaml")
@@ -78,26 +79,19 @@ def test_login_dict_and_bad_policy():
 
 
 # -- connection errors: one line --------------------------------------------------------------------
-def _err(fn) -> str:
-    with pytest.raises(SporchError) as ei:
-        fn()
-    msg = str(ei.value)
-    assert "\n" not in msg
-    return msg
-
 
 def test_unreachable_port_and_host_are_one_line(tmp_path):
-    msg = _err(lambda: SshHost("127.0.0.1", 1, user="me", known_hosts=str(tmp_path / "kh")).connect())
+    msg = one_line_error(lambda: SshHost("127.0.0.1", 1, user="me", known_hosts=str(tmp_path / "kh")).connect())
     assert msg.startswith("cannot reach me@127.0.0.1:1:")
-    msg = _err(lambda: SshHost("no-such-host.invalid", 22, user="me").connect())
+    msg = one_line_error(lambda: SshHost("no-such-host.invalid", 22, user="me").connect())
     assert "cannot resolve host 'no-such-host.invalid'" in msg
-    msg = _err(lambda: SshHost("127.0.0.1", 22, identity_file=str(tmp_path / "nokey")).connect())
+    msg = one_line_error(lambda: SshHost("127.0.0.1", 22, identity_file=str(tmp_path / "nokey")).connect())
     assert "identity_file" in msg and "not found" in msg
 
 
 def test_unknown_host_key_is_rejected_by_default(sshd, tmp_path):
     kh = tmp_path / "known_hosts"
-    msg = _err(lambda: SshHost.from_login(sshd.login(str(kh), policy="reject")).connect())
+    msg = one_line_error(lambda: SshHost.from_login(sshd.login(str(kh), policy="reject")).connect())
     assert f"host key of 127.0.0.1:{sshd.port}" in msg and "is not known" in msg
     assert "ssh -p" in msg and "accept-new" in msg and "login.known_hosts" in msg
     assert not kh.exists()
@@ -118,13 +112,13 @@ def test_changed_host_key_is_refused(sshd, tmp_path):
     kh = tmp_path / "known_hosts"
     other = (Path(sshd.other_key + ".pub").read_text().split())
     kh.write_text(f"[127.0.0.1]:{sshd.port} {other[0]} {other[1]}\n")
-    msg = _err(lambda: SshHost.from_login(sshd.login(str(kh), policy="accept-new")).connect())
+    msg = one_line_error(lambda: SshHost.from_login(sshd.login(str(kh), policy="accept-new")).connect())
     assert "does NOT match" in msg
 
 
 def test_auth_failure_is_one_line(sshd, tmp_path):
     login = sshd.login(str(tmp_path / "kh"), identity_file=sshd.other_key)
-    msg = _err(lambda: SshHost.from_login(login).connect())
+    msg = one_line_error(lambda: SshHost.from_login(login).connect())
     assert msg.startswith(f"ssh authentication as {sshd.user}@127.0.0.1:{sshd.port} failed (key {sshd.other_key})")
 
 
