@@ -32,6 +32,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "logs": ("sporch logs tiny --rank 1 -f", "docs/submit.md"),
     "plan": ("sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=2 parallel.ulysses=16",
              "docs/plan.md"),
+    "preflight": ("sporch preflight --cluster slurmlab --nodes 2 --weights /data/Wan2.1-T2V-1.3B-Diffusers",
+                  "docs/troubleshooting.md"),
     "render": ("sporch render --cluster a100x32 examples/wan14b-720p.yaml workload.steps=10 -o job.sbatch",
                "docs/submit.md"),
     "run": ("sporch run --local --cluster local examples/tiny.yaml --verify parallel.ring=2 parallel.ulysses=2",

@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("sporch.orchestrator.cli.decode_cmd:decode", "Decode a generate job's kept latents (no denoising)."),
     "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
     "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
+    "preflight": ("sporch.orchestrator.cli.preflight_cmd:preflight",
+                  "Check every node (GPUs, versions, weights) and the plan's links; name the slow one."),
     "render": ("sporch.orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),
     "run": ("sporch.orchestrator.cli.run_cmd:run", "Run a job on this machine (--local: one CPU process per rank)."),
     "status": ("sporch.orchestrator.cli.status_cmd:status", "States of submitted jobs (failed rank and error line)."),

@@ -62,18 +62,8 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         _check_local_memory(plan)
     if plan.workload.kind == "generate":
         _check_generate(plan.model, plan.workload)
-    # a job of the local backend, this process its supervisor: `sporch status/logs/wait/cancel` work on its id
-    prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
-    rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
-    req = prepared.request
-
-    con = console(stderr=True)
-    con.print(f"[bold]run[/] {shown(plan.job.name)} on {shown(cluster.name)}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {shown(req.job_dir)}; id {rec.id}")
-    res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
-    _record_final(rec)
+    res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
     if res is None:
-        click.echo(visible(f"{rec.id}: cancelled"), err=True)
         sys.exit(EXIT_FAILED)
     _print_summary(res, plan, console())
     if res.result_error:
@@ -93,6 +83,23 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
                 err=True,
             )
             sys.exit(EXIT_FAILED)
+
+
+def run_here(cluster, job, folder: str, now: _dt.datetime, timeout_s: Optional[float], con,
+             plan=None) -> Optional[LocalRunResult]:
+    """Run ``job`` here as a job of the local backend (this process its supervisor, so `sporch
+    status/logs/wait/cancel` work on its id); None when it was cancelled."""
+    plan = plan or make_plan(cluster, job)
+    prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
+    rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
+    req = prepared.request
+    con.print(f"[bold]run[/] {shown(plan.job.name)} on {shown(cluster.name)}: {plan.layout.describe()} = "
+              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {shown(req.job_dir)}; id {rec.id}")
+    res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
+    _record_final(rec)
+    if res is None:
+        click.echo(visible(f"{rec.id}: cancelled"), err=True)
+    return res
 
 
 def _record_final(rec: JobRecord) -> None:

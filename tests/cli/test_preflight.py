@@ -1,0 +1,103 @@
+"""Issue 19 item 3: ``sporch preflight``. The judging is pure (tested on made-up measurements);
+the job runs for real with ``--local`` (8 CPU ranks emulating the lab's 4 nodes), with fault
+injection: one node's transfers slowed, one node missing the weights. The loopback-Slurm run is
+tests/submit/test_preflight_live.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sporch.orchestrator.jobs.preflight_report import judge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _data(bw: dict, versions: dict | None = None, hide: str | None = None) -> dict:
+    """Two ranks per node on 4 nodes; ring hops 0->2->4->6->0 and 1->3->5->7->1 with bandwidth
+    ``bw[(src, dst)]`` (default 1.0)."""
+    ranks = [{"rank": r, "node": f"n{r // 2}", "gpus_visible": 2, "python": "3.11", "torch": "2.13",
+              "cuda": "12.4", "nccl": "2.21", "host_available_bytes": 10**10,
+              "weights": {"path": "/w", "readable": f"n{r // 2}" != hide, "bytes": 100,
+                          **({"error": "does not exist"} if f"n{r // 2}" == hide else {})},
+              **(versions or {}).get(r, {})} for r in range(8)]
+    links = [{"kind": "all_reduce", "group": list(range(8)), "rank": 0, "bytes": 1, "s": 1, "gb_per_s": 1.0}]
+    for node in range(4):
+        links.append({"kind": "all_to_all", "group": [2 * node, 2 * node + 1], "rank": 2 * node, "gb_per_s": 2.0})
+    for ring in ([0, 2, 4, 6], [1, 3, 5, 7]):
+        for i, src in enumerate(ring):
+            dst = ring[(i + 1) % 4]
+            links.append({"kind": "ring_p2p", "group": ring, "src": src, "dst": dst, "rank": dst,
+                          "gb_per_s": bw.get((src, dst), 1.0)})
+    return {"ranks": ranks, "links": links, "backend": "gloo"}
+
+
+def _judge(data, **kw):
+    return judge(data, gpus_per_node=2, intra_gb_per_s=5, inter_gb_per_s=1, **kw)
+
+
+def test_a_healthy_cluster_has_no_problem():
+    report = _judge(_data({}))
+    assert report.problems == [] and report.slowest_node is None
+    assert [n.node for n in report.nodes] == ["n0", "n1", "n2", "n3"]
+    assert len([x for x in report.links if x.kind == "ring_p2p"]) == 8
+
+
+def test_the_slow_node_and_the_slow_link_are_named():
+    slow = {(2, 4): 0.05, (3, 5): 0.05, (4, 6): 0.05, (5, 7): 0.05}  # every hop into or out of n2
+    report = _judge(_data(slow))
+    assert report.slowest_node == "n2"
+    assert any(p.startswith("slowest node: n2, ") for p in report.problems), report.problems
+    one = _judge(_data({(0, 2): 0.1}))  # one bad hop: the link is named
+    assert one.slowest_link == "0->2 (n0,n1)"
+
+
+def test_versions_gpus_and_weights_are_compared():
+    report = _judge(_data({}, versions={6: {"torch": "2.12"}, 7: {"torch": "2.12"}, 2: {"gpus_visible": 1},
+                                        3: {"gpus_visible": 1}}, hide="n1"))
+    text = "\n".join(report.problems)
+    assert "torch differs: n3 (2.12) against 2.13 on the other nodes" in text
+    assert "n1: sees 1 GPU(s) for its 2 ranks" in text
+    assert "n1: the weights path /w does not exist" in text
+
+
+def test_on_nccl_links_are_compared_with_the_descriptor():
+    data = _data({})
+    data["backend"] = "nccl"
+    report = _judge(data)  # a2a 2.0 of 5 GB/s in a node: 40% < 50%
+    assert any(p.startswith("all_to_all [0, 1] on n0: 2 GB/s, 40% of the descriptor's 5 GB/s") for p in report.problems)
+
+
+def _preflight(tmp_path, *args, env=None):
+    e = {**os.environ, **(env or {}), "COLUMNS": "250"}
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "preflight", "--cluster", "slurmlab",
+                           "--local", "--output-dir", str(tmp_path / "runs"), *args], capture_output=True, text=True,
+                          timeout=400, cwd=ROOT, env=e)
+
+
+def test_local_preflight_names_the_slow_node_and_the_node_without_weights(tmp_path):
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"0" * 1000)
+    out = _preflight(tmp_path, "--weights", str(weights), "--json",
+                     env={"SPORCH_FAULT_SLOW_NODE": "slurmlab-node2", "SPORCH_FAULT_HIDE_WEIGHTS": "slurmlab-node1"})
+    assert out.returncode == 1, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert [n["node"] for n in report["nodes"]] == [f"slurmlab-node{i}" for i in range(4)]
+    assert all(n["weights"].get("readable") == (n["node"] != "slurmlab-node1") for n in report["nodes"])
+    # 0.2 s per round against milliseconds: far below any noise
+    assert report["slowest_node"] == "slurmlab-node2", report["problems"]
+    assert f"slurmlab-node1: the weights path {weights} does not exist" in report["problems"]
+    kinds = {link["kind"] for link in report["links"]}
+    assert kinds == {"all_reduce", "all_to_all", "ring_p2p"}
+
+
+def test_local_preflight_prints_the_tables(tmp_path):
+    out = _preflight(tmp_path)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    for text in ("preflight on slurmlab: nodes", "slurmlab-node3", "links (GB/s per rank)", "ring_p2p", "all_to_all"):
+        assert text in out.stdout, text
+    # nothing about versions, GPUs or weights (those are not noise); speed is not asserted here
+    assert "differs" not in out.stdout and "weights path" not in out.stdout
