@@ -22,7 +22,6 @@ from sporch.orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, con
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import JobSpec, job_from_dict
-from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.contract.results import result_file
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.preflight_report import DEFAULT_THRESHOLD, Report, judge
