@@ -28,6 +28,7 @@ from sporch.orchestrator.contract.results import (JobResult, RankError, RankReco
 from sporch.runtime.attention.select import selected_kernel
 from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
 from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.preflight import quick_check
 from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
 from sporch.runtime.stage import all_records, clean_up, stage_for_node
@@ -81,6 +82,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         place["device"] = str(device)
         place["threads"] = limit_cpu_threads(device)
         place["backend"] = init_distributed(env, device)
+        checked = quick_check(plan, env.rank, device) if plan.job.preflight else None
         staged_plan, _ = stage_for_node(plan, env.local_rank, env.hostname, output_dir)
         ctx = ParallelContext.from_plan(staged_plan)
         progress = Progress(output_dir=output_dir, rank=env.rank)
@@ -89,6 +91,8 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         if plan.model.stage == "node" and env.rank == 0:
             metrics["staging"] = all_records(output_dir)
         metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))
+        if checked is not None:
+            metrics["preflight_quick"] = checked
         status = "completed"
     except RequeueRequested as exc:
         status, error = "requeued", RankError(rank=env.rank, error=str(exc))

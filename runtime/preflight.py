@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.preflight_checks import node_problems
 from sporch.runtime.parallel import ParallelContext
 
 ROUNDS = 5
@@ -89,15 +90,20 @@ def weights_check(path: str | None) -> dict[str, Any]:
 
 def rank_info(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
     """This rank's node, GPUs, versions, free memory and the weights check."""
+    return rank_info_for(plan, ctx.rank, device)
+
+
+def rank_info_for(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]:
     cuda = device.type == "cuda"
     info: dict[str, Any] = {
-        "rank": ctx.rank, "node": _node(), "device": str(device),
+        "rank": rank, "node": _node(), "device": str(device),
         "gpus_visible": _visible_gpus(device), "gpus_expected": plan.gpus_per_node,
         "python": platform.python_version(), "torch": torch.__version__,
         "cuda": torch.version.cuda if cuda else None,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "host_available_bytes": _available_memory_bytes(),
-        "weights": weights_check(plan.model.weights),
+        # a tiny_weights generate job creates its folder after this check
+        "weights": weights_check(None if plan.workload.tiny_weights else plan.model.weights),
     }
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
@@ -176,3 +182,26 @@ def run(ctx: ParallelContext, plan: Plan) -> dict[str, Any]:
         return {"preflight_rank": info}
     return {"preflight": {"ranks": [g["info"] for g in gathered], "links": [x for g in gathered for x in g["links"]],
                           "payload_bytes": payload, "rounds": ROUNDS, "backend": dist.get_backend()}}
+
+
+class PreflightFailed(RuntimeError):
+    """The quick check found a node that cannot run the job (named in the message)."""
+
+
+def quick_check(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]:
+    """What every job does before loading weights (``runtime.preflight: on``, the default): each
+    rank describes itself (no bandwidth measured), the descriptions are gathered and every node
+    is checked against the others (GPUs for its ranks, versions, the weights path readable and
+    the same size). A problem fails every rank at once, naming the node, instead of a hang or a
+    wrong answer later. Returns ``{nodes, s}``."""
+    start = time.perf_counter()
+    info = rank_info_for(plan, rank, device)
+    gathered: list[Any] = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    if dist.is_initialized():
+        dist.all_gather_object(gathered, info)
+    else:
+        gathered = [info]
+    problems = node_problems(gathered, plan.gpus_per_node)
+    if problems:
+        raise PreflightFailed("preflight: " + "; ".join(problems) + " (runtime.preflight=off skips this check)")
+    return {"nodes": len({g["node"] for g in gathered}), "s": round(time.perf_counter() - start, 3)}

@@ -1,7 +1,8 @@
 """Job specs (``job.yaml``): typed sections, loading with overrides, validation.
 
 Sections: ``model`` (ModelSpec), ``workload`` (WorkloadSpec), ``parallel`` (ParallelSpec),
-``pipeline`` (PipelineSpec: generate's text encoder and VAE), ``resources`` (ResourcesSpec), plus ``name``, ``output_dir`` and ``entrypoint``.
+``pipeline`` (PipelineSpec: generate's text encoder and VAE), ``runtime`` (RuntimeSpec),
+``resources`` (ResourcesSpec), plus ``name``, ``output_dir`` and ``entrypoint``.
 The key names are the public interface (docs/jobs.md).
 """
 
@@ -98,6 +99,14 @@ class PipelineSpec:
 
 
 @dataclass
+class RuntimeSpec:
+    """What every rank does besides the workload (docs/troubleshooting.md)."""
+
+    #: check every node (GPUs, versions, weights path) before loading weights; off skips it
+    preflight: bool = True
+
+
+@dataclass
 class ResourcesSpec:
     time: Optional[str] = None  # Slurm time limit; default: the cluster's slurm.time
     nodes: Optional[int] = None  # default: the cluster's node count
@@ -112,6 +121,7 @@ class JobSpec:
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec)
+    runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     source: str = ""  # file it was loaded from
 

@@ -143,6 +143,7 @@ class JobSection(Section):
     time: str  # Slurm time limit
     source: Optional[str]  # the job file
     spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
+    preflight: bool = True  # runtime.preflight: every node checked before the weights load
 
 
 @dataclass(frozen=True)

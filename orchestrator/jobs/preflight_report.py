@@ -13,11 +13,12 @@ NCCL: gloo on CPUs says nothing about the fabric.
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-VERSION_KEYS = ("python", "torch", "cuda", "nccl")
+from sporch.orchestrator.contract.preflight_checks import VERSION_KEYS, node_problems
+
 DEFAULT_THRESHOLD = 0.5
 
 
@@ -69,7 +70,7 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
                      gpus_expected=gpus_per_node, versions={k: rs[0].get(k) for k in VERSION_KEYS},
                      host_available_bytes=rs[0].get("host_available_bytes"), weights=rs[0].get("weights") or {})
              for n, rs in by_node.items()]
-    problems = _node_problems(nodes, by_node)
+    problems = node_problems(ranks, gpus_per_node)
     nccl = data.get("backend") == "nccl"
     per_gpu_inter = inter_gb_per_s / max(1, gpus_per_node)
     links, touching = [], defaultdict(list)
@@ -108,32 +109,6 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
             report.problems.append(f"{link.kind} {link.ranks} on {link.nodes}: {link.gb_per_s:.3g} GB/s, "
                                    f"{link.vs_descriptor:.0%} of the descriptor's {link.descriptor_gb_per_s:g} GB/s")
     return report
-
-
-def _node_problems(nodes: list[NodeRow], by_node: dict[str, list[dict[str, Any]]]) -> list[str]:
-    out = []
-    for row in nodes:
-        if row.gpus_visible is not None and row.gpus_visible < len(row.ranks):
-            out.append(f"{row.node}: sees {row.gpus_visible} GPU(s) for its {len(row.ranks)} ranks "
-                       f"(the descriptor says {row.gpus_expected} per node)")
-        if row.weights.get("path") and not row.weights.get("readable"):
-            out.append(f"{row.node}: the weights path {row.weights['path']} {row.weights.get('error', 'is not readable')}")
-        differing = [r["rank"] for r in by_node[row.node] if any(r.get(k) != row.versions[k] for k in VERSION_KEYS)]
-        if differing:
-            out.append(f"{row.node}: ranks {differing} run other versions than rank {row.ranks[0]} on the same node")
-    for key in VERSION_KEYS:
-        counts = Counter(row.versions[key] for row in nodes)
-        if len(counts) > 1:
-            usual = counts.most_common(1)[0][0]
-            odd = [f"{row.node} ({row.versions[key]})" for row in nodes if row.versions[key] != usual]
-            out.append(f"{key} differs: {', '.join(odd)} against {usual} on the other nodes")
-    sizes = Counter(row.weights.get("bytes") for row in nodes if row.weights.get("readable"))
-    if len(sizes) > 1:
-        usual = sizes.most_common(1)[0][0]
-        odd = [f"{row.node} ({row.weights.get('bytes')} bytes)" for row in nodes
-               if row.weights.get("readable") and row.weights.get("bytes") != usual]
-        out.append(f"the weights differ in size: {', '.join(odd)} against {usual} bytes elsewhere")
-    return out
 
 
 def _judge_speed(report: Report, hop_bw: list[float], threshold: float) -> None:

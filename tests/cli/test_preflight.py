@@ -101,3 +101,31 @@ def test_local_preflight_prints_the_tables(tmp_path):
         assert text in out.stdout, text
     # nothing about versions, GPUs or weights (those are not noise); speed is not asserted here
     assert "differs" not in out.stdout and "weights path" not in out.stdout
+
+
+def test_every_job_checks_its_nodes_first_unless_told_not_to(tmp_path):
+    """The quick check (runtime.preflight, on by default) fails a job at once, naming the node
+    that cannot read the weights; runtime.preflight=off runs it."""
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.config.job import load_job
+    from sporch.orchestrator.plan.planner import make_plan
+    from sporch.runtime.model.build import build_model, save_safetensors
+
+    ckpt = tmp_path / "model.safetensors"
+    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
+    save_safetensors(build_model(plan.model.to_dict(), seed=1), str(ckpt))
+    env = {**os.environ, "SPORCH_FAULT_HIDE_WEIGHTS": "slurmlab-node1", "COLUMNS": "250"}
+    outs = {}
+    for flag in ("on", "off"):
+        outs[flag] = subprocess.run(
+            [sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "slurmlab",
+             str(ROOT / "examples" / "tiny.yaml"), f"model.weights={ckpt}", f"runtime.preflight={flag}",
+             f"output_dir={tmp_path / flag}"], capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
+    assert outs["on"].returncode != 0
+    (result,) = (tmp_path / "on").glob("tiny/*/result.json")
+    res = json.loads(result.read_text())
+    assert res["status"] == "failed"
+    assert f"preflight: slurmlab-node1: the weights path {ckpt} does not exist" in res["error"], res["error"]
+    assert outs["off"].returncode == 0, outs["off"].stderr[-1500:]
+    (ok,) = (tmp_path / "off").glob("tiny/*/result.json")
+    assert "preflight_quick" not in json.loads(ok.read_text())["metrics"]
