@@ -1,6 +1,6 @@
 """``sporch preflight``'s job: what every node has, and how fast the plan's own groups talk.
 
-The job is an ordinary sporch job whose entrypoint is :func:`run` (``sporch preflight`` builds and
+The job is an ordinary sporch job whose workload is ``preflight`` (:func:`run`) (``sporch preflight`` builds and
 submits it with the same machinery as ``submit`` and ``run --local``). Every rank:
 
 1. describes itself (:func:`rank_info`): its node, the GPUs it sees against the descriptor's

@@ -43,6 +43,7 @@ from sporch.runtime.model import (
 )
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
+from sporch.runtime.preflight import run as run_preflight
 from sporch.runtime.progress import Progress
 
 
@@ -72,7 +73,9 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
         return _inference(plan, ctx, device, progress)
     if kind == "generate":
         return run_generate(plan, ctx, device, progress.output_dir, progress=progress)
-    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate)")
+    if kind == "preflight":
+        return run_preflight(ctx, plan)
+    raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate | preflight)")
 
 
 # -- shared -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """``sporch preflight``: a short job that checks every node and measures the plan's links.
 
 The job is planned like any other (``world = ring x ulysses`` by default: the groups a real job
-on the cluster gets), its entrypoint is ``sporch.runtime.preflight:run``, and it is submitted
+on the cluster gets), its workload is ``preflight`` (runtime/preflight.py), and it is submitted
 through the rendered sbatch script (or run here with ``--local``, nodes emulated). When it ends,
 its ``metrics.preflight`` is judged (:mod:`sporch.orchestrator.jobs.preflight_report`) and
 printed: a table per node, a table per link, and one line per problem naming the node or link.
@@ -10,6 +10,7 @@ Exit 0 when nothing is wrong, 1 when a problem is named, the job's code when it 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import sys
@@ -24,23 +25,26 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import JobSpec, job_from_dict
 from sporch.orchestrator.contract.results import result_file
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.cli.run_cmd import run_here
+from sporch.orchestrator.cli.wait_cmd import wait_for
 from sporch.orchestrator.jobs.preflight_report import DEFAULT_THRESHOLD, Report, judge
-
-ENTRYPOINT = "sporch.runtime.preflight:run"
-
+from sporch.orchestrator.jobs.status import record_host
+from sporch.orchestrator.submit import submitter
+from sporch.orchestrator.submit.request import default_job_dir
 
 def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_dir: str) -> JobSpec:
     """A job with the plan's default layout on ``nodes`` nodes of ``cluster`` that runs the
-    preflight entrypoint (a tiny model shape that every layout accepts; it is never built)."""
+    preflight workload (a tiny model shape that every layout accepts; it is never built)."""
     heads = cluster.gpus_per_node
     n = nodes or cluster.nodes
     return job_from_dict({
-        "name": "preflight", "output_dir": output_dir, "entrypoint": ENTRYPOINT,
+        "name": "preflight", "output_dir": output_dir,
         "model": {"preset": "tiny", "num_heads": heads, "num_kv_heads": heads, "head_dim": 8, "hidden": 8 * heads,
                   **({"weights": weights} if weights else {})},
-        "workload": {"kind": "inference", "seq_len": 4 * n * cluster.gpus_per_node, "steps": 1, "dtype": "float32",
+        "workload": {"kind": "preflight", "seq_len": 4 * n * cluster.gpus_per_node, "steps": 1, "dtype": "float32",
                      "warmup": 0, "repeat": 1},
         "resources": {"nodes": n, "time": "00:10:00"},
+        "runtime": {"preflight": False},  # the full check reports what the quick one would stop at
     }, source="<preflight>")
 
 
@@ -77,9 +81,6 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
 
 
 def _run_local(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
-    from sporch.orchestrator.cli.run_cmd import run_here
-    from sporch.orchestrator.submit.request import default_job_dir
-
     now = _dt.datetime.now()
     res = run_here(cluster, job, default_job_dir(cluster, job, now) + "-local", now, timeout_s,
                    console(stderr=True))
@@ -89,10 +90,6 @@ def _run_local(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
 
 
 def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
-    from sporch.orchestrator.cli.wait_cmd import wait_for
-    from sporch.orchestrator.jobs.status import record_host
-    from sporch.orchestrator.submit import submitter
-
     prepared = submitter.prepare(cluster, job)
     rec = submitter.submit(prepared, backend="sbatch", command=submitter.command_line(invocation()))
     click.echo(f"preflight {rec.id} (Slurm job {rec.slurm_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
@@ -106,8 +103,6 @@ def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
 
 
 def _as_dict(report: Report) -> dict[str, Any]:
-    import dataclasses
-
     return dataclasses.asdict(report)
 
 

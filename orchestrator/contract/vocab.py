@@ -9,7 +9,7 @@ MAX_NAME = 100
 #: ``model.attention``: cross-attention to text (Wan), joint text+image attention (MMDiT), self only (DiT).
 ATTENTION_KINDS: tuple[str, ...] = ("cross", "joint", "self")
 #: ``workload.kind``.
-WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify", "generate")
+WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify", "generate", "preflight")
 #: Output files of a generate workload, and the schedulers it can use (docs/generate.md).
 OUTPUT_FORMATS: tuple[str, ...] = ("mp4", "png")
 SCHEDULERS: tuple[str, ...] = ("unipc", "euler")
