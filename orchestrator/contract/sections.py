@@ -140,6 +140,8 @@ class JobSection(Section):
     time: str  # Slurm time limit
     source: Optional[str]  # the job file
     spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
+    # resources.collective_timeout (seconds); None = the default (contract.hangs.collective_timeout_s)
+    collective_timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)

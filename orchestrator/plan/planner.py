@@ -131,7 +131,8 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
     spec = job.to_dict()
     spec.pop("source", None)
     return sections.JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
-                      time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec)
+                      time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec,
+                      collective_timeout=job.resources.collective_timeout)
 
 
 def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: sections.PlacementSection,
