@@ -10,8 +10,17 @@ import torch.distributed as dist
 
 from sporch.runtime.rank_env import RankEnv
 
-#: Collective timeout: a rank that dies must not leave the others waiting for long.
-DEFAULT_TIMEOUT_S = int(os.environ.get("SPORCH_DIST_TIMEOUT_S", "300"))
+#: The process group's timeout when nothing else says: a rank that dies must not leave the others
+#: waiting for long. ``$SPORCH_DIST_TIMEOUT_S`` sets it; else launch.py sets it above the collective
+#: watchdog's timeout (sporch.orchestrator.contract.hangs.pg_timeout_s), so the watchdog fires first.
+DIST_TIMEOUT_ENV = "SPORCH_DIST_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = int(os.environ.get(DIST_TIMEOUT_ENV, "300"))
+
+
+def dist_timeout_s(default: float) -> int:
+    """The process group's timeout: ``$SPORCH_DIST_TIMEOUT_S`` when set, else ``default``."""
+    value = os.environ.get(DIST_TIMEOUT_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else int(default)
 
 
 class DeviceError(RuntimeError):
@@ -96,6 +105,15 @@ def init_distributed(env: RankEnv, device: torch.device, timeout_s: int = DEFAUL
         **kwargs,
     )
     return backend
+
+
+def cuda_marker() -> torch.cuda.Event:
+    """An event recorded on the current CUDA stream: it completes once the work enqueued before
+    it has (a collective on NCCL makes the current stream wait for it), so
+    ``cuda_marker().query()`` says whether that collective finished (the watchdog's marker)."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 def shutdown() -> None:

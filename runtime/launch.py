@@ -6,15 +6,21 @@ the Plan, run the workload, write ``ranks/rank<N>.json``; rank 0 also writes
 ``result.json`` with the layout, hosts per rank, timings and errors. A failure is recorded
 with its rank and exception, and the process exits non-zero so that
 ``srun --kill-on-bad-exit`` ends the job.
+
+Every collective is watched (:mod:`sporch.runtime.watchdog`): one that does not complete within
+the collective timeout makes every rank write its stacks to ``hang/``, record the hang and exit
+with EXIT_HUNG; rank 0's ``result.json`` then names the ranks that never arrived.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +28,19 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract.benchstats import provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
+from sporch.orchestrator.contract.hangs import HangDiagnosis, collective_text, pg_timeout_s
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, error_record, rank_file,
                                                   read_rank_files, result_file, root_cause)
 from sporch.runtime.attention.select import selected_kernel
-from sporch.runtime.distributed import init_distributed, limit_cpu_threads, pick_device, shutdown
+from sporch.runtime.distributed import (cuda_marker, dist_timeout_s, init_distributed, limit_cpu_threads, pick_device,
+                                        shutdown)
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.preflight import quick_check
 from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
 from sporch.runtime.stage import all_records, clean_up, stage_for_node
+from sporch.runtime.watchdog import Watchdog, dump_stacks_on_sigterm, job_timeout_s
 from sporch.runtime.workloads import run_workload
 
 #: How long rank 0 waits for the other ranks' files when it cannot gather their records (a
@@ -72,6 +81,8 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         "started": started,
     }
     status, metrics, error = "failed", {}, None
+    watchdog: Watchdog | None = None
+    dump_stacks_on_sigterm()  # the time limit's SIGTERM: every thread's stack in the rank's log
     try:
         if env.world_size != plan.world_size:
             raise RuntimeError(
@@ -81,11 +92,21 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         device = pick_device(env)
         place["device"] = str(device)
         place["threads"] = limit_cpu_threads(device)
-        place["backend"] = init_distributed(env, device)
-        checked = quick_check(plan, env.rank, device) if plan.job.preflight else None
-        staged_plan, _ = stage_for_node(plan, env.local_rank, env.hostname, output_dir)
-        ctx = ParallelContext.from_plan(staged_plan)
-        progress = Progress(output_dir=output_dir, rank=env.rank)
+        timeout_s = job_timeout_s(plan.job.collective_timeout, plan.job.time)
+        place["backend"] = init_distributed(env, device, timeout_s=dist_timeout_s(pg_timeout_s(timeout_s)))
+        watchdog = _start_watchdog(plan, env, output_dir, place, timeout_s)
+        checked = None
+        if plan.job.preflight:
+            with watchdog.collective("preflight", kind="all_gather"):
+                checked = quick_check(plan, env.rank, device)
+        # the node's first rank copies the weights; the others wait for its record (no collective:
+        # a copy may take longer than any collective timeout)
+        staged_plan, _ = stage_for_node(plan, env.local_rank, env.hostname, output_dir,
+                                        attempt=f"{env.job_id}-{place['restart']}")
+        with watchdog.collective("new_groups", kind="new_group"):
+            ctx = ParallelContext.from_plan(staged_plan)
+        ctx.watchdog = watchdog
+        progress = Progress(output_dir=output_dir, rank=env.rank, watchdog=watchdog)
         progress.install_signal_handler()
         metrics = run_workload(staged_plan, ctx, device, progress)
         if plan.model.stage == "node" and env.rank == 0:
@@ -97,17 +118,23 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     except RequeueRequested as exc:
         status, error = "requeued", RankError(rank=env.rank, error=str(exc))
     except BaseException as exc:  # noqa: BLE001 - recorded, then the rank exits non-zero
+        if watchdog is not None:
+            watchdog.hold_if_fired()  # a peer's hang broke this rank's collective: the watchdog tells it
         error = error_record(env.rank, exc)
         print(error.traceback, file=sys.stderr, flush=True)
+    if watchdog is not None:
+        watchdog.hold_if_fired()
     record = RankRecord(**place, status=status, finished=time.time(), metrics=metrics, error=error)
     record.write(rank_file(output_dir, env.rank))
 
-    gathered = _gather_records(plan, record)
+    gathered = _gather_records(plan, record, watchdog)
     if gathered is not None and status == "completed":  # every rank is done with the node's copy
         clean_up(plan, env.local_rank, env.hostname)
     job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
     if env.rank == 0:
         job_status = _write_result(plan, output_dir, record, gathered or {})
+    if watchdog is not None:
+        watchdog.stop()
     shutdown()
     if status == "completed" and job_status == "completed":
         return EXIT_OK
@@ -116,7 +143,42 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     return EXIT_REQUEUED if status == "requeued" else EXIT_FAILED
 
 
-def _gather_records(plan: Plan, own: RankRecord) -> dict[int, RankRecord] | None:
+def _start_watchdog(plan: Plan, env: RankEnv, output_dir: Path, place: dict[str, Any], timeout_s: float) -> Watchdog:
+    """This rank's collective watchdog (torch.distributed initialised): on a hang it records the
+    rank's failure; on rank 0 also the job's, naming the ranks that never arrived."""
+    own: dict[str, RankRecord] = {}
+
+    def on_hang(hang: dict[str, Any]) -> None:
+        error = RankError(rank=env.rank, error=hang_error(hang))
+        own["record"] = RankRecord(**place, status="failed", finished=time.time(), error=error)
+        own["record"].write(rank_file(output_dir, env.rank))
+
+    def on_diagnosis(diagnosis: HangDiagnosis | None) -> None:
+        record = own.get("record") or RankRecord(**place, status="failed", finished=time.time())
+        _write_hang_result(plan, output_dir, record, diagnosis)
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - without the store each rank watches only itself
+        store = None
+    return Watchdog(rank=env.rank, world_size=env.world_size, timeout_s=timeout_s, folder=output_dir,
+                    host=env.hostname, node=env.node_rank, store=store, on_hang=on_hang,
+                    on_diagnosis=on_diagnosis if env.rank == 0 else None, backend=place.get("backend"),
+                    marker=cuda_marker if place.get("backend") == "nccl" else None).start()
+
+
+def hang_error(hang: dict[str, Any]) -> str:
+    """A rank's error line in its record when the watchdog stopped it."""
+    c, stack = hang.get("collective"), f"stacks in hang/rank{hang['rank']}.txt"
+    if hang["state"] == "timeout":
+        return (f"CollectiveTimeout: waited {c['waited_s']:.0f} s in {collective_text(c)}, longer than the "
+                f"collective timeout ({hang['timeout_s']:g} s); {stack}")
+    where = f"was waiting in {collective_text(c)}" if c else f"was in no collective (at {hang.get('at') or '?'})"
+    return f"CollectiveTimeout: a peer timed out in a collective; this rank {where}; {stack}"
+
+
+def _gather_records(plan: Plan, own: RankRecord, watchdog: Watchdog | None = None
+                    ) -> dict[int, RankRecord] | None:
     """Every rank's record, gathered by every rank that finished its workload (completed, or
     stopped for a requeue, which the ranks decide together): a collective that all ranks of a
     healthy world enter, however late one of them comes (up to the collective timeout). A rank
@@ -127,7 +189,8 @@ def _gather_records(plan: Plan, own: RankRecord) -> dict[int, RankRecord] | None
         return {}
     gathered: list[Any] = [None] * plan.world_size
     try:
-        dist.all_gather_object(gathered, own)
+        with watchdog.collective("gather_records", kind="all_gather") if watchdog is not None else nullcontext():
+            dist.all_gather_object(gathered, own)
     except Exception:  # noqa: BLE001 - a peer failed: rank 0 falls back to the rank files
         return None
     return {r.rank: r for r in gathered if r}
@@ -137,12 +200,34 @@ def _write_result(plan: Plan, output_dir: Path, own: RankRecord, records: dict[i
     """Rank 0: write result.json from every rank's record (``records``, gathered when the world
     is healthy, else the rank files); returns the job's status."""
     if len(records) < plan.world_size:
-        deadline = time.time() + ERROR_COLLECT_S  # a peer may still be writing its file
-        while True:
-            records = {**read_rank_files(output_dir), 0: own}
-            if len(records) >= plan.world_size or time.time() > deadline:
-                break
-            time.sleep(0.25)
+        records = _read_records(plan, output_dir, own)
+    result = _job_result(plan, own, records)
+    result.write(result_file(output_dir))
+    return result.status
+
+
+def _read_records(plan: Plan, output_dir: Path, own: RankRecord) -> dict[int, RankRecord]:
+    deadline = time.time() + ERROR_COLLECT_S  # a peer may still be writing its file
+    while True:
+        records = {**read_rank_files(output_dir), 0: own}
+        if len(records) >= plan.world_size or time.time() > deadline:
+            return records
+        time.sleep(0.25)
+
+
+def _write_hang_result(plan: Plan, output_dir: Path, own: RankRecord, diagnosis: HangDiagnosis | None) -> None:
+    """Rank 0, its watchdog having fired: result.json says the job failed, naming the ranks that
+    never arrived (the diagnosis' line) ahead of the ranks' own timeout errors."""
+    result = _job_result(plan, own, {**read_rank_files(output_dir), 0: own})
+    if diagnosis is not None:
+        cause = RankError(rank=diagnosis.failed_rank, error=diagnosis.line)
+        result = dataclasses.replace(result, failed_rank=diagnosis.failed_rank, error=diagnosis.line,
+                                     errors=[cause] + result.errors, hang=diagnosis.to_dict())
+    result = dataclasses.replace(result, status="failed")
+    result.write(result_file(output_dir))
+
+
+def _job_result(plan: Plan, own: RankRecord, records: dict[int, RankRecord]) -> JobResult:
     errors = [r.error for r in sorted(records.values(), key=lambda r: r.rank) if r.error]
     statuses = {r.status for r in records.values()}
     status = "completed" if statuses == {"completed"} and len(records) == plan.world_size else (
@@ -152,7 +237,7 @@ def _write_result(plan: Plan, output_dir: Path, own: RankRecord, records: dict[i
     summary = _summarise_metrics([records[r].metrics or {} for r in sorted(records)])
     summary.update(_generated_outputs(records))
     hostnames = [r.hostname for r in records.values() if r.hostname]
-    result = JobResult(
+    return JobResult(
         status=status,
         job_name=plan.job.name,
         layout=plan.layout.sizes(),
@@ -174,8 +259,6 @@ def _write_result(plan: Plan, output_dir: Path, own: RankRecord, records: dict[i
         wall_s=(own.finished or own.started or 0.0) - (own.started or 0.0),
         provenance=provenance(plan.cluster.to_dict(), hostnames),
     )
-    result.write(result_file(output_dir))
-    return status
 
 
 def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

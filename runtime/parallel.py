@@ -15,6 +15,10 @@ sequence group, ``ring_i * ulysses + ulysses_i``.
 
 There are no process-global singletons: pass the context to whatever needs it.
 
+Collectives: ``ctx.watchdog`` (a :class:`sporch.runtime.watchdog.Watchdog`, set by launch.py; None
+elsewhere) watches every collective issued through ``with ctx.collective(name, dim, kind=...)``:
+one that does not complete within the collective timeout names the ranks that never arrived.
+
 Health: any exception raised inside a context operation (``ctx.guard()``, used by
 ``usp_attention``, ``shard_sequence`` and ``gather_sequence``) marks the context broken
 (``ctx.healthy`` is False, ``ctx.broken_reason`` says why); every later operation refuses
@@ -25,6 +29,7 @@ groups must not be reused: tear the job down (``destroy_process_group``) and sta
 from __future__ import annotations
 
 import contextlib
+from contextlib import nullcontext
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -83,6 +88,8 @@ class ParallelContext:
         self.broken_reason: str | None = None
         #: A sporch.runtime.attention.CommStats that collectives of the model add their bytes to, or None.
         self.comm_stats: Any = None
+        #: The rank's sporch.runtime.watchdog.Watchdog over its collectives, or None (not watched).
+        self.watchdog: Any = None
         if _groups is None:
             _groups, _group_ranks = _make_groups(layout, self.rank)
         self._groups = _groups
@@ -202,6 +209,15 @@ class ParallelContext:
             self.mark_broken(exc)
             raise
 
+    def collective(self, name: str, dim: str, *, kind: str, layer: int | None = None):
+        """A context manager around one collective over this rank's ``dim`` group: the watchdog
+        (when there is one) knows the rank is in it (``name`` what for, ``kind`` which call,
+        ``layer`` where in the model); a no-op without a watchdog."""
+        wd = self.watchdog
+        if wd is None:
+            return _NO_WATCH
+        return wd.collective(name, self._group_ranks[dim], kind=kind, group=dim, layer=layer)
+
     # -- sequence sharding -----------------------------------------------------------
     def shard_sequence(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
         """This rank's contiguous chunk of ``x`` along ``dim`` (chunk index = ``sequence_rank``),
@@ -229,7 +245,8 @@ class ParallelContext:
             else:
                 y = y.contiguous()
                 parts = [torch.empty_like(y) for _ in range(self.sequence_size)]
-                dist.all_gather(parts, y, group=self.sequence_group)
+                with self.collective("gather_sequence", "sequence", kind="all_gather"):
+                    dist.all_gather(parts, y, group=self.sequence_group)
                 full = torch.cat(parts, dim=dim)
             if seq_len is not None:
                 if seq_len > full.shape[dim]:
@@ -241,6 +258,9 @@ class ParallelContext:
         return (f"ParallelContext(rank={self.rank}, {self.layout.describe()}, dp_rank={self.dp_rank}, "
                 f"cfg_rank={self.cfg_rank}, ring_rank={self.ring_rank}, ulysses_rank={self.ulysses_rank}, "
                 f"healthy={self.healthy})")
+
+
+_NO_WATCH = nullcontext()
 
 
 def _default_device() -> torch.device:

@@ -9,6 +9,9 @@ last finished step, never from zero.
 USR2 (not USR1: NCCL uses it) only sets a flag; ranks agree on it at the next step
 boundary (one tiny all-reduce) so that every rank stops at the same step, and rank 0 then
 asks Slurm to requeue the job.
+
+``watchdog`` (a :class:`sporch.runtime.watchdog.Watchdog`, or None) watches those collectives
+and learns the step being computed (its records say ``step``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import signal
 import subprocess
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,7 @@ class Progress:
     output_dir: Path
     rank: int
     group: Any = None  # process group used to agree on a stop; None = default world
+    watchdog: Any = None  # sporch.runtime.watchdog.Watchdog over the collectives below, or None
     _stop: bool = field(default=False, init=False)
 
     @property
@@ -50,6 +55,13 @@ class Progress:
     def _on_usr2(self, signum, frame) -> None:  # noqa: ARG002 (signal API)
         self._stop = True
 
+    def _collective(self, name: str, kind: str):
+        """The watchdog's context manager for one collective over ``group`` (a no-op without one)."""
+        if self.watchdog is None:
+            return nullcontext()
+        ranks = dist.get_process_group_ranks(self.group) if self.group is not None else None
+        return self.watchdog.collective(name, ranks, kind=kind)
+
     @property
     def stop_requested(self) -> bool:
         """Whether this rank got USR2 (not yet agreed with the others)."""
@@ -62,7 +74,8 @@ class Progress:
         flag = torch.tensor([1 if self._stop else 0], dtype=torch.int32)
         if dist.get_backend(self.group) == "nccl":
             flag = flag.cuda()
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        with self._collective("agree_stop", "all_reduce"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return bool(flag.item())
 
     # -- state -----------------------------------------------------------------------
@@ -75,8 +88,11 @@ class Progress:
         fresh progress.json and run one step fewer than its peers."""
         meta = self.folder / PROGRESS_FILE
         data = json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else None
+        if self.watchdog is not None:
+            self.watchdog.step = int((data or {}).get("step") or 0) + 1
         if dist.is_available() and dist.is_initialized():
-            dist.barrier(group=self.group)
+            with self._collective("load_progress", "barrier"):
+                dist.barrier(group=self.group)
         return data
 
     def _shard_path(self, step: int) -> Path:
@@ -91,7 +107,8 @@ class Progress:
             flag = torch.tensor([1 if have else 0], dtype=torch.int32)
             if dist.get_backend(self.group) == "nccl":
                 flag = flag.cuda()
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+            with self._collective("agree_resume", "all_reduce"):
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
             have = bool(flag.item())
         if not have:
             return None
@@ -110,7 +127,8 @@ class Progress:
             torch.save(shard.detach().cpu(), tmp)
             os.replace(tmp, path)
             if dist.is_available() and dist.is_initialized():
-                dist.barrier(group=self.group)
+                with self._collective("step_shards", "barrier"):
+                    dist.barrier(group=self.group)
         if self.rank == 0:
             write_json_atomic(
                 self.folder / PROGRESS_FILE, {**state, "step": step, "has_shards": shard is not None}
@@ -122,6 +140,8 @@ class Progress:
             old = self._shard_path(step - 2)
             if old.exists():
                 old.unlink()
+        if self.watchdog is not None:
+            self.watchdog.step = step + 1
         if self.stop_agreed():
             if self.rank == 0:
                 requeue_self()

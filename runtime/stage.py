@@ -4,7 +4,7 @@ Without it every rank reads the checkpoint from the shared file system at once (
 the file system is the bottleneck). With it, the first rank of each node (local rank 0) copies
 the checkpoint once into the cluster's node-local folder (``node_local_dir``; ``{node}`` in it is
 the node's name, for machines whose nodes share ``/tmp`` such as the loopback lab), the other
-ranks of the node wait at a barrier, and every rank loads the local copy.
+ranks of the node wait for its record, and every rank loads the local copy.
 
 A copy is reused by later jobs on that node when it still checks out: the folder keeps a
 manifest (``.sporch-stage.json``) of every file's size, the source's modification time and the
@@ -31,8 +31,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import torch.distributed as dist
 
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.safe_files import write_atomic
@@ -141,11 +139,14 @@ def stage_record_file(output_dir: Path, node: str) -> Path:
     return Path(output_dir) / "stage" / f"{node}.json"
 
 
-def stage_for_node(plan: Plan, local_rank: int, node: str, output_dir: Path) -> tuple[Plan, dict[str, Any] | None]:
-    """With ``plan.model.stage == "node"``: the node's first rank stages the weights, every rank
-    waits for it (a barrier over the world) and gets the plan with ``model.weights`` pointing at
-    the node's copy, and this node's record. An error staging on any node fails every rank with
-    its message. Otherwise the plan as it is, and None."""
+def stage_for_node(plan: Plan, local_rank: int, node: str, output_dir: Path, *, attempt: str = "",
+                   poll_s: float = 0.5) -> tuple[Plan, dict[str, Any] | None]:
+    """With ``plan.model.stage == "node"``: the node's first rank stages the weights and writes
+    the node's record; the node's other ranks wait for the record of this ``attempt`` (the job
+    id and restart: a requeued job's old record does not count). Not a collective: a copy may
+    take longer than any collective timeout (the job's time limit bounds it). Every rank gets the
+    plan with ``model.weights`` pointing at the node's copy, and the record; an error staging is
+    raised on every rank of the node with its message. Otherwise the plan as it is, and None."""
     model = plan.model
     if model.stage != "node" or not model.weights:
         return plan, None
@@ -153,17 +154,28 @@ def stage_for_node(plan: Plan, local_rank: int, node: str, output_dir: Path) -> 
     record_path = stage_record_file(output_dir, node)
     if local_rank == 0:
         try:
-            record = {"node": node, **stage(model.weights, dest)}
+            record = {"node": node, "attempt": attempt, **stage(model.weights, dest)}
         except Exception as exc:  # noqa: BLE001 - recorded for the node's other ranks, then raised
-            record = {"node": node, "error": f"staging {model.weights} to {dest} on {node} failed: {exc}"}
+            record = {"node": node, "attempt": attempt,
+                      "error": f"staging {model.weights} to {dest} on {node} failed: {exc}"}
         write_atomic(record_path, json.dumps(record, indent=1))
-    if dist.is_initialized():
-        dist.barrier()
-    record = json.loads(record_path.read_text())
+    else:
+        record = _wait_for_record(record_path, attempt, poll_s)
     if "error" in record:
         raise RuntimeError(record["error"])
     staged = dataclasses.replace(model, weights=local_weights(dest, model.weights))
     return dataclasses.replace(plan, model=staged), record
+
+
+def _wait_for_record(path: Path, attempt: str, poll_s: float) -> dict[str, Any]:
+    while True:
+        try:
+            record = json.loads(path.read_text())
+            if record.get("attempt") == attempt:
+                return record
+        except (OSError, ValueError):
+            pass  # not written yet (write_atomic: never half a file)
+        time.sleep(poll_s)
 
 
 def all_records(output_dir: Path) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
 
 def _run_local(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
     now = _dt.datetime.now()
-    res = run_here(cluster, job, default_job_dir(cluster, job, now) + "-local", now, timeout_s,
+    _, res = run_here(cluster, job, default_job_dir(cluster, job, now) + "-local", now, timeout_s,
                    console(stderr=True))
     if res is None or res.result is None:
         raise SporchError("the preflight run stopped before writing its result; see its logs")

@@ -19,7 +19,7 @@ from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, co
                                             plain_table)
 from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
-from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_STOPPED
 from sporch.orchestrator.contract.results import JobResult
 from sporch.orchestrator.contract.generate_inputs import check_generate
 from sporch.orchestrator.errors import SporchError
@@ -40,7 +40,8 @@ from sporch.orchestrator.submit.submitter import command_line, prepare, submit
 @click.option("--verify", is_flag=True, help="Run workload.kind=verify: the sharded model against the unsharded one.")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Folder for plan, logs and results (default: <output_dir>/<name>/<time>-local).")
-@click.option("--timeout", "timeout_s", default=None, type=POSITIVE_SECONDS, help="Kill the run after this many seconds.")
+@click.option("--timeout", "timeout_s", default=None, type=POSITIVE_SECONDS,
+              help="Kill the run after this many seconds (the job's resources.time is enforced anyway, as Slurm would).")
 @click.option("--ignore-memory", is_flag=True,
               help="Start even when the plan's memory estimate for all ranks exceeds this machine's memory.")
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
@@ -62,10 +63,14 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         _check_local_memory(plan)
     if plan.workload.kind == "generate":
         _check_generate(plan.model, plan.workload)
-    res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
+    rec, res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
     if res is None:
         sys.exit(EXIT_FAILED)
     _print_summary(res, plan, console())
+    if res.timed_out:  # as Slurm would: the time limit ended the ranks (`sporch wait` exits 3 too)
+        click.echo(visible(f"{rec.id}: TIMEOUT: the time limit resources.time={plan.job.time} was reached", one_line=True),
+                   err=True)
+        sys.exit(EXIT_STOPPED)
     if res.result_error:
         raise SporchError(res.result_error)
     cause = res.result.cause() if res.result is not None else None
@@ -86,9 +91,10 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
 
 
 def run_here(cluster, job, folder: str, now: _dt.datetime, timeout_s: Optional[float], con,
-             plan=None) -> Optional[LocalRunResult]:
+             plan=None) -> tuple[JobRecord, Optional[LocalRunResult]]:
     """Run ``job`` here as a job of the local backend (this process its supervisor, so `sporch
-    status/logs/wait/cancel` work on its id); None when it was cancelled."""
+    status/logs/wait/cancel` work on its id): its record, and the run's result (None when it
+    was cancelled)."""
     plan = plan or make_plan(cluster, job)
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
     rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
@@ -99,7 +105,7 @@ def run_here(cluster, job, folder: str, now: _dt.datetime, timeout_s: Optional[f
     _record_final(rec)
     if res is None:
         click.echo(visible(f"{rec.id}: cancelled"), err=True)
-    return res
+    return rec, res
 
 
 def _record_final(rec: JobRecord) -> None:
@@ -165,7 +171,8 @@ def _print_summary(res: LocalRunResult, plan, con) -> None:
     table = plain_table(title="result", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value")
-    table.add_row("status", res.result.status if res.result is not None else "no result (see logs)")
+    status = res.result.status if res.result is not None else "no result (see logs)"
+    table.add_row("status", f"{status} (TIMEOUT: time limit {res.time_limit})" if res.timed_out else status)
     table.add_row("layout", plan.layout.describe())
     table.add_row("ranks", f"{len(result.hosts or {})} on {len(result.distinct_hosts or [])} node name(s)")
     for key in ("max_abs_err", "max_rel_err", "tolerance", "step_ms_median_max"):
@@ -183,6 +190,8 @@ def _print_summary(res: LocalRunResult, plan, con) -> None:
         rank = res.result.failed_rank if res.result is not None else res.failed_rank
         table.add_row("failed rank", str(rank))
         table.add_row("error", str(result.error or f"see {res.logs.get(rank, res.run_dir / 'logs')}"))
+    if result.hang:
+        table.add_row("stacks", str(res.run_dir / "hang"))
     table.add_row("result", str(res.run_dir / "result.json"))
     table.add_row("logs", str(res.run_dir / "logs"))
     con.print(table)

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence, Union
 from sporch.orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.directives import check_directive_path
-from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
+from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import (DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS,
                                                STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
@@ -110,6 +110,9 @@ class RuntimeSpec:
 class ResourcesSpec:
     time: Optional[str] = None  # Slurm time limit; default: the cluster's slurm.time
     nodes: Optional[int] = None  # default: the cluster's node count
+    # seconds a collective may take before the watchdog names the ranks that never arrived and
+    # ends the job (docs/troubleshooting.md); default: 300, or a quarter of the time limit
+    collective_timeout: Optional[float] = None
 
 
 @dataclass
@@ -235,6 +238,13 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         raise bad("resources.nodes", f"must be >= 1, got {r.nodes}")
     if r.time is not None and not is_valid_time(str(r.time)):
         raise bad("resources.time", f"{r.time!r} is not a Slurm time ({TIME_FORMS})")
+    if r.collective_timeout is not None:
+        if not r.collective_timeout > 0:
+            raise bad("resources.collective_timeout", f"must be a number of seconds > 0, got {r.collective_timeout}")
+        limit = time_seconds(str(r.time)) if r.time is not None else None
+        if limit is not None and r.collective_timeout >= limit:
+            raise bad("resources.collective_timeout", f"{r.collective_timeout:g} s is not below the time limit "
+                      f"resources.time={r.time} ({limit} s); the stacks must be written before Slurm ends the job")
     return job
 
 

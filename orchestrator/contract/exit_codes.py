@@ -13,3 +13,6 @@ EXIT_BAD_INPUT = 2
 #: uses the same code for a job stopped from outside (CANCELLED, TIMEOUT, PREEMPTED).
 EXIT_REQUEUED = 3
 EXIT_STOPPED = 3
+#: A rank that the collective watchdog stopped: a collective did not complete within the
+#: collective timeout (it waited in it, or its peers did); <job_dir>/hang/ says where.
+EXIT_HUNG = 4

@@ -8,6 +8,9 @@ write there, and where each backend puts the logs (standard library only; the ru
     <job_dir>/ranks/rank<N>.json        one per rank (orchestrator/contract/results.py)
     <job_dir>/result.json               rank 0's summary
     <job_dir>/checkpoint/progress.json  progress of a resumable workload (runtime/progress.py)
+    <job_dir>/hang/rank<N>.txt          a rank's stacks when a collective hung (runtime/watchdog.py)
+    <job_dir>/hang/rank<N>.json         the same rank's record of it (orchestrator/contract/hangs.py)
+    <job_dir>/hang/fr_trace_rank_<N>    PyTorch's flight recorder of its collectives (docs/troubleshooting.md)
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ LOGS_DIR = "logs"
 RANKS_DIR = "ranks"
 CHECKPOINT_DIR = "checkpoint"
 PROGRESS_FILE = "progress.json"
+#: What the collective watchdog writes when a collective hangs (runtime/watchdog.py).
+HANG_DIR = "hang"
+#: The prefix of PyTorch's flight-recorder dumps (TORCH_FR_DUMP_TEMP_FILE), in HANG_DIR.
+FR_TRACE_PREFIX = "fr_trace_rank_"
 #: submitit's own folder in the job dir (pickles, its submission script, its logs).
 SUBMITIT_DIR = "submitit"
 
@@ -94,6 +101,22 @@ class JobFiles:
     @property
     def progress(self) -> str:
         return self.path(CHECKPOINT_DIR, PROGRESS_FILE)
+
+    @property
+    def hang(self) -> str:
+        return self.path(HANG_DIR)
+
+    def hang_stack(self, rank: int) -> str:
+        """A rank's stacks (faulthandler) when a collective hung, with a header saying where it was."""
+        return self.path(HANG_DIR, f"rank{rank}.txt")
+
+    def hang_record(self, rank: int) -> str:
+        """The same, for machines (:mod:`sporch.orchestrator.contract.hangs`)."""
+        return self.path(HANG_DIR, f"rank{rank}.json")
+
+    @property
+    def fr_trace_prefix(self) -> str:
+        return self.path(HANG_DIR, FR_TRACE_PREFIX)
 
     @property
     def submitit(self) -> str:

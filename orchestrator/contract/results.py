@@ -249,7 +249,7 @@ class JobResult(ResultSection):
 
     OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({
         "max_abs_err", "max_rel_err", "tolerance", "verified", "step_ms_median_max", "outputs",
-        "peak_memory_bytes_by_rank"})
+        "peak_memory_bytes_by_rank", "hang"})
 
     status: str  # STATUSES
     job_name: Optional[str] = None
@@ -280,12 +280,14 @@ class JobResult(ResultSection):
     launcher_host: Optional[str] = None
     wall_s: Optional[float] = None
     provenance: Optional[Dict[str, Any]] = None
+    # a collective that hung: contract.hangs.HangDiagnosis.to_dict() (``error`` is its line)
+    hang: Optional[Dict[str, Any]] = None
     schema_version: int = RESULT_SCHEMA_VERSION
 
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
-        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance"),
+        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance", "hang"),
                      ("status", "error", "job_name", "cluster", "workload"))
         for key in ("metrics", "hosts"):
             if data.get(key) is None:

@@ -144,6 +144,8 @@ class JobSection(Section):
     source: Optional[str]  # the job file
     spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
     preflight: bool = True  # runtime.preflight: every node checked before the weights load
+    # resources.collective_timeout (seconds); None = the default (contract.hangs.collective_timeout_s)
+    collective_timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """How a job failed: the rank and its one-line error, from what the job left behind.
 
-In order of trust: the ranks srun reports as ended without writing their record (the batch
-log: a rank killed by a signal, whose peers' broken connections follow from it), then
-``<job_dir>/result.json`` (rank 0's summary), then ``<job_dir>/ranks/rank<N>.json``, then the
-last error line of the rank logs and of the batch log. A failure is a
+In order of trust: a hung collective (the ranks that never arrived: rank 0's diagnosis in
+``result.json``, else the collective watchdog's records in ``<job_dir>/hang/``), the ranks srun
+reports as ended without writing their record (the batch log: a rank killed by a signal, whose
+peers' broken connections follow from it), then ``<job_dir>/result.json`` (rank 0's summary),
+then ``<job_dir>/ranks/rank<N>.json``, then the last error line of the rank logs and of the
+batch log. A failure is a
 :class:`~sporch.orchestrator.contract.results.RankError` (``rank`` and ``error``).
 
 One module for ``sporch status`` (:mod:`sporch.orchestrator.jobs.status`), the local runner and
@@ -18,6 +20,7 @@ import re
 from typing import Any, Dict, Iterable, List, Optional
 
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.hangs import HangDiagnosis, diagnose, parse_record, record_names
 from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, ResultFileError,
                                                   root_cause)
 from sporch.orchestrator.host import LOCAL, Host, read_tail
@@ -79,6 +82,25 @@ def failure_from_result(result: Optional[JobResult]) -> Optional[RankError]:
     return RankError(result.failed_rank, result.error or "")
 
 
+def hang_diagnosis(job_dir: str, host: Host = LOCAL, hosts: Optional[Dict[int, Optional[str]]] = None
+                   ) -> Optional[HangDiagnosis]:
+    """What the collective watchdog's records (``<job_dir>/hang/rank<N>.json``) say: the ranks
+    that never arrived at the collective the others waited in; None when no rank timed out."""
+    folder = JobFiles(job_dir).hang
+    records: Dict[int, Dict[str, Any]] = {}
+    for name in record_names(host.listdir(folder)):
+        text = host.read_text(posixpath.join(folder, name))
+        rec = parse_record(text) if text is not None else None
+        if rec is not None:
+            records[rec["rank"]] = rec
+    return diagnose(records, hosts) if records else None
+
+
+def failure_from_hang(job_dir: str, host: Host = LOCAL) -> Optional[RankError]:
+    diagnosis = hang_diagnosis(job_dir, host)
+    return RankError(diagnosis.failed_rank, diagnosis.line) if diagnosis is not None else None
+
+
 def failure_from_rank_files(job_dir: str, host: Host = LOCAL) -> Optional[RankError]:
     errors = [rec.error for rec in rank_records(job_dir, host).values() if rec.status != "completed" and rec.error]
     return root_cause(errors)
@@ -126,8 +148,14 @@ def failure_from_logs(record: JobRecord, max_ranks: int = 4096, host: Host = LOC
 
 # -- putting it together ------------------------------------------------------------------------
 def failure_info(record: JobRecord, result: Optional[JobResult], host: Host = LOCAL) -> Optional[RankError]:
-    """The failure of a job that did not complete: a rank srun reports as ended without writing
-    its record, else result.json, else the rank files, else the logs."""
+    """The failure of a job that did not complete: a hung collective (rank 0's diagnosis, else
+    the watchdog's records), a rank srun reports as ended without writing its record, else
+    result.json, else the rank files, else the logs."""
+    if result is not None and result.hang:
+        return failure_from_result(result)
+    hang = failure_from_hang(record.job_dir, host)  # the ranks the watchdog ended die after it
+    if hang is not None:
+        return hang
     if record.backend != "local":  # a local run's supervisor puts its own exit report in result.json
         death = root_death(task_deaths(batch_log_text(record, host)), recorded_errors(record.job_dir, host))
         if death is not None:
@@ -142,14 +170,14 @@ def failure_info(record: JobRecord, result: Optional[JobResult], host: Host = LO
 
 def job_dir_failure(job_dir: str, logs: Iterable[Any] = (), host: Host = LOCAL) -> Optional[str]:
     """``rank N: error`` of a job dir without a record (a campaign point): result.json, else the
-    rank files, else the last error line of the first of ``logs`` (read only when needed) that
-    has one; None when nothing tells."""
+    watchdog's records of a hung collective, else the rank files, else the last error line of
+    the first of ``logs`` (read only when needed) that has one; None when nothing tells."""
     try:
         result, unreadable = load_result(job_dir, host), None
     except ResultFileError as exc:
         result, unreadable = None, str(exc)
     cause = failure_from_result(result)
     if cause is None or not cause.error:
-        cause = failure_from_rank_files(job_dir, host)
+        cause = failure_from_hang(job_dir, host) or failure_from_rank_files(job_dir, host)
     line = failure_line(cause) if cause is not None else first_error_line(logs, host) or unreadable
     return one_line(line) if line else None

@@ -133,7 +133,8 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
     spec.pop("source", None)
     return sections.JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec,
-                      preflight=bool(job.runtime.preflight))
+                      preflight=bool(job.runtime.preflight),
+                      collective_timeout=job.resources.collective_timeout)
 
 
 def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: sections.PlacementSection,

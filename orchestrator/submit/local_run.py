@@ -3,11 +3,16 @@
 Each rank is ``python -m sporch.runtime.launch --plan plan.json`` with the Slurm variables a real
 srun would set (``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``...),
 so the same Plan, groups and entry point run here as on the cluster. Like
-``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others.
+``srun --kill-on-bad-exit``, the first rank that exits non-zero ends the others. Like Slurm,
+the job's time limit (``resources.time``, the plan's ``job.time``) is enforced: at the limit
+every rank gets SIGTERM (it writes its stacks to its log), then SIGKILL
+:data:`LIMIT_KILL_WAIT_S` later, and the run ends as TIMEOUT. A collective that hung ends the
+run sooner (the ranks' watchdog, :mod:`sporch.runtime.watchdog`): the cause named is the rank
+that never arrived (:func:`sporch.orchestrator.jobs.diagnosis.hang_diagnosis`).
 
 The process that runs the ranks is the local job's supervisor: its pid is the job id the
 record keeps, and it writes ``<job_dir>/local.json`` (:mod:`sporch.orchestrator.jobs.local_state`:
-``pid``, then the final ``state`` COMPLETED | FAILED | CANCELLED and the ranks' exit codes) so
+``pid``, then the final ``state`` COMPLETED | FAILED | TIMEOUT | CANCELLED and the ranks' exit codes) so
 that ``sporch status/logs/wait/cancel`` work on a local run from any process. SIGTERM
 (``sporch cancel``) ends the ranks. The ranks die with the supervisor, even a SIGKILLed one
 (PR_SET_PDEATHSIG), and hold the folder's ranks lock (``.ranks.lock``, inherited from it): a new
@@ -33,16 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from sporch.orchestrator.contract.durations import time_seconds
 from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.contract.hangs import ranks_text
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.results import JobResult, RankError, ResultFileError, read_result, result_file
 from sporch.orchestrator.contract.safe_files import open_append
 from sporch.orchestrator.jobs.batchlog import root_death
-from sporch.orchestrator.jobs.diagnosis import recorded_errors
+from sporch.orchestrator.jobs.diagnosis import failure_from_hang, recorded_errors
 from sporch.orchestrator.jobs.local_state import hold_ranks_lock, write_state
 
 #: After a rank fails, the others get this long to write their error files before being killed.
 KILL_GRACE_S = 10.0
+#: At the time limit the ranks get SIGTERM, then SIGKILL this much later (Slurm's KillWait).
+LIMIT_KILL_WAIT_S = 5.0
 
 
 #: prctl(2) option: the signal this process gets when its parent dies.
@@ -82,10 +91,17 @@ class LocalRunResult:
     #: Ranks that ended on their own with a non-zero exit, in the order they were seen to end:
     #: {rank, node, error} ("rank 1 died: killed by signal 9 (SIGKILL) on local-node0").
     died: list[dict] = field(default_factory=list)
-    #: Ranks still running when the runner stopped them, and why ("hung" | "timeout").
+    #: Ranks still running when the runner stopped them, and why ("hung" | "timeout" | "limit").
     stopped: dict[int, str] = field(default_factory=dict)
     #: Why result.json could not be read (one line), when it is there but broken.
     result_error: str | None = None
+    #: The job's time limit (Slurm's format), when it ended the run (state TIMEOUT).
+    time_limit: str | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        """The job's time limit ended the run, as Slurm's TIMEOUT."""
+        return "limit" in self.stopped.values()
 
     @property
     def ok(self) -> bool:
@@ -97,13 +113,24 @@ class LocalRunResult:
         return self.ok and self.result is not None and self.result.completed
 
     def cause(self) -> RankError | None:
-        """The failure as the runner saw it: the first rank that died without writing its
-        record (a peer's broken connection comes after it), else a rank that hung or ran out of
-        time; None when the rank files tell the story (or nothing failed)."""
+        """The failure as the runner saw it: a hung collective (the rank that never arrived,
+        from rank 0's result.json or the watchdog's records), the first rank that died without
+        writing its record (a peer's broken connection comes after it), else the time limit, a
+        rank that hung or ran out of time; None when the rank files tell the story (or nothing
+        failed)."""
+        if self.result is not None and self.result.hang:
+            return self.result.cause()
+        hang = failure_from_hang(str(self.run_dir))
+        if hang is not None:
+            return hang
         recorded = recorded_errors(str(self.run_dir))
         death = root_death(self.died, recorded)
         if death is not None:
             return death
+        if self.timed_out:
+            running = [r for r, why in self.stopped.items() if why == "limit"]
+            return RankError(None, f"the time limit ({self.time_limit}) was reached: ranks {ranks_text(running)} were "
+                             "still running; the runner stopped them (each rank's stacks are at the end of its log)")
         for rank, why in sorted(self.stopped.items()):
             if rank not in recorded:
                 what = "did not finish before the timeout" if why == "timeout" else \
@@ -198,6 +225,20 @@ class LocalRun:
             if p.popen.poll() is None:
                 p.popen.send_signal(sig)
 
+    def terminate(self, wait_s: float) -> None:
+        """SIGTERM every live rank (what Slurm sends at the time limit), SIGKILL those still
+        alive ``wait_s`` later."""
+        for p in self.procs:
+            if p.popen.poll() is None:
+                try:
+                    os.killpg(p.popen.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(p.popen.poll() is None for p in self.procs):
+            time.sleep(0.1)
+        self.kill()
+
     def kill(self) -> None:
         _kill_all(self.procs)
         for p in self.procs:
@@ -210,10 +251,13 @@ class LocalRun:
             os.close(self.lock_fd)
             self.lock_fd = None
 
-    def wait(self, *, timeout_s: float | None = None,
+    def wait(self, *, timeout_s: float | None = None, time_limit: str | None = None,
              on_tick: Callable[[int, int], None] | None = None) -> LocalRunResult:
         """Wait for every rank; like ``srun --kill-on-bad-exit``, a rank that fails ends the
-        others after ``KILL_GRACE_S``. ``on_tick(finished, world)`` about 5 times a second."""
+        others after ``KILL_GRACE_S``; like Slurm, ``time_limit`` (Slurm's format) ends the run
+        (SIGTERM, SIGKILL :data:`LIMIT_KILL_WAIT_S` later). ``on_tick(finished, world)`` about 5
+        times a second."""
+        limit_s = time_seconds(time_limit) if time_limit else None
         failed_rank: int | None = None
         failed_at: float | None = None
         start = time.monotonic()
@@ -237,6 +281,10 @@ class LocalRun:
                 if failed_at is not None and time.monotonic() - failed_at > KILL_GRACE_S:
                     stopped.update({r: "hung" for r, rc in codes.items() if rc is None})
                     self.kill()
+                if limit_s is not None and time.monotonic() - start > limit_s and "limit" not in stopped.values():
+                    stopped.update({r: "limit" for r, rc in codes.items() if rc is None and r not in stopped})
+                    self.terminate(LIMIT_KILL_WAIT_S)
+                    continue
                 if timeout_s is not None and time.monotonic() - start > timeout_s:
                     stopped.update({r: "timeout" for r, rc in codes.items() if rc is None and r not in stopped})
                     self.kill()
@@ -263,6 +311,7 @@ class LocalRun:
             logs={p.rank: p.log for p in self.procs},
             died=died,
             stopped=stopped,
+            time_limit=time_limit if "limit" in stopped.values() else None,
         )
 
     def _node_name(self, node: int) -> str:
@@ -283,7 +332,8 @@ def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_hup = signal.signal(signal.SIGHUP, _on_sigterm)  # the terminal went away
     try:
-        res = run.start().wait(timeout_s=timeout_s, on_tick=on_tick)
+        res = run.start().wait(timeout_s=timeout_s, time_limit=(run.plan_dict.get("job") or {}).get("time"),
+                               on_tick=on_tick)
     except Cancelled:
         run.kill()  # also when the signal came while the ranks were starting
         write_state(str(run_dir), state="CANCELLED", reason="cancelled by sporch")
@@ -303,7 +353,8 @@ def supervise(plan_path: Path, run_dir: Path, *, timeout_s: float | None = None,
     if cause is not None:
         res.failed_rank = cause.rank
     reason = cause.error if cause is not None else res.result_error
-    write_state(str(run_dir), state="COMPLETED" if ok else "FAILED", exit_code=f"{code}:0",
+    write_state(str(run_dir), state="COMPLETED" if ok else "TIMEOUT" if res.timed_out else "FAILED",
+                exit_code=f"{code}:0",
                 failed_rank=res.failed_rank, reason=reason,
                 returncodes={str(k): v for k, v in res.returncodes.items()},
                 stopped={str(k): v for k, v in res.stopped.items()})

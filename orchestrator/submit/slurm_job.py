@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.hangs import DEFAULT_COLLECTIVE_TIMEOUT_S, collective_timeout_s, pg_timeout_s
 from sporch.orchestrator.plan.layouts import short
 from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.contract.plan import Plan
@@ -38,6 +39,10 @@ SIGNAL = "USR2"
 SIGNAL_DELAY_S = 90
 #: One failed rank ends the job.
 SRUN_ARGS = ("--kill-on-bad-exit=1",)
+#: GPU models that mean "no GPU": the ranks run gloo, NCCL's variables are left out.
+CPU_MODELS = frozenset({"cpu"})
+#: Entries of PyTorch's flight recorder per rank (TORCH_FR_BUFFER_SIZE; torch's default when on).
+FR_TRACE_ENTRIES = 2000
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class SlurmJob:
     array: Optional[str] = None  # ``--array`` (``0-N[%throttle]``) of a job array
     after: Tuple[str, ...] = ()  # job ids this job waits for (``--dependency=afterany:...``)
     batch_logs: Optional[str] = None  # folder of the batch script's own output (default: files.logs)
+    nccl: bool = True  # GPU ranks (NCCL): the script sets PyTorch's flight recorder (hang_env)
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S  # the ranks' watchdog (contract.hangs)
 
     @classmethod
     def from_plan(cls, plan: Plan, job_dir: str) -> "SlurmJob":
@@ -89,6 +96,8 @@ class SlurmJob:
             world_size=plan.world_size,
             layout_text=short(plan.layout),
             comment={"cluster": c.name, "intra_fabric": c.intra_node.fabric, "inter_fabric": c.inter_node.fabric},
+            nccl=c.gpu.model.strip().lower() not in CPU_MODELS,
+            collective_timeout_s=collective_timeout_s(plan.job.collective_timeout, plan.job.time or slurm.time),
         )
 
     @classmethod
@@ -176,3 +185,16 @@ class SlurmJob:
     def job_env(self) -> Dict[str, str]:
         """What every rank finds in its environment about the job's files."""
         return {"SPORCH_JOB_DIR": self.files.job_dir, "SPORCH_PLAN": self.files.plan}
+
+    def hang_env(self) -> Dict[str, str]:
+        """On GPU clusters, PyTorch's flight recorder of the NCCL collectives, dumped on a timeout
+        (docs/troubleshooting.md; the names torch 2.13 reads, ProcessGroupNCCL.hpp and
+        FlightRecorder.hpp): the batch script exports these before the cluster's ``env`` (which
+        wins), with ``TORCH_FR_DUMP_TEMP_FILE`` pointing into the job folder's ``hang/``
+        (``files.fr_trace_prefix``; a job array's per point). NCCL's own heartbeat monitor
+        gives up with the process group, after the ranks' collective watchdog."""
+        if not self.nccl:
+            return {}
+        return {"TORCH_FR_BUFFER_SIZE": str(FR_TRACE_ENTRIES), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                "TORCH_NCCL_ENABLE_MONITORING": "1",
+                "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(pg_timeout_s(self.collective_timeout_s))}

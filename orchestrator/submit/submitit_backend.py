@@ -50,9 +50,10 @@ def setup_lines(request: SubmitRequest) -> List[str]:
     # Stale launcher variables out; each task then derives MASTER_ADDR (first node) and
     # MASTER_PORT (from the job id) itself: sporch.runtime.rank_env, the same rule as the template.
     lines.append("unset " + " ".join(SCRUB_ENV))
-    for key, value in {**job.env, **job.job_env()}.items():
+    hang = {**job.hang_env(), "TORCH_FR_DUMP_TEMP_FILE": job.files.fr_trace_prefix} if job.nccl else {}
+    for key, value in {**hang, **job.env, **job.job_env()}.items():
         lines.append(f"export {key}={shlex.quote(str(value))}")
-    lines.append(f"mkdir -p {shlex.quote(job.files.logs)}")
+    lines.append("mkdir -p " + " ".join(shlex.quote(d) for d in [job.files.logs] + ([job.files.hang] if job.nccl else [])))
     return lines
 
 

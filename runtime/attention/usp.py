@@ -10,6 +10,7 @@ KV block.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 
@@ -54,7 +55,7 @@ def _check(q, k, v, joint_q, joint_k, joint_v, ctx: ParallelContext, seq_len):
 def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: ParallelContext, *, seq_len: int | None = None,
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
-                  stats: CommStats | None = None, merge: str = "auto"):
+                  stats: CommStats | None = None, merge: str = "auto", layer: int | None = None):
     """Exact attention over the sequence sharded across ``ctx``'s sequence group.
 
     ``q [B, S_local, H, D]``, ``k, v [B, S_local, H_kv, D]`` are this rank's sequence chunk
@@ -70,6 +71,8 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
     or ``"auto"``. ``scale``: softmax scale, default ``1/sqrt(D)``. ``stats``: a
     :class:`CommStats` that receives the bytes this rank sends per collective. ``merge``: how
     ring blocks are merged, ``"auto" | "eager" | "fused"`` (``attention.utils.resolve_merge``).
+
+    ``layer``: the model's block calling (for the collective watchdog's record, ``ctx.collective``).
 
     Collective over the sequence group: every rank of it must call with matching shapes.
     Any exception marks ``ctx`` broken (see ``ParallelContext.guard``).
@@ -95,7 +98,8 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
         kv_index = None if idx == list(range(ke - ks)) else torch.tensor(idx, device=q.device, dtype=torch.long)
 
         # 1. Ulysses in: [B, L, H, D] x3 -> [B, h, U*L, D]
-        qi, ki, vi = qkv_in(q, k, v, ctx.ulysses_group, me, q_ranges, kv_ranges, stats)
+        with _watch(ctx, "ulysses_qkv", "ulysses", "all_to_all", layer):
+            qi, ki, vi = qkv_in(q, k, v, ctx.ulysses_group, me, q_ranges, kv_ranges, stats)
         block_len = U * L
 
         # 2. joint tokens: this rank's head slices
@@ -114,14 +118,27 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
         if q.dtype in (torch.float16, torch.bfloat16) and q.device.type == "cpu" and n_blocks > 1:
             compute_dtype = torch.float32
             _, kernel = resolve_backend(backend, q.device, torch.float32)
-        out, _ = ring_attention(qi, ki, vi, kernel=kernel, scale=scale, group=ctx.ring_group,
-                                ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
-                                seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
-                                compute_dtype=compute_dtype, merge=merge)
+        with _watch(ctx, "ring_kv", "ring", "p2p", layer):
+            out, _ = ring_attention(qi, ki, vi, kernel=kernel, scale=scale, group=ctx.ring_group,
+                                    ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
+                                    seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
+                                    compute_dtype=compute_dtype, merge=merge)
 
         # 4. Ulysses out (cast to the input dtype on the way)
-        local = out_back(out[:, :, :block_len], ctx.ulysses_group, me, q_ranges, stats, dtype=q.dtype)
+        with _watch(ctx, "ulysses_out", "ulysses", "all_to_all", layer):
+            local = out_back(out[:, :, :block_len], ctx.ulysses_group, me, q_ranges, stats, dtype=q.dtype)
         if joint_q is None:
             return local
-        text = exchange_heads(out[:, :, block_len:].to(q.dtype), ctx.ulysses_group, me, q_ranges, stats)
+        with _watch(ctx, "ulysses_joint_out", "ulysses", "all_to_all", layer):
+            text = exchange_heads(out[:, :, block_len:].to(q.dtype), ctx.ulysses_group, me, q_ranges, stats)
         return local, text
+
+
+_NO_WATCH = nullcontext()
+
+
+def _watch(ctx: ParallelContext, name: str, dim: str, kind: str, layer: int | None):
+    """``ctx.collective`` where the ``dim`` group communicates (a group of one sends nothing)."""
+    if getattr(ctx, "watchdog", None) is None or ctx.size(dim) == 1:
+        return _NO_WATCH
+    return ctx.collective(name, dim, kind=kind, layer=layer)

@@ -48,6 +48,8 @@ class SequenceAttention:
     ctx: ParallelContext | None = None
     seq_len: int | None = None
     backend: str = "auto"
+    #: Sequence attentions run so far in this forward: the block index (the watchdog's ``layer``).
+    calls: int = 0
 
     @property
     def sharded(self) -> bool:
@@ -59,13 +61,15 @@ class SequenceAttention:
         """Self attention over the (sharded) sequence, optionally joined by replicated text
         tokens (``joint_*``, [B, T, H, D], whole on every rank). Returns ``out`` or
         ``(out, joint_out)`` when joint tokens are given."""
+        layer, self.calls = self.calls, self.calls + 1
         if self.sharded:
             stats = getattr(self.ctx, "comm_stats", None)  # bytes sent, when someone counts
             if joint_q is None:
-                return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats)
+                return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
+                                     layer=layer)
             return usp_attention(
                 q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
-                joint_q=joint_q, joint_k=joint_k, joint_v=joint_v,
+                joint_q=joint_q, joint_k=joint_k, joint_v=joint_v, layer=layer,
             )
         # unsharded: the same kernel (``backend``) as the sharded path
         if joint_q is None:

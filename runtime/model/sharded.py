@@ -140,7 +140,7 @@ class ShardedDiT:
             mine = cond if ctx.cfg_rank == 0 else null_cond
             out = self._run(x_local, t, mine).contiguous()
             parts = [torch.empty_like(out) for _ in range(2)]
-            with ctx.guard():
+            with ctx.guard(), ctx.collective("cfg_gather", "cfg", kind="all_gather"):
                 dist.all_gather(parts, out, group=ctx.cfg_group)
             stats = getattr(ctx, "comm_stats", None)
             if stats is not None:  # this rank's half goes to the other cfg rank

@@ -77,7 +77,10 @@ def test_slurmlab_parameters():
     setup = "\n".join(p["slurm_setup"])
     assert "export GLOO_SOCKET_IFNAME=lo" in setup  # the Plan's env
     assert "export SPORCH_JOB_DIR=/jobs/JOB" in setup and "export SPORCH_PLAN=/jobs/JOB/plan.json" in setup
-    assert "unset RANK" in setup and "mkdir -p /jobs/JOB/logs" in setup
+    assert "unset RANK" in setup and "mkdir -p /jobs/JOB/logs /jobs/JOB/hang" in setup
+    # the flight recorder into hang/ (the lab's "fake" GPUs count as GPUs), before the cluster's env
+    assert "export TORCH_FR_DUMP_TEMP_FILE=/jobs/JOB/hang/fr_trace_rank_" in setup
+    assert setup.index("TORCH_FR_BUFFER_SIZE") < setup.index("GLOO_SOCKET_IFNAME")
 
 
 def test_all_cluster_options_are_mapped(tmp_path):

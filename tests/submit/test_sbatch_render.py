@@ -82,3 +82,18 @@ def test_slurmlab_script():
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=2" in text
     assert "#SBATCH --gpus-per-node=2" in text and "#SBATCH --partition=lab" in text
     assert "#SBATCH --cpus-per-task=1" in text
+
+
+def test_hang_env_on_gpu_clusters_only_and_the_cluster_env_wins(tmp_path):
+    """Issue 19 item 4: the flight recorder's variables point into the job folder's hang/, before
+    the cluster's own env (exported later, so it wins); a CPU cluster gets none of them."""
+    text = render("a100x32", "wan14b-720p.yaml", ["resources.collective_timeout=100"])
+    assert f"export TORCH_FR_DUMP_TEMP_FILE={GOLDEN_JOB_DIR}/hang/fr_trace_rank_" in text.splitlines()
+    assert "export TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=160" in text  # the process group's timeout
+    assert text.index("TORCH_FR_BUFFER_SIZE") < text.index("# Fabric") and f"{GOLDEN_JOB_DIR}/hang" in text
+    cpu = render("local", "tiny.yaml")
+    assert "TORCH_FR" not in cpu and "TORCH_NCCL_DUMP" not in cpu and "/hang" not in cpu
+    text = (EXAMPLES.parent / "clusters" / "a100x32.yaml").read_text()
+    own = write(tmp_path, "own.yaml", text.replace("env:", "env:\n  TORCH_FR_BUFFER_SIZE: \"0\"", 1))
+    lines = render(load_cluster_file(own), "wan14b-720p.yaml").splitlines()
+    assert lines.index("export TORCH_FR_BUFFER_SIZE=0") > lines.index("export TORCH_FR_BUFFER_SIZE=2000")

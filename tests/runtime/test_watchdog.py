@@ -1,0 +1,157 @@
+"""The collective watchdog in one process (issue 19 item 4): two "ranks" share a store and a job
+folder; one waits in a collective past the timeout, the other is in none. No torch.distributed:
+the real processes are in tests/runtime/launch/test_hang_watchdog.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
+from sporch.runtime.watchdog import Watchdog, fault_from_env, job_timeout_s
+
+
+class FakeStore:
+    """The c10d Store calls the watchdog makes (set, add, check, get), thread-safe."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+
+    def set(self, key, value):
+        with self.lock:
+            self.data[key] = str(value).encode()
+
+    def add(self, key, n):
+        with self.lock:
+            value = int(self.data.get(key, b"0")) + n
+            self.data[key] = str(value).encode()
+            return value
+
+    def check(self, keys):
+        with self.lock:
+            return all(k in self.data for k in keys)
+
+    def get(self, key):
+        with self.lock:
+            return self.data[key]
+
+
+def test_a_timed_out_collective_writes_every_ranks_stack_and_names_the_absent_rank(tmp_path):
+    store, exits, hangs, diagnoses = FakeStore(), [], {}, []
+
+    def make(rank):
+        return Watchdog(rank=rank, world_size=2, timeout_s=0.5, folder=tmp_path, host=f"node{rank + 1}", node=rank,
+                        store=store, poll_s=0.05, grace_s=5, exit_fn=exits.append,
+                        on_hang=lambda rec, r=rank: hangs.__setitem__(r, rec),
+                        on_diagnosis=diagnoses.append if rank == 0 else None)
+
+    wd0, wd1 = make(0), make(1)
+    with wd1.collective("new_groups", kind="new_group"):
+        pass
+    wd0.step = 2
+    wd0.start(), wd1.start()
+    with wd0.collective("ulysses_qkv", [0, 1], kind="all_to_all", group="ulysses", layer=3) as rec:
+        deadline = time.monotonic() + 20
+        while len(exits) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert exits == [EXIT_HUNG, EXIT_HUNG] and rec.seq == 1
+    assert hangs[0]["state"] == "timeout" and hangs[1]["state"] == "alerted"
+    assert hangs[0]["collective"]["name"] == "ulysses_qkv" and hangs[0]["collective"]["step"] == 2
+    assert hangs[1]["collective"] is None and hangs[1]["last"]["name"] == "new_groups"
+    for rank in (0, 1):
+        assert json.loads((tmp_path / "hang" / f"rank{rank}.json").read_text())["rank"] == rank
+        text = (tmp_path / "hang" / f"rank{rank}.txt").read_text()
+        assert "Python stacks of every thread" in text and "test_watchdog.py" in text
+    assert "timeout: waited" in (tmp_path / "hang" / "rank0.txt").read_text()
+    assert "ulysses_qkv (all_to_all, collective #1 of ulysses group [0,1], layer 3, step 2)" in \
+        (tmp_path / "hang" / "rank0.txt").read_text()
+    [d] = diagnoses
+    assert d.never_arrived == [1] and d.line.startswith("rank 1 (node2) never arrived at ulysses_qkv")
+    assert wd0.fired and wd1.fired
+
+
+def test_a_healthy_rank_writes_nothing_and_stops(tmp_path):
+    wd = Watchdog(rank=0, world_size=1, timeout_s=5, folder=tmp_path, store=FakeStore(), poll_s=0.05,
+                  exit_fn=lambda code: pytest.fail("fired"))
+    wd.start()
+    for _ in range(3):
+        with wd.collective("ring_kv", [0], kind="p2p", group="ring"):
+            time.sleep(0.01)
+    wd.stop()
+    assert not (tmp_path / "hang").exists() and wd.last.seq == 3 and wd.current is None and wd.entered == 3
+
+
+def test_entering_a_collective_is_cheap():
+    wd = Watchdog(rank=0, world_size=4, timeout_s=60)
+    ranks = [0, 1, 2, 3]
+    n = 20000
+    start = time.perf_counter()
+    for _ in range(n):
+        with wd.collective("ulysses_qkv", ranks, kind="all_to_all", group="ulysses", layer=1):
+            pass
+    per_call = (time.perf_counter() - start) / n
+    assert per_call < 50e-6, f"{per_call * 1e6:.1f} us per collective"  # a collective itself takes ms
+
+
+def test_fault_injection_and_the_timeout_from_the_environment():
+    env = {"SPORCH_FAULT_HANG_RANK": "3", "SPORCH_FAULT_HANG_BEFORE": "all_to_all", "SPORCH_FAULT_HANG_S": "7"}
+    assert fault_from_env(3, env) == ("all_to_all", 7.0)
+    assert fault_from_env(2, env) is None
+    assert fault_from_env(3, {"SPORCH_FAULT_HANG_RANK": "3"}) is None  # both variables, or nothing
+    assert job_timeout_s(None, "00:10:00", {}) == 150.0
+    assert job_timeout_s(30, "00:10:00", {"SPORCH_COLLECTIVE_TIMEOUT_S": "12"}) == 12.0
+    slept = []
+    wd = Watchdog(rank=3, world_size=4, timeout_s=60, environ=env)
+    import sporch.runtime.watchdog as module
+
+    real, module._injected_hang = module._injected_hang, slept.append
+    try:
+        with wd.collective("gather_sequence", kind="all_gather"):
+            pass
+        with wd.collective("ulysses_qkv", kind="all_to_all"):
+            pass
+        with wd.collective("ulysses_out", kind="all_to_all"):
+            pass
+    finally:
+        module._injected_hang = real
+    assert slept == [7.0]  # once, before the first all-to-all
+
+
+class Marker:
+    """A CUDA event's stand-in: ``query()`` is True once the test says the collective finished."""
+
+    def __init__(self, done: threading.Event) -> None:
+        self.done = done
+
+    def query(self) -> bool:
+        return self.done.is_set()
+
+
+def test_an_asynchronous_collective_stays_the_ranks_until_its_marker_completes(tmp_path):
+    """NCCL only enqueues: the call returns at once and the rank blocks later. The collective is
+    the rank's until the marker after it completes; one that never does times out as if the
+    rank were still in the call."""
+    finished, exits, hangs = threading.Event(), [], []
+    wd = Watchdog(rank=0, world_size=1, timeout_s=0.6, folder=tmp_path, store=FakeStore(), poll_s=0.05,
+                  grace_s=1, exit_fn=exits.append, on_hang=hangs.append, marker=lambda: Marker(finished))
+    wd.start()
+    with wd.collective("ulysses_qkv", [0], kind="all_to_all", group="ulysses", layer=0):
+        pass
+    assert wd.current is None and wd.waiting_in().name == "ulysses_qkv"
+    finished.set()  # the first one completes on the device ...
+    time.sleep(0.3)
+    assert wd.waiting_in() is None and wd.last.name == "ulysses_qkv"
+    never = threading.Event()
+    wd.marker = lambda: Marker(never)
+    with wd.collective("ulysses_out", [0], kind="all_to_all", group="ulysses", layer=0):
+        pass
+    deadline = time.monotonic() + 10  # ... the second never does
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exits == [EXIT_HUNG]
+    assert hangs[0]["state"] == "timeout" and hangs[0]["collective"]["name"] == "ulysses_out"
+    assert hangs[0]["last"]["name"] == "ulysses_qkv"
