@@ -15,5 +15,9 @@ if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   # tests/campaign: the HTML report opened in headless Debian chromium
   [ -x /usr/bin/chromium ] || (apt-get update && apt-get install -y chromium)
   export SPORCH_REQUIRE_CHROMIUM=1
+  # tests/submit/test_container_live.py: the verify job's ranks in podman containers (runc: where
+  # crun refuses the host's cgroup layout)
+  { command -v podman >/dev/null && command -v runc >/dev/null; } || (apt-get update && apt-get install -y podman runc)
+  export SPORCH_REQUIRE_PODMAN=1
 fi
 exec "$PY" -m pytest -q "$@"

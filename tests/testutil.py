@@ -29,3 +29,22 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 def update_golden() -> bool:
     return os.environ.get("SPORCH_UPDATE_GOLDEN", "") not in ("", "0")
+
+
+#: The container section of :func:`container_cluster`'s descriptors (and each runtime's image).
+CONTAINER = {"mounts": ["/scratch:/scratch", "/datasets:/data:ro"], "workdir": "/workspace",
+             "env": {"HF_HOME": "/scratch/hf", "NOTE": "two words"}, "python": "/opt/conda/bin/python"}
+IMAGES = {"pyxis": "/images/sporch+torch.sqsh", "apptainer": "/images/sporch.sif",
+          "singularity": "/images/sporch.sif", "podman": "registry.example/sporch:1.0"}
+
+
+def container_cluster(folder: Path, runtime: str, name: str = "", top: dict | None = None, **keys) -> str:
+    """A descriptor file in ``folder``: clusters/a100x8.yaml with a ``runtime`` container
+    (CONTAINER, then ``keys``), and the top-level keys ``top`` (mappings merged)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "clusters" / "a100x8.yaml").read_text())
+    data["container"] = {"runtime": runtime, "image": IMAGES.get(runtime, "img"), **CONTAINER, **keys}
+    for key, value in (top or {}).items():
+        data[key] = {**data[key], **value} if isinstance(data.get(key), dict) else value
+    return str(write(folder, f"{name or 'a100x8-' + runtime}.yaml", yaml.safe_dump(data)))

@@ -18,15 +18,21 @@ SLURM_KEYS = ("partition", "account", "qos", "constraint", "cpus_per_task", "mem
 
 
 def resource_shape(plan) -> dict[str, Any]:
-    """What a point (its Plan) asks Slurm for."""
+    """What a point (its Plan) asks Slurm for, and the container its ranks run in (one array
+    script serves a group: points in different containers are in different groups; the key is
+    left out without a container, so the groups of container-less campaigns keep their names)."""
     slurm = plan.cluster.slurm
-    return {
+    shape = {
         "cluster": plan.cluster.name,
         "nodes": plan.nodes,
         "gpus_per_node": plan.gpus_per_node,
         "time": plan.job.time or slurm.time,
         **{k: getattr(slurm, k) for k in SLURM_KEYS},
     }
+    container = getattr(plan.cluster, "container", None)
+    if container is not None:
+        shape["container"] = container.to_dict()
+    return shape
 
 
 def group_key(shape: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.layouts import compact, short
+from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
 from sporch.orchestrator.contract.plan import Plan
 
@@ -43,7 +44,8 @@ def summary_lines(plan: Plan) -> list[str]:
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
                         f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
-    ] + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else [])
+    ] + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
+      + ([f"container {describe_container(c.container)}"] if c.container is not None else [])
 
 
 def _pipeline_words(p) -> str:

@@ -20,6 +20,7 @@ from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
 from sporch.orchestrator.remote.route import normalize_jump
+from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import OPTIONAL_OPTIONS, check_directive_value, check_line, parse_extra
 from sporch.orchestrator.contract.durations import is_valid_time, TIME_FORMS
 from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES, MAX_NAME, STAGE_CLEANUP
@@ -28,6 +29,7 @@ from sporch.orchestrator.contract.sections import (  # noqa: F401 - the descript
     FABRIC_ENV,
     INTRA_ENV,
     ClusterSpec,
+    ContainerSpec,
     GpuSpec,
     InterNodeSpec,
     IntraNodeSpec,
@@ -95,6 +97,8 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
         raise bad("shared_fs_gb_per_s", f"must be > 0 (GB/s), got {c.shared_fs_gb_per_s}")
     if c.login is not None and not c.login.host:
         raise bad("login.host", "must be a host name")
+    if c.container is not None:
+        check_container(c.container, source)
     return c
 
 

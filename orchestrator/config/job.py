@@ -2,24 +2,28 @@
 
 Sections: ``model`` (ModelSpec), ``workload`` (WorkloadSpec), ``parallel`` (ParallelSpec),
 ``pipeline`` (PipelineSpec: generate's text encoder and VAE), ``runtime`` (RuntimeSpec),
-``resources`` (ResourcesSpec), plus ``name``, ``output_dir`` and ``entrypoint``.
+``resources`` (ResourcesSpec), ``container`` (JobContainerSpec: changes the cluster's container),
+plus ``name``, ``output_dir`` and ``entrypoint``.
 The key names are the public interface (docs/jobs.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from sporch.orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.vocab import (DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS,
-                                               STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
+from sporch.orchestrator.contract.sections import ContainerSpec
+from sporch.orchestrator.contract.vocab import (CONTAINER_RUNTIMES, DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS,
+                                               SHARD_WEIGHTS, STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
                                                WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
@@ -115,6 +119,25 @@ class ResourcesSpec:
     collective_timeout: Optional[float] = None
 
 
+#: ``container.runtime`` of a job that runs without its cluster's container.
+NO_CONTAINER = "none"
+
+
+@dataclass
+class JobContainerSpec:
+    """A job's ``container`` section: each key given replaces the cluster's (ContainerSpec);
+    unset keys keep the cluster's. ``runtime: none`` runs the job without a container."""
+
+    runtime: Optional[str] = None  # pyxis | apptainer | singularity | podman | none
+    image: Optional[str] = None
+    mounts: Optional[List[str]] = None
+    workdir: Optional[str] = None
+    env: Optional[Dict[str, str]] = None
+    python: Optional[str] = None
+    gpus: Optional[bool] = None
+    options: Optional[List[str]] = None
+
+
 @dataclass
 class JobSpec:
     name: str = ""
@@ -126,6 +149,7 @@ class JobSpec:
     pipeline: PipelineSpec = field(default_factory=PipelineSpec)
     runtime: RuntimeSpec = field(default_factory=RuntimeSpec)
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    container: Optional[JobContainerSpec] = None  # changes the cluster's container (docs/jobs.md)
     source: str = ""  # file it was loaded from
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,7 +269,51 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         if limit is not None and r.collective_timeout >= limit:
             raise bad("resources.collective_timeout", f"{r.collective_timeout:g} s is not below the time limit "
                       f"resources.time={r.time} ({limit} s); the stacks must be written before Slurm ends the job")
+    _validate_container(job, source, bad)
     return job
+
+
+def _given(spec: JobContainerSpec) -> dict[str, Any]:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if getattr(spec, f.name) is not None}
+
+
+def _validate_container(job: JobSpec, source: str, bad) -> None:
+    """The keys a job's ``container`` section gives, each checked as the cluster's would be (the
+    whole container, the cluster's merged with the job's, is checked again when planning)."""
+    if job.container is None:
+        return
+    given = _given(job.container)
+    runtime = given.get("runtime")
+    if runtime is not None and runtime not in (*CONTAINER_RUNTIMES, NO_CONTAINER):
+        raise bad("container.runtime", f"must be one of {', '.join(CONTAINER_RUNTIMES)} or {NO_CONTAINER} "
+                  f"(without the cluster's container), got {runtime!r}")
+    if runtime == NO_CONTAINER:
+        return
+    # the image and runtime may come from the cluster: stand-ins where the job gives none
+    check_container(ContainerSpec(**{"runtime": "podman", "image": "image", **given}), source)
+
+
+def effective_container(cluster_container: Optional[ContainerSpec], job: JobSpec) -> Optional[ContainerSpec]:
+    """The container a job runs in: the cluster's, with the keys of the job's ``container``
+    section in place of the cluster's (``runtime: none``: no container). A job on a cluster
+    without one gives at least ``runtime`` and ``image``."""
+    if job.container is None:
+        return cluster_container
+    given = _given(job.container)
+    if given.get("runtime") == NO_CONTAINER:
+        return None
+    where = job.source or "job"
+    if cluster_container is None:
+        missing = [k for k in ("runtime", "image") if not given.get(k)]
+        if missing:
+            raise SporchError(f"{where}: 'container' needs {' and '.join(missing)}: the cluster has no container "
+                              "to take them from (docs/clusters.md, \"container\")")
+        base = ContainerSpec()
+    else:
+        base = cluster_container
+    given = {k: (list(v) if isinstance(v, (list, tuple)) else dict(v) if isinstance(v, dict) else v)
+             for k, v in given.items()}
+    return check_container(dataclasses.replace(base, **given), where)
 
 
 def _validate_pipeline(job: JobSpec, bad) -> None:

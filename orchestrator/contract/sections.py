@@ -235,6 +235,24 @@ class LoginSpec(Section):
 
 
 @dataclass(frozen=True)
+class ContainerSpec(Section):
+    """The container every rank runs in (docs/clusters.md, "container"): a cluster's
+    ``container`` section, which a job's own ``container`` section may change key by key."""
+
+    runtime: str = ""  # vocab.CONTAINER_RUNTIMES
+    # pyxis: an enroot image or .sqsh; apptainer: a .sif or sandbox; podman: an image, or a root
+    # file system folder (an absolute path)
+    image: str = ""
+    # "SRC:DST" or "SRC:DST:ro|rw"; the job's folder is always mounted at its own path
+    mounts: List[str] = field(default_factory=list)
+    workdir: Optional[str] = None  # the ranks' working directory inside; None: the runtime's default
+    env: Dict[str, str] = field(default_factory=dict)  # set inside the container (over the image's own)
+    python: str = "python"  # the interpreter inside the container (not the cluster's ``python``)
+    gpus: bool = True  # apptainer --nv, podman --device nvidia.com/gpu=all (pyxis: enroot's hooks)
+    options: List[str] = field(default_factory=list)  # more arguments: srun's (pyxis), exec's or run's
+
+
+@dataclass(frozen=True)
 class ClusterSpec(Section):
     name: str = ""
     description: str = ""
@@ -260,6 +278,9 @@ class ClusterSpec(Section):
     node_local_dir: str = "/tmp/sporch-stage"
     stage_cleanup: str = "keep"
     shared_fs_gb_per_s: float = 2.0
+    # The container every rank runs in (None: on the node's own software); a job may change it
+    # (its ``container`` section) -- the Plan's cluster section holds the one in force.
+    container: Optional[ContainerSpec] = None
     source: str = ""  # file it was loaded from (filled in by the loader)
 
     @property

@@ -31,3 +31,7 @@ STAGE_MODES: tuple[str, ...] = ("shared", "node")
 STAGE_CLEANUP: tuple[str, ...] = ("keep", "end")
 #: ``login.host_key_policy``: what to do with a login host whose key is not known.
 HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")
+#: ``container.runtime`` (cluster or job): how each rank runs in a container (docs/clusters.md):
+#: srun's pyxis options, or the rank command wrapped in ``apptainer``/``singularity exec`` or
+#: ``podman run``. A job's ``container.runtime: none`` runs it without the cluster's container.
+CONTAINER_RUNTIMES: tuple[str, ...] = ("pyxis", "apptainer", "singularity", "podman")

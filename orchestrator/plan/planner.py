@@ -11,7 +11,7 @@ import dataclasses
 import functools
 from typing import Optional
 
-from sporch.orchestrator.config.job import JobSpec, WorkloadSpec
+from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.plan.estimates import GIB, estimate
@@ -168,7 +168,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
     workload = workload_section(job.workload, model, job.source)
-    cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env())
+    cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env(),
+                                    container=effective_container(cluster.container, job))
 
     generate = workload.kind == "generate"
 

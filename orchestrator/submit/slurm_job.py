@@ -4,14 +4,16 @@
 paths (:class:`~sporch.orchestrator.contract.files.JobFiles`), the resources (nodes, tasks, GPU directive,
 CPUs, time, partition/account/qos/constraint/mem/exclusive), the requeue signal, the cluster's
 ``slurm.extra`` options (parsed here, once), the environment and setup lines of the batch script,
-and the srun arguments. ``templates/sbatch.j2`` renders it; :mod:`.submitit_backend` maps it
-onto submitit's parameters.
+the srun arguments, and the container the ranks run in (:mod:`sporch.orchestrator.slurm.container`:
+pyxis's srun options, or the apptainer/podman command wrapped around the rank's python).
+``templates/sbatch.j2`` renders it; :mod:`.submitit_backend` maps it onto submitit's parameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -21,6 +23,8 @@ from sporch.orchestrator.contract.hangs import DEFAULT_COLLECTIVE_TIMEOUT_S, col
 from sporch.orchestrator.plan.layouts import short
 from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.sections import ContainerSpec
+from sporch.orchestrator.slurm import container as containers
 from sporch.orchestrator.slurm.directives import (
     ENV_KEY_RE,
     JOB_ID_RE,
@@ -59,7 +63,7 @@ class SlurmJob:
     extra: Tuple[Tuple[str, Optional[str]], ...]
     env: Dict[str, str]  # the Plan's cluster environment
     setup: Tuple[str, ...]  # the cluster's lines before srun
-    python: str
+    python: str  # the rank's interpreter: the cluster's python, or container.python inside a container
     world_size: int
     layout_text: str
     signal: str = SIGNAL
@@ -72,6 +76,7 @@ class SlurmJob:
     batch_logs: Optional[str] = None  # folder of the batch script's own output (default: files.logs)
     nccl: bool = True  # GPU ranks (NCCL): the script sets PyTorch's flight recorder (hang_env)
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S  # the ranks' watchdog (contract.hangs)
+    container: Optional[ContainerSpec] = None  # the container every rank runs in (the Plan's cluster section)
 
     @classmethod
     def from_plan(cls, plan: Plan, job_dir: str) -> "SlurmJob":
@@ -79,6 +84,7 @@ class SlurmJob:
             raise SporchError(f"job dir {job_dir!r} must be a non-empty path without whitespace")
         c, slurm = plan.cluster, plan.cluster.slurm
         options = {k: str(getattr(slurm, k)) for k in OPTIONAL_OPTIONS if getattr(slurm, k) not in (None, "")}
+        container = c.container
         return cls.checked(
             files=JobFiles(job_dir.rstrip("/") or "/"),
             name=plan.job.name,
@@ -92,12 +98,13 @@ class SlurmJob:
             extra=parse_extra(list(slurm.extra)),
             env=dict(c.env),
             setup=tuple(c.setup),
-            python=c.python or "python",
+            python=container.python if container else (c.python or "python"),
             world_size=plan.world_size,
             layout_text=short(plan.layout),
             comment={"cluster": c.name, "intra_fabric": c.intra_node.fabric, "inter_fabric": c.inter_node.fabric},
             nccl=c.gpu.model.strip().lower() not in CPU_MODELS,
             collective_timeout_s=collective_timeout_s(plan.job.collective_timeout, plan.job.time or slurm.time),
+            container=container,
         )
 
     @classmethod
@@ -138,6 +145,9 @@ class SlurmJob:
         for key, value in self.comment.items():
             check_line(key, value)
         check_line("layout", self.layout_text)
+        if self.container is not None:
+            containers.check_container(self.container)
+            self.container_srun_args(), self.container_wrapper()  # the job dir must be mountable
         return self
 
     def as_array(self, name: str, count: int, throttle: Optional[int], batch_logs: str,
@@ -181,6 +191,28 @@ class SlurmJob:
         out += [f"--output={logs}/{name}.out", f"--error={logs}/{name}.err"]
         out += [f"--{k}" if v is None else f"--{k}={v}" for k, v in self.extra]
         return out
+
+    def container_srun_args(self) -> List[str]:
+        """srun's container options (pyxis), one argument each, unquoted; [] otherwise."""
+        if self.container is None:
+            return []
+        containers.check_container(self.container)
+        return containers.srun_options(self.container, self.files.job_dir)
+
+    def container_srun_options(self) -> List[str]:
+        """:meth:`container_srun_args` shell-quoted, one per script line."""
+        return [shlex.quote(a) for a in self.container_srun_args()]
+
+    def container_wrapper(self) -> List[str]:
+        """The quoted words before the rank's python (apptainer/singularity exec, podman run), one
+        script line each; [] without a container or for pyxis. A podman container is also passed
+        the names of the script's exported environment (the cluster's env), and ends at the job's
+        time limit at the latest."""
+        if self.container is None:
+            return []
+        containers.check_container(self.container)
+        return containers.wrapper(self.container, self.files.job_dir, host_env=list(self.env),
+                                  time_limit_s=self.time_minutes * 60)
 
     def job_env(self) -> Dict[str, str]:
         """What every rank finds in its environment about the job's files."""

@@ -7,6 +7,13 @@ object the sbatch template renders), mapped onto submitit's parameters: the GPU 
 partition/account/qos/constraint/mem/exclusive, time, ``--requeue``, ``--signal=USR2@90``,
 ``srun --kill-on-bad-exit=1``, ``slurm.extra``, and the Plan's environment in the batch script.
 
+A container (the Plan's ``cluster.container``) is carried the way submitit documents for
+singularity: pyxis's options join the srun arguments, and an apptainer/podman wrapper stands
+before the container's python in submitit's ``python`` command (``<wrapper> python -u -m
+submitit.core._submit <folder>``). The image must then hold submitit and sporch (the task
+unpickles :func:`~sporch.orchestrator.submit.task.run_rank`); the submitit folder lies in the
+job folder, which is mounted.
+
 Files: ``<job_dir>/submitit/`` (submitit's pickles, ``<jobid>_submission.sh``, and the logs
 ``<jobid>_<rank>_log.out|err``; the batch script's own output goes to rank 0's files).
 """
@@ -72,7 +79,7 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
         "cpus_per_task": job.cpus_per_task,
         "timeout_min": time_to_minutes(job.time),
         "slurm_signal_delay_s": job.signal_delay_s,
-        "slurm_srun_args": list(job.srun_args),
+        "slurm_srun_args": list(job.srun_args) + job.container_srun_args(),
         "slurm_setup": setup_lines(request),
         GPU_PARAMETERS[option]: int(value) if value.isdigit() else value,
     }
@@ -91,8 +98,12 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
 
 def python_command(request: SubmitRequest) -> str | None:
     """The cluster's ``python`` when it is not the default (``python``); None = submitit's
-    default, this interpreter (``sys.executable``), which jobs on a shared filesystem see."""
-    py = request.job.python
+    default, this interpreter (``sys.executable``), which jobs on a shared filesystem see.
+    In a container: the container's python, after the apptainer/podman wrapper (if any)."""
+    job = request.job
+    py = job.python
+    if job.container is not None:
+        return " ".join(job.container_wrapper() + [py])
     return None if py in ("python", "python3") else py
 
 

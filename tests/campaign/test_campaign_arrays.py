@@ -12,9 +12,12 @@ from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.folder import CampaignDir, prepare
 from sporch.orchestrator.campaign.spec import load_campaign
+from sporch.orchestrator.config.cluster import load_cluster_file
+from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.contract.plan import Plan
-from tests.testutil import EXAMPLES, GOLDEN_JOB_DIR, golden_dir, update_golden
+from tests.testutil import EXAMPLES, GOLDEN_JOB_DIR, container_cluster, golden_dir, update_golden
 GOLDEN = golden_dir(__file__)
 
 
@@ -37,6 +40,25 @@ def test_golden_array_script():
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --ntasks-per-node=8" in lines
     assert f"#SBATCH --output={GOLDEN_JOB_DIR}/arrays/logs/%A_%a.out" in lines
     assert 'export SPORCH_JOB_DIR="$POINT_DIR"' in lines
+    r = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman"])
+def test_golden_array_script_in_a_container(runtime, tmp_path):
+    """Every array task's ranks run in the cluster's container, the campaign folder (every
+    point's folder is under it) mounted at its own path (issue 19 item 1)."""
+    plan = make_plan(load_cluster_file(container_cluster(tmp_path, runtime)),
+                     load_job(EXAMPLES / "tiny.yaml", ["parallel.ring=2", "parallel.ulysses=4"]))
+    text = render_array(plan, campaign="tiny-ctr", group="g1", root=GOLDEN_JOB_DIR,
+                        list_path=f"{GOLDEN_JOB_DIR}/arrays/g1.0.list", count=3, throttle=2)
+    path = GOLDEN / f"campaign_array_container_{runtime}.sbatch"
+    if update_golden():
+        path.write_text(text)
+        pytest.skip("golden regenerated")
+    assert text == path.read_text(), f"golden {path.name} differs; SPORCH_UPDATE_GOLDEN=1 regenerates it"
+    assert f"{GOLDEN_JOB_DIR}:{GOLDEN_JOB_DIR}" in text
+    assert text.rstrip().endswith('/opt/conda/bin/python -m sporch.runtime.launch --plan "$POINT_DIR/plan.json"')
     r = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr
 

@@ -19,6 +19,7 @@ from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.sections import ContainerSpec
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.submit.render import render_job, render_template
 from sporch.orchestrator.submit.slurm_job import SlurmJob
@@ -58,6 +59,22 @@ FIELDS = {
     "nodes": lambda j, v: dataclasses.replace(j, nodes=v),
     "gpu_directive": lambda j, v: dataclasses.replace(j, gpu_directive=v),
 }
+
+
+def _container(runtime: str, key: str):
+    """A FIELDS entry: the job in a ``runtime`` container whose ``key`` holds the hostile text."""
+    value = {"image": lambda v: v, "mounts": lambda v: [f"/src/{v}:/dst"], "workdir": lambda v: f"/w/{v}",
+             "env": lambda v: {"X": v}, "options": lambda v: [v], "env_key": lambda v: {v: "1"}}[key]
+    name = "env" if key == "env_key" else key
+    return lambda j, v: dataclasses.replace(j, container=ContainerSpec(
+        runtime=runtime, **{"image": "img", name: value(v)}))
+
+
+#: Every container value a template renders (``container.python`` is shell by design, as ``python``).
+FIELDS.update({f"container_{rt}_{key}": _container(rt, key) for rt in ("pyxis", "apptainer", "podman")
+               for key in ("image", "mounts", "workdir", "env", "env_key", "options")})
+FIELDS.update({f"container_{rt}_job_dir": (lambda rt: lambda j, v: dataclasses.replace(
+    j, files=JobFiles(v), container=ContainerSpec(runtime=rt, image="img")))(rt) for rt in ("pyxis", "podman")})
 #: Values of the campaign template besides its SlurmJob.
 ARRAY_FIELDS = ("campaign", "group", "list_path")
 
@@ -99,7 +116,7 @@ def test_every_sbatch_field_is_quoted_or_refused(field, base_job, tmp_path, stub
     marker = tmp_path / "pwned"
     for raw in HOSTILE:
         value = _hostile(raw, marker)
-        if field == "job_dir":
+        if field.endswith("job_dir"):
             value = str(tmp_path / "jobs" / value)
         try:
             text = render_job(FIELDS[field](base_job, value))
