@@ -14,5 +14,6 @@ Modules (each one job, torch-free; docs/campaigns.md describes the file and the 
 - :mod:`.collect`    rows of the report, from the result files alone
 - :mod:`.report`     table, CSV, plots (PNG + their data as JSON), the HTML page
 - :mod:`.compare`    regressions between two campaign directories
+- :mod:`.history`    every completed run in a SQLite store: trends, rolling baselines, rebuild
 - :mod:`.calibration_points` completed points as observations for the cost model's fit
 """

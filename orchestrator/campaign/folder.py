@@ -15,7 +15,8 @@
     <dir>/arrays/logs/               batch logs of the array tasks (%A_%a.out / .err)
     <dir>/state.json, <dir>/.lock    the runner's state and lock (campaign run)
     <dir>/.state.lock                the state file's lock (runner shared, saving status exclusive)
-    <dir>/report/                    campaign report: table.csv, *.png, plots.json, report.html
+    <dir>/report/                    campaign report: table.csv, *.png, plots.json, report.html,
+                                     history.json (campaign.history: runs of the points over time)
 
 The report reads only ``points/*/point.json`` and ``points/*/result.json``.
 """

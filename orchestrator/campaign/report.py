@@ -10,6 +10,10 @@ Plots (data first, :func:`plot_data`, then drawn from that data, :func:`draw_plo
 - ``best_layout``: the fastest layout at each size, per workload.
 
 Repeats of a point are combined by the median of their step medians.
+
+With a history (:mod:`.history`: points the store holds more than one run of), the page also
+gets a history section: per point its runs' values, rolling baseline and ratio, and a small
+plot (:func:`draw_history`); ``history.json`` holds that data.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import io
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
 from sporch.orchestrator.contract.safe_files import write_atomic
@@ -34,6 +38,9 @@ CSV_FILE = "table.csv"
 PLOT_DATA_FILE = "plots.json"
 HTML_FILE = "report.html"
 HTML_TEMPLATE = "campaign_report.html.j2"
+HISTORY_FILE = "history.json"
+#: Points whose history the page shows (those with a regressed last run first).
+HISTORY_POINTS = 50
 
 
 def _write_text(path: Path, text: str) -> Path:
@@ -183,8 +190,58 @@ def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
         plt.close(fig)
 
 
-def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) -> Path:
-    """One self-contained page: the table (same cells as the CSV) and the plots as data URIs."""
+def draw_history(docs: Sequence[dict[str, Any]], out: Any, *, small: bool = False) -> None:
+    """Trends (:func:`.history.trend_doc`) as one PNG written to ``out`` (a path or a file
+    object): one panel per point, its runs in time order (ticks: date and git revision), the
+    rolling baseline dashed, runs worse than it by more than the threshold in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        n = max(len(docs), 1)
+        fig, axes = plt.subplots(n, 1, figsize=(5, 2.6) if small else (8, 3.2 * n), layout="constrained",
+                                 squeeze=False)
+        for ax, doc in zip(axes[:, 0], docs):
+            runs = doc["runs"]
+            xs = list(range(len(runs)))
+            ys = [r["value"] if r["value"] is not None else float("nan") for r in runs]
+            base = [r["baseline"] if r["baseline"] is not None else float("nan") for r in runs]
+            ax.plot(xs, ys, marker="o", label=doc["metric"])
+            ax.plot(xs, base, linestyle="--", marker="_", markersize=12, color="gray", label=f"baseline (median of last {doc['k']})")
+            bad = [(x, y) for x, y, r in zip(xs, ys, runs) if r["regressed"]]
+            if bad:
+                ax.plot(*zip(*bad), linestyle="none", marker="o", color="red", label="regressed")
+            ax.set_xticks(xs, [f"{r['when'][5:10]}\n{(r['git_revision'] or '')[:7]}" for r in runs],
+                          fontsize=6 if small else 7)
+            ax.set_ylabel(f"{doc['metric']} ({doc['unit']})", fontsize=7 if small else 9)
+            ax.set_title(f"{doc['id']} ({doc['campaign']})", fontsize=8 if small else 10)
+            ax.legend(fontsize=6 if small else 7)
+        try:
+            fig.savefig(out, dpi=100, format="png")
+        finally:
+            plt.close(fig)
+
+
+def _history_section(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's history entries: a plot (base64 PNG) and the rows of each point's table."""
+    out = []
+    ordered = sorted(history, key=lambda d: (not d["runs"][-1]["regressed"], d["id"]))
+    for doc in ordered[:HISTORY_POINTS]:
+        png = io.BytesIO()
+        draw_history([doc], png, small=True)
+        out.append({"doc": doc, "image": base64.b64encode(png.getvalue()).decode("ascii"),
+                    "runs": [{**r, "value_text": short_value(r["value"]), "baseline_text": short_value(r["baseline"]),
+                              "ratio_text": f"{r['ratio']:.3f}" if r["ratio"] is not None else "",
+                              "revision": (r["git_revision"] or "")[:10]} for r in doc["runs"]]})
+    return out
+
+
+def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
+               history: Sequence[dict[str, Any]] = ()) -> Path:
+    """One self-contained page: the table (same cells as the CSV), the plots as data URIs, and
+    the history of the points with more than one run."""
     import jinja2
 
     cols = columns(rows)
@@ -203,18 +260,27 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str) 
     images = {name: base64.b64encode(p.read_bytes()).decode("ascii") for name, p in plots.items()}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images)
+    html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images,
+                                                  history=_history_section(history),
+                                                  history_more=max(len(history) - HISTORY_POINTS, 0))
     return _write_text(path, html)
 
 
-def build_report(rows: list[Row], folder: Path, title: str) -> dict[str, Path]:
-    """CSV, plots and HTML page into ``folder``; returns their paths by name. A file that cannot
-    be written (a full disk) is a one-line SporchError; no file is left half-written."""
+def build_report(rows: list[Row], folder: Path, title: str,
+                 history: Sequence[dict[str, Any]] = ()) -> dict[str, Path]:
+    """CSV, plots and HTML page into ``folder`` (with ``history``, trends of points run more
+    than once, also history.json); returns their paths by name. A file that cannot be written
+    (a full disk) is a one-line SporchError; no file is left half-written."""
     try:
         csv_path = write_csv(rows, folder / CSV_FILE)
         plots = draw_plots(plot_data(rows), folder)
-        html = write_html(rows, plots, folder / HTML_FILE, title)
+        html = write_html(rows, plots, folder / HTML_FILE, title, history)
+        extra = {}
+        if history:
+            extra["history_json"] = _write_text(folder / HISTORY_FILE, json.dumps(list(history), indent=1))
+        else:
+            (folder / HISTORY_FILE).unlink(missing_ok=True)  # an earlier report's, no longer true
     except OSError as exc:
         raise SporchError(f"cannot write the report into {folder} ({exc.strerror or exc}); "
                           "free some space or pick another folder with --out") from None
-    return {"csv": csv_path, "html": html, "plots_json": folder / PLOT_DATA_FILE, **plots}
+    return {"csv": csv_path, "html": html, "plots_json": folder / PLOT_DATA_FILE, **plots, **extra}

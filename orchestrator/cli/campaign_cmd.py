@@ -8,13 +8,15 @@ from typing import Optional
 import click
 
 from sporch.orchestrator.campaign.collect import UNREADABLE, Row, collect, columns, has_metric, short_value
-from sporch.orchestrator.campaign.compare import compare, parse_threshold
+from sporch.orchestrator.campaign.compare import Change, compare, parse_threshold
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.report import build_report
 from sporch.orchestrator.campaign.spec import load_campaign
+from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
@@ -98,16 +100,20 @@ def _ideal_ms(plan) -> Optional[float]:
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where table.csv, the PNG plots, plots.json and report.html go (default: DIR/report).")
-def report_cmd(directory: str, out_dir: Optional[str]) -> None:
+@store_option
+def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
-    reference fails."""
+    reference fails. DIR's completed points are recorded in the history store; the page shows
+    the history of those it holds more than one run of."""
     from rich.text import Text
 
     rows = collect(directory)
     if not rows:
         raise SporchError(f"{directory} has no campaign points (points/<id>/point.json); run the campaign first")
     folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
-    files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}")
+    history, warnings = report_history(directory, [r.id for r in rows if r.ok], store)
+    warn(warnings)
+    files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}", history=history)
     con = console()
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
               "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
@@ -141,7 +147,8 @@ def report_cmd(directory: str, out_dir: Optional[str]) -> None:
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "
                   + visible(", ".join(f"{r.id} {r.status}" for r in not_done[:10]), one_line=True), markup=False)
-    con.print(visible(f"report: {files['html']} (table {files['csv']}, plots in {folder})", one_line=True),
+    con.print(visible(f"report: {files['html']} (table {files['csv']}, plots in {folder}"
+                      + (f", history of {len(history)} point(s)" if history else "") + ")", one_line=True),
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
@@ -164,23 +171,68 @@ def _header(column: str) -> str:
 
 @campaign.command("compare")
 @click.argument("old_dir", metavar="A", type=click.Path(file_okay=False))
-@click.argument("new_dir", metavar="B", type=click.Path(file_okay=False))
+@click.argument("new_dir", metavar="[B]", type=click.Path(file_okay=False), required=False)
 @click.option("--threshold", default="5%", show_default=True,
               help="Relative change that counts as a regression (5% or 0.05).")
-def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
-    """Points whose metrics got worse from campaign A to campaign B; exit 1 on any."""
+@click.option("--baseline", is_flag=True,
+              help="Compare the one directory given with each point's baseline in the history store: the "
+                   "median of its last K runs before this one.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=None,
+              help=f"With --baseline: runs the baseline is the median of (default {DEFAULT_K}).")
+@store_option
+def compare_cmd(old_dir: str, new_dir: Optional[str], threshold: str, baseline: bool, k: Optional[int],
+                store: Optional[str]) -> None:
+    """Points whose metrics got worse from campaign A to campaign B, or with --baseline from
+    their history's baseline to campaign A; exit 1 on any."""
     limit = parse_threshold(threshold)
+    if baseline:
+        if new_dir is not None:
+            raise SporchError("--baseline compares one campaign directory with its history: "
+                              "`sporch campaign compare --baseline DIR`")
+        _compare_baseline(old_dir, limit, k or DEFAULT_K, store)
+        return
+    if new_dir is None:
+        raise SporchError("compare needs two campaign directories, A B (or one with --baseline)")
+    if k is not None or store is not None:
+        raise SporchError("--k and --store go with --baseline")
     changes, compared = compare(old_dir, new_dir, limit)
     con = console()
     if not changes:
         con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
         return
+    _changes_table(con, changes, f"({compared} points compared)", limit, ("A", "B"))
+    click.get_current_context().exit(EXIT_FAILED)
+
+
+def _compare_baseline(directory: str, limit: float, k: int, store: Optional[str]) -> None:
+    path = required_store_path(store)
+    with Store.open(path) as st:
+        result = compare_to_baseline(directory, st, k, limit)
+    con = console()
+    against = f"the baseline (median of the last {k} earlier runs)"
+    lacking = (f"; {len(result.without)} point(s) have no earlier run" if result.without else "")
+    if not result.compared:
+        con.print(visible(f"no point of {directory} has an earlier run of campaign {result.campaign} in the history "
+                          f"store {path}: nothing to compare", one_line=True), markup=False)
+        return
+    if not result.changes:
+        con.print(visible(f"no regression over {limit:.1%} against {against} in {result.compared} point(s){lacking}",
+                          one_line=True), markup=False)
+        return
+    _changes_table(con, result.changes, f"against {against}, {result.compared} points compared{lacking}", limit,
+                   ("baseline", "run"))
+    click.get_current_context().exit(EXIT_FAILED)
+
+
+def _changes_table(con, changes: list[Change], note: str, limit: float, labels: tuple[str, str]) -> None:
+    """The regressions as a table: one row per point and metric, ``labels`` naming the old and new columns."""
+    old, new = labels
     broken = sum(1 for ch in changes if ch.broken)
     t = plain_table(title=f"{len(changes) - broken} regression(s) over {limit:.1%}"
-                    + (f", {broken} metric(s) missing or not finite in B" if broken else "")
-                    + f" ({compared} points compared)",
-              title_justify="left")
-    for col in ("id", "gpus", "layout", "shape", "metric", "A", "B", "change"):
+                    + (f", {broken} metric(s) missing or not finite in {'the run' if new == 'run' else new}"
+                       if broken else "") + f" {note}",
+                    title_justify="left")
+    for col in ("id", "gpus", "layout", "shape", "metric", old, new, "change"):
         t.add_column(col)
     for ch in changes:
         v = ch.values
@@ -188,8 +240,8 @@ def compare_cmd(old_dir: str, new_dir: str, threshold: str) -> None:
                   short_value(ch.old), "missing" if ch.new is None else short_value(ch.new),
                   "broken" if ch.broken else f"{ch.relative:+.1%}")
     con.print(t)
-    click.get_current_context().exit(EXIT_FAILED)
 
 
 campaign.add_command(run_cmd)
 campaign.add_command(status_cmd)
+campaign.add_command(history_cmd)

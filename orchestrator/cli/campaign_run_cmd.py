@@ -9,9 +9,11 @@ import click
 
 from sporch.orchestrator.campaign import runner
 from sporch.orchestrator.campaign.folder import CampaignDir, read_json
+from sporch.orchestrator.campaign.history import record_quietly
 from sporch.orchestrator.campaign.intents import reconcile
 from sporch.orchestrator.campaign.lock import try_state_lock
 from sporch.orchestrator.campaign.track import CampaignState, refresh
+from sporch.orchestrator.cli.campaign_history_cmd import warn
 from sporch.orchestrator.cli.common import GRACE_SECONDS, Seconds, console, invocation, json_text, plain_table
 from sporch.orchestrator.cli.status_cmd import STATUS_GRACE_S
 from sporch.orchestrator.cli.terminal import shown
@@ -89,6 +91,7 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grac
                 return
             with ProgressView(con, total, "points") as view:
                 snap = runner.wait(session, interval=interval, on_poll=lambda s: view.show(s.counts()))
+        _record_history(session.cdir)
         _summary(session, snap, con, campaign_file)
     finally:
         session.release()
@@ -105,6 +108,12 @@ def _run_local(session, todo, con, total):
         snap = session.poll()
         view.show(snap.counts())
     return snap
+
+
+def _record_history(cdir: CampaignDir) -> None:
+    """The completed points into the history store (docs/campaigns.md); a store that cannot be
+    written is a warning, never the campaign's failure."""
+    warn([w for w in [record_quietly(cdir.root)] if w])
 
 
 def _summary(session, snap, con, campaign_file: str) -> None:
@@ -178,6 +187,8 @@ def status_cmd(directory: str, as_json: bool, grace_s: Optional[float]) -> None:
     finally:
         if saving is not None:
             saving.release()
+    if snap.ids("done"):
+        _record_history(cdir)
     errors = _failures(state, snap.ids("failed"))
     if as_json:
         click.echo(json_text({"counts": snap.counts(), "points": snap.categories, "failed": errors,

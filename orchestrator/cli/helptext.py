@@ -22,6 +22,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "campaign report": ("sporch campaign report campaigns/tiny --out /tmp/report", "docs/campaigns.md"),
     "campaign compare": ("sporch campaign compare campaigns/before campaigns/after --threshold 5%",
                          "docs/campaigns.md"),
+    "campaign history": ("sporch campaign history campaigns/tiny --metric step_ms_median --plot trend.png",
+                         "docs/campaigns.md"),
     "cancel": ("sporch cancel tiny-20260101-120000", "docs/submit.md"),
     "clusters": ("sporch clusters show a100x32", "docs/clusters.md"),
     "clusters list": ("sporch clusters list", "docs/clusters.md"),

@@ -8,7 +8,8 @@ in docs/contracts.md (result files) and read by sporch.orchestrator.campaign.met
   planner's estimate), the planner's ideal and predicted (cost model) step times beside the
   measured one.
 - :func:`provenance`: sporch version and git revision, torch version, cluster descriptor,
-  node list, Slurm job / array ids.
+  node list, Slurm job / array ids, and when the result was written (``finished_at``, seconds
+  since the epoch: the campaign history orders runs by it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib.metadata
 import os
 import statistics
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -85,9 +87,9 @@ def git_revision(path: Optional[Path] = None) -> Optional[str]:
     return rev + ("-dirty" if dirty else "")
 
 
-def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional[dict[str, str]] = None
-               ) -> dict[str, Any]:
-    """Where and with what a result was produced."""
+def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional[dict[str, str]] = None,
+               finished_at: Optional[float] = None) -> dict[str, Any]:
+    """Where, when (``finished_at``: now unless given) and with what a result was produced."""
     env = dict(os.environ if env is None else env)
     try:  # the installed distribution's version: no torch import in the contract
         torch_version: Optional[str] = importlib.metadata.version("torch")
@@ -103,4 +105,5 @@ def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional
         "slurm_job_id": env.get("SLURM_JOB_ID"),
         "slurm_array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
         "slurm_array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+        "finished_at": time.time() if finished_at is None else finished_at,
     }
