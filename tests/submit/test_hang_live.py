@@ -19,20 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.submit.test_submit_live import TINY, Sporch
+from tests.submit.test_submit_live import TINY, sporch  # noqa: F401 - the module's own fixture (its own jobs)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 TIMEOUT_S = 20
 CLUSTER = os.environ.get("SPORCH_HANG_LIVE_CLUSTER", "slurmlab")
 
-
-@pytest.fixture(scope="module")
-def sporch(slurm_cluster, tmp_path_factory, scancel_recorded):
-    root = tmp_path_factory.mktemp("hang-live")
-    s = Sporch(root / "home", root / "runs")
-    yield s
-    scancel_recorded((s.home / "jobs").glob("*.json"))
 
 
 def test_a_rank_that_never_arrives_is_named_with_its_node(sporch):

@@ -9,17 +9,10 @@ import json
 
 import pytest
 
-from .test_submit_live import Sporch
+from .test_submit_live import sporch  # noqa: F401 - the module's own fixture (its own jobs)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def sporch(slurm_cluster, tmp_path_factory, scancel_recorded):
-    root = tmp_path_factory.mktemp("preflight-live")
-    s = Sporch(root / "home", root / "runs")
-    yield s
-    scancel_recorded((s.home / "jobs").glob("*.json"))
 
 
 def test_preflight_on_the_lab(sporch, tmp_path):
