@@ -130,3 +130,24 @@ def test_local_run_loads_the_staged_copy_and_reports_it(tmp_path):
     assert rec1["copied"] == 1 and rec1["folder"].startswith(str(tmp_path / "stage" / node))
     assert second[node]["copied"] == 0 and second[node]["reused"] == 1
     assert all(r["status"] == "completed" for r in records)
+
+
+def test_cleanup_policy_end_removes_the_copy_and_keep_keeps_it(tmp_path, checkpoint):
+    from sporch.runtime.stage import clean_up
+
+    for policy, kept in (("keep", True), ("end", False)):
+        cluster = tmp_path / f"{policy}.yaml"
+        cluster.write_text((ROOT / "clusters" / "local.yaml").read_text().replace("name: local", f"name: {policy}")
+                           + f"node_local_dir: {tmp_path}/{policy}/{{node}}\nstage_cleanup: {policy}\n")
+        job = job_from_dict({"name": "s", "model": {"preset": "tiny", "weights": str(checkpoint), "stage": "node"},
+                             "workload": {"kind": "verify", "frames": 9, "height": 64, "width": 64}})
+        plan = make_plan(find_cluster(str(cluster)), job)
+        staged, _ = stage_for_node(plan, 0, "n1", tmp_path / f"job-{policy}")
+        clean_up(plan, 1, "n1")  # only the node's first rank removes it
+        assert Path(staged.model.weights).exists()
+        clean_up(plan, 0, "n1")
+        assert Path(staged.model.weights).exists() is kept, policy
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "clusters" / "local.yaml").read_text() + "stage_cleanup: never\n")
+    with pytest.raises(SporchError, match=r"'stage_cleanup' must be one of keep, end, got 'never'"):
+        find_cluster(str(bad))
