@@ -201,7 +201,7 @@ def quick_check(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]:
         dist.all_gather_object(gathered, info)
     else:
         gathered = [info]
-    problems = node_problems(gathered, plan.gpus_per_node)
+    problems = node_problems(gathered, plan.gpus_per_node, per_task=plan.cluster.slurm.gpu_directive == "gpus-per-task")
     if problems:
         raise PreflightFailed("preflight: " + "; ".join(problems) + " (runtime.preflight=off skips this check)")
     return {"nodes": len({g["node"] for g in gathered}), "s": round(time.perf_counter() - start, 3)}

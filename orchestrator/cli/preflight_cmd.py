@@ -72,7 +72,8 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
         raise SporchError(f"the preflight job did not complete ({result.get('status')}): "
                           f"{result.get('error') or 'no measurements'}; see `sporch logs`")
     report = judge(data, gpus_per_node=cluster.gpus_per_node, intra_gb_per_s=cluster.intra_node.gb_per_s,
-                   inter_gb_per_s=cluster.inter_node.gb_per_s, threshold=threshold)
+                   inter_gb_per_s=cluster.inter_node.gb_per_s, threshold=threshold,
+                   per_task=cluster.slurm.gpu_directive == "gpus-per-task")
     if as_json:
         click.echo(json.dumps(_as_dict(report), indent=2))
     else:

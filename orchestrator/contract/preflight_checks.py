@@ -14,8 +14,9 @@ from typing import Any
 VERSION_KEYS = ("python", "torch", "cuda", "nccl")
 
 
-def node_problems(ranks: list[dict[str, Any]], gpus_per_node: int) -> list[str]:
-    """One line per problem, naming the node: too few GPUs for its ranks, the weights path
+def node_problems(ranks: list[dict[str, Any]], gpus_per_node: int, per_task: bool = False) -> list[str]:
+    """One line per problem, naming the node: too few GPUs for its ranks (``per_task``: Slurm
+    gives each rank its own GPU, so each must see at least one), the weights path
     unreadable, ranks of a node on other versions, a node whose versions or weights size differ
     from the others' (the most common value is the reference)."""
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -25,8 +26,11 @@ def node_problems(ranks: list[dict[str, Any]], gpus_per_node: int) -> list[str]:
     for node, rs in by_node.items():
         first = rs[0]
         seen = first.get("gpus_visible")
-        if seen is not None and seen < len(rs):
-            out.append(f"{node}: sees {seen} GPU(s) for its {len(rs)} ranks (the descriptor says {gpus_per_node} per node)")
+        need = 1 if per_task else len(rs)
+        short = [r["rank"] for r in rs if r.get("gpus_visible") is not None and r["gpus_visible"] < need]
+        if short:
+            out.append(f"{node}: sees {seen} GPU(s) for its {len(rs)} ranks (the descriptor says {gpus_per_node} per node)"
+                       + (f"; ranks {short} see none" if per_task else ""))
         w = first.get("weights") or {}
         if w.get("path") and not w.get("readable"):
             out.append(f"{node}: the weights path {w['path']} {w.get('error', 'is not readable')}")

@@ -59,7 +59,7 @@ def _median(values: list[float]) -> Optional[float]:
 
 
 def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, inter_gb_per_s: float,
-          threshold: float = DEFAULT_THRESHOLD) -> Report:
+          threshold: float = DEFAULT_THRESHOLD, per_task: bool = False) -> Report:
     """The report of one preflight's ``metrics.preflight`` on a cluster with those figures."""
     ranks = sorted(data["ranks"], key=lambda r: r["rank"])
     node_of = {r["rank"]: r["node"] for r in ranks}
@@ -70,7 +70,7 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
                      gpus_expected=gpus_per_node, versions={k: rs[0].get(k) for k in VERSION_KEYS},
                      host_available_bytes=rs[0].get("host_available_bytes"), weights=rs[0].get("weights") or {})
              for n, rs in by_node.items()]
-    problems = node_problems(ranks, gpus_per_node)
+    problems = node_problems(ranks, gpus_per_node, per_task)
     nccl = data.get("backend") == "nccl"
     per_gpu_inter = inter_gb_per_s / max(1, gpus_per_node)
     links, touching = [], defaultdict(list)
