@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
-from sporch.orchestrator.campaign.metrics import METRICS, STAGE_METRICS, STEP_METRICS, metric_value
+from sporch.orchestrator.campaign import outputs
+from sporch.orchestrator.campaign.metrics import METRICS, OUTPUT_METRICS, STAGE_METRICS, STEP_METRICS, metric_value
 from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
@@ -39,6 +40,10 @@ class Row:
     verdicts: dict = field(default_factory=dict)  # metric -> pass | fail | none
     bounds: dict = field(default_factory=dict)  # metric -> references.Bound
     error: Optional[str] = None
+    #: why this generate point's outputs were not compared with the reference point (.outputs)
+    output_note: Optional[str] = None
+    #: the id of the point its outputs were compared with
+    output_ref: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -66,8 +71,8 @@ def columns(rows: Sequence[Row] = ()) -> list[str]:
     """Table columns: the key columns, every step metric, the stage metrics (generate points)
     that some row of ``rows`` has or has a reference for, and the verdict. A benchmark campaign
     gets no stage column."""
-    stages = [m.name for m in STAGE_METRICS if any(has_metric(r, m.name) for r in rows)]
-    return list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + stages + ["reference"]
+    extra = [m.name for m in STAGE_METRICS + OUTPUT_METRICS if any(has_metric(r, m.name) for r in rows)]
+    return list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + extra + ["reference"]
 
 
 def has_metric(row: Row, name: str) -> bool:
@@ -75,13 +80,23 @@ def has_metric(row: Row, name: str) -> bool:
     return row.metrics.get(name) is not None or name in row.bounds
 
 
+def _campaign_spec(campaign_file: Path) -> Optional[CampaignSpec]:
+    if not campaign_file.is_file():
+        return None
+    return to_typed(CampaignSpec, [(read_yaml(campaign_file), str(campaign_file))])
+
+
 def load_references(campaign_file: Path) -> list[Reference]:
     """The references of a campaign file (only that section is read; the base job is not loaded)."""
-    if not campaign_file.is_file():
-        return []
-    cfg = read_yaml(campaign_file)
-    spec = to_typed(CampaignSpec, [(cfg, str(campaign_file))])
-    return parse_references(spec.references, str(campaign_file))
+    spec = _campaign_spec(campaign_file)
+    return [] if spec is None else parse_references(spec.references, str(campaign_file))
+
+
+def load_output_reference(campaign_file: Path) -> Optional[str]:
+    """``compare_outputs.reference`` of a campaign file (None: the fewest-GPU point)."""
+    spec = _campaign_spec(campaign_file)
+    ref = None if spec is None else spec.compare_outputs.reference
+    return None if ref is None else str(ref)
 
 
 def read_point(path: Path) -> dict[str, Any]:
@@ -125,14 +140,20 @@ def _sort_key(r: "Row") -> tuple:
         for x in (v.get("gpus"), v.get("layout"), v.get("repeat")))
 
 
-def collect(root: str | Path, references: Optional[list[Reference]] = None) -> list[Row]:
-    """Rows of the campaign directory ``root``; ``references`` default to its campaign.yaml's."""
+def collect(root: str | Path, references: Optional[list[Reference]] = None,
+            output_reference: Optional[str] = None) -> list[Row]:
+    """Rows of the campaign directory ``root``; ``references`` (and ``output_reference``, the
+    reference point of the same-output metrics) default to its campaign.yaml's."""
     cdir = CampaignDir(Path(root))
     if not cdir.root.is_dir():
         raise SporchError(f"campaign directory {root} not found")
     if references is None:
         references = load_references(cdir.root / CAMPAIGN_FILE)
+    if output_reference is None:
+        output_reference = load_output_reference(cdir.root / CAMPAIGN_FILE)
     rows: list[Row] = []
+    folders: dict[str, Path] = {}
+    results: dict[str, dict] = {}
     for folder in cdir.point_dirs():
         try:
             point = read_point(folder / POINT_FILE)
@@ -148,12 +169,16 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None) -> l
         row = Row(id=point["id"], values=values, status=result.status if result is not None else PENDING)
         if result is not None:
             row.error = result.error
-            row.metrics = {m.name: metric_value(result.to_dict(), m.name) for m in METRICS}
-            if row.ok:
-                row.bounds = select(references, values)
-                row.verdicts = evaluate(row.bounds, row.metrics)
+            data = result.to_dict()
+            row.metrics = {m.name: metric_value(data, m.name) for m in METRICS}
+            folders[row.id], results[row.id] = folder, data
         rows.append(row)
     rows.sort(key=_sort_key)
+    outputs.fill(rows, folders, results, output_reference)
+    for row in rows:
+        if row.ok:
+            row.bounds = select(references, row.values)
+            row.verdicts = evaluate(row.bounds, row.metrics)
     return rows
 
 

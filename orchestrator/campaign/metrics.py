@@ -6,6 +6,8 @@ A generate point's ``metrics.stages`` (sporch.runtime.pipelines.stages, docs/gen
 the ``stage_<stage>_*`` metrics: ``stages.<stage>.s`` as ``stage_<stage>_s``, its
 ``peak_memory_bytes`` as ``stage_<stage>_peak_memory_gib`` and denoise's ``s_per_step`` as
 ``stage_denoise_s_per_step`` (rank 0's: the leader, which also decodes and saves).
+The output metrics (``latent_max_abs_err``, ``psnr_db``, ``ssim``) are the exception: they
+compare a point's saved outputs with the reference point's (:mod:`.outputs`).
 """
 
 from __future__ import annotations
@@ -54,11 +56,20 @@ STAGE_METRICS: tuple[Metric, ...] = (
     Metric("stage_save_peak_memory_gib", "GiB", "lower", "save peak memory"),
 )
 
-METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS
+#: Same output across layouts (generate points; computed by .outputs from the point folders'
+#: latents and decoded frames against the campaign's reference point, never read from result.json).
+OUTPUT_METRICS: tuple[Metric, ...] = (
+    Metric("latent_max_abs_err", "abs", "lower", "final latents, max abs error vs the reference point"),
+    Metric("psnr_db", "dB", "higher", "decoded frames, PSNR vs the reference point"),
+    Metric("ssim", "fraction", "higher", "decoded frames, SSIM vs the reference point"),
+)
+
+METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS + OUTPUT_METRICS
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 GIB = 1024**3
+OUTPUT_NAMES = frozenset(m.name for m in OUTPUT_METRICS)
 
 
 def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
@@ -71,6 +82,8 @@ def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
         return _gib(metrics, "peak_memory_bytes")
     if name.startswith("stage_"):
         return _stage_value(metrics, name)
+    if name in OUTPUT_NAMES:
+        return None  # compared across points (.outputs), not read
     return _number(metrics.get(name))
 
 

@@ -7,7 +7,10 @@ Plots (data first, :func:`plot_data`, then drawn from that data, :func:`draw_plo
 - ``scaling_efficiency``: for the best layout at each size, ``T(n0) n0 / (T(n) n)`` against
   the ideal linear scaling (1.0);
 - ``comm_vs_compute``: time in collectives and the rest of the step, per point;
-- ``best_layout``: the fastest layout at each size, per workload.
+- ``best_layout``: the fastest layout at each size, per workload;
+- ``same_output`` (only when generate points were compared, :mod:`.outputs`): per point the
+  PSNR of its decoded frames against the reference point (identical frames drawn at
+  ``SAME_OUTPUT_CAP`` dB and labelled "identical"), and its latents' max abs error.
 
 Repeats of a point are combined by the median of their step medians.
 
@@ -34,6 +37,10 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
+#: Drawn only when some point has output metrics.
+SAME_OUTPUT = "same_output"
+#: Where an infinite PSNR (identical frames) is drawn.
+SAME_OUTPUT_CAP = 100.0
 CSV_FILE = "table.csv"
 PLOT_DATA_FILE = "plots.json"
 HTML_FILE = "report.html"
@@ -132,13 +139,33 @@ def plot_data(rows: list[Row]) -> dict[str, Any]:
         best_series[wl] = {"x": xs, "y": [by_gpus[g][0] for g in xs], "layout": [by_gpus[g][1] for g in xs]}
         n0, t0 = xs[0], by_gpus[xs[0]][0]
         eff[wl] = {"x": xs, "y": [t0 * n0 / (by_gpus[g][0] * g) for g in xs]}
-    return {
+    out = {
         "latency_vs_gpus": {"series": dict(latency), "xlabel": "GPUs", "ylabel": "step time, median (ms)"},
         "scaling_efficiency": {"series": eff, "ideal": 1.0, "xlabel": "GPUs",
                                "ylabel": "scaling efficiency (best layout)"},
         "comm_vs_compute": {**comm, "ylabel": "ms per step"},
         "best_layout": {"series": best_series, "xlabel": "GPUs", "ylabel": "best step time, median (ms)"},
     }
+    same = _same_output(rows)
+    if same is not None:
+        out[SAME_OUTPUT] = same
+    return out
+
+
+def _same_output(rows: list[Row]) -> dict[str, Any] | None:
+    """PSNR (dB, None = identical) and latent max abs error per compared point, in report order."""
+    compared = [r for r in rows if r.metrics.get("psnr_db") is not None or r.metrics.get("latent_max_abs_err") is not None]
+    if not compared:
+        return None
+
+    def finite(v):
+        return v if isinstance(v, float) and math.isfinite(v) else None
+
+    return {"labels": [f"{r.id[:8]} {r.values.get('layout')}" + (" (ref)" if r.output_ref == r.id else "")
+                       for r in compared],
+            "psnr_db": [finite(r.metrics.get("psnr_db")) for r in compared],
+            "latent_max_abs_err": [r.metrics.get("latent_max_abs_err") for r in compared],
+            "ylabel": "PSNR vs reference point (dB)"}
 
 
 def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
@@ -152,7 +179,7 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     # labels are names from files (a cluster path may hold `$`): text, never mathtext
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-        for name in PLOTS:
+        for name in [n for n in PLOTS + (SAME_OUTPUT,) if n in data]:
             png = io.BytesIO()
             _draw(plt, name, data[name], png)
             paths[name] = write_atomic(folder / f"{name}.png", png.getvalue(), fsync=False)
@@ -163,7 +190,16 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
 def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
     """One plot of ``d`` written as a PNG to ``out`` (a file object)."""
     fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
-    if name == "comm_vs_compute":
+    if name == SAME_OUTPUT:
+        xs = list(range(len(d["labels"])))
+        ys = [SAME_OUTPUT_CAP if y is None else y for y in d["psnr_db"]]
+        bars = ax.bar(xs, ys, color=["gray" if y is None else "tab:blue" for y in d["psnr_db"]])
+        for bar, y, err in zip(bars, d["psnr_db"], d["latent_max_abs_err"]):
+            text = ("identical" if y is None else f"{y:.1f} dB") + (f"\nlatents {err:.2g}" if err is not None else "")
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        textcoords="offset points", xytext=(0, 3), fontsize=7)
+        ax.set_xticks(xs, d["labels"], rotation=30, ha="right", fontsize=7)
+    elif name == "comm_vs_compute":
         xs = range(len(d["labels"]))
         ax.bar(xs, d["compute_ms"], label="compute and the rest")
         ax.bar(xs, d["comm_ms"], bottom=d["compute_ms"], label="collectives")

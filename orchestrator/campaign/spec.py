@@ -2,7 +2,8 @@
 
 Top-level keys: ``name``, ``output_dir``, ``base`` (a job spec inline, or a path to a job
 YAML relative to the campaign file), ``matrix`` (what varies), ``run`` (array throttle and
-retries) and ``references`` (expected values per metric). docs/campaigns.md is the reference.
+retries) ``references`` (expected values per metric) and ``compare_outputs`` (the reference
+point of the same-output metrics). docs/campaigns.md is the reference.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ class ReferenceSpec:
 
 
 @dataclass
+class CompareOutputsSpec:
+    #: the point generate outputs are compared with: a point id or a layout (``1x1x1x1``);
+    #: unset: the point with the fewest GPUs of each cluster/preset/shape/dtype group
+    reference: Optional[str] = None
+
+
+@dataclass
 class CampaignSpec:
     name: str = ""
     output_dir: str = "campaigns"
@@ -75,6 +83,7 @@ class CampaignSpec:
     matrix: MatrixSpec = field(default_factory=MatrixSpec)
     run: RunSpec = field(default_factory=RunSpec)
     references: List[ReferenceSpec] = field(default_factory=list)
+    compare_outputs: CompareOutputsSpec = field(default_factory=CompareOutputsSpec)
     source: str = ""  # the file it was loaded from
 
 

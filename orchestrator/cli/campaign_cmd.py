@@ -143,6 +143,9 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
     for r in rows:
         if r.status == UNREADABLE:
             con.print(f"unreadable: {r.id}: {r.error}", markup=False)
+        elif r.output_note:
+            con.print(visible(f"same output: {r.id} ({r.values['layout']}): {r.output_note}", one_line=True),
+                      markup=False)
     not_done = [r for r in rows if not r.ok]
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "

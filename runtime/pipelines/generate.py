@@ -16,6 +16,7 @@ same noise.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +28,7 @@ from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, build_sharded, resolve_dtype
+from sporch.runtime.model.base import unpatchify
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
@@ -213,7 +215,25 @@ def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, ima
                 requeue_self()
             raise RequeueRequested(f"stopped after step {i + 1}/{len(ts)} of prompt batch {batch + 1} on USR2; "
                                    "the step is kept and the job requeued")
+    if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
+        return _swapped_shards(runner, x, model.cfg.out_dim)
     return runner.gather_latents(x, channels=model.cfg.out_dim)
+
+
+#: Test hook (fault injection; docs/campaigns.md "Same output across layouts"): when this
+#: variable names the run's layout (``dp x cfg x ring x ulysses``, e.g. ``1x1x1x2``) and the
+#: sequence is sharded, the gathered tokens have their first two shards swapped before the
+#: latents are unpatchified: a deliberately wrong layout. No effect unless set.
+FAULT_SWAP_SHARDS = "SPORCH_FAULT_SWAP_SHARDS"
+
+
+def _swapped_shards(runner: ShardedDiT, x: torch.Tensor, channels: int) -> torch.Tensor:
+    lay = runner.ctx.layout
+    tokens = runner.gather(x)
+    if os.environ.get(FAULT_SWAP_SHARDS) == f"{lay.dp}x{lay.cfg}x{lay.ring}x{lay.ulysses}":
+        n = runner.local_len
+        tokens = torch.cat([tokens[:, n:2 * n], tokens[:, :n], tokens[:, 2 * n:]], dim=1)
+    return unpatchify(tokens, runner.grid, runner.cfg.patch, channels)
 
 
 def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
