@@ -41,6 +41,10 @@ PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layou
 SAME_OUTPUT = "same_output"
 #: Where an infinite PSNR (identical frames) is drawn.
 SAME_OUTPUT_CAP = 100.0
+#: Drawn when the points have what they need: the cost model against the measurement, and the
+#: stages of generate points.
+PREDICTED = "predicted_vs_measured"
+STAGES = "stage_seconds"
 CSV_FILE = "table.csv"
 PLOT_DATA_FILE = "plots.json"
 HTML_FILE = "report.html"
@@ -142,14 +146,51 @@ def plot_data(rows: list[Row]) -> dict[str, Any]:
     out = {
         "latency_vs_gpus": {"series": dict(latency), "xlabel": "GPUs", "ylabel": "step time, median (ms)"},
         "scaling_efficiency": {"series": eff, "ideal": 1.0, "xlabel": "GPUs",
-                               "ylabel": "scaling efficiency (best layout)"},
+                               "ylabel": "scaling efficiency, best layout (fraction of linear)"},
         "comm_vs_compute": {**comm, "ylabel": "ms per step"},
         "best_layout": {"series": best_series, "xlabel": "GPUs", "ylabel": "best step time, median (ms)"},
     }
     same = _same_output(rows)
     if same is not None:
         out[SAME_OUTPUT] = same
+    predicted = _predicted_vs_measured(rows)
+    if predicted is not None:
+        out[PREDICTED] = predicted
+    stages = _stage_bars(rows)
+    if stages is not None:
+        out[STAGES] = stages
     return out
+
+
+def _predicted_vs_measured(rows: list[Row]) -> dict[str, Any] | None:
+    """The cost model's predicted step against the measured median, per completed point (only
+    when some point has both)."""
+    pts = [(r, r.metrics.get("predicted_ms_per_step"), r.metrics.get("step_ms_median")) for r in rows if r.ok]
+    pts = [(r, p, m) for r, p, m in pts if _finite(p) and _finite(m)]
+    if not pts:
+        return None
+    return {"labels": [f"{r.id[:8]} {r.values.get('layout')}" for r, _, _ in pts],
+            "predicted_ms": [p for _, p, _ in pts], "measured_ms": [m for _, _, m in pts],
+            "xlabel": "measured step time, median (ms)", "ylabel": "predicted step time (ms)"}
+
+
+#: The stages a generate point records (runtime/pipelines/stages.py), bottom to top of a bar.
+STAGE_ORDER = ("encode", "load", "denoise", "decode", "save")
+
+
+def _stage_bars(rows: list[Row]) -> dict[str, Any] | None:
+    """Seconds per stage per point that recorded stages (generate points), stacked."""
+    pts = [r for r in rows if any(_finite(r.metrics.get(f"stage_{st}_s")) for st in STAGE_ORDER)]
+    if not pts:
+        return None
+    return {"labels": [f"{r.id[:8]} {r.values.get('layout')}" for r in pts],
+            "stages": {st: [r.metrics.get(f"stage_{st}_s") if _finite(r.metrics.get(f"stage_{st}_s")) else 0.0
+                            for r in pts] for st in STAGE_ORDER},
+            "xlabel": "point (id, layout)", "ylabel": "seconds"}
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _same_output(rows: list[Row]) -> dict[str, Any] | None:
@@ -179,12 +220,17 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     # labels are names from files (a cluster path may hold `$`): text, never mathtext
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-        for name in [n for n in PLOTS + (SAME_OUTPUT,) if n in data]:
+        for name in [n for n in PLOTS + (SAME_OUTPUT, PREDICTED, STAGES) if n in data]:
             png = io.BytesIO()
             _draw(plt, name, data[name], png)
             paths[name] = write_atomic(folder / f"{name}.png", png.getvalue(), fsync=False)
     _write_text(folder / PLOT_DATA_FILE, json.dumps(data, indent=1))
     return paths
+
+
+def gpu_ticks(d: dict[str, Any]) -> list[int]:
+    """The x ticks of a plot over GPU counts: every count its series have, as integers."""
+    return sorted({int(x) for s in d["series"].values() for x in s["x"]})
 
 
 def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
@@ -199,11 +245,30 @@ def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
                         textcoords="offset points", xytext=(0, 3), fontsize=7)
         ax.set_xticks(xs, d["labels"], rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel("point (id, layout; ref = the reference)")
     elif name == "comm_vs_compute":
         xs = range(len(d["labels"]))
         ax.bar(xs, d["compute_ms"], label="compute and the rest")
         ax.bar(xs, d["comm_ms"], bottom=d["compute_ms"], label="collectives")
         ax.set_xticks(list(xs), d["labels"], rotation=60, ha="right", fontsize=7)
+        ax.set_xlabel("point (GPUs, layout)")
+    elif name == PREDICTED:
+        ax.scatter(d["measured_ms"], d["predicted_ms"], label="points")
+        for x, y, label in zip(d["measured_ms"], d["predicted_ms"], d["labels"]):
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6)
+        hi = max(d["measured_ms"] + d["predicted_ms"]) * 1.1
+        ax.plot([0, hi], [0, hi], color="gray", linestyle="--", label="predicted = measured")
+        ax.set_xlim(0, hi)
+        ax.set_ylim(0, hi)
+        ax.set_xlabel(d["xlabel"])
+    elif name == STAGES:
+        xs = list(range(len(d["labels"])))
+        bottom = [0.0] * len(xs)
+        for stage, values in d["stages"].items():
+            ax.bar(xs, values, bottom=bottom, label=stage)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set_xticks(xs, d["labels"], rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel(d["xlabel"])
     else:
         for label, s in d["series"].items():
             ax.plot(s["x"], s["y"], marker="o", label=label)
@@ -215,6 +280,10 @@ def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
             ax.set_ylim(bottom=0)
         if name in ("latency_vs_gpus", "best_layout"):
             ax.set_xscale("log", base=2)
+        gpus = gpu_ticks(d)
+        if gpus:  # GPU counts are whole numbers: a tick at each count there is, no minor ticks
+            ax.set_xticks(gpus, [str(g) for g in gpus])
+            ax.minorticks_off()
         ax.set_xlabel(d["xlabel"])
     ax.set_ylabel(d["ylabel"])
     ax.set_title(name.replace("_", " "))

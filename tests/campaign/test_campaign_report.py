@@ -286,3 +286,41 @@ def test_compare_flags_a_slower_stage(tmp_path, run_cli):
     b = make_generate_campaign(tmp_path / "b", points=slower, refs=REFS)
     code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
     assert code == 1 and "stage_decode_s" in out and "+20.0%" in out and "stage_save_s" not in out
+
+
+# -- report polish (issue 20 item 5): predicted vs measured, stage bars, integer GPU ticks -----------
+
+def test_predicted_vs_measured_and_stage_bars_only_when_the_points_have_them(tmp_path, run_cli):
+    root = make_campaign(tmp_path / "c")
+    assert "predicted_vs_measured" not in plot_data(collect(root))  # no prediction in these results
+    for d in (root / "points").iterdir():
+        res = json.loads((d / "result.json").read_text())
+        res["metrics"]["predicted_ms_per_step"] = res["metrics"]["step_ms_median"] * 1.5
+        (d / "result.json").write_text(json.dumps(res))
+    rows = collect(root)
+    pvm = plot_data(rows)["predicted_vs_measured"]
+    done = [r for r in rows if r.ok]
+    assert pvm["measured_ms"] == [r.metrics["step_ms_median"] for r in done]
+    assert pvm["predicted_ms"] == pytest.approx([1.5 * m for m in pvm["measured_ms"]])
+    assert "ms" in pvm["xlabel"] and "ms" in pvm["ylabel"]
+    assert "stage_seconds" not in plot_data(rows)
+    code, _, err = run_cli("campaign", "report", root)
+    assert (root / "report" / "predicted_vs_measured.png").read_bytes()[:4] == b"\x89PNG"
+    html = (root / "report" / "report.html").read_text()
+    assert 'id="plot-predicted_vs_measured"' in html and '<div class="table-scroll">' in html
+
+    gen = collect(make_generate_campaign(tmp_path / "g"))
+    bars = plot_data(gen)["stage_seconds"]
+    for i, (pid, _, _, stages) in enumerate(GENERATE):
+        for stage, values in bars["stages"].items():
+            want = stages.get(stage, {}).get("s") if isinstance(stages.get(stage), dict) else None
+            assert values[i] == (want if want is not None else 0.0), (pid, stage)
+    assert bars["ylabel"] == "seconds"
+
+
+def test_gpu_axes_have_a_tick_at_each_gpu_count(tmp_path):
+    from sporch.orchestrator.campaign.report import gpu_ticks
+
+    data = plot_data(collect(make_campaign(tmp_path / "c")))
+    for name in ("latency_vs_gpus", "scaling_efficiency", "best_layout"):
+        assert gpu_ticks(data[name]) == [2, 4], name
