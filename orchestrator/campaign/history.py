@@ -207,6 +207,8 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SporchError(f"history store {path}: cannot create its folder ({exc.strerror or exc})") from None
+        existed = path.exists()
+        conn = None
         try:
             conn = sqlite3.connect(str(path), timeout=30)
             store = cls(path, conn)
@@ -216,6 +218,11 @@ class Store:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return store
         except (sqlite3.Error, OSError) as exc:
+            if conn is not None:
+                conn.close()
+            if not existed:  # a store this call began (a full disk): no half-made file left behind
+                for leftover in (path, path.with_name(path.name + "-journal")):
+                    leftover.unlink(missing_ok=True)
             raise _store_error(path, exc) from None
 
     @classmethod
