@@ -98,7 +98,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         checked = None
         if plan.job.preflight:
             with watchdog.collective("preflight", kind="all_gather"):
-                checked = quick_check(plan, env.rank, device)
+                checked = quick_check(plan, env.rank, device, env.local_rank)
         # the node's first rank copies the weights; the others wait for its record (no collective:
         # a copy may take longer than any collective timeout)
         staged_plan, _ = stage_for_node(plan, env.local_rank, env.hostname, output_dir,

@@ -88,12 +88,9 @@ def weights_check(path: str | None) -> dict[str, Any]:
     return {"path": path, "readable": True, "bytes": sum(f.stat().st_size for f in files), "files": len(files)}
 
 
-def rank_info(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
-    """This rank's node, GPUs, versions, free memory and the weights check."""
-    return rank_info_for(plan, ctx.rank, device)
-
-
-def rank_info_for(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]:
+def rank_info(plan: Plan, rank: int, device: torch.device, check_weights: bool = True) -> dict[str, Any]:
+    """This rank's node, GPUs, versions, free memory and (``check_weights``: the node's first
+    rank, the one whose answer is read) the weights check."""
     cuda = device.type == "cuda"
     info: dict[str, Any] = {
         "rank": rank, "node": _node(), "device": str(device),
@@ -103,7 +100,7 @@ def rank_info_for(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "host_available_bytes": _available_memory_bytes(),
         # a tiny_weights generate job creates its folder after this check
-        "weights": weights_check(None if plan.workload.tiny_weights else plan.model.weights),
+        "weights": weights_check(None if plan.workload.tiny_weights or not check_weights else plan.model.weights),
     }
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
@@ -174,7 +171,7 @@ def run(ctx: ParallelContext, plan: Plan) -> dict[str, Any]:
     """The preflight job's entrypoint (every rank): rank 0 returns everything under ``preflight``."""
     device = ctx.device
     payload = int(os.environ.get("SPORCH_PREFLIGHT_BYTES") or PAYLOAD_BYTES.get(device.type, PAYLOAD_BYTES["cpu"]))
-    info = rank_info(plan, ctx, device)
+    info = rank_info(plan, ctx.rank, device)
     links = measure(ctx, device, payload)
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, {"info": info, "links": links})
@@ -188,14 +185,14 @@ class PreflightFailed(RuntimeError):
     """The quick check found a node that cannot run the job (named in the message)."""
 
 
-def quick_check(plan: Plan, rank: int, device: torch.device) -> dict[str, Any]:
+def quick_check(plan: Plan, rank: int, device: torch.device, local_rank: int = 0) -> dict[str, Any]:
     """What every job does before loading weights (``runtime.preflight: on``, the default): each
     rank describes itself (no bandwidth measured), the descriptions are gathered and every node
     is checked against the others (GPUs for its ranks, versions, the weights path readable and
     the same size). A problem fails every rank at once, naming the node, instead of a hang or a
     wrong answer later. Returns ``{nodes, s}``."""
     start = time.perf_counter()
-    info = rank_info_for(plan, rank, device)
+    info = rank_info(plan, rank, device, check_weights=local_rank == 0)  # one walk of the weights per node
     gathered: list[Any] = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, info)

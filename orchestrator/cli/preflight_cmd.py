@@ -75,7 +75,7 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
                    inter_gb_per_s=cluster.inter_node.gb_per_s, threshold=threshold,
                    per_task=cluster.slurm.gpu_directive == "gpus-per-task")
     if as_json:
-        click.echo(json.dumps(_as_dict(report), indent=2))
+        click.echo(json.dumps(dataclasses.asdict(report), indent=2))
     else:
         _print(report, cluster.name)
     sys.exit(1 if report.problems else 0)
@@ -101,10 +101,6 @@ def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
         raise SporchError(f"the preflight job {rec.id} ended (exit {code}) without a result.json; see "
                           f"`sporch logs {rec.id}`")
     return json.loads(text)
-
-
-def _as_dict(report: Report) -> dict[str, Any]:
-    return dataclasses.asdict(report)
 
 
 def _gbps(value: Optional[float]) -> str:
