@@ -16,13 +16,30 @@ from sporch.orchestrator.submit.slurm_job import SlurmJob
 TEMPLATE = "sbatch.j2"
 
 
+def _bytecode_cache():
+    """jinja2's compiled-template cache under the temp dir (faster CLI startup), or None.
+
+    A cache is never worth a failed command: a full or read-only temp dir leaves the template
+    uncached (``dump_bytecode`` swallows the OSError) instead of failing the render."""
+    import jinja2
+
+    class QuietCache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:
+                pass
+
+    try:
+        return QuietCache()
+    except Exception:  # pragma: no cover - no usable temp dir
+        return None
+
+
 def _environment():
     import jinja2
 
-    try:  # compiled templates cached under the temp dir (jinja2's default): faster CLI startup
-        cache = jinja2.FileSystemBytecodeCache()
-    except Exception:  # pragma: no cover - unwritable temp dir
-        cache = None
+    cache = _bytecode_cache()
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         bytecode_cache=cache,

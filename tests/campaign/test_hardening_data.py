@@ -243,10 +243,16 @@ def test_a_full_disk_during_prepare_is_one_line_and_leaves_no_half_written_plan(
 
 
 def test_a_full_disk_elsewhere_is_one_line_naming_the_file(tmp_path):
-    """Any command: no room for a write is one line naming the file, not an internal error."""
+    """Any command: no room for a write is one line naming the file, not an internal error.
+
+    A fresh temp dir makes jinja2 write its compiled-template cache first (as on a fresh
+    machine): a cache that cannot be written is skipped, never the error."""
+    fresh_tmp = tmp_path / "tmp"
+    fresh_tmp.mkdir()
     proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "render", "--cluster", "a100x32",
                            str(REPO / "examples" / "wan14b-720p.yaml"), "--out", str(tmp_path / "job")],
-                          capture_output=True, text=True, preexec_fn=_limited(200))
+                          capture_output=True, text=True, preexec_fn=_limited(200),
+                          env={**os.environ, "TMPDIR": str(fresh_tmp)})
     assert proc.returncode != 0 and "internal error" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"sporch: error: cannot write {tmp_path / 'job'}/") and "File too large" in proc.stderr
     assert proc.stderr.count("\n") == 1
