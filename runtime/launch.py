@@ -69,8 +69,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
-    started = time.time()
-    place: dict[str, Any] = {
+    """This rank's whole job: open the world, run the plan's point, close the world."""
+    dump_stacks_on_sigterm()  # the time limit's SIGTERM: every thread's stack in the rank's log
+    place = rank_place(env)
+    try:
+        device = open_world(env, place, [plan])
+    except BaseException as exc:  # noqa: BLE001 - recorded like any failure of the job
+        code = finish_point(plan, env, output_dir, place, "failed", {}, failure_record(env, exc))
+        shutdown()
+        return code
+    code = run_point(plan, env, output_dir, device, place)
+    shutdown()
+    return code
+
+
+def rank_place(env: RankEnv) -> dict[str, Any]:
+    """The fields of this rank's record that say where it runs."""
+    return {
         "rank": env.rank,
         "hostname": env.hostname,
         "node_rank": env.node_rank,
@@ -78,22 +93,41 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         "launcher": env.source,
         "job_id": env.job_id,
         "restart": restart_count(),
-        "started": started,
+        "started": time.time(),
     }
-    status, metrics, error = "failed", {}, None
-    watchdog: Watchdog | None = None
-    dump_stacks_on_sigterm()  # the time limit's SIGTERM: every thread's stack in the rank's log
-    try:
+
+
+def open_world(env: RankEnv, place: dict[str, Any], plans: list[Plan]) -> Any:
+    """Bind the device and initialise torch.distributed for ``plans`` (one, or a pack of points
+    that share the world); ``place`` gets device, threads and backend. Returns the device."""
+    for plan in plans:
         if env.world_size != plan.world_size:
             raise RuntimeError(
                 f"the launcher started {env.world_size} ranks but the plan needs {plan.world_size} "
                 f"({plan.layout.describe()}); submit with nodes={plan.nodes} x {plan.gpus_per_node} tasks"
             )
-        device = pick_device(env)
-        place["device"] = str(device)
-        place["threads"] = limit_cpu_threads(device)
+    device = pick_device(env)
+    place["device"] = str(device)
+    place["threads"] = limit_cpu_threads(device)
+    timeout_s = max(job_timeout_s(p.job.collective_timeout, p.job.time) for p in plans)
+    place["backend"] = init_distributed(env, device, timeout_s=dist_timeout_s(pg_timeout_s(timeout_s)))
+    return device
+
+
+def run_point(plan: Plan, env: RankEnv, output_dir: Path, device: Any, place: dict[str, Any], *,
+              weight_cache: Any = None) -> int:
+    """One point on an open world: its watchdog, preflight, staging, process groups (a fresh
+    ParallelContext, closed after) and workload; this rank's record, and on rank 0 the point's
+    result.json. Returns this rank's exit code (EXIT_OK: the point completed on every rank).
+
+    ``weight_cache``: a :class:`sporch.runtime.model.WeightCache` the points of a pack share
+    (one weight load per model and dtype), or None."""
+    place = {**place, "started": time.time()}
+    status, metrics, error = "failed", {}, None
+    watchdog: Watchdog | None = None
+    ctx: ParallelContext | None = None
+    try:
         timeout_s = job_timeout_s(plan.job.collective_timeout, plan.job.time)
-        place["backend"] = init_distributed(env, device, timeout_s=dist_timeout_s(pg_timeout_s(timeout_s)))
         watchdog = _start_watchdog(plan, env, output_dir, place, timeout_s)
         checked = None
         if plan.job.preflight:
@@ -106,6 +140,7 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         with watchdog.collective("new_groups", kind="new_group"):
             ctx = ParallelContext.from_plan(staged_plan)
         ctx.watchdog = watchdog
+        ctx.weight_cache = weight_cache
         progress = Progress(output_dir=output_dir, rank=env.rank, watchdog=watchdog)
         progress.install_signal_handler()
         metrics = run_workload(staged_plan, ctx, device, progress)
@@ -114,14 +149,31 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))
         if checked is not None:
             metrics["preflight_quick"] = checked
+        if weight_cache is not None:
+            metrics["weight_cache"] = weight_cache.stats()
         status = "completed"
     except RequeueRequested as exc:
         status, error = "requeued", RankError(rank=env.rank, error=str(exc))
     except BaseException as exc:  # noqa: BLE001 - recorded, then the rank exits non-zero
         if watchdog is not None:
             watchdog.hold_if_fired()  # a peer's hang broke this rank's collective: the watchdog tells it
-        error = error_record(env.rank, exc)
-        print(error.traceback, file=sys.stderr, flush=True)
+        error = failure_record(env, exc)
+    return finish_point(plan, env, output_dir, place, status, metrics, error, watchdog, ctx)
+
+
+def failure_record(env: RankEnv, exc: BaseException) -> RankError:
+    """This rank's error record of ``exc`` (its traceback printed to stderr)."""
+    error = error_record(env.rank, exc)
+    print(error.traceback, file=sys.stderr, flush=True)
+    return error
+
+
+def finish_point(plan: Plan, env: RankEnv, output_dir: Path, place: dict[str, Any], status: str,
+                 metrics: dict[str, Any], error: RankError | None, watchdog: Watchdog | None = None,
+                 ctx: ParallelContext | None = None) -> int:
+    """Write this rank's record, gather every rank's, and on rank 0 the point's result.json;
+    stop the watchdog and close the point's process groups (a healthy point's only: a failed
+    collective leaves the world unusable, the process ends). Returns the rank's exit code."""
     if watchdog is not None:
         watchdog.hold_if_fired()
     record = RankRecord(**place, status=status, finished=time.time(), metrics=metrics, error=error)
@@ -130,13 +182,19 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
     gathered = _gather_records(plan, record, watchdog)
     if gathered is not None and status == "completed":  # every rank is done with the node's copy
         clean_up(plan, env.local_rank, env.hostname)
-    job_status = status if gathered is not None else "failed"  # a peer failed after this rank finished
+    if gathered is None:  # a peer failed after this rank finished
+        job_status = "failed"
+    elif gathered:  # every rank decides alike (a pack goes on to its next point only if all do)
+        job_status = "completed" if {r.status for r in gathered.values()} == {"completed"} else "requeued"
+    else:
+        job_status = status
     if env.rank == 0:
         job_status = _write_result(plan, output_dir, record, gathered or {})
     if watchdog is not None:
         watchdog.stop()
-    shutdown()
     if status == "completed" and job_status == "completed":
+        if ctx is not None:
+            ctx.close()
         return EXIT_OK
     if status == "completed" and job_status == "requeued":
         return EXIT_REQUEUED

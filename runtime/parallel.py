@@ -41,6 +41,10 @@ from sporch.orchestrator.contract.plan import Layout, Plan
 __all__ = ["ParallelContext", "ContextBroken", "head_offsets"]
 
 
+#: ``broken_reason`` of a context whose groups were destroyed (:meth:`ParallelContext.close`).
+CLOSED = "closed: its process groups were destroyed"
+
+
 class ContextBroken(RuntimeError):
     """The context saw a failure earlier; its groups must not be reused."""
 
@@ -90,6 +94,9 @@ class ParallelContext:
         self.comm_stats: Any = None
         #: The rank's sporch.runtime.watchdog.Watchdog over its collectives, or None (not watched).
         self.watchdog: Any = None
+        #: A sporch.runtime.model.WeightCache the points of a pack share (one weight load per
+        #: model and dtype), or None: every build loads or draws its weights.
+        self.weight_cache: Any = None
         if _groups is None:
             _groups, _group_ranks = _make_groups(layout, self.rank)
         self._groups = _groups
@@ -187,6 +194,21 @@ class ParallelContext:
 
     def padded_len(self, seq_len: int) -> int:
         return padded_length(seq_len, self.sequence_size)
+
+    def close(self) -> None:
+        """Destroy this context's process groups (not the world's): a pack of points re-forms
+        its groups per point from the same world, and leaks none. Collective in effect (every
+        rank of a group must close it); the context is unusable afterwards."""
+        if not self.healthy and self.broken_reason == CLOSED:
+            return
+        seen: set[int] = set()
+        for pg in list(self._groups.values()):
+            if pg is None or pg is dist.group.WORLD or id(pg) in seen:
+                continue
+            seen.add(id(pg))
+            dist.destroy_process_group(pg)
+        self._groups, self._mesh, self._mesh_tried = {}, None, True
+        self.mark_broken(CLOSED)
 
     # -- health -----------------------------------------------------------------------
     def mark_broken(self, reason: BaseException | str) -> None:

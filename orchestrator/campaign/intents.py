@@ -30,12 +30,15 @@ COMMENT_PREFIX = "sporch-submission:"
 
 
 def new_intent(state: CampaignState, *, group: str, cluster: str, n: int, points: Sequence[str], root: str,
-               remote: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+               remote: Optional[Dict[str, Any]], packs: Optional[Sequence[Sequence[str]]] = None) -> Dict[str, Any]:
     """Submission ``n`` of ``group`` about to be made, added to ``state.intents`` (the caller
-    saves the state before it runs sbatch)."""
+    saves the state before it runs sbatch). ``packs``: the points cut into packs (task ``i``
+    runs pack ``i``); None: task ``i`` runs point ``i``."""
     intent = {"token": secrets.token_hex(8), "group": group, "cluster": cluster,
               "n": n, "points": list(points), "root": root, "remote": remote,
               "submitted": _dt.datetime.now().isoformat(timespec="seconds")}
+    if packs is not None:
+        intent["packs"] = [list(p) for p in packs]
     state.intents.append(intent)
     return intent
 

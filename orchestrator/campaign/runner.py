@@ -9,8 +9,8 @@ One run of the command:
 3. polls once (:func:`.track.refresh`) and picks the points to submit: never submitted, or
    failed / lost with submissions left (``1 + run.retries`` in all); finished points and points
    still in a queue are never submitted again;
-4. submits them: per resource group ONE ``sbatch`` of a job array (``--array=0-K%throttle``)
-   on the group's host (this machine, or the cluster's login host over ssh, where the point
+4. submits them: per resource group ONE ``sbatch`` of a job array (``--array=0-K%throttle``;
+   with ``run.pack``, the default, one task per pack of points, :mod:`.packs`) on the group's host (this machine, or the cluster's login host over ssh, where the point
    files are mirrored under ``<login.workdir>/<output_dir>/<name>``); with ``run.serial`` each
    array waits for the cluster's arrays still out (``--dependency=afterany``); or, with
    ``--local``, runs them one after another as local CPU runs
@@ -39,6 +39,7 @@ from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE, CampaignD
 from sporch.orchestrator.campaign.groups import Group, group_points
 from sporch.orchestrator.campaign.intents import comment_option, find_submitted, new_intent, reconcile
 from sporch.orchestrator.campaign.lock import CampaignLock
+from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.spec import Campaign, load_campaign
 from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
 from sporch.orchestrator.contract.durations import time_to_minutes
@@ -169,15 +170,23 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
         host = group_host(group)
         prev: List[str] = []
         limit = session.retried(lambda: array_limit(group.points[0].plan.cluster, host))
-        for part in split_for_arrays(pids, limit):
-            out.append(_submit_array(session, group, part, host, prev))
+        run = c.spec.run
+        # packed: one array task per pack (run.pack); else one per point
+        point_time = group.shape["time"]
+        packs = make_packs(pids, run.pack_size, point_time=point_time, max_time=run.pack_time) if run.pack else []
+        slices = ([[pid for pack in part for pid in pack], part] for part in split_for_arrays(packs, limit)) if run.pack else (
+            [part, None] for part in split_for_arrays(pids, limit))
+        for part, packs in slices:
+            out.append(_submit_array(session, group, part, host, prev, packs))
             # run.throttle holds across a group's slices: the next starts once this one has ended
             prev = [out[-1].job_id] if c.spec.run.throttle else []
     return out
 
 
-def _submit_array(session: Session, group: Group, pids: List[str], host: Host, prev: List[str]) -> Submission:
-    """One job array of ``group`` for ``pids`` (after the arrays ``prev``).
+def _submit_array(session: Session, group: Group, pids: List[str], host: Host, prev: List[str],
+                  packs: Optional[List[List[str]]] = None) -> Submission:
+    """One job array of ``group`` for ``pids`` (after the arrays ``prev``), one task per point,
+    or one per pack of ``packs``.
 
     The submission is saved as an intent before sbatch runs and as the array after it answers
     (:mod:`.intents`); an sbatch that could not reach Slurm is retried for the grace period, each
@@ -192,9 +201,10 @@ def _submit_array(session: Session, group: Group, pids: List[str], host: Host, p
     after += [j for j in prev if j not in after]
     n = state.next_submission(group.key)
     _, script = session.retried(lambda: write_array(cdir, group, pids, n, campaign=c.name,
-                                                    throttle=c.spec.run.throttle, host=host, root=root, after=after))
+                                                    throttle=c.spec.run.throttle, host=host, root=root, after=after,
+                                                    packs=packs))
     intent = new_intent(state, group=group.key, cluster=cluster, n=n, points=pids, root=root,
-                        remote=login_dict(login) if host.remote else None)
+                        remote=login_dict(login) if host.remote else None, packs=packs)
     state.save(cdir)
     tried = False
 

@@ -1,8 +1,8 @@
 """The campaign file (``campaign.yaml``): typed with OmegaConf like job specs.
 
 Top-level keys: ``name``, ``output_dir``, ``base`` (a job spec inline, or a path to a job
-YAML relative to the campaign file), ``matrix`` (what varies), ``run`` (array throttle and
-retries) ``references`` (expected values per metric) and ``compare_outputs`` (the reference
+YAML relative to the campaign file), ``matrix`` (what varies), ``run`` (array throttle,
+retries, packing) ``references`` (expected values per metric) and ``compare_outputs`` (the reference
 point of the same-output metrics). docs/campaigns.md is the reference.
 """
 
@@ -18,6 +18,7 @@ from sporch.orchestrator.campaign.references import parse_references
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
+from sporch.orchestrator.contract.durations import is_valid_time
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME
 from sporch.orchestrator.errors import SporchError
@@ -59,6 +60,14 @@ class RunSpec:
     #: groups of one cluster run one after another (each array waits for the one before it,
     #: ``--dependency=afterany``): with ``throttle: 1``, one point at a time on the cluster
     serial: bool = False
+    #: the points of a group that share nodes x GPUs run inside one array task (one launch, one
+    #: weight load, the process groups re-formed per layout); false: one array task per point
+    pack: bool = True
+    #: at most this many points in one pack (unset: no count limit)
+    pack_size: Optional[int] = None
+    #: a pack's time limit is its points' limits added up, at most this (a Slurm time): keep it
+    #: under the partition's MaxTime
+    pack_time: str = "08:00:00"
 
 
 @dataclass
@@ -163,6 +172,10 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
         raise _bad(source, "matrix.repeats", f"is {m.repeats}; a campaign has at most {MAX_POINTS} points")
     if spec.run.throttle is not None and spec.run.throttle < 1:
         raise _bad(source, "run.throttle", f"must be >= 1, got {spec.run.throttle}")
+    if spec.run.pack_size is not None and spec.run.pack_size < 1:
+        raise _bad(source, "run.pack_size", f"must be >= 1, got {spec.run.pack_size}")
+    if not is_valid_time(str(spec.run.pack_time)):
+        raise _bad(source, "run.pack_time", f"must be a Slurm time such as 08:00:00, got {spec.run.pack_time!r}")
     if spec.run.retries < 0:
         raise _bad(source, "run.retries", f"must be >= 0, got {spec.run.retries}")
     for d in m.dtypes:

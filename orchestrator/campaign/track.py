@@ -68,6 +68,11 @@ class CampaignState:
                 isinstance(a.get(k), str) for k in ("token", "group", "root")) and isinstance(a.get("points"), list)
                 and all(isinstance(p, str) for p in a["points"]) for a in intents):
             raise _bad_state(path, "'intents' must be a list of objects with token, group, root and points")
+        for a in arrays + intents:
+            packs = a.get("packs")
+            if packs is not None and not (isinstance(packs, list) and all(
+                    isinstance(p, list) and p and all(isinstance(x, str) for x in p) for p in packs)):
+                raise _bad_state(path, "'packs' of a submission must be a list of lists of point ids")
         if not isinstance(points, dict) or not all(isinstance(v, dict) for v in points.values()):
             raise _bad_state(path, "'points' must map point ids to objects")
         for pid, rec in points.items():
@@ -101,14 +106,17 @@ class CampaignState:
 
     def record_array(self, intent: Dict[str, Any], job_id: str) -> Dict[str, Any]:
         """``intent`` became Slurm array ``job_id``: it leaves the intents, joins the arrays, and
-        its points' tasks are ``<job_id>_<index>`` in list order."""
+        its points' tasks are ``<job_id>_<index>`` in list order (packed: the index of the
+        point's pack)."""
         if intent in self.intents:
             self.intents.remove(intent)
         array = {k: v for k, v in intent.items() if k != "token"}
         array["job_id"] = job_id
         self.arrays.append(array)
-        for i, pid in enumerate(intent["points"]):
-            self.started(pid, f"{job_id}_{i}")
+        packs = intent.get("packs") or [[pid] for pid in intent["points"]]
+        for i, pack in enumerate(packs):
+            for pid in pack:
+                self.started(pid, f"{job_id}_{i}")
         return array
 
     def started(self, pid: str, task: str) -> None:

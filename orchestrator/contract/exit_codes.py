@@ -16,3 +16,6 @@ EXIT_STOPPED = 3
 #: A rank that the collective watchdog stopped: a collective did not complete within the
 #: collective timeout (it waited in it, or its peers did); <job_dir>/hang/ says where.
 EXIT_HUNG = 4
+#: ``python -m sporch.runtime.pack``: no point of the pack is left to run, and some of them failed
+#: in this job (the batch script stops relaunching the pack and ends failed).
+EXIT_PACK_FAILED = 5

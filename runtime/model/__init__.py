@@ -20,6 +20,7 @@ from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT, cfg_combine, dp_slice
 from .shard_weights import build_sharded, resident_parameter_bytes, shard_model
 from .verify import compare, verify
+from .weight_cache import WeightCache
 
 __all__ = [
     "DiTBase", "ModelConfig", "ShardedDiT", "SampleInputs", "NUM_TRAIN_TIMESTEPS",
@@ -27,5 +28,5 @@ __all__ = [
     "tiny_model_dict", "latent_shape", "patchify", "unpatchify",
     "flow_sigmas", "euler_sample", "generate", "make_inputs",
     "cfg_combine", "dp_slice", "compare", "verify",
-    "build_sharded", "shard_model", "resident_parameter_bytes",
+    "build_sharded", "shard_model", "resident_parameter_bytes", "WeightCache",
 ]

@@ -18,6 +18,7 @@ from .keymaps import load_checkpoint
 from .mmdit import MMDiT
 from .shards import local_rows
 from .wan import WanDiT
+from .weight_cache import WeightCache, cache_key
 
 #: Scale of the weights that produce adaLN modulation (keeps random deep stacks tame).
 MOD_SCALE = 0.5
@@ -80,13 +81,15 @@ def build_model(
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
     weights: str | None = None,
+    cache: WeightCache | None = None,
 ) -> DiTBase:
     """The model for a ``plan.model`` dict (or ModelConfig), in eval mode.
 
     Weights are random from ``seed`` (identical on every rank and every run), or loaded from
     ``weights``: a local checkpoint folder or file in the publisher's layout (original or
     diffusers, single file or sharded with an index; sporch.runtime.model.keymaps). ``device="meta"`` builds the shapes only (parameter
-    counting for the real presets without allocating)."""
+    counting for the real presets without allocating). ``cache``: a :class:`WeightCache` shared
+    by the points of a pack; a build it has seen takes the cached parameters (no load)."""
     cfg = as_config(model)
     if isinstance(dtype, str):
         dtype = resolve_dtype(dtype)
@@ -94,7 +97,12 @@ def build_model(
     # Build on meta (no allocation, no draws from the global RNG by the default
     # initialisers), then allocate and fill from our own seeded generators.
     m = model_class(cfg.attention)(cfg, device=torch.device("meta"), dtype=dtype)
-    if device.type != "meta":
+    if device.type != "meta" and cache is not None:
+        key = cache_key(cfg.to_dict(), weights=weights, seed=seed, dtype=dtype, device=device)
+        params = cache.parameters(key, lambda: build_model(cfg, seed=seed, dtype=dtype, device=device,
+                                                           weights=weights))
+        m.load_state_dict(params, strict=True, assign=True)
+    elif device.type != "meta":
         m = m.to_empty(device=device)
         if weights:
             load_safetensors(m, weights)

@@ -61,12 +61,13 @@ def shard_model(model: DiTBase, mesh) -> DiTBase:
 
 def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
                   dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
-                  weights: str | None = None) -> DiTBase:
+                  weights: str | None = None, cache: Any = None) -> DiTBase:
     """The model of ``model`` (a ``plan.model`` dict or ModelConfig) with its parameters
     sharded over ``shard_group(ctx, mode)``; ``mode`` "none", or no ``ctx`` (one process),
-    builds the plain model."""
+    builds the plain model (from ``cache``, a :class:`WeightCache`, where it has the weights;
+    sharded parameters are never cached: their shards belong to one layout's groups)."""
     if mode == "none" or ctx is None:
-        return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights)
+        return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache)
     from torch.distributed.device_mesh import DeviceMesh
 
     cfg = as_config(model)

@@ -128,7 +128,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
         with stages("load"):
             model = build_sharded(spec.model, ctx, plan.placement.shard_weights, dtype=dtype, device=device,
-                                  weights=spec.root)
+                                  weights=spec.root, cache=ctx.weight_cache)
             runner = ShardedDiT(model, ctx, grid=spec.grid)
     image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
     decoder = None

@@ -34,7 +34,7 @@ SHAPES = [{"frames": 5, "height": 32, "width": 32}, {"frames": 5, "height": 32, 
 def write_campaign(folder: Path, name: str, output_dir: str, base: dict = BASE, **matrix) -> Path:
     doc = {"name": name, "output_dir": output_dir, "base": base,
            "matrix": {"clusters": ["slurmlab"], "nodes": [1, 2], "layouts": LAYOUTS, "shapes": SHAPES, **matrix},
-           "run": {"throttle": 2, "retries": 1}}
+           "run": {"throttle": 2, "retries": 1, "pack": False}}  # one task per point (packs: test_campaign_packs_live.py)
     path = folder / f"{name}.yaml"
     path.write_text(json.dumps(doc, indent=1))  # JSON is YAML
     return path

@@ -87,7 +87,7 @@ def _campaign(folder: Path, name: str, repeats: int = 2) -> Path:
     doc = {"name": name, "output_dir": str(folder / "campaigns"), "base": BASE,
            "matrix": {"clusters": ["slurmlab"], "nodes": [1], "layouts": [{"ulysses": 2, "ring": "auto"}],
                       "repeats": repeats},
-           "run": {"throttle": 1}}
+           "run": {"throttle": 1, "pack": False}}  # array tasks are points here
     path = folder / f"{name}.yaml"
     path.write_text(json.dumps(doc))  # JSON is YAML
     return path

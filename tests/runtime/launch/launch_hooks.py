@@ -50,3 +50,12 @@ def hang_rank(ctx, plan):
     if dist.get_rank() == int(os.environ["SPORCH_TEST_HANG_RANK"]):
         time.sleep(3600)
     return {}
+
+
+def fail_named(ctx, plan):
+    """Every rank raises when SPORCH_TEST_FAIL_POINT is part of the job's name (one point of a
+    campaign fails, the others return)."""
+    name = os.environ.get("SPORCH_TEST_FAIL_POINT")
+    if name and name in plan.job.name:
+        raise ValueError(f"injected failure of point {name}")
+    return {"ran": plan.job.name}
