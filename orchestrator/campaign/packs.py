@@ -45,3 +45,11 @@ def pack_time(point_time: str, count: int) -> str:
     minutes, secs = divmod(rest, 60)
     clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{days}-{clock}" if days else clock
+
+
+def pack_limit(pack_time_: str, partition_max: Optional[str]) -> str:
+    """The most time one pack may ask for: ``run.pack_time``, or the partition's MaxTime when
+    that is shorter (a job over it would wait in the queue for ever)."""
+    if partition_max and _seconds(partition_max) < _seconds(pack_time_):
+        return partition_max
+    return pack_time_

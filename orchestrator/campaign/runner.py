@@ -39,7 +39,7 @@ from sporch.orchestrator.campaign.folder import PLAN_FILE, POINT_FILE, CampaignD
 from sporch.orchestrator.campaign.groups import Group, group_points
 from sporch.orchestrator.campaign.intents import comment_option, find_submitted, new_intent, reconcile
 from sporch.orchestrator.campaign.lock import CampaignLock
-from sporch.orchestrator.campaign.packs import make_packs
+from sporch.orchestrator.campaign.packs import make_packs, pack_limit
 from sporch.orchestrator.campaign.spec import Campaign, load_campaign
 from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapshot, local_failure, refresh
 from sporch.orchestrator.contract.durations import time_to_minutes
@@ -48,6 +48,7 @@ from sporch.orchestrator.host import Host, host_for
 from sporch.orchestrator.jobs.retry import retry_unreachable
 from sporch.orchestrator.remote.ssh import login_dict
 from sporch.orchestrator.slurm.commands import sbatch
+from sporch.orchestrator.slurm.discover import partition_max_time
 from sporch.orchestrator.submit.local_run import supervise
 
 #: Seconds between polls while waiting.
@@ -172,8 +173,11 @@ def submit_arrays(session: Session, ids: Sequence[str]) -> List[Submission]:
         limit = session.retried(lambda: array_limit(group.points[0].plan.cluster, host))
         run = c.spec.run
         # packed: one array task per pack (run.pack); else one per point
-        point_time = group.shape["time"]
-        packs = make_packs(pids, run.pack_size, point_time=point_time, max_time=run.pack_time) if run.pack else []
+        packs: List[List[str]] = []
+        if run.pack:
+            part = group.points[0].plan.cluster.slurm.partition
+            most = pack_limit(run.pack_time, session.retried(lambda: partition_max_time(part, host=host)))
+            packs = make_packs(pids, run.pack_size, point_time=group.shape["time"], max_time=most)
         slices = ([[pid for pack in part for pid in pack], part] for part in split_for_arrays(packs, limit)) if run.pack else (
             [part, None] for part in split_for_arrays(pids, limit))
         for part, packs in slices:

@@ -85,6 +85,10 @@ class ModelSection(Section):
     # vocab.STAGE_MODES: ranks read ``weights`` where it is (shared), or from one verified copy
     # per node in the cluster's node_local_dir (node; runtime/stage.py)
     stage: str = "shared"
+    # architecture knobs a checkpoint's config.json set (freq_dim, eps, out_channels, rope_axes,
+    # pooled_dim, image_dim, rope_max_seq_len, ...: contract/models/checkpoint_config.py) when the
+    # model comes from the checkpoint; None: the preset's (the runtime's ModelConfig reads both)
+    knobs: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

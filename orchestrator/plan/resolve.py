@@ -11,12 +11,16 @@ ratio when hidden changes).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
 from sporch.orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_problem
 from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.models import find_preset
+from sporch.orchestrator.contract.models.checkpoint_config import CheckpointModel, read_checkpoint_model
 from sporch.orchestrator.contract.sections import ModelSection
 
 SHAPE_KEYS = (
@@ -153,10 +157,84 @@ def text_shape(given: dict[str, Any], base: dict[str, Any], attention: str, hidd
     return int(text_len), int(text_dim)
 
 
+def checkpoint_model(spec: ModelSpec) -> Optional[CheckpointModel]:
+    """The model ``model.weights``' config.json describes (None: no weights, or no config)."""
+    if not spec.weights:
+        return None
+    try:
+        return read_checkpoint_model(spec.weights)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+
+
+#: Knobs that bound the job rather than describe the model (checked against the token grid).
+BOUNDS = ("rope_max_seq_len",)
+#: Knobs' values when neither a preset nor a checkpoint sets them (the runtime's ModelConfig defaults).
+KNOB_DEFAULTS: dict[str, Any] = {"freq_dim": 256, "eps": 1e-6, "pooled_dim": 0, "guidance_embed": False,
+                                 "image_dim": 0}
+
+
+def _effective(name: str, section: ModelSection, preset_knobs: dict[str, Any]) -> Any:
+    """The value the job's model (preset, explicit fields) has for ``name``, as a checkpoint's
+    config would state it."""
+    if name in SHAPE_KEYS or name in ("num_kv_heads",):
+        return getattr(section, name)
+    if name == "out_channels":
+        return preset_knobs.get("out_channels") or section.in_channels
+    if name == "rope_axes":
+        hd = section.head_dim
+        return list(preset_knobs.get("rope_axes") or (hd - 4 * (hd // 6), 2 * (hd // 6), 2 * (hd // 6)))
+    return preset_knobs.get(name, KNOB_DEFAULTS.get(name))
+
+
+def _disagreements(ckpt: CheckpointModel, section: ModelSection, preset_knobs: dict[str, Any]) -> list[str]:
+    """``name value (job: value)`` for every field or knob the checkpoint's config sets
+    differently from the job's model."""
+    out = []
+    for name in sorted(ckpt.keys):
+        if name in BOUNDS:
+            continue
+        theirs = {**ckpt.fields, **ckpt.knobs}.get(name)
+        ours = _effective(name, section, preset_knobs)
+        same = (list(theirs) == list(ours)) if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)) \
+            else theirs == ours
+        if not same:
+            out.append(f"{name} {theirs!r} (job: {ours!r}, config key {ckpt.keys[name]})")
+    return out
+
+
 def resolve_model(spec: ModelSpec) -> ModelSection:
-    """Preset + explicit fields -> the complete ``plan.model`` section."""
+    """Preset + explicit fields -> the complete ``plan.model`` section. With ``model.weights``
+    and no preset, the checkpoint's config.json is the base (its knobs travel in
+    ``plan.model.knobs``); a preset or a field that disagrees with the config is refused, every
+    disagreement in one line."""
+    ckpt = checkpoint_model(spec)
+    section = _resolve(spec, dict(ckpt.fields) if ckpt is not None and spec.preset is None else None)
+    if ckpt is None:
+        return section
+    preset_knobs = dict(find_preset(spec.preset).knobs) if spec.preset and find_preset(spec.preset) else {}
+    if spec.preset is None:
+        preset_knobs = dict(ckpt.knobs)
+    wrong = _disagreements(ckpt, section, preset_knobs)
+    if wrong:
+        fix = (f"drop model.preset ({spec.preset})" if spec.preset else "drop the model fields") + \
+            " to take the model from the checkpoint, or point model.weights at a checkpoint of this model"
+        raise SporchError(f"model.weights {spec.weights}: the checkpoint ({ckpt.describe()}) disagrees with the "
+                          f"job's model in {len(wrong)} field(s): {'; '.join(wrong)}; {fix}")
+    if spec.preset is None:
+        knobs = dict(ckpt.knobs)
+        return dataclasses.replace(section, knobs=knobs or None, distilled=bool(knobs.get("distilled", False)),
+                                   guidance_embed=bool(knobs.get("guidance_embed", False)))
+    bounds = {k: ckpt.knobs[k] for k in BOUNDS if ckpt.knobs.get(k) is not None}
+    return dataclasses.replace(section, knobs=bounds) if bounds else section
+
+
+def _resolve(spec: ModelSpec, from_checkpoint: Optional[dict[str, Any]]) -> ModelSection:
     given = {k: getattr(spec, k) for k in SHAPE_KEYS if getattr(spec, k) is not None}
-    base, preset_name = base_shape(spec, given)
+    if from_checkpoint is not None:
+        base, preset_name = from_checkpoint, None
+    else:
+        base, preset_name = base_shape(spec, given)
     attention = given.get("attention", base.get("attention"))
     if attention not in ATTENTION_KINDS:
         raise SporchError(f"model.attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}")
@@ -238,4 +316,8 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
             f"latent frames {lf} (from {frames} frames, VAE stride {st}) must be a multiple of the time patch {pt}"
         )
     grid = [lf // pt, workload.height // sh // ph, workload.width // sw // pw]
+    limit = (model.knobs or {}).get("rope_max_seq_len")
+    if limit and max(grid) > int(limit):
+        raise SporchError(f"the token grid {grid} (frames x height x width) passes the checkpoint's rope_max_seq_len "
+                          f"{limit} on an axis; make the video smaller")
     return grid[0] * grid[1] * grid[2], grid

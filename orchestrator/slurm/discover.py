@@ -110,6 +110,16 @@ def max_array_size(timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> int:
     return array_size_of(read_config(timeout, host))
 
 
+def partition_max_time(partition: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
+                       host: Host = LOCAL) -> Optional[str]:
+    """The MaxTime of ``partition`` (default: the cluster's default partition) as Slurm writes
+    it, or None when unlimited or unknown (``scontrol show partition`` on ``host``)."""
+    parts = [parse_kv_line(ln) for ln in run_slurm(["scontrol", "show", "partition", "--oneliner"],
+                                                  timeout=timeout, host=host).stdout.splitlines() if ln.strip()]
+    wanted = [p for p in parts if (p.get("PartitionName") == partition if partition else p.get("Default") == "YES")]
+    return normalize_time(wanted[0].get("MaxTime")) if wanted else None
+
+
 def discover_cluster(partition: Optional[str] = None, *, name: Optional[str] = None,
                      timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> Dict[str, Any]:
     """Describe ``partition`` (default: the cluster's default partition) as a cluster descriptor.

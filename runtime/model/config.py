@@ -109,7 +109,7 @@ class ModelConfig:
         knobs = preset_knobs(d.get("preset"))
         if "rope_axes" in knobs and d.get("head_dim") not in (None, sum(knobs["rope_axes"])):
             knobs.pop("rope_axes")  # a resized preset: the published split no longer fits
-        d = {**knobs, **dict(d)}
+        d = {**knobs, **dict(d.get("knobs") or {}), **dict(d)}  # a checkpoint's knobs (plan.model.knobs)
         kw: dict[str, Any] = {}
         names = {f for f in cls.__dataclass_fields__}
         for k, v in d.items():

@@ -13,7 +13,7 @@ from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import prepare
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.intents import new_intent
-from sporch.orchestrator.campaign.packs import make_packs, pack_time
+from sporch.orchestrator.campaign.packs import make_packs, pack_limit, pack_time
 from sporch.orchestrator.campaign.spec import campaign_from_dict, load_campaign
 from sporch.orchestrator.campaign.track import CampaignState
 from sporch.orchestrator.contract.exit_codes import EXIT_PACK_FAILED
@@ -40,6 +40,20 @@ def test_packs_cut_in_matrix_order_and_add_up_their_time():
     assert pack_time("00:05:00", 12) == "01:00:00"
     assert pack_time("10:00:00", 3) == "1-06:00:00"
     assert pack_time("90", 2) == "03:00:00"  # minutes, Slurm's plain form
+
+
+def test_a_pack_never_asks_for_more_than_the_partition_allows():
+    assert pack_limit("08:00:00", "02:00:00") == "02:00:00"
+    assert pack_limit("08:00:00", "2-00:00:00") == "08:00:00"
+    assert pack_limit("08:00:00", None) == "08:00:00"  # unlimited
+
+
+@pytest.mark.slurm
+def test_the_labs_partition_limit_is_read(slurm_cluster):
+    from sporch.orchestrator.slurm.discover import partition_max_time
+
+    assert partition_max_time("lab") == "02:00:00" == partition_max_time()  # lab is the default
+    assert partition_max_time("no-such-partition") is None
 
 
 def test_pack_size_is_checked():

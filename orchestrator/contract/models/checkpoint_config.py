@@ -1,0 +1,247 @@
+"""The model a checkpoint's ``config.json`` describes (standard library only: the planner reads
+it on a login node or a laptop, the runtime the same way).
+
+``read_checkpoint_model(weights)`` finds the config (``weights`` a folder, its ``transformer/``,
+or a file beside one) and maps it to sporch's ``plan.model`` fields (``fields``) and the
+architecture knobs that are not shape keys of the plan (``knobs``). Families and formats:
+
+* diffusers ``WanTransformer3DModel`` (Wan2.1 and every Wan-architecture release: fine-tunes,
+  SkyReels-V2, step-distilled variants) and the original release's ``WanModel`` config;
+* diffusers ``FluxTransformer2DModel`` (Flux.1 and its fine-tunes). The original Flux release
+  ships no config.json: name its preset.
+
+Every key of the config is one of: **honoured** (it sets a field or a knob), **checked** (a value
+sporch computes exactly, e.g. Wan's ``cross_attn_norm: true``; another value is refused, naming
+the key), **bounding** (``rope_max_seq_len``: the planner refuses a token grid beyond it), or
+**bookkeeping** (diffusers' ``_class_name``, ``_diffusers_version``, ...). A key that is none
+of these is refused by name: it may change the computation, and sporch never ignores one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from ..checkpoint_files import CheckpointError
+
+#: Text tokens when the transformer's config does not say (the family's text encoder's).
+WAN_TEXT_LEN = 512
+FLUX_TEXT_LEN = 512
+WAN_VAE_STRIDE = [4, 8, 8]
+FLUX_VAE_STRIDE = [1, 8, 8]
+#: Bookkeeping keys of diffusers and the original releases: no effect on the computation.
+BOOKKEEPING = ("_class_name", "_diffusers_version", "_name_or_path", "_use_default_values", "model_type",
+               "__module__", "architectures")
+
+
+@dataclass(frozen=True)
+class CheckpointModel:
+    family: str  # "Wan2.1" | "Flux.1"
+    fmt: str  # "diffusers" | "original"
+    config_file: Path
+    #: ``plan.model`` shape fields (attention, depth, hidden, num_heads, head_dim, ...)
+    fields: Mapping[str, Any]
+    #: architecture knobs (freq_dim, eps, out_channels, rope_axes, pooled_dim, ...)
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    #: which config key set each field or knob (for messages)
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.family} ({self.fmt} config {self.config_file})"
+
+
+def find_config(weights: str | Path) -> Optional[Path]:
+    """The config.json that describes ``weights`` (a folder, its transformer/, or beside a
+    file), or None."""
+    p = Path(weights).expanduser()
+    folder = p if p.is_dir() else p.parent
+    for candidate in (folder / "transformer" / "config.json", folder / "config.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_checkpoint_model(weights: str | Path) -> Optional[CheckpointModel]:
+    """The model ``weights``' config.json describes; None without a config.json. A config sporch
+    cannot compute exactly is a CheckpointError naming the key."""
+    path = find_config(weights)
+    if path is None:
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} is not a JSON object")
+    return model_from_config(config, path)
+
+
+def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
+    cls = str(config.get("_class_name") or "")
+    if cls == "WanTransformer3DModel":
+        return _read(config, path, "Wan2.1", "diffusers", WAN_DIFFUSERS)
+    if cls == "FluxTransformer2DModel":
+        return _read(config, path, "Flux.1", "diffusers", FLUX_DIFFUSERS)
+    if cls == "WanModel" or (not cls and {"dim", "num_heads", "num_layers"} <= set(config)):
+        return _read(config, path, "Wan2.1", "original", WAN_ORIGINAL)
+    raise CheckpointError(f"{path}: _class_name {cls or '(none)'!r} is not a model sporch runs "
+                          "(WanTransformer3DModel, FluxTransformer2DModel, WanModel); name its preset in model.preset")
+
+
+# -- the key tables: config key -> reader(value, config, out) ----------------------------------------
+Reader = Callable[[Any, Mapping[str, Any], dict], None]
+
+
+def _set(name: str, convert: Callable[[Any], Any] = int) -> Reader:
+    def read(value, config, out):
+        out[name] = convert(value)
+    return read
+
+
+def _checked(expected: tuple, why: str) -> Reader:
+    """A key whose value sporch computes only as ``expected``; another is refused."""
+    def read(value, config, out):
+        if value not in expected:
+            raise _Refused(f"{value!r} ({why})")
+    return read
+
+
+def _neutral(value, config, out) -> None:  # set elsewhere from this key (see the table's comment)
+    pass
+
+
+class _Refused(Exception):
+    pass
+
+
+def _triple(value) -> list[int]:
+    if isinstance(value, int):
+        return [1, value, value]
+    return [int(v) for v in value]
+
+
+def _wan_qk_norm(value, config, out) -> None:
+    if value in (None, False):
+        out["qk_norm"] = False
+    elif value == "rms_norm_across_heads" or value is True:
+        out["qk_norm"] = True
+    else:
+        raise _Refused(f"{value!r} (sporch computes rms_norm_across_heads or none)")
+
+
+def _wan_image_kv(value, config, out) -> None:
+    if value is None:
+        return
+    hidden = int(config["num_attention_heads"]) * int(config["attention_head_dim"])
+    if int(value) != hidden:
+        raise _Refused(f"{value!r} (sporch's image keys are model-wide: {hidden})")
+
+
+def _wan_pos_embed(value, config, out) -> None:
+    if value is not None:
+        raise _Refused(f"{value!r} (a learned position embedding for first-last-frame models is not built)")
+
+
+def _flux_patch(value, config, out) -> None:
+    if int(value) != 1:
+        raise _Refused(f"{value!r} (Flux packs 2 x 2 latent patches itself: patch_size 1 only)")
+    if int(config["in_channels"]) % 4:
+        raise _Refused(f"in_channels {config['in_channels']} (2 x 2 packed latent channels: a multiple of 4)")
+
+
+def _flux_in(value, config, out) -> None:
+    out["in_channels"] = int(value) // 4
+    out["patch"] = [1, 2, 2]
+
+
+def _flux_out(value, config, out) -> None:
+    if value is not None:
+        out["out_channels"] = int(value) // 4
+
+
+def _flux_heads(value, config, out) -> None:
+    heads, hd = int(value), int(config["attention_head_dim"])
+    out.update(num_heads=heads, num_kv_heads=heads, head_dim=hd, hidden=heads * hd, ffn_dim=4 * heads * hd)
+
+
+def _wan_heads(value, config, out) -> None:
+    heads, hd = int(value), int(config["attention_head_dim"])
+    out.update(num_heads=heads, num_kv_heads=heads, head_dim=hd, hidden=heads * hd)
+
+
+def _wan_image_dim(value, config, out) -> None:
+    if value:
+        out["image_dim"] = int(value)
+
+
+WAN_DIFFUSERS: dict[str, Reader] = {
+    "num_attention_heads": _wan_heads, "attention_head_dim": _neutral,  # read with num_attention_heads
+    "num_layers": _set("depth"), "ffn_dim": _set("ffn_dim"), "in_channels": _set("in_channels"),
+    "out_channels": _set("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
+    "freq_dim": _set("freq_dim"), "eps": _set("eps", float), "qk_norm": _wan_qk_norm,
+    "cross_attn_norm": _checked((True,), "sporch's Wan blocks always normalise before cross attention"),
+    "image_dim": _wan_image_dim, "added_kv_proj_dim": _wan_image_kv, "pos_embed_seq_len": _wan_pos_embed,
+    "rope_max_seq_len": _set("rope_max_seq_len"),
+    "window_size": _checked(((-1, -1), [-1, -1], None), "sporch attends globally"),
+}
+WAN_ORIGINAL: dict[str, Reader] = {
+    "dim": _neutral, "num_heads": lambda v, c, o: o.update(  # dim = num_heads x head_dim
+        num_heads=int(v), num_kv_heads=int(v), hidden=int(c["dim"]), head_dim=int(c["dim"]) // int(v)),
+    "num_layers": _set("depth"), "ffn_dim": _set("ffn_dim"), "in_dim": _set("in_channels"),
+    "out_dim": _set("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
+    "freq_dim": _set("freq_dim"), "eps": _set("eps", float), "text_len": _set("text_len"),
+    "qk_norm": _checked((True,), "sporch's original-format Wan has qk norm"),
+    "cross_attn_norm": _checked((True,), "sporch's Wan blocks always normalise before cross attention"),
+    "window_size": _checked(((-1, -1), [-1, -1]), "sporch attends globally"),
+}
+FLUX_DIFFUSERS: dict[str, Reader] = {
+    "patch_size": _flux_patch, "in_channels": _flux_in, "out_channels": _flux_out,
+    "num_layers": _set("depth"), "num_single_layers": _set("single_depth"),
+    "attention_head_dim": _neutral, "num_attention_heads": _flux_heads,  # ffn is 4 x hidden in Flux
+    "joint_attention_dim": _set("text_dim"), "pooled_projection_dim": _set("pooled_dim"),
+    "guidance_embeds": _set("guidance_embed", bool), "axes_dims_rope": _set("rope_axes", lambda v: [int(a) for a in v]),
+}
+
+#: What a family's config does not hold, by family (shape fields with the published default).
+DEFAULTS = {
+    "Wan2.1": {"attention": "cross", "single_depth": 0, "text_len": WAN_TEXT_LEN, "vae_stride": WAN_VAE_STRIDE,
+               "qk_norm": True},
+    "Flux.1": {"attention": "joint", "text_len": FLUX_TEXT_LEN, "vae_stride": FLUX_VAE_STRIDE, "qk_norm": True},
+}
+#: Knobs that come with the family whatever the config says.
+FAMILY_KNOBS = {"Wan2.1": {}, "Flux.1": {"distilled": True, "freq_dim": 256}}
+#: Names in ``out`` that are shape fields of the plan (the rest are knobs).
+SHAPE_FIELDS = ("attention", "depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim", "ffn_dim",
+                "patch", "in_channels", "vae_stride", "text_len", "text_dim", "qk_norm")
+
+
+def _read(config: Mapping[str, Any], path: Path, family: str, fmt: str, table: Mapping[str, Reader]) -> CheckpointModel:
+    out: dict[str, Any] = {}
+    keys: dict[str, str] = {}
+    unknown = sorted(k for k in config if k not in table and k not in BOOKKEEPING and not k.startswith("_"))
+    if unknown:
+        raise CheckpointError(f"{path}: config key {unknown[0]!r} is not one sporch knows for {family} ({fmt}); it "
+                              "may change the computation, so the checkpoint is refused"
+                              + (f" (also: {', '.join(unknown[1:])})" if unknown[1:] else ""))
+    for key, read in table.items():
+        if key not in config:
+            continue
+        before = set(out)
+        try:
+            read(config[key], config, out)
+        except _Refused as exc:
+            raise CheckpointError(f"{path}: {key}={exc}; sporch cannot compute this checkpoint exactly") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: {key}={config[key]!r} is not a valid value ({exc})") from None
+        for name in set(out) - before:
+            keys[name] = key
+    shape = {**DEFAULTS[family], **{k: v for k, v in out.items() if k in SHAPE_FIELDS}}
+    missing = [k for k in ("depth", "hidden", "num_heads", "in_channels", "patch") if k not in shape]
+    if family == "Wan2.1" and "ffn_dim" not in shape:
+        missing.append("ffn_dim")
+    if missing:
+        raise CheckpointError(f"{path}: the config does not say {', '.join(missing)}; name the model's preset")
+    knobs = {**FAMILY_KNOBS[family], **{k: v for k, v in out.items() if k not in SHAPE_FIELDS}}
+    return CheckpointModel(family=family, fmt=fmt, config_file=path, fields=shape, knobs=knobs, keys=keys)
