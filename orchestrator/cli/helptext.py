@@ -31,6 +31,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "clusters discover": ("sporch clusters discover --partition gpu -o ~/.config/sporch/clusters/mine.yaml",
                           "docs/clusters.md"),
     "decode": ("sporch decode runs/wan-fox/20260101-120000 --device cuda", "docs/generate.md"),
+    "inspect": ("sporch inspect /data/Wan2.1-T2V-1.3B-Diffusers --gpus 1,4,8", "docs/model.md"),
     "logs": ("sporch logs tiny --rank 1 -f", "docs/submit.md"),
     "plan": ("sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=2 parallel.ulysses=16",
              "docs/plan.md"),

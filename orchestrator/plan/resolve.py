@@ -187,7 +187,8 @@ def _effective(name: str, section: ModelSection, preset_knobs: dict[str, Any]) -
     return preset_knobs.get(name, KNOB_DEFAULTS.get(name))
 
 
-def _disagreements(ckpt: CheckpointModel, section: ModelSection, preset_knobs: dict[str, Any]) -> list[str]:
+def disagreements(ckpt: CheckpointModel, section: ModelSection, preset_knobs: dict[str, Any],
+                  label: str = "job") -> list[str]:
     """``name value (job: value)`` for every field or knob the checkpoint's config sets
     differently from the job's model."""
     out = []
@@ -199,7 +200,7 @@ def _disagreements(ckpt: CheckpointModel, section: ModelSection, preset_knobs: d
         same = (list(theirs) == list(ours)) if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)) \
             else theirs == ours
         if not same:
-            out.append(f"{name} {theirs!r} (job: {ours!r}, config key {ckpt.keys[name]})")
+            out.append(f"{name} {theirs!r} ({label}: {ours!r}, config key {ckpt.keys[name]})")
     return out
 
 
@@ -215,7 +216,7 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     preset_knobs = dict(find_preset(spec.preset).knobs) if spec.preset and find_preset(spec.preset) else {}
     if spec.preset is None:
         preset_knobs = dict(ckpt.knobs)
-    wrong = _disagreements(ckpt, section, preset_knobs)
+    wrong = disagreements(ckpt, section, preset_knobs)
     if wrong:
         fix = (f"drop model.preset ({spec.preset})" if spec.preset else "drop the model fields") + \
             " to take the model from the checkpoint, or point model.weights at a checkpoint of this model"

@@ -187,3 +187,54 @@ def test_a_grid_past_rope_max_seq_len_is_refused(odd):
     job["workload"].update(height=16 * 65, width=16)  # 65 rows of tokens > 64
     with pytest.raises(SporchError, match="rope_max_seq_len 64"):
         make_plan(find_cluster("local"), job_from_dict(job, "<test>"))
+
+
+def _inspect(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "inspect", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_inspect_reports_the_checkpoint_from_its_headers(odd):
+    from diffusers import WanTransformer3DModel
+
+    proc = _inspect(str(odd["root"] / "wan"), "--json", "--gpus", "1,4")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    n = sum(p.numel() for p in WanTransformer3DModel(**WAN_ODD).parameters())
+    assert (report["family"], report["format"], report["parameters"], report["dtypes"]) == \
+        ("Wan2.1", "diffusers", n, {"F32": n})
+    assert report["memory_per_gpu"] == {"whole": 4 * n, "sharded over 4": -(-4 * n // 4)}
+    assert report["model"]["num_heads"] == 6 and report["model"]["freq_dim"] == 32
+    assert report["presets"] == [] and report["nearest"]["preset"].startswith("wan2.1-")
+    assert any(d.startswith("num_heads 6 (preset: ") for d in report["nearest"]["differences"])
+    text = _inspect(str(odd["root"] / "flux"))
+    assert text.returncode == 0 and "Flux.1, diffusers" in text.stdout, text.stderr
+
+
+def test_inspect_names_the_preset_a_published_config_matches(tmp_path):
+    """The Wan2.1 T2V 1.3B config (as published) beside a stand-in weights file: its preset."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "Wan2.1-T2V-1.3B-Diffusers" / "transformer"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({
+        "_class_name": "WanTransformer3DModel", "_diffusers_version": "0.33.0", "added_kv_proj_dim": None,
+        "attention_head_dim": 128, "cross_attn_norm": True, "eps": 1e-06, "ffn_dim": 8960, "freq_dim": 256,
+        "image_dim": None, "in_channels": 16, "num_attention_heads": 12, "num_layers": 30, "out_channels": 16,
+        "patch_size": [1, 2, 2], "qk_norm": "rms_norm_across_heads", "rope_max_seq_len": 1024, "text_dim": 4096}))
+    save_file({"patch_embedding.weight": torch.zeros(2, 2, dtype=torch.bfloat16)},
+              str(folder / "diffusion_pytorch_model.safetensors"))
+    report = json.loads(_inspect(str(folder.parent), "--json").stdout)
+    assert report["presets"] == ["wan2.1-t2v-1.3b"] and report["nearest"] is None
+    assert report["dtypes"] == {"BF16": 4} and report["bytes"] == 8
+    # and a job naming that preset with this checkpoint plans without complaint
+    plan = make_plan(find_cluster("local"), job_from_dict(
+        {**_job(str(folder.parent), preset="wan2.1-t2v-1.3b"), "parallel": {"ulysses": 4, "ring": 1}}, "<test>"))
+    assert plan.model.knobs == {"rope_max_seq_len": 1024} and plan.model.preset == "wan2.1-t2v-1.3b"
+
+
+def test_inspect_bad_input_is_one_line(tmp_path):
+    proc = _inspect(str(tmp_path / "nothing"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr, proc.stderr
+    proc = _inspect(str(tmp_path), "--gpus", "x")
+    assert proc.returncode == 2 and "--gpus" in proc.stderr, proc.stderr

@@ -1,0 +1,72 @@
+"""``sporch inspect PATH``: what a checkpoint is, read from its config.json and its safetensors
+headers (no tensor is loaded; standard library only).
+
+The report: the family and format, the model its config describes (the fields and knobs a
+job without a preset plans with), parameter count and bytes by dtype, the presets it matches
+(or, for the nearest one, every difference), and the bytes of parameters per GPU with the
+weights whole on every rank and sharded over 2, 4, 8 ... ranks (``parallel.shard_weights``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from sporch.orchestrator.config.job import ModelSpec
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.contract.models import PRESETS
+from sporch.orchestrator.contract.models.checkpoint_config import read_checkpoint_model
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.resolve import disagreements, resolve_model
+
+#: Bytes of one element of a safetensors dtype.
+DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2,
+               "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
+#: Tensor names that say the family and format of a checkpoint without a config.json.
+NAME_HINTS = (("double_blocks.", "Flux.1", "original"), ("transformer_blocks.", "Flux.1", "diffusers"),
+              ("blocks.0.self_attn.q.", "Wan2.1", "original"), ("blocks.0.attn1.to_q.", "Wan2.1", "diffusers"))
+
+
+def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[str, Any]:
+    try:
+        files = open_checkpoint(path)
+        model = read_checkpoint_model(path)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    counts: dict[str, int] = {}
+    for info in files.tensors.values():
+        counts[info.dtype] = counts.get(info.dtype, 0) + math.prod(info.shape)
+    total = sum(counts.values())
+    nbytes = sum(n * DTYPE_BYTES.get(d, 4) for d, n in counts.items())
+    family, fmt = (model.family, model.fmt) if model else _guess(files.tensors)
+    out: dict[str, Any] = {
+        "path": str(path), "root": str(files.root), "files": [str(f) for f in files.files],
+        "family": family, "format": fmt, "config": str(model.config_file) if model else None,
+        "tensors": len(files.tensors), "parameters": total, "dtypes": counts, "bytes": nbytes,
+        "model": {**model.fields, **model.knobs} if model else None,
+        "memory_per_gpu": {"whole": nbytes, **{f"sharded over {n}": math.ceil(nbytes / n) for n in gpus if n > 1}},
+    }
+    out.update(_presets(model) if model else {"presets": [], "nearest": None})
+    return out
+
+
+def _guess(tensors) -> tuple[Optional[str], Optional[str]]:
+    for hint, family, fmt in NAME_HINTS:
+        if any(name.startswith(hint) or f".{hint}" in name for name in tensors):
+            return family, fmt
+    return None, None
+
+
+def _presets(model) -> dict[str, Any]:
+    """The published presets of the checkpoint's family it matches, or the nearest one and how it differs."""
+    attention = model.fields["attention"]
+    found: list[tuple[str, list[str]]] = []
+    for name, preset in PRESETS.items():
+        if preset.shape.get("attention") != attention or not preset.knobs:
+            continue  # another family, or a shape-only stand-in
+        section = resolve_model(ModelSpec(preset=name))
+        found.append((name, disagreements(model, section, dict(preset.knobs), label="preset")))
+    matches = [name for name, wrong in found if not wrong]
+    nearest = min(((len(wrong), name, wrong) for name, wrong in found if wrong), default=None)
+    return {"presets": matches,
+            "nearest": None if matches or nearest is None else {"preset": nearest[1], "differences": nearest[2]}}
