@@ -12,6 +12,7 @@ from sporch.orchestrator.campaign.compare import Change, compare, parse_threshol
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.campaign.groups import group_points
+from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.report import build_report
@@ -54,6 +55,9 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
             "points": len(exp.points),
             "groups": [{
                 "key": g.key, "shape": g.shape,
+                # the packs by run.pack_size and run.pack_time (the partition's MaxTime may cut them further)
+                "packs": make_packs([p.id for p in g.points], c.spec.run.pack_size, point_time=g.shape["time"],
+                                    max_time=c.spec.run.pack_time) if c.spec.run.pack else None,
                 "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
                             "ideal_ms_per_step": _ideal_ms(p.plan),
                             "memory_gib_per_gpu": p.plan.estimates.get("memory_gib_per_gpu")} for p in g.points],
@@ -63,13 +67,19 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
         click.echo(json_text(doc))
         return
     con = console()
+    run = c.spec.run
+    tasks = "one array task per pack of points" if run.pack else "one array task per point"
     con.print(f"[bold]campaign[/] {shown(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
-              f"(one job array each), {len(exp.skipped)} skipped; directory {shown(c.directory())}")
+              f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {shown(c.directory())}")
     for g in groups:
         s = g.shape
         where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
+        packs = ""
+        if run.pack:  # the partition's MaxTime, asked at submission, may cut them further
+            n = len(make_packs([p.id for p in g.points], run.pack_size, point_time=s["time"], max_time=run.pack_time))
+            packs = f" in {n} pack(s)"
         t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
-                        + (f", {where}" if where else "") + f" - {len(g.points)} points", title_justify="left")
+                        + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
         for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "ideal ms/step", "GiB/GPU"):
             t.add_column(col, justify="right" if col in ("repeat", "ideal ms/step", "GiB/GPU") else "left")
         for p in g.points:

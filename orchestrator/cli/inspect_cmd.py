@@ -7,6 +7,8 @@ import json
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.checkpoint_report import inspect_checkpoint
 
 
 def _gib(n: int) -> str:
@@ -20,9 +22,6 @@ def _gib(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def inspect(path: str, gpus: str, as_json: bool) -> None:
     """What the checkpoint at PATH is: read from its config.json and safetensors headers, no tensor loaded."""
-    from sporch.orchestrator.errors import SporchError
-    from sporch.orchestrator.plan.checkpoint_report import inspect_checkpoint
-
     try:
         counts = sorted({int(g) for g in gpus.split(",") if g.strip()})
     except ValueError:

@@ -124,3 +124,25 @@ def test_the_points_of_a_pack_share_its_task(tmp_path):
 
     with pytest.raises(SporchError, match="'packs' of a submission must be a list of lists"):
         CampaignState.load(Dir)
+
+
+def test_campaign_plan_shows_the_packs(tmp_path):
+    from sporch.orchestrator.cli.main import main
+
+    doc = {"name": "c", "base": {"model": {"preset": "tiny"}, "workload": {"frames": 5, "height": 32, "width": 32},
+                                 "resources": {"time": "00:20:00"}},
+           "matrix": {"clusters": ["slurmlab"], "nodes": [1], "layouts": "all",
+                      "shapes": [{"frames": 5, "height": 32, "width": 32}, {"frames": 5, "height": 32, "width": 64}]},
+           "run": {"pack_time": "00:40:00"}}
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(doc))
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["campaign", "plan", str(path), "--json"]) == 0
+    (group,) = json.loads(out.getvalue())["groups"]
+    ids = [p["id"] for p in group["points"]]
+    assert len(ids) > 2 and group["packs"] == make_packs(ids, None, point_time="00:20:00", max_time="00:40:00")
+    assert all(len(p) <= 2 for p in group["packs"])  # 20 min a point, 40 min a pack
