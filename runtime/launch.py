@@ -121,8 +121,8 @@ def run_point(plan: Plan, env: RankEnv, output_dir: Path, device: Any, place: di
     result.json. Returns this rank's exit code (EXIT_OK: the point completed on every rank).
 
     ``weight_cache``: a :class:`sporch.runtime.model.WeightCache` the points of a pack share
-    (one weight load per model and dtype), or None."""
-    place = {**place, "started": time.time()}
+    (one weight load per model and dtype), or None. ``place["started"]`` is when the point
+    began (a job's: when its process started)."""
     status, metrics, error = "failed", {}, None
     watchdog: Watchdog | None = None
     ctx: ParallelContext | None = None

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -147,7 +148,7 @@ def run_pack(todo: list[Path], env: RankEnv, attempt: str, *, failed_before: boo
         with point_logs(point, env):
             print(f"sporch: pack point {point.name} ({plan.layout.describe()}), attempt {attempt}",
                   file=sys.stderr, flush=True)
-            code = run_point(plan, env, point, device, place, weight_cache=cache)
+            code = run_point(plan, env, point, device, {**place, "started": time.time()}, weight_cache=cache)
         if code != EXIT_OK:
             break
     shutdown()
