@@ -211,6 +211,23 @@ def test_inspect_reports_the_checkpoint_from_its_headers(odd):
     assert text.returncode == 0 and "Flux.1, diffusers" in text.stdout, text.stderr
 
 
+def test_the_published_flux_configs_match_their_presets(tmp_path):
+    """Flux.1-dev's and -schnell's transformer configs (as published): their presets, nothing else."""
+    from safetensors.torch import save_file
+
+    for name, guidance in (("flux.1-dev", True), ("flux.1-schnell", False)):
+        folder = tmp_path / name / "transformer"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps({
+            "_class_name": "FluxTransformer2DModel", "_diffusers_version": "0.30.0.dev0", "attention_head_dim": 128,
+            "axes_dims_rope": [16, 56, 56], "guidance_embeds": guidance, "in_channels": 64,
+            "joint_attention_dim": 4096, "num_attention_heads": 24, "num_layers": 19, "num_single_layers": 38,
+            "patch_size": 1, "pooled_projection_dim": 768}))
+        save_file({"x_embedder.weight": torch.zeros(1)}, str(folder / "diffusion_pytorch_model.safetensors"))
+        report = json.loads(_inspect(str(folder.parent), "--json").stdout)
+        assert report["presets"] == [name], report
+
+
 def test_inspect_names_the_preset_a_published_config_matches(tmp_path):
     """The Wan2.1 T2V 1.3B config (as published) beside a stand-in weights file: its preset."""
     from safetensors.torch import save_file
