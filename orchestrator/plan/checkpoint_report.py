@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.models import PRESETS
-from sporch.orchestrator.contract.models.checkpoint_config import read_checkpoint_model
+from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.resolve import disagreements, resolve_model
 
@@ -30,7 +30,13 @@ NAME_HINTS = (("double_blocks.", "Flux.1", "original"), ("transformer_blocks.", 
 def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[str, Any]:
     try:
         files = open_checkpoint(path)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    try:
         model = read_checkpoint_model(path)
+        note = None
+    except UnknownModelConfig as exc:  # reported; the tensor names may still say the family
+        model, note = None, str(exc)
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None
     counts: dict[str, int] = {}
@@ -41,7 +47,7 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[st
     family, fmt = (model.family, model.fmt) if model else _guess(files.tensors)
     out: dict[str, Any] = {
         "path": str(path), "root": str(files.root), "files": [str(f) for f in files.files],
-        "family": family, "format": fmt, "config": str(model.config_file) if model else None,
+        "family": family, "format": fmt, "config": str(model.config_file) if model else None, "config_note": note,
         "tensors": len(files.tensors), "parameters": total, "dtypes": counts, "bytes": nbytes,
         "model": {**model.fields, **model.knobs} if model else None,
         "memory_per_gpu": {"whole": nbytes, **{f"sharded over {n}": math.ceil(nbytes / n) for n in gpus if n > 1}},

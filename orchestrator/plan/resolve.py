@@ -20,7 +20,8 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models import find_preset
-from sporch.orchestrator.contract.models.checkpoint_config import CheckpointModel, read_checkpoint_model
+from sporch.orchestrator.contract.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
+                                                                read_checkpoint_model)
 from sporch.orchestrator.contract.sections import ModelSection
 
 SHAPE_KEYS = (
@@ -163,6 +164,10 @@ def checkpoint_model(spec: ModelSpec) -> Optional[CheckpointModel]:
         return None
     try:
         return read_checkpoint_model(spec.weights)
+    except UnknownModelConfig as exc:
+        if spec.preset is not None:  # the preset says what it is; the loader checks the tensors
+            return None
+        raise SporchError(str(exc)) from None
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None
 

@@ -36,6 +36,11 @@ BOOKKEEPING = ("_class_name", "_diffusers_version", "_name_or_path", "_use_defau
                "__module__", "architectures")
 
 
+class UnknownModelConfig(CheckpointError):
+    """A config.json that describes no model sporch knows (another class, or none): with a
+    preset named, the preset says what the model is and the loader checks the tensors."""
+
+
 @dataclass(frozen=True)
 class CheckpointModel:
     family: str  # "Wan2.1" | "Flux.1"
@@ -86,7 +91,7 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
         return _read(config, path, "Flux.1", "diffusers", FLUX_DIFFUSERS)
     if cls == "WanModel" or (not cls and {"dim", "num_heads", "num_layers"} <= set(config)):
         return _read(config, path, "Wan2.1", "original", WAN_ORIGINAL)
-    raise CheckpointError(f"{path}: _class_name {cls or '(none)'!r} is not a model sporch runs "
+    raise UnknownModelConfig(f"{path}: _class_name {cls or '(none)'!r} is not a model sporch runs "
                           "(WanTransformer3DModel, FluxTransformer2DModel, WanModel); name its preset in model.preset")
 
 

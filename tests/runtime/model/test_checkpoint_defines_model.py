@@ -255,3 +255,20 @@ def test_inspect_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr, proc.stderr
     proc = _inspect(str(tmp_path), "--gpus", "x")
     assert proc.returncode == 2 and "--gpus" in proc.stderr, proc.stderr
+
+
+def test_a_config_of_no_known_model_is_left_to_the_preset(tmp_path):
+    """An empty or foreign config.json: without a preset, one line asking for one; with a preset,
+    the preset says what the model is (the loader checks the tensors)."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))
+    with pytest.raises(SporchError, match="is not a model sporch runs.*name its preset"):
+        _plan(str(folder))
+    plan = _plan(str(folder), preset="tiny")
+    assert plan.model.preset == "tiny" and plan.model.knobs is None
+    report = json.loads(_inspect(str(folder), "--json").stdout)
+    assert report["model"] is None and "is not a model sporch runs" in report["config_note"]
