@@ -35,6 +35,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "logs": ("sporch logs tiny --rank 1 -f", "docs/submit.md"),
     "plan": ("sporch plan --cluster a100x32 examples/wan14b-720p.yaml parallel.ring=2 parallel.ulysses=16",
              "docs/plan.md"),
+    "predict": ("sporch predict wan21-t2v-14b-720p-h800 flux-dev-1024-h100-eager", "docs/plan.md"),
     "preflight": ("sporch preflight --cluster slurmlab --nodes 2 --weights /data/Wan2.1-T2V-1.3B-Diffusers",
                   "docs/troubleshooting.md"),
     "render": ("sporch render --cluster a100x32 examples/wan14b-720p.yaml workload.steps=10 -o job.sbatch",

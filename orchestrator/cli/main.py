@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "What a checkpoint is: family, format, size, matching presets, memory per GPU."),
     "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
     "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
+    "predict": ("sporch.orchestrator.cli.predict_cmd:predict",
+                "The cost model against the published tables: predicted vs published seconds."),
     "preflight": ("sporch.orchestrator.cli.preflight_cmd:preflight",
                   "Check every node (GPUs, versions, weights) and the plan's links; name the slow one."),
     "render": ("sporch.orchestrator.cli.render_cmd:render", "Print the Slurm batch script of a job."),

@@ -1,0 +1,53 @@
+"""``sporch predict``: the published tables against the cost model, numbers from the model's own
+functions (not printed and eyeballed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sporch.orchestrator.plan import published
+from sporch.orchestrator.plan.calibration import fit, predicted_s
+from sporch.orchestrator.plan.cost import default_constants
+from sporch.orchestrator.plan.published_report import PUBLISHED_FIT
+from tests.testutil import ROOT
+
+
+def _predict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "predict", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_every_published_case_is_reported_with_its_errors():
+    proc = _predict("--json")
+    assert proc.returncode == 0, proc.stderr
+    report = {c["name"]: c for c in json.loads(proc.stdout)}
+    assert sorted(report) == sorted(c["name"] for c in published.cases())
+    for name, case in report.items():
+        c = published.case(name)
+        obs = published.observations(c)
+        base = default_constants(c["gpu"]["model"])
+        fitted = fit(obs, base, PUBLISHED_FIT)
+        assert [r["layout"] for r in case["rows"]] == [o.label for o in obs]
+        for r, o, after in zip(case["rows"], obs, fitted.predictions):
+            assert r["measured_s"] == o.measured_s
+            assert r["predicted_s"] == pytest.approx(predicted_s(o, base))
+            assert r["error"] == pytest.approx(r["predicted_s"] / o.measured_s - 1)
+            assert r["fitted_s"] == pytest.approx(after)
+        assert case["checked"] == c.get("checked", True)
+
+
+def test_the_wan_h800_table_as_docs_plan_says():
+    (case,) = json.loads(_predict("wan21-t2v-14b-720p-h800", "--json").stdout)
+    assert [round(r["predicted_s"]) for r in case["rows"]] == [2031, 1035, 523, 263]
+    assert max(abs(r["fitted_error"]) for r in case["rows"]) < 0.005
+    text = _predict("wan21-t2v-14b-720p-h800").stdout
+    assert "1x1x1x8" in text and "+11%" in text
+
+
+def test_an_unknown_case_is_one_line():
+    proc = _predict("no-such-case")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown published case" in proc.stderr
