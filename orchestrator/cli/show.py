@@ -249,7 +249,7 @@ def _count(n: float) -> str:
 #: Short column headers of the cost model's terms (plan --rank).
 TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all_to_all": "a2a",
                 "ring_merge": "merge", "ring_exposed": "ring exp", "overhead": "ovh",
-                "weight_gather": "gather"}
+                "eager_host": "host", "weight_gather": "gather"}
 
 
 def _weights_cell(plan: Plan) -> str:
