@@ -10,6 +10,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from .models.wan import IMAGE_TO_VIDEO
+
 #: The modules the generate workload imports; all come with ``pip install sporch[pipelines]``.
 PIPELINE_MODULES = ("diffusers", "transformers", "imageio", "imageio_ffmpeg")
 EXTRA_HINT = "pip install sporch[pipelines]"
@@ -70,11 +72,11 @@ def family_of(model: Any) -> str:
     """'wan' (cross attention, text-to-video) or 'flux' (joint attention, text-to-image), from
     the plan's model section."""
     attention = model.attention
-    if attention == "cross" and model.preset != "wan2.1-i2v-14b":
+    if attention == "cross" and model.preset not in IMAGE_TO_VIDEO:
         return "wan"
     if attention == "joint":
         return "flux"
-    raise ValueError(f"workload.kind=generate needs a text-to-video (Wan2.1 T2V, attention cross) or "
+    raise ValueError(f"workload.kind=generate needs a text-to-video (Wan2.1 T2V, Wan2.2 T2V A14B, attention cross) or "
                      f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
                      f"attention {attention!r}")
 
