@@ -9,13 +9,12 @@ both experts with one plan.model shape, so their configs must describe the same 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ..checkpoint_files import CheckpointError
-from .checkpoint_config import model_from_config
+from .checkpoint_config import model_from_config, read_json_object
 
 #: The low-noise expert's subfolder in a diffusers pipeline folder.
 SECOND = "transformer_2"
@@ -48,12 +47,7 @@ def read_experts(weights: str | Path) -> Optional[Experts]:
     index = folder / "model_index.json"
     if not folder.is_dir() or not index.is_file():
         return None
-    try:
-        config = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {index}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{index} is not a JSON object")
+    config = read_json_object(index)
     if config.get("expand_timesteps"):
         raise CheckpointError(f"{index}: expand_timesteps true (Wan2.2 TI2V-5B: per-token timesteps and the "
                               "Wan2.2 VAE) is not built in sporch (docs/model.md, \"Wan2.2\")")
@@ -75,13 +69,7 @@ def read_experts(weights: str | Path) -> Optional[Experts]:
 def _read(path: Path):
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: both experts need their config.json (diffusers layout)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} is not a JSON object")
-    return model_from_config(config, path)
+    return model_from_config(read_json_object(path), path)
 
 
 def check_same_model(first: Path, second: Path) -> None:
