@@ -118,8 +118,9 @@ class ShardedDiT:
                  guidance_scale: float = 1.0, null_cond: Condition | None = None,
                  cfg: bool | None = None) -> torch.Tensor:
         """The model's prediction on this rank's chunk, with classifier-free guidance when
-        ``guidance_scale > 1`` (``cfg``: on or off whatever the scale, as WanPipeline's low-noise
-        expert, whose ``guidance_scale_2`` combines the branches when ``guidance_scale`` turned them on). A guidance-distilled model (Flux.1) runs one pass instead and
+        ``guidance_scale > 1`` (``cfg``: on or off whatever the scale, as for WanPipeline's
+        low-noise expert, whose ``guidance_scale_2`` combines the branches that ``guidance_scale``
+        turned on). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
         needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar or
         [B]. Returns float32 [B, local_len, patch_out]; identical on both halves of a cfg group."""
