@@ -80,6 +80,8 @@ class WorkloadSpec:
     tiny_weights: bool = False  # create a tiny random pipeline at model.weights if it is missing
     # two-expert models (Wan2.2 A14B): the low-noise expert's CFG scale; unset = guidance_scale
     guidance_scale_2: Optional[float] = None
+    # image-to-video (Wan2.2 I2V A14B): the first frame, an image file; relative to the job file's folder
+    image: Optional[str] = None
 
 
 @dataclass
@@ -350,3 +352,5 @@ def _validate_generate(w: WorkloadSpec, bad) -> None:
                   f"got {w.scheduler!r}")
     if w.seq_len is not None:
         raise bad("workload.seq_len", "generate needs the video/image shape (frames, height, width), not seq_len")
+    if w.image is not None and not str(w.image).strip():
+        raise bad("workload.image", "is empty; give the first frame's image file (image-to-video models only)")

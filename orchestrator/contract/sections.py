@@ -129,6 +129,8 @@ class WorkloadSection(Section):
     tiny_weights: bool = False
     # the low-noise expert's CFG scale (two-expert models); None = guidance_scale (as WanPipeline)
     guidance_scale_2: Optional[float] = None
+    # image-to-video: the first frame's image file (absolute in the plan); None for text-to-video
+    image: Optional[str] = None
 
 
 @dataclass(frozen=True)

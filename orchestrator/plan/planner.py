@@ -31,6 +31,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.orchestrator.contract.generate_inputs import image_to_video
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -127,7 +128,19 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         fps=w.fps,
         tiny_weights=bool(w.tiny_weights),
         guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
+        image=resolve_prompt_file(w.image, source),
     )
+
+
+def check_image(job: JobSpec, model: sections.ModelSection) -> None:
+    """A generate job of an image-to-video model needs ``workload.image``; no other takes one."""
+    w, name = job.workload, model.preset or "from model.weights"
+    i2v = image_to_video(model)
+    if w.kind == "generate" and i2v and not w.image:
+        raise SporchError(f"the model ({name}) is image-to-video: set workload.image to the first frame's image file")
+    if w.image and not (i2v and w.kind == "generate"):
+        raise SporchError(f"workload.image is the first frame of an image-to-video generate job, but the model ({name}) "
+                          f"is text-to-video or workload.kind is {w.kind}; remove it")
 
 
 def check_expert_keys(job: JobSpec, model: sections.ModelSection) -> None:
@@ -189,6 +202,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     generate = workload.kind == "generate"
 
     check_expert_keys(job, model)
+    check_image(job, model)
 
     def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> dict:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)

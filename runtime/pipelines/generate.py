@@ -45,6 +45,7 @@ from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
 from .experts import Experts, build_experts
+from .image_condition import image_condition
 from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
 from .vae import Decoder
@@ -128,6 +129,8 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
         with stages("encode"):
             prompts = [spec.prompts[i] for i in mine]
             cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on, spec.text_encoder)
+            if spec.image:
+                cond_all, null_all = _with_image(spec, ctx, device, dtype, cond_all, null_all)
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
         with stages("load"):
             experts = build_experts(spec, ctx, plan.placement.shard_weights, dtype, device)
@@ -183,6 +186,17 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if "encode" in stages.seen:
         out["encode_s"] = stages.seconds("encode")
     return out
+
+
+def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
+    """The text conditions with the first frame's latent condition (image-to-video), the same
+    for every prompt and for the negative one."""
+    lat = share_from_leader(ctx, lambda: image_condition(spec, device).cpu(), "encoding workload.image")
+    lat = lat.to(device=device, dtype=dtype)
+
+    def add(c):
+        return None if c is None else {"text": c, "latents": lat.expand(c.shape[0], *lat.shape[1:])}
+    return add(cond), add(null)
 
 
 def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,

@@ -41,6 +41,7 @@ class GenerateSpec:
     boundary_ratio: float | None = None
     guidance_scale_2: float | None = None
     experts: str = "resident"
+    image: str | None = None  # image-to-video: the first frame's file (plan.workload.image)
 
     @property
     def video(self) -> bool:
@@ -67,4 +68,5 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
+        image=wl.image,
     )

@@ -6,7 +6,8 @@ diffusers and transformers from tiny configs (no hub access), for tests and smok
 The transformer's shapes are taken from the sporch model dict, so a job with that model and
 ``model.weights`` pointing at the folder loads it. A model dict with ``boundary_ratio`` gets
 Wan2.2 A14B's second expert (``transformer_2``, other random weights) and that boundary in
-``model_index.json``. The tokenizer is a word-level vocabulary
+``model_index.json``; one with more input than output channels is an image-to-video pipeline
+without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B). The tokenizer is a word-level vocabulary
 built with the ``tokenizers`` library (unknown words map to ``<unk>``, ``</s>`` is appended),
 wrapped in ``PreTrainedTokenizerFast`` and saved with ``save_pretrained``. Every weight is
 drawn from generators seeded by ``seed`` (the global RNG is left alone).
@@ -98,8 +99,13 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
                            latents_std=(1.0 + 0.5 * torch.rand(channels, generator=g)).tolist()).eval()
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         num_train_timesteps=1000, flow_shift=3.0)
-    return WanPipeline(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
-                       scheduler=scheduler, transformer=transformer, **two)
+    parts = dict(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
+                 scheduler=scheduler, transformer=transformer, **two)
+    if channels < int(model["in_channels"]):  # image-to-video: the first frame as latent condition
+        from diffusers import WanImageToVideoPipeline
+
+        return WanImageToVideoPipeline(image_encoder=None, image_processor=None, **parts)
+    return WanPipeline(**parts)
 
 
 def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):

@@ -158,3 +158,25 @@ def test_preset_and_folder_must_agree_on_the_experts(tmp_path):
                  "a100x8", parallel={"ulysses": 8})
     assert alone.model.boundary_ratio == named.model.boundary_ratio == 0.875
     assert alone.estimates["parameter_bytes_per_gpu"] == named.estimates["parameter_bytes_per_gpu"]
+
+
+def test_image_to_video_needs_its_first_frame(tmp_path, run_cli):
+    """An image-to-video folder (more input than output channels, no CLIP image encoder) plans
+    with workload.image; without it, or an image for a text-to-video model, is one line, exit 2."""
+    i2v = folder(tmp_path, second=dict(CONFIG, in_channels=12), first=dict(CONFIG, in_channels=12), name="i2v")
+    image = tmp_path / "first.png"
+    image.write_bytes(b"not read when planning")
+    p = plan({"weights": str(i2v)}, dict(GENERATE, image=str(image)))
+    assert p.workload.image == str(image) and p.model.in_channels == 12 and p.model.experts == 2
+    named = plan({"preset": "wan2.2-i2v-a14b"}, dict(GENERATE, image="first.png", height=480, width=832),
+                 "a100x8", parallel={"ulysses": 8}, source=str(tmp_path / "job.yaml"))
+    assert named.workload.image == str(tmp_path / "first.png")  # relative to the job file's folder
+    for model, workload, needle in (
+            ({"weights": str(i2v)}, GENERATE, "is image-to-video: set workload.image"),
+            ({"weights": str(folder(tmp_path, name="t2v"))}, dict(GENERATE, image=str(image)),
+             "workload.image is the first frame of an image-to-video generate job"),
+            ({"preset": "tiny"}, dict(GENERATE, image=""), "workload.image")):
+        job = tmp_path / "job.yaml"
+        job.write_text(json.dumps({"name": "w22", "model": model, "workload": workload}))
+        code, out, err = run_cli("plan", "--cluster", "local", job)
+        one_line_error(code, out, err, needle)

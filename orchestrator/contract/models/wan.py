@@ -56,9 +56,6 @@ PRESETS = {
     ),
 }
 
-#: Presets that are not text-to-video (generate refuses them: image conditioning is not built there).
-IMAGE_TO_VIDEO = ("wan2.1-i2v-14b", "wan2.2-i2v-a14b")
-
 B = "blocks.{i}."
 
 TABLE = Table(

@@ -7,7 +7,9 @@ sporch plans from the folder alone (model_index.json's boundary) and generates u
 the idle expert offloaded). Frames are compared with FRAME_TOL of test_generate.py: the same
 pipeline parts on the same inputs, float32, 4 steps (measured 3.8e-6 unsharded); the second
 expert adds no new arithmetic, only a different module per step. The switch step is compared
-with the one diffusers' rule gives on diffusers' own timesteps.
+with the one diffusers' rule gives on diffusers' own timesteps. Image-to-video as Wan2.2 I2V A14B
+(first frame as latent condition, no CLIP encoder) against ``WanImageToVideoPipeline`` likewise,
+unsharded and U2R2.
 
 The boundary 0.75 falls exactly on a timestep (UniPC, flow_shift 3, 4 steps: 999, 900, 750,
 500): WanPipeline runs ``transformer`` at t == boundary (``t >= boundary``), so a ``>`` in
@@ -53,6 +55,60 @@ def folder(tmp_path_factory):
     model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
     save_tiny_pipeline("wan", root / "wan22", {**model, "boundary_ratio": BOUNDARY}, seed=3)
     return root / "wan22"
+
+
+@pytest.fixture(scope="module")
+def i2v(tmp_path_factory):
+    """A tiny two-expert image-to-video folder (4 noise + 4 mask + 4 image latent channels in,
+    4 out) and a first frame of another size than the video's (the pipelines resize it)."""
+    from PIL import Image
+
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("wan22-i2v")
+    model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
+    save_tiny_pipeline("wan", root / "i2v", {**model, "boundary_ratio": BOUNDARY, "in_channels": 12,
+                                             "out_channels": 4}, seed=5)
+    pixels = (np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(root / "first.png")
+    return {"folder": root / "i2v", "image": root / "first.png"}
+
+
+def _i2v_reference(i2v):
+    from diffusers import WanImageToVideoPipeline
+    from PIL import Image
+
+    pipe = WanImageToVideoPipeline.from_pretrained(i2v["folder"], dtype=torch.float32)
+    return pipe(image=Image.open(i2v["image"]).convert("RGB"), prompt=PROMPT, negative_prompt=NEGATIVE, height=80,
+                width=48, num_frames=9, num_inference_steps=STEPS, guidance_scale=5.0, guidance_scale_2=3.0,
+                max_sequence_length=8, output_type="np", generator=torch.Generator().manual_seed(SEED)).frames[0]
+
+
+def _i2v_plan(i2v, parallel: dict):
+    return _plan({"weights": str(i2v["folder"]), "text_len": 8}, parallel,
+                 workload={**WORKLOAD, "image": str(i2v["image"])})
+
+
+def test_image_to_video_equals_wan_image_to_video_pipeline(i2v, tmp_path):
+    """Unsharded and U2R2; another first frame moves the frames far beyond the tolerance."""
+    from PIL import Image
+
+    ref = _i2v_reference(i2v)
+    plain = _run(_i2v_plan(i2v, {"ulysses": 4}).to_json(), str(tmp_path / "one"), unsharded=True)
+    out = tmp_path / "u2r2"
+    out.mkdir()
+    ranks = run_distributed(_run, 4, _i2v_plan(i2v, {"ulysses": 2, "ring": 2}).to_json(), str(out), timeout=600)
+    sharded = [r for r in ranks if r["frames"]][0]
+    for name, got in (("unsharded", plain), ("U2R2", sharded)):
+        err = np.abs(got["frames"][0] - ref).max()
+        print(f"i2v {name}: max |frames - WanImageToVideoPipeline| = {err:.3g}")
+        assert err <= FRAME_TOL, (name, err)
+        assert got["expert_switch_step"] == 3
+    Image.fromarray(np.zeros((40, 30, 3), np.uint8)).save(tmp_path / "black.png")
+    other = _run(_plan({"weights": str(i2v["folder"]), "text_len": 8}, {"ulysses": 4},
+                       workload={**WORKLOAD, "image": str(tmp_path / "black.png")}).to_json(),
+                 str(tmp_path / "black"), unsharded=True)
+    assert ref.std() > 0.02 and np.abs(other["frames"][0] - ref).max() > 100 * FRAME_TOL
 
 
 def _reference(folder: Path, **kw):
