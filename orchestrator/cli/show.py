@@ -45,7 +45,7 @@ def summary_lines(plan: Plan) -> list[str]:
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
                         f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
-    ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.experts > 1 else []) \
+    ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.boundary_ratio is not None else []) \
       + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
       + ([f"container {describe_container(c.container)}"] if c.container is not None else [])
 
@@ -238,7 +238,7 @@ def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
 def memory_options_table(plan: Plan) -> Any:
     """What ``auto`` tried before its choice (plan.estimates.memory_options), cheapest first."""
     t = plain_table(title="memory options auto tried (cheapest in time first)", title_justify="left")
-    experts = plan.model.experts > 1
+    experts = plan.model.boundary_ratio is not None
     for col in ("shard_weights", "text_encoder", "vae", *(("experts",) if experts else ()), "GiB/GPU", "fits"):
         t.add_column(col, justify="right" if col == "GiB/GPU" else "left")
     for o in plan.estimates["memory_options"]:
