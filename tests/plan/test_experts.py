@@ -180,3 +180,26 @@ def test_image_to_video_needs_its_first_frame(tmp_path, run_cli):
         job.write_text(json.dumps({"name": "w22", "model": model, "workload": workload}))
         code, out, err = run_cli("plan", "--cluster", "local", job)
         one_line_error(code, out, err, needle)
+
+
+def _header_only_safetensors(path: Path) -> None:
+    import struct
+
+    header = json.dumps({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+
+
+def test_inspect_names_the_experts_and_the_wan22_preset(tmp_path, run_cli):
+    two = folder(tmp_path, second=A14B, first=A14B)
+    one = folder(tmp_path, dict(INDEX, transformer_2=[None, None], boundary_ratio=None), None, "one", A14B)
+    for root in (two, one):
+        _header_only_safetensors(root / "transformer" / "diffusion_pytorch_model.safetensors")
+    code, out, err = run_cli("inspect", two, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["experts"]["boundary_ratio"] == 0.875 and report["presets"] == ["wan2.2-t2v-a14b"]
+    code, out, err = run_cli("inspect", one, "--json")
+    report = json.loads(out)
+    assert report["experts"] is None and report["presets"] == ["wan2.1-t2v-14b"]
+    code, out, err = run_cli("inspect", two)
+    assert "boundary_ratio 0.875; parameter figures are per expert" in " ".join(out.split())
