@@ -201,8 +201,9 @@ def prediction_rows(e: dict) -> list[tuple[str, str]]:
              + f", {pred['constants']}")]
     for term, value in pred["breakdown_s_per_step"].items():
         rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
-    fixed = f" incl. fixed {pred['fixed_s']:.3g} s" if pred["fixed_s"] else ""
-    rows.append(("predicted job", f"{pred['job_s']:.1f} s{fixed}"))
+    extra = [f"fixed {pred['fixed_s']:.3g} s"] if pred["fixed_s"] else []
+    extra += [f"expert switch {pred['switch_s']:.3g} s"] if pred.get("switch_s") else []  # older plans: none
+    rows.append(("predicted job", f"{pred['job_s']:.1f} s" + (f" incl. {', '.join(extra)}" if extra else "")))
     return rows
 
 

@@ -33,6 +33,7 @@ from sporch.orchestrator.plan.cost import (
     features,
     parameters,
     predict,
+    unfitted_s,
 )
 
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
@@ -174,7 +175,8 @@ def _fit(obs: tuple[Observation, ...], base: Mapping[str, float], names: Iterabl
         params = parameters(consts)
         # weighted by 1 / measured: the residuals are relative errors
         wrows = [{k: r[k] / o.measured_s for k in active} for r, o in zip(rows, obs)]
-        targets = [1.0 - sum(r[k] * params[k] for k in FITTED if k not in active) / o.measured_s
+        targets = [1.0 - (sum(r[k] * params[k] for k in FITTED if k not in active)
+                          + unfitted_s(o.inputs, o.level)) / o.measured_s
                    for r, o in zip(rows, obs)]
         solved = _least_squares(wrows, targets, active, prior) if active else {}
         # bounds: efficiencies <= 1 (1 / e >= 1), costs >= 0; a parameter past its bound is held there

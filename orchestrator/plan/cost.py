@@ -30,6 +30,8 @@ dp / cfg replicas run independently, so one rank's time is the step time):
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
                      + overhead + eager host) + weight gather
     job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
+           + expert switch (two experts, the idle one offloaded: the planner's
+             ``estimates.experts.switch_s``, bytes / the cluster's host <-> GPU rate; not fitted)
 
 GEMM FLOPs are 2 x the parameters a token passes through (``estimates.token_parameters``:
 no modulation, one stream of a double block) per token, plus the cross-attention's text keys
@@ -41,9 +43,9 @@ sample of a ring block: few heads per rank or short local sequences leave SMs id
 
 Constants come from the GPU model's row of ``data/gpus.yaml``, overridden by the cluster
 descriptor's calibration (``calibration:`` file -> ``calibration_constants``). Every term is a
-constant times a feature of the plan, except the ring's max(); :func:`features` gives that
-linear form (for :mod:`.calibration`), :func:`predict` the times. docs/plan.md explains the
-terms and their limits.
+constant times a feature of the plan, except the ring's max() and the expert switch;
+:func:`features` gives that linear form (for :mod:`.calibration`; :func:`unfitted_s` the rest),
+:func:`predict` the times. docs/plan.md explains the terms and their limits.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ class CostInputs:
     gather_bytes: float = 0.0  # per step: the parameters' all-gathers (sharded weights)
     gather_bw: float = 1.0  # B/s, nominal
     compiled: bool = False  # blocks compiled (torch.compile): fused glue, no eager host terms
+    switch_s: float = 0.0  # per job: an offloaded expert's copies at the switch (not fitted)
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
@@ -162,6 +165,7 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         gather_bytes=float(e.get("weight_gather_bytes_per_rank_per_step") or 0.0),
         gather_bw=float(e.get("weight_gather_gb_per_s") or 1.0) * 1e9,
         compiled=compiles(plan),
+        switch_s=float((e.get("experts") or {}).get("switch_s") or 0.0),
     )
 
 
@@ -193,6 +197,7 @@ class Prediction:
     eager_host: float
     weight_gather: float
     fixed_s: float  # per job
+    switch_s: float  # per job: the expert switch's host <-> GPU copies
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
 
     def breakdown(self) -> dict[str, float]:
@@ -269,7 +274,14 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
         step["weight_gather"] = t["gather"] + (L - 1) * max(0.0, t["gather"] - _compute(t))
     step_s = sum(step.values())
     fixed = c["fixed_s"] if x.generation else 0.0
-    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed, fixed_s=fixed, ring_comm_bound=bound, **step)
+    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed + x.switch_s, fixed_s=fixed,
+                      switch_s=x.switch_s, ring_comm_bound=bound, **step)
+
+
+def unfitted_s(x: CostInputs, level: str = "step") -> float:
+    """The part of a prediction no fitted constant scales (:func:`features` leaves it out): the
+    expert switch's copies, per job."""
+    return x.switch_s if level == "job" else 0.0
 
 
 def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict[str, float]:
@@ -347,6 +359,7 @@ def prediction_record(plan: Any) -> dict[str, Any]:
         "step_s": round(p.step_s, 9),
         "job_s": round(p.job_s, 9),
         "fixed_s": p.fixed_s,
+        "switch_s": round(p.switch_s, 9),
         "breakdown_s_per_step": {k: round(v, 9) for k, v in p.breakdown().items()},
         "ring_comm_bound": p.ring_comm_bound,
         "constants": source,

@@ -4,6 +4,7 @@ of both experts resident or one offloaded with the switch's copy time."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -84,6 +85,35 @@ def test_resident_or_offload_memory_and_switch_cost(tmp_path):
     assert o["experts"]["switch_bytes_per_gpu"] == 2 * one  # one expert in, the other out
     assert o["experts"]["host_gb_per_s_source"] == "default"
     assert o["experts"]["switch_s"] == pytest.approx(2 * one / (HOST_GB_PER_S * 1e9), abs=1e-6)
+
+
+def test_the_switch_is_in_the_predicted_job_time():
+    big = dict(GENERATE, height=720, width=1280, frames=81, guidance_scale=4.0)
+    plans = [plan({"preset": "wan2.2-t2v-a14b"}, big, "a100x8", parallel={"ulysses": 8}, pipeline={"experts": e})
+             for e in ("resident", "offload")]
+    pr, po = (p.estimates["predicted"] for p in plans)
+    switch = plans[1].estimates["experts"]["switch_s"]
+    assert pr["switch_s"] == 0 and switch > 1 and po["switch_s"] == pytest.approx(switch, abs=1e-6)
+    assert po["step_s"] == pytest.approx(pr["step_s"], rel=1e-12)  # same steps: the job is longer by the switch
+    assert po["job_s"] - pr["job_s"] == pytest.approx(switch, rel=1e-6)
+
+
+def test_the_switch_is_not_fitted_away(tmp_path):
+    """Calibration on job times of offloaded two-expert runs subtracts the switch: measured =
+    the prediction with known constants -> the fit gives back those constants."""
+    from sporch.orchestrator.plan.calibration import Observation, _fit
+    from sporch.orchestrator.plan.cost import cluster_constants, inputs_from_plan, predict
+
+    w = str(folder(tmp_path))
+    big = {"weights": w}
+    plans = [plan(big, dict(GENERATE, steps=s), pipeline={"experts": "offload"}) for s in (2, 4, 8)]
+    base = cluster_constants(plans[0].cluster)[0]
+    truth = dict(base, layer_overhead_s=base["layer_overhead_s"] * 3)
+    x = [dataclasses.replace(inputs_from_plan(p), switch_s=0.05) for p in plans]  # a slow host link
+    obs = tuple(Observation(inputs=xi, measured_s=predict(xi, truth).job_s, level="job", label=f"p{i}")
+                for i, xi in enumerate(x))
+    fit = _fit(obs, base, ["layer_overhead_s"])
+    assert fit.constants["layer_overhead_s"] == pytest.approx(truth["layer_overhead_s"], rel=1e-6)
 
 
 def test_auto_offloads_only_when_both_do_not_fit(tmp_path):
