@@ -85,6 +85,11 @@ class WanBlock(nn.Module):
         self.ffn = MLP(cfg.hidden, cfg.ffn_dim, device=device, dtype=dtype)
         self.modulation = nn.Parameter(torch.empty(1, 6, cfg.hidden, device=device, dtype=FP32))
 
+    def modulated_input(self, x, e):
+        """The self-attention's modulated input (what TeaCache compares across steps), float32."""
+        shift_msa, scale_msa = (self.modulation + e).unbind(1)[:2]
+        return modulate(layer_norm(x, self.eps), shift_msa, scale_msa)
+
     def forward(self, x, e, context, context_img, rope, attn: SequenceAttention):
         # x: [B, N, D] float32; e: [B, 6, D] float32 time projection
         dt = self.ffn.fc1.weight.dtype
@@ -146,12 +151,22 @@ class WanDiT(DiTBase):
         self.blocks = nn.ModuleList(WanBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.head = WanHead(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
         x = self.patch_embedding(tokens).float()
         e = self.time_embedding(timestep.to(x.device))
         e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
         context = self.text_embedding(cond_text(cond))
         context_img = self.img_emb(cond["image"]) if self.cfg.image_dim else None
-        for block in self.blocks:
-            x = block(x, e0, context, context_img, rope, attn)
+        if step is None:
+            for block in self.blocks:
+                x = block(x, e0, context, context_img, rope, attn)
+            return self.head(x, e)
+
+        def rest(x):
+            for block in self.blocks[1:]:
+                x = block(x, e0, context, context_img, rope, attn)
+            return x
+
+        x = step.run(x, lambda x: self.blocks[0](x, e0, context, context_img, rope, attn), rest,
+                     lambda x: self.blocks[0].modulated_input(x, e0))
         return self.head(x, e)

@@ -1,0 +1,63 @@
+"""TeaCache: the first block's modulated input is compared with the previous step's; its
+relative L1 change, mapped through the model's rescale polynomial, accumulates until it
+reaches the threshold (then the step is computed and the sum restarts); below it, all
+blocks are skipped and the cached residual of the whole block stack is added."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .decision import StepCache, relative_l1
+
+#: Rescale polynomials (highest degree first) published with TeaCache
+#: (github.com/ali-vilab/TeaCache: TeaCache4FLUX; TeaCache4Wan2.1, the coefficients fitted on
+#: Wan's time projection e0, its ``use_ret_steps`` set). Models without an entry (tiny stand-ins,
+#: resized presets) use the identity: the raw relative change accumulates.
+COEFFICIENTS: dict[str, tuple[float, ...]] = {
+    "flux.1-dev": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
+    "flux.1-schnell": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
+    "wan2.1-t2v-1.3b": (-5.21862437e+04, 9.23041404e+03, -5.28275948e+02, 1.36987616e+01, -4.99875664e-02),
+    "wan2.1-t2v-14b": (-3.03318725e+05, 4.90537029e+04, -2.65530556e+03, 5.87365115e+01, -3.15583525e-01),
+}
+IDENTITY = (1.0, 0.0)
+
+
+def rescale_coefficients(preset: str | None) -> tuple[float, ...]:
+    return COEFFICIENTS.get((preset or "").lower(), IDENTITY)
+
+
+def polyval(coeffs: tuple[float, ...], x: float) -> float:
+    y = 0.0
+    for c in coeffs:
+        y = y * x + c
+    return y
+
+
+@dataclass
+class TeaCache(StepCache):
+    coefficients: tuple[float, ...] = IDENTITY
+    previous_input: torch.Tensor | None = None
+    accumulated: float = 0.0
+
+    method = "teacache"
+
+    def run(self, x, first, rest, probe, valid, ctx):
+        m = probe(x)
+        metric = float("inf")
+        if self.previous_input is not None and self.residual is not None:
+            metric = relative_l1(m, self.previous_input, valid, ctx)
+        self.previous_input = m
+        skip = False
+        if metric != float("inf") and self.policy.may_skip(self.step, self.run_of_skips):
+            self.accumulated += polyval(self.coefficients, metric)
+            skip = self.accumulated < self.policy.threshold
+        if not skip:
+            self.accumulated = 0.0
+        self.note(skip, metric)
+        if skip:
+            return x + self.residual
+        out = rest(first(x))
+        self.residual = out - x
+        return out
