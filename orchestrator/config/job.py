@@ -22,7 +22,8 @@ from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
-from sporch.orchestrator.contract.vocab import (CONTAINER_RUNTIMES, DTYPES, MAX_NAME, OUTPUT_FORMATS, SCHEDULERS,
+from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, MAX_NAME, OUTPUT_FORMATS,
+                                               SCHEDULERS,
                                                SHARD_WEIGHTS, STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
                                                WORKLOAD_KINDS)
 
@@ -53,6 +54,16 @@ class ModelSpec:
 
 
 @dataclass
+class CacheSpec:
+    """``workload.cache``: step caching (docs/performance.md, "Step caching")."""
+
+    method: str = "none"  # none | fbcache | teacache
+    threshold: Optional[float] = None  # required for fbcache/teacache
+    warmup_steps: int = 1
+    max_consecutive: int = 0
+
+
+@dataclass
 class WorkloadSpec:
     kind: str = "inference"  # inference | benchmark | verify
     batch: int = 1
@@ -78,6 +89,7 @@ class WorkloadSpec:
     output_format: Optional[str] = None  # mp4 | png; default: mp4 for Wan2.1, png for Flux.1
     fps: int = 16
     tiny_weights: bool = False  # create a tiny random pipeline at model.weights if it is missing
+    cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference, benchmark)
 
 
 @dataclass
@@ -193,6 +205,24 @@ def vae_stride_problem(value: Any) -> Optional[str]:
             f"[1, 8, 8] for an image VAE; got {value!r}")
 
 
+def _validate_cache(w: WorkloadSpec, bad) -> None:
+    c = w.cache
+    if c.method not in CACHE_METHODS:
+        raise bad("workload.cache.method", f"must be one of {', '.join(CACHE_METHODS)}, got {c.method!r}")
+    if c.method == "none":
+        return
+    if w.kind not in ("generate", "inference"):
+        raise bad("workload.cache", f"skips denoising steps, which {w.kind} does not run: use workload.kind "
+                  "generate or inference, or workload.cache.method=none")
+    if c.threshold is None or not c.threshold > 0:
+        raise bad("workload.cache.threshold", f"{c.method} needs a relative change > 0 below which a step is "
+                  f"skipped (e.g. 0.1), got {c.threshold}")
+    if c.warmup_steps < 0:
+        raise bad("workload.cache.warmup_steps", f"must be >= 0, got {c.warmup_steps}")
+    if c.max_consecutive < 0:
+        raise bad("workload.cache.max_consecutive", f"must be >= 0 (0: no cap), got {c.max_consecutive}")
+
+
 def validate_job(job: JobSpec, source: str) -> JobSpec:
     def bad(key: str, msg: str) -> SporchError:
         return SporchError(f"{source}: '{key}' {msg}")
@@ -234,6 +264,7 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if w.shift is not None and w.shift <= 0:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
     _validate_generate(w, bad)
+    _validate_cache(w, bad)
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
     has_shape = any(getattr(w, k) is not None for k in ("height", "width"))

@@ -125,7 +125,16 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         output_format=w.output_format,
         fps=w.fps,
         tiny_weights=bool(w.tiny_weights),
+        cache=cache_section(w),
     )
+
+
+def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
+    c = w.cache
+    if c.method == "none":
+        return None
+    return sections.CacheSection(method=c.method, threshold=float(c.threshold), warmup_steps=int(c.warmup_steps),
+                                 max_consecutive=int(c.max_consecutive))
 
 
 def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:

@@ -29,6 +29,8 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, build_sharded, resolve_dtype
 from sporch.runtime.model.base import unpatchify
+from sporch.runtime.model.cache import make_step_cache
+from sporch.runtime.model.cache.agreement import check_agreement, replica_records
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
@@ -134,18 +136,23 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     decoder = None
     outputs: list[dict[str, Any]] = []
     step_ms: list[float] = []
+    cached: list[dict[str, Any]] = []  # per denoised batch: the steps computed and skipped
     latent_shape = None
     with torch.no_grad():
         for bi, rows in enumerate(batches):
             indices = [mine[r] for r in rows]
             seeds = [spec.seed + i for i in indices]
             if rows in todo:
+                step_cache = make_step_cache(plan.workload.cache, spec.steps, plan.model.preset)
                 with stages("denoise"):
                     latents = _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens,
                                        device, step_ms, lambda i, n: log(
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
                                                 f"{step_ms[-1] / 1e3:.2f} s/step"),
-                                       ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log)
+                                       ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log,
+                                       step_cache=step_cache)
+                if step_cache is not None:
+                    cached.append({"batch": bi, **step_cache.record()})
                 if is_leader(ctx):
                     store.save(indices, latents)  # before decoding: a failed decode loses no denoising
                 ckpt.finish(bi)
@@ -177,13 +184,32 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
     if "encode" in stages.seen:
         out["encode_s"] = stages.seconds("encode")
+    if plan.workload.cache is not None:
+        out["step_cache"] = step_cache_record(plan, cached, ctx)
     return out
 
 
+def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelContext | None) -> dict[str, Any]:
+    """result.json's ``step_cache``: the steps computed and skipped per denoised batch, and
+    the skipped steps of every rank of this replica (checked equal: a difference raises)."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    skipped = [b["skipped"] for b in batches]
+    records = replica_records({"rank": rank, "skipped": skipped}, ctx)
+    check_agreement(records)
+    c = plan.workload.cache
+    return {"method": c.method, "threshold": c.threshold, "warmup_steps": c.warmup_steps,
+            "max_consecutive": c.max_consecutive, "batches": batches,
+            "steps_computed": sum(len(b["computed"]) for b in batches),
+            "steps_skipped": sum(len(b["skipped"]) for b in batches),
+            "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
+
+
 def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens, device, step_ms,
-             on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log) -> torch.Tensor:
+             on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log,
+             step_cache=None) -> torch.Tensor:
     """One prompt batch through the scheduler's steps (from the last finished one when a
-    requeued run left it); the gathered latents [B, C, F, H, W]."""
+    requeued run left it); the gathered latents [B, C, F, H, W]. ``step_cache``: this batch's
+    (fresh; after a resume its first step is computed)."""
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
@@ -203,7 +229,9 @@ def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, ima
         t = ts[i]
         sync(device)
         start = time.perf_counter()
-        v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null)
+        if step_cache is not None:
+            step_cache.start_step(i)
+        v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null, step_cache=step_cache)
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
         batch_ms.append((time.perf_counter() - start) * 1e3)
