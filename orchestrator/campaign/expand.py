@@ -181,7 +181,19 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                                     continue
                                 seen.add(pid)
                                 out.points.append(Point(id=pid, params=p, plan=_named(plan, spec.name, pid)))
+    _check_output_reference(spec, out.points)
     return out
+
+
+def _check_output_reference(spec, points: list) -> None:
+    """``compare_outputs.reference`` must name a point of the campaign (its id or its layout),
+    or the report would compare nothing: refused before anything is prepared or submitted."""
+    ref = spec.compare_outputs.reference
+    if not ref or not points or any(p.id == ref or compact(p.plan.layout) == ref for p in points):
+        return
+    layouts = sorted({compact(p.plan.layout) for p in points})
+    raise SporchError(f"{spec.source or spec.name}: compare_outputs.reference {ref!r} is no point of the campaign; "
+                      f"name a point id or one of its layouts: {', '.join(layouts)}")
 
 
 def _named(plan, campaign_name: str, pid: str):

@@ -344,9 +344,10 @@ def _history_section(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
-               history: Sequence[dict[str, Any]] = ()) -> Path:
-    """One self-contained page: the table (same cells as the CSV), the plots as data URIs, and
-    the history of the points with more than one run."""
+               history: Sequence[dict[str, Any]] = (), published: Sequence[dict[str, Any]] = ()) -> Path:
+    """One self-contained page: the table (same cells as the CSV), the plots as data URIs, the
+    history of the points with more than one run, and the points that repeat a published
+    measurement (:mod:`.published_points`)."""
     import jinja2
 
     cols = columns(rows)
@@ -367,19 +368,28 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
                              undefined=jinja2.StrictUndefined)
     html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images,
                                                   history=_history_section(history),
-                                                  history_more=max(len(history) - HISTORY_POINTS, 0))
+                                                  history_more=max(len(history) - HISTORY_POINTS, 0),
+                                                  published=[published_cells(p) for p in published])
     return _write_text(path, html)
 
 
+def published_cells(p: dict[str, Any]) -> dict[str, Any]:
+    """A published-measurement entry with its cells as text for people."""
+    err = p.get("predicted_error")
+    return {**p, "published_text": short_value(p["published_s"]), "predicted_text": short_value(p.get("predicted_s")),
+            "error_text": f"{err:+.1%}" if err is not None else "",
+            "measured_text": short_value(p.get("measured_denoise_s"))}
+
+
 def build_report(rows: list[Row], folder: Path, title: str,
-                 history: Sequence[dict[str, Any]] = ()) -> dict[str, Path]:
+                 history: Sequence[dict[str, Any]] = (), published: Sequence[dict[str, Any]] = ()) -> dict[str, Path]:
     """CSV, plots and HTML page into ``folder`` (with ``history``, trends of points run more
     than once, also history.json); returns their paths by name. A file that cannot be written
     (a full disk) is a one-line SporchError; no file is left half-written."""
     try:
         csv_path = write_csv(rows, folder / CSV_FILE)
         plots = draw_plots(plot_data(rows), folder)
-        html = write_html(rows, plots, folder / HTML_FILE, title, history)
+        html = write_html(rows, plots, folder / HTML_FILE, title, history, published)
         extra = {}
         if history:
             extra["history_json"] = _write_text(folder / HISTORY_FILE, json.dumps(list(history), indent=1))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -15,7 +15,8 @@ from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
 from sporch.orchestrator.campaign.metrics import BY_NAME
-from sporch.orchestrator.campaign.report import build_report
+from sporch.orchestrator.campaign.published_points import published_rows
+from sporch.orchestrator.campaign.report import build_report, published_cells
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
@@ -123,7 +124,9 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
     folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
     history, warnings = report_history(directory, [r.id for r in rows if r.ok], store)
     warn(warnings)
-    files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}", history=history)
+    published = published_rows(directory, rows)
+    files = build_report(rows, folder, title=f"campaign {Path(directory).resolve().name}", history=history,
+                         published=published)
     con = console()
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
               "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
@@ -156,6 +159,8 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
         elif r.output_note:
             con.print(visible(f"same output: {r.id} ({r.values['layout']}): {r.output_note}", one_line=True),
                       markup=False)
+    if published:
+        con.print(_published_table(published))
     not_done = [r for r in rows if not r.ok]
     if not_done:
         con.print(f"{len(not_done)} point(s) not completed: "
@@ -165,6 +170,18 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
+
+
+def _published_table(published: list[dict]) -> Any:
+    """Points that repeat a published measurement: published, predicted (error), measured."""
+    t = plain_table(title="published measurements (seconds per generation; measured: steps x median step)",
+                    title_justify="left")
+    for c in ("id", "layout", "case", "published s", "predicted s", "error", "measured denoise s"):
+        t.add_column(c, justify="left" if c in ("id", "layout", "case") else "right")
+    for p in map(published_cells, published):
+        t.add_row(p["id"], visible(str(p["layout"]), one_line=True), p["case"], p["published_text"],
+                  p["predicted_text"], p["error_text"], p["measured_text"])
+    return t
 
 
 def _shown(column: str, rows: list[Row]) -> bool:

@@ -43,6 +43,10 @@ def inspect(path: str, gpus: str, as_json: bool) -> None:
     table.add_row("bytes", _gib(report["bytes"]))
     if report["model"]:
         table.add_row("model", ", ".join(f"{k}={v}" for k, v in report["model"].items()))
+    if report.get("experts"):
+        x = report["experts"]
+        table.add_row("experts", f"2: transformer (high noise) and {x['second']} (low noise, same shape), "
+                      f"boundary_ratio {x['boundary_ratio']:g}; parameter figures are per expert")
     if report["presets"]:
         table.add_row("presets", ", ".join(report["presets"]))
     elif report["nearest"]:

@@ -35,7 +35,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"model     {name}: {m.attention} attention, {blocks}, hidden {m.hidden}, "
         f"{m.num_heads} heads x {m.head_dim} (kv {m.num_kv_heads}), ffn {m.ffn_dim}",
         f"workload  {w.kind}, batch {w.batch}, {shape} -> grid {grid} = {fmt_int(s.seq_len)} tokens, "
-        f"{w.steps} steps, guidance {w.guidance_scale:g} ({cfg}), {w.dtype}",
+        f"{w.steps} steps, guidance {w.guidance_scale:g} ({cfg}), {w.dtype}"
+        + (f", low-noise guidance {w.guidance_scale_2:g}" if w.guidance_scale_2 is not None else ""),
         f"layout    dp {lay.dp} x cfg {lay.cfg} x ring {lay.ring} x ulysses {lay.ulysses} = {plan.world_size}"
         f"  ({short(lay)})",
         f"sequence  {fmt_int(s.seq_len)} tokens{pad}, {fmt_int(s.tokens_per_rank)} per rank",
@@ -44,8 +45,18 @@ def summary_lines(plan: Plan) -> list[str]:
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else
                         f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
-    ] + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
+    ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.boundary_ratio is not None else []) \
+      + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
       + ([f"container {describe_container(c.container)}"] if c.container is not None else [])
+
+
+def _expert_words(m, p, kind: str) -> str:
+    """A two-expert model's switch and where the experts live, in words."""
+    switch = (f"transformer (high noise) while t >= {m.boundary_ratio:g} x 1000, then transformer_2 (low noise)")
+    if kind != "generate":
+        return f"{switch}; {kind} runs transformer only"
+    where = "both resident on the GPU" if p.experts == "resident" else "the idle one in host memory (offload)"
+    return f"{switch}; {where}"
 
 
 def _pipeline_words(p) -> str:
@@ -136,6 +147,7 @@ def estimates_table(plan: Plan) -> Any:
         rows.append(("ideal weight gather per step", f"{e['weight_gather_s_per_step_ideal']:.3f} s at "
                      f"{e['weight_gather_gb_per_s']:g} GB/s"))
     rows += prediction_rows(e)
+    rows += expert_rows(e.get("experts"))
     rows += pipeline_rows(e.get("pipeline"))
     if e.get("staging"):
         st = e["staging"]
@@ -144,6 +156,19 @@ def estimates_table(plan: Plan) -> Any:
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+def expert_rows(x: Any) -> list[tuple[str, str]]:
+    """A two-expert generate job: the experts' memory and the switch's copies."""
+    if not x:
+        return []
+    bw = f"{x['host_gb_per_s']:g} GB/s host <-> GPU ({'cluster gpu.host_gb_per_s' if x['host_gb_per_s_source'] == 'cluster' else 'default'})"
+    if x["placement"] == "resident":
+        return [("experts (2, resident)", f"{human_bytes(x['gpu_bytes_per_gpu'])} on the GPU; switch moves nothing")]
+    return [("experts (2, offload)", f"{human_bytes(x['gpu_bytes_per_gpu'])} on the GPU, "
+             f"{human_bytes(x['host_bytes_per_gpu'])} in host memory"),
+            ("expert switch", f"{human_bytes(x['switch_bytes_per_gpu'])} moved: {x['switch_s']:.2f} s at {bw}, "
+             "per prompt batch (and back before the next)")]
 
 
 def _shard_note(plan: Plan) -> str:
@@ -213,11 +238,12 @@ def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
 def memory_options_table(plan: Plan) -> Any:
     """What ``auto`` tried before its choice (plan.estimates.memory_options), cheapest first."""
     t = plain_table(title="memory options auto tried (cheapest in time first)", title_justify="left")
-    for col in ("shard_weights", "text_encoder", "vae", "GiB/GPU", "fits"):
+    experts = plan.model.boundary_ratio is not None
+    for col in ("shard_weights", "text_encoder", "vae", *(("experts",) if experts else ()), "GiB/GPU", "fits"):
         t.add_column(col, justify="right" if col == "GiB/GPU" else "left")
     for o in plan.estimates["memory_options"]:
-        t.add_row(o["shard_weights"], o["text_encoder"], o["vae"], f"{o['memory_gib_per_gpu']:.1f}",
-                  "yes" if o["fits"] else "no")
+        t.add_row(o["shard_weights"], o["text_encoder"], o["vae"], *((o["experts"],) if experts else ()),
+                  f"{o['memory_gib_per_gpu']:.1f}", "yes" if o["fits"] else "no")
     return t
 
 
@@ -249,7 +275,7 @@ def _count(n: float) -> str:
 #: Short column headers of the cost model's terms (plan --rank).
 TERM_HEADERS = {"attention": "attn", "gemm": "gemm", "elementwise": "elem", "all_to_all": "a2a",
                 "ring_merge": "merge", "ring_exposed": "ring exp", "overhead": "ovh",
-                "weight_gather": "gather"}
+                "eager_host": "host", "weight_gather": "gather"}
 
 
 def _weights_cell(plan: Plan) -> str:

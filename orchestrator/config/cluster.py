@@ -57,6 +57,8 @@ def validate_cluster(c: ClusterSpec, source: str) -> ClusterSpec:
             raise bad(key, f"must be >= 1, got {getattr(c, key)}")
     if c.gpu.memory_gib <= 0 or c.gpu.bf16_tflops <= 0:
         raise bad("gpu", "memory_gib and bf16_tflops must be > 0")
+    if c.gpu.host_gb_per_s is not None and not c.gpu.host_gb_per_s > 0:
+        raise bad("gpu.host_gb_per_s", f"must be > 0 (GB/s host <-> GPU), got {c.gpu.host_gb_per_s}")
     if c.intra_node.fabric not in INTRA_FABRICS:
         raise bad("intra_node.fabric", f"must be one of {', '.join(INTRA_FABRICS)}, got {c.intra_node.fabric!r}")
     if c.inter_node.fabric not in INTER_FABRICS:

@@ -22,10 +22,9 @@ from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
-from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, MAX_NAME, OUTPUT_FORMATS,
-                                               SCHEDULERS,
-                                               SHARD_WEIGHTS, STAGE_MODES, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
-                                               WORKLOAD_KINDS)
+from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
+                                               MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+                                               TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
@@ -89,6 +88,10 @@ class WorkloadSpec:
     output_format: Optional[str] = None  # mp4 | png; default: mp4 for Wan2.1, png for Flux.1
     fps: int = 16
     tiny_weights: bool = False  # create a tiny random pipeline at model.weights if it is missing
+    # two-expert models (Wan2.2 A14B): the low-noise expert's CFG scale; unset = guidance_scale
+    guidance_scale_2: Optional[float] = None
+    # image-to-video (Wan2.2 I2V A14B): the first frame, an image file; relative to the job file's folder
+    image: Optional[str] = None
     cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference, benchmark)
 
 
@@ -112,6 +115,9 @@ class PipelineSpec:
     text_encoder: str = "auto"
     #: leader | tiled | parallel (vocab.VAE_PLACEMENTS), or auto: likewise.
     vae: str = "auto"
+    #: two-expert models (Wan2.2 A14B): resident | offload (vocab.EXPERT_PLACEMENTS), or auto:
+    #: both on the GPU when they fit, else the idle one in host memory.
+    experts: str = "auto"
 
 
 @dataclass
@@ -267,6 +273,8 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     _validate_cache(w, bad)
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
+    if w.guidance_scale_2 is not None and w.guidance_scale_2 < 0:
+        raise bad("workload.guidance_scale_2", f"must be >= 0, got {w.guidance_scale_2}")
     has_shape = any(getattr(w, k) is not None for k in ("height", "width"))
     if w.seq_len is not None and (has_shape or w.frames is not None):
         raise bad("workload.seq_len", "conflicts with frames/height/width; give either seq_len or the video shape")
@@ -350,7 +358,8 @@ def effective_container(cluster_container: Optional[ContainerSpec], job: JobSpec
 def _validate_pipeline(job: JobSpec, bad) -> None:
     """``pipeline.*``: a known placement, and only on a generate job (the others have no text
     encoder or VAE)."""
-    for key, allowed in (("text_encoder", TEXT_ENCODER_PLACEMENTS), ("vae", VAE_PLACEMENTS)):
+    for key, allowed in (("text_encoder", TEXT_ENCODER_PLACEMENTS), ("vae", VAE_PLACEMENTS),
+                         ("experts", EXPERT_PLACEMENTS)):
         value = getattr(job.pipeline, key)
         if value not in (*allowed, "auto"):
             raise bad(f"pipeline.{key}", f"must be one of {', '.join(allowed)} or auto, got {value!r}")
@@ -373,3 +382,5 @@ def _validate_generate(w: WorkloadSpec, bad) -> None:
                   f"got {w.scheduler!r}")
     if w.seq_len is not None:
         raise bad("workload.seq_len", "generate needs the video/image shape (frames, height, width), not seq_len")
+    if w.image is not None and not str(w.image).strip():
+        raise bad("workload.image", "is empty; give the first frame's image file (image-to-video models only)")

@@ -10,6 +10,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from .models.wan import PRESETS as WAN_PRESETS
+
+PRESET_KNOBS = {name: dict(p.knobs) for name, p in WAN_PRESETS.items()}
+
 #: The modules the generate workload imports; all come with ``pip install sporch[pipelines]``.
 PIPELINE_MODULES = ("diffusers", "transformers", "imageio", "imageio_ffmpeg")
 EXTRA_HINT = "pip install sporch[pipelines]"
@@ -66,15 +70,22 @@ def read_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
+def image_to_video(model: Any) -> bool:
+    """The model takes a latent image condition (more input than output channels: Wan I2V)."""
+    knobs = {**PRESET_KNOBS.get(str(model.preset or ""), {}), **dict(getattr(model, "knobs", None) or {})}
+    return int(knobs.get("out_channels") or model.in_channels) < int(model.in_channels)
+
+
 def family_of(model: Any) -> str:
-    """'wan' (cross attention, text-to-video) or 'flux' (joint attention, text-to-image), from
-    the plan's model section."""
+    """'wan' (cross attention, text- or image-to-video without a CLIP image encoder) or 'flux'
+    (joint attention, text-to-image), from the plan's model section."""
     attention = model.attention
-    if attention == "cross" and model.preset != "wan2.1-i2v-14b":
+    clip = model.preset == "wan2.1-i2v-14b" or (getattr(model, "knobs", None) or {}).get("image_dim")
+    if attention == "cross" and not clip:
         return "wan"
     if attention == "joint":
         return "flux"
-    raise ValueError(f"workload.kind=generate needs a text-to-video (Wan2.1 T2V, attention cross) or "
+    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V, Wan2.2 A14B T2V/I2V, attention cross) or "
                      f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
                      f"attention {attention!r}")
 
@@ -102,4 +113,12 @@ def check_generate(model: Any, workload: Any) -> list[str]:
             read_prompts(workload.prompt_file)
         except ValueError as exc:
             problems.append(str(exc))
+    image = getattr(workload, "image", None)
+    if image_to_video(model) and not image:
+        problems.append(f"model {model.preset or model.weights} is image-to-video: set workload.image (the first frame)")
+    elif image and not image_to_video(model):
+        problems.append(f"workload.image is the first frame of an image-to-video model, but model "
+                        f"{model.preset or model.weights} is text-to-video; remove it")
+    elif image and not Path(image).expanduser().is_file():
+        problems.append(f"workload.image {image} is not a file")
     return problems

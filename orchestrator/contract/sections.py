@@ -89,6 +89,15 @@ class ModelSection(Section):
     # pooled_dim, image_dim, rope_max_seq_len, ...: contract/models/checkpoint_config.py) when the
     # model comes from the checkpoint; None: the preset's (the runtime's ModelConfig reads both)
     knobs: Optional[Dict[str, Any]] = None
+    # Wan2.2 A14B's two experts (docs/model.md, "Wan2.2"): ``transformer`` denoises the steps whose
+    # timestep t >= boundary_ratio x the scheduler's num_train_timesteps, ``transformer_2`` the
+    # rest (diffusers' WanPipeline rule). None: one transformer.
+    boundary_ratio: Optional[float] = None
+
+    @property
+    def experts(self) -> int:
+        """Transformers the model denoises with: 2 with a boundary, else 1."""
+        return 1 if self.boundary_ratio is None else 2
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,10 @@ class WorkloadSection(Section):
     output_format: Optional[str] = None  # vocab.OUTPUT_FORMATS; None = mp4 for video models, png for images
     fps: int = 16
     tiny_weights: bool = False
+    # the low-noise expert's CFG scale (two-expert models); None = guidance_scale (as WanPipeline)
+    guidance_scale_2: Optional[float] = None
+    # image-to-video: the first frame's image file (absolute in the plan); None for text-to-video
+    image: Optional[str] = None
     cache: Optional[CacheSection] = None  # None: no step caching
 
 
@@ -181,6 +194,9 @@ class PlacementSection(Section):
     text_encoder: str = "leader"
     vae: str = "leader"
     pipeline_degree: int = 1
+    # two-expert models (model.boundary_ratio): vocab.EXPERT_PLACEMENTS: both experts on the GPU
+    # (resident), or the idle one in host memory, moved in at the switch (offload)
+    experts: str = "resident"
 
 
 # -- cluster -------------------------------------------------------------------------------------
@@ -201,6 +217,9 @@ class GpuSpec(Section):
     model: str = "unknown"
     memory_gib: float = 80.0
     bf16_tflops: float = 100.0  # dense bf16 TFLOP/s
+    # host <-> GPU copies, GB/s one direction (PCIe, NVLink-C2C); None: the planner's default
+    # (plan/experts.py HOST_GB_PER_S)
+    host_gb_per_s: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ TEXT_ENCODER_PLACEMENTS: tuple[str, ...] = ("leader", "sharded", "cpu")
 #: ``pipeline.vae`` (generate): the whole decode on the leader, diffusers' tiled decode on the
 #: leader, or the latent split by rows over the leader's sequence group (exact, halos per conv).
 VAE_PLACEMENTS: tuple[str, ...] = ("leader", "tiled", "parallel")
+#: Where a two-expert model's (Wan2.2 A14B) experts live: both on the GPU, or the idle one in
+#: host memory (docs/plan.md, "Two experts").
+EXPERT_PLACEMENTS: tuple[str, ...] = ("resident", "offload")
 #: ``model.stage``: ranks read the weights where they are, or a verified copy per node.
 STAGE_MODES: tuple[str, ...] = ("shared", "node")
 #: ``stage_cleanup`` (cluster): keep a node's staged copy for later jobs, or remove it at the end.

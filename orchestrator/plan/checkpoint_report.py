@@ -16,6 +16,7 @@ from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.models import PRESETS
 from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
+from sporch.orchestrator.contract.models.checkpoint_experts import read_experts
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.resolve import disagreements, resolve_model
 
@@ -39,6 +40,11 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[st
         model, note = None, str(exc)
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None
+    try:
+        experts = read_experts(path)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    boundary = experts.boundary_ratio if experts is not None else None
     counts: dict[str, int] = {}
     for info in files.tensors.values():
         counts[info.dtype] = counts.get(info.dtype, 0) + math.prod(info.shape)
@@ -51,8 +57,11 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[st
         "tensors": len(files.tensors), "parameters": total, "dtypes": counts, "bytes": nbytes,
         "model": {**model.fields, **model.knobs} if model else None,
         "memory_per_gpu": {"whole": nbytes, **{f"sharded over {n}": math.ceil(nbytes / n) for n in gpus if n > 1}},
+        # Wan2.2 A14B: the figures above are the first expert's; transformer_2 has as many
+        "experts": None if experts is None else {"count": 2, "boundary_ratio": boundary,
+                                                 "second": str(experts.second)},
     }
-    out.update(_presets(model) if model else {"presets": [], "nearest": None})
+    out.update(_presets(model, boundary) if model else {"presets": [], "nearest": None})
     return out
 
 
@@ -63,15 +72,20 @@ def _guess(tensors) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
-def _presets(model) -> dict[str, Any]:
-    """The published presets of the checkpoint's family it matches, or the nearest one and how it differs."""
+def _presets(model, boundary: Optional[float] = None) -> dict[str, Any]:
+    """The published presets of the checkpoint's family it matches, or the nearest one and how it
+    differs (``boundary``: the folder's two experts' boundary_ratio, None for one transformer)."""
     attention = model.fields["attention"]
     found: list[tuple[str, list[str]]] = []
     for name, preset in PRESETS.items():
         if preset.shape.get("attention") != attention or not preset.knobs:
             continue  # another family, or a shape-only stand-in
         section = resolve_model(ModelSpec(preset=name))
-        found.append((name, disagreements(model, section, dict(preset.knobs), label="preset")))
+        wrong = disagreements(model, section, dict(preset.knobs), label="preset")
+        if preset.knobs.get("boundary_ratio") != boundary:
+            wrong.append(f"boundary_ratio {boundary!r} (preset: {preset.knobs.get('boundary_ratio')!r}, "
+                         "model_index.json)")
+        found.append((name, wrong))
     matches = [name for name, wrong in found if not wrong]
     nearest = min(((len(wrong), name, wrong) for name, wrong in found if wrong), default=None)
     return {"presets": matches,

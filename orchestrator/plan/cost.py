@@ -6,14 +6,21 @@ dp / cfg replicas run independently, so one rank's time is the step time):
     gemm        = gemm FLOPs / (peak x gemm_efficiency)
     attention   = attention FLOPs / (peak x attention_efficiency x occupancy)
     elementwise = tokens x hidden x elementwise_bytes / HBM bandwidth
+                  (compiled blocks: compiled_elementwise_bytes, the glue Inductor fuses)
     all-to-all  = bytes / (link x link_efficiency)
                   + 2 calls x (ulysses - 1) peers x a2a_latency_s                 (ulysses > 1)
     ring merge  = (R - 1) merges of a block's output into the accumulator:
-                  query tokens x heads x head_dim x ring_merge_bytes / HBM bandwidth  (ring > 1)
+                  query tokens x heads x head_dim x ring_merge_bytes / HBM bandwidth
+                  + ring_step_s, the fixed cost of one more block (its attention and merge
+                  kernels' launches and tails)                                     (ring > 1)
     ring        = R blocks (attention / R + its merge); each of the R - 1 K/V transfers
                   (bytes / (link x link_efficiency) + p2p_latency_s) hides behind one block:
                   exposed = (R - 1) x max(0, transfer - block)                   (ring > 1)
     overhead    = layer_overhead_s
+    eager host  = what an eager (not compiled) run's host adds per layer where it cannot run
+                  ahead of the GPU: eager_a2a_message_s per all-to-all message (the reshapes
+                  and copies around each peer's chunk) + eager_ring_layer_s once per layer
+                  when ring > 1 (the ring loop's per-step launches and merges)  (eager only)
     weight gather (parameters sharded, FSDP2): each block is all-gathered before it runs,
                   gather = block's share of the bytes / (link x link_efficiency); the next
                   block's gather is prefetched behind this block's compute (gemm + attention
@@ -21,8 +28,13 @@ dp / cfg replicas run independently, so one rank's time is the step time):
                   exposed = gather + (layers - 1) x max(0, gather - compute)   (per step)
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
-                     + overhead) + weight gather
+                     + overhead + eager host) + weight gather
     job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
+
+GEMM FLOPs are 2 x the parameters a token passes through (``estimates.token_parameters``:
+no modulation, one stream of a double block) per token, plus the cross-attention's text keys
+and values on every rank. A plan compiles its blocks when ``workload.compile`` is not false
+and the parameters are not sharded (the runtime's rule on a GPU).
 
 ``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
 sample of a ring block: few heads per rank or short local sequences leave SMs idle.
@@ -47,12 +59,14 @@ from sporch.orchestrator.config.calibration_file import CONSTANTS
 from sporch.orchestrator.errors import SporchError
 
 #: The constants (CONSTANTS: the GPU table's columns) that calibration fits.
-FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "ring_merge_bytes", "link_efficiency",
-          "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "fixed_s")
+FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "compiled_elementwise_bytes",
+          "ring_merge_bytes", "ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s",
+          "layer_overhead_s", "eager_a2a_message_s", "eager_ring_layer_s", "fixed_s")
 #: Constants that enter as 1 / value (rates); the others enter as they are (costs).
 INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency")
 #: Breakdown terms, in display order.
-TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead", "weight_gather")
+TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead", "eager_host",
+         "weight_gather")
 A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
 TILE_ROWS = 128
 GPU_TABLE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
@@ -117,6 +131,7 @@ class CostInputs:
     generation: bool  # the full pipeline runs (text encoder, VAE): fixed costs apply
     gather_bytes: float = 0.0  # per step: the parameters' all-gathers (sharded weights)
     gather_bw: float = 1.0  # B/s, nominal
+    compiled: bool = False  # blocks compiled (torch.compile): fused glue, no eager host terms
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
@@ -128,7 +143,9 @@ def inputs_from_plan(plan: Any) -> CostInputs:
     text_rank = int(e.get("text_tokens_per_rank") or 0)
     seq_total = plan.sequence.padded_len + text_rank * R * U
     q_heads = max(plan.heads.q_heads_per_rank)
-    gemm = 2.0 * float(e["parameters"]) * seq_total * samples / (R * U)
+    # older plans have no token_parameters: every parameter per token, as they were predicted
+    token_params = float(e.get("token_parameters") or e["parameters"])
+    gemm = 2.0 * token_params * seq_total * samples / (R * U) + float(e.get("context_flops_per_sample") or 0) * samples
     attention = 4.0 * seq_total * seq_total * m.head_dim * q_heads * layers * samples / R
     return CostInputs(
         peak_flops=float(plan.cluster.gpu.bf16_tflops) * 1e12,
@@ -144,7 +161,16 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         generation=plan.workload.kind == "inference",
         gather_bytes=float(e.get("weight_gather_bytes_per_rank_per_step") or 0.0),
         gather_bw=float(e.get("weight_gather_gb_per_s") or 1.0) * 1e9,
+        compiled=compiles(plan),
     )
+
+
+def compiles(plan: Any) -> bool:
+    """Whether the runtime compiles this plan's blocks on a GPU: ``workload.compile`` unset or
+    true, and the parameters not sharded (a sharded model is not compiled: docs/model.md)."""
+    placement = getattr(plan, "placement", None)
+    sharded = placement is not None and placement.shard_weights != "none"
+    return plan.workload.compile is not False and not sharded
 
 
 # -- the model --------------------------------------------------------------------------------
@@ -164,6 +190,7 @@ class Prediction:
     ring_merge: float
     ring_exposed: float
     overhead: float
+    eager_host: float
     weight_gather: float
     fixed_s: float  # per job
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
@@ -182,15 +209,18 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
     t = {
         "gemm": x.gemm_flops / L / (x.peak_flops * c["gemm_efficiency"]),
         "attention": x.attention_flops / L / (x.peak_flops * c["attention_efficiency"] * occ),
-        "elementwise": x.samples * x.tokens_rank * x.hidden * c["elementwise_bytes"] / (c["hbm_gb_per_s"] * 1e9),
+        "elementwise": x.samples * x.tokens_rank * x.hidden * _elementwise_bytes(x, c) / (c["hbm_gb_per_s"] * 1e9),
         "all_to_all": (x.a2a_bytes / (x.a2a_bw * c["link_efficiency"]) + _a2a_messages(x) * c["a2a_latency_s"]
                        if x.ulysses > 1 else 0.0),
         "overhead": c["layer_overhead_s"],
+        "eager_host": (0.0 if x.compiled else
+                       _a2a_messages(x) * c["eager_a2a_message_s"] + (c["eager_ring_layer_s"] if x.ring > 1 else 0.0)),
         "gather": x.gather_bytes / L / (x.gather_bw * c["link_efficiency"]),
     }
     t["ring_merge"] = 0.0
     if x.ring > 1:
-        t["ring_merge"] = (x.ring - 1) * _merge_elements(x) * c["ring_merge_bytes"] / (c["hbm_gb_per_s"] * 1e9)
+        t["ring_merge"] = (x.ring - 1) * (_merge_elements(x) * c["ring_merge_bytes"] / (c["hbm_gb_per_s"] * 1e9)
+                                          + c["ring_step_s"])
         t["ring_transfer"] = x.ring_bytes / (x.ring - 1) / (x.ring_bw * c["link_efficiency"]) + c["p2p_latency_s"]
         t["ring_block"] = (t["attention"] + t["ring_merge"]) / x.ring
     return t
@@ -211,6 +241,14 @@ def _a2a_messages(x: CostInputs) -> int:
     return A2A_CALLS_PER_LAYER * (x.ulysses - 1)
 
 
+def _elementwise_key(x: CostInputs) -> str:
+    return "compiled_elementwise_bytes" if x.compiled else "elementwise_bytes"
+
+
+def _elementwise_bytes(x: CostInputs, c: Mapping[str, float]) -> float:
+    return c[_elementwise_key(x)]
+
+
 def _merge_elements(x: CostInputs) -> float:
     """Output elements one ring merge reads and writes (per layer, this rank)."""
     return x.samples * (x.seq_total / x.ring) * x.q_heads_max * x.head_dim
@@ -223,7 +261,8 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
     if x.ring > 1:
         bound = t["ring_transfer"] > t["ring_block"]
         exposed = (x.ring - 1) * max(0.0, t["ring_transfer"] - t["ring_block"])
-    step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead")}
+    step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead",
+                                  "eager_host")}
     step["ring_exposed"] = L * exposed
     step["weight_gather"] = 0.0
     if x.gather_bytes > 0:
@@ -242,8 +281,12 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
     attn = x.attention_flops / (x.peak_flops * occ)
     f = dict.fromkeys(FITTED, 0.0)
     f["gemm_efficiency"] = x.gemm_flops / x.peak_flops
-    f["elementwise_bytes"] = L * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
+    elem = _elementwise_key(x)
+    f[elem] = L * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
     f["layer_overhead_s"] = float(L)
+    if not x.compiled:
+        f["eager_a2a_message_s"] = float(L * _a2a_messages(x))
+        f["eager_ring_layer_s"] = float(L) if x.ring > 1 else 0.0
     if x.ulysses > 1:
         f["link_efficiency"] += L * x.a2a_bytes / x.a2a_bw
         f["a2a_latency_s"] = float(L * _a2a_messages(x))
@@ -251,10 +294,12 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
     if x.ring > 1:
         merge = L * (x.ring - 1) * _merge_elements(x) / (c["hbm_gb_per_s"] * 1e9)
         f["ring_merge_bytes"] = merge
+        f["ring_step_s"] = float(L * (x.ring - 1))
         if predict(x, c).ring_comm_bound:
             # + L (R-1) (transfer - block), block = (attention + merge) / (L R): both keep 1/R
             f["attention_efficiency"] = attn / x.ring
             f["ring_merge_bytes"] = merge / x.ring
+            f["ring_step_s"] = float(L * (x.ring - 1)) / x.ring
             f["link_efficiency"] += L * x.ring_bytes / x.ring_bw
             f["p2p_latency_s"] = float(L * (x.ring - 1))
     if x.gather_bytes > 0:
@@ -264,7 +309,7 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
             f["link_efficiency"] += (L - 1) * x.gather_bytes / L / x.gather_bw
             f["gemm_efficiency"] -= (L - 1) / L * x.gemm_flops / x.peak_flops
             f["attention_efficiency"] -= (L - 1) / L * attn
-            f["elementwise_bytes"] -= (L - 1) * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
+            f[elem] -= (L - 1) * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
     if level == "job":
         f = {k: v * x.steps for k, v in f.items()}
         f["fixed_s"] = 1.0 if x.generation else 0.0

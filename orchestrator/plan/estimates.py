@@ -52,6 +52,37 @@ def parameter_parts(model: ModelSection) -> dict[str, int]:
     return {"blocks": int(blocks), "largest_block": int(largest), "root": int(embed + head)}
 
 
+def token_parameter_count(model: ModelSection) -> int:
+    """Parameters of the linears one image/video token passes through in a forward (what a
+    token's GEMM FLOPs are 2x of): not the per-sample modulation (adaLN) and timestep layers,
+    one stream of a double-stream block (an image token never meets the text weights), and for
+    cross-attention only the query and output projections (keys and values are the text's:
+    :func:`context_flops_per_sample`). Flux.1-dev: 6.46 B of its 11.9 B parameters."""
+    h, f = model.hidden, model.ffn_dim
+    kvd = model.num_kv_heads * model.head_dim
+    attn = 2 * h * h + 2 * h * kvd
+    ffn = 2 * h * f
+    kind = model.attention
+    if kind == "self":
+        blocks = model.depth * (attn + ffn)
+    elif kind == "cross":
+        blocks = model.depth * (attn + 2 * h * h + ffn)
+    else:
+        blocks = model.depth * (attn + ffn) + model.single_depth * (h * (3 * h + f) + (h + f) * h)
+    pt, ph, pw = model.patch
+    patch_in = model.in_channels * pt * ph * pw
+    return int(blocks + 2 * patch_in * h)
+
+
+def context_flops_per_sample(model: ModelSection) -> int:
+    """FLOPs of the cross-attention keys and values over the text tokens, per sample and step:
+    every rank computes them whole (the text is not sharded)."""
+    if model.attention != "cross":
+        return 0
+    kvd = model.num_kv_heads * model.head_dim
+    return int(2 * model.depth * model.text_len * 2 * model.hidden * kvd)
+
+
 def estimate(
     model: ModelSection,
     workload: WorkloadSection,
@@ -107,11 +138,14 @@ def estimate(
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes + RESERVED_BYTES
     gpu_mem = float(cluster.gpu.memory_gib) * GIB
-    # Compute: 2 * params * tokens for the linears + 4 * S^2 * hidden per attention layer.
+    # Compute: 2 * (a token's parameters) per token for the linears + 4 * S^2 * hidden per
+    # attention layer, sharded; the text's cross-attention keys and values on every rank.
     layers = model.depth + model.single_depth
     seq_group = sequence.seq_len + text
-    flops_sample = 2 * params * seq_group + 4 * seq_group * seq_group * model.hidden * layers
-    flops_step_rank = flops_sample * samples / (R * U)
+    token_params = token_parameter_count(model)
+    context_flops = context_flops_per_sample(model)
+    flops_sample = 2 * token_params * seq_group + 4 * seq_group * seq_group * model.hidden * layers
+    flops_step_rank = flops_sample * samples / (R * U) + context_flops * samples
     tflops = float(cluster.gpu.bf16_tflops)
     gpn = int(cluster.gpus_per_node)
     intra = float(cluster.intra_node.gb_per_s) * 1e9
@@ -132,6 +166,8 @@ def estimate(
         "attention_calls_per_step": layers,
         "comm_bytes_per_rank_per_step": (a2a + ring_bytes) * layers,
         "parameters": params,
+        "token_parameters": token_params,
+        "context_flops_per_sample": context_flops,
         "parameter_bytes_per_gpu": param_bytes,
         "parameter_bytes_full": full_bytes,
         "shard_degree": shard_degree,

@@ -48,7 +48,7 @@ def resolve_prompt_file(prompt_file: Optional[str], source: Optional[str]) -> Op
 
 def _family(model: ModelSection) -> Optional[str]:
     preset = model.preset or ""
-    if preset.startswith("wan2.1-t2v"):
+    if preset.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b")):  # Wan2.2 A14B: umT5 and the Wan2.1 VAE
         return "wan"
     if preset.startswith("flux.1"):
         return "flux"

@@ -4,7 +4,9 @@
 them (FSDP2, one unit per block) over each replica's ring x ulysses ranks; ``world`` over every
 rank. A generate job also places its text encoder (``pipeline.text_encoder``: leader, sharded
 over the sequence group, or on the leader's cpu) and its VAE (``pipeline.vae``: leader, tiled,
-or parallel over the sequence group).
+or parallel over the sequence group). A generate job of a two-expert model (Wan2.2 A14B) places
+its experts (``pipeline.experts``: both resident on the GPU, or the idle one offloaded to host
+memory and moved in at the switch).
 
 ``auto`` (the default of each) keeps the plain placement when its estimate fits in GPU memory.
 Otherwise it tries the combinations of the ``auto`` settings cheapest first, by what each costs
@@ -13,7 +15,7 @@ few gathers once per prompt, sharded DiT parameters cost gathers at every step, 
 recomputes the overlaps, an encoder on the CPU is slow), and takes the first that fits; if none
 fits, the one that needs the least memory, and the plan says it does not fit.
 
-Pure: ``estimate_for(shard_degree, text_encoder, vae)`` is handed in and returns the estimate
+Pure: ``estimate_for(shard_degree, text_encoder, vae, experts)`` is handed in and returns the estimate
 dict with ``fits`` and ``memory_bytes_per_gpu``.
 """
 
@@ -28,7 +30,7 @@ from sporch.orchestrator.errors import SporchError
 
 GIB = 1024**3
 Estimate = dict[str, Any]
-EstimateFor = Callable[[int, str, str], Estimate]
+EstimateFor = Callable[[int, str, str, str], Estimate]
 
 #: The relative time cost of each option (0 = the plain placement); combinations are tried in
 #: order of their sum.
@@ -36,8 +38,10 @@ COST: dict[str, dict[str, int]] = {
     "shard_weights": {"none": 0, "sequence": 2, "world": 3},
     "text_encoder": {"leader": 0, "sharded": 1, "cpu": 3},
     "vae": {"leader": 0, "parallel": 1, "tiled": 2},
+    # one host -> GPU copy of an expert per switch, not a gather per step: cheaper than sharding
+    "experts": {"resident": 0, "offload": 1},
 }
-PLAIN = {"shard_weights": "none", "text_encoder": "leader", "vae": "leader"}
+PLAIN = {"shard_weights": "none", "text_encoder": "leader", "vae": "leader", "experts": "resident"}
 
 
 def shard_degree(mode: str, layout: Layout) -> int:
@@ -46,10 +50,12 @@ def shard_degree(mode: str, layout: Layout) -> int:
 
 
 def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: EstimateFor, *,
-                     lockstep: bool = True, generate: bool = False) -> tuple[PlacementSection, Estimate]:
-    """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae:
-    an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a VAE to
-    place (otherwise both stay ``leader``).
+                     lockstep: bool = True, generate: bool = False,
+                     experts: bool = False) -> tuple[PlacementSection, Estimate]:
+    """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae,
+    experts: an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a
+    VAE to place (otherwise both stay ``leader``); ``experts``: and two experts (otherwise
+    ``resident``).
 
     ``lockstep``: every dp replica runs the same number of forwards (benchmark, verify,
     inference; not generate, where replicas run their own prompts): ``world`` needs it, since
@@ -58,23 +64,26 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
         raise SporchError(f"parallel.shard_weights=world needs every rank to run the same forwards, but the "
                           f"{layout.dp} dp replicas of a generate job run their own prompts: use "
                           "parallel.shard_weights=sequence (or auto)")
-    options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate) for key in COST}
+    options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate, experts) for key in COST}
     combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
                     key=lambda c: (sum(COST[k][v] for k, v in c.items()), *(COST[k][c[k]] for k in COST)))
     tried: list[tuple[dict[str, str], Estimate]] = []
     for combo in combos:
-        est = estimate_for(shard_degree(combo["shard_weights"], layout), combo["text_encoder"], combo["vae"])
+        est = estimate_for(shard_degree(combo["shard_weights"], layout), combo["text_encoder"], combo["vae"],
+                           combo["experts"])
         tried.append((combo, est))
         if est["fits"]:
             break
     combo, est = tried[-1] if tried[-1][1]["fits"] else min(tried, key=lambda t: t[1]["memory_bytes_per_gpu"])
-    reason = _why(modes, tried[0], (combo, est), layout, generate)
+    reason = _why(modes, tried[0], (combo, est), layout, generate, experts)
     est = {**est, "memory_options": [_option_row(c, e) for c, e in tried]} if len(tried) > 1 else est
     return _section(combo, layout, reason), est
 
 
-def _options(key: str, mode: str, layout: Layout, lockstep: bool, generate: bool) -> list[str]:
+def _options(key: str, mode: str, layout: Layout, lockstep: bool, generate: bool, experts: bool) -> list[str]:
     """The options ``auto`` may try for ``key`` (or the one the job names)."""
+    if key == "experts":
+        return (["resident", "offload"] if mode == "auto" else [mode]) if generate and experts else ["resident"]
     if key != "shard_weights" and not generate:
         return ["leader"]
     if mode != "auto":
@@ -99,7 +108,8 @@ def _section(combo: dict[str, str], layout: Layout, reason: str) -> PlacementSec
     vae = "leader" if combo["vae"] == "parallel" and spread <= 1 else combo["vae"]
     return PlacementSection(shard_weights=combo["shard_weights"] if degree > 1 else "none", shard_degree=degree,
                             reason=reason, text_encoder=text, vae=vae,
-                            pipeline_degree=spread if "sharded" == text or "parallel" == vae else 1)
+                            pipeline_degree=spread if "sharded" == text or "parallel" == vae else 1,
+                            experts=combo["experts"])
 
 
 def _option_row(combo: dict[str, str], est: Estimate) -> dict[str, Any]:
@@ -111,6 +121,8 @@ def _what(key: str, value: str, layout: Layout) -> str:
     if key == "shard_weights":
         where = ("each replica's sequence ranks" if value == "sequence" else "all ranks")
         return f"parameters sharded over {where} ({shard_degree(value, layout)})"
+    if key == "experts":
+        return {"offload": "the idle expert in host memory", "resident": "both experts on the GPU"}[value]
     if key == "text_encoder":
         return {"sharded": f"text encoder sharded over each sequence group ({layout.sequence_degree})",
                 "cpu": "text encoder on the leader's CPU", "leader": "text encoder on the leader"}[value]
@@ -119,8 +131,8 @@ def _what(key: str, value: str, layout: Layout) -> str:
 
 
 def _why(modes: dict[str, str], first: tuple[dict[str, str], Estimate], chosen: tuple[dict[str, str], Estimate],
-         layout: Layout, generate: bool) -> str:
-    keys = [k for k in COST if generate or k == "shard_weights"]
+         layout: Layout, generate: bool, experts: bool = False) -> str:
+    keys = [k for k in COST if (generate and (k != "experts" or experts)) or k == "shard_weights"]
     auto = [k for k in keys if modes.get(k, "auto") == "auto"]
     if not auto:
         return "; ".join(f"{'parallel' if k == 'shard_weights' else 'pipeline'}.{k}: {modes[k]}" for k in keys)

@@ -23,6 +23,7 @@ from sporch.orchestrator.plan.layouts import (
     resolve_layout,
 )
 from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
+from sporch.orchestrator.plan.experts import with_experts
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
@@ -30,6 +31,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.orchestrator.contract.generate_inputs import image_to_video
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -125,8 +127,34 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         output_format=w.output_format,
         fps=w.fps,
         tiny_weights=bool(w.tiny_weights),
+        guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
+        image=resolve_prompt_file(w.image, source),
         cache=cache_section(w),
     )
+
+
+def check_image(job: JobSpec, model: sections.ModelSection) -> None:
+    """A generate job of an image-to-video model needs ``workload.image``; no other takes one."""
+    w, name = job.workload, model.preset or "from model.weights"
+    i2v = image_to_video(model)
+    if w.kind == "generate" and i2v and not w.image:
+        raise SporchError(f"the model ({name}) is image-to-video: set workload.image to the first frame's image file")
+    if w.image and not (i2v and w.kind == "generate"):
+        raise SporchError(f"workload.image is the first frame of an image-to-video generate job, but the model ({name}) "
+                          f"is text-to-video or workload.kind is {w.kind}; remove it")
+
+
+def check_expert_keys(job: JobSpec, model: sections.ModelSection) -> None:
+    """``workload.guidance_scale_2`` and ``pipeline.experts`` only for a two-expert model."""
+    if model.experts > 1:
+        return
+    name = model.preset or "from model.weights"
+    if job.workload.guidance_scale_2 is not None:
+        raise SporchError(f"workload.guidance_scale_2 is the low-noise expert's CFG scale, but the model ({name}) has "
+                          "one transformer; remove it (two experts: Wan2.2 A14B)")
+    if job.pipeline.experts != "auto":
+        raise SporchError(f"pipeline.experts places two experts, but the model ({name}) has one transformer; "
+                          "remove it (two experts: Wan2.2 A14B)")
 
 
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
@@ -182,13 +210,19 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     generate = workload.kind == "generate"
 
-    def estimate_for(degree: int, text_encoder: str, vae: str) -> dict:
+    check_expert_keys(job, model)
+    check_image(job, model)
+
+    def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> dict:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
-        return with_pipeline(est, model, workload, layout, text_encoder, vae) if generate else est
+        if not generate:
+            return est
+        return with_pipeline(with_experts(est, model, cluster_s, experts), model, workload, layout, text_encoder, vae)
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
-             "vae": job.pipeline.vae}
-    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate)
+             "vae": job.pipeline.vae, "experts": job.pipeline.experts}
+    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
+                                      experts=model.experts > 1)
     est = {**est, "shard_weights": placement.shard_weights}
     staging = staging_estimate(model, workload, cluster, ctx.nodes)
     if staging:

@@ -3,20 +3,21 @@
 Each case is one machine (one node of N GPUs) running one model and workload under several
 layouts; :func:`observations` plans every measured layout with sporch's planner and pairs the
 cost model's inputs with the published seconds per generation (a "job"-level observation:
-steps x step + fixed costs).
+steps x step + fixed costs). :func:`published_seconds` finds the published time of a plan's
+own run (a campaign point that repeats a published measurement).
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
 from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import inputs_from_plan
+from sporch.orchestrator.plan.cost import compiles, gpu_entry, inputs_from_plan
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
 
@@ -52,7 +53,8 @@ def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | N
         intra_node=IntraNodeSpec(**c["intra_node"]), calibration_constants=dict(constants or {}),
     ), c["name"])
     job = JobSpec(name=c["name"], model=ModelSpec(preset=c["model"]),
-                  workload=WorkloadSpec(kind="inference", dtype="bfloat16", **c["workload"]),
+                  workload=WorkloadSpec(kind="inference", dtype="bfloat16", compile=bool(c["compile"]),
+                                        **c["workload"]),
                   parallel=ParallelSpec(**layout.sizes(), shard_weights="none"))  # measured unsharded
     return make_plan(cluster, validate_job(job, c["name"]))
 
@@ -64,3 +66,24 @@ def layouts(c: dict[str, Any]) -> list[tuple[Layout, float]]:
 def observations(c: dict[str, Any]) -> list[Observation]:
     return [Observation(inputs_from_plan(plan_case(c, lay)), seconds, "job", compact(lay))
             for lay, seconds in layouts(c)]
+
+
+def published_seconds(plan: Plan) -> Optional[tuple[str, float]]:
+    """(case name, published seconds per generation) of a published case measured under
+    ``plan``'s layout with its preset, workload shape, steps, guidance and compile setting on
+    a GPU of the same row of the cost model's table; None when no case matches."""
+    if not plan.model.preset:
+        return None
+    w, lay = plan.workload, plan.layout
+    gpu = gpu_entry(plan.cluster.gpu.model or "")["name"]
+    for c in cases():
+        cw = c["workload"]
+        if (c["model"] != plan.model.preset or gpu_entry(c["gpu"]["model"])["name"] != gpu
+                or bool(c["compile"]) != compiles(plan) or int(cw["steps"]) != w.steps
+                or (cw.get("frames", 1), cw["height"], cw["width"]) != (w.frames or 1, w.height, w.width)
+                or float(cw.get("guidance_scale", 1.0)) != float(w.guidance_scale)):
+            continue
+        for measured, seconds in layouts(c):
+            if measured == Layout(lay.dp, lay.cfg, lay.ring, lay.ulysses):  # a plan's layout as the table's
+                return c["name"], seconds
+    return None

@@ -41,6 +41,7 @@ class ModelConfig:
     distilled: bool = False  # guidance-distilled: one pass per step, no two-pass CFG (Flux.1)
     image_dim: int = 0  # width of CLIP image tokens for image conditioning (Wan I2V: 1280)
     image_len: int = 257  # CLIP image tokens (Wan I2V)
+    boundary_ratio: float | None = None  # Wan2.2 A14B: the expert switch (generate's; one expert's model ignores it)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:

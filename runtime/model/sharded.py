@@ -118,9 +118,11 @@ class ShardedDiT:
     @torch.no_grad()
     def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: Condition, *,
                  guidance_scale: float = 1.0, null_cond: Condition | None = None,
-                 step_cache: StepCache | None = None) -> torch.Tensor:
+                 cfg: bool | None = None, step_cache: StepCache | None = None) -> torch.Tensor:
         """The model's prediction on this rank's chunk, with classifier-free guidance when
-        ``guidance_scale > 1``. A guidance-distilled model (Flux.1) runs one pass instead and
+        ``guidance_scale > 1`` (``cfg``: on or off whatever the scale, as for WanPipeline's
+        low-noise expert, whose ``guidance_scale_2`` combines the branches that ``guidance_scale``
+        turned on). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
         needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar or
         [B]. ``step_cache``: this run's step cache (one call per step; its skip decision is
@@ -136,7 +138,7 @@ class ShardedDiT:
             if guidance_scale > 1.0:
                 raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled without a guidance "
                                  f"input: set workload.guidance_scale <= 1 (got {guidance_scale:g})")
-        if guidance_scale <= 1.0:
+        if not (guidance_scale > 1.0 if cfg is None else cfg):
             return self._run(x_local, t, cond, step_cache=step_cache).float()
         if null_cond is None:
             null_cond = self.model.null_condition(cond)

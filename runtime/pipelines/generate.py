@@ -12,6 +12,9 @@ Noise: prompt ``i`` gets ``seed + i`` and its own ``torch.Generator`` on the CPU
 diffusers' ``randn_tensor`` in the shape the pipelines' ``prepare_latents`` use (float32), so
 ``WanPipeline(prompt_i, generator=torch.Generator().manual_seed(seed + i))`` starts from the
 same noise.
+
+Wan2.2 A14B denoises with two experts (experts.py): the step loop asks for the one of each
+timestep; the result records the step at which the low-noise expert took over.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import torch.distributed as dist
 from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
-from sporch.runtime.model import ShardedDiT, build_sharded, resolve_dtype
+from sporch.runtime.model import ShardedDiT, resolve_dtype
 from sporch.runtime.model.base import unpatchify
-from sporch.runtime.model.cache import make_step_cache
+from sporch.runtime.model.cache import StepCaches
 from sporch.runtime.model.cache.agreement import check_agreement, replica_records
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
@@ -43,6 +46,8 @@ from .latents import LatentStore
 from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
+from .experts import Experts, build_experts
+from .image_condition import image_condition
 from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
 from .vae import Decoder
@@ -106,8 +111,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
-    guidance = spec.guidance_scale
-    cfg_on = spec.family == "wan" and guidance > 1.0
+    cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0
     if spec.family == "flux" and spec.negative_prompt:
         raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
     store = LatentStore(spec, output_dir)
@@ -122,20 +126,21 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
         log(ctx, f"{sum(1 for r in range(len(mine)) if mine[r] in saved)} prompt(s) already denoised "
                  f"(latents in {store.folder}): decoding them without denoising again")
 
-    model = runner = cond_all = null_all = None
+    experts = cond_all = null_all = None
     if todo:
         with stages("encode"):
             prompts = [spec.prompts[i] for i in mine]
             cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on, spec.text_encoder)
+            if spec.image:
+                cond_all, null_all = _with_image(spec, ctx, device, dtype, cond_all, null_all)
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
         with stages("load"):
-            model = build_sharded(spec.model, ctx, plan.placement.shard_weights, dtype=dtype, device=device,
-                                  weights=spec.root, cache=ctx.weight_cache)
-            runner = ShardedDiT(model, ctx, grid=spec.grid)
+            experts = build_experts(spec, ctx, plan.placement.shard_weights, dtype, device)
     image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
     decoder = None
     outputs: list[dict[str, Any]] = []
     step_ms: list[float] = []
+    switches: list[int | None] = []  # per denoised batch: the first step of transformer_2
     cached: list[dict[str, Any]] = []  # per denoised batch: the steps computed and skipped
     latent_shape = None
     with torch.no_grad():
@@ -143,15 +148,15 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
             indices = [mine[r] for r in rows]
             seeds = [spec.seed + i for i in indices]
             if rows in todo:
-                step_cache = make_step_cache(plan.workload.cache, spec.steps, plan.model.preset)
+                step_cache = StepCaches(plan.workload.cache, spec.steps, plan.model.preset)
                 with stages("denoise"):
-                    latents = _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens,
-                                       device, step_ms, lambda i, n: log(
+                    latents = _denoise(spec, experts, cond_all, null_all, rows, seeds, image_tokens,
+                                       device, step_ms, switches, lambda i, n: log(
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
                                                 f"{step_ms[-1] / 1e3:.2f} s/step"),
                                        ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log,
                                        step_cache=step_cache)
-                if step_cache is not None:
+                if step_cache.on:
                     cached.append({"batch": bi, **step_cache.record()})
                 if is_leader(ctx):
                     store.save(indices, latents)  # before decoding: a failed decode loses no denoising
@@ -180,8 +185,11 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
                denoised_prompts=sum(len(r) for r in todo), reused_latents=sorted(saved & set(mine)),
                resumed={str(b): s for b, s in resumed.items()},
-               parameters=model.num_parameters() if model is not None else None,
+               parameters=experts.num_parameters() if experts is not None else None,
                peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
+    if spec.boundary_ratio is not None and experts is not None:
+        out["experts"] = {**experts.record(), "switch_steps": switches}
+        out["expert_switch_step"] = switches[0] if switches else None
     if "encode" in stages.seen:
         out["encode_s"] = stages.seconds("encode")
     if plan.workload.cache is not None:
@@ -204,18 +212,35 @@ def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelCo
             "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
 
 
-def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, image_tokens, device, step_ms,
+def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
+    """The text conditions with the first frame's latent condition (image-to-video), the same
+    for every prompt and for the negative one."""
+    lat = share_from_leader(ctx, lambda: image_condition(spec, device).cpu(), "encoding workload.image")
+    lat = lat.to(device=device, dtype=dtype)
+
+    def add(c):
+        return None if c is None else {"text": c, "latents": lat.expand(c.shape[0], *lat.shape[1:])}
+    return add(cond), add(null)
+
+
+def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,
              on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log,
-             step_cache=None) -> torch.Tensor:
+             step_cache: StepCaches) -> torch.Tensor:
     """One prompt batch through the scheduler's steps (from the last finished one when a
-    requeued run left it); the gathered latents [B, C, F, H, W]. ``step_cache``: this batch's
-    (fresh; after a resume its first step is computed)."""
+    requeued run left it); the gathered latents [B, C, F, H, W]. ``switches`` gets the index
+    of the first step the low-noise expert ran (None: it never ran). ``step_cache``: this
+    batch's (fresh; after a resume, and at the switch to the low-noise expert, the first step
+    is computed)."""
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
     scheduler = load_scheduler(spec)
     ts = timesteps(spec, scheduler, image_tokens, torch.device("cpu"))
-    x = runner.shard_latents(initial_noise(spec, model.cfg.out_dim, seeds)).float()
+    experts.set_boundary(int(scheduler.config.num_train_timesteps))
+    runner = experts.use(0)
+    channels = runner.cfg.out_dim
+    cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0  # the branches follow guidance_scale alone
+    x = runner.shard_latents(initial_noise(spec, channels, seeds)).float()
     first, batch_ms = 0, []
     got = ckpt.resume(batch, x.device)
     if got is not None:
@@ -229,9 +254,9 @@ def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, ima
         t = ts[i]
         sync(device)
         start = time.perf_counter()
-        if step_cache is not None:
-            step_cache.start_step(i)
-        v = runner.velocity(x, float(t), cond, guidance_scale=guidance, null_cond=null, step_cache=step_cache)
+        runner = experts.runner(t)
+        v = runner.velocity(x, float(t), cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on,
+                            step_cache=step_cache.for_step(i, experts.index(t)))
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
         batch_ms.append((time.perf_counter() - start) * 1e3)
@@ -243,9 +268,10 @@ def _denoise(spec, runner, model, cond_all, null_all, rows, seeds, guidance, ima
                 requeue_self()
             raise RequeueRequested(f"stopped after step {i + 1}/{len(ts)} of prompt batch {batch + 1} on USR2; "
                                    "the step is kept and the job requeued")
+    switches.append(next((i for i, t in enumerate(ts) if experts.index(t) == 1), None) if experts.boundary else None)
     if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
-        return _swapped_shards(runner, x, model.cfg.out_dim)
-    return runner.gather_latents(x, channels=model.cfg.out_dim)
+        return _swapped_shards(runner, x, channels)
+    return runner.gather_latents(x, channels=channels)
 
 
 #: Test hook (fault injection; docs/campaigns.md "Same output across layouts"): when this

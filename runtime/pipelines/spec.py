@@ -36,6 +36,12 @@ class GenerateSpec:
     grid: tuple[int, int, int]
     text_encoder: str = "leader"  # plan.placement.text_encoder: leader | sharded | cpu
     vae: str = "leader"  # plan.placement.vae: leader | tiled | parallel
+    # Wan2.2 A14B's two experts (plan.model.boundary_ratio; None: one transformer), the low-noise
+    # expert's CFG scale (None: guidance_scale) and where the idle expert waits (resident | offload)
+    boundary_ratio: float | None = None
+    guidance_scale_2: float | None = None
+    experts: str = "resident"
+    image: str | None = None  # image-to-video: the first frame's file (plan.workload.image)
 
     @property
     def video(self) -> bool:
@@ -61,4 +67,6 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         fps=wl.fps, frames=frames, height=wl.height, width=wl.width, text_len=model.text_len,
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
+        boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
+        image=wl.image,
     )

@@ -1,10 +1,13 @@
-"""Tiny random Wan2.1 / Flux.1 pipelines in the publishers' diffusers layout, built with
+"""Tiny random Wan2.1 / Wan2.2 A14B / Flux.1 pipelines in the publishers' diffusers layout, built with
 diffusers and transformers from tiny configs (no hub access), for tests and smoke runs.
 
     save_tiny_pipeline("wan", "runs/tiny-wan", plan.model)   # the plan's model section (shapes)
 
 The transformer's shapes are taken from the sporch model dict, so a job with that model and
-``model.weights`` pointing at the folder loads it. The tokenizer is a word-level vocabulary
+``model.weights`` pointing at the folder loads it. A model dict with ``boundary_ratio`` gets
+Wan2.2 A14B's second expert (``transformer_2``, other random weights) and that boundary in
+``model_index.json``; one with more input than output channels is an image-to-video pipeline
+without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B). The tokenizer is a word-level vocabulary
 built with the ``tokenizers`` library (unknown words map to ``<unk>``, ``</s>`` is appended),
 wrapped in ``PreTrainedTokenizerFast`` and saved with ``save_pretrained``. Every weight is
 drawn from generators seeded by ``seed`` (the global RNG is left alone).
@@ -66,18 +69,25 @@ def _t5_config(cls, vocab: int, d_model: int):
 
 
 def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
-    """A WanPipeline whose transformer has the shapes of ``model`` (attention cross)."""
+    """A WanPipeline whose transformer has the shapes of ``model`` (attention cross); two
+    experts when ``model`` has a ``boundary_ratio``."""
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
     from transformers import UMT5Config, UMT5EncoderModel
 
     cfg = ModelConfig.from_dict(model)
     heads, hd = int(model["num_heads"]), int(model["head_dim"])
     channels = int(model.get("out_channels") or model["in_channels"])
-    transformer = randomize(WanTransformer3DModel(
-        patch_size=tuple(model["patch"]), num_attention_heads=heads, attention_head_dim=hd,
-        in_channels=int(model["in_channels"]), out_channels=channels, text_dim=int(model["text_dim"]),
-        freq_dim=cfg.freq_dim, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]),
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=cfg.eps), seed)
+
+    def expert(s: int):
+        return randomize(WanTransformer3DModel(
+            patch_size=tuple(model["patch"]), num_attention_heads=heads, attention_head_dim=hd,
+            in_channels=int(model["in_channels"]), out_channels=channels, text_dim=int(model["text_dim"]),
+            freq_dim=cfg.freq_dim, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]),
+            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=cfg.eps), s)
+
+    transformer = expert(seed)
+    boundary = model.get("boundary_ratio")
+    two = {} if boundary is None else {"transformer_2": expert(seed + 7), "boundary_ratio": float(boundary)}
     text_encoder = UMT5EncoderModel(_t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
     st, sh, _ = (int(s) for s in model["vae_stride"])
     downs = int(math.log2(sh))
@@ -89,8 +99,13 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
                            latents_std=(1.0 + 0.5 * torch.rand(channels, generator=g)).tolist()).eval()
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         num_train_timesteps=1000, flow_shift=3.0)
-    return WanPipeline(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
-                       scheduler=scheduler, transformer=transformer)
+    parts = dict(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
+                 scheduler=scheduler, transformer=transformer, **two)
+    if channels < int(model["in_channels"]):  # image-to-video: the first frame as latent condition
+        from diffusers import WanImageToVideoPipeline
+
+        return WanImageToVideoPipeline(image_encoder=None, image_processor=None, **parts)
+    return WanPipeline(**parts)
 
 
 def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sporch.runtime.model import ModelConfig
+
 from .spec import GenerateSpec
 from .vae_parallel import decode_rows, parallelize_decoder
 
@@ -39,6 +41,8 @@ class Decoder:
         drop: dict[str, Any] = {"transformer": None, "text_encoder": None, "tokenizer": None}
         if spec.family == "flux":
             drop.update(text_encoder_2=None, tokenizer_2=None)
+        if spec.boundary_ratio is not None:
+            drop["transformer_2"] = None  # Wan2.2 A14B's low-noise expert: not for decoding
         self.pipe = DiffusionPipeline.from_pretrained(spec.root, dtype=dtype, **drop).to(device)
         self.check()
         self.group = group if placement == "parallel" else None
@@ -53,7 +57,7 @@ class Decoder:
         cfg = self.pipe.vae.config
         model, spec = self.spec.model, self.spec
         channels = cfg.z_dim if spec.family == "wan" else cfg.latent_channels
-        want = int(model.get("out_channels") or model["in_channels"])
+        want = ModelConfig.from_dict(model).out_dim  # the preset's or the checkpoint's knobs too
         if channels != want:
             raise ValueError(f"the VAE in {spec.root}/vae has {channels} latent channels, the model {want}: "
                              "use the model settings of this pipeline folder")

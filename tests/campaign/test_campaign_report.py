@@ -324,3 +324,27 @@ def test_gpu_axes_have_a_tick_at_each_gpu_count(tmp_path):
     data = plot_data(collect(make_campaign(tmp_path / "c")))
     for name in ("latency_vs_gpus", "scaling_efficiency", "best_layout"):
         assert gpu_ticks(data[name]) == [2, 4], name
+
+
+def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path, run_cli):
+    """A point whose plan is a run of a published table (here xDiT's Flux.1-dev eager U2R2 on
+    H100) gets a row with the published seconds, the predicted job and its error, and its
+    own steps x median step; a point of no published run gets none."""
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.orchestrator.plan import published
+
+    root = make_campaign(tmp_path / "c", points=POINTS[:2], refs=REFS.split("references:")[0])
+    case = published.case("flux-dev-1024-h100-eager")
+    plan = published.plan_case(case, Layout(1, 1, 2, 2))
+    (root / "points" / "p2a" / "plan.json").write_text(plan.to_json())
+    other = published.plan_case(case, Layout(1, 1, 2, 4))  # no published run of this layout
+    (root / "points" / "p2b" / "plan.json").write_text(other.to_json())
+    code, out, err = run_cli("campaign", "report", root)
+    assert code == 0, out + err
+    assert "published measurements" in out and "flux-dev-1024-h100-eager" in out
+    predicted = plan.estimates["predicted"]["job_s"]
+    html = (root / "report" / "report.html").read_text().split('id="published-points"')[1].split("</table>")[0]
+    assert '<tr data-id="p2a">' in html and '<tr data-id="p2b">' not in html
+    assert 'data-value="5.19"' in html and f'data-value="{predicted}"' in html
+    assert f"{predicted / 5.19 - 1:+.1%}" in html
+    assert f'data-value="{100.0 * 28 / 1e3}"' in html  # 28 steps x the 100 ms median step

@@ -137,3 +137,20 @@ def test_layout_sweep_of_tiny_generate_agrees_and_a_planted_wrong_layout_fails(t
     text = " ".join(report.stdout.split())
     assert f"reference failed {wrong.name} (1x1x1x2, 2 GPUs): psnr_db" in text
     assert "reference failed" not in text.replace(f"reference failed {wrong.name}", "")
+
+
+def test_a_reference_that_is_no_point_of_the_campaign_is_refused_at_plan(tmp_path, run_cli):
+    """compare_outputs.reference naming no point (a typo, a layout the matrix does not give) is
+    one line listing the campaign's layouts, exit 2, before anything is prepared."""
+    src = (ROOT / "examples" / "campaigns" / "tiny-same-output.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(src.replace("reference: 1x1x1x1 ", "reference: 1x1x4x1 ").replace(
+        "examples/campaigns/local-1gpu.yaml", str(ROOT / "examples" / "campaigns" / "local-1gpu.yaml")))
+    code, out, err = run_cli("campaign", "plan", bad)
+    assert code == 2, out + err
+    assert "compare_outputs.reference '1x1x4x1' is no point of the campaign" in err and "1x1x1x1" in err
+    assert len(err.strip().splitlines()) == 1
+    good = tmp_path / "good.yaml"
+    good.write_text(bad.read_text().replace("reference: 1x1x4x1 ", "reference: 1x1x2x1 "))
+    code, out, err = run_cli("campaign", "plan", good)
+    assert code == 0, out + err

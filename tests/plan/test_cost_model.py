@@ -215,15 +215,18 @@ def synthetic_observations(true: dict) -> list[Observation]:
             except SporchError:
                 continue
             x = inputs_from_plan(p)
-            out.append(Observation(x, predict(x, true).step_s, "step", f"{lay}"))
+            for compiled in (True, False):  # the compiled and the eager constants are both seen
+                xc = dataclasses.replace(x, compiled=compiled)
+                out.append(Observation(xc, predict(xc, true).step_s, "step", f"{lay} compiled={compiled}"))
     return out
 
 
 def test_calibration_recovers_known_constants():
     base = default_constants("L40S")
     true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
-            "ring_merge_bytes": 60.0, "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4,
-            "layer_overhead_s": 2e-4}
+            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
+            "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
+            "eager_a2a_message_s": 1.5e-4, "eager_ring_layer_s": 9e-4}
     obs = synthetic_observations(true)
     assert len(obs) >= 15
     assert any(predict(o.inputs, true).ring_comm_bound for o in obs)  # both regimes present

@@ -77,7 +77,7 @@ def test_auto_says_when_nothing_fits():
     from sporch.orchestrator.contract.plan import Layout
     from sporch.orchestrator.plan.placement import choose_placement
 
-    def too_big(degree, text, vae):
+    def too_big(degree, text, vae, experts):
         return {"fits": False, "memory_bytes_per_gpu": 100 * GIB, "memory_gib_per_gpu": 100.0}
 
     one, _ = choose_placement({"shard_weights": "auto"}, Layout(1, 1, 1, 1), too_big)

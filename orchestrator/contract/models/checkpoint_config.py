@@ -74,13 +74,18 @@ def read_checkpoint_model(weights: str | Path) -> Optional[CheckpointModel]:
     path = find_config(weights)
     if path is None:
         return None
+    return model_from_config(read_json_object(path), path)
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path``, or a one-line CheckpointError."""
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} is not a JSON object")
-    return model_from_config(config, path)
+    return config
 
 
 def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:

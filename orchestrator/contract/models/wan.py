@@ -1,8 +1,12 @@
-"""Wan2.1 (T2V 1.3B / 14B, I2V 14B): the published models' facts in one place.
+"""Wan2.1 (T2V 1.3B / 14B, I2V 14B) and Wan2.2 A14B (T2V, I2V): the published models' facts.
 
 * ``PRESETS``: each model's shape (umT5 text encoder, 4096 wide, 512 tokens; VAE strides
   4 x 8 x 8) and knobs. With these a sporch model computes Wan2.1 exactly and loads its
   published checkpoints (docs/model.md).
+* Wan2.2 A14B: two experts of the Wan2.1-14B shape (``transformer``: high noise,
+  ``transformer_2``: low noise), switched at ``boundary_ratio`` x 1000 (a knob here; diffusers'
+  model_index.json holds it as the pipeline's ``boundary_ratio``). The I2V A14B takes the image as
+  latent condition only (36 channels in, no CLIP image encoder).
 * ``TABLE``: sporch's parameter names <- the original release (Wan-Video/Wan2.1,
   ``WanModel``) and diffusers (``WanTransformer3DModel``), one row per module (keymap.py).
 """
@@ -35,6 +39,20 @@ PRESETS = {
                    head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
                    text_len=512, text_dim=4096, qk_norm=True),
         knobs={**KNOBS, "out_channels": 16, "image_dim": 1280, "image_len": 257},
+    ),
+    # Wan2.2 A14B (Wan-AI/Wan2.2-T2V-A14B-Diffusers, -I2V-A14B-Diffusers): both experts have the
+    # Wan2.1-14B transformer config; the boundaries are their model_index.json's boundary_ratio.
+    "wan2.2-t2v-a14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=16, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs={**KNOBS, "boundary_ratio": 0.875},
+    ),
+    "wan2.2-i2v-a14b": ModelPreset(
+        shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
+                   head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs={**KNOBS, "out_channels": 16, "boundary_ratio": 0.9},
     ),
 }
 

@@ -13,32 +13,12 @@ gives the object the model's ``_forward`` hands its first block and its remainin
 
 from __future__ import annotations
 
-from typing import Any
-
 from .decision import StepCache, StepPolicy
+from .factory import METHODS, make_step_cache
 from .fbcache import FirstBlockCache
+from .per_expert import StepCaches
 from .teacache import TeaCache, rescale_coefficients
 
-METHODS = ("none", "fbcache", "teacache")
-
-
-def make_step_cache(cache: Any, num_steps: int, preset: str | None = None) -> StepCache | None:
-    """The step cache a Plan's ``workload.cache`` section (or a dict of the same keys) asks for,
-    fresh for one denoising run of ``num_steps`` steps; None for method none."""
-    if cache is None:
-        return None
-    get = cache.get if isinstance(cache, dict) else (lambda k, d=None: getattr(cache, k, d))
-    method = get("method", "none") or "none"
-    if method == "none":
-        return None
-    policy = StepPolicy(num_steps=num_steps, threshold=float(get("threshold")),
-                        warmup_steps=int(get("warmup_steps", 1)), max_consecutive=int(get("max_consecutive", 0)))
-    if method == "fbcache":
-        return FirstBlockCache(policy)
-    if method == "teacache":
-        return TeaCache(policy, rescale_coefficients(preset))
-    raise ValueError(f"unknown step cache method {method!r}; use one of {', '.join(METHODS)}")
-
-
 __all__ = ["METHODS", "StepCache", "StepPolicy", "FirstBlockCache", "TeaCache", "make_step_cache",
-           "rescale_coefficients"]
+           "rescale_coefficients", "StepCaches"]
+

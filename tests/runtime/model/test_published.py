@@ -364,6 +364,9 @@ FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=3
     ("wan2.1-t2v-1.3b", "WanTransformer3DModel", WAN_T2V_1_3B, 1_418_996_800),
     ("wan2.1-t2v-14b", "WanTransformer3DModel", WAN_T2V_14B, 14_288_491_584),
     ("wan2.1-i2v-14b", "WanTransformer3DModel", WAN_I2V_14B, 16_394_878_784),
+    # Wan2.2 A14B: each expert (Wan2.2-*-A14B-Diffusers transformer/ and transformer_2/ config.json)
+    ("wan2.2-t2v-a14b", "WanTransformer3DModel", WAN_T2V_14B, 14_288_491_584),
+    ("wan2.2-i2v-a14b", "WanTransformer3DModel", dict(WAN_T2V_14B, in_channels=36), 14_288_901_184),
     ("flux.1-dev", "FluxTransformer2DModel", FLUX_DEV, 11_901_408_320),
     ("flux.1-schnell", "FluxTransformer2DModel", dict(FLUX_DEV, guidance_embeds=False), 11_891_178_560),
 ])

@@ -1,0 +1,80 @@
+"""Two-expert models (Wan2.2 A14B) in the Plan: the boundary, and what the experts cost.
+
+``boundary_ratio(spec)``: the expert switch of the job's model: the checkpoint folder's
+``model_index.json`` (``transformer_2`` + ``boundary_ratio``) or the preset's; a published
+preset and a folder that disagree are refused in one line.
+
+``with_experts(est, ...)``: the DiT estimate of a generate job with ``experts`` added: both
+experts resident (twice the per-GPU parameter bytes), or one at a time with the idle one in
+host memory (``offload``): at the switch the low-noise expert's bytes per GPU go host -> GPU and
+the high-noise expert's GPU -> host (and back for the next prompt batch), at the cluster's
+``gpu.host_gb_per_s`` or :data:`HOST_GB_PER_S`. Pure, stdlib only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sporch.orchestrator.config.job import ModelSpec
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.models import find_preset
+from sporch.orchestrator.contract.models.checkpoint_experts import read_experts
+from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
+from sporch.orchestrator.errors import SporchError
+
+GIB = 1024**3
+#: Host <-> GPU copy rate when the cluster descriptor gives no ``gpu.host_gb_per_s``: pinned
+#: copies over PCIe Gen4 x16 reach about 25 GB/s one way (Gen5: about 50).
+HOST_GB_PER_S = 25.0
+
+
+def boundary_ratio(spec: ModelSpec) -> Optional[float]:
+    """The job's expert boundary (None: one transformer)."""
+    preset = find_preset(spec.preset) if spec.preset else None
+    published = preset is not None and bool(preset.knobs)  # a named release, not a stand-in
+    theirs = preset.knobs.get("boundary_ratio") if published else None
+    if not spec.weights:
+        return theirs
+    try:
+        experts = read_experts(spec.weights)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    ours = experts.boundary_ratio if experts is not None else None
+    if published and ours != theirs:
+        if theirs is None:
+            raise SporchError(f"model.weights {spec.weights} holds two experts (boundary_ratio {ours}) but model.preset "
+                              f"{spec.preset} has one transformer; use model.preset wan2.2-t2v-a14b or drop "
+                              "model.preset to take the model from the folder")
+        if ours is None:
+            raise SporchError(f"model.preset {spec.preset} has two experts (boundary_ratio {theirs}) but model.weights "
+                              f"{spec.weights} is no pipeline folder whose model_index.json lists transformer_2 and "
+                              "boundary_ratio; point model.weights at the Wan2.2 A14B diffusers folder")
+        raise SporchError(f"model.weights {spec.weights}: model_index.json's boundary_ratio {ours} disagrees with "
+                          f"model.preset {spec.preset} ({theirs}); drop model.preset to take the folder's")
+    return ours if experts is not None else theirs
+
+
+def with_experts(est: dict[str, Any], model: ModelSection, cluster: ClusterSpec, placement: str) -> dict[str, Any]:
+    """``est`` (the DiT's) with ``experts`` added and its parameter and memory numbers counting
+    the second expert when both are resident. The switch figures are per prompt batch (each
+    switches once; offloaded, the high-noise expert moves back in before the next batch)."""
+    if model.experts < 2:
+        return est
+    one = int(est["parameter_bytes_sharded"])  # one expert's resident share per GPU
+    gbps = float(cluster.gpu.host_gb_per_s or HOST_GB_PER_S)
+    resident = placement == "resident"
+    moved = 0 if resident else 2 * one  # the low-noise expert in, the high-noise one out
+    switch_s = moved / (gbps * 1e9)
+    extra = one if resident else 0
+    total = int(est["memory_bytes_per_gpu"]) + extra
+    gpu = float(est["gpu_memory_gib"]) * GIB
+    experts = {
+        "count": 2, "boundary_ratio": model.boundary_ratio, "placement": placement,
+        "expert_bytes_per_gpu": one, "gpu_bytes_per_gpu": one * (2 if resident else 1),
+        "host_bytes_per_gpu": 0 if resident else 2 * one,  # the host keeps both (each moves back and forth)
+        "host_gb_per_s": gbps, "host_gb_per_s_source": "cluster" if cluster.gpu.host_gb_per_s else "default",
+        "switch_bytes_per_gpu": moved, "switch_s": round(switch_s, 6),
+    }
+    return {**est, "experts": experts, "parameter_bytes_per_gpu": int(est["parameter_bytes_per_gpu"]) + extra,
+            "memory_bytes_per_gpu": total, "memory_gib_per_gpu": round(total / GIB, 3),
+            "memory_fraction": round(total / gpu, 4), "fits": total <= 0.9 * gpu}

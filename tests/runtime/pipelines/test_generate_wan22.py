@@ -1,0 +1,204 @@
+"""Wan2.2 A14B generate (two experts) against diffusers' own ``WanPipeline`` with
+``transformer``, ``transformer_2`` and ``boundary_ratio``.
+
+A tiny random two-expert pipeline (runtime/pipelines/tiny.py) is saved in the diffusers layout;
+sporch plans from the folder alone (model_index.json's boundary) and generates unsharded, and on
+4 gloo ranks U2R2 (both experts resident) and cfg 2 x U2 (parameters sharded over the world,
+the idle expert offloaded). Frames are compared with FRAME_TOL of test_generate.py: the same
+pipeline parts on the same inputs, float32, 4 steps (measured 3.8e-6 unsharded); the second
+expert adds no new arithmetic, only a different module per step. The switch step is compared
+with the one diffusers' rule gives on diffusers' own timesteps. Image-to-video as Wan2.2 I2V A14B
+(first frame as latent condition, no CLIP encoder) against ``WanImageToVideoPipeline`` likewise,
+unsharded and U2R2.
+
+The boundary 0.75 falls exactly on a timestep (UniPC, flow_shift 3, 4 steps: 999, 900, 750,
+500): WanPipeline runs ``transformer`` at t == boundary (``t >= boundary``), so a ``>`` in
+sporch would switch a step early and fail here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("imageio_ffmpeg")
+
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
+
+from .test_generate import FRAME_TOL  # noqa: E402
+
+PROMPT = "a red fox running in snow"
+NEGATIVE = "blurry low quality"
+STEPS, SEED, BOUNDARY = 4, 11, 0.75
+WORKLOAD = dict(kind="generate", frames=9, height=80, width=48, steps=STEPS, guidance_scale=5.0,
+                guidance_scale_2=3.0, negative_prompt=NEGATIVE, dtype="float32", seed=SEED, prompt=PROMPT)
+
+
+def _plan(model: dict, parallel: dict, pipeline: dict | None = None, workload: dict = WORKLOAD):
+    job = {"name": "w22", "model": model, "workload": workload, "parallel": parallel,
+           **({"pipeline": pipeline} if pipeline else {})}
+    return make_plan(find_cluster("local"), job_from_dict(job))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("wan22")
+    model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
+    save_tiny_pipeline("wan", root / "wan22", {**model, "boundary_ratio": BOUNDARY}, seed=3)
+    return root / "wan22"
+
+
+@pytest.fixture(scope="module")
+def i2v(tmp_path_factory):
+    """A tiny two-expert image-to-video folder (4 noise + 4 mask + 4 image latent channels in,
+    4 out) and a first frame of another size than the video's (the pipelines resize it)."""
+    from PIL import Image
+
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("wan22-i2v")
+    model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
+    save_tiny_pipeline("wan", root / "i2v", {**model, "boundary_ratio": BOUNDARY, "in_channels": 12,
+                                             "out_channels": 4}, seed=5)
+    pixels = (np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(root / "first.png")
+    return {"folder": root / "i2v", "image": root / "first.png"}
+
+
+def _i2v_reference(i2v):
+    from diffusers import WanImageToVideoPipeline
+    from PIL import Image
+
+    pipe = WanImageToVideoPipeline.from_pretrained(i2v["folder"], dtype=torch.float32)
+    return pipe(image=Image.open(i2v["image"]).convert("RGB"), prompt=PROMPT, negative_prompt=NEGATIVE, height=80,
+                width=48, num_frames=9, num_inference_steps=STEPS, guidance_scale=5.0, guidance_scale_2=3.0,
+                max_sequence_length=8, output_type="np", generator=torch.Generator().manual_seed(SEED)).frames[0]
+
+
+def _i2v_plan(i2v, parallel: dict):
+    return _plan({"weights": str(i2v["folder"]), "text_len": 8}, parallel,
+                 workload={**WORKLOAD, "image": str(i2v["image"])})
+
+
+def test_image_to_video_equals_wan_image_to_video_pipeline(i2v, tmp_path):
+    """Unsharded and U2R2; another first frame moves the frames far beyond the tolerance."""
+    from PIL import Image
+
+    ref = _i2v_reference(i2v)
+    plain = _run(_i2v_plan(i2v, {"ulysses": 4}).to_json(), str(tmp_path / "one"), unsharded=True)
+    out = tmp_path / "u2r2"
+    out.mkdir()
+    ranks = run_distributed(_run, 4, _i2v_plan(i2v, {"ulysses": 2, "ring": 2}).to_json(), str(out), timeout=600)
+    sharded = [r for r in ranks if r["frames"]][0]
+    for name, got in (("unsharded", plain), ("U2R2", sharded)):
+        err = np.abs(got["frames"][0] - ref).max()
+        print(f"i2v {name}: max |frames - WanImageToVideoPipeline| = {err:.3g}")
+        assert err <= FRAME_TOL, (name, err)
+        assert got["expert_switch_step"] == 3
+    Image.fromarray(np.zeros((40, 30, 3), np.uint8)).save(tmp_path / "black.png")
+    other = _run(_plan({"weights": str(i2v["folder"]), "text_len": 8}, {"ulysses": 4},
+                       workload={**WORKLOAD, "image": str(tmp_path / "black.png")}).to_json(),
+                 str(tmp_path / "black"), unsharded=True)
+    assert ref.std() > 0.02 and np.abs(other["frames"][0] - ref).max() > 100 * FRAME_TOL
+
+
+def _reference(folder: Path, **kw):
+    """WanPipeline's frames and the index of the first step its transformer_2 ran (from its
+    own timesteps after the run, by its rule)."""
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(folder, dtype=torch.float32)
+    args = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=80, width=48, num_frames=9, num_inference_steps=STEPS,
+                guidance_scale=5.0, guidance_scale_2=3.0, max_sequence_length=8, output_type="np",
+                generator=torch.Generator().manual_seed(SEED))
+    args.update(kw)
+    frames = pipe(**args).frames[0]
+    boundary = pipe.config.boundary_ratio * pipe.scheduler.config.num_train_timesteps
+    switch = next(i for i, t in enumerate(pipe.scheduler.timesteps) if not t >= boundary)
+    return frames, switch
+
+
+@pytest.fixture(scope="module")
+def reference(folder):
+    return _reference(folder)
+
+
+def _run(plan_json: str, out: str, unsharded: bool = False):
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
+
+    plan = Plan.from_json(plan_json)
+    ctx = None if unsharded else ParallelContext.from_plan(plan)
+    frames = {}
+    metrics = run_generate(plan, ctx, torch.device("cpu"), Path(out), frames_sink=lambda i, f: frames.__setitem__(i, f))
+    return {**metrics, "frames": frames}
+
+
+def _cases(folder):
+    model = {"weights": str(folder), "text_len": 8}
+    return {
+        "U2R2": _plan(model, {"ulysses": 2, "ring": 2, "cfg": 1, "shard_weights": "none"}, {"experts": "resident"}),
+        "cfg2-U2-world-offload": _plan(model, {"ulysses": 2, "ring": 1, "cfg": 2, "shard_weights": "world"},
+                                       {"experts": "offload"}),
+    }
+
+
+def test_unsharded_equals_wan_pipeline_and_switches_at_its_step(folder, reference, tmp_path):
+    ref, switch = reference
+    plan = _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1})
+    assert plan.model.boundary_ratio == BOUNDARY and plan.placement.experts == "resident"
+    got = _run(plan.to_json(), str(tmp_path), unsharded=True)  # one process, no ParallelContext
+    err = np.abs(got["frames"][0] - ref).max()
+    print(f"unsharded: max |frames - WanPipeline| = {err:.3g}; switch step {got['expert_switch_step']} (diffusers "
+          f"{switch})")
+    assert ref.std() > 0.02 and err <= FRAME_TOL
+    assert switch == 3  # t = 750 == boundary still runs transformer
+    assert got["expert_switch_step"] == switch and got["experts"]["switch_steps"] == [switch]
+    assert got["experts"]["boundary_timestep"] == 750.0 and got["experts"]["count"] == 2
+
+
+def test_sharded_equals_wan_pipeline(folder, reference, tmp_path):
+    ref, switch = reference
+    cases = _cases(folder)
+    for name, plan in cases.items():
+        out = tmp_path / name
+        out.mkdir()
+        ranks = run_distributed(_run, 4, plan.to_json(), str(out), timeout=600)
+        writers = [r for r in ranks if r["frames"]]
+        assert len(writers) == 1, name
+        err = np.abs(writers[0]["frames"][0] - ref).max()
+        print(f"{name}: max |frames - WanPipeline| = {err:.3g}")
+        assert err <= FRAME_TOL, (name, err)
+        for r in ranks:
+            assert r["expert_switch_step"] == switch, name
+            x = r["experts"]
+            assert x["placement"] == plan.placement.experts
+            # offloaded: the experts traded places once (a single prompt batch)
+            assert x["moves"] == (1 if x["placement"] == "offload" else 0), (name, x)
+    assert cases["cfg2-U2-world-offload"].placement.shard_weights == "world"
+
+
+def test_comparison_can_fail(folder, reference):
+    """One expert all the way, or the low-noise scale ignored, moves the frames far beyond the
+    tolerance: the second expert and guidance_scale_2 are both seen by the comparison."""
+    ref, _ = reference
+    same_scale, _ = _reference(folder, guidance_scale_2=5.0)
+    assert np.abs(same_scale - ref).max() > 100 * FRAME_TOL
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(folder, dtype=torch.float32)
+    pipe.register_to_config(boundary_ratio=None)
+    one = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=80, width=48, num_frames=9, num_inference_steps=STEPS,
+               guidance_scale=5.0, max_sequence_length=8, output_type="np",
+               generator=torch.Generator().manual_seed(SEED)).frames[0]
+    assert np.abs(one - ref).max() > 100 * FRAME_TOL
