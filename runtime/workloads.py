@@ -242,7 +242,10 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     if step_cache is not None:
         records = replica_records({"rank": ctx.rank, "skipped": step_cache.skipped}, ctx)
         check_agreement(records)
-        out["step_cache"] = {**step_cache.record(), "steps_computed": len(step_cache.computed),
+        c = wl.cache
+        out["step_cache"] = {**step_cache.record(), "threshold": c.threshold, "warmup_steps": c.warmup_steps,
+                             "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank,
+                             "steps_computed": len(step_cache.computed),
                              "steps_skipped": len(step_cache.skipped),
                              "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
     writer = ctx.sequence_rank == 0 and ctx.cfg_rank == 0

@@ -92,7 +92,7 @@ class WorkloadSpec:
     guidance_scale_2: Optional[float] = None
     # image-to-video (Wan2.2 I2V A14B): the first frame, an image file; relative to the job file's folder
     image: Optional[str] = None
-    cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference, benchmark)
+    cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference)
 
 
 @dataclass
@@ -220,9 +220,11 @@ def _validate_cache(w: WorkloadSpec, bad) -> None:
     if w.kind not in ("generate", "inference"):
         raise bad("workload.cache", f"skips denoising steps, which {w.kind} does not run: use workload.kind "
                   "generate or inference, or workload.cache.method=none")
-    if c.threshold is None or not c.threshold > 0:
-        raise bad("workload.cache.threshold", f"{c.method} needs a relative change > 0 below which a step is "
-                  f"skipped (e.g. 0.1), got {c.threshold}")
+    if c.threshold is None:
+        raise bad("workload.cache.threshold", f"is required with method {c.method}: the relative change below which "
+                  "a step is skipped (e.g. 0.1)")
+    if c.threshold < 0:
+        raise bad("workload.cache.threshold", f"must be >= 0 (0: never skip), got {c.threshold}")
     if c.warmup_steps < 0:
         raise bad("workload.cache.warmup_steps", f"must be >= 0, got {c.warmup_steps}")
     if c.max_consecutive < 0:

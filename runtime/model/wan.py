@@ -85,11 +85,6 @@ class WanBlock(nn.Module):
         self.ffn = MLP(cfg.hidden, cfg.ffn_dim, device=device, dtype=dtype)
         self.modulation = nn.Parameter(torch.empty(1, 6, cfg.hidden, device=device, dtype=FP32))
 
-    def modulated_input(self, x, e):
-        """The self-attention's modulated input (what TeaCache compares across steps), float32."""
-        shift_msa, scale_msa = (self.modulation + e).unbind(1)[:2]
-        return modulate(layer_norm(x, self.eps), shift_msa, scale_msa)
-
     def forward(self, x, e, context, context_img, rope, attn: SequenceAttention):
         # x: [B, N, D] float32; e: [B, 6, D] float32 time projection
         dt = self.ffn.fc1.weight.dtype
@@ -167,6 +162,7 @@ class WanDiT(DiTBase):
                 x = block(x, e0, context, context_img, rope, attn)
             return x
 
+        # TeaCache on Wan2.1 compares the time projection e0 (its published coefficients are fitted on it)
         x = step.run(x, lambda x: self.blocks[0](x, e0, context, context_img, rope, attn), rest,
-                     lambda x: self.blocks[0].modulated_input(x, e0))
+                     lambda x: e0.flatten(1)[:, None], probe_per_token=False)
         return self.head(x, e)

@@ -206,7 +206,8 @@ def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelCo
     check_agreement(records)
     c = plan.workload.cache
     return {"method": c.method, "threshold": c.threshold, "warmup_steps": c.warmup_steps,
-            "max_consecutive": c.max_consecutive, "batches": batches,
+            "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank if ctx is not None else 0,
+            "batches": batches, "skipped": skipped,
             "steps_computed": sum(len(b["computed"]) for b in batches),
             "steps_skipped": sum(len(b["skipped"]) for b in batches),
             "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}

@@ -102,8 +102,30 @@ class BoundStep:
 
     def run(self, x: torch.Tensor, first: Callable[[torch.Tensor], torch.Tensor],
             rest: Callable[[torch.Tensor], torch.Tensor],
-            probe: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+            probe: Callable[[torch.Tensor], torch.Tensor], *, probe_per_token: bool = True) -> torch.Tensor:
         """``x`` the image-token stream before the blocks; ``first`` runs the first block,
         ``rest`` the others (both on the image stream, the model keeps any other stream),
-        ``probe`` gives the first block's modulated input. Returns the stream after all blocks."""
-        return self.cache.run(x, first, rest, probe, self.valid, self.ctx)
+        ``probe`` gives what TeaCache compares across steps: [B, N, D] per token (Flux.1: the
+        first block's modulated input), or, ``probe_per_token=False``, [B, 1, D] the same on
+        every rank (Wan2.1: the time projection, which depends on the timestep alone, so it
+        needs no reduction). Returns the stream after all blocks."""
+        return self.cache.run(x, first, rest, probe if probe_per_token else _Shared(probe), self.valid, self.ctx)
+
+
+@dataclass
+class _Shared:
+    """A probe whose value is the same on every rank and has no token axis (TeaCache on Wan2.1)."""
+
+    fn: Callable[[torch.Tensor], torch.Tensor]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def probe_change(now: torch.Tensor, before: torch.Tensor, probe, valid: torch.Tensor,
+                 ctx: ParallelContext | None) -> float:
+    """The probe's relative change: over the valid tokens reduced over the groups, or, for a
+    probe the same on every rank (:class:`_Shared`), over its whole value with no reduction."""
+    if isinstance(probe, _Shared):
+        return relative_l1(now, before, torch.ones(now.shape[1], dtype=torch.bool), None)
+    return relative_l1(now, before, valid, ctx)

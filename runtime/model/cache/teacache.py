@@ -1,7 +1,11 @@
-"""TeaCache: the first block's modulated input is compared with the previous step's; its
-relative L1 change, mapped through the model's rescale polynomial, accumulates until it
-reaches the threshold (then the step is computed and the sum restarts); below it, all
-blocks are skipped and the cached residual of the whole block stack is added."""
+"""TeaCache: a cheap probe is compared with the previous step's; its relative L1 change,
+mapped through the model's rescale polynomial, accumulates until it reaches the threshold
+(then the step is computed and the sum restarts); below it, all blocks are skipped and the
+cached residual of the whole block stack is added.
+
+The probe is what the published coefficients were fitted on: Flux.1, the first double
+block's modulated image input (per token: its change is reduced over the sequence and CFG
+groups); Wan2.1, the time projection ``e0`` (the same on every rank: no reduction needed)."""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .decision import StepCache, relative_l1
+from .decision import StepCache, probe_change
 
-#: Rescale polynomials (highest degree first) published with TeaCache
-#: (github.com/ali-vilab/TeaCache: TeaCache4FLUX; TeaCache4Wan2.1, the coefficients fitted on
-#: Wan's time projection e0, its ``use_ret_steps`` set). Models without an entry (tiny stand-ins,
-#: resized presets) use the identity: the raw relative change accumulates.
+#: Rescale polynomials (highest degree first) as published in the TeaCache repository
+#: (github.com/ali-vilab/TeaCache): TeaCache4FLUX/teacache_flux.py (Flux.1), and
+#: TeaCache4Wan2.1/teacache_generate.py for T2V 1.3B and 14B with ``use_ret_steps`` (the set
+#: fitted on ``e0``). Checked against that source, Nov 2026. Models without an entry (tiny
+#: stand-ins, resized presets, Wan2.2) use the identity: the raw relative change accumulates.
 COEFFICIENTS: dict[str, tuple[float, ...]] = {
     "flux.1-dev": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
     "flux.1-schnell": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
@@ -47,7 +52,7 @@ class TeaCache(StepCache):
         m = probe(x)
         metric = float("inf")
         if self.previous_input is not None and self.residual is not None:
-            metric = relative_l1(m, self.previous_input, valid, ctx)
+            metric = probe_change(m, self.previous_input, probe, valid, ctx)
         self.previous_input = m
         skip = False
         if metric != float("inf") and self.policy.may_skip(self.step, self.run_of_skips):

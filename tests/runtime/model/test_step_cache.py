@@ -24,7 +24,7 @@ LAYOUTS = {"U4": dict(ulysses=4), "R4": dict(ring=4), "U2R2": dict(ulysses=2, ri
 # (kind, method, guidance) -> threshold; guidance 4 runs CFG (batched unsharded, split on cfg2)
 THRESHOLDS = {
     ("cross", "fbcache", 1.0): 0.13, ("cross", "fbcache", 4.0): 0.27,
-    ("cross", "teacache", 1.0): 0.4, ("cross", "teacache", 4.0): 0.5,
+    ("cross", "teacache", 1.0): 1.0, ("cross", "teacache", 4.0): 1.0,
     ("joint", "fbcache", 1.0): 1.0, ("joint", "fbcache", 4.0): 1.0,
     ("joint", "teacache", 1.0): 0.4, ("joint", "teacache", 4.0): 0.4,
 }
@@ -139,3 +139,19 @@ def test_teacache_coefficients_are_the_published_ones():
     assert rescale_coefficients("Wan2.1-T2V-1.3B") == COEFFICIENTS["wan2.1-t2v-1.3b"]
     assert rescale_coefficients("tiny") == (1.0, 0.0) and polyval((1.0, 0.0), 0.3) == 0.3
     assert polyval(COEFFICIENTS["flux.1-dev"], 0.0) == pytest.approx(0.264230861)
+
+
+def test_two_experts_get_a_fresh_cache_at_the_switch():
+    """Wan2.2 A14B: the low-noise expert's first step is computed (never the other expert's
+    residual), and the record merges both experts' steps."""
+    from sporch.runtime.model.cache import StepCaches
+
+    caches = StepCaches({"method": "fbcache", "threshold": 1e9, "warmup_steps": 1, "max_consecutive": 0}, 6)
+    x = torch.ones(1, 2, 3)
+    valid = torch.ones(2, dtype=torch.bool)
+    for step, expert in enumerate([0, 0, 0, 1, 1, 1]):
+        caches.for_step(step, expert).bind(valid, None).run(x, lambda h: h + 1, lambda h: h * 2, lambda h: h)
+    assert caches.caches[0].computed == [0] and caches.caches[0].skipped == [1, 2]
+    assert caches.caches[1].computed == [3, 5] and caches.caches[1].skipped == [4]
+    assert caches.record() == {"method": "fbcache", "computed": [0, 3, 5], "skipped": [1, 2, 4]}
+    assert StepCaches(None, 6).for_step(0) is None
