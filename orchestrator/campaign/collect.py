@@ -72,7 +72,10 @@ def columns(rows: Sequence[Row] = ()) -> list[str]:
     that some row of ``rows`` has or has a reference for, and the verdict. A benchmark campaign
     gets no stage column."""
     extra = [m.name for m in STAGE_METRICS + OUTPUT_METRICS if any(has_metric(r, m.name) for r in rows)]
-    return list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + extra + ["reference"]
+    keys = list(KEY_COLUMNS)
+    if any(r.values.get("cache") not in (None, "") for r in rows):  # a campaign sweeping caches
+        keys.insert(keys.index("dtype") + 1, "cache")
+    return keys + [m.name for m in STEP_METRICS] + extra + ["reference"]
 
 
 def has_metric(row: Row, name: str) -> bool:
@@ -135,7 +138,7 @@ def _values(values: dict) -> dict:
 
 def _sort_key(r: "Row") -> tuple:
     v = r.values
-    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype")) + tuple(
+    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype", "cache")) + tuple(
         (0, x, "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0, str(x))
         for x in (v.get("gpus"), v.get("layout"), v.get("repeat")))
 

@@ -42,7 +42,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
 from .spec import GenerateSpec, generate_spec
-from .latents import LatentStore
+from .latents import LatentStore, cache_label
 from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
@@ -114,7 +114,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0
     if spec.family == "flux" and spec.negative_prompt:
         raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
-    store = LatentStore(spec, output_dir)
+    store = LatentStore(spec, output_dir, step_cache=cache_label(plan.workload.cache))
     saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
     stages = Stages(device)
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None

@@ -11,6 +11,7 @@ dp replicas hold different prompts and decide independently (no reduction over d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -86,7 +87,10 @@ class StepCache:
         self.run_of_skips = self.run_of_skips + 1 if skip else 0
 
     def record(self) -> dict:
-        return {"method": self.method, "computed": list(self.computed), "skipped": list(self.skipped)}
+        """The steps computed and skipped, and each step's measured change (None: nothing to
+        compare with yet), which is what a threshold is chosen from."""
+        return {"method": self.method, "computed": list(self.computed), "skipped": list(self.skipped),
+                "changes": [round(m, 6) if math.isfinite(m) else None for m in self.metrics]}
 
     def run(self, x, first, rest, probe, valid, ctx):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -32,4 +32,5 @@ class StepCaches:
         caches = list(self.caches.values())
         return {"method": caches[0].method if caches else None,
                 "computed": sorted(s for c in caches for s in c.computed),
-                "skipped": sorted(s for c in caches for s in c.skipped)}
+                "skipped": sorted(s for c in caches for s in c.skipped),
+                "changes": [m for c in caches for m in c.record()["changes"]]}  # the experts run in turn
