@@ -49,3 +49,20 @@ def test_summary_counts_each_replica_once_and_flags_disagreeing_ranks():
     bad = summarise_step_cache({0: _rec(0, [1], [0, 2]), 1: _rec(0, [], [0, 1, 2])})
     assert bad["ranks_agree"] is False and bad["skipped_by_rank"] == {"0": [1], "1": []}
     json.dumps(bad)  # plain JSON
+
+
+def test_a_generate_run_with_a_cache_records_its_steps(tmp_path):
+    """The generate workload (tiny random pipeline, cfg 2 x Ulysses 2): per prompt batch."""
+    from tests.testutil import EXAMPLES
+
+    run_dir = tmp_path / "run"
+    proc = sporch("run", "--local", "--cluster", "local", str(EXAMPLES / "tiny-generate.yaml"),
+                  f"model.weights={tmp_path / 'pipe'}", "workload.steps=5", "workload.frames=5",
+                  "workload.height=32", "workload.width=32", "workload.cache.method=teacache",
+                  "workload.cache.threshold=1e9", "workload.cache.max_consecutive=2", "--run-dir", str(run_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = JobResult.load(run_dir / "result.json")
+    cache = result.step_cache
+    assert (cache["method"], cache["steps_computed"], cache["steps_skipped"]) == ("teacache", 3, 2)
+    assert cache["skipped_by_rank"] == {str(r): [[1, 2]] for r in range(4)} and cache["ranks_agree"] is True
+    assert result.metrics["step_cache"]["batches"][0]["computed"] == [0, 3, 4]
