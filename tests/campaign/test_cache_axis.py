@@ -73,9 +73,11 @@ def test_report_rows_carry_the_cache_column(tmp_path):
         iio.imwrite(d / "0000-fox.png", np.clip(img.astype(int) + noise, 0, 255).astype(np.uint8))
         (d / "result.json").write_text(json.dumps({"status": "completed", "workload": "generate",
                                                    "metrics": {"kind": "generate"},
-                                                   "outputs": [{"index": 0, "file": "0000-fox.png"}]}))
+                                                   "outputs": [{"index": 0, "file": "0000-fox.png"}],
+                                                   **({"step_cache": {"steps_skipped": 3}} if noise else {})}))
     rows = {r.id: r for r in collect(root)}
     assert rows["p1"].output_ref == "p2" and rows["p2"].metrics["psnr_db"] == float("inf")
     assert 20 < rows["p1"].metrics["psnr_db"] < 60 and rows["p1"].metrics["latent_max_abs_err"] == pytest.approx(0.08)
+    assert rows["p1"].metrics["steps_skipped"] == 3 and rows["p2"].metrics["steps_skipped"] is None
     cols = columns(list(rows.values()))
-    assert cols[cols.index("dtype") + 1] == "cache"
+    assert cols[cols.index("dtype") + 1] == "cache" and "steps_skipped" in cols
