@@ -30,6 +30,7 @@ from sporch.orchestrator.contract.benchstats import provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
 from sporch.orchestrator.contract.hangs import HangDiagnosis, collective_text, pg_timeout_s
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.step_cache_summary import summarise_step_cache
 from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, error_record, rank_file,
                                                   read_rank_files, result_file, root_cause)
 from sporch.runtime.attention.select import selected_kernel
@@ -294,6 +295,9 @@ def _job_result(plan: Plan, own: RankRecord, records: dict[int, RankRecord]) -> 
     first_error = root_cause(errors)
     summary = _summarise_metrics([records[r].metrics or {} for r in sorted(records)])
     summary.update(_generated_outputs(records))
+    cache = summarise_step_cache({r: records[r].metrics or {} for r in records})
+    if cache is not None:
+        summary["step_cache"] = cache
     hostnames = [r.hostname for r in records.values() if r.hostname]
     return JobResult(
         status=status,

@@ -41,6 +41,8 @@ from sporch.runtime.model import (
     resolve_dtype,
     verify,
 )
+from sporch.runtime.model.cache import make_step_cache
+from sporch.runtime.model.cache.agreement import check_agreement, replica_records
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
 from sporch.runtime.preflight import run as run_preflight
@@ -201,9 +203,15 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         start_step = 0
         x_local = runner.shard_latents(inputs.noise).float()
     step_ms: list[float] = list(saved.get("step_ms", []))[:start_step]
+    step_cache = make_step_cache(wl.cache, steps, plan.model.preset)
+    taken = [start_step]
+
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        if step_cache is not None:
+            step_cache.start_step(taken[0])
+        taken[0] += 1
         return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
-                               null_cond=inputs.null_cond)
+                               null_cond=inputs.null_cond, step_cache=step_cache)
 
     clock = [0.0]
 
@@ -231,6 +239,15 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         "resumed": start_step > 0,
         "resumed_from_step": start_step,
     }
+    if step_cache is not None:
+        records = replica_records({"rank": ctx.rank, "skipped": step_cache.skipped}, ctx)
+        check_agreement(records)
+        c = wl.cache
+        out["step_cache"] = {**step_cache.record(), "threshold": c.threshold, "warmup_steps": c.warmup_steps,
+                             "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank,
+                             "steps_computed": len(step_cache.computed),
+                             "steps_skipped": len(step_cache.skipped),
+                             "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
     writer = ctx.sequence_rank == 0 and ctx.cfg_rank == 0
     if writer:
         path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"

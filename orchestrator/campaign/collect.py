@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign import outputs
-from sporch.orchestrator.campaign.metrics import METRICS, OUTPUT_METRICS, STAGE_METRICS, STEP_METRICS, metric_value
+from sporch.orchestrator.campaign.metrics import (CACHE_METRICS, METRICS, OUTPUT_METRICS, STAGE_METRICS, STEP_METRICS,
+                                                  metric_value)
 from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
@@ -71,8 +72,12 @@ def columns(rows: Sequence[Row] = ()) -> list[str]:
     """Table columns: the key columns, every step metric, the stage metrics (generate points)
     that some row of ``rows`` has or has a reference for, and the verdict. A benchmark campaign
     gets no stage column."""
-    extra = [m.name for m in STAGE_METRICS + OUTPUT_METRICS if any(has_metric(r, m.name) for r in rows)]
-    return list(KEY_COLUMNS) + [m.name for m in STEP_METRICS] + extra + ["reference"]
+    extra = [m.name for m in STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS
+             if any(has_metric(r, m.name) for r in rows)]
+    keys = list(KEY_COLUMNS)
+    if any(r.values.get("cache") not in (None, "") for r in rows):  # a campaign sweeping caches
+        keys.insert(keys.index("dtype") + 1, "cache")
+    return keys + [m.name for m in STEP_METRICS] + extra + ["reference"]
 
 
 def has_metric(row: Row, name: str) -> bool:
@@ -135,7 +140,7 @@ def _values(values: dict) -> dict:
 
 def _sort_key(r: "Row") -> tuple:
     v = r.values
-    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype")) + tuple(
+    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype", "cache")) + tuple(
         (0, x, "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0, str(x))
         for x in (v.get("gpus"), v.get("layout"), v.get("repeat")))
 

@@ -1,6 +1,7 @@
 """The campaign matrix -> points, each planned by the planner (``make_plan``).
 
-A point is one run: cluster x node count x layout x preset x shape x dtype x repeat. Its id
+A point is one run: cluster x node count x layout x preset x shape x dtype x cache x repeat
+(``cache`` is a parameter only when the matrix sweeps ``caches``). Its id
 is a hash of the canonical JSON of those parameters, so adding values to the matrix keeps
 the ids (and results) of the points that were already there. Combinations the planner
 refuses (a layout that does not divide, a shape the VAE stride does not allow, a model that
@@ -16,7 +17,7 @@ from typing import Any, Iterator, Optional
 
 from sporch.orchestrator.campaign.spec import MAX_POINTS
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.config.job import ParallelSpec, validate_job
+from sporch.orchestrator.config.job import CacheSpec, ParallelSpec, validate_job
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact, feasible_layouts
@@ -70,7 +71,21 @@ def point_values(params: dict[str, Any], plan) -> dict[str, Any]:
         "shape": shape_label(shape),
         "dtype": w.dtype,
         "repeat": params["repeat"],
+        **({"cache": cache_value(params["cache"])} if "cache" in params else {}),
     }
+
+
+def cache_value(cache: Optional[dict[str, Any]]) -> str:
+    """A point's cache as a report value: ``none`` or ``fbcache@0.1`` (threshold), with the
+    non-default warm-up and cap appended (``/w2``, ``/max3``)."""
+    if not cache or cache.get("method", "none") == "none":
+        return "none"
+    out = f"{cache['method']}@{cache.get('threshold'):g}"
+    if cache.get("warmup_steps", 1) != 1:
+        out += f"/w{cache['warmup_steps']}"
+    if cache.get("max_consecutive", 0):
+        out += f"/max{cache['max_consecutive']}"
+    return out
 
 
 @dataclass(frozen=True)
@@ -101,8 +116,11 @@ def node_counts(nodes_axis: Any, base_nodes: Optional[int], cluster_nodes: int) 
     return list(nodes_axis)
 
 
-def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Optional[str]):
+def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Optional[str],
+               cache: Optional[dict] = None):
     model, workload = base.model, base.workload
+    if cache is not None:
+        workload = replace(workload, cache=CacheSpec(**cache))
     if preset is not None:
         model = replace(model, preset=preset)
     if shape is not None:
@@ -139,16 +157,17 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     presets = list(m.presets) or [None]
     shapes = [{k: v for k, v in vars(s).items() if v is not None} for s in m.shapes] or [None]
     dtypes = list(m.dtypes) or [None]
+    caches = [{k: v for k, v in vars(c).items() if v is not None} for c in m.caches] or [None]
     seen: set[str] = set()
     for cname in m.clusters:
         cluster = (clusters or {}).get(cname) or find_cluster(cname)
         for preset in presets:
             for shape in shapes:
-                for dtype in dtypes:
-                    job0 = _with_axes(base, preset, shape, dtype)
+                for dtype, cache in ((d, c) for d in dtypes for c in caches):
+                    job0 = _with_axes(base, preset, shape, dtype, cache)
                     for nodes in node_counts(campaign.nodes, base.resources.nodes, cluster.nodes):
                         common = {"cluster": cname, "nodes": nodes, "preset": preset, "shape": shape,
-                                  "dtype": dtype}
+                                  "dtype": dtype, **({"cache": cache} if m.caches else {})}
                         job1 = replace(job0, resources=replace(job0.resources, nodes=nodes))
                         try:
                             validate_job(job1, spec.source or spec.name)

@@ -64,7 +64,12 @@ OUTPUT_METRICS: tuple[Metric, ...] = (
     Metric("ssim", "fraction", "higher", "decoded frames, SSIM vs the reference point"),
 )
 
-METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS + OUTPUT_METRICS
+#: Step caching (workload.cache; result.json ``step_cache``): shown only when some point has it.
+CACHE_METRICS: tuple[Metric, ...] = (
+    Metric("steps_skipped", "steps", "higher", "denoising steps the step cache skipped (all dp replicas)"),
+)
+
+METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
@@ -84,6 +89,9 @@ def metric_value(result: dict[str, Any], name: str) -> Optional[float]:
         return _stage_value(metrics, name)
     if name in OUTPUT_NAMES:
         return None  # compared across points (.outputs), not read
+    if name == "steps_skipped":
+        cache = result.get("step_cache")
+        return _number(cache.get("steps_skipped")) if isinstance(cache, dict) else None
     return _number(metrics.get(name))
 
 

@@ -14,7 +14,9 @@ For each completed generate point this module reads what its job wrote into its 
 
 The reference point of a group of comparable points (same cluster, preset, shape, dtype) is
 ``compare_outputs.reference`` of the campaign file (a point id, or a layout such as
-``1x1x1x1``), else the point with the fewest GPUs (first in report order). It gets 0 / inf / 1.
+``1x1x1x1``), else the point with the fewest GPUs (first in report order); with a ``caches``
+axis, a layout or the fewest GPUs picks among the uncached points (cache ``none``), so a
+cached point's PSNR/SSIM is against the uncached output (its latents share the fingerprint). It gets 0 / inf / 1.
 Points whose latents carry another fingerprint (another prompt, seed, steps...) are not
 compared: their metrics stay empty and a one-line note says why.
 
@@ -122,11 +124,13 @@ def compare(ref: Outputs, got: Outputs) -> dict[str, float]:
 def pick_reference(rows: Sequence[Any], reference: Optional[str]) -> Optional[Any]:
     """The reference row among comparable ``rows`` (report order): the one whose id or layout is
     ``reference``, else the one with the fewest GPUs."""
+    for r in rows:
+        if reference and r.id == reference:
+            return r
+    uncached = [r for r in rows if str(r.values.get("cache", "none")) in ("none", "")]
+    rows = uncached or rows
     if reference:
-        for r in rows:
-            if r.id == reference or str(r.values.get("layout")) == reference:
-                return r
-        return None
+        return next((r for r in rows if str(r.values.get("layout")) == reference), None)
 
     def gpus(r) -> float:
         g = r.values.get("gpus")
@@ -142,7 +146,7 @@ def fill(rows: Sequence[Any], folders: dict, results: dict, reference: Optional[
     groups: dict[tuple, list] = {}
     for r in rows:
         if r.ok and results.get(r.id, {}).get("workload") == "generate":
-            key = tuple(str(r.values.get(k)) for k in ("cluster", "preset", "shape", "dtype"))
+            key = tuple(str(r.values.get(k)) for k in ("cluster", "preset", "shape", "dtype"))  # caches: one group
             groups.setdefault(key, []).append(r)
     for members in groups.values():
         ref = pick_reference(members, reference)

@@ -71,12 +71,12 @@ def write_csv(rows: list[Row], path: Path) -> Path:
 
 
 def _workload(row: Row) -> tuple[str, ...]:
-    """(cluster, preset, shape, dtype) of a row; a cluster given as a file is named by its stem."""
+    """(cluster, preset, shape, dtype, cache) of a row; a cluster given as a file is named by its stem."""
     v = row.values
     cluster = str(v["cluster"])
     if cluster.endswith((".yaml", ".yml")):
         cluster = Path(cluster).stem
-    return cluster, str(v["preset"]), str(v["shape"]), str(v["dtype"])
+    return cluster, str(v["preset"]), str(v["shape"]), str(v["dtype"]), str(v.get("cache") or "")
 
 
 def _namer(workloads) -> Callable[[tuple[str, ...]], str]:
@@ -84,7 +84,7 @@ def _namer(workloads) -> Callable[[tuple[str, ...]], str]:
     workloads = list(workloads)
     varying = [i for i in range(len(workloads[0]))
                if len({w[i] for w in workloads}) > 1] if workloads else []
-    return lambda wl: " ".join(wl[i] for i in varying) or " ".join(wl)
+    return lambda wl: " ".join(wl[i] for i in varying) or " ".join(p for p in wl if p)
 
 
 def _family(layout: str) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sporch.orchestrator.campaign.references import parse_references
-from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.job import CacheSpec, job_from_dict
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.durations import is_valid_time
@@ -50,6 +50,8 @@ class MatrixSpec:
     presets: List[str] = field(default_factory=list)  # empty: the base job's model
     shapes: List[ShapeSpec] = field(default_factory=list)  # empty: the base job's shape
     dtypes: List[str] = field(default_factory=list)  # empty: the base job's dtype
+    #: workload.cache values (docs/performance.md, "Step caching"); empty: the base job's
+    caches: List[CacheSpec] = field(default_factory=list)
     repeats: int = 1  # independent runs of every point
 
 

@@ -22,8 +22,8 @@ from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
-from sporch.orchestrator.contract.vocab import (CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS, MAX_NAME,
-                                               OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
+                                               MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
@@ -50,6 +50,16 @@ class ModelSpec:
     qk_norm: Optional[bool] = None
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
     stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
+
+
+@dataclass
+class CacheSpec:
+    """``workload.cache``: step caching (docs/performance.md, "Step caching")."""
+
+    method: str = "none"  # none | fbcache | teacache
+    threshold: Optional[float] = None  # required for fbcache/teacache
+    warmup_steps: int = 1
+    max_consecutive: int = 0
 
 
 @dataclass
@@ -82,6 +92,7 @@ class WorkloadSpec:
     guidance_scale_2: Optional[float] = None
     # image-to-video (Wan2.2 I2V A14B): the first frame, an image file; relative to the job file's folder
     image: Optional[str] = None
+    cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference)
 
 
 @dataclass
@@ -200,6 +211,26 @@ def vae_stride_problem(value: Any) -> Optional[str]:
             f"[1, 8, 8] for an image VAE; got {value!r}")
 
 
+def _validate_cache(w: WorkloadSpec, bad) -> None:
+    c = w.cache
+    if c.method not in CACHE_METHODS:
+        raise bad("workload.cache.method", f"must be one of {', '.join(CACHE_METHODS)}, got {c.method!r}")
+    if c.method == "none":
+        return
+    if w.kind not in ("generate", "inference"):
+        raise bad("workload.cache", f"skips denoising steps, which {w.kind} does not run: use workload.kind "
+                  "generate or inference, or workload.cache.method=none")
+    if c.threshold is None:
+        raise bad("workload.cache.threshold", f"is required with method {c.method}: the relative change below which "
+                  "a step is skipped (e.g. 0.1)")
+    if c.threshold < 0:
+        raise bad("workload.cache.threshold", f"must be >= 0 (0: never skip), got {c.threshold}")
+    if c.warmup_steps < 0:
+        raise bad("workload.cache.warmup_steps", f"must be >= 0, got {c.warmup_steps}")
+    if c.max_consecutive < 0:
+        raise bad("workload.cache.max_consecutive", f"must be >= 0 (0: no cap), got {c.max_consecutive}")
+
+
 def validate_job(job: JobSpec, source: str) -> JobSpec:
     def bad(key: str, msg: str) -> SporchError:
         return SporchError(f"{source}: '{key}' {msg}")
@@ -241,6 +272,7 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if w.shift is not None and w.shift <= 0:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
     _validate_generate(w, bad)
+    _validate_cache(w, bad)
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
     if w.guidance_scale_2 is not None and w.guidance_scale_2 < 0:

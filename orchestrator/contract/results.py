@@ -249,7 +249,7 @@ class JobResult(ResultSection):
 
     OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({
         "max_abs_err", "max_rel_err", "tolerance", "verified", "step_ms_median_max", "outputs",
-        "peak_memory_bytes_by_rank", "hang"})
+        "peak_memory_bytes_by_rank", "hang", "step_cache"})
 
     status: str  # STATUSES
     job_name: Optional[str] = None
@@ -282,12 +282,14 @@ class JobResult(ResultSection):
     provenance: Optional[Dict[str, Any]] = None
     # a collective that hung: contract.hangs.HangDiagnosis.to_dict() (``error`` is its line)
     hang: Optional[Dict[str, Any]] = None
+    # workload.cache: steps computed/skipped and each rank's skipped steps (contract.step_cache_summary)
+    step_cache: Optional[Dict[str, Any]] = None
     schema_version: int = RESULT_SCHEMA_VERSION
 
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
-        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance", "hang"),
+        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance", "hang", "step_cache"),
                      ("status", "error", "job_name", "cluster", "workload"))
         for key in ("metrics", "hosts"):
             if data.get(key) is None:

@@ -101,6 +101,17 @@ class ModelSection(Section):
 
 
 @dataclass(frozen=True)
+class CacheSection(Section):
+    """Step caching (docs/performance.md, "Step caching"): skip the blocks on steps whose
+    input barely changed; the decision is reduced over the sequence and cfg groups."""
+
+    method: str = "none"  # vocab.CACHE_METHODS
+    threshold: float = 0.0  # relative L1 change (TeaCache: its rescaled sum) below which a step is skipped
+    warmup_steps: int = 1  # the first steps are always computed (the last one too)
+    max_consecutive: int = 0  # at most this many skipped steps in a row (0: no cap)
+
+
+@dataclass(frozen=True)
 class WorkloadSection(Section):
     kind: str  # vocab.WORKLOAD_KINDS
     batch: int
@@ -131,6 +142,7 @@ class WorkloadSection(Section):
     guidance_scale_2: Optional[float] = None
     # image-to-video: the first frame's image file (absolute in the plan); None for text-to-video
     image: Optional[str] = None
+    cache: Optional[CacheSection] = None  # None: no step caching
 
 
 @dataclass(frozen=True)

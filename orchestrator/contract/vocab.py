@@ -38,3 +38,6 @@ HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")
 #: srun's pyxis options, or the rank command wrapped in ``apptainer``/``singularity exec`` or
 #: ``podman run``. A job's ``container.runtime: none`` runs it without the cluster's container.
 CONTAINER_RUNTIMES: tuple[str, ...] = ("pyxis", "apptainer", "singularity", "podman")
+
+#: workload.cache.method: step caching (docs/performance.md, "Step caching").
+CACHE_METHODS = ("none", "fbcache", "teacache")

@@ -129,6 +129,7 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         tiny_weights=bool(w.tiny_weights),
         guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
         image=resolve_prompt_file(w.image, source),
+        cache=cache_section(w),
     )
 
 
@@ -154,6 +155,22 @@ def check_expert_keys(job: JobSpec, model: sections.ModelSection) -> None:
     if job.pipeline.experts != "auto":
         raise SporchError(f"pipeline.experts places two experts, but the model ({name}) has one transformer; "
                           "remove it (two experts: Wan2.2 A14B)")
+
+
+def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
+    """Step caching has its seam in the Wan and Flux models only (not the class-label DiT)."""
+    if job.workload.cache.method != "none" and model.attention not in ("cross", "joint"):
+        raise SporchError(f"workload.cache is for the Wan and Flux models, but the model "
+                          f"({model.preset or 'from model.weights'}) is a class-label DiT (attention {model.attention}); "
+                          "remove workload.cache or set workload.cache.method=none")
+
+
+def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
+    c = w.cache
+    if c.method == "none":
+        return None
+    return sections.CacheSection(method=c.method, threshold=float(c.threshold), warmup_steps=int(c.warmup_steps),
+                                 max_consecutive=int(c.max_consecutive))
 
 
 def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
@@ -203,6 +220,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     check_expert_keys(job, model)
     check_image(job, model)
+    check_cache(job, model)
 
     def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> dict:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)

@@ -11,6 +11,7 @@ from torch import nn
 from sporch.runtime.parallel import ParallelContext
 
 from .attention import SequenceAttention
+from .cache import StepCache
 from .condition import Condition, cond_to
 from .config import ModelConfig
 from .rope import rope_cos_sin
@@ -108,11 +109,13 @@ class DiTBase(nn.Module):
         ctx: ParallelContext | None = None,
         backend: str = "auto",
         guidance: float | torch.Tensor | None = None,
+        step_cache: StepCache | None = None,
     ) -> torch.Tensor:
         """Token-level forward. Unsharded: ``tokens`` are all f*h*w tokens. Sharded: this
         rank's chunk, ``token_index`` its global indices (padding indices >= seq_len allowed)
         and ``ctx`` the ParallelContext. ``guidance``: the embedded guidance scale of a
-        guidance-distilled model (Flux.1-dev). Returns [B, N, patch_out] in the model dtype."""
+        guidance-distilled model (Flux.1-dev). ``step_cache``: a
+        :class:`~sporch.runtime.model.cache.StepCache` that may skip the blocks this step. Returns [B, N, patch_out] in the model dtype."""
         n = tokens.shape[1]
         f, h, w = (int(g) for g in grid)
         if seq_len is None:
@@ -135,7 +138,9 @@ class DiTBase(nn.Module):
             # the latent condition's tokens at this rank's global indices (padding: any valid one)
             y_tokens = patchify(cond["latents"], cfg.patch)[0]
             tokens = torch.cat([tokens.to(device), y_tokens[:, token_index.clamp(max=seq_len - 1).to(device)]], -1)
-        return self._forward(tokens.to(device=device, dtype=dtype), timestep, cond, rope, attn, guidance=guidance)
+        step = None if step_cache is None else step_cache.bind(token_index < seq_len, ctx)
+        return self._forward(tokens.to(device=device, dtype=dtype), timestep, cond, rope, attn, guidance=guidance,
+                             step=step)
 
     def forward(self, latents: torch.Tensor, timestep: torch.Tensor, cond: Condition,
                 guidance: float | torch.Tensor | None = None) -> torch.Tensor:
@@ -144,7 +149,7 @@ class DiTBase(nn.Module):
         out = self.forward_tokens(tokens, timestep, cond, grid=grid, guidance=guidance)
         return unpatchify(out, grid, self.cfg.patch, self.cfg.out_dim)
 
-    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):  # pragma: no cover - abstract
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property

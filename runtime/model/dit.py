@@ -56,7 +56,9 @@ class ClassDiT(DiTBase):
         self.blocks = nn.ModuleList(DiTBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.final_layer = FinalLayer(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
+        if step is not None:
+            raise ValueError("step caching (workload.cache) is for the Wan2.1 and Flux.1 models, not the class-label DiT")
         x = self.x_embedder(tokens)
         c = self.t_embedder(timestep.to(x.device)) + self.y_embedder(cond.to(x.device).long())
         for block in self.blocks:

@@ -67,6 +67,11 @@ class DoubleStreamBlock(nn.Module):
         self.img_mlp = MLP(d, cfg.ffn_dim, device=device, dtype=dtype)
         self.txt_mlp = MLP(d, cfg.ffn_dim, device=device, dtype=dtype)
 
+    def modulated_input(self, img, vec):
+        """The image stream's modulated attention input (what TeaCache compares across steps)."""
+        shift, scale = self.img_mod(F.silu(vec)).chunk(6, dim=-1)[:2]
+        return modulate(layer_norm(img, self.eps), shift, scale)
+
     def forward(self, img, txt, vec, rope, attn: SequenceAttention):
         b, n, _ = img.shape
         t = txt.shape[1]
@@ -147,7 +152,7 @@ class MMDiT(DiTBase):
         self.single_blocks = nn.ModuleList(SingleStreamBlock(cfg, device, dtype) for _ in range(cfg.single_depth))
         self.final_layer = FinalLayer(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
         img = self.img_in(tokens)
         txt = self.txt_in(cond_text(cond))
         vec = self.time_in(timestep.to(img.device))
@@ -157,8 +162,25 @@ class MMDiT(DiTBase):
             vec = vec + self.guidance_in(guidance * NUM_TRAIN_TIMESTEPS)
         if self.cfg.pooled_dim:
             vec = vec + self.vector_in(cond["pooled"])
+        if step is not None:  # the text stream ends with the blocks: only the image stream is cached
+            return self.final_layer(self._cached_blocks(img, txt, vec, rope, attn, step), vec)
         for block in self.double_blocks:
             img, txt = block(img, txt, vec, rope, attn)
         for block in self.single_blocks:
             img, txt = block(img, txt, vec, rope, attn)
         return self.final_layer(img, vec)
+
+    def _cached_blocks(self, img, txt, vec, rope, attn, step):
+        streams = {"txt": txt}  # the text stream after the first block, for the remaining ones
+
+        def first(img):
+            img, streams["txt"] = self.double_blocks[0](img, txt, vec, rope, attn)
+            return img
+
+        def rest(img):
+            t = streams["txt"]
+            for block in [*self.double_blocks[1:], *self.single_blocks]:
+                img, t = block(img, t, vec, rope, attn)
+            return img
+
+        return step.run(img, first, rest, lambda img: self.double_blocks[0].modulated_input(img, vec))

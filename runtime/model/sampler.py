@@ -21,6 +21,7 @@ import torch
 from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase, latent_shape
+from .cache import StepCache
 from .condition import Condition, cond_rows
 from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT, dp_slice
@@ -76,19 +77,25 @@ def make_inputs(model: DiTBase, grid: Sequence[int], batch: int, seed: int, ctx:
 def generate(model: DiTBase, ctx: ParallelContext | None = None, *, grid: Sequence[int], batch: int = 1, steps: int = 50,
              guidance_scale: float = 1.0, seed: int = 0, shift: float = 1.0, backend: str = "auto",
              inputs: SampleInputs | None = None,
-             callback: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+             callback: Callable[[int, torch.Tensor], None] | None = None,
+             step_cache: StepCache | None = None) -> torch.Tensor:
     """Sample latents for this rank's dp replica: [b, C, F, H, W] float32, the same on every
     rank of the replica (gathered over the sequence group at the end). The loop itself runs
     on the local token shard; ``callback(step, x_local)`` sees the local shard after each step.
-    ``ctx=None`` is the single-process reference."""
+    ``ctx=None`` is the single-process reference. ``step_cache``: a fresh step cache for
+    this run (it records the steps it computed and skipped)."""
     runner = ShardedDiT(model, ctx, grid=grid, backend=backend)
     if inputs is None:
         inputs = make_inputs(model, grid, batch, seed, ctx)
     x_local = runner.shard_latents(inputs.noise)
+    taken = [0]
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        if step_cache is not None:
+            step_cache.start_step(taken[0])
+        taken[0] += 1
         return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance_scale,
-                               null_cond=inputs.null_cond)
+                               null_cond=inputs.null_cond, step_cache=step_cache)
 
     x_local = euler_sample(velocity, x_local, flow_sigmas(steps, shift), callback)
     return runner.gather_latents(x_local, channels=model.cfg.out_dim)

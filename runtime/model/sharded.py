@@ -24,6 +24,7 @@ import torch.distributed as dist
 from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase, patchify, unpatchify
+from .cache import StepCache
 from .condition import Condition, cond_cat
 
 def replica_rows(n: int, ctx: ParallelContext | None = None) -> range:
@@ -107,41 +108,44 @@ class ShardedDiT:
 
     # -- model -----------------------------------------------------------------------------
     def _run(self, x_local: torch.Tensor, timestep: torch.Tensor, cond: Condition,
-             guidance: float | None = None) -> torch.Tensor:
+             guidance: float | None = None, step_cache: StepCache | None = None) -> torch.Tensor:
         return self.model.forward_tokens(
             x_local, timestep, cond, grid=self.grid, token_index=self.token_index,
             seq_len=self.seq_len, ctx=self.ctx, backend=self.backend, guidance=guidance,
+            step_cache=step_cache,
         )
 
     @torch.no_grad()
     def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: Condition, *,
                  guidance_scale: float = 1.0, null_cond: Condition | None = None,
-                 cfg: bool | None = None) -> torch.Tensor:
+                 cfg: bool | None = None, step_cache: StepCache | None = None) -> torch.Tensor:
         """The model's prediction on this rank's chunk, with classifier-free guidance when
         ``guidance_scale > 1`` (``cfg``: on or off whatever the scale, as for WanPipeline's
         low-noise expert, whose ``guidance_scale_2`` combines the branches that ``guidance_scale``
         turned on). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
         needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar or
-        [B]. Returns float32 [B, local_len, patch_out]; identical on both halves of a cfg group."""
+        [B]. ``step_cache``: this run's step cache (one call per step; its skip decision is
+        reduced over the sequence and cfg groups). Returns float32 [B, local_len, patch_out];
+        identical on both halves of a cfg group."""
         b = x_local.shape[0]
         t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)
         if t.numel() == 1:
             t = t.expand(b)
         if not self.cfg.uses_cfg:
             if self.cfg.guidance_embed:
-                return self._run(x_local, t, cond, guidance=guidance_scale).float()
+                return self._run(x_local, t, cond, guidance=guidance_scale, step_cache=step_cache).float()
             if guidance_scale > 1.0:
                 raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled without a guidance "
                                  f"input: set workload.guidance_scale <= 1 (got {guidance_scale:g})")
         if not (guidance_scale > 1.0 if cfg is None else cfg):
-            return self._run(x_local, t, cond).float()
+            return self._run(x_local, t, cond, step_cache=step_cache).float()
         if null_cond is None:
             null_cond = self.model.null_condition(cond)
         ctx = self.ctx
         if ctx is not None and ctx.cfg == 2:
             mine = cond if ctx.cfg_rank == 0 else null_cond
-            out = self._run(x_local, t, mine).contiguous()
+            out = self._run(x_local, t, mine, step_cache=step_cache).contiguous()
             parts = [torch.empty_like(out) for _ in range(2)]
             with ctx.guard(), ctx.collective("cfg_gather", "cfg", kind="all_gather"):
                 dist.all_gather(parts, out, group=ctx.cfg_group)
@@ -149,7 +153,8 @@ class ShardedDiT:
             if stats is not None:  # this rank's half goes to the other cfg rank
                 stats.add("cfg_gather", out.numel() * out.element_size())
             return cfg_combine(parts[0], parts[1], guidance_scale)
-        both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), cond_cat(cond, null_cond))
+        both = self._run(torch.cat([x_local, x_local]), torch.cat([t, t]), cond_cat(cond, null_cond),
+                         step_cache=step_cache)
         return cfg_combine(both[:b], both[b:], guidance_scale)
 
     @torch.no_grad()

@@ -146,12 +146,23 @@ class WanDiT(DiTBase):
         self.blocks = nn.ModuleList(WanBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.head = WanHead(cfg, device, dtype)
 
-    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None):
+    def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
         x = self.patch_embedding(tokens).float()
         e = self.time_embedding(timestep.to(x.device))
         e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
         context = self.text_embedding(cond_text(cond))
         context_img = self.img_emb(cond["image"]) if self.cfg.image_dim else None
-        for block in self.blocks:
-            x = block(x, e0, context, context_img, rope, attn)
+        if step is None:
+            for block in self.blocks:
+                x = block(x, e0, context, context_img, rope, attn)
+            return self.head(x, e)
+
+        def rest(x):
+            for block in self.blocks[1:]:
+                x = block(x, e0, context, context_img, rope, attn)
+            return x
+
+        # TeaCache on Wan2.1 compares the time projection e0 (its published coefficients are fitted on it)
+        x = step.run(x, lambda x: self.blocks[0](x, e0, context, context_img, rope, attn), rest,
+                     lambda x: e0.flatten(1)[:, None], probe_per_token=False)
         return self.head(x, e)

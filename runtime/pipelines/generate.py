@@ -32,6 +32,8 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, resolve_dtype
 from sporch.runtime.model.base import unpatchify
+from sporch.runtime.model.cache import StepCaches
+from sporch.runtime.model.cache.agreement import check_agreement, replica_records
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
@@ -40,7 +42,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
 from .spec import GenerateSpec, generate_spec
-from .latents import LatentStore
+from .latents import LatentStore, cache_label
 from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
@@ -112,7 +114,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0
     if spec.family == "flux" and spec.negative_prompt:
         raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
-    store = LatentStore(spec, output_dir)
+    store = LatentStore(spec, output_dir, step_cache=cache_label(plan.workload.cache))
     saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
     stages = Stages(device)
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
@@ -139,18 +141,23 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     outputs: list[dict[str, Any]] = []
     step_ms: list[float] = []
     switches: list[int | None] = []  # per denoised batch: the first step of transformer_2
+    cached: list[dict[str, Any]] = []  # per denoised batch: the steps computed and skipped
     latent_shape = None
     with torch.no_grad():
         for bi, rows in enumerate(batches):
             indices = [mine[r] for r in rows]
             seeds = [spec.seed + i for i in indices]
             if rows in todo:
+                step_cache = StepCaches(plan.workload.cache, spec.steps, plan.model.preset)
                 with stages("denoise"):
                     latents = _denoise(spec, experts, cond_all, null_all, rows, seeds, image_tokens,
                                        device, step_ms, switches, lambda i, n: log(
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
                                                 f"{step_ms[-1] / 1e3:.2f} s/step"),
-                                       ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log)
+                                       ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log,
+                                       step_cache=step_cache)
+                if step_cache.on:
+                    cached.append({"batch": bi, **step_cache.record()})
                 if is_leader(ctx):
                     store.save(indices, latents)  # before decoding: a failed decode loses no denoising
                 ckpt.finish(bi)
@@ -185,7 +192,25 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
         out["expert_switch_step"] = switches[0] if switches else None
     if "encode" in stages.seen:
         out["encode_s"] = stages.seconds("encode")
+    if plan.workload.cache is not None:
+        out["step_cache"] = step_cache_record(plan, cached, ctx)
     return out
+
+
+def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelContext | None) -> dict[str, Any]:
+    """result.json's ``step_cache``: the steps computed and skipped per denoised batch, and
+    the skipped steps of every rank of this replica (checked equal: a difference raises)."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    skipped = [b["skipped"] for b in batches]
+    records = replica_records({"rank": rank, "skipped": skipped}, ctx)
+    check_agreement(records)
+    c = plan.workload.cache
+    return {"method": c.method, "threshold": c.threshold, "warmup_steps": c.warmup_steps,
+            "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank if ctx is not None else 0,
+            "batches": batches, "skipped": skipped,
+            "steps_computed": sum(len(b["computed"]) for b in batches),
+            "steps_skipped": sum(len(b["skipped"]) for b in batches),
+            "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
 
 
 def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
@@ -200,10 +225,13 @@ def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
 
 
 def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,
-             on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log) -> torch.Tensor:
+             on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log,
+             step_cache: StepCaches) -> torch.Tensor:
     """One prompt batch through the scheduler's steps (from the last finished one when a
     requeued run left it); the gathered latents [B, C, F, H, W]. ``switches`` gets the index
-    of the first step the low-noise expert ran (None: it never ran)."""
+    of the first step the low-noise expert ran (None: it never ran). ``step_cache``: this
+    batch's (fresh; after a resume, and at the switch to the low-noise expert, the first step
+    is computed)."""
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
@@ -228,7 +256,8 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
         sync(device)
         start = time.perf_counter()
         runner = experts.runner(t)
-        v = runner.velocity(x, float(t), cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on)
+        v = runner.velocity(x, float(t), cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on,
+                            step_cache=step_cache.for_step(i, experts.index(t)))
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
         batch_ms.append((time.perf_counter() - start) * 1e3)

@@ -8,7 +8,9 @@ the VAE ran out of memory, ``sporch decode RUN_DIR``) finds them and decodes wit
 Each file carries a fingerprint of everything that decides the latents (the model, its
 weights' folder, the prompt and negative prompt, the seed, steps, guidance, shape, dtype,
 scheduler and shift): a file whose fingerprint differs (the job file changed) is not used and
-is overwritten.
+is overwritten. The step cache (``workload.cache``) is kept beside it (metadata ``step_cache``):
+a denoising run uses only latents of the same cache, while the fingerprint stays that of the
+workload, so a campaign compares cached outputs with the uncached reference.
 """
 
 from __future__ import annotations
@@ -38,12 +40,22 @@ def fingerprint(spec: GenerateSpec, index: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def cache_label(cache: Any) -> str:
+    """A Plan's ``workload.cache`` section as text: ``none`` or its keys as JSON."""
+    if cache is None or getattr(cache, "method", "none") == "none":
+        return "none"
+    return json.dumps(cache.to_dict(), sort_keys=True)
+
+
 class LatentStore:
     """The job's saved latents (``output_dir/latents``)."""
 
-    def __init__(self, spec: GenerateSpec, output_dir: str | os.PathLike) -> None:
+    def __init__(self, spec: GenerateSpec, output_dir: str | os.PathLike, step_cache: str | None = None) -> None:
+        """``step_cache``: the job's cache as text (:func:`cache_label`): saved latents of
+        another cache are not used; None: any (decoding saved latents)."""
         self.spec = spec
         self.folder = Path(output_dir) / FOLDER
+        self.step_cache = step_cache
 
     def path(self, index: int) -> Path:
         return self.folder / f"{index:05d}.safetensors"
@@ -70,6 +82,7 @@ class LatentStore:
         for k, i in enumerate(indices):
             data = save({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()},
                         metadata={"fingerprint": fingerprint(self.spec, i), "index": str(i),
+                                  "step_cache": self.step_cache or "none",
                                   "prompt": self.spec.prompts[i][:200]})
             write_atomic(self.path(i), data)
 
@@ -85,7 +98,10 @@ class LatentStore:
             return None
         try:
             with safe_open(str(path), framework="pt", device="cpu") as fh:
-                if (fh.metadata() or {}).get("fingerprint") != fingerprint(self.spec, index):
+                meta = fh.metadata() or {}
+                if meta.get("fingerprint") != fingerprint(self.spec, index):
+                    return None
+                if self.step_cache is not None and meta.get("step_cache", "none") != self.step_cache:
                     return None
                 return fh.get_tensor("latents") if tensors else True
         except Exception:  # noqa: BLE001 - a broken file is no saved latents: denoise again

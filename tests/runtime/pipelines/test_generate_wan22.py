@@ -202,3 +202,15 @@ def test_comparison_can_fail(folder, reference):
                guidance_scale=5.0, max_sequence_length=8, output_type="np",
                generator=torch.Generator().manual_seed(SEED)).frames[0]
     assert np.abs(one - ref).max() > 100 * FRAME_TOL
+
+
+def test_a_step_cache_restarts_at_the_expert_switch(folder, tmp_path):
+    """workload.cache with two experts: the low-noise expert gets a fresh cache, so its first
+    step is computed even where the policy would skip everything (threshold 1e9)."""
+    cache = {"method": "fbcache", "threshold": 1e9, "warmup_steps": 1, "max_consecutive": 0}
+    plan = _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1},
+                 workload={**WORKLOAD, "steps": 8, "cache": cache})  # run in one process (unsharded)
+    got = _run(plan.to_json(), str(tmp_path), unsharded=True)
+    switch, rec = got["expert_switch_step"], got["step_cache"]["batches"][0]
+    assert 1 < switch < 7, switch
+    assert rec["computed"] == [0, switch, 7] and rec["skipped"] == [s for s in range(1, 7) if s != switch]

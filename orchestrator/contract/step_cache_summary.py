@@ -1,0 +1,33 @@
+"""result.json's ``step_cache`` (docs/contracts.md): the job's steps computed and skipped, and
+each rank's skip pattern, from the ranks' ``metrics["step_cache"]`` records (runtime:
+sporch.runtime.model.cache). Standard library only.
+
+Every rank of a dp replica must skip the same steps (the runtime reduces the decision and
+raises when they differ); ``ranks_agree`` re-checks it on the records. Replicas hold different
+prompts and may skip differently: ``steps_computed`` / ``steps_skipped`` sum over replicas
+(each replica counted once)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+
+def summarise_step_cache(per_rank: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``per_rank``: rank -> that rank's metrics. None when no rank used a step cache."""
+    recs = {r: m["step_cache"] for r, m in per_rank.items() if isinstance(m.get("step_cache"), dict)}
+    if not recs:
+        return None
+    first = recs[min(recs)]
+    replicas: Dict[int, List[int]] = {}
+    for r, rec in sorted(recs.items()):
+        replicas.setdefault(int(rec.get("dp_rank", 0)), []).append(r)
+    agree = all(recs[r]["skipped"] == recs[ranks[0]]["skipped"] for ranks in replicas.values() for r in ranks)
+    leaders = [recs[ranks[0]] for ranks in replicas.values()]
+    return {
+        "method": first.get("method"), "threshold": first.get("threshold"),
+        "warmup_steps": first.get("warmup_steps"), "max_consecutive": first.get("max_consecutive"),
+        "steps_computed": sum(int(x.get("steps_computed", 0)) for x in leaders),
+        "steps_skipped": sum(int(x.get("steps_skipped", 0)) for x in leaders),
+        "skipped_by_rank": {str(r): recs[r]["skipped"] for r in sorted(recs)},
+        "ranks_agree": agree,
+    }

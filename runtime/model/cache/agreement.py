@@ -1,0 +1,37 @@
+"""Every rank of a dp replica must have skipped the same steps: the per-rank records are
+gathered over the replica's sequence and cfg groups (every rank gets all of them, so every
+rank fails alike) and compared; a difference is an error, never a silently torn output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from sporch.runtime.parallel import ParallelContext
+
+
+class StepCacheDisagreement(RuntimeError):
+    """Ranks of one dp replica skipped different steps."""
+
+
+def replica_records(record: dict[str, Any], ctx: ParallelContext | None) -> list[dict[str, Any]]:
+    """This replica's ranks' records (``record`` holds its ``rank``), every rank getting all."""
+    records = [record]
+    if ctx is None:
+        return records
+    for dim in ("sequence", "cfg"):
+        if ctx.size(dim) > 1:
+            got: list[Any] = [None] * ctx.size(dim)
+            with ctx.guard(), ctx.collective("step_cache_record", dim, kind="all_gather_object"):
+                dist.all_gather_object(got, records, group=ctx.group(dim))
+            records = [r for part in got for r in part]
+    return records
+
+
+def check_agreement(records: list[dict[str, Any]], key: str = "skipped") -> None:
+    first = records[0]
+    for r in records[1:]:
+        if r[key] != first[key]:
+            raise StepCacheDisagreement(f"step cache: rank {r['rank']} skipped steps {r[key]} but rank "
+                                        f"{first['rank']} skipped {first[key]}: the ranks took different branches")
