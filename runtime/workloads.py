@@ -84,7 +84,8 @@ def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
     """The plan's model: its parameters whole on every rank, or sharded (plan.placement)."""
     wl = plan.workload
     return build_sharded(plan.model, ctx, plan.placement.shard_weights, seed=wl.seed, dtype=resolve_dtype(wl.dtype),
-                         device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None)
+                         device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None,
+                         lora=plan.model.lora)
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):

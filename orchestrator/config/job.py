@@ -10,6 +10,7 @@ The key names are the public interface (docs/jobs.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,12 @@ from sporch.orchestrator.contract.vocab import (CONTAINER_RUNTIMES, DTYPES, EXPE
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
+
+
+@dataclass
+class LoraSpec:
+    path: Optional[str] = None  # a LoRA .safetensors (diffusers/PEFT or kohya keys); relative: to the job file's folder
+    scale: Any = 1.0  # diffusers' lora_scale: W += scale * (alpha/rank) * up @ down
 
 
 @dataclass
@@ -50,6 +57,7 @@ class ModelSpec:
     qk_norm: Optional[bool] = None
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
     stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
+    lora: Optional[List[LoraSpec]] = None  # adapters merged into the weights at load (docs/model.md)
 
 
 @dataclass
@@ -188,6 +196,21 @@ def job_from_dict(data: dict[str, Any], source: str = "<dict>") -> JobSpec:
     return validate_job(to_typed(JobSpec, [(cfg, source)]), source)
 
 
+def lora_problem(model: ModelSpec) -> Optional[tuple[str, str]]:
+    """(key, why) when ``model.lora`` is wrong; the files themselves are read by the planner."""
+    for i, entry in enumerate(model.lora or []):
+        key = f"model.lora[{i}]"
+        if not entry.path or not str(entry.path).strip():
+            return f"{key}.path", "is missing; give the adapter's .safetensors file ({path: x.safetensors, scale: 1.0})"
+        scale = entry.scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            return f"{key}.scale", f"must be a number (diffusers' lora_scale, e.g. 1.0), got {scale!r}"
+    if model.lora and not (model.weights or model.preset):
+        return "model.lora", ("needs the model it adapts: set model.weights (a checkpoint) or model.preset; "
+                              "a LoRA on a model of made-up shape has nothing to match")
+    return None
+
+
 def vae_stride_problem(value: Any) -> Optional[str]:
     """Why ``model.vae_stride`` is wrong (None when it is three positive ints or unset). The
     planner reads it as [temporal, height, width]; a shorter list would drop the time stride."""
@@ -218,6 +241,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if job.model.stage == "node" and not job.model.weights:
         raise bad("model.stage", "node stages model.weights on each node, but the job has no model.weights: "
                   "set model.weights (a checkpoint folder or file) or model.stage=shared")
+    problem = lora_problem(job.model)
+    if problem:
+        raise bad(*problem)
     problem = vae_stride_problem(job.model.vae_stride)
     if problem:
         raise bad("model.vae_stride", problem)

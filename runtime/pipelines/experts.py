@@ -94,7 +94,7 @@ def build_experts(spec: GenerateSpec, ctx: ParallelContext | None, shard_weights
     runners: dict[int, ShardedDiT] = {}
     for i in order:
         model = build_sharded(spec.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
-                              weights=weights[i], cache=cache)
+                              weights=weights[i], cache=cache, lora=spec.model.get("lora"))
         if offload and i == 1:
             model.to("cpu")
         runners[i] = ShardedDiT(model, ctx, grid=spec.grid)
