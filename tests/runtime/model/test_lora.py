@@ -52,8 +52,10 @@ def _linears(model, keep) -> dict[str, torch.nn.Linear]:
     return {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and keep(n)}
 
 
-def peft_file(model, path, keep, seed):
-    """diffusers/PEFT keys on every kept Linear: ``transformer.<module>.lora_A/B.weight``."""
+def peft_file(model, path, keep, seed, alpha=None):
+    """diffusers/PEFT keys on every kept Linear: ``transformer.<module>.lora_A/B.weight``; with
+    ``alpha``, the adapter's lora_alpha in the header metadata as diffusers' save_lora_weights
+    writes it."""
     from safetensors.torch import save_file
 
     g = torch.Generator().manual_seed(seed)
@@ -61,7 +63,10 @@ def peft_file(model, path, keep, seed):
     for name, lin in _linears(model, keep).items():
         a, b = _pair(g, lin.out_features, lin.in_features)
         sd[f"transformer.{name}.lora_A.weight"], sd[f"transformer.{name}.lora_B.weight"] = a, b
-    save_file(sd, str(path))
+    meta = None if alpha is None else {"lora_adapter_metadata": json.dumps(
+        {"transformer.r": RANK, "transformer.lora_alpha": alpha,
+         "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd})})}
+    save_file(sd, str(path), metadata=meta)
     return path
 
 
@@ -134,6 +139,7 @@ def setup(tmp_path_factory):
         # attention, FFN and the output head (row-permuted on load)
         "wan-peft": peft_file(wan, root / "wan_peft.safetensors",
                               lambda n: "attn" in n or "ffn" in n or n == "proj_out", 1),
+        "wan-meta": peft_file(wan, root / "wan_meta.safetensors", lambda n: n.startswith("blocks.1."), 5, alpha=9.0),
         "wan-kohya": kohya_file(wan_kohya_modules(2, d, 24), root / "wan_kohya.safetensors", 2),
         # q, k, v and proj_mlp (fused rows), the embedders, norm_out.linear (halves swapped)
         "flux-peft": peft_file(flux, root / "flux_peft.safetensors", lambda n: "time_text_embed" not in n, 3),
@@ -173,7 +179,7 @@ def _case(setup, name):
     return family, model_dict, plan
 
 
-@pytest.mark.parametrize("name", ["wan-peft", "wan-kohya", "flux-peft", "flux-kohya"])
+@pytest.mark.parametrize("name", ["wan-peft", "wan-meta", "wan-kohya", "flux-peft", "flux-kohya"])
 def test_merged_adapter_equals_diffusers_fuse_lora(setup, name):
     family, model_dict, plan = _case(setup, name)
     assert plan.model.lora == [{"path": str(setup["files"][name].resolve()), "scale": SCALE}]
@@ -203,12 +209,12 @@ def _ranks(cases):
 
 def test_merged_adapter_equals_diffusers_on_4_ranks_whole_and_sharded(setup):
     cases = []
-    for name in ("wan-kohya", "flux-peft", "flux-kohya"):
+    for name, mode in (("wan-kohya", "none"), ("wan-kohya", "world"), ("flux-peft", "world"),
+                       ("flux-kohya", "world")):
         family, model_dict, plan = _case(setup, name)
         c = setup[family]
-        for mode in ("none", "world"):
-            cases.append((f"{name}/{mode}", dict(ulysses=2, ring=2), mode, model_dict, plan.model.weights,
-                          plan.model.lora, c["x"], c["t"], c["cond"], c["guidance"]))
+        cases.append((f"{name}/{mode}", dict(ulysses=2, ring=2), mode, model_dict, plan.model.weights,
+                      plan.model.lora, c["x"], c["t"], c["cond"], c["guidance"]))
     results = run_distributed(_ranks, 4, cases, timeout=300)
     for rank_out in results:
         for key, out in rank_out.items():
