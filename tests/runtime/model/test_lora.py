@@ -276,3 +276,76 @@ def test_a_lora_without_weights_or_preset_is_refused():
                                   "lora": [{"path": "a.safetensors"}]}}
     with pytest.raises(SporchError, match=r"'model\.lora' needs the model it adapts"):
         job_from_dict(job, "<test>")
+
+
+def _inspect(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "inspect", *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_inspect_a_lora_file(setup):
+    proc = _inspect(str(setup["files"]["flux-kohya"]), "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert (r["kind"], r["format"], r["key_style"], r["names"], r["architecture"]) == \
+        ("lora", "kohya", "underscored", "original", "Flux.1")
+    assert (r["modules"], r["matched"], r["ranks"], r["alphas"], r["factors"]) == (22, 22, [RANK], [6.0], [2.0])
+    assert "double_blocks_{0-1}_img_attn_qkv" in r["targets"] and "single_blocks.{0}.linear2" in r["sporch_modules"]
+    r = json.loads(_inspect(str(setup["files"]["wan-meta"]), "--json").stdout)
+    assert (r["format"], r["names"], r["architecture"], r["alphas"], r["factors"]) == \
+        ("peft", "diffusers", "Wan2.1", [9.0], [3.0])
+    assert r["targets"][0] == "blocks.{1}.attn1.to_k" and "blocks.{1}.cross_attn.k" in r["sporch_modules"]
+    text = _inspect(str(setup["files"]["wan-kohya"]))
+    flat = " ".join(text.stdout.split())
+    assert text.returncode == 0 and "Wan2.1 (20 of 20 modules match its original names)" in flat, text.stderr
+    assert "rank 3; alpha 6; alpha/rank 2" in flat
+
+
+@pytest.mark.parametrize("keys,message", [
+    ({"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": (2, 4)}, "adapts the text encoder"),
+    ({"transformer.blocks.0.attn1.to_q.lora_A.weight": (2, 16), "transformer.blocks.0.attn1.to_q.lora_B.weight": (16, 2),
+      "transformer.blocks.0.attn1.to_q.dora_scale": (1, 16)}, "no LoRA down/up/alpha tensor"),
+    ({"transformer.blocks.0.attn1.to_q.lora_A.weight": (2, 16)}, "has no up tensor"),
+    ({"transformer.blocks.0.attn1.to_q.lora_A.weight": (2, 16), "transformer.blocks.0.attn1.to_q.lora_B.weight": (16, 3)},
+     "no rank-r pair"),
+    ({"transformer.blocks.0.attn1.to_q.lora_A.weight": (2, 16), "transformer.blocks.0.attn1.to_q.lora_B.weight": (16, 2),
+      "lora_unet_blocks_0_self_attn_k.lora_down.weight": (2, 16), "lora_unet_blocks_0_self_attn_k.lora_up.weight": (16, 2)},
+     "mixes key formats"),
+])
+def test_bad_lora_files_are_one_line(tmp_path, keys, message):
+    """Read from the header alone: what sporch cannot merge is refused by name."""
+    from safetensors.torch import save_file
+
+    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+    from sporch.orchestrator.contract.models.lora import read_lora
+
+    path = tmp_path / "x.safetensors"
+    save_file({k: torch.zeros(s) for k, s in keys.items()}, str(path))
+    with pytest.raises(CheckpointError, match=message) as info:
+        read_lora(path)
+    assert "\n" not in str(info.value)
+    proc = _inspect(str(path))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_kohya_and_peft_names_map_to_the_same_sporch_modules(tmp_path):
+    """The reader's name mapping on its own (no torch in it): original dotted, kohya underscored
+    and diffusers names of one Flux module land on the same fused rows."""
+    from safetensors.torch import save_file
+
+    from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
+
+    model = {"attention": "joint", "depth": 2, "single_depth": 1, "guidance_embed": True}
+    cases = {"lora_unet_double_blocks_1_txt_attn_qkv": ("double_blocks.1.txt_attn.qkv", 0, 1),
+             "diffusion_model.double_blocks.1.txt_attn.qkv": ("double_blocks.1.txt_attn.qkv", 0, 1),
+             "transformer.transformer_blocks.1.attn.add_v_proj": ("double_blocks.1.txt_attn.qkv", 2, 3),
+             "transformer.single_transformer_blocks.0.proj_mlp": ("single_blocks.0.linear1", 3, 4),
+             "lora_transformer_single_transformer_blocks_0_proj_mlp": ("single_blocks.0.linear1", 3, 4)}
+    for i, (name, (ours, part, parts)) in enumerate(cases.items()):
+        down, up = (".lora_down.weight", ".lora_up.weight") if name.startswith("lora_") else \
+            (".lora_A.weight", ".lora_B.weight")
+        path = tmp_path / f"{i}.safetensors"
+        save_file({name + down: torch.zeros(2, 16), name + up: torch.zeros(16, 2)}, str(path))
+        (t,) = map_targets(read_lora(path), "joint", module_names(model))
+        assert (t.ours, t.part, t.parts) == (ours, part, parts), name
+    assert "guidance_in.fc1" not in module_names({**model, "guidance_embed": False})
