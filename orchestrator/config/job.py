@@ -21,6 +21,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
+from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
 from sporch.orchestrator.contract.vocab import (CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS, MAX_NAME,
@@ -35,6 +36,7 @@ FPS_RANGE = (1, 240)
 class LoraSpec:
     path: Optional[str] = None  # a LoRA .safetensors (diffusers/PEFT or kohya keys); relative: to the job file's folder
     scale: Any = 1.0  # diffusers' lora_scale: W += scale * (alpha/rank) * up @ down
+    expert: str = "both"  # two experts (Wan2.2 A14B): both | transformer (high noise) | transformer_2 (low noise)
 
 
 @dataclass
@@ -205,6 +207,8 @@ def lora_problem(model: ModelSpec) -> Optional[tuple[str, str]]:
         scale = entry.scale
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
             return f"{key}.scale", f"must be a number (diffusers' lora_scale, e.g. 1.0), got {scale!r}"
+        if entry.expert not in LORA_EXPERTS:
+            return f"{key}.expert", f"must be one of {', '.join(LORA_EXPERTS)}, got {entry.expert!r}"
     if model.lora and not (model.weights or model.preset):
         return "model.lora", ("needs the model it adapts: set model.weights (a checkpoint) or model.preset; "
                               "a LoRA on a model of made-up shape has nothing to match")

@@ -3,7 +3,8 @@
 Each file's header is read (sporch.orchestrator.contract.models.lora): its format, and every
 module it adapts mapped onto the resolved model's modules, so an adapter for another model, size
 or family is refused by ``sporch plan`` in one line. The plan carries absolute paths and scales
-(``plan.model.lora``); the runtime merges them at load (sporch.runtime.model.lora).
+(``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
+``transformer``/``transformer_2``); the runtime merges them at load (sporch.runtime.model.lora).
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
     out = []
     for i, e in enumerate(entries):
         path = lora_path(str(e.path), source)
+        if e.expert != "both" and model.experts < 2:
+            raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but the model "
+                              f"({model.preset or 'from model.weights'}) has one transformer; remove it")
         try:
             map_targets(read_lora(path), model.attention, present, where=f"model.lora[{i}] {path}")
         except CheckpointError as exc:
             raise SporchError(str(exc)) from None
-        out.append({"path": path, "scale": float(e.scale)})
+        out.append({"path": path, "scale": float(e.scale), "expert": e.expert})
     return dataclasses.replace(model, lora=out)

@@ -36,6 +36,9 @@ from .keymap import Rule, Table
 #: Name tables by family, as the model's attention kind selects them.
 FAMILIES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
 
+#: Which transformer of a two-expert model (Wan2.2 A14B) an entry of ``model.lora`` adapts.
+EXPERTS = ("both", "transformer", "transformer_2")
+
 #: Prefixes a module name may carry (stripped); the kohya ones mark underscored names.
 DOTTED_PREFIXES = ("base_model.model.", "transformer.", "diffusion_model.", "model.diffusion_model.")
 KOHYA_PREFIXES = ("lora_unet_", "lora_transformer_")
@@ -200,6 +203,12 @@ def read_lora(path: str | Path) -> LoraFile:
             next((a for k, a in pattern.items() if name == k or name.endswith("." + k)), file_alpha)
         modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha))
     return LoraFile(p, formats.pop(), flat.pop(), modules)
+
+
+def for_expert(entries: Optional[list], index: int) -> list:
+    """The ``plan.model.lora`` entries that adapt transformer ``index`` (0: ``transformer``, the
+    only one of most models; 1: Wan2.2's ``transformer_2``)."""
+    return [e for e in entries or () if e.get("expert", "both") in ("both", EXPERTS[1 + index])]
 
 
 # -- the model's names ----------------------------------------------------------------------

@@ -182,7 +182,7 @@ def _case(setup, name):
 @pytest.mark.parametrize("name", ["wan-peft", "wan-meta", "wan-kohya", "flux-peft", "flux-kohya"])
 def test_merged_adapter_equals_diffusers_fuse_lora(setup, name):
     family, model_dict, plan = _case(setup, name)
-    assert plan.model.lora == [{"path": str(setup["files"][name].resolve()), "scale": SCALE}]
+    assert plan.model.lora == [{"path": str(setup["files"][name].resolve()), "scale": SCALE, "expert": "both"}]
     model = build_model(model_dict, weights=plan.model.weights, lora=plan.model.lora)
     c = setup[family]
     with torch.no_grad():
@@ -349,3 +349,45 @@ def test_kohya_and_peft_names_map_to_the_same_sporch_modules(tmp_path):
         (t,) = map_targets(read_lora(path), "joint", module_names(model))
         assert (t.ours, t.part, t.parts) == (ours, part, parts), name
     assert "guidance_in.fc1" not in module_names({**model, "guidance_embed": False})
+
+
+def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
+    """Wan2.2 A14B (a tiny two-expert folder): ``expert`` picks the transformer an adapter is merged
+    into (``both`` by default); the merge is up @ down x scale on exactly those experts."""
+    from safetensors.torch import save_file
+
+    from sporch.runtime.pipelines.experts import build_experts
+    from sporch.runtime.pipelines.spec import generate_spec
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    workload = dict(kind="generate", frames=5, height=32, width=32, steps=2, guidance_scale=4.0, dtype="float32",
+                    prompt="p")
+    tiny = make_plan(find_cluster("local"), job_from_dict(
+        {"name": "t", "model": {"preset": "tiny"}, "workload": workload}))
+    root = save_tiny_pipeline("wan", tmp_path / "w22", {**tiny.model.to_dict(), "boundary_ratio": 0.75}, seed=1)
+    d = tiny.model.hidden
+    g = torch.Generator().manual_seed(0)
+    pairs = {}
+    for name in ("high", "low", "both"):
+        pairs[name] = _pair(g, d, d)
+        save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": pairs[name][0],
+                   "transformer.blocks.0.attn1.to_q.lora_B.weight": pairs[name][1]}, str(tmp_path / f"{name}.safetensors"))
+    lora = [{"path": str(tmp_path / "high.safetensors"), "expert": "transformer", "scale": 0.5},
+            {"path": str(tmp_path / "low.safetensors"), "expert": "transformer_2", "scale": 2.0},
+            {"path": str(tmp_path / "both.safetensors")}]
+
+    def q_weights(entries):
+        job = {"name": "w", "model": {"weights": str(root), **({"lora": entries} if entries else {})},
+               "workload": workload}
+        plan = make_plan(find_cluster("local"), job_from_dict(job))
+        experts = build_experts(generate_spec(plan), None, "none", torch.float32, torch.device("cpu"))
+        return [r.model.blocks[0].self_attn.q.weight.clone() for r in experts.runners]
+
+    plain, merged = q_weights(None), q_weights(lora)
+    delta = {k: b @ a for k, (a, b) in pairs.items()}
+    torch.testing.assert_close(merged[0] - plain[0], 0.5 * delta["high"] + delta["both"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(merged[1] - plain[1], 2.0 * delta["low"] + delta["both"], rtol=0, atol=1e-5)
+    # an expert picked on a model of one transformer is refused at plan time
+    with pytest.raises(SporchError, match=r"model\.lora\[0\]\.expert transformer_2 picks one of two experts"):
+        make_plan(find_cluster("local"), job_from_dict(
+            {"name": "t", "model": {"preset": "tiny", "lora": [dict(lora[1])]}, "workload": workload}))
