@@ -16,13 +16,15 @@ Module names may be the original release's (Flux ``double_blocks.0.img_attn.qkv`
 ``blocks.0.attn1.to_q``); :func:`map_targets` matches them against the model family's name table
 (keymap.py) and says which of sporch's parameters each one changes, where a fused parameter
 holds it (``part`` of ``parts``, the transform's row layout) or refuses the targets the model
-lacks in one line. The merge is W += scale x (alpha / rank) x up @ down (no alpha: alpha = rank),
+lacks in one line. The merge is W += scale x (alpha / rank) x up @ down (no alpha: alpha = rank;
+PEFT's rsLoRA: alpha / sqrt(rank)),
 done by the runtime (sporch.runtime.model.lora).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -60,11 +62,14 @@ class LoraModule:
     rank: int
     shape: tuple[int, int]  # (out, in) of the weight it changes
     alpha: Optional[float]  # None: alpha = rank (scale 1)
+    rslora: bool = False  # PEFT's use_rslora: alpha / sqrt(rank)
 
     @property
     def factor(self) -> float:
-        """alpha / rank: what up @ down is multiplied by (before the job's scale)."""
-        return 1.0 if self.alpha is None else self.alpha / self.rank
+        """alpha / rank (rsLoRA: alpha / sqrt(rank)): what up @ down is multiplied by (before
+        the job's scale)."""
+        alpha = self.rank if self.alpha is None else self.alpha
+        return alpha / (math.sqrt(self.rank) if self.rslora else self.rank)
 
 
 @dataclass
@@ -124,17 +129,24 @@ def _scalar(info: TensorInfo, key: str) -> float:
     return float(struct.unpack(codes[info.dtype], raw)[0])
 
 
-def _file_alpha(meta: Mapping[str, Any], path: Path) -> tuple[Optional[float], dict[str, float]]:
-    """The alpha of the whole adapter and per-module patterns from diffusers' metadata."""
+def _file_alpha(meta: Mapping[str, Any], path: Path) -> tuple[Optional[float], dict[str, float], bool]:
+    """The alpha of the whole adapter, per-module patterns and rsLoRA from diffusers' metadata
+    (the PEFT LoraConfig of the transformer); DoRA is refused."""
     raw = meta.get("lora_adapter_metadata")
     if not raw:
-        return None, {}
+        return None, {}, False
     data = _load_json(raw, f"{path}: its lora_adapter_metadata is broken")
     if not isinstance(data, dict):
-        return None, {}
-    alpha = data.get("transformer.lora_alpha", data.get("lora_alpha"))
-    pattern = data.get("transformer.alpha_pattern", data.get("alpha_pattern")) or {}
-    return (None if alpha is None else float(alpha)), {str(k): float(v) for k, v in dict(pattern).items()}
+        return None, {}, False
+
+    def get(key: str) -> Any:
+        return data.get(f"transformer.{key}", data.get(key))
+
+    if get("use_dora"):
+        raise CheckpointError(f"LoRA file {path} is a DoRA adapter (use_dora in its metadata); sporch merges plain LoRA")
+    alpha, pattern = get("lora_alpha"), get("alpha_pattern") or {}
+    return ((None if alpha is None else float(alpha)), {str(k): float(v) for k, v in dict(pattern).items()},
+            bool(get("use_rslora")))
 
 
 def _split(key: str) -> tuple[str, Optional[str], str]:
@@ -189,7 +201,7 @@ def read_lora(path: str | Path) -> LoraFile:
     if len(formats) != 1 or len(flat) != 1:
         raise CheckpointError(f"LoRA file {p} mixes key formats ({', '.join(sorted(formats)) or 'none'}); "
                               "expected lora_A/lora_B (diffusers/PEFT) or lora_down/lora_up (kohya)")
-    file_alpha, pattern = _file_alpha(_metadata(p), p)
+    file_alpha, pattern, rslora = _file_alpha(_metadata(p), p)
     modules = []
     for name, roles in sorted(parts.items()):
         if "down" not in roles or "up" not in roles:
@@ -201,7 +213,7 @@ def read_lora(path: str | Path) -> LoraFile:
                                   "which are no rank-r pair ([r, in] and [out, r])")
         alpha = _scalar(tensors[roles["alpha"]], roles["alpha"]) if "alpha" in roles else \
             next((a for k, a in pattern.items() if name == k or name.endswith("." + k)), file_alpha)
-        modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha))
+        modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha, rslora))
     return LoraFile(p, formats.pop(), flat.pop(), modules)
 
 

@@ -52,7 +52,7 @@ def _linears(model, keep) -> dict[str, torch.nn.Linear]:
     return {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and keep(n)}
 
 
-def peft_file(model, path, keep, seed, alpha=None):
+def peft_file(model, path, keep, seed, alpha=None, **config):
     """diffusers/PEFT keys on every kept Linear: ``transformer.<module>.lora_A/B.weight``; with
     ``alpha``, the adapter's lora_alpha in the header metadata as diffusers' save_lora_weights
     writes it."""
@@ -65,7 +65,8 @@ def peft_file(model, path, keep, seed, alpha=None):
         sd[f"transformer.{name}.lora_A.weight"], sd[f"transformer.{name}.lora_B.weight"] = a, b
     meta = None if alpha is None else {"lora_adapter_metadata": json.dumps(
         {"transformer.r": RANK, "transformer.lora_alpha": alpha,
-         "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd})})}
+         "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd}),
+         **{f"transformer.{k}": v for k, v in config.items()}})}
     save_file(sd, str(path), metadata=meta)
     return path
 
@@ -140,6 +141,8 @@ def setup(tmp_path_factory):
         "wan-peft": peft_file(wan, root / "wan_peft.safetensors",
                               lambda n: "attn" in n or "ffn" in n or n == "proj_out", 1),
         "wan-meta": peft_file(wan, root / "wan_meta.safetensors", lambda n: n.startswith("blocks.1."), 5, alpha=9.0),
+        "wan-rslora": peft_file(wan, root / "wan_rslora.safetensors", lambda n: n.startswith("blocks.0."), 6,
+                                alpha=5.0, use_rslora=True),
         "wan-kohya": kohya_file(wan_kohya_modules(2, d, 24), root / "wan_kohya.safetensors", 2),
         # q, k, v and proj_mlp (fused rows), the embedders, norm_out.linear (halves swapped)
         "flux-peft": peft_file(flux, root / "flux_peft.safetensors", lambda n: "time_text_embed" not in n, 3),
@@ -179,7 +182,7 @@ def _case(setup, name):
     return family, model_dict, plan
 
 
-@pytest.mark.parametrize("name", ["wan-peft", "wan-meta", "wan-kohya", "flux-peft", "flux-kohya"])
+@pytest.mark.parametrize("name", ["wan-peft", "wan-meta", "wan-rslora", "wan-kohya", "flux-peft", "flux-kohya"])
 def test_merged_adapter_equals_diffusers_fuse_lora(setup, name):
     family, model_dict, plan = _case(setup, name)
     assert plan.model.lora == [{"path": str(setup["files"][name].resolve()), "scale": SCALE, "expert": "both"}]
@@ -391,3 +394,17 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
     with pytest.raises(SporchError, match=r"model\.lora\[0\]\.expert transformer_2 picks one of two experts"):
         make_plan(find_cluster("local"), job_from_dict(
             {"name": "t", "model": {"preset": "tiny", "lora": [dict(lora[1])]}, "workload": workload}))
+
+
+def test_a_dora_adapter_named_in_the_metadata_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+    from sporch.orchestrator.contract.models.lora import read_lora
+
+    path = tmp_path / "dora.safetensors"
+    save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(2, 16),
+               "transformer.blocks.0.attn1.to_q.lora_B.weight": torch.zeros(16, 2)}, str(path),
+              metadata={"lora_adapter_metadata": json.dumps({"transformer.use_dora": True, "transformer.r": 2})})
+    with pytest.raises(CheckpointError, match="is a DoRA adapter"):
+        read_lora(path)
