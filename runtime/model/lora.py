@@ -61,8 +61,8 @@ def _merge_one(param: torch.Tensor, targets: list[Target], f, scale: float, cfg,
     start, stop = (0, full_rows) if rows is None else (rows.start, rows.stop)
     for t in targets:
         m = t.module
-        up = f.get_tensor(m.up).float()
-        down = f.get_tensor(m.down).float()
+        up = f.get_tensor(m.up).to(local.device, torch.float32)  # computed where the weight lives
+        down = f.get_tensor(m.down).to(local.device, torch.float32)
         factor = scale * m.factor
         if t.transform in ROWS_IN_PLACE:
             offset = t.part * cfg.hidden if t.transform == "cat" else 0
