@@ -408,3 +408,26 @@ def test_a_dora_adapter_named_in_the_metadata_is_refused(tmp_path):
               metadata={"lora_adapter_metadata": json.dumps({"transformer.use_dora": True, "transformer.r": 2})})
     with pytest.raises(CheckpointError, match="is a DoRA adapter"):
         read_lora(path)
+
+
+def test_the_workloads_build_the_plans_adapters(tmp_path):
+    """benchmark/verify/inference build the model through runtime/workloads.py from ``plan.model.lora``
+    (here on the tiny preset's seeded weights): the adapter meant for ``transformer`` is merged."""
+    from safetensors.torch import save_file
+
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.runtime import workloads
+    from sporch.runtime.model import tiny_model_dict
+    from sporch.runtime.testing import plan_for
+
+    model = tiny_model_dict("cross")
+    d = model["hidden"]
+    a, b = _pair(torch.Generator().manual_seed(1), d, d)
+    save_file({"lora_unet_blocks_1_cross_attn_o.lora_down.weight": a, "lora_unet_blocks_1_cross_attn_o.lora_up.weight": b,
+               "lora_unet_blocks_1_cross_attn_o.alpha": torch.tensor(1.5)}, str(tmp_path / "k.safetensors"))
+    entries = [{"path": str(tmp_path / "k.safetensors"), "scale": 2.0, "expert": "both"}]
+    plain = workloads._build(plan_for(Layout(), model), None, torch.device("cpu"))
+    merged = workloads._build(plan_for(Layout(), {**model, "lora": entries}), None, torch.device("cpu"))
+    delta = merged.blocks[1].cross_attn.o.weight - plain.blocks[1].cross_attn.o.weight
+    torch.testing.assert_close(delta, 2.0 * (1.5 / RANK) * (b @ a), rtol=0, atol=1e-6)
+    assert torch.equal(merged.blocks[0].cross_attn.o.weight, plain.blocks[0].cross_attn.o.weight)
