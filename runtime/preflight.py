@@ -101,6 +101,8 @@ def rank_info(plan: Plan, rank: int, device: torch.device, check_weights: bool =
         "host_available_bytes": _available_memory_bytes(),
         # a tiny_weights generate job creates its folder after this check
         "weights": weights_check(None if plan.workload.tiny_weights or not check_weights else plan.model.weights),
+        # the LoRA adapters (plan.model.lora) are read where they are, on every node
+        "lora": [weights_check(e["path"]) for e in (plan.model.lora or []) if check_weights],
     }
     if cuda:
         free, total = torch.cuda.mem_get_info(device)

@@ -26,6 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from sporch.orchestrator.contract.benchstats import step_summary
+from sporch.orchestrator.contract.models.lora import for_expert
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention import CommStats
 from sporch.runtime.compile import CompileInfo, compile_blocks, should_compile, time_first_call
@@ -86,7 +87,8 @@ def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
     """The plan's model: its parameters whole on every rank, or sharded (plan.placement)."""
     wl = plan.workload
     return build_sharded(plan.model, ctx, plan.placement.shard_weights, seed=wl.seed, dtype=resolve_dtype(wl.dtype),
-                         device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None)
+                         device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None,
+                         lora=for_expert(plan.model.lora, 0))  # benchmark/verify/inference: transformer only
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):

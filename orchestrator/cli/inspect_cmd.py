@@ -1,4 +1,5 @@
-"""``sporch inspect PATH``: a checkpoint's family, format, size, matching presets and memory."""
+"""``sporch inspect PATH``: a checkpoint's family, format, size, matching presets and memory per
+GPU under each placement option; or a LoRA file's format, ranks, alphas and targets."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import json
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.models.lora import describe_lora, is_lora
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.checkpoint_report import inspect_checkpoint
 
@@ -18,17 +22,27 @@ def _gib(n: int) -> str:
 @click.command("inspect")
 @click.argument("path")
 @click.option("--gpus", default="1,2,4,8", show_default=True,
-              help="Rank counts to show the per-GPU parameter bytes for (sharded weights).")
+              help="GPU counts to show the memory per GPU for (sharded weights, placement options).")
+@click.option("--cluster", "cluster_name", default="h100x64", show_default=True,
+              help="Cluster whose GPUs and links the placement estimates are for.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def inspect(path: str, gpus: str, as_json: bool) -> None:
-    """What the checkpoint at PATH is: read from its config.json and safetensors headers, no tensor loaded."""
+def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
+    """What the checkpoint or LoRA file at PATH is: read from its config.json and safetensors
+    headers, no tensor loaded."""
+    try:
+        lora = is_lora(path)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    if lora:
+        _show_lora(path, as_json)
+        return
     try:
         counts = sorted({int(g) for g in gpus.split(",") if g.strip()})
     except ValueError:
         raise SporchError(f"--gpus {gpus!r} must be rank counts separated by commas, such as 1,2,4,8") from None
     if not counts or min(counts) < 1:
         raise SporchError(f"--gpus {gpus!r} must be positive rank counts, such as 1,2,4,8")
-    report = inspect_checkpoint(path, counts)
+    report = inspect_checkpoint(path, counts, find_cluster(cluster_name))
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -54,4 +68,51 @@ def inspect(path: str, gpus: str, as_json: bool) -> None:
         table.add_row("presets", f"none; nearest {n['preset']}, which differs in: {'; '.join(n['differences'])}")
     for label, n in report["memory_per_gpu"].items():
         table.add_row(f"parameters per GPU, {label}", _gib(n))
+    console().print(table)
+    _show_placements(report.get("placements"))
+
+
+def _show_placements(p) -> None:
+    if not p:
+        return
+    if "note" in p:
+        click.echo(f"memory per GPU by placement: not estimated ({p['note']})")
+        return
+    w = p["workload"]
+    size = f"{w['frames']} x {w['height']} x {w['width']}" if w["frames"] > 1 else f"{w['height']} x {w['width']}"
+    table = plain_table(title=f"memory per GPU (GiB; * = does not fit) by placement: generate {size}, "
+                              f"guidance {w['guidance_scale']:g}, {w['dtype']}, on {p['cluster']} "
+                              f"({p['gpu_memory_gib']:g} GiB GPUs)")
+    table.add_column("placement")
+    for n in p["gpus"]:
+        table.add_column(f"{n} GPU" + ("s" if n > 1 else ""), justify="right")
+    for row in p["rows"]:
+        cells = [row["per_gpu"][n] for n in p["gpus"]]
+        table.add_row(row["option"], *(f"{c['gib']:.2f}" + ("" if c["fits"] else "*") for c in cells))
+    console().print(table)
+    if p["skipped_gpus"]:
+        click.echo(f"skipped GPU counts {p['skipped_gpus']}: not part of a node nor whole nodes of {p['cluster']}")
+
+
+def _show_lora(path: str, as_json: bool) -> None:
+    try:
+        report = describe_lora(path)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    table = plain_table(title=f"LoRA {report['path']}", show_header=False)
+    table.add_column("key")
+    table.add_column("value")
+    table.add_row("architecture", f"{report['architecture'] or 'unknown'} ({report['matched']} of {report['modules']} "
+                  f"modules match its {report['names'] or '?'} names)")
+    table.add_row("format", f"{report['format']} ({report['key_style']} keys)")
+    alphas = ", ".join("none (= rank)" if a is None else f"{a:g}" for a in report["alphas"])
+    table.add_row("rank, alpha", f"rank {', '.join(map(str, report['ranks']))}; alpha {alphas}; "
+                  f"alpha/rank {', '.join(f'{f:g}' for f in report['factors'])}")
+    table.add_row("parameters", f"{report['parameters']:,} ({', '.join(f'{n} {d}' for d, n in report['dtypes'].items())} tensors)")
+    table.add_row(f"targets ({report['modules']})", ", ".join(report["targets"]))
+    if report["sporch_modules"]:
+        table.add_row("sporch modules", ", ".join(report["sporch_modules"]))
     console().print(table)

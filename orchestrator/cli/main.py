@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "clusters": ("sporch.orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),
     "decode": ("sporch.orchestrator.cli.decode_cmd:decode", "Decode a generate job's kept latents (no denoising)."),
     "inspect": ("sporch.orchestrator.cli.inspect_cmd:inspect",
-                "What a checkpoint is: family, format, size, matching presets, memory per GPU."),
+                "What a checkpoint (presets, memory per GPU by placement) or a LoRA file (targets) is."),
     "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
     "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
     "predict": ("sporch.orchestrator.cli.predict_cmd:predict",

@@ -10,6 +10,7 @@ The key names are the public interface (docs/jobs.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
+from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
 from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
@@ -28,6 +30,13 @@ from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIME
 
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
+
+
+@dataclass
+class LoraSpec:
+    path: Optional[str] = None  # a LoRA .safetensors (diffusers/PEFT or kohya keys); relative: to the job file's folder
+    scale: Any = 1.0  # diffusers' lora_scale: W += scale * (alpha/rank) * up @ down
+    expert: str = "both"  # two experts (Wan2.2 A14B): both | transformer (high noise) | transformer_2 (low noise)
 
 
 @dataclass
@@ -50,6 +59,7 @@ class ModelSpec:
     qk_norm: Optional[bool] = None
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
     stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
+    lora: Optional[List[LoraSpec]] = None  # adapters merged into the weights at load (docs/model.md)
 
 
 @dataclass
@@ -199,6 +209,23 @@ def job_from_dict(data: dict[str, Any], source: str = "<dict>") -> JobSpec:
     return validate_job(to_typed(JobSpec, [(cfg, source)]), source)
 
 
+def lora_problem(model: ModelSpec) -> Optional[tuple[str, str]]:
+    """(key, why) when ``model.lora`` is wrong; the files themselves are read by the planner."""
+    for i, entry in enumerate(model.lora or []):
+        key = f"model.lora[{i}]"
+        if not entry.path or not str(entry.path).strip():
+            return f"{key}.path", "is missing; give the adapter's .safetensors file ({path: x.safetensors, scale: 1.0})"
+        scale = entry.scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            return f"{key}.scale", f"must be a number (diffusers' lora_scale, e.g. 1.0), got {scale!r}"
+        if entry.expert not in LORA_EXPERTS:
+            return f"{key}.expert", f"must be one of {', '.join(LORA_EXPERTS)}, got {entry.expert!r}"
+    if model.lora and not (model.weights or model.preset):
+        return "model.lora", ("needs the model it adapts: set model.weights (a checkpoint) or model.preset; "
+                              "a LoRA on a model of made-up shape has nothing to match")
+    return None
+
+
 def vae_stride_problem(value: Any) -> Optional[str]:
     """Why ``model.vae_stride`` is wrong (None when it is three positive ints or unset). The
     planner reads it as [temporal, height, width]; a shorter list would drop the time stride."""
@@ -249,6 +276,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if job.model.stage == "node" and not job.model.weights:
         raise bad("model.stage", "node stages model.weights on each node, but the job has no model.weights: "
                   "set model.weights (a checkpoint folder or file) or model.stage=shared")
+    problem = lora_problem(job.model)
+    if problem:
+        raise bad(*problem)
     problem = vae_stride_problem(job.model.vae_stride)
     if problem:
         raise bad("model.vae_stride", problem)

@@ -3,7 +3,8 @@
 Shared by ``sporch preflight``'s report (sporch.orchestrator.jobs.preflight_report) and the
 quick check every job runs first (sporch.runtime.preflight.quick_check). ``ranks``: one dict per
 rank with ``rank``, ``node``, ``gpus_visible`` (None: unknown), the versions of
-:data:`VERSION_KEYS`, and ``weights`` (``{path, readable, bytes, error}``).
+:data:`VERSION_KEYS`, ``weights`` (``{path, readable, bytes, error}``) and ``lora`` (a list of
+those, one per ``plan.model.lora`` file).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def node_problems(ranks: list[dict[str, Any]], gpus_per_node: int, per_task: boo
         w = first.get("weights") or {}
         if w.get("path") and not w.get("readable"):
             out.append(f"{node}: the weights path {w['path']} {w.get('error', 'is not readable')}")
+        for lw in first.get("lora") or []:
+            if lw.get("path") and not lw.get("readable"):
+                out.append(f"{node}: the LoRA file {lw['path']} {lw.get('error', 'is not readable')}")
         differing = [r["rank"] for r in rs if any(r.get(k) != first.get(k) for k in VERSION_KEYS)]
         if differing:
             out.append(f"{node}: ranks {differing} run other versions than rank {first['rank']} on the same node")

@@ -4,7 +4,9 @@ headers (no tensor is loaded; standard library only).
 The report: the family and format, the model its config describes (the fields and knobs a
 job without a preset plans with), parameter count and bytes by dtype, the presets it matches
 (or, for the nearest one, every difference), and the bytes of parameters per GPU with the
-weights whole on every rank and sharded over 2, 4, 8 ... ranks (``parallel.shard_weights``).
+weights whole on every rank and sharded over 2, 4, 8 ... ranks (``parallel.shard_weights``),
+and, given a cluster, the planner's memory per GPU under each placement option for those GPU
+counts (placement_report.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_
 from sporch.orchestrator.contract.models import PRESETS
 from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
 from sporch.orchestrator.contract.models.checkpoint_experts import read_experts
+from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.placement_report import placement_memory
 from sporch.orchestrator.plan.resolve import disagreements, resolve_model
 
 #: Bytes of one element of a safetensors dtype.
@@ -28,7 +32,8 @@ NAME_HINTS = (("double_blocks.", "Flux.1", "original"), ("transformer_blocks.", 
               ("blocks.0.self_attn.q.", "Wan2.1", "original"), ("blocks.0.attn1.to_q.", "Wan2.1", "diffusers"))
 
 
-def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[str, Any]:
+def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
+                       cluster: Optional[ClusterSpec] = None) -> dict[str, Any]:
     try:
         files = open_checkpoint(path)
     except CheckpointError as exc:
@@ -62,6 +67,12 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8)) -> dict[st
                                                  "second": str(experts.second)},
     }
     out.update(_presets(model, boundary) if model else {"presets": [], "nearest": None})
+    out["placements"] = None
+    if model is not None and cluster is not None:
+        try:
+            out["placements"] = placement_memory(path, cluster, gpus, out["presets"][0] if out["presets"] else None)
+        except SporchError as exc:  # e.g. a model no standard workload fits: said, not fatal
+            out["placements"] = {"note": str(exc)}
     return out
 
 

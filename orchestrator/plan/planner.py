@@ -24,6 +24,7 @@ from sporch.orchestrator.plan.layouts import (
 )
 from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
+from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
@@ -205,7 +206,7 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = resolve_model(job.model)
+    model = with_lora(resolve_model(job.model), job.model.lora, job.source)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))

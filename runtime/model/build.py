@@ -15,6 +15,7 @@ from .base import DiTBase
 from .config import ModelConfig
 from .dit import ClassDiT
 from .keymaps import load_checkpoint
+from .lora import merge_loras
 from .mmdit import MMDiT
 from .shards import local_rows
 from .wan import WanDiT
@@ -82,6 +83,7 @@ def build_model(
     device: torch.device | str = "cpu",
     weights: str | None = None,
     cache: WeightCache | None = None,
+    lora: Any = None,
 ) -> DiTBase:
     """The model for a ``plan.model`` dict (or ModelConfig), in eval mode.
 
@@ -98,9 +100,9 @@ def build_model(
     # initialisers), then allocate and fill from our own seeded generators.
     m = model_class(cfg.attention)(cfg, device=torch.device("meta"), dtype=dtype)
     if device.type != "meta" and cache is not None:
-        key = cache_key(cfg.to_dict(), weights=weights, seed=seed, dtype=dtype, device=device)
+        key = cache_key(cfg.to_dict(), weights=weights, seed=seed, dtype=dtype, device=device, lora=lora)
         params = cache.parameters(key, lambda: build_model(cfg, seed=seed, dtype=dtype, device=device,
-                                                           weights=weights))
+                                                           weights=weights, lora=lora))
         m.load_state_dict(params, strict=True, assign=True)
     elif device.type != "meta":
         m = m.to_empty(device=device)
@@ -108,6 +110,7 @@ def build_model(
             load_safetensors(m, weights)
         else:
             init_weights(m, seed)
+        merge_loras(m, lora)
     return m.eval().requires_grad_(False)
 
 

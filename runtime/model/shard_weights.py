@@ -28,6 +28,7 @@ from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase, block_lists
 from .build import as_config, build_model, init_weights, load_safetensors, model_class, resolve_dtype
+from .lora import merge_loras
 
 #: What ``plan.placement.shard_weights`` may say.
 MODES = ("none", "sequence", "world")
@@ -61,13 +62,13 @@ def shard_model(model: DiTBase, mesh) -> DiTBase:
 
 def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
                   dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
-                  weights: str | None = None, cache: Any = None) -> DiTBase:
+                  weights: str | None = None, cache: Any = None, lora: Any = None) -> DiTBase:
     """The model of ``model`` (a ``plan.model`` dict or ModelConfig) with its parameters
     sharded over ``shard_group(ctx, mode)``; ``mode`` "none", or no ``ctx`` (one process),
     builds the plain model (from ``cache``, a :class:`WeightCache`, where it has the weights;
     sharded parameters are never cached: their shards belong to one layout's groups)."""
     if mode == "none" or ctx is None:
-        return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache)
+        return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache, lora=lora)
     from torch.distributed.device_mesh import DeviceMesh
 
     cfg = as_config(model)
@@ -82,6 +83,7 @@ def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: i
         load_safetensors(m, weights)
     else:
         init_weights(m, seed)
+    merge_loras(m, lora)  # each rank its rows of every update (sporch.runtime.model.lora)
     return m.eval().requires_grad_(False)
 
 

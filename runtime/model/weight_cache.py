@@ -21,11 +21,11 @@ __all__ = ["WeightCache", "cache_key"]
 
 
 def cache_key(config: dict[str, Any], *, weights: str | None, seed: int, dtype: torch.dtype,
-              device: torch.device) -> str:
+              device: torch.device, lora: Any = None) -> str:
     """What makes two builds' parameters equal: the model's config, its checkpoint (or the
-    seed of its random weights), dtype and device."""
+    seed of its random weights), its LoRA adapters, dtype and device."""
     return json.dumps({"config": config, "weights": weights, "seed": None if weights else int(seed),
-                       "dtype": str(dtype), "device": str(device)}, sort_keys=True, default=str)
+                       "dtype": str(dtype), "device": str(device), "lora": lora or None}, sort_keys=True, default=str)
 
 
 class WeightCache:

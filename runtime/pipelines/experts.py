@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from sporch.orchestrator.contract.models.checkpoint_experts import SECOND
+from sporch.orchestrator.contract.models.lora import for_expert
 from sporch.runtime.measure import sync
 from sporch.runtime.model import ShardedDiT, build_sharded
 from sporch.runtime.parallel import ParallelContext
@@ -94,7 +95,8 @@ def build_experts(spec: GenerateSpec, ctx: ParallelContext | None, shard_weights
     runners: dict[int, ShardedDiT] = {}
     for i in order:
         model = build_sharded(spec.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
-                              weights=weights[i], cache=cache)
+                              weights=weights[i], cache=cache,
+                              lora=for_expert(spec.model.get("lora"), i))
         if offload and i == 1:
             model.to("cpu")
         runners[i] = ShardedDiT(model, ctx, grid=spec.grid)

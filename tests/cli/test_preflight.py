@@ -67,6 +67,12 @@ def test_versions_gpus_and_weights_are_compared():
     assert "n0: sees 1 GPU(s) for its 2 ranks (the descriptor says 2 per node); ranks [1] see none" in per_task
     assert "n1:" not in per_task
     assert "n1: the weights path /w does not exist" in text
+    # a LoRA file (plan.model.lora) one node cannot read is named too
+    data = _data({})
+    for r in data["ranks"]:
+        r["lora"] = [{"path": "/a.safetensors", "readable": r["node"] != "n2", "bytes": 10,
+                      **({"error": "does not exist"} if r["node"] == "n2" else {})}]
+    assert _judge(data).problems == ["n2: the LoRA file /a.safetensors does not exist"]
 
 
 def test_on_nccl_links_are_compared_with_the_descriptor():

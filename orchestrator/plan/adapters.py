@@ -1,0 +1,47 @@
+"""``model.lora``: the job's LoRA adapters, checked against its model at plan time (no torch).
+
+Each file's header is read (sporch.orchestrator.contract.models.lora): its format, and every
+module it adapts mapped onto the resolved model's modules, so an adapter for another model, size
+or family is refused by ``sporch plan`` in one line. The plan carries absolute paths and scales
+(``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
+``transformer``/``transformer_2``); the runtime merges them at load (sporch.runtime.model.lora).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
+from sporch.orchestrator.contract.sections import ModelSection
+from sporch.orchestrator.errors import SporchError
+
+
+def lora_path(path: str, source: Optional[str]) -> str:
+    """Absolute: ``~`` expanded; a relative path is relative to the job file's folder."""
+    p = Path(path).expanduser()
+    if not p.is_absolute() and source:
+        p = Path(source).parent / p
+    return str(p.resolve())
+
+
+def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Optional[str] = None) -> ModelSection:
+    """``model`` with ``plan.model.lora`` set from the job's ``model.lora`` entries (each
+    ``path``/``scale``), every adapter checked against the model's modules."""
+    if not entries:
+        return model
+    present = module_names(model.to_dict())
+    out = []
+    for i, e in enumerate(entries):
+        path = lora_path(str(e.path), source)
+        if e.expert != "both" and model.experts < 2:
+            raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but the model "
+                              f"({model.preset or 'from model.weights'}) has one transformer; remove it")
+        try:
+            map_targets(read_lora(path), model.attention, present, where=f"model.lora[{i}] {path}")
+        except CheckpointError as exc:
+            raise SporchError(str(exc)) from None
+        out.append({"path": path, "scale": float(e.scale), "expert": e.expert})
+    return dataclasses.replace(model, lora=out)
