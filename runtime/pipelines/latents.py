@@ -6,8 +6,8 @@ there is whole) before it decodes them. A later run of the same job (a requeue, 
 the VAE ran out of memory, ``sporch decode RUN_DIR``) finds them and decodes without denoising.
 
 Each file carries a fingerprint of everything that decides the latents (the model, its
-weights' folder, the prompt and negative prompt, the seed, steps, guidance, shape, dtype,
-scheduler and shift): a file whose fingerprint differs (the job file changed) is not used and
+weights' folder and LoRA adapters, the prompt and negative prompt, the seed, steps, guidance
+(both experts'), the first-frame image's content, shape, dtype, scheduler and shift): a file whose fingerprint differs (the job file changed) is not used and
 is overwritten. The step cache (``workload.cache``) is kept beside it (metadata ``step_cache``):
 a denoising run uses only latents of the same cache, while the fingerprint stays that of the
 workload, so a campaign compares cached outputs with the uncached reference.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,20 @@ def fingerprint(spec: GenerateSpec, index: int) -> str:
     keys = {"model": spec.model, "root": str(spec.root), "prompt": spec.prompts[index],
             "negative_prompt": spec.negative_prompt, "seed": spec.seed + index, "steps": spec.steps,
             "guidance_scale": spec.guidance_scale, "frames": spec.frames, "height": spec.height,
-            "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift}
+            "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift,
+            "guidance_scale_2": spec.guidance_scale_2, "image": _file_id(spec.image)}
     text = json.dumps(keys, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _file_id(path: str | None) -> str | None:
+    """A conditioning file (the I2V first frame) by its content: a replaced image changes it."""
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return path
 
 
 def cache_label(cache: Any) -> str:
