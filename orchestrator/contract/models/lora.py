@@ -171,7 +171,8 @@ def read_lora(path: str | Path) -> LoraFile:
     up tensors of one rank, only LoRA keys are present. One-line CheckpointError otherwise."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise CheckpointError(f"LoRA file {p} does not exist" if not p.exists() else
+        raise CheckpointError(f"LoRA file {p} does not exist; fix model.lora[].path (relative paths start at the "
+                              "job file's folder)" if not p.exists() else
                               f"LoRA {p} is not a file; point model.lora[].path at the adapter's .safetensors")
     if p.suffix != ".safetensors":
         raise CheckpointError(f"LoRA file {p} is not a .safetensors file (sporch reads adapters in safetensors only)")
