@@ -43,7 +43,7 @@ from sporch.runtime.model import (
     verify,
 )
 from sporch.runtime.model.cache import make_step_cache
-from sporch.runtime.model.cache.agreement import check_agreement, replica_records
+from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
 from sporch.runtime.preflight import run as run_preflight
@@ -206,12 +206,8 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         x_local = runner.shard_latents(inputs.noise).float()
     step_ms: list[float] = list(saved.get("step_ms", []))[:start_step]
     step_cache = make_step_cache(wl.cache, steps, plan.model.preset)
-    taken = [start_step]
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
-        if step_cache is not None:
-            step_cache.start_step(taken[0])
-        taken[0] += 1
         return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
                                null_cond=inputs.null_cond, step_cache=step_cache)
 
@@ -226,7 +222,7 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     with torch.no_grad():
         sync(device)
         clock[0] = time.perf_counter()
-        x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step)
+        x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step, step_cache=step_cache)
         latents = runner.gather_latents(x_local, channels=model.cfg.out_dim)
     progress.finish()
     out: dict[str, Any] = {
@@ -242,14 +238,9 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         "resumed_from_step": start_step,
     }
     if step_cache is not None:
-        records = replica_records({"rank": ctx.rank, "skipped": step_cache.skipped}, ctx)
-        check_agreement(records)
-        c = wl.cache
-        out["step_cache"] = {**step_cache.record(), "threshold": c.threshold, "warmup_steps": c.warmup_steps,
-                             "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank,
+        out["step_cache"] = {**step_cache.record(), **agreed_fields(wl.cache, step_cache.skipped, ctx),
                              "steps_computed": len(step_cache.computed),
-                             "steps_skipped": len(step_cache.skipped),
-                             "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
+                             "steps_skipped": len(step_cache.skipped)}
     writer = ctx.sequence_rank == 0 and ctx.cfg_rank == 0
     if writer:
         path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"

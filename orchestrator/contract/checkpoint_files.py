@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class TensorInfo:
     file: Path
     dtype: str
     shape: tuple[int, ...]
+    span: tuple[int, int] = (0, 0)  # its bytes' [start, stop) in the file
 
 
 @dataclass
@@ -99,6 +100,12 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     """Tensor names, dtypes and shapes from a safetensors header, checked the way the loader
     checks them (known dtypes, byte spans that match the shapes, no overlap, no gap, the file
     exactly as long as the header says), so a bad file is refused before any rank starts."""
+    return read_safetensors(path)[0]
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], dict[str, Any]]:
+    """:func:`read_header`'s tensors and the header's ``__metadata__`` (strings; {} if none),
+    from one read of the header."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -120,7 +127,8 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     for name, meta in header.items():
         if name == "__metadata__":
             continue
-        start, stop, out[name] = _entry(path, name, meta)
+        start, stop, info = _entry(path, name, meta)
+        out[name] = replace(info, span=(8 + n + start, 8 + n + stop))
         spans.append((start, stop, name))
     end = 0
     for start, stop, name in sorted(spans):
@@ -134,7 +142,8 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
     if 8 + n + end < size:
         raise CheckpointError(f"{path} has {size - 8 - n - end} bytes after its last tensor (not a safetensors "
                               "file, or a broken write)")
-    return out
+    metadata = header.get("__metadata__")
+    return out, (metadata if isinstance(metadata, dict) else {})
 
 
 def _read_index(index: Path) -> dict[str, Path]:

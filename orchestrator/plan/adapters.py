@@ -17,14 +17,12 @@ from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.pipeline import job_relative
 
 
 def lora_path(path: str, source: Optional[str]) -> str:
     """Absolute: ``~`` expanded; a relative path is relative to the job file's folder."""
-    p = Path(path).expanduser()
-    if not p.is_absolute() and source:
-        p = Path(source).parent / p
-    return str(p.resolve())
+    return str(Path(job_relative(path, source)).expanduser().resolve())
 
 
 def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Optional[str] = None) -> ModelSection:

@@ -39,11 +39,12 @@ VAE_BYTES = 4  # the VAE decodes in float32
 TILED_OUTPUT_COPIES = 2.8
 
 
-def resolve_prompt_file(prompt_file: Optional[str], source: Optional[str]) -> Optional[str]:
-    """A relative ``workload.prompt_file`` is relative to the job file's folder."""
-    if prompt_file and source and not Path(prompt_file).expanduser().is_absolute():
-        return str(Path(source).parent / prompt_file)
-    return prompt_file
+def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
+    """A relative file path of the job (``workload.prompt_file``, ``workload.image``,
+    ``model.lora[].path``) is relative to the job file's folder."""
+    if path and source and not Path(path).expanduser().is_absolute():
+        return str(Path(source).parent / path)
+    return path
 
 
 def _family(model: ModelSection) -> Optional[str]:

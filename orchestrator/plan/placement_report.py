@@ -19,7 +19,9 @@ from typing import Any, Optional, Sequence
 from sporch.orchestrator.config.job import ModelSpec, job_from_dict
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import divisors
 from sporch.orchestrator.plan.pipeline import known_parts
+from sporch.orchestrator.plan.placement import PLAIN
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.plan.resolve import resolve_model
 
@@ -28,7 +30,6 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "cross": {"frames": 81, "height": 480, "width": 832, "guidance_scale": 5.0},
     "joint": {"frames": 1, "height": 1024, "width": 1024, "guidance_scale": 3.5},
 }
-PLAIN = {"shard_weights": "none", "text_encoder": "leader", "vae": "leader", "experts": "resident"}
 
 
 def options(pipeline_known: bool, two_experts: bool) -> list[tuple[str, dict[str, str]]]:
@@ -47,7 +48,7 @@ def options(pipeline_known: bool, two_experts: bool) -> list[tuple[str, dict[str
 
 
 def ulysses_for(n: int, heads: int) -> int:
-    return max(u for u in range(1, n + 1) if n % u == 0 and heads % u == 0)
+    return max(u for u in divisors(n) if heads % u == 0)
 
 
 def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],

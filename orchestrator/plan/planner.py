@@ -22,7 +22,7 @@ from sporch.orchestrator.plan.layouts import (
     feasible_text,
     resolve_layout,
 )
-from sporch.orchestrator.plan.pipeline import resolve_prompt_file, with_pipeline
+from sporch.orchestrator.plan.pipeline import job_relative, with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
@@ -122,14 +122,14 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         shift=None if w.shift is None else float(w.shift),
         compile=w.compile,
         prompt=w.prompt,
-        prompt_file=resolve_prompt_file(w.prompt_file, source),
+        prompt_file=job_relative(w.prompt_file, source),
         negative_prompt=w.negative_prompt,
         scheduler=w.scheduler,
         output_format=w.output_format,
         fps=w.fps,
         tiny_weights=bool(w.tiny_weights),
         guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
-        image=resolve_prompt_file(w.image, source),
+        image=job_relative(w.image, source),
         cache=cache_section(w),
     )
 

@@ -39,12 +39,15 @@ def flow_sigmas(steps: int, shift: float | None = None) -> torch.Tensor:
 
 def euler_sample(velocity: Callable[[torch.Tensor, float], torch.Tensor], x: torch.Tensor,
                  sigmas: torch.Tensor, callback: Callable[[int, torch.Tensor], None] | None = None,
-                 start: int = 0) -> torch.Tensor:
+                 start: int = 0, step_cache: StepCache | None = None) -> torch.Tensor:
     """Integrate ``dx/dsigma = velocity(x, sigma)`` over ``sigmas`` with Euler steps (float32).
-    ``start``: the number of steps already taken (``x`` is the state after them: a resume)."""
+    ``start``: the number of steps already taken (``x`` is the state after them: a resume).
+    ``step_cache``: told each step's index before its velocity (the cache the velocity uses)."""
     x = x.float()
     for i in range(start, len(sigmas) - 1):
         s, s_next = float(sigmas[i]), float(sigmas[i + 1])
+        if step_cache is not None:
+            step_cache.start_step(i)
         x = x + (s_next - s) * velocity(x, s).float()
         if callback is not None:
             callback(i, x)
@@ -88,14 +91,10 @@ def generate(model: DiTBase, ctx: ParallelContext | None = None, *, grid: Sequen
     if inputs is None:
         inputs = make_inputs(model, grid, batch, seed, ctx)
     x_local = runner.shard_latents(inputs.noise)
-    taken = [0]
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
-        if step_cache is not None:
-            step_cache.start_step(taken[0])
-        taken[0] += 1
         return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance_scale,
                                null_cond=inputs.null_cond, step_cache=step_cache)
 
-    x_local = euler_sample(velocity, x_local, flow_sigmas(steps, shift), callback)
+    x_local = euler_sample(velocity, x_local, flow_sigmas(steps, shift), callback, step_cache=step_cache)
     return runner.gather_latents(x_local, channels=model.cfg.out_dim)

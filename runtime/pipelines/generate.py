@@ -33,7 +33,7 @@ from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, resolve_dtype
 from sporch.runtime.model.base import unpatchify
 from sporch.runtime.model.cache import StepCaches
-from sporch.runtime.model.cache.agreement import check_agreement, replica_records
+from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.model.condition import cond_rows
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
@@ -200,17 +200,10 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
 def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelContext | None) -> dict[str, Any]:
     """result.json's ``step_cache``: the steps computed and skipped per denoised batch, and
     the skipped steps of every rank of this replica (checked equal: a difference raises)."""
-    rank = dist.get_rank() if dist.is_initialized() else 0
     skipped = [b["skipped"] for b in batches]
-    records = replica_records({"rank": rank, "skipped": skipped}, ctx)
-    check_agreement(records)
-    c = plan.workload.cache
-    return {"method": c.method, "threshold": c.threshold, "warmup_steps": c.warmup_steps,
-            "max_consecutive": c.max_consecutive, "dp_rank": ctx.dp_rank if ctx is not None else 0,
-            "batches": batches, "skipped": skipped,
+    return {**agreed_fields(plan.workload.cache, skipped, ctx), "batches": batches, "skipped": skipped,
             "steps_computed": sum(len(b["computed"]) for b in batches),
-            "steps_skipped": sum(len(b["skipped"]) for b in batches),
-            "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}
+            "steps_skipped": sum(len(b["skipped"]) for b in batches)}
 
 
 def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):

@@ -23,7 +23,6 @@ done by the runtime (sporch.runtime.model.lora).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import struct
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError, TensorInfo, _load_json, read_header
+from ..checkpoint_files import CheckpointError, TensorInfo, _load_json, read_header, read_safetensors
 from . import flux, wan
 from .keymap import Rule, Table
 
@@ -78,6 +77,7 @@ class LoraFile:
     format: str  # peft | kohya
     underscored: bool  # kohya's flattened module names
     modules: list[LoraModule] = field(default_factory=list)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict, repr=False)  # the file's header
 
     @property
     def ranks(self) -> list[int]:
@@ -104,24 +104,14 @@ def _short(names: list[str], n: int = 3) -> str:
     return ", ".join(names[:n]) + more
 
 
-def _metadata(path: Path) -> dict[str, Any]:
-    with path.open("rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = _load_json(f.read(n), f"{path} has a corrupt safetensors header")
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def _scalar(info: TensorInfo, key: str) -> float:
     """The value of a one-element tensor, read from its bytes (no torch)."""
+    start, stop = info.span
     with info.file.open("rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        start, stop = header[key]["data_offsets"]
-        f.seek(8 + n + start)
+        f.seek(start)
         raw = f.read(stop - start)
     codes = {"F32": "<f", "F64": "<d", "F16": "<e", "I64": "<q", "I32": "<i"}
-    if info.dtype == "BF16":
+    if info.dtype == "BF16" and len(raw) == 2:
         return struct.unpack("<f", b"\x00\x00" + raw)[0]
     if info.dtype not in codes or len(raw) != struct.calcsize(codes[info.dtype]):
         raise CheckpointError(f"{info.file}: alpha {key!r} is a {info.dtype} x {list(info.shape)} tensor, "
@@ -176,7 +166,7 @@ def read_lora(path: str | Path) -> LoraFile:
                               f"LoRA {p} is not a file; point model.lora[].path at the adapter's .safetensors")
     if p.suffix != ".safetensors":
         raise CheckpointError(f"LoRA file {p} is not a .safetensors file (sporch reads adapters in safetensors only)")
-    tensors = read_header(p)
+    tensors, metadata = read_safetensors(p)
     if not tensors:
         raise CheckpointError(f"LoRA file {p} holds no tensors")
     text = sorted(k for k in tensors if k.startswith(TEXT_PREFIXES))
@@ -202,7 +192,7 @@ def read_lora(path: str | Path) -> LoraFile:
     if len(formats) != 1 or len(flat) != 1:
         raise CheckpointError(f"LoRA file {p} mixes key formats ({', '.join(sorted(formats)) or 'none'}); "
                               "expected lora_A/lora_B (diffusers/PEFT) or lora_down/lora_up (kohya)")
-    file_alpha, pattern, rslora = _file_alpha(_metadata(p), p)
+    file_alpha, pattern, rslora = _file_alpha(metadata, p)
     modules = []
     for name, roles in sorted(parts.items()):
         if "down" not in roles or "up" not in roles:
@@ -215,7 +205,7 @@ def read_lora(path: str | Path) -> LoraFile:
         alpha = _scalar(tensors[roles["alpha"]], roles["alpha"]) if "alpha" in roles else \
             next((a for k, a in pattern.items() if name == k or name.endswith("." + k)), file_alpha)
         modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha, rslora))
-    return LoraFile(p, formats.pop(), flat.pop(), modules)
+    return LoraFile(p, formats.pop(), flat.pop(), modules, tensors)
 
 
 def for_expert(entries: Optional[list], index: int) -> list:
@@ -360,9 +350,8 @@ def describe_lora(path: str | Path) -> dict[str, Any]:
     """What ``sporch inspect`` says about a LoRA file: format, ranks, alphas, targets, family."""
     lora = read_lora(path)
     kind, names, hits = family_of(lora)
-    tensors = read_header(lora.path)
     dtypes: dict[str, int] = {}
-    for info in tensors.values():
+    for info in lora.tensors.values():
         dtypes[info.dtype] = dtypes.get(info.dtype, 0) + 1
     params = sum(m.rank * (m.shape[0] + m.shape[1]) for m in lora.modules)
     family = FAMILIES[kind].model if kind else None
