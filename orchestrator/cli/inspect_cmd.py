@@ -61,6 +61,8 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
         x = report["experts"]
         table.add_row("experts", f"2: transformer (high noise) and {x['second']} (low noise, same shape), "
                       f"boundary_ratio {x['boundary_ratio']:g}; parameter figures are per expert")
+    if report.get("expand_timesteps"):
+        table.add_row("timesteps", "one per token (Wan2.2 TI2V: model_index.json expand_timesteps)")
     if report["presets"]:
         table.add_row("presets", ", ".join(report["presets"]))
     elif report["nearest"]:

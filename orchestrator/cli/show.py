@@ -46,8 +46,16 @@ def summary_lines(plan: Plan) -> list[str]:
                         f"sharded over {plan.placement.shard_degree} ranks ({_shard_group(plan.placement)}), "
                         "FSDP2, one unit per block"),
     ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.boundary_ratio is not None else []) \
+      + ([f"timesteps one per token{_first_frame_words(w)}"] if m.expand_timesteps else []) \
       + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
       + ([f"container {describe_container(c.container)}"] if c.container is not None else [])
+
+
+def _first_frame_words(w) -> str:
+    """A per-token-timestep model's (Wan2.2 TI2V) first frame, in words."""
+    if w.kind == "generate" and w.image:
+        return f"; the first latent frame is {w.image}'s, at timestep 0"
+    return " (all equal without workload.image: text-to-video)"
 
 
 def _expert_words(m, p, kind: str) -> str:

@@ -85,7 +85,7 @@ def family_of(model: Any) -> str:
         return "wan"
     if attention == "joint":
         return "flux"
-    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V, Wan2.2 A14B T2V/I2V, attention cross) or "
+    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V, Wan2.2 A14B T2V/I2V, TI2V-5B, attention cross) or "
                      f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
                      f"attention {attention!r}")
 
@@ -116,7 +116,7 @@ def check_generate(model: Any, workload: Any) -> list[str]:
     image = getattr(workload, "image", None)
     if image_to_video(model) and not image:
         problems.append(f"model {model.preset or model.weights} is image-to-video: set workload.image (the first frame)")
-    elif image and not image_to_video(model):
+    elif image and not (image_to_video(model) or getattr(model, "expand_timesteps", False)):
         problems.append(f"workload.image is the first frame of an image-to-video model, but model "
                         f"{model.preset or model.weights} is text-to-video; remove it")
     elif image and not Path(image).expanduser().is_file():

@@ -93,6 +93,9 @@ class ModelSection(Section):
     # timestep t >= boundary_ratio x the scheduler's num_train_timesteps, ``transformer_2`` the
     # rest (diffusers' WanPipeline rule). None: one transformer.
     boundary_ratio: Optional[float] = None
+    # Wan2.2 TI2V-5B (model_index.json's expand_timesteps): one timestep per token; with
+    # workload.image the given first frame's tokens stay the image's latents at timestep 0
+    expand_timesteps: bool = False
     # LoRA adapters merged into the weights at load (docs/model.md, "LoRA adapters"):
     # [{"path": absolute .safetensors, "scale": float}]; None: none
     lora: Optional[List[Dict[str, Any]]] = None

@@ -18,7 +18,7 @@ from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.models import PRESETS
 from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
-from sporch.orchestrator.contract.models.checkpoint_experts import read_experts
+from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.placement_report import placement_memory
@@ -47,6 +47,7 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         raise SporchError(str(exc)) from None
     try:
         experts = read_experts(path)
+        expand = read_expand_timesteps(path)
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None
     boundary = experts.boundary_ratio if experts is not None else None
@@ -65,8 +66,10 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         # Wan2.2 A14B: the figures above are the first expert's; transformer_2 has as many
         "experts": None if experts is None else {"count": 2, "boundary_ratio": boundary,
                                                  "second": str(experts.second)},
+        # Wan2.2 TI2V-5B: one timestep per token (model_index.json's expand_timesteps; None: no index)
+        "expand_timesteps": expand,
     }
-    out.update(_presets(model, boundary) if model else {"presets": [], "nearest": None})
+    out.update(_presets(model, boundary, expand) if model else {"presets": [], "nearest": None})
     out["placements"] = None
     if model is not None and cluster is not None:
         try:
@@ -83,9 +86,10 @@ def _guess(tensors) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
-def _presets(model, boundary: Optional[float] = None) -> dict[str, Any]:
+def _presets(model, boundary: Optional[float] = None, expand: Optional[bool] = None) -> dict[str, Any]:
     """The published presets of the checkpoint's family it matches, or the nearest one and how it
-    differs (``boundary``: the folder's two experts' boundary_ratio, None for one transformer)."""
+    differs (``boundary``: the folder's two experts' boundary_ratio, None for one transformer;
+    ``expand``: its model_index.json's expand_timesteps, None without one)."""
     attention = model.fields["attention"]
     found: list[tuple[str, list[str]]] = []
     for name, preset in PRESETS.items():
@@ -95,6 +99,9 @@ def _presets(model, boundary: Optional[float] = None) -> dict[str, Any]:
         wrong = disagreements(model, section, dict(preset.knobs), label="preset")
         if preset.knobs.get("boundary_ratio") != boundary:
             wrong.append(f"boundary_ratio {boundary!r} (preset: {preset.knobs.get('boundary_ratio')!r}, "
+                         "model_index.json)")
+        if expand is not None and bool(preset.knobs.get("expand_timesteps", False)) != expand:
+            wrong.append(f"expand_timesteps {expand!r} (preset: {bool(preset.knobs.get('expand_timesteps'))!r}, "
                          "model_index.json)")
         found.append((name, wrong))
     matches = [name for name, wrong in found if not wrong]

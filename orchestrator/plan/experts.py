@@ -1,4 +1,5 @@
-"""Two-expert models (Wan2.2 A14B) in the Plan: the boundary, and what the experts cost.
+"""Two-expert models (Wan2.2 A14B) in the Plan: the boundary, and what the experts cost; and
+whether the model takes one timestep per token (Wan2.2 TI2V-5B's ``expand_timesteps``).
 
 ``boundary_ratio(spec)``: the expert switch of the job's model: the checkpoint folder's
 ``model_index.json`` (``transformer_2`` + ``boundary_ratio``) or the preset's; a published
@@ -18,7 +19,7 @@ from typing import Any, Optional
 from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models import find_preset
-from sporch.orchestrator.contract.models.checkpoint_experts import read_experts
+from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
 from sporch.orchestrator.errors import SporchError
 
@@ -52,6 +53,24 @@ def boundary_ratio(spec: ModelSpec) -> Optional[float]:
         raise SporchError(f"model.weights {spec.weights}: model_index.json's boundary_ratio {ours} disagrees with "
                           f"model.preset {spec.preset} ({theirs}); drop model.preset to take the folder's")
     return ours if experts is not None else theirs
+
+
+def expand_timesteps(spec: ModelSpec) -> bool:
+    """Whether the job's model takes one timestep per token (Wan2.2 TI2V-5B): the pipeline
+    folder's ``model_index.json`` or the preset's; a published preset and a folder that disagree
+    are refused in one line."""
+    preset = find_preset(spec.preset) if spec.preset else None
+    published = preset is not None and bool(preset.knobs)
+    theirs = bool(preset.knobs.get("expand_timesteps", False)) if published else None
+    try:
+        ours = read_expand_timesteps(spec.weights) if spec.weights else None
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
+    if published and ours is not None and ours != theirs:
+        raise SporchError(f"model.weights {spec.weights}: model_index.json's expand_timesteps {str(ours).lower()} "
+                          f"disagrees with model.preset {spec.preset} ({str(theirs).lower()}); drop model.preset "
+                          "to take the folder's, or point model.weights at that model's pipeline folder")
+    return bool(ours if ours is not None else theirs)
 
 
 def with_experts(est: dict[str, Any], model: ModelSection, cluster: ClusterSpec, placement: str) -> dict[str, Any]:

@@ -31,6 +31,10 @@ ENCODERS: dict[str, dict[str, Any]] = {
              "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1,
              "vae_tile_pixels": 1024 * 1024},
 }
+#: Wan2.2 TI2V-5B: umT5 as Wan2.1, the Wan2.2 VAE (48 latent channels, strides 4 x 16 x 16; its
+#: decoder's last stages run 256 channels at half and 1024 at quarter resolution: 64 per output pixel)
+ENCODERS["wan2.2"] = {**ENCODERS["wan"], "vae": "AutoencoderKLWan (Wan2.2)", "vae_parameters": 704_700_000,
+                      "vae_channels": 64}
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
 VAE_BYTES = 4  # the VAE decodes in float32
@@ -51,6 +55,8 @@ def _family(model: ModelSection) -> Optional[str]:
     preset = model.preset or ""
     if preset.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b")):  # Wan2.2 A14B: umT5 and the Wan2.1 VAE
         return "wan"
+    if preset.startswith("wan2.2-ti2v"):
+        return "wan2.2"
     if preset.startswith("flux.1"):
         return "flux"
     return None

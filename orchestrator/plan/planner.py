@@ -135,12 +135,13 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
 
 
 def check_image(job: JobSpec, model: sections.ModelSection) -> None:
-    """A generate job of an image-to-video model needs ``workload.image``; no other takes one."""
+    """A generate job of an image-to-video model needs ``workload.image``; a text-image-to-video
+    model (Wan2.2 TI2V-5B) may take one; no other does."""
     w, name = job.workload, model.preset or "from model.weights"
     i2v = image_to_video(model)
     if w.kind == "generate" and i2v and not w.image:
         raise SporchError(f"the model ({name}) is image-to-video: set workload.image to the first frame's image file")
-    if w.image and not (i2v and w.kind == "generate"):
+    if w.image and not ((i2v or model.expand_timesteps) and w.kind == "generate"):
         raise SporchError(f"workload.image is the first frame of an image-to-video generate job, but the model ({name}) "
                           f"is text-to-video or workload.kind is {w.kind}; remove it")
 

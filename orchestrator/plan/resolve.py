@@ -20,7 +20,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models import find_preset
-from sporch.orchestrator.plan.experts import boundary_ratio
+from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
 from sporch.orchestrator.contract.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
                                                                 read_checkpoint_model)
 from sporch.orchestrator.contract.sections import ModelSection
@@ -214,11 +214,10 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     """Preset + explicit fields -> the complete ``plan.model`` section. With ``model.weights``
     and no preset, the checkpoint's config.json is the base (its knobs travel in
     ``plan.model.knobs``); a preset or a field that disagrees with the config is refused, every
-    disagreement in one line. A two-expert model (Wan2.2 A14B) gets its ``boundary_ratio``
-    (plan/experts.py)."""
+    disagreement in one line. A two-expert model (Wan2.2 A14B) gets its ``boundary_ratio``, a
+    model with per-token timesteps (Wan2.2 TI2V-5B) ``expand_timesteps`` (plan/experts.py)."""
     section = _one_transformer(spec)
-    boundary = boundary_ratio(spec)
-    return section if boundary is None else dataclasses.replace(section, boundary_ratio=boundary)
+    return dataclasses.replace(section, boundary_ratio=boundary_ratio(spec), expand_timesteps=expand_timesteps(spec))
 
 
 def _one_transformer(spec: ModelSpec) -> ModelSection:

@@ -63,6 +63,8 @@ class DiTBase(nn.Module):
     across tokens goes through ``attn`` (a :class:`SequenceAttention`)."""
 
     cfg: ModelConfig
+    #: ``_forward`` takes a timestep per token ([B, N]) as well as one per sample ([B])
+    per_token_timesteps = False
 
     # -- conditions ------------------------------------------------------------------------
     def make_condition(self, batch: int, generator: torch.Generator, grid: Sequence[int] | None = None) -> Condition:
@@ -113,7 +115,8 @@ class DiTBase(nn.Module):
     ) -> torch.Tensor:
         """Token-level forward. Unsharded: ``tokens`` are all f*h*w tokens. Sharded: this
         rank's chunk, ``token_index`` its global indices (padding indices >= seq_len allowed)
-        and ``ctx`` the ParallelContext. ``guidance``: the embedded guidance scale of a
+        and ``ctx`` the ParallelContext. ``timestep``: scalar, [B], or [B, seq_len] (one per token
+        of the whole sequence, Wan2.2 TI2V; each rank takes its tokens' with ``token_index``). ``guidance``: the embedded guidance scale of a
         guidance-distilled model (Flux.1-dev). ``step_cache``: a
         :class:`~sporch.runtime.model.cache.StepCache` that may skip the blocks this step. Returns [B, N, patch_out] in the model dtype."""
         n = tokens.shape[1]
@@ -128,9 +131,16 @@ class DiTBase(nn.Module):
         rope = (cos.to(device), sin.to(device))
         attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend)
         b = tokens.shape[0]
-        timestep = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1).to(device)
-        if timestep.numel() == 1 and b > 1:
-            timestep = timestep.expand(b)
+        timestep = torch.as_tensor(timestep, dtype=torch.float32).to(device)
+        if timestep.dim() == 2:  # one per token of the whole sequence: this rank's tokens' (padding: any valid one)
+            if not self.per_token_timesteps:
+                raise ValueError(f"{type(self).__name__} takes one timestep per sample, not one per token "
+                                 "(per-token timesteps are Wan2.2 TI2V's)")
+            timestep = timestep[:, token_index.clamp(max=seq_len - 1).to(device)]
+        else:
+            timestep = timestep.reshape(-1)
+        if timestep.shape[0] == 1 and b > 1:
+            timestep = timestep.expand(b, *timestep.shape[1:])
         if guidance is not None:
             guidance = torch.as_tensor(guidance, dtype=torch.float32).reshape(-1).to(device).expand(b)
         cond = cond_to(cond, device, dtype)

@@ -42,6 +42,7 @@ class ModelConfig:
     image_dim: int = 0  # width of CLIP image tokens for image conditioning (Wan I2V: 1280)
     image_len: int = 257  # CLIP image tokens (Wan I2V)
     boundary_ratio: float | None = None  # Wan2.2 A14B: the expert switch (generate's; one expert's model ignores it)
+    expand_timesteps: bool = False  # Wan2.2 TI2V-5B: one timestep per token (generate's; the model takes either)
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -130,7 +131,7 @@ class ModelConfig:
                   "pooled_dim", "image_dim", "image_len"):
             if k in kw:
                 kw[k] = int(kw[k])
-        for k in ("qk_norm", "guidance_embed", "distilled"):
+        for k in ("qk_norm", "guidance_embed", "distilled", "expand_timesteps"):
             if k in kw:
                 kw[k] = bool(kw[k])
         if kw.get("attention", "cross") != "joint":

@@ -124,14 +124,15 @@ class ShardedDiT:
         low-noise expert, whose ``guidance_scale_2`` combines the branches that ``guidance_scale``
         turned on). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
-        needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar or
-        [B]. ``step_cache``: this run's step cache (one call per step; its skip decision is
+        needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar,
+        [B], or [B, seq_len] (one per token of the whole sequence: Wan2.2 TI2V). ``step_cache``: this run's step cache (one call per step; its skip decision is
         reduced over the sequence and cfg groups). Returns float32 [B, local_len, patch_out];
         identical on both halves of a cfg group."""
         b = x_local.shape[0]
-        t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)
-        if t.numel() == 1:
-            t = t.expand(b)
+        t = torch.as_tensor(timestep, dtype=torch.float32)
+        t = t if t.dim() == 2 else t.reshape(-1)  # [B, seq_len]: one per token of the whole sequence
+        if t.shape[0] == 1:
+            t = t.expand(b, *t.shape[1:])
         if not self.cfg.uses_cfg:
             if self.cfg.guidance_embed:
                 return self._run(x_local, t, cond, guidance=guidance_scale, step_cache=step_cache).float()

@@ -9,6 +9,8 @@ the Wan2.1 name table (sporch.orchestrator.contract.models.wan)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,6 +23,28 @@ from .layers import MLP, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
 from .rope import apply_rope
 
 FP32 = torch.float32
+
+
+class TokenTime(NamedTuple):
+    """Per-token time conditioning (Wan2.2 TI2V) as a table and an index: ``table`` [U, ...]
+    holds the embedding of each distinct timestep (TI2V's tokens have two: 0 for the given first
+    frame, t for the rest), ``index`` [B, N] picks each token's row. Gathering at the point of use
+    keeps the per-token tensors as big as one activation instead of [B, N, 6, D]."""
+
+    table: torch.Tensor
+    index: torch.Tensor
+
+    def rows(self, table: torch.Tensor) -> list[torch.Tensor]:
+        """``table`` [U, k, D] (this embedding plus a module's modulation) -> k tensors [B, N, D]."""
+        return [table[:, j][self.index] for j in range(table.shape[1])]
+
+
+def time_vectors(modulation: torch.Tensor, e) -> list[torch.Tensor]:
+    """adaLN vectors ``modulation`` [1, k, D] + the time projection ``e``: k tensors [B, D] (one
+    timestep per sample, ``e`` [B, k, D]) or [B, N, D] (per token, ``e`` a :class:`TokenTime`)."""
+    if isinstance(e, TokenTime):
+        return e.rows(modulation + e.table)
+    return list((modulation + e).unbind(1))
 
 
 class WanSelfAttention(nn.Module):
@@ -86,9 +110,9 @@ class WanBlock(nn.Module):
         self.modulation = nn.Parameter(torch.empty(1, 6, cfg.hidden, device=device, dtype=FP32))
 
     def forward(self, x, e, context, context_img, rope, attn: SequenceAttention):
-        # x: [B, N, D] float32; e: [B, 6, D] float32 time projection
+        # x: [B, N, D] float32; e: [B, 6, D] float32 time projection (or per token: TokenTime)
         dt = self.ffn.fc1.weight.dtype
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (self.modulation + e).unbind(1)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = time_vectors(self.modulation, e)
         y = self.self_attn(modulate(layer_norm(x, self.eps), shift_msa, scale_msa).to(dt), rope, attn)
         x = x + gate(y.float(), gate_msa)
         x = x + self.cross_attn(self.norm3(x).to(dt), context, context_img).float()
@@ -106,7 +130,11 @@ class WanHead(nn.Module):
         self.modulation = nn.Parameter(torch.empty(1, 2, cfg.hidden, device=device, dtype=FP32))
 
     def forward(self, x, e):
-        shift, scale = (self.modulation + e[:, None]).unbind(1)
+        if isinstance(e, TokenTime):  # [U, D] rows -> [U, 1, D]
+            e = TokenTime(e.table[:, None], e.index)
+        else:
+            e = e[:, None]
+        shift, scale = time_vectors(self.modulation, e)
         return self.head(modulate(layer_norm(x, self.eps), shift, scale))
 
 
@@ -146,10 +174,25 @@ class WanDiT(DiTBase):
         self.blocks = nn.ModuleList(WanBlock(cfg, device, dtype) for _ in range(cfg.depth))
         self.head = WanHead(cfg, device, dtype)
 
+    per_token_timesteps = True
+
+    def _time(self, timestep: torch.Tensor):
+        """The time embedding ``e`` and its projection ``e0`` [B, D], [B, 6, D]; for timesteps per
+        token ([B, N], Wan2.2 TI2V) both as :class:`TokenTime` (each distinct timestep embedded
+        once), and the time projection of the sample's largest timestep (the step cache's probe)."""
+        if timestep.dim() == 1:
+            e = self.time_embedding(timestep)
+            e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
+            return e, e0, e0.flatten(1)
+        values, index = torch.unique(timestep, return_inverse=True)  # sorted: the last is the largest
+        e = self.time_embedding(values)
+        e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
+        top = e0.flatten(1)[index.amax(dim=1)]  # [B, 6 * D]
+        return TokenTime(e, index), TokenTime(e0, index), top
+
     def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
         x = self.patch_embedding(tokens).float()
-        e = self.time_embedding(timestep.to(x.device))
-        e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
+        e, e0, probe = self._time(timestep.to(x.device))
         context = self.text_embedding(cond_text(cond))
         context_img = self.img_emb(cond["image"]) if self.cfg.image_dim else None
         if step is None:
@@ -162,7 +205,8 @@ class WanDiT(DiTBase):
                 x = block(x, e0, context, context_img, rope, attn)
             return x
 
-        # TeaCache on Wan2.1 compares the time projection e0 (its published coefficients are fitted on it)
+        # TeaCache on Wan2.1 compares the time projection e0 (its published coefficients are fitted on it;
+        # per-token timesteps: the noisy tokens', the largest)
         x = step.run(x, lambda x: self.blocks[0](x, e0, context, context_img, rope, attn), rest,
-                     lambda x: e0.flatten(1)[:, None], probe_per_token=False)
+                     lambda x: probe[:, None], probe_per_token=False)
         return self.head(x, e)

@@ -14,7 +14,8 @@ diffusers' ``randn_tensor`` in the shape the pipelines' ``prepare_latents`` use 
 same noise.
 
 Wan2.2 A14B denoises with two experts (experts.py): the step loop asks for the one of each
-timestep; the result records the step at which the low-noise expert took over.
+timestep; the result records the step at which the low-noise expert took over. Wan2.2 TI2V-5B
+with ``workload.image`` keeps the first latent frame the image's, at timestep 0 (first_frame.py).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .replica import is_leader, share_from_leader
 from .stages import Stages
 from .experts import Experts, build_experts
 from .image_condition import image_condition
+from .first_frame import FirstFrame
 from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
 from .vae import Decoder
@@ -126,12 +128,14 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
         log(ctx, f"{sum(1 for r in range(len(mine)) if mine[r] in saved)} prompt(s) already denoised "
                  f"(latents in {store.folder}): decoding them without denoising again")
 
-    experts = cond_all = null_all = None
+    experts = cond_all = null_all = first_latent = None
     if todo:
         with stages("encode"):
             prompts = [spec.prompts[i] for i in mine]
             cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on, spec.text_encoder)
-            if spec.image:
+            if spec.image and spec.expand_timesteps:  # Wan2.2 TI2V: the image is the first latent frame
+                first_latent = _image_latent(spec, ctx, device)
+            elif spec.image:
                 cond_all, null_all = _with_image(spec, ctx, device, dtype, cond_all, null_all)
         log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
         with stages("load"):
@@ -155,7 +159,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
                                                 f"{step_ms[-1] / 1e3:.2f} s/step"),
                                        ckpt=ckpt, batch=bi, resumed=resumed, ctx=ctx, log=log,
-                                       step_cache=step_cache)
+                                       step_cache=step_cache, first_latent=first_latent)
                 if step_cache.on:
                     cached.append({"batch": bi, **step_cache.record()})
                 if is_leader(ctx):
@@ -206,11 +210,15 @@ def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelCo
             "steps_skipped": sum(len(b["skipped"]) for b in batches)}
 
 
+def _image_latent(spec: GenerateSpec, ctx, device) -> torch.Tensor:
+    """``workload.image`` encoded by the leader, on every rank of the replica (float32)."""
+    return share_from_leader(ctx, lambda: image_condition(spec, device).cpu(), "encoding workload.image").to(device)
+
+
 def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
     """The text conditions with the first frame's latent condition (image-to-video), the same
     for every prompt and for the negative one."""
-    lat = share_from_leader(ctx, lambda: image_condition(spec, device).cpu(), "encoding workload.image")
-    lat = lat.to(device=device, dtype=dtype)
+    lat = _image_latent(spec, ctx, device).to(dtype=dtype)
 
     def add(c):
         return None if c is None else {"text": c, "latents": lat.expand(c.shape[0], *lat.shape[1:])}
@@ -219,12 +227,12 @@ def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
 
 def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,
              on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log,
-             step_cache: StepCaches) -> torch.Tensor:
+             step_cache: StepCaches, first_latent: torch.Tensor | None = None) -> torch.Tensor:
     """One prompt batch through the scheduler's steps (from the last finished one when a
     requeued run left it); the gathered latents [B, C, F, H, W]. ``switches`` gets the index
     of the first step the low-noise expert ran (None: it never ran). ``step_cache``: this
     batch's (fresh; after a resume, and at the switch to the low-noise expert, the first step
-    is computed)."""
+    is computed). ``first_latent``: Wan2.2 TI2V's given first frame (first_frame.py)."""
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
@@ -235,6 +243,7 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     channels = runner.cfg.out_dim
     cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0  # the branches follow guidance_scale alone
     x = runner.shard_latents(initial_noise(spec, channels, seeds)).float()
+    given = None if first_latent is None else FirstFrame(runner, first_latent)
     first, batch_ms = 0, []
     got = ckpt.resume(batch, x.device)
     if got is not None:
@@ -249,7 +258,8 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
         sync(device)
         start = time.perf_counter()
         runner = experts.runner(t)
-        v = runner.velocity(x, float(t), cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on,
+        x_in, t_in = (x, float(t)) if given is None else (given.apply(x), given.timesteps(float(t)))
+        v = runner.velocity(x_in, t_in, cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on,
                             step_cache=step_cache.for_step(i, experts.index(t)))
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
@@ -263,6 +273,8 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
             raise RequeueRequested(f"stopped after step {i + 1}/{len(ts)} of prompt batch {batch + 1} on USR2; "
                                    "the step is kept and the job requeued")
     switches.append(next((i for i, t in enumerate(ts) if experts.index(t) == 1), None) if experts.boundary else None)
+    if given is not None:
+        x = given.apply(x)
     if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
         return _swapped_shards(runner, x, channels)
     return runner.gather_latents(x, channels=channels)

@@ -8,6 +8,10 @@ encoded by the folder's VAE (the distribution's mode), normalised per channel wi
 latent frame: ones for the first frame's ``st`` video frames, zeros after. The result,
 [1, st + C, F, H, W] float32, is the condition's ``latents`` (sporch.runtime.model.condition),
 the same for the prompt and the negative prompt.
+
+Wan2.2 TI2V-5B (``expand_timesteps``, as ``WanImageToVideoPipeline`` with that flag): the image is
+encoded alone (one latent frame, normalised the same way, no mask); the denoising loop keeps
+that frame's tokens equal to it at timestep 0 (generate.py, :class:`FirstFrame`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from .spec import GenerateSpec
 
 
 def image_condition(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
-    """The first frame's latent condition of ``spec`` ([1, st + C, F, H, W], float32, on ``device``)."""
+    """The first frame's latent condition of ``spec`` ([1, st + C, F, H, W], float32, on ``device``);
+    Wan2.2 TI2V (``spec.expand_timesteps``): the image's own latent frame [1, C, 1, H, W]."""
     from diffusers import AutoencoderKLWan
     from diffusers.utils import load_image
     from diffusers.video_processor import VideoProcessor
@@ -28,13 +33,16 @@ def image_condition(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
     image = VideoProcessor(vae_scale_factor=sh).preprocess(load_image(spec.image), height=spec.height,
                                                            width=spec.width).to(device, torch.float32)
     image = image.unsqueeze(2)  # [1, 3, 1, H, W]
-    video = torch.cat([image, image.new_zeros(1, 3, spec.frames - 1, spec.height, spec.width)], dim=2)
+    video = image if spec.expand_timesteps else \
+        torch.cat([image, image.new_zeros(1, 3, spec.frames - 1, spec.height, spec.width)], dim=2)
     with torch.no_grad():
         latent = vae.encode(video).latent_dist.mode().float()
     c = latent.shape[1]
     mean = torch.tensor(vae.config.latents_mean, device=device).view(1, c, 1, 1, 1)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std, device=device).view(1, c, 1, 1, 1)
     latent = (latent - mean) * inv_std
+    if spec.expand_timesteps:
+        return latent
     f, h, w = latent.shape[2:]
     mask = torch.zeros(1, st, f, h, w, device=device)
     mask[:, :, 0] = 1.0  # the first latent frame holds the given image's st video frames

@@ -42,6 +42,9 @@ class GenerateSpec:
     guidance_scale_2: float | None = None
     experts: str = "resident"
     image: str | None = None  # image-to-video: the first frame's file (plan.workload.image)
+    # Wan2.2 TI2V-5B (plan.model.expand_timesteps): one timestep per token; with ``image`` the first
+    # latent frame is the image's (timestep 0), without it all tokens share the step's timestep
+    expand_timesteps: bool = False
 
     @property
     def video(self) -> bool:
@@ -68,5 +71,5 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
-        image=wl.image,
+        image=wl.image, expand_timesteps=bool(model.expand_timesteps),
     )

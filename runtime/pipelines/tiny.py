@@ -1,4 +1,4 @@
-"""Tiny random Wan2.1 / Wan2.2 A14B / Flux.1 pipelines in the publishers' diffusers layout, built with
+"""Tiny random Wan2.1 / Wan2.2 A14B / TI2V-5B / Flux.1 pipelines in the publishers' diffusers layout, built with
 diffusers and transformers from tiny configs (no hub access), for tests and smoke runs.
 
     save_tiny_pipeline("wan", "runs/tiny-wan", plan.model)   # the plan's model section (shapes)
@@ -7,7 +7,9 @@ The transformer's shapes are taken from the sporch model dict, so a job with tha
 ``model.weights`` pointing at the folder loads it. A model dict with ``boundary_ratio`` gets
 Wan2.2 A14B's second expert (``transformer_2``, other random weights) and that boundary in
 ``model_index.json``; one with more input than output channels is an image-to-video pipeline
-without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B). The tokenizer is a word-level vocabulary
+without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B); one with
+``expand_timesteps`` is Wan2.2 TI2V-5B's (the Wan2.2 VAE: 2 x 2 pixels folded into channels, residual
+blocks; ``expand_timesteps`` in model_index.json). The tokenizer is a word-level vocabulary
 built with the ``tokenizers`` library (unknown words map to ``<unk>``, ``</s>`` is appended),
 wrapped in ``PreTrainedTokenizerFast`` and saved with ``save_pretrained``. Every weight is
 drawn from generators seeded by ``seed`` (the global RNG is left alone).
@@ -90,13 +92,15 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     two = {} if boundary is None else {"transformer_2": expert(seed + 7), "boundary_ratio": float(boundary)}
     text_encoder = UMT5EncoderModel(_t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
     st, sh, _ = (int(s) for s in model["vae_stride"])
-    downs = int(math.log2(sh))
+    # the Wan2.2 VAE (TI2V-5B) folds 2 x 2 pixels into channels first, then downsamples
+    wan22 = {"is_residual": True, "patch_size": 2, "in_channels": 12, "out_channels": 12} if cfg.expand_timesteps else {}
+    downs = int(math.log2(sh)) - (1 if wan22 else 0)
     temporal = [False] * (downs - int(math.log2(st))) + [True] * int(math.log2(st))
     g = torch.Generator().manual_seed(seed + 1)
     vae = AutoencoderKLWan(base_dim=8, z_dim=channels, dim_mult=[1] * (downs + 1), num_res_blocks=1,
                            temperal_downsample=temporal, scale_factor_temporal=st, scale_factor_spatial=sh,
                            latents_mean=(0.2 * torch.randn(channels, generator=g)).tolist(),
-                           latents_std=(1.0 + 0.5 * torch.rand(channels, generator=g)).tolist()).eval()
+                           latents_std=(1.0 + 0.5 * torch.rand(channels, generator=g)).tolist(), **wan22).eval()
     scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
                                         num_train_timesteps=1000, flow_shift=3.0)
     parts = dict(tokenizer=tiny_tokenizer(int(model["text_len"])), text_encoder=text_encoder, vae=vae,
@@ -105,7 +109,7 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
         from diffusers import WanImageToVideoPipeline
 
         return WanImageToVideoPipeline(image_encoder=None, image_processor=None, **parts)
-    return WanPipeline(**parts)
+    return WanPipeline(**parts, **({"expand_timesteps": True} if cfg.expand_timesteps else {}))
 
 
 def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):

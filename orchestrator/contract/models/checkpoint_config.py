@@ -20,7 +20,7 @@ of these is refused by name: it may change the computation, and sporch never ign
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
@@ -74,7 +74,24 @@ def read_checkpoint_model(weights: str | Path) -> Optional[CheckpointModel]:
     path = find_config(weights)
     if path is None:
         return None
-    return model_from_config(read_json_object(path), path)
+    return with_vae_stride(model_from_config(read_json_object(path), path))
+
+
+def with_vae_stride(model: CheckpointModel) -> CheckpointModel:
+    """A Wan transformer in a diffusers pipeline folder takes its latent strides from the
+    folder's ``vae/config.json`` (AutoencoderKLWan's ``scale_factor_temporal`` /
+    ``scale_factor_spatial``: Wan2.1 4 x 8 x 8, the Wan2.2 VAE of TI2V-5B 4 x 16 x 16)."""
+    vae = model.config_file.parent.parent / "vae" / "config.json"
+    if model.family != "Wan2.1" or model.config_file.parent.name != "transformer" or not vae.is_file():
+        return model
+    config = read_json_object(vae)
+    if config.get("_class_name") != "AutoencoderKLWan":
+        return model
+    st, sh = config.get("scale_factor_temporal") or 4, config.get("scale_factor_spatial") or 8
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (st, sh)):
+        raise CheckpointError(f"{vae}: scale_factor_temporal {st!r} / scale_factor_spatial {sh!r} must be positive ints")
+    return replace(model, fields={**model.fields, "vae_stride": [st, sh, sh]},
+                               keys={**model.keys, "vae_stride": "vae/config.json scale_factor_*"})
 
 
 def read_json_object(path: Path) -> dict:

@@ -1,5 +1,6 @@
-"""A diffusers pipeline folder's two experts (Wan2.2 A14B), read from its ``model_index.json``
-(standard library only: the planner and the runtime read it the same way).
+"""A diffusers pipeline folder's two experts (Wan2.2 A14B) and its per-token timesteps (Wan2.2
+TI2V-5B), read from its ``model_index.json`` (standard library only: the planner and the runtime
+read it the same way).
 
 Wan2.2 A14B's folder lists ``transformer`` (high noise) and ``transformer_2`` (low noise) and
 sets the pipeline's ``boundary_ratio``: diffusers' ``WanPipeline`` runs ``transformer`` while the
@@ -48,9 +49,6 @@ def read_experts(weights: str | Path) -> Optional[Experts]:
     if not folder.is_dir() or not index.is_file():
         return None
     config = read_json_object(index)
-    if config.get("expand_timesteps"):
-        raise CheckpointError(f"{index}: expand_timesteps true (Wan2.2 TI2V-5B: per-token timesteps and the "
-                              "Wan2.2 VAE) is not built in sporch (docs/model.md, \"Wan2.2\")")
     boundary, two = config.get("boundary_ratio"), _listed(config.get(SECOND))
     if boundary is None and not two:
         return None
@@ -64,6 +62,18 @@ def read_experts(weights: str | Path) -> Optional[Experts]:
     second = folder / SECOND
     check_same_model(folder / "transformer" / "config.json", second / "config.json")
     return Experts(boundary_ratio=ratio, folder=folder, second=second)
+
+
+def read_expand_timesteps(weights: str | Path) -> Optional[bool]:
+    """The pipeline folder's ``expand_timesteps`` (Wan2.2 TI2V-5B: one timestep per token, the
+    given first frame's tokens at 0), or None when ``weights`` has no model_index.json."""
+    index = Path(weights).expanduser() / "model_index.json"
+    if not index.is_file():
+        return None
+    value = read_json_object(index).get("expand_timesteps", False)
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{index}: expand_timesteps {value!r} must be true or false")
+    return value
 
 
 def _read(path: Path):

@@ -1,4 +1,5 @@
-"""Wan2.1 (T2V 1.3B / 14B, I2V 14B) and Wan2.2 A14B (T2V, I2V): the published models' facts.
+"""Wan2.1 (T2V 1.3B / 14B, I2V 14B), Wan2.2 A14B (T2V, I2V) and Wan2.2 TI2V-5B: the published
+models' facts.
 
 * ``PRESETS``: each model's shape (umT5 text encoder, 4096 wide, 512 tokens; VAE strides
   4 x 8 x 8) and knobs. With these a sporch model computes Wan2.1 exactly and loads its
@@ -53,6 +54,15 @@ PRESETS = {
                    head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
                    text_len=512, text_dim=4096, qk_norm=True),
         knobs={**KNOBS, "out_channels": 16, "boundary_ratio": 0.9},
+    ),
+    # Wan2.2 TI2V-5B (Wan-AI/Wan2.2-TI2V-5B-Diffusers): 48 latent channels from the Wan2.2 VAE
+    # (strides 4 x 16 x 16); one timestep per token (model_index.json's expand_timesteps), text- or
+    # image-to-video with one transformer (the image replaces the first latent frame).
+    "wan2.2-ti2v-5b": ModelPreset(
+        shape=dict(attention="cross", depth=30, single_depth=0, hidden=3072, num_heads=24, num_kv_heads=24,
+                   head_dim=128, ffn_dim=14336, patch=[1, 2, 2], in_channels=48, vae_stride=[4, 16, 16],
+                   text_len=512, text_dim=4096, qk_norm=True),
+        knobs={**KNOBS, "expand_timesteps": True},
     ),
 }
 

@@ -272,3 +272,51 @@ def test_a_config_of_no_known_model_is_left_to_the_preset(tmp_path):
     assert plan.model.preset == "tiny" and plan.model.knobs is None
     report = json.loads(_inspect(str(folder), "--json").stdout)
     assert report["model"] is None and "is not a model sporch runs" in report["config_note"]
+
+
+def _ti2v_folder(root, expand: bool = True):
+    """The published Wan2.2-TI2V-5B-Diffusers configs (transformer, VAE, model_index.json) beside a
+    stand-in weights file."""
+    from safetensors.torch import save_file
+
+    (root / "transformer").mkdir(parents=True)
+    (root / "vae").mkdir()
+    (root / "transformer" / "config.json").write_text(json.dumps({
+        "_class_name": "WanTransformer3DModel", "_diffusers_version": "0.35.0.dev0", "added_kv_proj_dim": None,
+        "attention_head_dim": 128, "cross_attn_norm": True, "eps": 1e-06, "ffn_dim": 14336, "freq_dim": 256,
+        "image_dim": None, "in_channels": 48, "num_attention_heads": 24, "num_layers": 30, "out_channels": 48,
+        "patch_size": [1, 2, 2], "pos_embed_seq_len": None, "qk_norm": "rms_norm_across_heads",
+        "rope_max_seq_len": 1024, "text_dim": 4096}))
+    (root / "vae" / "config.json").write_text(json.dumps({
+        "_class_name": "AutoencoderKLWan", "base_dim": 160, "decoder_base_dim": 256, "z_dim": 48,
+        "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "temperal_downsample": [False, True, True],
+        "is_residual": True, "in_channels": 12, "out_channels": 12, "patch_size": 2,
+        "scale_factor_spatial": 16, "scale_factor_temporal": 4}))
+    (root / "model_index.json").write_text(json.dumps({
+        "_class_name": "WanPipeline", "boundary_ratio": None, "expand_timesteps": expand,
+        "transformer": ["diffusers", "WanTransformer3DModel"], "transformer_2": [None, None],
+        "vae": ["diffusers", "AutoencoderKLWan"]}))
+    save_file({"patch_embedding.weight": torch.zeros(2, 2, dtype=torch.bfloat16)},
+              str(root / "transformer" / "diffusion_pytorch_model.safetensors"))
+    return root
+
+
+def test_the_published_ti2v_folder_is_its_preset(tmp_path):
+    """Wan2.2 TI2V-5B's folder: inspect names wan2.2-ti2v-5b; the folder alone plans one timestep
+    per token and the Wan2.2 VAE's strides 4 x 16 x 16 (vae/config.json); a folder without
+    expand_timesteps is not that preset."""
+    folder = _ti2v_folder(tmp_path / "Wan2.2-TI2V-5B-Diffusers")
+    report = json.loads(_inspect(str(folder), "--json").stdout)
+    assert report["presets"] == ["wan2.2-ti2v-5b"] and report["expand_timesteps"] is True
+    workload = {"kind": "generate", "frames": 121, "height": 704, "width": 1280, "prompt": "a cat"}
+    job = {"name": "ti2v", "model": {"weights": str(folder)}, "workload": workload}
+    plan = make_plan(find_cluster("h100x64"), job_from_dict(job, "<test>"))
+    assert plan.model.expand_timesteps and plan.model.vae_stride == [4, 16, 16]
+    assert list(plan.sequence.grid) == [31, 22, 40]
+    named = make_plan(find_cluster("h100x64"), job_from_dict(
+        {**job, "model": {"weights": str(folder), "preset": "wan2.2-ti2v-5b"}}, "<test>"))
+    assert named.model.expand_timesteps and named.model.preset == "wan2.2-ti2v-5b"
+    other = _ti2v_folder(tmp_path / "no-expand", expand=False)
+    report = json.loads(_inspect(str(other), "--json").stdout)
+    assert report["presets"] == [] and report["nearest"]["preset"] == "wan2.2-ti2v-5b"
+    assert report["nearest"]["differences"] == ["expand_timesteps False (preset: True, model_index.json)"]

@@ -345,6 +345,7 @@ WAN_T2V_14B = dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_
                    qk_norm="rms_norm_across_heads", eps=1e-6)
 WAN_T2V_1_3B = dict(WAN_T2V_14B, num_attention_heads=12, ffn_dim=8960, num_layers=30)
 WAN_I2V_14B = dict(WAN_T2V_14B, in_channels=36, image_dim=1280, added_kv_proj_dim=5120)
+WAN_TI2V_5B = dict(WAN_T2V_14B, num_attention_heads=24, in_channels=48, out_channels=48, ffn_dim=14336, num_layers=30)
 
 
 def _diffusers_count(cls_name: str, cfg: dict) -> int:
@@ -367,6 +368,8 @@ FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=3
     # Wan2.2 A14B: each expert (Wan2.2-*-A14B-Diffusers transformer/ and transformer_2/ config.json)
     ("wan2.2-t2v-a14b", "WanTransformer3DModel", WAN_T2V_14B, 14_288_491_584),
     ("wan2.2-i2v-a14b", "WanTransformer3DModel", dict(WAN_T2V_14B, in_channels=36), 14_288_901_184),
+    # Wan2.2 TI2V-5B (Wan2.2-TI2V-5B-Diffusers transformer/config.json)
+    ("wan2.2-ti2v-5b", "WanTransformer3DModel", WAN_TI2V_5B, 4_999_787_712),
     ("flux.1-dev", "FluxTransformer2DModel", FLUX_DEV, 11_901_408_320),
     ("flux.1-schnell", "FluxTransformer2DModel", dict(FLUX_DEV, guidance_embeds=False), 11_891_178_560),
 ])

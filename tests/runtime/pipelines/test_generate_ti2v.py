@@ -1,0 +1,213 @@
+"""Wan2.2 TI2V-5B (``expand_timesteps``) against diffusers: the transformer with one timestep per
+token, and text- and image-to-video generation against ``WanPipeline`` /
+``WanImageToVideoPipeline`` with ``expand_timesteps``.
+
+A tiny random TI2V folder (runtime/pipelines/tiny.py: the Wan2.2 VAE with 2 x 2 pixels folded into
+channels and strides 4 x 16 x 16, ``expand_timesteps`` in model_index.json) is saved in the
+diffusers layout; sporch plans from the folder alone. The transformer is compared with TOL of
+test_checkpoint_defines_model.py (float32, measured 3.8e-6 relative unsharded) on the first
+frame's tokens at 0 and the others at each sample's timestep, unsharded and U4 / R4 / U2R2 (the
+ranks take their tokens' timesteps by global index; 36 tokens do not divide into 8 per rank, so
+padding is exercised). Frames are compared with FRAME_TOL of test_generate.py: the same pipeline
+parts on the same inputs, float32, 4 steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("imageio_ffmpeg")
+
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import ModelSpec, job_from_dict  # noqa: E402
+from sporch.orchestrator.errors import SporchError  # noqa: E402
+from sporch.orchestrator.plan.experts import expand_timesteps  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.model import build_model  # noqa: E402
+from sporch.runtime.model.verify import compare  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
+
+from .test_generate import FRAME_TOL  # noqa: E402
+from .test_generate_wan22 import _run  # noqa: E402  (one generate run, unsharded or on a rank)
+
+TOL = 1e-5
+PROMPT = "a red fox running in snow"
+NEGATIVE = "blurry low quality"
+STEPS, SEED = 4, 11
+# 9 frames of 128 x 96: 3 latent frames of 8 x 6 (stride 16), 3 x 4 x 3 = 36 tokens
+WORKLOAD = dict(kind="generate", frames=9, height=128, width=96, steps=STEPS, guidance_scale=5.0,
+                negative_prompt=NEGATIVE, dtype="float32", seed=SEED, prompt=PROMPT)
+LAYOUTS = {"U4": dict(ulysses=4), "R4": dict(ring=4), "U2R2": dict(ulysses=2, ring=2)}
+
+
+def _plan(model: dict, parallel: dict, workload: dict = WORKLOAD):
+    job = {"name": "ti2v", "model": model, "workload": workload, "parallel": parallel}
+    return make_plan(find_cluster("local"), job_from_dict(job))
+
+
+@pytest.fixture(scope="module")
+def ti2v(tmp_path_factory):
+    from PIL import Image
+
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+
+    root = tmp_path_factory.mktemp("ti2v")
+    model = _plan({"preset": "tiny"}, {}).model.to_dict()
+    save_tiny_pipeline("wan", root / "ti2v", {**model, "vae_stride": [4, 16, 16], "expand_timesteps": True}, seed=3)
+    pixels = (np.random.default_rng(0).random((50, 70, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(root / "first.png")
+    return {"folder": root / "ti2v", "image": root / "first.png"}
+
+
+def _folder_plan(ti2v, parallel: dict, image: bool = False):
+    workload = {**WORKLOAD, "image": str(ti2v["image"])} if image else WORKLOAD
+    return _plan({"weights": str(ti2v["folder"]), "text_len": 8}, parallel, workload)
+
+
+def test_the_folder_says_one_timestep_per_token(ti2v, tmp_path):
+    plan = _folder_plan(ti2v, {"ulysses": 4})
+    assert plan.model.expand_timesteps and plan.model.vae_stride == [4, 16, 16]
+    assert list(plan.sequence.grid) == [3, 4, 3]
+    assert not _plan({"preset": "tiny"}, {}).model.expand_timesteps
+    assert _plan({"preset": "wan2.2-ti2v-5b"}, {}, dict(WORKLOAD, frames=121, height=704, width=1280)).model.expand_timesteps
+    # a published preset and a folder that disagree: one line
+    index = tmp_path / "model_index.json"
+    index.write_text('{"_class_name": "WanPipeline", "expand_timesteps": false}')
+    with pytest.raises(SporchError, match="expand_timesteps false disagrees with model.preset wan2.2-ti2v-5b"):
+        expand_timesteps(ModelSpec(preset="wan2.2-ti2v-5b", weights=str(tmp_path)))
+
+
+# -- the transformer -----------------------------------------------------------------------------
+def _inputs():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, 3, 8, 6, generator=g)  # 3 x 4 x 3 = 36 tokens
+    t = torch.tensor([[800.0], [150.0]]).expand(2, 36).clone()
+    t[:, :12] = 0  # the first latent frame's tokens
+    return x, t, torch.randn(2, 8, 32, generator=g)
+
+
+def _per_token_sharded(cases):
+    from sporch.runtime.model import ShardedDiT
+    from sporch.runtime.parallel import ParallelContext
+
+    out = {}
+    for name, layout, model_dict, folder in cases:
+        ctx = ParallelContext.from_layout(**layout)
+        x, t, text = _inputs()
+        runner = ShardedDiT(build_model(model_dict, weights=folder), ctx, grid=(3, 4, 3))
+        out[name] = runner.forward(x, t, text)
+        ctx.close()
+    return out
+
+
+def test_per_token_timesteps_equal_diffusers_unsharded_and_on_4_ranks(ti2v):
+    from diffusers import WanTransformer3DModel
+
+    theirs = WanTransformer3DModel.from_pretrained(ti2v["folder"], subfolder="transformer").eval()
+    x, t, text = _inputs()
+    with torch.no_grad():
+        ref = theirs(x, t, text, return_dict=False)[0]
+        per_sample = theirs(x, t[:, -1], text, return_dict=False)[0]
+    plan = _folder_plan(ti2v, {"ulysses": 4})
+    model_dict, folder = {**plan.model.to_dict(), "text_len": 8}, str(ti2v["folder"])
+    with torch.no_grad():
+        ours = build_model(model_dict, weights=folder)(x, t, text)
+    err = compare(ours, ref)
+    assert err["max_rel_err"] <= TOL and err["ref_max_abs"] > 0.3, err
+    # the first frame's timestep matters: one timestep per sample is far off
+    assert compare(per_sample, ref)["max_rel_err"] > 1000 * TOL
+    ranks = run_distributed(_per_token_sharded, 4, [(n, lay, model_dict, folder) for n, lay in LAYOUTS.items()],
+                            timeout=300)
+    for rank_out in ranks:
+        for name, out in rank_out.items():
+            err = compare(out, ref)
+            assert err["max_rel_err"] <= TOL, (name, err)
+
+
+# -- generation ----------------------------------------------------------------------------------
+def _reference(ti2v, image=None):
+    from diffusers import WanImageToVideoPipeline, WanPipeline
+    from PIL import Image
+
+    pipe = WanPipeline.from_pretrained(ti2v["folder"], dtype=torch.float32)
+    assert pipe.config.expand_timesteps
+    args = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=128, width=96, num_frames=9,
+                num_inference_steps=STEPS, guidance_scale=5.0, max_sequence_length=8, output_type="np",
+                generator=torch.Generator().manual_seed(SEED))
+    if image is None:
+        return pipe(**args).frames[0]
+    pipe = WanImageToVideoPipeline(**pipe.components, image_encoder=None, image_processor=None,
+                                   expand_timesteps=True)
+    return pipe(image=Image.open(image).convert("RGB"), **args).frames[0]
+
+
+def _generate_both(ti2v, tmp_path, image: bool):
+    plain = _run(_folder_plan(ti2v, {"ulysses": 4}, image).to_json(), str(tmp_path / "one"), unsharded=True)
+    out = tmp_path / "u2r2"
+    out.mkdir()
+    ranks = run_distributed(_run, 4, _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image).to_json(), str(out),
+                            timeout=600)
+    writers = [r for r in ranks if r["frames"]]
+    assert len(writers) == 1
+    return {"unsharded": plain, "U2R2": writers[0]}
+
+
+def test_text_to_video_equals_wan_pipeline(ti2v, tmp_path):
+    ref = _reference(ti2v)
+    for name, got in _generate_both(ti2v, tmp_path, image=False).items():
+        err = np.abs(got["frames"][0] - ref).max()
+        print(f"ti2v text-to-video {name}: max |frames - WanPipeline| = {err:.3g}")
+        assert ref.std() > 0.02 and err <= FRAME_TOL, (name, err)
+        assert got["latent_shape"] == [1, 4, 3, 8, 6]
+
+
+def test_image_to_video_equals_wan_image_to_video_pipeline(ti2v, tmp_path):
+    """The first latent frame is the image's; another image moves the frames far beyond the
+    tolerance, and so does denoising the first frame too (the image's latent only as the start)."""
+    from PIL import Image
+
+    ref = _reference(ti2v, ti2v["image"])
+    for name, got in _generate_both(ti2v, tmp_path, image=True).items():
+        err = np.abs(got["frames"][0] - ref).max()
+        print(f"ti2v image-to-video {name}: max |frames - WanImageToVideoPipeline| = {err:.3g}")
+        assert err <= FRAME_TOL, (name, err)
+    Image.fromarray(np.zeros((50, 70, 3), np.uint8)).save(tmp_path / "black.png")
+    other = _reference(ti2v, tmp_path / "black.png")
+    assert ref.std() > 0.02 and np.abs(other - ref).max() > 100 * FRAME_TOL
+    assert np.abs(_reference(ti2v) - ref).max() > 100 * FRAME_TOL
+
+
+def test_the_wan22_vae_decodes_in_parallel_rows(ti2v, tmp_path):
+    """``pipeline.vae: parallel`` on the Wan2.2 VAE (pixels folded 2 x 2, residual up blocks):
+    the rows of the latent split over the U2R2 sequence group, the frames as WanPipeline's."""
+    ref = _reference(ti2v)
+    job = {"name": "ti2v", "model": {"weights": str(ti2v["folder"]), "text_len": 8}, "workload": WORKLOAD,
+           "parallel": {"ulysses": 2, "ring": 2}, "pipeline": {"vae": "parallel"}}
+    plan = make_plan(find_cluster("local"), job_from_dict(job))
+    assert plan.placement.vae == "parallel"
+    ranks = run_distributed(_run, 4, plan.to_json(), str(tmp_path), timeout=600)
+    writers = [r for r in ranks if r["frames"]]
+    err = np.abs(writers[0]["frames"][0] - ref).max()
+    print(f"ti2v parallel VAE U2R2: max |frames - WanPipeline| = {err:.3g}")
+    assert len(writers) == 1 and err <= FRAME_TOL
+
+
+@pytest.mark.parametrize("method", ["teacache", "fbcache"])
+def test_step_caching_runs_on_per_token_timesteps(ti2v, tmp_path, method):
+    """TeaCache probes the noisy tokens' time projection (the largest timestep), the first-block
+    cache the first block's output: with threshold 0 no step is skipped and the frames are the
+    uncached run's; with a large one some are."""
+    got = {}
+    for threshold in (0.0, 50.0):
+        workload = {**WORKLOAD, "image": str(ti2v["image"]), "steps": 6,
+                    "cache": {"method": method, "threshold": threshold, "warmup_steps": 1}}
+        plan = _plan({"weights": str(ti2v["folder"]), "text_len": 8}, {"ulysses": 4}, workload)
+        got[threshold] = _run(plan.to_json(), str(tmp_path / f"{method}-{threshold}"), unsharded=True)
+    assert got[0.0]["step_cache"]["steps_skipped"] == 0 and got[50.0]["step_cache"]["steps_skipped"] > 0
+    six = _run(_plan({"weights": str(ti2v["folder"]), "text_len": 8}, {"ulysses": 4},
+                     {**WORKLOAD, "image": str(ti2v["image"]), "steps": 6}).to_json(), str(tmp_path / "six"),
+               unsharded=True)
+    assert np.abs(got[0.0]["frames"][0] - six["frames"][0]).max() == 0
