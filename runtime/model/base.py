@@ -3,7 +3,7 @@ forward that works the same unsharded (ctx=None) and on one sequence shard."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -55,6 +55,15 @@ def latent_shape(cfg: ModelConfig, grid: Sequence[int], batch: int = 1, channels
     pt, ph, pw = cfg.patch
     c = cfg.out_dim if channels is None else channels
     return (batch, c, f * pt, h * ph, w * pw)
+
+
+class TokenTimesteps(NamedTuple):
+    """Timesteps per token on this rank: ``local`` [B, n] its tokens', ``top`` [B] each sample's
+    largest over the whole sequence (the same on every rank, so a decision taken on it, such as
+    TeaCache's, agrees across ranks even where a rank holds only tokens at timestep 0)."""
+
+    local: torch.Tensor
+    top: torch.Tensor
 
 
 class DiTBase(nn.Module):
@@ -132,15 +141,16 @@ class DiTBase(nn.Module):
         attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend)
         b = tokens.shape[0]
         timestep = torch.as_tensor(timestep, dtype=torch.float32).to(device)
-        if timestep.dim() == 2:  # one per token of the whole sequence: this rank's tokens' (padding: any valid one)
+        whole = timestep if timestep.dim() == 2 else timestep.reshape(-1)
+        if whole.shape[0] == 1 and b > 1:
+            whole = whole.expand(b, *whole.shape[1:])
+        if whole.dim() == 2:  # one per token of the whole sequence: this rank's tokens' (padding: any valid one)
             if not self.per_token_timesteps:
                 raise ValueError(f"{type(self).__name__} takes one timestep per sample, not one per token "
                                  "(per-token timesteps are Wan2.2 TI2V's)")
-            timestep = timestep[:, token_index.clamp(max=seq_len - 1).to(device)]
+            timestep = TokenTimesteps(whole[:, token_index.clamp(max=seq_len - 1).to(device)], whole.amax(dim=1))
         else:
-            timestep = timestep.reshape(-1)
-        if timestep.shape[0] == 1 and b > 1:
-            timestep = timestep.expand(b, *timestep.shape[1:])
+            timestep = whole
         if guidance is not None:
             guidance = torch.as_tensor(guidance, dtype=torch.float32).reshape(-1).to(device).expand(b)
         cond = cond_to(cond, device, dtype)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import SequenceAttention, sdpa
-from .base import DiTBase
+from .base import DiTBase, TokenTimesteps
 from .condition import cond_text
 from .config import ModelConfig
 from .layers import MLP, RMSNorm, TimestepEmbedder, gate, layer_norm, modulate
@@ -176,23 +176,25 @@ class WanDiT(DiTBase):
 
     per_token_timesteps = True
 
-    def _time(self, timestep: torch.Tensor):
-        """The time embedding ``e`` and its projection ``e0`` [B, D], [B, 6, D]; for timesteps per
-        token ([B, N], Wan2.2 TI2V) both as :class:`TokenTime` (each distinct timestep embedded
-        once), and the time projection of the sample's largest timestep (the step cache's probe)."""
-        if timestep.dim() == 1:
+    def _time(self, timestep):
+        """The time embedding ``e`` and its projection ``e0`` [B, D], [B, 6, D] and the step cache's
+        probe [B, 6 * D] (``e0``). Timesteps per token (a :class:`TokenTimesteps`, Wan2.2 TI2V):
+        ``e`` and ``e0`` as :class:`TokenTime` (each distinct timestep embedded once) and the probe
+        the projection of the sample's largest timestep over the whole sequence, as on every rank."""
+        if not isinstance(timestep, TokenTimesteps):
             e = self.time_embedding(timestep)
             e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
             return e, e0, e0.flatten(1)
-        values, index = torch.unique(timestep, return_inverse=True)  # sorted: the last is the largest
+        both = torch.cat([timestep.local, timestep.top[:, None]], dim=1)
+        values, index = torch.unique(both, return_inverse=True)
         e = self.time_embedding(values)
         e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
-        top = e0.flatten(1)[index.amax(dim=1)]  # [B, 6 * D]
-        return TokenTime(e, index), TokenTime(e0, index), top
+        mine = index[:, :-1]
+        return TokenTime(e, mine), TokenTime(e0, mine), e0.flatten(1)[index[:, -1]]
 
     def _forward(self, tokens, timestep, cond, rope, attn, guidance=None, step=None):
         x = self.patch_embedding(tokens).float()
-        e, e0, probe = self._time(timestep.to(x.device))
+        e, e0, probe = self._time(timestep)
         context = self.text_embedding(cond_text(cond))
         context_img = self.img_emb(cond["image"]) if self.cfg.image_dim else None
         if step is None:
@@ -206,7 +208,7 @@ class WanDiT(DiTBase):
             return x
 
         # TeaCache on Wan2.1 compares the time projection e0 (its published coefficients are fitted on it;
-        # per-token timesteps: the noisy tokens', the largest)
+        # per-token timesteps: the largest over the whole sequence)
         x = step.run(x, lambda x: self.blocks[0](x, e0, context, context_img, rope, attn), rest,
                      lambda x: probe[:, None], probe_per_token=False)
         return self.head(x, e)

@@ -6,7 +6,9 @@ The metric ``sum|now - before| / sum|before|`` is taken over this rank's *valid*
 the sequence group and then the CFG group, so every rank of a dp replica sees the same number
 and takes the same branch (same collectives, no torn image). Unsharded, the same sums run over
 the same tokens and rows (both halves of a batched CFG pass), so the decision is the same.
-dp replicas hold different prompts and decide independently (no reduction over dp).
+dp replicas hold different prompts and decide independently (no reduction over dp). A probe
+that is the same on every rank (Wan's time projection) is not summed but checked equal over the
+same groups, and its largest value taken, so the ranks still decide alike.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch
 import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
+
+from .agreement import StepCacheDisagreement
 
 
 def reduced_sums(parts: torch.Tensor, ctx: ParallelContext | None) -> torch.Tensor:
@@ -111,8 +115,8 @@ class BoundStep:
         ``rest`` the others (both on the image stream, the model keeps any other stream),
         ``probe`` gives what TeaCache compares across steps: [B, N, D] per token (Flux.1: the
         first block's modulated input), or, ``probe_per_token=False``, [B, 1, D] the same on
-        every rank (Wan2.1: the time projection, which depends on the timestep alone, so it
-        needs no reduction). Returns the stream after all blocks."""
+        every rank (Wan2.1: the time projection, which depends on the timestep alone; its change
+        is checked equal over the groups, :func:`shared_change`). Returns the stream after all blocks."""
         return self.cache.run(x, first, rest, probe if probe_per_token else _Shared(probe), self.valid, self.ctx)
 
 
@@ -126,10 +130,35 @@ class _Shared:
         return self.fn(x)
 
 
+#: how far apart the ranks' values of a shared probe's change may be before it is an error
+SHARED_SPREAD = 1e-4
+
+
+def shared_change(metric: float, ctx: ParallelContext | None) -> float:
+    """A shared probe's change as every rank of the replica takes it: the largest over the
+    sequence and cfg groups, so the ranks decide alike even where their last bits differ. Values
+    further apart than SHARED_SPREAD (relative) mean the probe was not the same on every rank:
+    raised on every rank at that step (the same reduced numbers), instead of ranks taking
+    different branches and hanging in the next collective."""
+    if ctx is None:
+        return metric
+    both = torch.tensor([metric, -metric], dtype=torch.float64)
+    for dim in ("sequence", "cfg"):
+        if ctx.size(dim) > 1:
+            with ctx.guard(), ctx.collective("step_cache", dim, kind="all_reduce"):
+                dist.all_reduce(both, op=dist.ReduceOp.MAX, group=ctx.group(dim))
+    high, low = float(both[0]), -float(both[1])
+    if high - low > SHARED_SPREAD * max(abs(high), 1e-12):
+        raise StepCacheDisagreement(f"step cache: the ranks' probe changes range from {low:.6g} to {high:.6g}, "
+                                    "but the probe must be the same on every rank (a model bug)")
+    return high
+
+
 def probe_change(now: torch.Tensor, before: torch.Tensor, probe, valid: torch.Tensor,
                  ctx: ParallelContext | None) -> float:
     """The probe's relative change: over the valid tokens reduced over the groups, or, for a
-    probe the same on every rank (:class:`_Shared`), over its whole value with no reduction."""
+    probe the same on every rank (:class:`_Shared`), over its whole value, checked alike on
+    every rank (:func:`shared_change`)."""
     if isinstance(probe, _Shared):
-        return relative_l1(now, before, torch.ones(now.shape[1], dtype=torch.bool), None)
+        return shared_change(relative_l1(now, before, torch.ones(now.shape[1], dtype=torch.bool), None), ctx)
     return relative_l1(now, before, valid, ctx)

@@ -123,6 +123,32 @@ def test_ranks_agree_where_local_decisions_differ():
     assert max(r["err"] for r in res) <= TOL
 
 
+def _shared_changes():
+    from sporch.runtime.model.cache.agreement import StepCacheDisagreement
+    from sporch.runtime.model.cache.decision import shared_change
+    from sporch.runtime.parallel import ParallelContext
+
+    ctx = ParallelContext.from_layout(ulysses=2, cfg=2)
+    rank = ctx.rank
+    close = shared_change(0.25 * (1 + 1e-9 * rank), ctx)  # last bits differ: one value, the largest
+    try:
+        shared_change(0.25 + 0.1 * (rank == 0), ctx)  # rank 0's probe is another one
+        apart = "no error"
+    except StepCacheDisagreement as e:
+        apart = str(e)
+    return dict(close=close, apart=apart)
+
+
+def test_a_shared_probe_is_taken_alike_and_a_rank_that_differs_fails_every_rank():
+    """Wan's TeaCache probe (the time projection) is the same on every rank and not summed: its
+    change is the largest over the sequence and cfg groups, so last-bit differences cannot split
+    the decision, and a rank whose probe differs (a model bug, such as a rank that held only
+    first-frame tokens of Wan2.2 TI2V) fails every rank at that step instead of hanging."""
+    res = run_distributed(_shared_changes, WORLD, timeout=120)
+    assert {r["close"] for r in res} == {0.25 * (1 + 3e-9)}
+    assert all(r["apart"].startswith("step cache: the ranks' probe changes range from 0.25 to 0.35") for r in res), res
+
+
 def test_relative_l1_counts_valid_tokens_only():
     now, before = torch.ones(1, 3, 2), torch.full((1, 3, 2), 2.0)
     now[:, 2] = 100.0  # a padding token's garbage

@@ -211,3 +211,25 @@ def test_step_caching_runs_on_per_token_timesteps(ti2v, tmp_path, method):
                      {**WORKLOAD, "image": str(ti2v["image"]), "steps": 6}).to_json(), str(tmp_path / "six"),
                unsharded=True)
     assert np.abs(got[0.0]["frames"][0] - six["frames"][0]).max() == 0
+
+
+def test_teacache_decides_alike_on_a_rank_that_holds_only_the_first_frame(ti2v, tmp_path):
+    """U2R2 on 36 tokens: rank 0 holds tokens 0-8, all of the first frame (12 tokens, timestep 0).
+    TeaCache's probe is the time projection of the sample's largest timestep over the whole
+    sequence, not over the rank's tokens, so every rank skips the unsharded run's steps and the
+    frames are the unsharded run's."""
+    workload = {**WORKLOAD, "image": str(ti2v["image"]), "steps": 8,
+                "cache": {"method": "teacache", "threshold": 1.0, "warmup_steps": 1}}
+    plan = _plan({"weights": str(ti2v["folder"]), "text_len": 8}, {"ulysses": 2, "ring": 2}, workload)
+    plain = _run(plan.to_json(), str(tmp_path / "plain"), unsharded=True)
+    skipped = plain["step_cache"]["skipped"]
+    assert 0 < plain["step_cache"]["steps_skipped"] < 6, skipped
+    out = tmp_path / "U2R2"
+    out.mkdir()
+    ranks = run_distributed(_run, 4, plan.to_json(), str(out), timeout=600)
+    for r in ranks:
+        assert r["step_cache"]["skipped"] == skipped and r["step_cache"]["ranks_agree"]
+    writers = [r for r in ranks if r["frames"]]
+    err = np.abs(writers[0]["frames"][0] - plain["frames"][0]).max()
+    print(f"ti2v teacache U2R2 vs unsharded: skipped {skipped}, max |frames diff| = {err:.3g}")
+    assert err <= FRAME_TOL
