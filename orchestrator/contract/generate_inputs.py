@@ -76,6 +76,12 @@ def image_to_video(model: Any) -> bool:
     return int(knobs.get("out_channels") or model.in_channels) < int(model.in_channels)
 
 
+def takes_image(model: Any) -> bool:
+    """A generate job of ``model`` may take ``workload.image``: image-to-video (it needs one) or
+    text-image-to-video (Wan2.2 TI2V-5B, ``expand_timesteps``: optional)."""
+    return image_to_video(model) or bool(getattr(model, "expand_timesteps", False))
+
+
 def family_of(model: Any) -> str:
     """'wan' (cross attention, text- or image-to-video without a CLIP image encoder) or 'flux'
     (joint attention, text-to-image), from the plan's model section."""
@@ -116,7 +122,7 @@ def check_generate(model: Any, workload: Any) -> list[str]:
     image = getattr(workload, "image", None)
     if image_to_video(model) and not image:
         problems.append(f"model {model.preset or model.weights} is image-to-video: set workload.image (the first frame)")
-    elif image and not (image_to_video(model) or getattr(model, "expand_timesteps", False)):
+    elif image and not takes_image(model):
         problems.append(f"workload.image is the first frame of an image-to-video model, but model "
                         f"{model.preset or model.weights} is text-to-video; remove it")
     elif image and not Path(image).expanduser().is_file():

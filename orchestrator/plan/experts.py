@@ -29,11 +29,18 @@ GIB = 1024**3
 HOST_GB_PER_S = 25.0
 
 
+def _published_knobs(spec: ModelSpec) -> Optional[dict[str, Any]]:
+    """The knobs of the job's preset when it names a published release (None: no preset, or a
+    stand-in such as tiny, whose knobs are empty)."""
+    preset = find_preset(spec.preset) if spec.preset else None
+    return dict(preset.knobs) if preset is not None and preset.knobs else None
+
+
 def boundary_ratio(spec: ModelSpec) -> Optional[float]:
     """The job's expert boundary (None: one transformer)."""
-    preset = find_preset(spec.preset) if spec.preset else None
-    published = preset is not None and bool(preset.knobs)  # a named release, not a stand-in
-    theirs = preset.knobs.get("boundary_ratio") if published else None
+    knobs = _published_knobs(spec)
+    published = knobs is not None
+    theirs = knobs.get("boundary_ratio") if published else None
     if not spec.weights:
         return theirs
     try:
@@ -59,9 +66,9 @@ def expand_timesteps(spec: ModelSpec) -> bool:
     """Whether the job's model takes one timestep per token (Wan2.2 TI2V-5B): the pipeline
     folder's ``model_index.json`` or the preset's; a published preset and a folder that disagree
     are refused in one line."""
-    preset = find_preset(spec.preset) if spec.preset else None
-    published = preset is not None and bool(preset.knobs)
-    theirs = bool(preset.knobs.get("expand_timesteps", False)) if published else None
+    knobs = _published_knobs(spec)
+    published = knobs is not None
+    theirs = bool(knobs.get("expand_timesteps", False)) if published else None
     try:
         ours = read_expand_timesteps(spec.weights) if spec.weights else None
     except CheckpointError as exc:

@@ -32,7 +32,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.contract.generate_inputs import image_to_video
+from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -141,7 +141,7 @@ def check_image(job: JobSpec, model: sections.ModelSection) -> None:
     i2v = image_to_video(model)
     if w.kind == "generate" and i2v and not w.image:
         raise SporchError(f"the model ({name}) is image-to-video: set workload.image to the first frame's image file")
-    if w.image and not ((i2v or model.expand_timesteps) and w.kind == "generate"):
+    if w.image and not (takes_image(model) and w.kind == "generate"):
         raise SporchError(f"workload.image is the first frame of an image-to-video generate job, but the model ({name}) "
                           f"is text-to-video or workload.kind is {w.kind}; remove it")
 

@@ -57,6 +57,14 @@ def latent_shape(cfg: ModelConfig, grid: Sequence[int], batch: int = 1, channels
     return (batch, c, f * pt, h * ph, w * pw)
 
 
+def batch_timesteps(timestep, batch: int) -> torch.Tensor:
+    """``timestep`` (scalar, [B] or [B, seq_len] one per token of the whole sequence; B may be 1)
+    as float32 [batch] or [batch, seq_len]."""
+    t = torch.as_tensor(timestep, dtype=torch.float32)
+    t = t if t.dim() == 2 else t.reshape(-1)
+    return t.expand(batch, *t.shape[1:]) if t.shape[0] == 1 else t
+
+
 class TokenTimesteps(NamedTuple):
     """Timesteps per token on this rank: ``local`` [B, n] its tokens', ``top`` [B] each sample's
     largest over the whole sequence (the same on every rank, so a decision taken on it, such as
@@ -125,9 +133,10 @@ class DiTBase(nn.Module):
         """Token-level forward. Unsharded: ``tokens`` are all f*h*w tokens. Sharded: this
         rank's chunk, ``token_index`` its global indices (padding indices >= seq_len allowed)
         and ``ctx`` the ParallelContext. ``timestep``: scalar, [B], or [B, seq_len] (one per token
-        of the whole sequence, Wan2.2 TI2V; each rank takes its tokens' with ``token_index``). ``guidance``: the embedded guidance scale of a
-        guidance-distilled model (Flux.1-dev). ``step_cache``: a
-        :class:`~sporch.runtime.model.cache.StepCache` that may skip the blocks this step. Returns [B, N, patch_out] in the model dtype."""
+        of the whole sequence, Wan2.2 TI2V; each rank takes its tokens' with ``token_index``).
+        ``guidance``: the embedded guidance scale of a guidance-distilled model (Flux.1-dev).
+        ``step_cache``: a :class:`~sporch.runtime.model.cache.StepCache` that may skip the blocks
+        this step. Returns [B, N, patch_out] in the model dtype."""
         n = tokens.shape[1]
         f, h, w = (int(g) for g in grid)
         if seq_len is None:
@@ -140,10 +149,7 @@ class DiTBase(nn.Module):
         rope = (cos.to(device), sin.to(device))
         attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend)
         b = tokens.shape[0]
-        timestep = torch.as_tensor(timestep, dtype=torch.float32).to(device)
-        whole = timestep if timestep.dim() == 2 else timestep.reshape(-1)
-        if whole.shape[0] == 1 and b > 1:
-            whole = whole.expand(b, *whole.shape[1:])
+        whole = batch_timesteps(timestep, b).to(device)
         if whole.dim() == 2:  # one per token of the whole sequence: this rank's tokens' (padding: any valid one)
             if not self.per_token_timesteps:
                 raise ValueError(f"{type(self).__name__} takes one timestep per sample, not one per token "

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
 
-from .base import DiTBase, patchify, unpatchify
+from .base import DiTBase, batch_timesteps, patchify, unpatchify
 from .cache import StepCache
 from .condition import Condition, cond_cat
 
@@ -125,14 +125,12 @@ class ShardedDiT:
         turned on). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
         needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar,
-        [B], or [B, seq_len] (one per token of the whole sequence: Wan2.2 TI2V). ``step_cache``: this run's step cache (one call per step; its skip decision is
+        [B], or [B, seq_len] (one per token of the whole sequence: Wan2.2 TI2V).
+        ``step_cache``: this run's step cache (one call per step; its skip decision is
         reduced over the sequence and cfg groups). Returns float32 [B, local_len, patch_out];
         identical on both halves of a cfg group."""
         b = x_local.shape[0]
-        t = torch.as_tensor(timestep, dtype=torch.float32)
-        t = t if t.dim() == 2 else t.reshape(-1)  # [B, seq_len]: one per token of the whole sequence
-        if t.shape[0] == 1:
-            t = t.expand(b, *t.shape[1:])
+        t = batch_timesteps(timestep, b)
         if not self.cfg.uses_cfg:
             if self.cfg.guidance_embed:
                 return self._run(x_local, t, cond, guidance=guidance_scale, step_cache=step_cache).float()

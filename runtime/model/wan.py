@@ -181,14 +181,13 @@ class WanDiT(DiTBase):
         probe [B, 6 * D] (``e0``). Timesteps per token (a :class:`TokenTimesteps`, Wan2.2 TI2V):
         ``e`` and ``e0`` as :class:`TokenTime` (each distinct timestep embedded once) and the probe
         the projection of the sample's largest timestep over the whole sequence, as on every rank."""
-        if not isinstance(timestep, TokenTimesteps):
-            e = self.time_embedding(timestep)
-            e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
-            return e, e0, e0.flatten(1)
-        both = torch.cat([timestep.local, timestep.top[:, None]], dim=1)
-        values, index = torch.unique(both, return_inverse=True)
-        e = self.time_embedding(values)
+        per_token = isinstance(timestep, TokenTimesteps)
+        if per_token:  # the distinct values of this rank's tokens' timesteps and each sample's largest
+            values, index = torch.unique(torch.cat([timestep.local, timestep.top[:, None]], dim=1), return_inverse=True)
+        e = self.time_embedding(values if per_token else timestep)
         e0 = self.time_projection(F.silu(e)).unflatten(1, (6, -1))
+        if not per_token:
+            return e, e0, e0.flatten(1)
         mine = index[:, :-1]
         return TokenTime(e, mine), TokenTime(e0, mine), e0.flatten(1)[index[:, -1]]
 
