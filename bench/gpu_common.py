@@ -65,6 +65,35 @@ def median_ms(fn: Callable[[], Any], device, warmup: int, repeat: int) -> float:
     return statistics.median(times)
 
 
+def peak_step_mib(step: Callable[[], Any], device) -> float | None:
+    """Peak memory one call of ``step`` allocates above what is allocated before it (MiB);
+    None off CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    sync(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    sync(device)
+    return (torch.cuda.max_memory_allocated(device) - base) / 2**20
+
+
+def profile_top(step: Callable[[], Any], device, rows: int = 15) -> str:
+    """torch.profiler's table of one call of ``step``: the ``rows`` ops with the most device
+    (or, on the CPU, self CPU) time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        step()
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
+
+
 def _driver() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

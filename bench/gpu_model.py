@@ -25,7 +25,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import machine_line, median_ms, one_gpu_plan, pick_device, sdpa_scope, sync  # noqa: E402
+from bench.gpu_common import (machine_line, median_ms, one_gpu_plan, peak_step_mib, pick_device, profile_top,  # noqa: E402
+                               sdpa_scope, sync)  # noqa: E402
 
 #: name -> (job, issue 13's goal in ms per step)
 MODELS = {
@@ -47,6 +48,8 @@ def parse_args(argv):
     p.add_argument("--no-compile", action="store_true", help="eager only")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--profile", action="store_true",
+                   help="after the timings, torch.profiler's top ops of one step (compiled if compiled)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="tiny model on the CPU, Dynamo without code generation (code path check, no numbers)")
     return p.parse_args(argv)
@@ -76,24 +79,29 @@ def run_model(name, job, goal, args, device, dtype_name):
     peak = float(plan.cluster.gpu.bf16_tflops)
     tokens = int(plan.sequence.seq_len) + (int(plan.model.text_len) if plan.model.attention == "joint" else 0)
     rows = []
+    profile = None
     with torch.no_grad():
         ms = median_ms(step, device, args.warmup, args.repeat)
-        rows.append(("eager", ms, None))
+        rows.append(("eager", ms, None, peak_step_mib(step, device)))
         if not args.no_compile:
             info = compile_blocks(model, backend="eager" if args.cpu_smoke else "inductor", mode=args.compile_mode)
             time_first_call(info, step, lambda: sync(device))
             ms = median_ms(step, device, args.warmup, args.repeat)
             rec = info.record(ms / 1e3)
-            rows.append((f"compiled ({info.blocks} blocks)", ms, rec["compile_s"]))
+            rows.append((f"compiled ({info.blocks} blocks)", ms, rec["compile_s"], peak_step_mib(step, device)))
+        profile = profile_top(step, device) if args.profile else None
     print(f"# {plan.model.preset}: {model.num_parameters() / 1e9:.2f} B parameters built, "
           f"{flops / 1e12:.1f} TFLOP per step (plan estimate)")
     label = f"{plan.model.preset} {'x'.join(map(str, grid))}"
-    for mode, ms, compile_s in rows:
+    for mode, ms, compile_s, peak_mib in rows:
         tf = flops / (ms * 1e-3) / 1e12
         comp = f"{compile_s:.1f}" if compile_s is not None else "-"
         goal_txt = f"<= {goal:.0f}" if goal else "-"
+        pk = f"{peak_mib:,.0f}" if peak_mib is not None else "-"
         print(f"{label:<32} {tokens:>7,} {kernel:>10} {mode:<22} {ms:>9.1f} {tf:>8.1f} {100 * tf / peak:>6.1f}% "
-              f"{comp:>10} {goal_txt:>8}", flush=True)
+              f"{comp:>10} {goal_txt:>8} {pk:>9}", flush=True)
+    if args.profile and not args.no_compile:
+        print(f"# profile of one step, {label}:\n{profile}", flush=True)
     del model, runner, x, inputs
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -110,7 +118,7 @@ def main(argv=None) -> int:
     print(f"# one forward, batch 1, no CFG, {dtype}, world size 1; median of {args.repeat} after {args.warmup} "
           f"warm-up; peak from cluster {args.cluster if not args.cpu_smoke else 'local'}")
     header = (f"{'model':<32} {'tokens':>7} {'attention':>10} {'mode':<22} {'ms/step':>9} {'TFLOP/s':>8} "
-              f"{'% peak':>7} {'compile s':>10} {'goal ms':>8}")
+              f"{'% peak':>7} {'compile s':>10} {'goal ms':>8} {'peak MiB':>9}")
     print(header + "\n" + "-" * len(header))
     for name, (job, goal) in models.items():
         run_model(name, job, goal, args, device, dtype)
