@@ -65,6 +65,25 @@ def median_ms(fn: Callable[[], Any], device, warmup: int, repeat: int) -> float:
     return statistics.median(times)
 
 
+def fill_random(model):
+    """Every parameter of ``model`` drawn on its own device (fan-in scaled weights, norm scales
+    near 1, small biases): for timing, where the values do not matter but a model of 12 B
+    parameters must not be drawn on the host."""
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
+            elif name.endswith("weight") or name.endswith("scale"):
+                p.normal_(1.0, 0.1)
+            else:
+                p.normal_(0.0, 0.02)
+    return model.eval().requires_grad_(False)
+
+
 def peak_step_mib(step: Callable[[], Any], device) -> float | None:
     """Peak memory one call of ``step`` allocates above what is allocated before it (MiB);
     None off CUDA."""

@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import (machine_line, median_ms, one_gpu_plan, peak_step_mib, pick_device, profile_top,  # noqa: E402
+from bench.gpu_common import (machine_line, median_ms, one_gpu_plan, peak_step_mib, fill_random, pick_device, profile_top,  # noqa: E402
                                sdpa_scope, sync)  # noqa: E402
 
 #: name -> (job, issue 13's goal in ms per step)
@@ -48,6 +48,9 @@ def parse_args(argv):
     p.add_argument("--no-compile", action="store_true", help="eager only")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--init", choices=["device", "seeded"], default="device",
+                   help="random weights drawn on the device (fast; speed does not depend on the values) or "
+                        "sporch's seeded per-parameter values")
     p.add_argument("--profile", action="store_true",
                    help="after the timings, torch.profiler's top ops of one step (compiled if compiled)")
     p.add_argument("--cpu-smoke", action="store_true",
@@ -65,7 +68,10 @@ def run_model(name, job, goal, args, device, dtype_name):
     job = {**job, "workload": {**job["workload"], "dtype": dtype_name}}
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)
     grid = plan.sequence.grid
-    model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
+    if args.init == "device":  # random values drawn on the device: a 12 B model builds in seconds
+        model = fill_random(build_model(plan.model, device="meta").to_empty(device=device).to(getattr(torch, dtype_name)))
+    else:  # sporch's seeded per-parameter values (drawn on the host: minutes for 12 B parameters)
+        model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
     inputs = make_inputs(model, grid, 1, 0, None)
     runner = ShardedDiT(model, None, grid=grid)
     x = runner.shard_latents(inputs.noise)

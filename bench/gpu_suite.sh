@@ -78,7 +78,7 @@ export PYTHONPATH=/tmp/sporch-site:/tmp/sporch-ns${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 run_step install 40 install_deps
 run_step env 20 environment
-run_step tests 60 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -rs -k "cuda or merge" \
+run_step tests 60 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -rs -k cuda \
   tests/runtime/attention/test_runtime_kernels.py tests/runtime/attention/test_runtime_select.py
 run_step attention 60 "$PY" bench/gpu_attention.py --heads 24
 run_step wan-model 100 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 5 --profile

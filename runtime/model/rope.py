@@ -39,7 +39,7 @@ def rope_angles(positions: torch.Tensor, head_dim: int, theta: float = 10000.0, 
     for axis, dim in enumerate(axis_dims(head_dim, axes)):
         if dim == 0:
             continue
-        inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device) / dim))
         parts.append(positions[:, axis].to(torch.float64)[:, None] * inv[None])
     return torch.cat(parts, dim=-1)
 
