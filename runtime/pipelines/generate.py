@@ -307,11 +307,12 @@ def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
     if not indices:
         raise FileNotFoundError(f"no latents of this job in {store.folder} (the job saves them once a prompt is "
                                 "denoised); run the job")
+    saved = {i: store.load([i]) for i in indices}  # every file checked against the plan before any decoding
     decoder = Decoder(spec, device, placement="tiled" if spec.vae == "tiled" else "leader")  # one process
     written: list[dict[str, Any]] = []
     with torch.no_grad():
         for i in indices:
-            frames = decoder(store.load([i]))
+            frames = decoder(saved[i])
             written += _write(spec, frames, [i], [spec.seed + i], output_dir, log, None)
     return written
 
