@@ -19,7 +19,8 @@ from typing import Any, Optional
 
 import click
 
-from sporch.orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, human_bytes, invocation, plain_table
+from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, FiniteRange, cluster_option, console, human_bytes,
+                                            invocation, plain_table)
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import JobSpec, job_from_dict
@@ -53,7 +54,7 @@ def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes to check (default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Run here: nodes x GPUs-per-node CPU ranks, nodes emulated.")
 @click.option("--weights", default=None, help="A checkpoint path every node must be able to read.")
-@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
+@click.option("--threshold", type=FiniteRange(0, 1, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
               help="Name a node or link below this fraction of its peers' median (or of the descriptor, on NCCL).")
 @click.option("--output-dir", default="runs", show_default=True, help="Where the job folder goes.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=600, show_default=True,
