@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from typing import Optional
 
+from sporch.orchestrator.config.cluster import bandwidth_warnings
 from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
@@ -222,6 +223,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
+    warnings = [*bandwidth_warnings(cluster), *warnings]
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
     workload = workload_section(job.workload, model, job.source)
