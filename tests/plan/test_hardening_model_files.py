@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from sporch.orchestrator.cli.main import main
 from sporch.orchestrator.contract.finite import count_nonfinite_bytes
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 WAN = {"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 2,
        "attention_head_dim": 8, "in_channels": 4, "out_channels": 4, "text_dim": 12, "freq_dim": 16, "ffn_dim": 24,
