@@ -19,6 +19,7 @@ import torch
 
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.pipelines.generate import decode_saved
+from sporch.runtime.pipelines.latents import SavedLatentsError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     try:
         written = decode_saved(plan, device, run_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, SavedLatentsError) as exc:
         print(f"sporch decode: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - one line for the person running it

@@ -43,6 +43,7 @@ from sporch.runtime.model import (
     verify,
 )
 from sporch.runtime.model.cache import make_step_cache
+from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
@@ -147,9 +148,11 @@ def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
     x_local = runner.shard_latents(inputs.noise)
 
+    last: list[torch.Tensor] = []
+
     def step() -> None:
-        runner.velocity(x_local, 0.5 * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
-                        null_cond=inputs.null_cond)
+        last[:] = [runner.velocity(x_local, 0.5 * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
+                                   null_cond=inputs.null_cond)]
 
     saved = progress.load() or {}
     times: list[float] = list(saved.get("step_ms", []))
@@ -166,6 +169,7 @@ def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
             sync(device)
             times.append((time.perf_counter() - start) * 1e3)
             progress.step_done(i + 1, {"kind": "benchmark", "step_ms": times, "total": repeat})
+        check_output(last[0] if last else None, "benchmark (velocity)")  # timings of NaN are no benchmark
         ctx.comm_stats = CommStats()  # bytes this rank sends during the profiled step
         comm_ms = _comm_time_ms(step, device)
         sent, ctx.comm_stats = ctx.comm_stats, None
@@ -223,6 +227,7 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
         sync(device)
         clock[0] = time.perf_counter()
         x_local = euler_sample(velocity, x_local, sigmas, after_step, start=start_step, step_cache=step_cache)
+        check_output(x_local, "inference (denoised latents)")  # this rank's shard, before the gather
         latents = runner.gather_latents(x_local, channels=model.cfg.out_dim)
     progress.finish()
     out: dict[str, Any] = {

@@ -40,8 +40,8 @@ def parse_threshold(text: str) -> float:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise SporchError(f"--threshold {text!r} is not a number or a percentage (e.g. 5% or 0.05)") from None
-    if value < 0:
-        raise SporchError(f"--threshold {text!r} must be >= 0")
+    if not math.isfinite(value) or value < 0:  # nan would pass every comparison: the gate switched off
+        raise SporchError(f"--threshold {text!r} must be a finite number >= 0 (e.g. 5% or 0.05)")
     return value
 
 

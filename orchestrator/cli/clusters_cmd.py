@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
-from sporch.orchestrator.config.cluster import available_clusters, find_cluster, load_cluster_file, search_dirs
+from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.config.cluster import (bandwidth_warnings, cluster_files, find_cluster, load_cluster_file,
+                                                search_dirs)
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
 
@@ -24,21 +26,27 @@ def list_cmd() -> None:
     table = plain_table(title="clusters")
     for col in ("name", "nodes x GPUs", "GPU", "intra-node", "inter-node", "source"):
         table.add_column(col)
-    for name, (label, path) in sorted(available_clusters().items()):
+    notes = []
+    for name, files in sorted(cluster_files().items()):
+        label, path = files[0]
+        source = f"{label}: {path}" + "".join(f" (over {other}: {p})" for other, p in files[1:])
         try:
             c = load_cluster_file(path)
         except SporchError as e:
-            table.add_row(name, "-", "-", "-", "-", f"{label} (invalid: {e})")
+            table.add_row(name, "-", "-", "-", "-", f"{source} (invalid: {e})")
             continue
+        notes += bandwidth_warnings(c)
         table.add_row(
             name,
             f"{c.nodes} x {c.gpus_per_node}",
             f"{c.gpu.model} {c.gpu.memory_gib:g} GiB",
             f"{c.intra_node.fabric} {c.intra_node.gb_per_s:g} GB/s/GPU",
             f"{c.inter_node.fabric} {c.inter_node.gb_per_s:g} GB/s/node",
-            label,
+            source,
         )
     console().print(table)
+    for line in notes:
+        click.echo(visible(f"warning: {line}", one_line=True), err=True)
     for label, folder in search_dirs():
         state = "" if folder.is_dir() else " (missing)"
         click.echo(f"{label}: {folder}{state}")
@@ -50,6 +58,8 @@ def list_cmd() -> None:
 def show_cmd(name: str, as_json: bool) -> None:
     """The resolved descriptor of NAME (a name or a YAML path), env defaults included."""
     c = find_cluster(name)
+    for line in bandwidth_warnings(c):
+        click.echo(visible(f"warning: {line}", one_line=True), err=True)
     d = c.to_dict()
     if as_json:
         click.echo(json.dumps(d, indent=2))
@@ -57,6 +67,8 @@ def show_cmd(name: str, as_json: bool) -> None:
     from omegaconf import OmegaConf
 
     click.echo(f"# {c.name}: {c.summary()} ({c.source})")
+    for label, path in cluster_files().get(name, [])[1:]:
+        click.echo(f"# (it is used instead of the {label} descriptor {path})")
     click.echo(OmegaConf.to_yaml(OmegaConf.create(d)).rstrip())
 
 

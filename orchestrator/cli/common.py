@@ -41,6 +41,17 @@ class Seconds(click.ParamType):
         return f"Seconds({'>=' if self.inclusive else '>'} {self.minimum:g})"
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange that refuses nan (which passes every bound check: a gate switched off)
+    and inf, with one line."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 #: The seconds options of the commands: a time limit or a poll interval (> 0), a grace (>= 0).
 POSITIVE_SECONDS = Seconds()
 GRACE_SECONDS = Seconds(inclusive=True)

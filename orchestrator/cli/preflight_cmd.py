@@ -19,16 +19,20 @@ from typing import Any, Optional
 
 import click
 
-from sporch.orchestrator.cli.common import POSITIVE_SECONDS, cluster_option, console, human_bytes, invocation, plain_table
+from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, FiniteRange, cluster_option, console, human_bytes,
+                                            invocation, plain_table)
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import JobSpec, job_from_dict
 from sporch.orchestrator.contract.results import result_file
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.cli.run_cmd import run_here
-from sporch.orchestrator.cli.wait_cmd import wait_for
+from sporch.orchestrator.cli.wait_cmd import EXIT_WAIT_TIMEOUT, wait_for
+from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.preflight_report import DEFAULT_THRESHOLD, Report, judge
-from sporch.orchestrator.jobs.status import record_host
+from sporch.orchestrator.jobs.status import poll_one, record_host
+from sporch.orchestrator.slurm.states import TERMINAL_STATES
+from sporch.orchestrator.submit.registry import get_backend
 from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.request import default_job_dir
 
@@ -53,7 +57,7 @@ def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes to check (default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Run here: nodes x GPUs-per-node CPU ranks, nodes emulated.")
 @click.option("--weights", default=None, help="A checkpoint path every node must be able to read.")
-@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
+@click.option("--threshold", type=FiniteRange(0, 1, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
               help="Name a node or link below this fraction of its peers' median (or of the descriptor, on NCCL).")
 @click.option("--output-dir", default="runs", show_default=True, help="Where the job folder goes.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=600, show_default=True,
@@ -95,12 +99,32 @@ def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
     rec = submitter.submit(prepared, backend="sbatch", command=submitter.command_line(invocation()))
     click.echo(f"preflight {rec.id} (Slurm job {rec.slurm_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
                "ranks; waiting", err=True)
-    code = wait_for(rec, timeout=timeout_s, interval=1.0, quiet=True)
+    code = wait_for(rec, timeout=timeout_s, interval=1.0, quiet=True, keeps_running_note=False)
+    if code == EXIT_WAIT_TIMEOUT:
+        raise SporchError(give_up(rec, timeout_s))
     text = record_host(rec).read_text(str(result_file(Path(rec.job_dir))))
     if text is None:
         raise SporchError(f"the preflight job {rec.id} ended (exit {code}) without a result.json; see "
                           f"`sporch logs {rec.id}`")
     return json.loads(text)
+
+
+def give_up(rec, timeout_s: float) -> str:
+    """Cancel the preflight job ``rec`` that outlived ``--timeout`` (a check nobody waits for
+    should not hold the nodes); what happened, in one line."""
+    try:
+        state = poll_one(rec).state
+        if state in TERMINAL_STATES:
+            return f"the preflight job {rec.id} ended ({state}) just after --timeout {timeout_s:g} s; see `sporch logs {rec.id}`"
+        get_backend(rec.backend, record_host(rec)).cancel([rec.slurm_job_id])
+    except (SporchError, OSError) as exc:
+        return (f"the preflight job {rec.id} (Slurm job {rec.slurm_job_id}) did not finish within --timeout "
+                f"{timeout_s:g} s and could not be cancelled ({' '.join(str(exc).split())}); cancel it with "
+                f"`sporch cancel {rec.id}`")
+    rec.cancelled = _dt.datetime.now().isoformat(timespec="seconds")
+    store.save(rec)
+    return (f"the preflight job {rec.id} (Slurm job {rec.slurm_job_id}) was still {state} after --timeout "
+            f"{timeout_s:g} s; cancelled it. Raise --timeout (it includes the time in the queue) and run it again")
 
 
 def _gbps(value: Optional[float]) -> str:

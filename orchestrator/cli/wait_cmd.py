@@ -63,9 +63,11 @@ def report_retry(exc, pause: float, left: float) -> None:
 
 
 def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: bool = False,
-             grace_s: float = DEFAULT_GRACE_S) -> int:
+             grace_s: float = DEFAULT_GRACE_S, keeps_running_note: bool = True) -> int:
     """Poll ``record`` until it is terminal; print progress; return the exit code. Polls that
-    cannot reach Slurm or the login host are retried for ``grace_s`` seconds (then exit 75)."""
+    cannot reach Slurm or the login host are retried for ``grace_s`` seconds (then exit 75).
+    ``keeps_running_note``: say that the job keeps running when ``timeout`` passes (False: the
+    caller says what happens to it)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     tty = sys.stdout.isatty() and not quiet
     last = None
@@ -92,8 +94,9 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
                     last_line, last_step = now, st.step
                 last = key
             if deadline is not None and time.monotonic() >= deadline:
-                click.echo(f"{record.id}: still {st.state} after {timeout:g} s (--timeout); the job keeps running",
-                           err=True)
+                if keeps_running_note:
+                    click.echo(f"{record.id}: still {st.state} after {timeout:g} s (--timeout); the job keeps running",
+                               err=True)
                 return EXIT_WAIT_TIMEOUT
             time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
     finally:

@@ -4,8 +4,14 @@ The descriptor's classes (:class:`ClusterSpec` and its sections) are the Plan's 
 defined in :mod:`sporch.orchestrator.contract.sections`.
 
 A descriptor is a YAML file (``clusters/<name>.yaml``). ``--cluster`` takes a name, looked
-up in the built-in folder, then every folder of ``$SPORCH_CLUSTERS`` (os.pathsep-separated),
-then ``~/.config/sporch/clusters``; or a path to a YAML file.
+up in every folder of ``$SPORCH_CLUSTERS`` (os.pathsep-separated), then
+``~/.config/sporch/clusters``, then the built-in folder (the user's own descriptor wins over a
+built-in of the same name: a copy made to change the account is the one used); or a path to a
+YAML file.
+
+:func:`bandwidth_warnings` names a bandwidth no NIC or link of its kind carries (a network sold in
+Gb/s written as GB/s makes every prediction 8 x too fast); the planner adds them to the Plan's
+warnings.
 """
 
 from __future__ import annotations
@@ -145,26 +151,57 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     return validate_cluster(spec, str(p))
 
 
+# -- bandwidths no hardware of the kind has ------------------------------------------------
+#: The most one NIC of each inter-node fabric carries, GB/s per direction (800 Gb/s: InfiniBand
+#: XDR, 800 GbE), and one GPU's intra-node link (NVLink 5: 18 links x 50 GB/s; PCIe Gen6 x16).
+MAX_NIC_GB_PER_S = {"infiniband": 100.0, "roce": 100.0, "ethernet": 100.0}
+MAX_GPU_LINK_GB_PER_S = {"nvlink": 900.0, "pcie": 128.0}
+
+
+def bandwidth_warnings(c: ClusterSpec) -> list[str]:
+    """A line per bandwidth of ``c`` beyond what any hardware of its kind does: almost always a
+    figure in gigabits (how networks are sold) where sporch reads gigabytes per second."""
+    out = []
+    inter, nics = c.inter_node, max(1, c.inter_node.nics_per_node)
+    per_nic, top = inter.gb_per_s / nics, MAX_NIC_GB_PER_S.get(inter.fabric)
+    if top is not None and per_nic > top:
+        out.append(f"{c.name}: inter_node.gb_per_s {inter.gb_per_s:g} over {nics} NIC(s) is {per_nic:g} GB/s per NIC, "
+                   f"more than any {inter.fabric} NIC carries ({top:g} GB/s = {8 * top:g} Gb/s); the unit is "
+                   f"gigaBYTES per second per node, all NICs together (a 400 Gb/s NIC is 50 GB/s): set it to "
+                   f"{nics} x the NIC's Gb/s / 8")
+    intra, top = c.intra_node, MAX_GPU_LINK_GB_PER_S.get(c.intra_node.fabric)
+    if top is not None and intra.gb_per_s > top:
+        out.append(f"{c.name}: intra_node.gb_per_s {intra.gb_per_s:g} is more than any {intra.fabric} link of one GPU "
+                   f"carries ({top:g} GB/s per direction); the unit is gigaBYTES per second per GPU and direction")
+    return out
+
+
 # -- lookup -----------------------------------------------------------------------------
 def search_dirs() -> list[tuple[str, Path]]:
-    """(label, folder) in lookup order: built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters."""
-    dirs: list[tuple[str, Path]] = [("builtin", clusters_dir())]
+    """(label, folder) in lookup order: $SPORCH_CLUSTERS, ~/.config/sporch/clusters, built-in."""
+    dirs: list[tuple[str, Path]] = []
     for part in os.environ.get("SPORCH_CLUSTERS", "").split(os.pathsep):
         if part.strip():
             dirs.append(("SPORCH_CLUSTERS", Path(part).expanduser()))
     dirs.append(("user", Path("~/.config/sporch/clusters").expanduser()))
+    dirs.append(("builtin", clusters_dir()))
     return dirs
 
 
-def available_clusters() -> dict[str, tuple[str, Path]]:
-    """name -> (label, file); the first folder in lookup order wins."""
-    found: dict[str, tuple[str, Path]] = {}
+def cluster_files() -> dict[str, list[tuple[str, Path]]]:
+    """name -> every (label, file) of that name, in lookup order (the first one is used)."""
+    found: dict[str, list[tuple[str, Path]]] = {}
     for label, d in search_dirs():
         if not d.is_dir():
             continue
         for f in sorted(list(d.glob("*.yaml")) + list(d.glob("*.yml"))):
-            found.setdefault(f.stem, (label, f))
+            found.setdefault(f.stem, []).append((label, f))
     return found
+
+
+def available_clusters() -> dict[str, tuple[str, Path]]:
+    """name -> (label, file); the first folder in lookup order wins (the user's own over a built-in)."""
+    return {name: files[0] for name, files in cluster_files().items()}
 
 
 def _looks_like_path(ref: str) -> bool:

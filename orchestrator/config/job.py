@@ -209,6 +209,10 @@ def job_from_dict(data: dict[str, Any], source: str = "<dict>") -> JobSpec:
     return validate_job(to_typed(JobSpec, [(cfg, source)]), source)
 
 
+#: The largest ``model.lora[].scale`` either way (W += scale x alpha/rank x up @ down: 1e308 overflows).
+MAX_LORA_SCALE = 100.0
+
+
 def lora_problem(model: ModelSpec) -> Optional[tuple[str, str]]:
     """(key, why) when ``model.lora`` is wrong; the files themselves are read by the planner."""
     for i, entry in enumerate(model.lora or []):
@@ -218,6 +222,9 @@ def lora_problem(model: ModelSpec) -> Optional[tuple[str, str]]:
         scale = entry.scale
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
             return f"{key}.scale", f"must be a number (diffusers' lora_scale, e.g. 1.0), got {scale!r}"
+        if abs(scale) > MAX_LORA_SCALE:
+            return f"{key}.scale", (f"{scale!r} is out of range: at most {MAX_LORA_SCALE:g} either way (diffusers' "
+                                    "lora_scale, usually between 0 and 2)")
         if entry.expert not in LORA_EXPERTS:
             return f"{key}.expert", f"must be one of {', '.join(LORA_EXPERTS)}, got {entry.expert!r}"
     if model.lora and not (model.weights or model.preset):

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 from typing import Optional
 
+from sporch.orchestrator.config.cluster import bandwidth_warnings
 from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
@@ -83,9 +84,19 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
     )
 
 
+def job_model(job: JobSpec) -> sections.ModelSection:
+    """``job``'s model resolved. A preflight job's model is a stand-in shape that is never built:
+    its ``model.weights`` are only checked for readability on every node (whatever model they
+    hold), so its checkpoint is not read as the model's definition."""
+    if job.workload.kind != "preflight" or not job.model.weights:
+        return resolve_model(job.model)
+    model = resolve_model(dataclasses.replace(job.model, weights=None))
+    return dataclasses.replace(model, weights=job.model.weights)
+
+
 def job_context(cluster: sections.ClusterSpec, job: JobSpec) -> LayoutContext:
     """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved, its sequence length)."""
-    model = resolve_model(job.model)
+    model = job_model(job)
     seq_len, _grid = sequence_shape(model, job.workload)
     return layout_context(cluster, job, model, seq_len)
 
@@ -207,11 +218,12 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = with_lora(resolve_model(job.model), job.model.lora, job.source)
+    model = with_lora(job_model(job), job.model.lora, job.source)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
+    warnings = [*bandwidth_warnings(cluster), *warnings]
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
     workload = workload_section(job.workload, model, job.source)

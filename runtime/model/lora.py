@@ -24,6 +24,7 @@ from torch import nn
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models.lora import Target, map_targets, read_lora
+from .finite import nonfinite_weight
 from .keymaps.transforms import TRANSFORMS
 from .shards import local_rows
 
@@ -52,6 +53,11 @@ def merge_loras(model: nn.Module, entries: Sequence[Mapping[str, Any]] | None) -
         with safe_open(str(lora.path), framework="pt", device="cpu") as f:
             for name, ts in by_param.items():
                 _merge_one(state[name], ts, f, scale, model.cfg, name, str(lora.path))
+                bad = nonfinite_weight(local_rows(state[name])[0])
+                if bad:
+                    raise CheckpointError(f"{lora.path}: merged with scale {scale:g}, {name}: {bad} (the "
+                                          "adapter's update overflows); lower model.lora[].scale or use a "
+                                          "wider workload.dtype")
     return model
 
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import torch
+import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase
+from .finite import check_output
 from .sampler import generate, make_inputs
 from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT
+
+
+#: Test hook (fault injection, no effect unless set): the rank this names adds 1 to its shard of the
+#: sharded forward before the gather, a wrong shard that verification must catch.
+FAULT_WRONG_SHARD = "SPORCH_FAULT_WRONG_SHARD"
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
@@ -40,14 +48,22 @@ def verify(model: DiTBase, ctx: ParallelContext | None, *, grid: Sequence[int], 
     x = (1 - sigma) * x0 + sigma * inputs.noise
     t = sigma * NUM_TRAIN_TIMESTEPS
     kw = dict(guidance_scale=guidance_scale, null_cond=inputs.null_cond)
-    out = ShardedDiT(model, ctx, grid=grid, backend=backend).forward(x, t, inputs.cond, **kw)
+    runner = ShardedDiT(model, ctx, grid=grid, backend=backend)
+    v = runner.velocity(runner.shard_latents(x), t, inputs.cond, **kw)
+    if os.environ.get(FAULT_WRONG_SHARD) == str(dist.get_rank() if ctx is not None else 0):
+        v = v + 1.0  # test hook: this rank's shard is wrong, so the gathered output is wrong on every rank
+    out = runner.gather_latents(v)
     ref = ShardedDiT(model, None, grid=grid).forward(x, t, inputs.cond, **kw)
+    check_output(out, "verify (sharded forward)")  # a NaN error compares as within any tolerance
+    check_output(ref, "verify (unsharded forward)")
     result: dict[str, Any] = {"forward": compare(out, ref)}
     worst = result["forward"]["max_rel_err"]
     if steps > 0:
         skw = dict(grid=grid, steps=steps, guidance_scale=guidance_scale, shift=shift, inputs=inputs)
         s_out = generate(model, ctx, backend=backend, **skw)
         s_ref = generate(model, None, **skw)
+        check_output(s_out, "verify (sharded sampling)")
+        check_output(s_ref, "verify (unsharded sampling)")
         result["sample"] = compare(s_out, s_ref)
         worst = max(worst, result["sample"]["max_rel_err"])
     tol = default_tolerance(model.dtype) if tolerance is None else tolerance

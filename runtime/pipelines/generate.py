@@ -36,6 +36,7 @@ from sporch.runtime.model.base import unpatchify
 from sporch.runtime.model.cache import StepCaches
 from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.model.condition import cond_rows
+from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
@@ -275,6 +276,7 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     switches.append(next((i for i, t in enumerate(ts) if experts.index(t) == 1), None) if experts.boundary else None)
     if given is not None:
         x = given.apply(x)
+    check_output(x, "generate (denoised latents)")  # this rank's shard, before the gather and the save
     if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
         return _swapped_shards(runner, x, channels)
     return runner.gather_latents(x, channels=channels)
@@ -307,11 +309,12 @@ def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
     if not indices:
         raise FileNotFoundError(f"no latents of this job in {store.folder} (the job saves them once a prompt is "
                                 "denoised); run the job")
+    saved = {i: store.load([i]) for i in indices}  # every file checked against the plan before any decoding
     decoder = Decoder(spec, device, placement="tiled" if spec.vae == "tiled" else "leader")  # one process
     written: list[dict[str, Any]] = []
     with torch.no_grad():
         for i in indices:
-            frames = decoder(store.load([i]))
+            frames = decoder(saved[i])
             written += _write(spec, frames, [i], [spec.seed + i], output_dir, log, None)
     return written
 

@@ -23,10 +23,37 @@ from typing import Any
 import torch
 
 from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.runtime.model.config import ModelConfig
 
 from .spec import GenerateSpec
 
 FOLDER = "latents"
+
+
+class SavedLatentsError(ValueError):
+    """Saved latents whose fingerprint matches the job but whose tensor does not (its shape,
+    dtype or values changed): one line naming the file; nothing is decoded from them."""
+
+
+def expected_shape(spec: GenerateSpec) -> tuple[int, int, int, int]:
+    """One prompt's latents as the plan fixes them: [C, F, H, W] (the model's output channels;
+    the VAE strides of the frames, height and width; an image is one frame)."""
+    st, sh, sw = (int(s) for s in spec.model["vae_stride"])
+    frames = (spec.frames - 1) // st + 1 if spec.video else 1
+    return ModelConfig.from_dict(spec.model).out_dim, frames, spec.height // sh, spec.width // sw
+
+
+def latents_problem(spec: GenerateSpec, latents: torch.Tensor) -> str | None:
+    """Why ``latents`` (one prompt's, as read from its file) are not what the plan says, or None."""
+    want = expected_shape(spec)
+    if tuple(latents.shape) != want:
+        return f"holds latents of shape {list(latents.shape)}, but the plan's are {list(want)}"
+    if latents.dtype != torch.float32:
+        return f"holds {str(latents.dtype).removeprefix('torch.')} latents, but they are saved as float32"
+    bad = int((~torch.isfinite(latents)).sum())
+    if bad:
+        return f"holds {bad} NaN or inf value(s) of {latents.numel()}"
+    return None
 
 
 def fingerprint(spec: GenerateSpec, index: int) -> str:
@@ -75,7 +102,8 @@ class LatentStore:
         return self._read(index, tensors=False) is not None
 
     def load(self, indices: list[int]) -> torch.Tensor:
-        """[B, C, F, H, W] float32 latents of ``indices`` (all must be saved)."""
+        """[B, C, F, H, W] float32 latents of ``indices`` (all must be saved), each checked against
+        the plan's shape, float32 and finite (SavedLatentsError otherwise)."""
         parts = []
         for i in indices:
             got = self._read(i, tensors=True)
@@ -113,6 +141,13 @@ class LatentStore:
                     return None
                 if self.step_cache is not None and meta.get("step_cache", "none") != self.step_cache:
                     return None
-                return fh.get_tensor("latents") if tensors else True
+                if not tensors:
+                    return True
+                latents = fh.get_tensor("latents")
         except Exception:  # noqa: BLE001 - a broken file is no saved latents: denoise again
             return None
+        problem = latents_problem(self.spec, latents)
+        if problem:
+            raise SavedLatentsError(f"{path} {problem}; the file was changed after the job wrote it: delete it "
+                                    "and run the job again to denoise that prompt")
+        return latents

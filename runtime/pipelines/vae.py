@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from sporch.runtime.model import ModelConfig
+from sporch.runtime.model.finite import check_output
 
 from .spec import GenerateSpec
 from .vae_parallel import decode_rows, parallelize_decoder
@@ -79,9 +80,11 @@ class Decoder:
             mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1).to(x.device, x.dtype)
             inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1).to(x.device, x.dtype)
             video = self._decode(x / inv_std + mean)
+            check_output(video, "generate (decoded frames)")  # post-processing would clamp inf, keep NaN
             return None if video is None else self.pipe.video_processor.postprocess_video(video, output_type="np")
         x = x[:, :, 0] / vae.config.scaling_factor + vae.config.shift_factor
         image = self._decode(x)
+        check_output(image, "generate (decoded image)")
         return None if image is None else self.pipe.image_processor.postprocess(image, output_type="np")[:, None]
 
     def _decode(self, z: torch.Tensor) -> torch.Tensor | None:

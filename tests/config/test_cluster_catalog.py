@@ -110,10 +110,10 @@ def test_lookup_order_and_paths(tmp_path, monkeypatch):
     d1.mkdir(), d2.mkdir()
     write(d1, "mycluster.yaml", "nodes: 3\n")
     write(d2, "mycluster.yaml", "nodes: 5\n")
-    write(d2, "a100x32.yaml", "nodes: 99\n")  # built-ins win
+    write(d2, "a100x32.yaml", "nodes: 99\n")  # the user's own wins over a built-in (issue 32 item 19)
     monkeypatch.setenv("SPORCH_CLUSTERS", f"{d1}:{d2}")
     assert find_cluster("mycluster").nodes == 3
-    assert find_cluster("a100x32").nodes == 4
+    assert find_cluster("a100x32").nodes == 99
     user = tmp_path / "home" / ".config" / "sporch" / "clusters"
     user.mkdir(parents=True)
     write(user, "usercl.yaml", "nodes: 7\n")

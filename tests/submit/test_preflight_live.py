@@ -33,3 +33,18 @@ def test_preflight_on_the_lab(sporch, tmp_path):
     assert sorted(n["node"] for n in report["nodes"]) == ["node1", "node2", "node3", "node4"]
     assert report["slowest_node"] == "node3", report["problems"]
     assert f"node2: the weights path {weights} does not exist" in report["problems"]
+
+
+def test_preflight_that_outlives_its_timeout_says_so_and_cancels_its_job(sporch, tmp_path):
+    """Issue 32 item 16: --timeout passes with the job still queued or running: preflight names its
+    state and cancels it (it never leaves a check nobody waits for holding the nodes)."""
+    import re
+
+    p = sporch("preflight", "--cluster", "slurmlab", "--output-dir", str(sporch.runs / "pf-timeout"),
+               "--timeout", "1", timeout=120)
+    assert p.returncode == 2 and p.stderr.count("sporch: error:") == 1, p.stderr
+    m = re.search(r"the preflight job (\S+) \(Slurm job \d+\) was still (PENDING|RUNNING|CONFIGURING) after "
+                  r"--timeout 1 s; cancelled it", p.stderr)
+    assert m, p.stderr
+    assert "exit 124" not in p.stderr and "without a result.json" not in p.stderr
+    sporch.wait_until(m.group(1), lambda st: st["state"] == "CANCELLED", timeout=60)

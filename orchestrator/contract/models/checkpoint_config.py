@@ -20,6 +20,7 @@ of these is refused by name: it may change the computation, and sporch never ign
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -87,9 +88,11 @@ def with_vae_stride(model: CheckpointModel) -> CheckpointModel:
     config = read_json_object(vae)
     if config.get("_class_name") != "AutoencoderKLWan":
         return model
-    st, sh = config.get("scale_factor_temporal") or 4, config.get("scale_factor_spatial") or 8
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (st, sh)):
-        raise CheckpointError(f"{vae}: scale_factor_temporal {st!r} / scale_factor_spatial {sh!r} must be positive ints")
+    st, sh = config.get("scale_factor_temporal"), config.get("scale_factor_spatial")
+    st, sh = 4 if st is None else st, 8 if sh is None else sh
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 64 for v in (st, sh)):
+        raise CheckpointError(f"{vae}: scale_factor_temporal {st!r} / scale_factor_spatial {sh!r} must be integers "
+                              "from 1 to 64")
     return replace(model, fields={**model.fields, "vae_stride": [st, sh, sh]},
                                keys={**model.keys, "vae_stride": "vae/config.json scale_factor_*"})
 
@@ -118,19 +121,75 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
 
 
 # -- the key tables: config key -> reader(value, config, out) ----------------------------------------
+# Every value a reader takes is checked here, by the helpers below (type, range, finiteness), and
+# the model they make together by :func:`_consistent` (heads and head_dim, RoPE, channels): the one
+# place a config.json is validated, for ``sporch plan``, ``sporch inspect`` and the ranks alike.
 Reader = Callable[[Any, Mapping[str, Any], dict], None]
 
+#: The largest width, depth or length a config may state (a bound against typos and overflow:
+#: the largest published models are far below it).
+MAX_SIZE = 1 << 20
 
-def _set(name: str, convert: Callable[[Any], Any] = int) -> Reader:
+
+class _Refused(Exception):
+    """A value sporch cannot compute exactly (the message says which it computes)."""
+
+
+class _Invalid(Exception):
+    """A value of the wrong type or out of range (the message says what it must be)."""
+
+
+def _int(value: Any, minimum: int = 1) -> int:
+    """``value`` as an int in [minimum, MAX_SIZE]: no bool, float or string."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a boolean" if isinstance(value, bool) else f"a {type(value).__name__}"
+        raise _Invalid(f"must be an integer >= {minimum}, not {kind}")
+    if not minimum <= value <= MAX_SIZE:
+        raise _Invalid(f"must be an integer from {minimum} to {MAX_SIZE}")
+    return value
+
+
+def _eps(value: Any) -> float:
+    """A norm's epsilon: a finite number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(f"must be a number, not a {type(value).__name__}")
+    if not math.isfinite(value):
+        raise _Invalid("must be finite (a norm's epsilon, e.g. 1e-06)")
+    if not 0 < value < 1:
+        raise _Invalid("must be greater than 0 and less than 1 (a norm's epsilon, e.g. 1e-06)")
+    return float(value)
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid("must be true or false")
+    return value
+
+
+def _ints(value: Any, n: int, minimum: int) -> list[int]:
+    if not isinstance(value, (list, tuple)) or len(value) != n:
+        raise _Invalid(f"must be a list of {n} integers")
+    return [_int(v, minimum) for v in value]
+
+
+def _set(name: str, convert: Callable[[Any], Any] = _int) -> Reader:
     def read(value, config, out):
         out[name] = convert(value)
+    return read
+
+
+def _optional(name: str, convert: Callable[[Any], Any] = _int) -> Reader:
+    """A key whose ``null`` means the family's default."""
+    def read(value, config, out):
+        if value is not None:
+            out[name] = convert(value)
     return read
 
 
 def _checked(expected: tuple, why: str) -> Reader:
     """A key whose value sporch computes only as ``expected``; another is refused."""
     def read(value, config, out):
-        if value not in expected:
+        if not any(type(value) is type(e) and value == e for e in expected):
             raise _Refused(f"{value!r} ({why})")
     return read
 
@@ -139,18 +198,25 @@ def _neutral(value, config, out) -> None:  # set elsewhere from this key (see th
     pass
 
 
-class _Refused(Exception):
-    pass
-
-
 def _triple(value) -> list[int]:
-    if isinstance(value, int):
-        return [1, value, value]
-    return [int(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [1, _int(value), _int(value)]
+    return _ints(value, 3, 1)
+
+
+def _other(config: Mapping[str, Any], key: str, minimum: int = 1) -> int:
+    """Another key of the config a reader needs (its own reader checks it too; this one says
+    which key is wrong when it is)."""
+    if key not in config:
+        raise _Invalid(f"needs {key}, which the config does not set")
+    try:
+        return _int(config[key], minimum)
+    except _Invalid as exc:
+        raise _Invalid(f"needs a valid {key} ({key}={config[key]!r} {exc})") from None
 
 
 def _wan_qk_norm(value, config, out) -> None:
-    if value in (None, False):
+    if value is None or value is False:
         out["qk_norm"] = False
     elif value == "rms_norm_across_heads" or value is True:
         out["qk_norm"] = True
@@ -161,8 +227,8 @@ def _wan_qk_norm(value, config, out) -> None:
 def _wan_image_kv(value, config, out) -> None:
     if value is None:
         return
-    hidden = int(config["num_attention_heads"]) * int(config["attention_head_dim"])
-    if int(value) != hidden:
+    hidden = _other(config, "num_attention_heads") * _other(config, "attention_head_dim")
+    if _int(value) != hidden:
         raise _Refused(f"{value!r} (sporch's image keys are model-wide: {hidden})")
 
 
@@ -172,64 +238,91 @@ def _wan_pos_embed(value, config, out) -> None:
 
 
 def _flux_patch(value, config, out) -> None:
-    if int(value) != 1:
+    if _int(value) != 1:
         raise _Refused(f"{value!r} (Flux packs 2 x 2 latent patches itself: patch_size 1 only)")
-    if int(config["in_channels"]) % 4:
-        raise _Refused(f"in_channels {config['in_channels']} (2 x 2 packed latent channels: a multiple of 4)")
+
+
+def _packed(value: Any) -> int:
+    """Flux's packed channels (2 x 2 latent patches): a positive multiple of 4, as latent channels."""
+    if _int(value, 4) % 4:
+        raise _Invalid("must be a multiple of 4 (2 x 2 packed latent channels)")
+    return value // 4
 
 
 def _flux_in(value, config, out) -> None:
-    out["in_channels"] = int(value) // 4
+    out["in_channels"] = _packed(value)
     out["patch"] = [1, 2, 2]
 
 
-def _flux_out(value, config, out) -> None:
-    if value is not None:
-        out["out_channels"] = int(value) // 4
-
-
 def _flux_heads(value, config, out) -> None:
-    heads, hd = int(value), int(config["attention_head_dim"])
+    heads, hd = _int(value), _other(config, "attention_head_dim")
     out.update(num_heads=heads, num_kv_heads=heads, head_dim=hd, hidden=heads * hd, ffn_dim=4 * heads * hd)
 
 
 def _wan_heads(value, config, out) -> None:
-    heads, hd = int(value), int(config["attention_head_dim"])
+    heads, hd = _int(value), _other(config, "attention_head_dim")
     out.update(num_heads=heads, num_kv_heads=heads, head_dim=hd, hidden=heads * hd)
 
 
+def _wan_original_heads(value, config, out) -> None:  # dim = num_heads x head_dim
+    heads, dim = _int(value), _other(config, "dim")
+    if dim % heads:
+        raise _Invalid(f"must divide dim {dim} (dim = num_heads x head_dim)")
+    out.update(num_heads=heads, num_kv_heads=heads, hidden=dim, head_dim=dim // heads)
+
+
 def _wan_image_dim(value, config, out) -> None:
-    if value:
-        out["image_dim"] = int(value)
+    if value is not None and _int(value, 0):
+        out["image_dim"] = value
+
+
+def _rope_axes(value: Any) -> list[int]:
+    return _ints(value, 3, 0)
 
 
 WAN_DIFFUSERS: dict[str, Reader] = {
-    "num_attention_heads": _wan_heads, "attention_head_dim": _neutral,  # read with num_attention_heads
+    "num_attention_heads": _wan_heads, "attention_head_dim": _set("_head_dim"),  # read with num_attention_heads
     "num_layers": _set("depth"), "ffn_dim": _set("ffn_dim"), "in_channels": _set("in_channels"),
-    "out_channels": _set("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
-    "freq_dim": _set("freq_dim"), "eps": _set("eps", float), "qk_norm": _wan_qk_norm,
+    "out_channels": _optional("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
+    "freq_dim": _set("freq_dim", lambda v: _int(v, 2)), "eps": _set("eps", _eps), "qk_norm": _wan_qk_norm,
     "cross_attn_norm": _checked((True,), "sporch's Wan blocks always normalise before cross attention"),
     "image_dim": _wan_image_dim, "added_kv_proj_dim": _wan_image_kv, "pos_embed_seq_len": _wan_pos_embed,
     "rope_max_seq_len": _set("rope_max_seq_len"),
     "window_size": _checked(((-1, -1), [-1, -1], None), "sporch attends globally"),
 }
 WAN_ORIGINAL: dict[str, Reader] = {
-    "dim": _neutral, "num_heads": lambda v, c, o: o.update(  # dim = num_heads x head_dim
-        num_heads=int(v), num_kv_heads=int(v), hidden=int(c["dim"]), head_dim=int(c["dim"]) // int(v)),
+    "dim": _set("_dim"), "num_heads": _wan_original_heads,
     "num_layers": _set("depth"), "ffn_dim": _set("ffn_dim"), "in_dim": _set("in_channels"),
-    "out_dim": _set("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
-    "freq_dim": _set("freq_dim"), "eps": _set("eps", float), "text_len": _set("text_len"),
+    "out_dim": _optional("out_channels"), "patch_size": _set("patch", _triple), "text_dim": _set("text_dim"),
+    "freq_dim": _set("freq_dim", lambda v: _int(v, 2)), "eps": _set("eps", _eps), "text_len": _set("text_len"),
     "qk_norm": _checked((True,), "sporch's original-format Wan has qk norm"),
     "cross_attn_norm": _checked((True,), "sporch's Wan blocks always normalise before cross attention"),
     "window_size": _checked(((-1, -1), [-1, -1]), "sporch attends globally"),
 }
 FLUX_DIFFUSERS: dict[str, Reader] = {
-    "patch_size": _flux_patch, "in_channels": _flux_in, "out_channels": _flux_out,
-    "num_layers": _set("depth"), "num_single_layers": _set("single_depth"),
-    "attention_head_dim": _neutral, "num_attention_heads": _flux_heads,  # ffn is 4 x hidden in Flux
+    "patch_size": _flux_patch, "in_channels": _flux_in, "out_channels": _optional("out_channels", _packed),
+    "num_layers": _set("depth"), "num_single_layers": _set("single_depth", lambda v: _int(v, 0)),
+    "attention_head_dim": _set("_head_dim"), "num_attention_heads": _flux_heads,  # ffn is 4 x hidden in Flux
     "joint_attention_dim": _set("text_dim"), "pooled_projection_dim": _set("pooled_dim"),
-    "guidance_embeds": _set("guidance_embed", bool), "axes_dims_rope": _set("rope_axes", lambda v: [int(a) for a in v]),
+    "guidance_embeds": _set("guidance_embed", _flag), "axes_dims_rope": _set("rope_axes", _rope_axes),
 }
+
+
+def _consistent(out: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """(field, why) where the values, each valid alone, make no model sporch computes."""
+    hd = out.get("head_dim")
+    if hd is not None and hd % 2:
+        return "head_dim", f"head_dim {hd} must be even (rotary position embedding rotates channel pairs)"
+    axes = out.get("rope_axes")
+    if axes is not None and hd is not None and (sum(axes) != hd or any(a % 2 for a in axes)):
+        return "rope_axes", f"{list(axes)} must be three even numbers summing to head_dim {hd}"
+    if out.get("out_channels", 0) > out.get("in_channels", MAX_SIZE):
+        return "out_channels", (f"{out['out_channels']} must be at most in_channels {out['in_channels']} (the "
+                                "extra input channels are a latent condition)")
+    if out.get("hidden", 0) > MAX_SIZE:
+        return "hidden", f"num_heads x head_dim = {out['hidden']} must be at most {MAX_SIZE}"
+    return None
+
 
 #: What a family's config does not hold, by family (shape fields with the published default).
 DEFAULTS = {
@@ -260,10 +353,18 @@ def _read(config: Mapping[str, Any], path: Path, family: str, fmt: str, table: M
             read(config[key], config, out)
         except _Refused as exc:
             raise CheckpointError(f"{path}: {key}={exc}; sporch cannot compute this checkpoint exactly") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: {key}={config[key]!r} is not a valid value ({exc})") from None
+        except _Invalid as exc:
+            raise CheckpointError(f"{path}: {key}={config[key]!r} {exc}; fix the config or name the model's "
+                                  "preset") from None
         for name in set(out) - before:
             keys[name] = key
+    wrong = _consistent(out)
+    if wrong is not None:
+        name, why = wrong
+        key = "attention_head_dim" if name == "head_dim" and "attention_head_dim" in config else keys.get(name, name)
+        raise CheckpointError(f"{path}: {key}: {why}; sporch cannot compute this checkpoint")
+    out = {k: v for k, v in out.items() if not k.startswith("_")}
+    keys = {k: v for k, v in keys.items() if not k.startswith("_")}
     shape = {**DEFAULTS[family], **{k: v for k, v in out.items() if k in SHAPE_FIELDS}}
     missing = [k for k in ("depth", "hidden", "num_heads", "in_channels", "patch") if k not in shape]
     if family == "Wan2.1" and "ffn_dim" not in shape:

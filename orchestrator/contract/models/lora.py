@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..checkpoint_files import CheckpointError, TensorInfo, _load_json, read_header, read_safetensors
+from ..finite import count_nonfinite
 from . import flux, wan
 from .keymap import Rule, Table
 
@@ -119,24 +120,53 @@ def _scalar(info: TensorInfo, key: str) -> float:
     return float(struct.unpack(codes[info.dtype], raw)[0])
 
 
+#: The largest alpha an adapter may state (alpha / rank scales the update: a typo's 1e30 is refused).
+MAX_ALPHA = 1e6
+
+
+def _alpha(value: Any, what: str, path: Path) -> float:
+    """An alpha from the file (its metadata or an ``.alpha`` tensor): a finite number in (0, MAX_ALPHA]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CheckpointError(f"LoRA file {path}: {what} {value!r} must be a number (the adapter's alpha, "
+                              "e.g. 16)")
+    if not math.isfinite(value) or not 0 < value <= MAX_ALPHA:
+        raise CheckpointError(f"LoRA file {path}: {what} {value!r} must be finite, greater than 0 and at most "
+                              f"{MAX_ALPHA:g} (the adapter's alpha, e.g. 16)")
+    return float(value)
+
+
+def _flag(value: Any, what: str, path: Path) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise CheckpointError(f"LoRA file {path}: {what} {value!r} in its lora_adapter_metadata must be true or "
+                              "false")
+    return bool(value)
+
+
 def _file_alpha(meta: Mapping[str, Any], path: Path) -> tuple[Optional[float], dict[str, float], bool]:
     """The alpha of the whole adapter, per-module patterns and rsLoRA from diffusers' metadata
-    (the PEFT LoraConfig of the transformer); DoRA is refused."""
+    (the PEFT LoraConfig of the transformer), each value checked; DoRA is refused."""
     raw = meta.get("lora_adapter_metadata")
     if not raw:
         return None, {}, False
     data = _load_json(raw, f"{path}: its lora_adapter_metadata is broken")
     if not isinstance(data, dict):
-        return None, {}, False
+        raise CheckpointError(f"LoRA file {path}: its lora_adapter_metadata is not a JSON object (a PEFT "
+                              "LoraConfig as diffusers' save_lora_weights writes it)")
 
     def get(key: str) -> Any:
         return data.get(f"transformer.{key}", data.get(key))
 
-    if get("use_dora"):
+    if _flag(get("use_dora"), "use_dora", path):
         raise CheckpointError(f"LoRA file {path} is a DoRA adapter (use_dora in its metadata); sporch merges plain LoRA")
-    alpha, pattern = get("lora_alpha"), get("alpha_pattern") or {}
-    return ((None if alpha is None else float(alpha)), {str(k): float(v) for k, v in dict(pattern).items()},
-            bool(get("use_rslora")))
+    alpha, pattern = get("lora_alpha"), get("alpha_pattern")
+    if pattern is None:
+        pattern = {}
+    if not isinstance(pattern, dict):
+        raise CheckpointError(f"LoRA file {path}: alpha_pattern {pattern!r} in its lora_adapter_metadata must be an "
+                              "object of module name -> alpha")
+    return ((None if alpha is None else _alpha(alpha, "lora_alpha", path)),
+            {str(k): _alpha(v, f"alpha_pattern[{k!r}]", path) for k, v in pattern.items()},
+            _flag(get("use_rslora"), "use_rslora", path))
 
 
 def _split(key: str) -> tuple[str, Optional[str], str]:
@@ -202,10 +232,29 @@ def read_lora(path: str | Path) -> LoraFile:
         if len(down) != 2 or len(up) != 2 or down[0] != up[1]:
             raise CheckpointError(f"LoRA file {p}: module {name!r} has down {list(down)} and up {list(up)}, "
                                   "which are no rank-r pair ([r, in] and [out, r])")
-        alpha = _scalar(tensors[roles["alpha"]], roles["alpha"]) if "alpha" in roles else \
-            next((a for k, a in pattern.items() if name == k or name.endswith("." + k)), file_alpha)
+        if min(*down, *up) < 1:
+            raise CheckpointError(f"LoRA file {p}: module {name!r} has down {list(down)} and up {list(up)}: a rank "
+                                  "and widths of at least 1 are needed (a rank-0 adapter changes nothing)")
+        alpha = _alpha(_scalar(tensors[roles["alpha"]], roles["alpha"]), f"alpha tensor {roles['alpha']!r}", p) \
+            if "alpha" in roles else next((a for k, a in pattern.items() if name == k or name.endswith("." + k)),
+                                          file_alpha)
         modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha, rslora))
+    _check_finite(p, tensors, [key for m in modules for key in (m.down, m.up)])
     return LoraFile(p, formats.pop(), flat.pop(), modules, tensors)
+
+
+def _check_finite(path: Path, tensors: Mapping[str, TensorInfo], keys: list[str]) -> None:
+    """Refuse a LoRA file any of whose down/up tensors holds NaN or inf (read from its bytes)."""
+    try:
+        with path.open("rb") as f:
+            for key in keys:
+                bad = count_nonfinite(tensors[key], f)
+                if bad:
+                    n = math.prod(tensors[key].shape)
+                    raise CheckpointError(f"LoRA file {path}: tensor {key!r} holds {bad} NaN or inf value(s) of {n}; "
+                                          "the adapter is corrupt (re-export or re-download it)")
+    except OSError as exc:
+        raise CheckpointError(f"cannot read LoRA file {path}: {exc.strerror or exc}") from None
 
 
 def for_expert(entries: Optional[list], index: int) -> list:

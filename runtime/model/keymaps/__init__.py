@@ -23,6 +23,7 @@ from torch import nn
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
 from sporch.orchestrator.contract.models import flux, wan
 from sporch.orchestrator.contract.models.keymap import Table
+from ..finite import nonfinite_weight
 from ..shards import local_rows
 from .transforms import TRANSFORMS
 
@@ -90,8 +91,20 @@ def load_checkpoint(model: nn.Module, path: str | Path, table: Table | None = No
             param = own_state[name]
             local, rows = local_rows(param)
             value = _read(handles, ckpt, srcs, transform, leaf, model.cfg, rows, name, tuple(param.shape), where)
-            local.copy_(value.to(local.dtype))
+            cast = value.to(local.dtype)
+            if nonfinite_weight(cast):  # checked per tensor as it is read
+                raise _nonfinite(where, srcs[0], name, value, local.dtype)
+            local.copy_(cast)
     return model
+
+
+def _nonfinite(where: str, src: str, name: str, value: torch.Tensor, dtype: torch.dtype) -> CheckpointError:
+    bad = nonfinite_weight(value)
+    if bad:
+        return CheckpointError(f"{where}: tensor {src!r} ({name}): {bad}; the checkpoint is corrupt (download or "
+                               "convert it again)")
+    return CheckpointError(f"{where}: tensor {src!r} ({name}) overflows {str(dtype).removeprefix('torch.')} "
+                           f"({nonfinite_weight(value.to(dtype))}); run in a wider workload.dtype")
 
 
 def _read(handles, ckpt, srcs, transform, leaf, cfg, rows, name, shape, where) -> torch.Tensor:
