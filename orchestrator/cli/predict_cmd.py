@@ -8,6 +8,7 @@ import click
 
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.plan.published_report import published_report
+from sporch.orchestrator.plan.validation import leave_one_table_out, with_defaults
 
 
 @click.command("predict")
@@ -40,8 +41,6 @@ def predict(cases: tuple[str, ...], as_json: bool, validate: bool) -> None:
 
 
 def _validate(as_json: bool) -> None:
-    from sporch.orchestrator.plan.validation import leave_one_table_out, with_defaults
-
     held_out, defaults = leave_one_table_out(), {s.name: s for s in with_defaults()}
     if as_json:
         click.echo(json.dumps([{**s.to_dict(), "defaults": defaults[s.name].to_dict()} for s in held_out], indent=2))

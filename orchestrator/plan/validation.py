@@ -26,7 +26,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import Observation, SharedFit, fit_shared, predicted_s
-from sporch.orchestrator.plan.cost import SHARED_FIT, gpu_entry, prior_constants
+from sporch.orchestrator.plan.cost import SHARED_FIT, default_constants, gpu_entry, prior_constants
 
 #: Measured pairs closer than this (relative) are ties the model is not asked to order.
 ORDER_MARGIN = 0.10
@@ -100,8 +100,6 @@ def leave_one_table_out(names: Sequence[str] = SHARED_FIT, cases: Optional[Itera
 def with_defaults(cases: Optional[Iterable[str]] = None) -> list[TableScore]:
     """Each checked table predicted by the shipped default constants (fitted to all tables: the
     figures flatter; the honest ones are :func:`leave_one_table_out`'s)."""
-    from sporch.orchestrator.plan.cost import default_constants
-
     out = []
     for c, obs, _ in _tables(cases):
         consts = default_constants(c["gpu"]["model"])
