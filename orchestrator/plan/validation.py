@@ -21,7 +21,8 @@ docs/plan.md has the table and what each term is for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Optional, Sequence
 
 from sporch.orchestrator.plan import published
@@ -75,10 +76,31 @@ def _tables(names: Optional[Iterable[str]] = None) -> list[tuple[dict[str, Any],
             for c in published.checked_cases() if wanted is None or c["name"] in wanted]
 
 
+#: Rounds of the alternation between the fit and the free scales of tables without a known
+#: absolute time (``absolute: false``).
+SCALE_ROUNDS = 3
+
+
 def _fit(tables, names: Sequence[str]) -> SharedFit:
-    obs = [o for _, os, _ in tables for o in os]
+    """One shared fit to ``tables``. A table marked ``absolute: false`` (its source leaves the step
+    count or size unsaid) lends only its ratios: its times are divided by a free factor, the
+    geometric mean of measured / predicted, refitted in turn (SCALE_ROUNDS)."""
     bases = [b for _, os, b in tables for _ in os]
-    return fit_shared(obs, bases, names)
+    scale = {c["name"]: 1.0 for c, _, _ in tables}
+    free = [c["name"] for c, _, _ in tables if c.get("absolute") is False]
+    for _ in range(SCALE_ROUNDS if free else 1):
+        obs = [replace(o, measured_s=o.measured_s / scale[c["name"]]) for c, os, _ in tables for o in os]
+        fitted = fit_shared(obs, bases, names)
+        if not free:
+            break
+        i = 0
+        for c, os, base in tables:
+            if c["name"] in free:
+                consts = fitted.constants(base)
+                logs = [math.log(o.measured_s / predicted_s(o, consts)) for o in os]
+                scale[c["name"]] = math.exp(sum(logs) / len(logs))
+            i += len(os)
+    return fitted
 
 
 def all_tables_fit(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None) -> SharedFit:
@@ -115,3 +137,16 @@ def bands(scores: Sequence[TableScore]) -> dict[tuple[str, bool], float]:
         key = (s.gpu, s.compiled)
         out[key] = max(out.get(key, 0.0), s.max_ratio_error)
     return out
+
+
+def fitted_text(fit: SharedFit) -> str:
+    """``data/fitted.yaml``'s text for ``fit`` (bench/published_validation.py --write-fit writes it)."""
+    import yaml
+
+    doc = {"scales": {k: float(f"{x:.4g}") for k, x in fit.scales.items()},
+           "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()}}
+    head = ("# The cost model's constants fitted to every published table at once (plan/validation.py,\n"
+            "# all_tables_fit; regenerate with `python bench/published_validation.py --write-fit`).\n"
+            "# scales: multiply each GPU row's prior efficiency; values: one value for every GPU row but cpu.\n"
+            f"# Held at a bound by the fit: {', '.join(fit.held) or 'none'}.\n")
+    return head + yaml.safe_dump(doc, sort_keys=False)
