@@ -123,6 +123,22 @@ def fitted_table() -> dict[str, Any]:
         return yaml.safe_load(fh)
 
 
+def prediction_band(gpu_model: str, compiled: bool) -> tuple[float, str]:
+    """(band, what it rests on): the largest held-out ratio error of the published tables of this
+    GPU row and mode (plan/validation.py; ``data/fitted.yaml``'s ``bands``), else of every table of
+    the mode; (0, "") where no table says anything (the cpu row, a missing fit)."""
+    mode = "compiled" if compiled else "eager"
+    row = gpu_entry(gpu_model)["name"]
+    bands = fitted_table().get("bands") or {}
+    if row == "cpu":
+        return 0.0, ""
+    if mode in (bands.get(row) or {}):
+        return float(bands[row][mode]), f"held-out {row} {mode} tables"
+    if mode in (bands.get("*") or {}):
+        return float(bands["*"][mode]), f"held-out {mode} tables, no {row} one"
+    return 0.0, ""
+
+
 def default_constants(gpu_model: str) -> dict[str, float]:
     """The GPU row's priors with the published tables' fit (``data/fitted.yaml``) applied; the
     ``cpu`` row (gloo ranks: calibrate them) stays as it is."""
@@ -439,7 +455,16 @@ def prediction_record(plan: Any) -> dict[str, Any]:
         "breakdown_s_per_step": {k: round(v, 9) for k, v in p.breakdown().items()},
         "ring_comm_bound": p.ring_comm_bound,
         "constants": source,
+        **_band_record(plan, source),
     }
+
+
+def _band_record(plan: Any, source: str) -> dict[str, Any]:
+    """The band of a prediction made with the defaults (a calibration's own errors are its file's)."""
+    if source.startswith("calibration"):
+        return {"band": 0.0, "band_basis": ""}
+    band, basis = prediction_band(plan.cluster.gpu.model or "", compiles(plan))
+    return {"band": band, "band_basis": basis}
 
 
 def with_prediction(plan: Any) -> Any:

@@ -129,24 +129,30 @@ def with_defaults(cases: Optional[Iterable[str]] = None) -> list[TableScore]:
     return out
 
 
-def bands(scores: Sequence[TableScore]) -> dict[tuple[str, bool], float]:
-    """The held-out ratio error a prediction carries, per (GPU row, compiled): the largest of
-    that GPU's and mode's held-out tables; a GPU or mode without a table gets the largest of all."""
-    out: dict[tuple[str, bool], float] = {}
+def bands(scores: Sequence[TableScore]) -> dict[str, dict[str, float]]:
+    """The held-out ratio error a prediction carries, per GPU row and mode ("eager", "compiled"):
+    the largest of that GPU's and mode's held-out tables; "*" (a GPU without a table of that
+    mode): the largest of every table of the mode."""
+    out: dict[str, dict[str, float]] = {}
     for s in scores:
-        key = (s.gpu, s.compiled)
-        out[key] = max(out.get(key, 0.0), s.max_ratio_error)
+        mode = "compiled" if s.compiled else "eager"
+        for gpu in (s.gpu, "*"):
+            row = out.setdefault(gpu, {})
+            row[mode] = max(row.get(mode, 0.0), round(s.max_ratio_error, 3))
     return out
 
 
-def fitted_text(fit: SharedFit) -> str:
-    """``data/fitted.yaml``'s text for ``fit`` (bench/published_validation.py --write-fit writes it)."""
+def fitted_text(fit: SharedFit, scores: Sequence[TableScore]) -> str:
+    """``data/fitted.yaml``'s text for ``fit`` and the held-out ``scores``' :func:`bands`
+    (bench/published_validation.py --write-fit writes it)."""
     import yaml
 
     doc = {"scales": {k: float(f"{x:.4g}") for k, x in fit.scales.items()},
-           "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()}}
+           "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()},
+           "bands": bands(scores)}
     head = ("# The cost model's constants fitted to every published table at once (plan/validation.py,\n"
             "# all_tables_fit; regenerate with `python bench/published_validation.py --write-fit`).\n"
             "# scales: multiply each GPU row's prior efficiency; values: one value for every GPU row but cpu.\n"
+            "# bands: per GPU row and mode, the largest held-out ratio error (what `sporch plan` shows as +/-).\n"
             f"# Held at a bound by the fit: {', '.join(fit.held) or 'none'}.\n")
     return head + yaml.safe_dump(doc, sort_keys=False)
