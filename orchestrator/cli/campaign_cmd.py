@@ -61,6 +61,8 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                                     max_time=c.spec.run.pack_time) if c.spec.run.pack else None,
                 "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
                             "ideal_ms_per_step": _ideal_ms(p.plan),
+                            "predicted_ms_per_step": _predicted_ms(p.plan),
+                            "band": (p.plan.estimates.get("predicted") or {}).get("band"),
                             "memory_gib_per_gpu": p.plan.estimates.get("memory_gib_per_gpu")} for p in g.points],
             } for g in groups],
             "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
@@ -81,13 +83,14 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
             packs = f" in {n} pack(s)"
         t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
                         + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
-        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "ideal ms/step", "GiB/GPU"):
-            t.add_column(col, justify="right" if col in ("repeat", "ideal ms/step", "GiB/GPU") else "left")
+        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "predicted ms/step", "GiB/GPU"):
+            t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
         for p in g.points:
             v = p.match_values()
-            ideal = _ideal_ms(p.plan)
+            pred = _predicted_ms(p.plan)
+            band = (p.plan.estimates.get("predicted") or {}).get("band") or 0.0
             t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"], str(v["repeat"]),
-                      f"{ideal:.4g}" if ideal is not None else "-",
+                      (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
                       f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
         con.print(t)
     if exp.skipped:
@@ -105,6 +108,12 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
 
 def _ideal_ms(plan) -> Optional[float]:
     return ideal_ms_per_step(plan.estimates)
+
+
+def _predicted_ms(plan) -> Optional[float]:
+    """The cost model's step (ms), the band beside it in the table."""
+    pred = plan.estimates.get("predicted")
+    return pred["step_s"] * 1e3 if pred else None
 
 
 @campaign.command("report")
