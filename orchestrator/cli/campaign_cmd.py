@@ -120,8 +120,9 @@ def _predicted_ms(plan) -> Optional[float]:
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where table.csv, the PNG plots, plots.json and report.html go (default: DIR/report).")
+@click.option("--wide", is_flag=True, help="The terminal table with every column (default: the few that fit 80 columns).")
 @store_option
-def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> None:
+def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str], wide: bool) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
     reference fails. DIR's completed points are recorded in the history store; the page shows
     the history of those it holds more than one run of."""
@@ -142,10 +143,13 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
             if len({str(r.cell(c)) for r in rows}) == 1}
     visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
-    table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
-                  title_justify="left")
+    if not wide:
+        visible_cols = [c for c in visible_cols if _narrow(c, rows)]
+    table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items())
+                        + ("" if wide else " (--wide: every column; all in table.csv)"), title_justify="left")
     for c in visible_cols:
-        table.add_column(_header(c), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
+        table.add_column(_header(c) if wide else NARROW_HEADERS.get(c, _header(c)),
+                         justify="left" if c in ("id", "layout", "preset", "shape") else "right")
     style = {"pass": "green", "fail": "bold red"}
     for r in rows:
         cells = []
@@ -191,6 +195,25 @@ def _published_table(published: list[dict]) -> Any:
         t.add_row(p["id"], visible(str(p["layout"]), one_line=True), p["case"], p["published_text"],
                   p["predicted_text"], p["error_text"], p["measured_text"])
     return t
+
+
+#: The terminal report's columns without --wide (fit 80 columns): the point, its step time, memory
+#: and the model's error, every stage's seconds, whatever a reference judges, and the keys that vary.
+NARROW = ("id", "cluster", "gpus", "layout", "preset", "shape", "dtype", "cache", "status", "step_ms_median",
+          "peak_memory_gib", "prediction_error", "reference")
+NARROW_HEADERS = {"step_ms_median": "step ms", "peak_memory_gib": "GiB", "prediction_error": "pred err",
+                  "reference": "ref"}
+
+
+def _narrow(column: str, rows: list[Row]) -> bool:
+    """Whether the default (narrow) terminal table keeps ``column``."""
+    if column in NARROW:
+        return True
+    if column == "repeat":
+        return any(r.values.get("repeat") for r in rows)
+    if any(column in r.bounds for r in rows):  # a reference judges it
+        return True
+    return column.startswith("stage_") and column.endswith("_s")
 
 
 def _shown(column: str, rows: list[Row]) -> bool:
