@@ -302,6 +302,14 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
                   short_value(ch.old), "missing" if ch.new is None else short_value(ch.new),
                   "broken" if ch.broken else f"{ch.relative:+.1%}")
     con.print(t)
+    # what changed besides the plan (result.json's fingerprint), one line per point
+    seen: set[str] = set()
+    for ch in changes:
+        if ch.id in seen or not ch.fingerprinted:
+            continue
+        seen.add(ch.id)
+        what = "; ".join(ch.changed) if ch.changed else "nothing in the fingerprint"
+        con.print(visible(f"changed: {ch.id} ({ch.values.get('layout', '')}): {what}", one_line=True), markup=False)
 
 
 campaign.add_command(run_cmd)

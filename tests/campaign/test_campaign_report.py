@@ -365,3 +365,31 @@ def test_the_terminal_report_fits_80_and_120_columns(tmp_path, run_cli, monkeypa
     monkeypatch.setenv("COLUMNS", "400")
     code, out, _ = run_cli("campaign", "report", root, "--wide")
     assert "tflops per gpu" in out and "step ms p90" not in out  # p90: table.csv and the page
+
+
+def _fingerprint_runs(root: Path, fingerprints: dict) -> None:
+    """Give the points' result.json a fingerprint (schema 2)."""
+    for pid, fp in fingerprints.items():
+        path = root / "points" / pid / "result.json"
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "schema_version": 2, "fingerprint": fp}))
+
+
+def test_compare_names_the_fingerprint_field_that_changed(tmp_path, run_cli, monkeypatch):
+    """Issue 35: a baseline and a current run differing in one fingerprint field (NCCL); the
+    slower point's line names it. A run without a fingerprint (schema 1) says nothing."""
+    monkeypatch.setenv("COLUMNS", "200")
+    fp = {"sporch": "0.1.0", "torch": "2.5.1", "cuda": "12.4", "nccl": "2.21.5", "gpu_model": "H100",
+          "gpu_count": 4, "env": {"NCCL_IB_DISABLE": "0"}, "attention_kernel": "cudnn", "compiled": True}
+    a = make_campaign(tmp_path / "a")
+    b = make_campaign(tmp_path / "b", scale=1.2)
+    _fingerprint_runs(a, {pid: fp for pid, *_ in POINTS})
+    _fingerprint_runs(b, {pid: {**fp, "nccl": "2.23.4"} for pid, *_ in POINTS if pid != "p2b"})
+    code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert code == 1
+    lines = [line for line in out.splitlines() if line.startswith("changed:")]
+    assert "changed: p2a (1x1x1x2): NCCL 2.21.5 -> 2.23.4" in lines
+    assert len(lines) == 4 and not any("p2b" in line for line in lines)  # p2b's B run has no fingerprint
+    _fingerprint_runs(b, {"p4b": fp})
+    _, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert "changed: p4b (1x1x4x1): nothing in the fingerprint" in out
