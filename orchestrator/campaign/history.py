@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from sporch.orchestrator.campaign.collect import read_point
-from sporch.orchestrator.campaign.compare import Change
+from sporch.orchestrator.campaign.compare import Change, fingerprint_change
 from sporch.orchestrator.campaign.folder import MANIFEST_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign.metrics import BY_NAME, METRICS, is_worse, metric_value
 from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankRecord, ResultFileError, rank_file,
@@ -458,7 +458,10 @@ def compare_to_baseline(root: str | os.PathLike, store: Store, k: int, threshold
             base = statistics.median(seen)
             new = run.metrics.get(m.name)
             if new is None or not math.isfinite(new) or is_worse(m.name, new, base, threshold):
-                out.changes.append(Change(run.point_id, run.values, m.name, base, new))
+                # what changed in the fingerprint since the last earlier run that has one
+                last = next((p for p in reversed(earlier) if p.fingerprint is not None), None)
+                out.changes.append(Change(run.point_id, run.values, m.name, base, new,
+                                          *fingerprint_change(last, run)))
     return out
 
 

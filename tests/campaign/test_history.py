@@ -337,6 +337,9 @@ def test_runs_are_grouped_by_fingerprint_and_the_slower_run_names_what_changed(t
     assert [r["changed"] for r in runs] == [[], [], ["NCCL 2.21.5 -> 2.23.4"]] and runs[2]["regressed"]
     code, out, _ = run_cli("campaign", "history")
     assert "NCCL 2.21.5 -> 2.23.4 (worse)" in out and "#2" in out
+    # compare --baseline: the slower run against its history names the change too
+    code, out, _ = run_cli("campaign", "compare", "--baseline", dirs[2])
+    assert code == 1 and "changed: p2a (1x1x1x2): NCCL 2.21.5 -> 2.23.4" in out
     # a version 1 store (no fingerprint column) still reads, and gains the column when written
     old = tmp_path / "v1.sqlite"
     with sqlite3.connect(old) as conn:
