@@ -246,6 +246,24 @@ def test_calibration_recovers_known_constants():
     assert result.max_relative_error < 1e-4
 
 
+def test_calibration_finds_host_bound_eager_layers():
+    """An eager host floor above some points' GPU work (5 of the synthetic points host-bound):
+    the fit starts from floors near the fastest measured eager layer (calibration.host_starts)
+    and gives every constant back, the host's included."""
+    base = prior_constants("L40S")
+    true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
+            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
+            "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
+            "eager_layer_s": 0.03, "eager_a2a_message_s": 1.5e-4, "eager_ring_layer_s": 9e-4}
+    obs = synthetic_observations(true)
+    assert sum(predict(o.inputs, true).host_bound for o in obs) == 5
+    result = fit(obs, base)
+    for k in ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "eager_layer_s",
+              "eager_a2a_message_s", "eager_ring_layer_s", "layer_overhead_s"):
+        assert result.constants[k] == pytest.approx(true[k], rel=0.01), k
+    assert result.max_relative_error < 1e-4
+
+
 def test_calibration_file_round_trip_and_cluster_reference(tmp_path):
     base = default_constants("L40S")
     result = fit(synthetic_observations({**base, "attention_efficiency": 0.3}), base, ["attention_efficiency"])
