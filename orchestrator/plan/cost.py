@@ -17,10 +17,10 @@ dp / cfg replicas run independently, so one rank's time is the step time):
                   (bytes / (link x link_efficiency) + p2p_latency_s) hides behind one block:
                   exposed = (R - 1) x max(0, transfer - block)                   (ring > 1)
     overhead    = layer_overhead_s
-    eager host  = what an eager (not compiled) run's host adds per layer where it cannot run
-                  ahead of the GPU: eager_a2a_message_s per all-to-all message (the reshapes
-                  and copies around each peer's chunk) + eager_ring_layer_s once per layer
-                  when ring > 1 (the ring loop's per-step launches and merges)  (eager only)
+    eager host  = an eager (not compiled, not sharded) layer takes the longer of the GPU's work
+                  (every term above) and the host's launching of it: host = eager_layer_s +
+                  eager_a2a_message_s per all-to-all message + eager_ring_layer_s when ring > 1;
+                  the term is max(0, host - GPU work)                             (eager only)
     weight gather (parameters sharded, FSDP2): each block is all-gathered before it runs,
                   gather = block's share of the bytes / (link x link_efficiency); the next
                   block's gather is prefetched behind this block's compute (gemm + attention
@@ -29,7 +29,9 @@ dp / cfg replicas run independently, so one rank's time is the step time):
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
                      + overhead + eager host) + weight gather
-    job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
+    job  = steps x step + fixed_s (text encoder: generation runs only)
+           + decode (the VAE's, generation runs: output pixels x frames x decode_bytes_per_pixel
+             / HBM bandwidth for a video VAE, image_decode_bytes_per_pixel for an image one)
            + expert switch (two experts, the idle one offloaded: the planner's
              ``estimates.experts.switch_s``, bytes / the cluster's host <-> GPU rate; not fitted)
 
@@ -41,7 +43,8 @@ and the parameters are not sharded (the runtime's rule on a GPU).
 ``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
 sample of a ring block: few heads per rank or short local sequences leave SMs idle.
 
-Constants come from the GPU model's row of ``data/gpus.yaml``, overridden by the cluster
+Constants come from the GPU model's row of ``data/gpus.yaml`` (priors) with the one fit to every
+published table applied (``data/fitted.yaml``, plan/validation.py), overridden by the cluster
 descriptor's calibration (``calibration:`` file -> ``calibration_constants``). Every term is a
 constant times a feature of the plan, except the ring's max() and the expert switch;
 :func:`features` gives that linear form (for :mod:`.calibration`; :func:`unfitted_s` the rest),
