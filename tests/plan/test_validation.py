@@ -10,8 +10,8 @@ import pytest
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import default_constants, prior_constants
-from sporch.orchestrator.plan.validation import all_tables_fit, leave_one_table_out, score
+from sporch.orchestrator.plan.cost import default_constants, fitted_table, prior_constants
+from sporch.orchestrator.plan.validation import all_tables_fit, bands, leave_one_table_out, score
 
 MARGIN = 0.03
 #: table -> (pairs ordered rightly, pairs measured > 10% apart, largest held-out ratio error)
@@ -60,6 +60,13 @@ def test_the_shipped_defaults_are_the_fit_to_all_tables():
         assert default_constants(model) == pytest.approx(fit.constants(prior_constants(model)), rel=2e-3), model
     # the cpu row (gloo ranks) is not the GPUs' fit
     assert default_constants("cpu") == prior_constants("cpu")
+
+
+def test_the_shipped_bands_are_the_held_out_errors(held_out):
+    """data/fitted.yaml's bands (what `sporch plan` shows) are this validation's: regenerate them
+    with `python bench/published_validation.py --write-fit` when the model or the tables change."""
+    assert fitted_table()["bands"] == bands(list(held_out.values()))
+    assert fitted_table()["bands"]["H100"]["compiled"] == pytest.approx(REACHED["flux-dev-1024-h100-compiled"][2], abs=0.005)
 
 
 def test_score_counts_pairs_and_ratio_errors():
