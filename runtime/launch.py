@@ -24,14 +24,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.benchstats import provenance
+from sporch.orchestrator.contract.benchstats import fingerprint, provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
 from sporch.orchestrator.contract.hangs import HangDiagnosis, collective_text, pg_timeout_s
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.step_cache_summary import summarise_step_cache
-from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, error_record, rank_file,
+from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankError, RankRecord, error_record, rank_file,
                                                   read_rank_files, result_file, root_cause)
 from sporch.runtime.attention.select import selected_kernel
 from sporch.runtime.distributed import (cuda_marker, dist_timeout_s, init_distributed, limit_cpu_threads, pick_device,
@@ -320,7 +321,34 @@ def _job_result(plan: Plan, own: RankRecord, records: dict[int, RankRecord]) -> 
         launcher_host=socket.gethostname(),
         wall_s=(own.finished or own.started or 0.0) - (own.started or 0.0),
         provenance=provenance(plan.cluster.to_dict(), hostnames),
+        fingerprint=run_fingerprint(plan, own),
     )
+
+
+def run_fingerprint(plan: Plan, own: RankRecord) -> Fingerprint:
+    """What decides this run's speed besides its plan, as rank 0 sees it: torch's CUDA, cuDNN and
+    NCCL versions and the GPU's name on a GPU (the descriptor's model on CPU ranks), the
+    container image in force, whether the blocks were compiled and the attention kernel chosen
+    (the rank's metrics); the rest from the environment (contract.benchstats.fingerprint)."""
+    on_gpu = str(own.device or "").startswith("cuda") and torch.cuda.is_available()
+    nccl = None
+    if on_gpu and hasattr(torch.cuda, "nccl"):
+        try:
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except Exception:  # noqa: BLE001 - a build without NCCL: none recorded
+            nccl = None
+    cudnn = torch.backends.cudnn.version() if on_gpu and torch.backends.cudnn.is_available() else None
+    container = plan.cluster.container
+    compiled = (own.metrics.get("compile") or {}).get("enabled") if isinstance(own.metrics.get("compile"), dict) \
+        else None
+    kernel = own.metrics.get("attention_kernel")
+    return fingerprint(
+        cuda=torch.version.cuda if on_gpu else None, cudnn=str(cudnn) if cudnn else None, nccl=nccl,
+        gpu_model=torch.cuda.get_device_name(torch.device(own.device)) if on_gpu else plan.cluster.gpu.model,
+        gpu_count=plan.world_size, container_image=container.image if container is not None else None,
+        compiled=bool(compiled) if compiled is not None else None,
+        attention_kernel=str(kernel) if kernel is not None else None)
 
 
 def _summarise_metrics(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,7 +35,8 @@ import torch
 import torch.distributed as dist
 
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.preflight_checks import node_problems
+from sporch.orchestrator.contract.benchstats import driver_version
+from sporch.orchestrator.contract.preflight_checks import ENV_KEYS, node_problems
 from sporch.runtime.parallel import ParallelContext
 
 ROUNDS = 5
@@ -59,6 +60,14 @@ def _visible_gpus(device: torch.device) -> int | None:
         if value:
             return len([v for v in value.split(",") if v.strip()])
     return None
+
+
+def _interfaces() -> list[str] | None:
+    """The node's network interfaces' names (None where the platform cannot list them)."""
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except OSError:
+        return None
 
 
 def _available_memory_bytes() -> int | None:
@@ -99,6 +108,10 @@ def rank_info(plan: Plan, rank: int, device: torch.device, check_weights: bool =
         "cuda": torch.version.cuda if cuda else None,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
         "host_available_bytes": _available_memory_bytes(),
+        "gpu_model": torch.cuda.get_device_name(device) if cuda else None,
+        "driver": driver_version(),
+        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+        "interfaces": _interfaces(),
         # a tiny_weights generate job creates its folder after this check
         "weights": weights_check(None if plan.workload.tiny_weights or not check_weights else plan.model.weights),
         # the LoRA adapters (plan.model.lora) are read where they are, on every node

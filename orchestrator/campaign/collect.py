@@ -21,7 +21,7 @@ from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
 from sporch.orchestrator.config.loading import read_yaml, to_typed
-from sporch.orchestrator.contract.results import JobResult, ResultFileError, read_bounded_text
+from sporch.orchestrator.contract.results import Fingerprint, JobResult, ResultFileError, read_bounded_text
 from sporch.orchestrator.errors import SporchError
 
 #: Identifying columns, in table order.
@@ -45,6 +45,8 @@ class Row:
     output_note: Optional[str] = None
     #: the id of the point its outputs were compared with
     output_ref: Optional[str] = None
+    #: what decided the run's speed besides its plan (result.json's fingerprint; None before schema 2)
+    fingerprint: Optional[Fingerprint] = None
 
     @property
     def ok(self) -> bool:
@@ -174,6 +176,7 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None,
         row = Row(id=point["id"], values=values, status=result.status if result is not None else PENDING)
         if result is not None:
             row.error = result.error
+            row.fingerprint = result.fingerprint
             data = result.to_dict()
             row.metrics = {m.name: metric_value(data, m.name) for m in METRICS}
             folders[row.id], results[row.id] = folder, data

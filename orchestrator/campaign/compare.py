@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.metrics import METRICS, is_worse
@@ -20,6 +20,10 @@ class Change:
     metric: str
     old: float
     new: Optional[float]  # None: B has no such metric
+    #: what changed in the run's fingerprint from A to B ("NCCL 2.21.5 -> 2.23.4"); empty: nothing
+    #: recorded changed (or a run has no fingerprint: ``fingerprinted`` False)
+    changed: tuple[str, ...] = ()
+    fingerprinted: bool = False
 
     @property
     def broken(self) -> bool:
@@ -59,5 +63,13 @@ def compare(old_dir: str | Path, new_dir: str | Path, threshold: float) -> tuple
             if a is None or not math.isfinite(a) or m.name == "ideal_ms_per_step":
                 continue
             if b is None or not math.isfinite(b) or is_worse(m.name, b, a, threshold):
-                out.append(Change(pid, new[pid].values, m.name, a, b))
+                out.append(Change(pid, new[pid].values, m.name, a, b, *fingerprint_change(old[pid], new[pid])))
     return out, len(common)
+
+
+def fingerprint_change(old: Any, new: Any) -> tuple[tuple[str, ...], bool]:
+    """(what changed in the fingerprint from ``old``'s run to ``new``'s, both runs have one)."""
+    a, b = getattr(old, "fingerprint", None), getattr(new, "fingerprint", None)
+    if a is None or b is None:
+        return (), False
+    return tuple(a.differences(b)), True

@@ -6,7 +6,7 @@ Where: ``--store PATH``, else ``$SPORCH_HISTORY``, else ``$SPORCH_HOME/history.s
 Two tables::
 
     runs(point_id, digest, campaign, campaign_dir, cluster, git_revision, torch_version,
-         sporch_version, time, job_id, point_values)        primary key (point_id, digest)
+         sporch_version, time, job_id, point_values, fingerprint)   primary key (point_id, digest)
     metrics(point_id, digest, metric, value)                 primary key (point_id, digest, metric)
 
 A run is one completed ``result.json``: ``digest`` is the sha256 of its bytes, so recording the
@@ -19,7 +19,10 @@ files alone (:func:`rebuild`) equals the live one.
 
 A point's history is its runs in one campaign (same campaign name, same point id), by time;
 the baseline of a run is the median of the last ``k`` runs before it that have the metric
-(:func:`rolling_baseline`). :func:`compare_to_baseline` holds a campaign directory's runs
+(:func:`rolling_baseline`). ``fingerprint`` is the result's environment fingerprint (JSON; schema
+2 results): a point's runs fall into groups of one fingerprint, and each run names what changed
+from the run before it (``NCCL 2.21.5 -> 2.23.4``). A version 1 store gains the column when next
+written; read-only, its runs have no fingerprint. :func:`compare_to_baseline` holds a campaign directory's runs
 against their baselines with the threshold semantics of :mod:`.compare`.
 """
 
@@ -37,10 +40,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from sporch.orchestrator.campaign.collect import read_point
-from sporch.orchestrator.campaign.compare import Change
+from sporch.orchestrator.campaign.compare import Change, fingerprint_change
 from sporch.orchestrator.campaign.folder import MANIFEST_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign.metrics import BY_NAME, METRICS, is_worse, metric_value
-from sporch.orchestrator.contract.results import JobResult, RankRecord, ResultFileError, rank_file, read_bounded_text
+from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankRecord, ResultFileError, rank_file,
+                                                  read_bounded_text)
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.store import sporch_home
 
@@ -48,19 +52,21 @@ STORE_FILE = "history.sqlite"
 ENV = "SPORCH_HISTORY"
 #: ``$SPORCH_HISTORY`` value that turns recording off.
 OFF = "off"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Store versions this sporch reads (version 1: without the fingerprint column).
+READABLE_VERSIONS = (1, 2)
 #: Runs a baseline is the median of, by default.
 DEFAULT_K = 5
 #: The metric a history shows when none is asked for: the first one a point's runs have.
 MAIN_METRICS = ("step_ms_median", "stage_denoise_s_per_step", "stage_denoise_s", "tokens_per_s")
 
 _RUN_COLUMNS = ("point_id", "digest", "campaign", "campaign_dir", "cluster", "git_revision", "torch_version",
-                "sporch_version", "time", "job_id", "point_values")
+                "sporch_version", "time", "job_id", "point_values", "fingerprint")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     point_id TEXT NOT NULL, digest TEXT NOT NULL, campaign TEXT NOT NULL, campaign_dir TEXT NOT NULL,
     cluster TEXT, git_revision TEXT, torch_version TEXT, sporch_version TEXT, time REAL NOT NULL,
-    job_id TEXT, point_values TEXT NOT NULL,
+    job_id TEXT, point_values TEXT NOT NULL, fingerprint TEXT,
     PRIMARY KEY (point_id, digest));
 CREATE INDEX IF NOT EXISTS runs_by_point ON runs (campaign, point_id, time);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -85,6 +91,7 @@ class Run:
     job_id: Optional[str]
     values: Dict[str, Any] = field(default_factory=dict)  # the point's identifying values
     metrics: Dict[str, float] = field(default_factory=dict)  # read from a file: NaN kept; from the store: finite
+    fingerprint: Optional[Fingerprint] = None  # result.json's (schema 2); None before
 
     def value(self, metric: str) -> Optional[float]:
         v = self.metrics.get(metric)
@@ -154,7 +161,8 @@ def _run(point: dict, result: JobResult, text: str, folder: Path, cdir: Campaign
     return Run(point_id=point["id"], digest=hashlib.sha256(text.encode("utf-8")).hexdigest(), campaign=name,
                campaign_dir=str(cdir.root), cluster=cluster, git_revision=_text(prov.get("git_revision")),
                torch_version=_text(prov.get("torch_version")), sporch_version=_text(prov.get("sporch_version")),
-               time=_finished(prov, folder), job_id=_job_id(prov), values=values, metrics=metrics)
+               time=_finished(prov, folder), job_id=_job_id(prov), values=values, metrics=metrics,
+               fingerprint=result.fingerprint)
 
 
 def _text(v: Any) -> Optional[str]:
@@ -215,6 +223,8 @@ class Store:
             store._check_version(empty_ok=True)
             with conn:
                 conn.executescript(_SCHEMA)
+                if not store._has_fingerprint():  # a version 1 store: the column added, nothing else changes
+                    conn.execute("ALTER TABLE runs ADD COLUMN fingerprint TEXT")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             return store
         except (sqlite3.Error, OSError) as exc:
@@ -246,11 +256,14 @@ class Store:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if version == 0 and not tables and empty_ok:
             return
-        if version != SCHEMA_VERSION or not {"runs", "metrics"} <= tables:
+        if version not in READABLE_VERSIONS or not {"runs", "metrics"} <= tables:
             self.conn.close()
             raise SporchError(f"{self.path} is not a sporch history store of version {SCHEMA_VERSION} "
                               f"(user_version {version}); move it away or rebuild it with "
                               "`sporch campaign history --rebuild DIR...`")
+
+    def _has_fingerprint(self) -> bool:
+        return any(row[1] == "fingerprint" for row in self.conn.execute("PRAGMA table_info(runs)"))
 
     def record(self, runs: Iterable[Run]) -> int:
         """Add ``runs`` (one already there is left as it is); returns how many were new."""
@@ -263,7 +276,8 @@ class Store:
                         f"({', '.join('?' * len(_RUN_COLUMNS))})",
                         (r.point_id, r.digest, r.campaign, r.campaign_dir, r.cluster, r.git_revision,
                          r.torch_version, r.sporch_version, r.time, r.job_id,
-                         json.dumps(r.values, sort_keys=True, default=str)))
+                         json.dumps(r.values, sort_keys=True, default=str),
+                         r.fingerprint.to_json() if r.fingerprint is not None else None))
                     if cur.rowcount != 1:
                         continue
                     added += 1
@@ -285,7 +299,8 @@ class Store:
             args.append(campaign)
         cond = f" WHERE {' AND '.join(where)}" if where else ""
         try:
-            rows = self.conn.execute(f"SELECT {', '.join('r.' + c for c in _RUN_COLUMNS)} FROM runs r{cond} "
+            cols = [("r." + c) if c != "fingerprint" or self._has_fingerprint() else "NULL" for c in _RUN_COLUMNS]
+            rows = self.conn.execute(f"SELECT {', '.join(cols)} FROM runs r{cond} "
                                      "ORDER BY r.campaign, r.point_id, r.time, r.digest", args).fetchall()
             metrics: Dict[Tuple[str, str], Dict[str, float]] = {}
             for pid, digest, m, v in self.conn.execute(
@@ -294,12 +309,14 @@ class Store:
                 metrics.setdefault((pid, digest), {})[m] = v
         except sqlite3.Error as exc:
             raise _store_error(self.path, exc) from None
-        return [Run(*row[:10], values=json.loads(row[10]), metrics=metrics.get((row[0], row[1]), {}))
+        return [Run(*row[:10], values=json.loads(row[10]), metrics=metrics.get((row[0], row[1]), {}),
+                    fingerprint=Fingerprint.from_json(row[11], "history store") if row[11] else None)
                 for row in rows]
 
     def dump(self) -> Tuple[List[tuple], List[tuple]]:
         """Every row of both tables, sorted: what two stores are compared by."""
-        return (sorted(self.conn.execute(f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs").fetchall()),
+        cols = [c if c != "fingerprint" or self._has_fingerprint() else "NULL" for c in _RUN_COLUMNS]
+        return (sorted(self.conn.execute(f"SELECT {', '.join(cols)} FROM runs").fetchall()),
                 sorted(self.conn.execute("SELECT point_id, digest, metric, value FROM metrics").fetchall()))
 
     def count(self) -> Tuple[int, int]:
@@ -441,7 +458,10 @@ def compare_to_baseline(root: str | os.PathLike, store: Store, k: int, threshold
             base = statistics.median(seen)
             new = run.metrics.get(m.name)
             if new is None or not math.isfinite(new) or is_worse(m.name, new, base, threshold):
-                out.changes.append(Change(run.point_id, run.values, m.name, base, new))
+                # what changed in the fingerprint since the last earlier run that has one
+                last = next((p for p in reversed(earlier) if p.fingerprint is not None), None)
+                out.changes.append(Change(run.point_id, run.values, m.name, base, new,
+                                          *fingerprint_change(last, run)))
     return out
 
 
@@ -474,6 +494,9 @@ def trend_doc(runs: Sequence[Run], metric: Optional[str] = None, k: int = DEFAUL
     if last:
         entries = entries[-last:]
     latest = runs[-1]
+    changed = fingerprint_changes([e.run for e in trend(runs, metric, k, threshold)])
+    if last:
+        changed = changed[-last:]
     return {
         "id": latest.point_id, "campaign": latest.campaign, "values": latest.values, "metric": metric,
         "unit": BY_NAME[metric].unit, "better": BY_NAME[metric].better, "k": k, "threshold": threshold,
@@ -482,8 +505,28 @@ def trend_doc(runs: Sequence[Run], metric: Optional[str] = None, k: int = DEFAUL
                   "cluster": e.run.cluster, "git_revision": e.run.git_revision,
                   "torch_version": e.run.torch_version, "sporch_version": e.run.sporch_version,
                   "job_id": e.run.job_id, "digest": e.run.digest, "value": e.value, "baseline": e.baseline,
-                  "ratio": e.ratio, "regressed": e.regressed} for e in entries],
+                  "ratio": e.ratio, "regressed": e.regressed, "fingerprint_group": group,
+                  "changed": what} for e, (group, what) in zip(entries, changed)],
     }
+
+
+def fingerprint_changes(runs: Sequence[Run]) -> List[Tuple[Optional[int], List[str]]]:
+    """Per run (in order): its fingerprint group (runs of one fingerprint share a number, counted
+    from 1 as new fingerprints appear; None without one) and what changed from the last earlier
+    run that has a fingerprint (``["NCCL 2.21.5 -> 2.23.4"]``; empty: nothing, or no earlier one)."""
+    groups: List[Fingerprint] = []
+    previous: Optional[Fingerprint] = None
+    out: List[Tuple[Optional[int], List[str]]] = []
+    for r in runs:
+        fp = r.fingerprint
+        if fp is None:
+            out.append((None, []))
+            continue
+        if fp not in groups:
+            groups.append(fp)
+        out.append((groups.index(fp) + 1, previous.differences(fp) if previous is not None else []))
+        previous = fp
+    return out
 
 
 def describe(values: Dict[str, Any]) -> str:

@@ -61,6 +61,8 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                                     max_time=c.spec.run.pack_time) if c.spec.run.pack else None,
                 "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
                             "ideal_ms_per_step": _ideal_ms(p.plan),
+                            "predicted_ms_per_step": _predicted_ms(p.plan),
+                            "band": (p.plan.estimates.get("predicted") or {}).get("band"),
                             "memory_gib_per_gpu": p.plan.estimates.get("memory_gib_per_gpu")} for p in g.points],
             } for g in groups],
             "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
@@ -81,13 +83,14 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
             packs = f" in {n} pack(s)"
         t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
                         + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
-        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "ideal ms/step", "GiB/GPU"):
-            t.add_column(col, justify="right" if col in ("repeat", "ideal ms/step", "GiB/GPU") else "left")
+        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "predicted ms/step", "GiB/GPU"):
+            t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
         for p in g.points:
             v = p.match_values()
-            ideal = _ideal_ms(p.plan)
+            pred = _predicted_ms(p.plan)
+            band = (p.plan.estimates.get("predicted") or {}).get("band") or 0.0
             t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"], str(v["repeat"]),
-                      f"{ideal:.4g}" if ideal is not None else "-",
+                      (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
                       f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
         con.print(t)
     if exp.skipped:
@@ -107,12 +110,19 @@ def _ideal_ms(plan) -> Optional[float]:
     return ideal_ms_per_step(plan.estimates)
 
 
+def _predicted_ms(plan) -> Optional[float]:
+    """The cost model's step (ms), the band beside it in the table."""
+    pred = plan.estimates.get("predicted")
+    return pred["step_s"] * 1e3 if pred else None
+
+
 @campaign.command("report")
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where table.csv, the PNG plots, plots.json and report.html go (default: DIR/report).")
+@click.option("--wide", is_flag=True, help="The terminal table with every column (default: the few that fit 80 columns).")
 @store_option
-def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> None:
+def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str], wide: bool) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
     reference fails. DIR's completed points are recorded in the history store; the page shows
     the history of those it holds more than one run of."""
@@ -133,10 +143,13 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str]) -> 
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
             if len({str(r.cell(c)) for r in rows}) == 1}
     visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
-    table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items()),
-                  title_justify="left")
+    if not wide:
+        visible_cols = [c for c in visible_cols if _narrow(c, rows)]
+    table = plain_table(title=f"{len(rows)} points" + "".join(f", {k} {v}" for k, v in same.items())
+                        + ("" if wide else " (--wide: every column; all in table.csv)"), title_justify="left")
     for c in visible_cols:
-        table.add_column(_header(c), justify="left" if c in ("id", "layout", "preset", "shape") else "right")
+        table.add_column(_header(c) if wide else NARROW_HEADERS.get(c, _header(c)),
+                         justify="left" if c in ("id", "layout", "preset", "shape") else "right")
     style = {"pass": "green", "fail": "bold red"}
     for r in rows:
         cells = []
@@ -182,6 +195,25 @@ def _published_table(published: list[dict]) -> Any:
         t.add_row(p["id"], visible(str(p["layout"]), one_line=True), p["case"], p["published_text"],
                   p["predicted_text"], p["error_text"], p["measured_text"])
     return t
+
+
+#: The terminal report's columns without --wide (fit 80 columns): the point, its step time, memory
+#: and the model's error, every stage's seconds, whatever a reference judges, and the keys that vary.
+NARROW = ("id", "cluster", "gpus", "layout", "preset", "shape", "dtype", "cache", "status", "step_ms_median",
+          "peak_memory_gib", "prediction_error", "reference")
+NARROW_HEADERS = {"step_ms_median": "step ms", "peak_memory_gib": "GiB", "prediction_error": "pred err",
+                  "reference": "ref"}
+
+
+def _narrow(column: str, rows: list[Row]) -> bool:
+    """Whether the default (narrow) terminal table keeps ``column``."""
+    if column in NARROW:
+        return True
+    if column == "repeat":
+        return any(r.values.get("repeat") for r in rows)
+    if any(column in r.bounds for r in rows):  # a reference judges it
+        return True
+    return column.startswith("stage_") and column.endswith("_s")
 
 
 def _shown(column: str, rows: list[Row]) -> bool:
@@ -270,6 +302,14 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
                   short_value(ch.old), "missing" if ch.new is None else short_value(ch.new),
                   "broken" if ch.broken else f"{ch.relative:+.1%}")
     con.print(t)
+    # what changed besides the plan (result.json's fingerprint), one line per point
+    seen: set[str] = set()
+    for ch in changes:
+        if ch.id in seen or not ch.fingerprinted:
+            continue
+        seen.add(ch.id)
+        what = "; ".join(ch.changed) if ch.changed else "nothing in the fingerprint"
+        con.print(visible(f"changed: {ch.id} ({ch.values.get('layout', '')}): {what}", one_line=True), markup=False)
 
 
 campaign.add_command(run_cmd)

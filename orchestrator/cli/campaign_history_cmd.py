@@ -150,14 +150,21 @@ def _print(docs: List[Dict[str, Any]], path: Path, plot_file: Optional[str]) -> 
                  + (f", the last {len(shown_runs)} shown" if len(shown_runs) < doc["total_runs"] else ""))
         con.print(visible(title, one_line=True), markup=False, style="bold")
         t = plain_table()
-        for col in ("time (UTC)", "git", "torch", "cluster", "job", doc["metric"], "baseline", "ratio"):
+        for col in ("time (UTC)", "git", "torch", "cluster", "job", "env", doc["metric"], "baseline", "ratio"):
             t.add_column(col, justify="right" if col in (doc["metric"], "baseline", "ratio") else "left")
         for r in shown_runs:
             ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else ""
+            group = r.get("fingerprint_group")
             t.add_row(r["when"], short_revision(r["git_revision"]), r["torch_version"] or "", r["cluster"] or "",
-                      r["job_id"] or "", short_value(r["value"]), short_value(r["baseline"]),
+                      r["job_id"] or "", f"#{group}" if group else "", short_value(r["value"]),
+                      short_value(r["baseline"]),
                       Text(visible(ratio + " worse"), style="bold red") if r["regressed"] else ratio)
         con.print(t)
+        # what changed in the environment fingerprint (the env column's groups), a line per change
+        for r in shown_runs:
+            if r.get("changed"):
+                con.print(visible(f"  {r['when']}: {'; '.join(r['changed'])}" + (" (worse)" if r["regressed"] else ""),
+                                  one_line=True), markup=False)
     k, limit = docs[0]["k"], docs[0]["threshold"]
     con.print(visible(f"{len(docs)} point(s); baseline: the median of the last {k} runs before each; worse: by more "
                       f"than {limit:.1%}; store {path}" + (f"; plot {plot_file}" if plot_file else ""),

@@ -23,12 +23,13 @@ from sporch.orchestrator.plan.ranking import pick
 @click.option("--all-ranks", is_flag=True, help="List every rank, even for big worlds.")
 @click.option("--rank", "rank_layouts", is_flag=True,
               help="Rank every feasible layout by predicted step time, with memory fit (--json: as JSON).")
+@click.option("--wide", is_flag=True, help="--rank: every column (the cost model's terms, the peak-rate step).")
 def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_ranks: bool,
-         rank_layouts: bool) -> None:
+         rank_layouts: bool, wide: bool) -> None:
     """Plan JOB.yaml on --cluster: layout, rank/group map, estimates."""
     cluster, job = load(cluster_ref, job_path, overrides)
     if rank_layouts:
-        _rank(cluster, job, as_json)
+        _rank(cluster, job, as_json, wide)
         return
     p = make_plan(cluster, job)
     if as_json:
@@ -37,6 +38,9 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
 
     con = console()
     print_plan(p, con, all_ranks=all_ranks)
+    note = _default_layout_note(cluster, job, p)
+    if note:
+        con.print(f"[cyan]note[/cyan]      {shown(note)}", soft_wrap=True)
     if not p.estimates["fits"]:
         con.print(f"[yellow]warning[/yellow]   {shown(_where_it_fits(job))}", soft_wrap=True)
 
@@ -52,7 +56,45 @@ def _where_it_fits(job) -> str:
     return fit_line(smallest_fit(job, clusters))
 
 
-def _rank(cluster, job, as_json: bool) -> None:
+def _default_layout_note(cluster, job, p) -> str:
+    """When the job leaves every layout dim to its default and the best ``auto`` layout is
+    predicted faster by more than the prediction's band: one line saying so, with the override
+    (the default stays)."""
+    par = job.parallel
+    band = p.estimates["predicted"].get("band") or 0.0
+    if not band or any(getattr(par, d) is not None for d in ("dp", "cfg", "ring", "ulysses")):
+        return ""
+    try:
+        ctx, ranked = rank_feasible(cluster, job)
+    except SporchError:
+        return ""
+    best, _ = pick(ctx, ranked)
+    mine = next((r for r in ranked if r.layout == p.layout), None)
+    if mine is None or best.layout == p.layout or mine.step_s <= best.step_s * (1 + band):
+        return ""
+    sizes = best.layout.sizes()
+    override = " ".join(f"parallel.{d}={sizes[d]}" for d in ("dp", "cfg", "ring", "ulysses"))
+    return (f"the default layout {compact(p.layout)} is predicted {mine.step_s / best.step_s - 1:.0%} slower than "
+            f"{compact(best.layout)} ({best.step_s:.4g} vs {mine.step_s:.4g} s/step), beyond the ±{band:.0%} band; "
+            f"to use it: {override} (the default stays)")
+
+
+def _too_close(ranked) -> str:
+    """The layouts whose predictions are within the fastest's band of it: the model cannot order them."""
+    pool = [r for r in ranked if r.fits] or list(ranked)
+    if len(pool) < 2:
+        return ""
+    best = min(pool, key=lambda r: r.step_s)
+    band = best.predicted.get("band") or 0.0
+    close = [r for r in pool if r is not best and r.step_s <= best.step_s * (1 + band)]
+    if not band or not close:
+        return ""
+    names = ", ".join(compact(r.layout) for r in close[:6]) + (", ..." if len(close) > 6 else "")
+    return (f"{compact(best.layout)} and {names} are within the ±{band:.0%} band of the fastest "
+            f"({best.predicted.get('band_basis')}): too close to call; measure with a campaign")
+
+
+def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
     ctx, ranked = rank_feasible(cluster, job)
     chosen, reason = pick(ctx, ranked)
     try:  # the layout the job itself asks for (it may be infeasible: ranking still helps)
@@ -72,8 +114,11 @@ def _rank(cluster, job, as_json: bool) -> None:
         return
 
     con = console()
-    con.print(ranking_table(ranked, chosen.layout, requested))
+    con.print(ranking_table(ranked, chosen.layout, requested, wide=wide))
     con.print(f"[cyan]note[/cyan] {shown(reason)}", soft_wrap=True)
+    close = _too_close(ranked)
+    if close:
+        con.print(f"[cyan]note[/cyan] {shown(close)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
         least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan
         advice = memory_advice(least.estimates, cluster.gpu.memory_gib, cluster.gpu.model, least.placement,

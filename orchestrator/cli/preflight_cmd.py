@@ -77,7 +77,8 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
                           f"{result.get('error') or 'no measurements'}; see `sporch logs`")
     report = judge(data, gpus_per_node=cluster.gpus_per_node, intra_gb_per_s=cluster.intra_node.gb_per_s,
                    inter_gb_per_s=cluster.inter_node.gb_per_s, threshold=threshold,
-                   per_task=cluster.slurm.gpu_directive == "gpus-per-task")
+                   per_task=cluster.slurm.gpu_directive == "gpus-per-task", intra_fabric=cluster.intra_node.fabric,
+                   inter_fabric=cluster.inter_node.fabric)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(report), indent=2))
     else:
@@ -160,6 +161,8 @@ def _print(report: Report, cluster: str) -> None:
     con.print(links)
     for line in report.problems:
         con.print(f"[red]problem[/red]   {shown(line)}", soft_wrap=True)
+    for line in report.warnings:
+        con.print(f"[yellow]warning[/yellow]   {shown(line)}", soft_wrap=True)
     if not report.problems:
         con.print("[green]ok[/green]        every node agrees and no link is below "
                   "the threshold of its peers", soft_wrap=True)

@@ -195,7 +195,8 @@ def _shard_group(p) -> str:
 
 
 def ideal_s(e: dict) -> float:
-    """The planner's ideal step (compute + all-to-all + ring at nominal rates, no overlap)."""
+    """The planner's peak-rate step: compute at peak FLOP/s + all-to-all + ring at nominal link
+    rates, nothing overlapped (a prediction may be below it: the model overlaps ring transfers)."""
     return e["compute_s_per_step_ideal"] + e["all_to_all_s_per_step_ideal"] + e["ring_s_per_step_ideal"]
 
 
@@ -205,8 +206,9 @@ def prediction_rows(e: dict) -> list[tuple[str, str]]:
     if not pred:
         return []
     ideal = ideal_s(e)
-    rows = [("predicted step", f"{pred['step_s']:.3f} s" + (f" (ideal {ideal:.3f} s)" if ideal else "")
-             + f", {pred['constants']}")]
+    rows = [("predicted step", f"{pred['step_s']:.3f} s" + band_text(pred) + f", {pred['constants']}")]
+    if ideal:
+        rows.append(("  at peak rates", f"{ideal:.3f} s (compute at peak FLOP/s + links at nominal GB/s, not overlapped)"))
     for term, value in pred["breakdown_s_per_step"].items():
         rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
     extra = [f"fixed {pred['fixed_s']:.3g} s"] if pred["fixed_s"] else []
@@ -297,21 +299,31 @@ def _weights_cell(plan: Plan) -> str:
     return ", ".join([cell, *moved])
 
 
-def ranking_table(ranked: list, chosen: Any = None, requested: Any = None) -> Any:
-    """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking)."""
+def band_text(pred: dict) -> str:
+    """' +/- 9% (held-out H100 compiled tables)': the validation's band of a prediction, or ''."""
+    band = pred.get("band") or 0.0  # older plans: none
+    return f" ± {band:.0%} ({pred['band_basis']})" if band else ""
+
+
+def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide: bool = False) -> Any:
+    """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking).
+    The default columns fit 80 columns; ``wide`` adds the cost model's terms and the peak-rate step."""
     from rich.text import Text
 
-    t = plain_table(title=f"feasible layouts ranked by predicted step time ({len(ranked)}; seconds per step, "
-                    "layout dp x cfg x ring x ulysses)", title_justify="left")
-    cols = ["#", "layout", "step", "job", *[TERM_HEADERS[x] for x in TERMS], "ideal", "weights", "GiB/GPU", "fits"]
+    t = plain_table(title=f"layouts ranked by predicted s/step ({len(ranked)}; dp x cfg x ring x ulysses)",
+                    title_justify="left")
+    cols = ["#", "layout", "step", "±", "vs #1", "job", *([TERM_HEADERS[x] for x in TERMS] + ["peak-rate"] if wide else []),
+            "weights", "GiB", "fits"]
     for c in cols:
-        t.add_column(c, justify="left" if c in ("layout", "fits") else "right", no_wrap=c == "layout")
+        t.add_column(c, justify="left" if c in ("layout", "fits", "weights") else "right", no_wrap=c == "layout")
+    best = ranked[0].step_s if ranked else 0.0
     for i, r in enumerate(ranked, 1):
         pred, e = r.predicted, r.plan.estimates
-        mark = ("  <- auto" if chosen is not None and r.layout == chosen else "") + (
-            "  <- job" if requested is not None and r.layout == requested else "")
-        t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{r.job_s:.4g}",
-                  *[f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS],
-                  f"{ideal_s(e):.4g}", _weights_cell(r.plan), f"{e['memory_gib_per_gpu']:.1f}",
-                  "yes" if r.fits else Text("no", style="red"))
+        mark = (" <-auto" if chosen is not None and r.layout == chosen else "") + (
+            " <-job" if requested is not None and r.layout == requested else "")
+        band = pred.get("band") or 0.0
+        t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{band:.0%}" if band else "-",
+                  f"{r.step_s / best - 1:+.0%}" if best else "-", f"{r.job_s:.4g}",
+                  *([f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS] + [f"{ideal_s(e):.4g}"] if wide else []),
+                  _weights_cell(r.plan), f"{e['memory_gib_per_gpu']:.1f}", "yes" if r.fits else Text("no", style="red"))
     return t

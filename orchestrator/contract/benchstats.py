@@ -10,6 +10,8 @@ in docs/contracts.md (result files) and read by sporch.orchestrator.campaign.met
 - :func:`provenance`: sporch version and git revision, torch version, cluster descriptor,
   node list, Slurm job / array ids, and when the result was written (``finished_at``, seconds
   since the epoch: the campaign history orders runs by it).
+- :func:`fingerprint`: what decides speed besides the plan (:class:`~.results.Fingerprint`):
+  the standard library's part (package versions, driver, variables); the runtime adds torch's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator import __version__
+from sporch.orchestrator.contract.results import Fingerprint
+
+#: Variables of the fingerprint: every one set whose name starts so.
+FINGERPRINT_ENV_PREFIXES = ("NCCL_", "CUDA_")
+#: Where the NVIDIA kernel driver says its version (Linux).
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -107,3 +115,45 @@ def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional
         "slurm_array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
         "finished_at": time.time() if finished_at is None else finished_at,
     }
+
+
+def _package_version(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def driver_version(path: Path = DRIVER_VERSION_FILE) -> Optional[str]:
+    """The NVIDIA driver's version from ``/proc/driver/nvidia/version`` ("... Kernel Module  550.54.15
+    ..."); None without one (no GPU, not Linux)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return None
+    words = text.split()
+    for i, w in enumerate(words):
+        if w == "Module" and i + 1 < len(words):
+            nxt = words[i + 1]
+            if nxt[:1].isdigit():
+                return nxt
+            if i + 2 < len(words) and words[i + 2][:1].isdigit():  # "Kernel Module for aarch64  550.x"
+                return words[i + 2]
+    return None
+
+
+def fingerprint(env: Optional[dict[str, str]] = None, *, cuda: Optional[str] = None, cudnn: Optional[str] = None,
+                nccl: Optional[str] = None, gpu_model: Optional[str] = None, gpu_count: Optional[int] = None,
+                container_image: Optional[str] = None, compiled: Optional[bool] = None,
+                attention_kernel: Optional[str] = None, driver: Optional[str] = None) -> Fingerprint:
+    """The run's :class:`Fingerprint`: package versions, the driver and the variables in effect
+    read here (``env``: the process's environment unless given); the caller gives torch's
+    versions (CUDA, cuDNN, NCCL), the GPUs, the container image, compile and the kernel."""
+    env = dict(os.environ if env is None else env)
+    return Fingerprint(
+        sporch=__version__, torch=_package_version("torch"), cuda=cuda, cudnn=cudnn, nccl=nccl,
+        diffusers=_package_version("diffusers"), driver=driver if driver is not None else driver_version(),
+        gpu_model=gpu_model, gpu_count=gpu_count,
+        env={k: v for k, v in sorted(env.items()) if k.startswith(FINGERPRINT_ENV_PREFIXES)},
+        socket_ifname=env.get("NCCL_SOCKET_IFNAME") or env.get("GLOO_SOCKET_IFNAME"),
+        container_image=container_image or None, compiled=compiled, attention_kernel=attention_kernel)

@@ -30,8 +30,11 @@ from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.files import JobFiles
 from sporch.orchestrator.contract.safe_files import write_atomic
 
-#: Version of the result files' keys; a file without ``schema_version`` is version 1.
-RESULT_SCHEMA_VERSION = 1
+#: Version of the result files' keys; a file without ``schema_version`` is version 1. Version 2
+#: adds result.json's ``fingerprint`` (:class:`Fingerprint`); version 1 files still load.
+RESULT_SCHEMA_VERSION = 2
+#: The versions this sporch reads.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 #: What a rank and a job can end as.
 STATUSES = ("completed", "failed", "requeued")
 #: The largest result file read (a real one is a few KiB; this bounds a file gone wrong).
@@ -174,8 +177,8 @@ def _check_types(data: Dict[str, Any], where: str, mappings: tuple, texts: tuple
 
 
 def _check_version(data: Dict[str, Any], where: str) -> None:
-    version = data.get("schema_version", RESULT_SCHEMA_VERSION)
-    if version != RESULT_SCHEMA_VERSION:
+    version = data.get("schema_version", 1)
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise ResultFileError(f"{where}: schema_version {version!r} is not supported (this sporch reads "
                               f"{RESULT_SCHEMA_VERSION}); read it with the sporch that wrote it")
 
@@ -243,13 +246,70 @@ class RankRecord(ResultSection):
 
 
 @dataclass(frozen=True)
+class Fingerprint(ResultSection):
+    """What decides a run's speed besides its plan (result.json's ``fingerprint``, schema 2):
+    the software versions, the driver, the GPUs, the NCCL_* and CUDA_* variables and the socket
+    interface in effect, the container image, whether the blocks were compiled and the attention
+    kernel chosen. Two runs of one point that differ in speed are told apart by
+    :meth:`differences` (``campaign compare``, ``campaign history``)."""
+
+    sporch: Optional[str] = None
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    cudnn: Optional[str] = None
+    nccl: Optional[str] = None
+    diffusers: Optional[str] = None
+    driver: Optional[str] = None
+    gpu_model: Optional[str] = None
+    gpu_count: Optional[int] = None
+    env: Dict[str, str] = field(default_factory=dict)  # the NCCL_* and CUDA_* variables set
+    socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME
+    container_image: Optional[str] = None
+    compiled: Optional[bool] = None
+    attention_kernel: Optional[str] = None
+
+    #: How a field is named when it changed ("NCCL 2.21.5 -> 2.23.4").
+    LABELS: ClassVar[Dict[str, str]] = {
+        "sporch": "sporch", "torch": "torch", "cuda": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
+        "diffusers": "diffusers", "driver": "driver", "gpu_model": "GPU", "gpu_count": "GPUs",
+        "socket_ifname": "socket interface", "container_image": "container image", "compiled": "compile",
+        "attention_kernel": "attention kernel"}
+
+    @classmethod
+    def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
+        _check_types(data, where, ("env",), ("sporch", "torch", "cuda", "cudnn", "nccl", "diffusers", "driver",
+                                             "gpu_model", "socket_ifname", "container_image", "attention_kernel"))
+        if data.get("env") is None:
+            data["env"] = {}
+        return data
+
+    def flat(self) -> Dict[str, Any]:
+        """Every field, ``env`` one entry per variable (``env NCCL_P2P_DISABLE``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "env"}
+        out.update({f"env {k}": v for k, v in sorted(self.env.items())})
+        return out
+
+    def differences(self, newer: "Fingerprint") -> List[str]:
+        """What changed from this run to ``newer``, one phrase per field: ``NCCL 2.21.5 -> 2.23.4``,
+        ``env NCCL_P2P_DISABLE unset -> 1``. A field that neither run recorded is no change."""
+        a, b = self.flat(), newer.flat()
+        out = []
+        for key in [*a, *(k for k in b if k not in a)]:
+            old, new = a.get(key), b.get(key)
+            if old != new:
+                label = self.LABELS.get(key, key)
+                out.append(f"{label} {'unset' if old is None else old} -> {'unset' if new is None else new}")
+        return out
+
+
+@dataclass(frozen=True)
 class JobResult(ResultSection):
     """``result.json``: the job's status, layout, hosts per rank, timings and errors (rank 0
     writes it; the local runner names a rank that died without a record)."""
 
     OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({
         "max_abs_err", "max_rel_err", "tolerance", "verified", "step_ms_median_max", "outputs",
-        "peak_memory_bytes_by_rank", "hang", "step_cache"})
+        "peak_memory_bytes_by_rank", "hang", "step_cache", "fingerprint"})
 
     status: str  # STATUSES
     job_name: Optional[str] = None
@@ -284,13 +344,18 @@ class JobResult(ResultSection):
     hang: Optional[Dict[str, Any]] = None
     # workload.cache: steps computed/skipped and each rank's skipped steps (contract.step_cache_summary)
     step_cache: Optional[Dict[str, Any]] = None
+    # what decides speed besides the plan (schema 2; a version 1 file has none)
+    fingerprint: Optional[Fingerprint] = None
     schema_version: int = RESULT_SCHEMA_VERSION
 
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_version(data, where)
-        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance", "hang", "step_cache"),
+        _check_types(data, where, ("metrics", "layout", "sequence", "hosts", "provenance", "hang", "step_cache",
+                                   "fingerprint"),
                      ("status", "error", "job_name", "cluster", "workload"))
+        if data.get("fingerprint") is not None:
+            data["fingerprint"] = Fingerprint.from_dict(data["fingerprint"], f"{where}: fingerprint")
         for key in ("metrics", "hosts"):
             if data.get(key) is None:
                 data[key] = {}

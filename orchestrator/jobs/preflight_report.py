@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from sporch.orchestrator.contract.preflight_checks import VERSION_KEYS, node_problems
+from sporch.orchestrator.contract.preflight_checks import VERSION_KEYS, environment_warnings, node_problems
 
 DEFAULT_THRESHOLD = 0.5
 
@@ -50,6 +50,8 @@ class Report:
     nodes: list[NodeRow]
     links: list[LinkRow]
     problems: list[str] = field(default_factory=list)
+    #: settings that slow a run without stopping it (contract.preflight_checks.environment_warnings)
+    warnings: list[str] = field(default_factory=list)
     slowest_node: Optional[str] = None
     slowest_link: Optional[str] = None
 
@@ -59,7 +61,8 @@ def _median(values: list[float]) -> Optional[float]:
 
 
 def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, inter_gb_per_s: float,
-          threshold: float = DEFAULT_THRESHOLD, per_task: bool = False) -> Report:
+          threshold: float = DEFAULT_THRESHOLD, per_task: bool = False, intra_fabric: str = "",
+          inter_fabric: str = "") -> Report:
     """The report of one preflight's ``metrics.preflight`` on a cluster with those figures."""
     ranks = sorted(data["ranks"], key=lambda r: r["rank"])
     node_of = {r["rank"]: r["node"] for r in ranks}
@@ -102,7 +105,8 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
                              (bw / desc) if nccl and bw and desc else None))
     for row in nodes:
         row.score_gb_per_s = _median(touching.get(row.node, []))
-    report = Report(nodes=nodes, links=links, problems=problems)
+    report = Report(nodes=nodes, links=links, problems=problems,
+                    warnings=environment_warnings(ranks, intra_fabric, inter_fabric, data["links"]))
     _judge_speed(report, hop_bw, threshold)
     for link in links:
         if link.vs_descriptor is not None and link.vs_descriptor < threshold:

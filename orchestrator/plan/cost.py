@@ -17,10 +17,10 @@ dp / cfg replicas run independently, so one rank's time is the step time):
                   (bytes / (link x link_efficiency) + p2p_latency_s) hides behind one block:
                   exposed = (R - 1) x max(0, transfer - block)                   (ring > 1)
     overhead    = layer_overhead_s
-    eager host  = what an eager (not compiled) run's host adds per layer where it cannot run
-                  ahead of the GPU: eager_a2a_message_s per all-to-all message (the reshapes
-                  and copies around each peer's chunk) + eager_ring_layer_s once per layer
-                  when ring > 1 (the ring loop's per-step launches and merges)  (eager only)
+    eager host  = an eager (not compiled, not sharded) layer takes the longer of the GPU's work
+                  (every term above) and the host's launching of it: host = eager_layer_s +
+                  eager_a2a_message_s per all-to-all message + eager_ring_layer_s when ring > 1;
+                  the term is max(0, host - GPU work)                             (eager only)
     weight gather (parameters sharded, FSDP2): each block is all-gathered before it runs,
                   gather = block's share of the bytes / (link x link_efficiency); the next
                   block's gather is prefetched behind this block's compute (gemm + attention
@@ -29,7 +29,9 @@ dp / cfg replicas run independently, so one rank's time is the step time):
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
                      + overhead + eager host) + weight gather
-    job  = steps x step + fixed_s (text encoder, VAE: generation runs only)
+    job  = steps x step + fixed_s (text encoder: generation runs only)
+           + decode (the VAE's, generation runs: output pixels x frames x decode_bytes_per_pixel
+             / HBM bandwidth for a video VAE, image_decode_bytes_per_pixel for an image one)
            + expert switch (two experts, the idle one offloaded: the planner's
              ``estimates.experts.switch_s``, bytes / the cluster's host <-> GPU rate; not fitted)
 
@@ -41,7 +43,8 @@ and the parameters are not sharded (the runtime's rule on a GPU).
 ``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
 sample of a ring block: few heads per rank or short local sequences leave SMs idle.
 
-Constants come from the GPU model's row of ``data/gpus.yaml``, overridden by the cluster
+Constants come from the GPU model's row of ``data/gpus.yaml`` (priors) with the one fit to every
+published table applied (``data/fitted.yaml``, plan/validation.py), overridden by the cluster
 descriptor's calibration (``calibration:`` file -> ``calibration_constants``). Every term is a
 constant times a feature of the plan, except the ring's max() and the expert switch;
 :func:`features` gives that linear form (for :mod:`.calibration`; :func:`unfitted_s` the rest),
@@ -63,7 +66,9 @@ from sporch.orchestrator.errors import SporchError
 #: The constants (CONSTANTS: the GPU table's columns) that calibration fits.
 FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "compiled_elementwise_bytes",
           "ring_merge_bytes", "ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s",
-          "layer_overhead_s", "eager_a2a_message_s", "eager_ring_layer_s", "fixed_s")
+          "layer_overhead_s", "eager_layer_s", "eager_a2a_message_s", "eager_ring_layer_s", "fixed_s",
+          "decode_flops_per_pixel",
+          "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 #: Constants that enter as 1 / value (rates); the others enter as they are (costs).
 INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency")
 #: Breakdown terms, in display order.
@@ -72,6 +77,18 @@ TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_e
 A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
 TILE_ROWS = 128
 GPU_TABLE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
+#: The one fit of SHARED_FIT to every published table (plan/validation.py): applied to every GPU
+#: row but ``cpu`` by :func:`default_constants`.
+FITTED_TABLE = Path(__file__).resolve().parent / "data" / "fitted.yaml"
+#: The constants fitted to the published tables, shared by every GPU model: efficiencies as one
+#: multiplier of each GPU's prior, the others as one value (plan/calibration.py, fit_shared).
+#: Chosen by the leave-one-table-out validation (docs/plan.md): ``fixed_s`` (one number for every
+#: pipeline), ``ring_step_s`` (fitted on eager rings it took the host's time and made held-out
+#: compiled rings up to 5.5x too slow) and a video VAE's FLOPs per pixel (worse held-out tables) are
+#: not fitted: they stay at the GPU rows' priors (0), for a calibration to set.
+SHARED_FIT = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "compiled_elementwise_bytes",
+              "ring_merge_bytes", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "eager_layer_s",
+              "eager_a2a_message_s", "eager_ring_layer_s", "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 
 
 # -- constants ------------------------------------------------------------------------------
@@ -92,9 +109,50 @@ def gpu_entry(model: str) -> dict[str, Any]:
     return gpu_table()[-1]
 
 
-def default_constants(gpu_model: str) -> dict[str, float]:
+def prior_constants(gpu_model: str) -> dict[str, float]:
+    """The GPU row's own values (spec sheets, kernel measurements, round numbers): no fit to the
+    published tables in them."""
     row = gpu_entry(gpu_model)
     return {k: float(row[k]) for k in CONSTANTS}
+
+
+@functools.lru_cache(maxsize=1)
+def fitted_table() -> dict[str, Any]:
+    import yaml
+
+    if not FITTED_TABLE.exists():
+        return {"scales": {}, "values": {}}
+    with open(FITTED_TABLE, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def prediction_band(gpu_model: str, compiled: bool) -> tuple[float, str]:
+    """(band, what it rests on): the largest held-out ratio error of the published tables of this
+    GPU row and mode (plan/validation.py; ``data/fitted.yaml``'s ``bands``), else of every table of
+    the mode; (0, "") where no table says anything (the cpu row, a missing fit)."""
+    mode = "compiled" if compiled else "eager"
+    row = gpu_entry(gpu_model)["name"]
+    bands = fitted_table().get("bands") or {}
+    if row == "cpu":
+        return 0.0, ""
+    if mode in (bands.get(row) or {}):
+        return float(bands[row][mode]), f"held-out {row} {mode} tables"
+    if mode in (bands.get("*") or {}):
+        return float(bands["*"][mode]), f"held-out {mode} tables, no {row} one"
+    return 0.0, ""
+
+
+def default_constants(gpu_model: str) -> dict[str, float]:
+    """The GPU row's priors with the published tables' fit (``data/fitted.yaml``) applied; the
+    ``cpu`` row (gloo ranks: calibrate them) stays as it is."""
+    consts = prior_constants(gpu_model)
+    if gpu_entry(gpu_model)["name"] == "cpu":
+        return consts
+    fit = fitted_table()
+    for k, s in (fit.get("scales") or {}).items():
+        consts[k] = consts[k] * float(s)
+    consts.update({k: float(v) for k, v in (fit.get("values") or {}).items()})
+    return consts
 
 
 def cluster_constants(cluster: Any) -> tuple[dict[str, float], str]:
@@ -135,6 +193,8 @@ class CostInputs:
     gather_bw: float = 1.0  # B/s, nominal
     compiled: bool = False  # blocks compiled (torch.compile): fused glue, no eager host terms
     switch_s: float = 0.0  # per job: an offloaded expert's copies at the switch (not fitted)
+    pixels: float = 0.0  # per job and rank: output pixels x frames the VAE decodes (batch / dp samples)
+    video: bool = False  # a video VAE (frames > 1) decodes them; else an image VAE
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
@@ -166,6 +226,9 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         gather_bw=float(e.get("weight_gather_gb_per_s") or 1.0) * 1e9,
         compiled=compiles(plan),
         switch_s=float((e.get("experts") or {}).get("switch_s") or 0.0),
+        pixels=float(max(1, plan.workload.batch // max(1, plan.layout.dp)) * (plan.workload.frames or 1)
+                     * (plan.workload.height or 0) * (plan.workload.width or 0)),
+        video=(plan.workload.frames or 1) > 1,
     )
 
 
@@ -197,8 +260,10 @@ class Prediction:
     eager_host: float
     weight_gather: float
     fixed_s: float  # per job
+    decode_s: float  # per job: the VAE's decode of the output (generation runs)
     switch_s: float  # per job: the expert switch's host <-> GPU copies
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
+    host_bound: bool = False  # eager: the host's launches take longer than the GPU's work (per layer)
 
     def breakdown(self) -> dict[str, float]:
         return {t: getattr(self, t) for t in TERMS}
@@ -218,8 +283,7 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
         "all_to_all": (x.a2a_bytes / (x.a2a_bw * c["link_efficiency"]) + _a2a_messages(x) * c["a2a_latency_s"]
                        if x.ulysses > 1 else 0.0),
         "overhead": c["layer_overhead_s"],
-        "eager_host": (0.0 if x.compiled else
-                       _a2a_messages(x) * c["eager_a2a_message_s"] + (c["eager_ring_layer_s"] if x.ring > 1 else 0.0)),
+        "host": sum(n * c[k] for k, n in _host_counts(x).items()),
         "gather": x.gather_bytes / L / (x.gather_bw * c["link_efficiency"]),
     }
     t["ring_merge"] = 0.0
@@ -229,6 +293,14 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
         t["ring_transfer"] = x.ring_bytes / (x.ring - 1) / (x.ring_bw * c["link_efficiency"]) + c["p2p_latency_s"]
         t["ring_block"] = (t["attention"] + t["ring_merge"]) / x.ring
     return t
+
+
+def _host_counts(x: CostInputs) -> dict[str, float]:
+    """An eager layer's host time as counts of the host constants (compiled or sharded: none)."""
+    if x.compiled or x.gather_bytes > 0:
+        return {}
+    return {"eager_layer_s": 1.0, "eager_a2a_message_s": float(_a2a_messages(x)),
+            "eager_ring_layer_s": 1.0 if x.ring > 1 else 0.0}
 
 
 def _compute(t: Mapping[str, float]) -> float:
@@ -266,16 +338,36 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
     if x.ring > 1:
         bound = t["ring_transfer"] > t["ring_block"]
         exposed = (x.ring - 1) * max(0.0, t["ring_transfer"] - t["ring_block"])
-    step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead",
-                                  "eager_host")}
+    step = {k: L * t[k] for k in ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "overhead")}
     step["ring_exposed"] = L * exposed
+    # an eager layer takes the longer of the GPU's work and the host's launching of it
+    gpu_layer = sum(step.values()) / L
+    host_bound = t["host"] > gpu_layer
+    step["eager_host"] = L * max(0.0, t["host"] - gpu_layer)
     step["weight_gather"] = 0.0
     if x.gather_bytes > 0:
         step["weight_gather"] = t["gather"] + (L - 1) * max(0.0, t["gather"] - _compute(t))
     step_s = sum(step.values())
     fixed = c["fixed_s"] if x.generation else 0.0
-    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed + x.switch_s, fixed_s=fixed,
-                      switch_s=x.switch_s, ring_comm_bound=bound, **step)
+    decode = sum(_decode_features(x, c)[k] * c[k] for k in DECODE)
+    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed + decode + x.switch_s, fixed_s=fixed,
+                      decode_s=decode, switch_s=x.switch_s, ring_comm_bound=bound, host_bound=host_bound, **step)
+
+
+#: The constants of the VAE's decode (per job, generation runs): a video VAE's FLOPs and bytes per
+#: output pixel x frame, an image VAE's bytes per pixel.
+DECODE = ("decode_flops_per_pixel", "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
+
+
+def _decode_features(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
+    f = dict.fromkeys(DECODE, 0.0)
+    if x.generation and x.pixels:
+        if x.video:
+            f["decode_flops_per_pixel"] = x.pixels / x.peak_flops
+            f["decode_bytes_per_pixel"] = x.pixels / (c["hbm_gb_per_s"] * 1e9)
+        else:
+            f["image_decode_bytes_per_pixel"] = x.pixels / (c["hbm_gb_per_s"] * 1e9)
+    return f
 
 
 def unfitted_s(x: CostInputs, level: str = "step") -> float:
@@ -296,9 +388,6 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
     elem = _elementwise_key(x)
     f[elem] = L * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
     f["layer_overhead_s"] = float(L)
-    if not x.compiled:
-        f["eager_a2a_message_s"] = float(L * _a2a_messages(x))
-        f["eager_ring_layer_s"] = float(L) if x.ring > 1 else 0.0
     if x.ulysses > 1:
         f["link_efficiency"] += L * x.a2a_bytes / x.a2a_bw
         f["a2a_latency_s"] = float(L * _a2a_messages(x))
@@ -322,9 +411,14 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
             f["gemm_efficiency"] -= (L - 1) / L * x.gemm_flops / x.peak_flops
             f["attention_efficiency"] -= (L - 1) / L * attn
             f[elem] -= (L - 1) * x.samples * x.tokens_rank * x.hidden / (c["hbm_gb_per_s"] * 1e9)
+    if _host_counts(x) and predict(x, c).host_bound:
+        # the layer is the host's: its launches, not the GPU's work, set the time
+        f = dict.fromkeys(FITTED, 0.0)
+        f.update({k: L * n for k, n in _host_counts(x).items()})
     if level == "job":
         f = {k: v * x.steps for k, v in f.items()}
         f["fixed_s"] = 1.0 if x.generation else 0.0
+        f.update(_decode_features(x, c))
     return f
 
 
@@ -359,11 +453,21 @@ def prediction_record(plan: Any) -> dict[str, Any]:
         "step_s": round(p.step_s, 9),
         "job_s": round(p.job_s, 9),
         "fixed_s": p.fixed_s,
+        "decode_s": round(p.decode_s, 9),
         "switch_s": round(p.switch_s, 9),
         "breakdown_s_per_step": {k: round(v, 9) for k, v in p.breakdown().items()},
         "ring_comm_bound": p.ring_comm_bound,
         "constants": source,
+        **_band_record(plan, source),
     }
+
+
+def _band_record(plan: Any, source: str) -> dict[str, Any]:
+    """The band of a prediction made with the defaults (a calibration's own errors are its file's)."""
+    if source.startswith("calibration"):
+        return {"band": 0.0, "band_basis": ""}
+    band, basis = prediction_band(plan.cluster.gpu.model or "", compiles(plan))
+    return {"band": band, "band_basis": basis}
 
 
 def with_prediction(plan: Any) -> Any:

@@ -46,8 +46,10 @@ def case(name: str) -> dict[str, Any]:
     raise KeyError(name)
 
 
-def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None) -> Plan:
-    """The Plan of ``layout`` for case ``c`` (a one-node cluster of layout.world_size GPUs)."""
+def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | None = None,
+              shard_weights: str = "none") -> Plan:
+    """The Plan of ``layout`` for case ``c`` (a one-node cluster of layout.world_size GPUs);
+    ``shard_weights``: how the measured run held the DiT's parameters (``none``: whole)."""
     cluster = validate_cluster(ClusterSpec(
         name=c["name"], nodes=1, gpus_per_node=layout.world_size, gpu=GpuSpec(**c["gpu"]),
         intra_node=IntraNodeSpec(**c["intra_node"]), calibration_constants=dict(constants or {}),
@@ -55,7 +57,7 @@ def plan_case(c: dict[str, Any], layout: Layout, constants: dict[str, float] | N
     job = JobSpec(name=c["name"], model=ModelSpec(preset=c["model"]),
                   workload=WorkloadSpec(kind="inference", dtype="bfloat16", compile=bool(c["compile"]),
                                         **c["workload"]),
-                  parallel=ParallelSpec(**layout.sizes(), shard_weights="none"))  # measured unsharded
+                  parallel=ParallelSpec(**layout.sizes(), shard_weights=shard_weights))
     return make_plan(cluster, validate_job(job, c["name"]))
 
 
@@ -63,22 +65,30 @@ def layouts(c: dict[str, Any]) -> list[tuple[Layout, float]]:
     return [(Layout(*m["layout"]), float(m["seconds"])) for m in c["measured"]]
 
 
+def level(c: dict[str, Any]) -> str:
+    """"job" (seconds per generation: steps + text encoder + VAE) or "step" (``per: step``)."""
+    return "step" if c.get("per") == "step" else "job"
+
+
 def observations(c: dict[str, Any]) -> list[Observation]:
-    return [Observation(inputs_from_plan(plan_case(c, lay)), seconds, "job", compact(lay))
-            for lay, seconds in layouts(c)]
+    return [Observation(inputs_from_plan(plan_case(c, Layout(*m["layout"]),
+                                                   shard_weights=m.get("shard_weights", "none"))),
+                        float(m["seconds"]), level(c), compact(Layout(*m["layout"])))
+            for m in c["measured"]]
 
 
 def published_seconds(plan: Plan) -> Optional[tuple[str, float]]:
     """(case name, published seconds per generation) of a published case measured under
     ``plan``'s layout with its preset, workload shape, steps, guidance and compile setting on
-    a GPU of the same row of the cost model's table; None when no case matches."""
+    a GPU of the same row of the cost model's table; None when no case matches (a ``per: step``
+    case gives no time per generation)."""
     if not plan.model.preset:
         return None
     w, lay = plan.workload, plan.layout
     gpu = gpu_entry(plan.cluster.gpu.model or "")["name"]
     for c in cases():
         cw = c["workload"]
-        if (c["model"] != plan.model.preset or gpu_entry(c["gpu"]["model"])["name"] != gpu
+        if (level(c) != "job" or c["model"] != plan.model.preset or gpu_entry(c["gpu"]["model"])["name"] != gpu
                 or bool(c["compile"]) != compiles(plan) or int(cw["steps"]) != w.steps
                 or (cw.get("frames", 1), cw["height"], cw["width"]) != (w.frames or 1, w.height, w.width)
                 or float(cw.get("guidance_scale", 1.0)) != float(w.guidance_scale)):

@@ -224,7 +224,7 @@ def test_generate_rows_hold_each_stages_seconds_and_peak_memory(tmp_path):
 def test_report_of_generate_points_shows_the_stage_columns_exactly(tmp_path, run_cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # the terminal table on one line per row
     root = make_generate_campaign(tmp_path / "g")
-    code, out, err = run_cli("campaign", "report", root)
+    code, out, err = run_cli("campaign", "report", root, "--wide")
     assert code == 1, err  # g4r's decode misses its reference
     assert "reference failed g4r" in out and "stage_decode_s = 4.5" in out
     with open(root / "report" / "table.csv") as fh:
@@ -348,3 +348,48 @@ def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path,
     assert 'data-value="5.19"' in html and f'data-value="{predicted}"' in html
     assert f"{predicted / 5.19 - 1:+.1%}" in html
     assert f'data-value="{100.0 * 28 / 1e3}"' in html  # 28 steps x the 100 ms median step
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_the_terminal_report_fits_80_and_120_columns(tmp_path, run_cli, monkeypatch, columns):
+    """Issue 35: the default table fits (no cell cut to "..."); --wide has every column."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    root = make_campaign(tmp_path / "c")
+    code, out, _ = run_cli("campaign", "report", root)
+    assert code == 1  # the 4-GPU points miss their reference
+    table = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert max(len(line) for line in table) <= columns and "…" not in "\n".join(table)
+    header = next(line for line in table if " id " in line)
+    assert all(h in header for h in ("step ms", "GiB", "ref")) and "tflops" not in header
+    assert sum("fail" in line for line in table) == 3 and any("p4a1" in line for line in table)
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run_cli("campaign", "report", root, "--wide")
+    assert "tflops per gpu" in out and "step ms p90" not in out  # p90: table.csv and the page
+
+
+def _fingerprint_runs(root: Path, fingerprints: dict) -> None:
+    """Give the points' result.json a fingerprint (schema 2)."""
+    for pid, fp in fingerprints.items():
+        path = root / "points" / pid / "result.json"
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "schema_version": 2, "fingerprint": fp}))
+
+
+def test_compare_names_the_fingerprint_field_that_changed(tmp_path, run_cli, monkeypatch):
+    """Issue 35: a baseline and a current run differing in one fingerprint field (NCCL); the
+    slower point's line names it. A run without a fingerprint (schema 1) says nothing."""
+    monkeypatch.setenv("COLUMNS", "200")
+    fp = {"sporch": "0.1.0", "torch": "2.5.1", "cuda": "12.4", "nccl": "2.21.5", "gpu_model": "H100",
+          "gpu_count": 4, "env": {"NCCL_IB_DISABLE": "0"}, "attention_kernel": "cudnn", "compiled": True}
+    a = make_campaign(tmp_path / "a")
+    b = make_campaign(tmp_path / "b", scale=1.2)
+    _fingerprint_runs(a, {pid: fp for pid, *_ in POINTS})
+    _fingerprint_runs(b, {pid: {**fp, "nccl": "2.23.4"} for pid, *_ in POINTS if pid != "p2b"})
+    code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert code == 1
+    lines = [line for line in out.splitlines() if line.startswith("changed:")]
+    assert "changed: p2a (1x1x1x2): NCCL 2.21.5 -> 2.23.4" in lines
+    assert len(lines) == 4 and not any("p2b" in line for line in lines)  # p2b's B run has no fingerprint
+    _fingerprint_runs(b, {"p4b": fp})
+    _, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert "changed: p4b (1x1x4x1): nothing in the fingerprint" in out

@@ -183,8 +183,12 @@ def test_plan_command_text_and_json(run_cli):
     doc = json.loads(out)
     assert doc["points"] == 4 and len(doc["groups"]) == 2 and doc["skipped"] == []
     assert sorted(len(g["points"]) for g in doc["groups"]) == [2, 2]
+    point = doc["groups"][0]["points"][0]
+    assert point["predicted_ms_per_step"] > 0 and "band" in point
     code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     assert code == 0 and "27 points in 3 group(s)" in out and "exceeds the 4 nodes of a100x32" in out
+    # the predicted time with its band (issue 35), not the peak-rate "ideal"
+    assert "predicted ms/step" in out and "ideal ms/step" not in out and "±32%" in out
 
 
 # -- references ------------------------------------------------------------------------

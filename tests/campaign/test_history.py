@@ -312,3 +312,46 @@ def test_one_line_errors(tmp_path, run_cli, history_store):
 ])
 def test_rolling_baseline(values, k, want):
     assert rolling_baseline(values, k) == want
+
+
+def test_runs_are_grouped_by_fingerprint_and_the_slower_run_names_what_changed(tmp_path, run_cli, history_store,
+                                                                              monkeypatch):
+    """Issue 35: three runs, the third on NCCL 2.23.4 and 2x slower; the history groups the runs
+    by fingerprint and names the change on the slower run; a version 1 store gains the column."""
+    monkeypatch.setenv("COLUMNS", "200")
+    fp = {"sporch": "0.1.0", "torch": "2.5.1", "cuda": "12.4", "nccl": "2.21.5", "gpu_model": "H100",
+          "gpu_count": 4, "env": {}, "compiled": True, "attention_kernel": "cudnn"}
+    dirs = [make_run(tmp_path / f"run{n}" / "synth", n, scale) for n, scale in enumerate((1.0, 1.01, 2.0))]
+    for n, d in enumerate(dirs):
+        for pid, *_ in POINTS:
+            path = d / "points" / pid / "result.json"
+            result = json.loads(path.read_text())
+            path.write_text(json.dumps({**result, "schema_version": 2,
+                                        "fingerprint": {**fp, "nccl": "2.23.4" if n == 2 else "2.21.5"}}))
+        code, _, err = run_cli("campaign", "status", d)
+        assert code == 0, err
+    code, out, err = run_cli("campaign", "history", "--json")
+    assert code == 0, err
+    runs = {p["id"]: p["runs"] for p in json.loads(out)["points"]}["p2a"]
+    assert [r["fingerprint_group"] for r in runs] == [1, 1, 2]
+    assert [r["changed"] for r in runs] == [[], [], ["NCCL 2.21.5 -> 2.23.4"]] and runs[2]["regressed"]
+    code, out, _ = run_cli("campaign", "history")
+    assert "NCCL 2.21.5 -> 2.23.4 (worse)" in out and "#2" in out
+    # compare --baseline: the slower run against its history names the change too
+    code, out, _ = run_cli("campaign", "compare", "--baseline", dirs[2])
+    assert code == 1 and "changed: p2a (1x1x1x2): NCCL 2.21.5 -> 2.23.4" in out
+    # a version 1 store (no fingerprint column) still reads, and gains the column when written
+    old = tmp_path / "v1.sqlite"
+    with sqlite3.connect(old) as conn:
+        conn.executescript("CREATE TABLE runs (point_id TEXT NOT NULL, digest TEXT NOT NULL, campaign TEXT NOT NULL, "
+                           "campaign_dir TEXT NOT NULL, cluster TEXT, git_revision TEXT, torch_version TEXT, "
+                           "sporch_version TEXT, time REAL NOT NULL, job_id TEXT, point_values TEXT NOT NULL, "
+                           "PRIMARY KEY (point_id, digest)); CREATE TABLE metrics (point_id TEXT NOT NULL, "
+                           "digest TEXT NOT NULL, metric TEXT NOT NULL, value REAL NOT NULL, "
+                           "PRIMARY KEY (point_id, digest, metric)); PRAGMA user_version = 1;")
+        conn.execute("INSERT INTO runs VALUES ('p0', 'd', 'synth', '/x', 'local', NULL, NULL, NULL, 1.0, NULL, '{}')")
+    with Store.open(old) as st:
+        assert [r.fingerprint for r in st.runs()] == [None]
+    assert record_dir(dirs[2], old) == 3
+    with Store.open(old) as st:
+        assert {r.point_id: r.fingerprint for r in st.runs()}["p2a"].nccl == "2.23.4"

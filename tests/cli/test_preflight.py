@@ -105,15 +105,6 @@ def test_local_preflight_names_the_slow_node_and_the_node_without_weights(tmp_pa
     assert kinds == {"all_reduce", "all_to_all", "ring_p2p"}
 
 
-def test_local_preflight_prints_the_tables(tmp_path):
-    out = _preflight(tmp_path)
-    assert out.returncode in (0, 1), out.stderr[-2000:]
-    for text in ("preflight on slurmlab: nodes", "slurmlab-node3", "links (GB/s per rank)", "ring_p2p", "all_to_all"):
-        assert text in out.stdout, text
-    # nothing about versions, GPUs or weights (those are not noise); speed is not asserted here
-    assert "differs" not in out.stdout and "weights path" not in out.stdout
-
-
 def test_every_job_checks_its_nodes_first_unless_told_not_to(tmp_path):
     """The quick check (runtime.preflight, on by default) fails a job at once, naming the node
     that cannot read the weights; runtime.preflight=off runs it."""
@@ -140,3 +131,61 @@ def test_every_job_checks_its_nodes_first_unless_told_not_to(tmp_path):
     assert outs["off"].returncode == 0, outs["off"].stderr[-1500:]
     (ok,) = (tmp_path / "off").glob("tiny/*/result.json")
     assert "preflight_quick" not in json.loads(ok.read_text())["metrics"]
+
+
+def test_multi_node_pitfalls_are_warned_with_their_nodes():
+    """Issue 35: NCCL_P2P_DISABLE on NVLink nodes (with the measured in-node all-to-all),
+    NCCL_IB_DISABLE on InfiniBand, a socket interface a node lacks, nodes differing in GPU model
+    or driver (or NCCL: test_versions_gpus_and_weights_are_compared)."""
+    data = _data({}, versions={r: {"env": {"NCCL_P2P_DISABLE": "1"}, "interfaces": ["eth0", "ib0", "lo"]}
+                               for r in range(8)})
+    for r in (4, 5):  # node n2 lacks eth0 and sets IB off
+        data["ranks"][r].update(interfaces=["ens3", "lo"], env={"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1",
+                                                                "NCCL_SOCKET_IFNAME": "eth0"})
+    data["ranks"][6]["env"] = {"NCCL_P2P_DISABLE": "0", "GLOO_SOCKET_IFNAME": "=eth0"}
+    w = _judge(data, intra_fabric="nvlink", inter_fabric="infiniband").warnings
+    assert w[0] == ("NCCL_P2P_DISABLE is set on n0, n1, n2, whose GPUs the descriptor says talk over NVLink: NCCL "
+                    "sends through host memory instead; measured all-to-all in a node: median 2 GB/s per rank; unset it")
+    assert w[1].startswith("NCCL_IB_DISABLE is set on n2 of an InfiniBand cluster")
+    assert w[2].startswith("NCCL_SOCKET_IFNAME=eth0 on n2, which has no interface eth0 (it has ens3, lo)")
+    assert len(w) == 3  # n3 asks for =eth0 exactly and has it; its P2P is off ("0")
+    # a PCIe / Ethernet cluster: P2P and IB settings are no loss
+    assert len(_judge(data, intra_fabric="pcie", inter_fabric="ethernet").warnings) == 1
+    # warnings are not problems: the exit code stays 0
+    assert _judge(data, intra_fabric="nvlink", inter_fabric="infiniband").problems == []
+    odd = _judge(_data({}, versions={6: {"gpu_model": "NVIDIA A100", "driver": "535.1"},
+                                     7: {"gpu_model": "NVIDIA A100", "driver": "535.1"},
+                                     **{r: {"gpu_model": "NVIDIA H100", "driver": "550.5"} for r in range(6)}}))
+    assert odd.warnings == [
+        "gpu_model differs: n3 (NVIDIA A100) against NVIDIA H100 on the other nodes: the slowest sets the pace of "
+        "every collective", "driver differs: n3 (535.1) against 550.5 on the other nodes: the slowest sets the pace "
+        "of every collective"] and odd.problems == []
+
+
+def test_local_preflight_prints_the_tables_and_warns_about_planted_pitfalls(tmp_path):
+    """On the loopback lab (8 CPU ranks, 4 emulated nodes) described as NVLink nodes: the tables,
+    and a planted NCCL_P2P_DISABLE=1 and an NCCL_SOCKET_IFNAME no node has warned about (issue 35),
+    naming the nodes; nothing about versions, GPUs or weights (those are not noise)."""
+    import yaml
+
+    from sporch.orchestrator.config.cluster import find_cluster
+
+    doc = yaml.safe_load(Path(find_cluster("slurmlab").source).read_text())
+    doc["intra_node"] = {**(doc.get("intra_node") or {}), "fabric": "nvlink"}
+    desc = tmp_path / "lab-nvlink.yaml"
+    desc.write_text(yaml.safe_dump(doc))
+    e = {**os.environ, "COLUMNS": "250", "NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "nosuch0"}
+    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "preflight", "--cluster", str(desc),
+                          "--local", "--output-dir", str(tmp_path / "runs")], capture_output=True, text=True,
+                         timeout=400, cwd=ROOT, env=e)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    for text in ("preflight on slurmlab: nodes", "slurmlab-node3", "links (GB/s per rank)", "ring_p2p", "all_to_all"):
+        assert text in out.stdout, text
+    assert "differs" not in out.stdout and "weights path" not in out.stdout
+    warnings = [" ".join(line.split()[1:]) for line in out.stdout.splitlines() if line.startswith("warning")]
+    nodes = ", ".join(f"slurmlab-node{i}" for i in range(4))
+    assert warnings[0].startswith(f"NCCL_P2P_DISABLE is set on {nodes}, whose GPUs the descriptor says talk over "
+                                  "NVLink"), warnings
+    assert "measured all-to-all in a node: median" in warnings[0]
+    missing = [w for w in warnings if w.startswith("NCCL_SOCKET_IFNAME=nosuch0 on slurmlab-node")]
+    assert len(missing) == 4 and "which has no interface nosuch0 (it has " in missing[0]

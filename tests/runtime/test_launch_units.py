@@ -1,12 +1,14 @@
 """Rank environment detection and result files (no processes, no torch.distributed)."""
 
+import dataclasses
 import json
 
 import pytest
 
 from sporch.runtime.rank_env import RankEnv, RankEnvError, default_master_port, first_host
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, ResultFileError, error_record,
+from sporch.orchestrator.contract.benchstats import driver_version, fingerprint
+from sporch.orchestrator.contract.results import (RESULT_SCHEMA_VERSION, JobResult, RankError, RankRecord, ResultFileError, error_record,
                                                   read_rank_files, read_result, rank_file, result_file,
                                                   write_json_atomic)
 
@@ -58,7 +60,7 @@ def test_atomic_json_and_rank_files(tmp_path):
     assert "Traceback" in files[1].error.traceback
     assert not list((tmp_path / "ranks").glob("*.tmp"))  # no temporary left behind
     on_disk = json.loads(rank_file(tmp_path, 3).read_text())
-    assert on_disk["status"] == "completed" and on_disk["schema_version"] == 1
+    assert on_disk["status"] == "completed" and on_disk["schema_version"] == RESULT_SCHEMA_VERSION == 2
     assert "error" not in on_disk and "device" not in on_disk  # optional keys stay out while unset
 
 
@@ -83,6 +85,33 @@ def test_result_round_trip_and_todays_files(tmp_path):
     result.write(result_file(tmp_path))
     assert read_result(tmp_path) == result
     assert read_result(tmp_path / "nothing-here") is None
+    assert result.fingerprint is None  # a version 1 file has none
+
+
+def test_a_fingerprint_round_trips_and_names_what_changed(tmp_path):
+    fp = fingerprint({"NCCL_IB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "0,1", "GLOO_SOCKET_IFNAME": "eth0",
+                      "HOME": "/x"}, cuda="12.4", cudnn="90100", nccl="2.21.5", gpu_model="NVIDIA H100 80GB HBM3",
+                     gpu_count=8, container_image="nvcr.io/nvidia/pytorch:24.05", compiled=True,
+                     attention_kernel="cudnn", driver="550.54.15")
+    assert fp.env == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_IB_DISABLE": "1"} and fp.socket_ifname == "eth0"
+    result = JobResult(status="completed", fingerprint=fp)
+    result.write(result_file(tmp_path))
+    on_disk = json.loads(result_file(tmp_path).read_text())
+    assert on_disk["schema_version"] == 2 and on_disk["fingerprint"]["nccl"] == "2.21.5"
+    assert read_result(tmp_path).fingerprint == fp
+    newer = dataclasses.replace(fp, nccl="2.23.4", env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert fp.differences(newer) == ["NCCL 2.21.5 -> 2.23.4", "env NCCL_IB_DISABLE 1 -> unset"]
+    assert fp.differences(fp) == []
+    result_file(tmp_path).write_text(json.dumps({**on_disk, "fingerprint": {"nccl": 2}}))
+    with pytest.raises(ResultFileError, match="fingerprint: nccl must be text"):
+        read_result(tmp_path)
+
+
+def test_the_driver_version_is_read_from_the_kernel_module_line(tmp_path):
+    f = tmp_path / "version"
+    f.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n")
+    assert driver_version(f) == "550.54.15"
+    assert driver_version(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -91,6 +120,7 @@ def test_result_round_trip_and_todays_files(tmp_path):
     ('{"status": "completed", "colour": "red"}', "unknown key(s) colour"),
     ('{"error": "x"}', "missing key(s) status"),
     ('{"status": "completed", "schema_version": 9}', "schema_version 9 is not supported"),
+    ('{"status": "completed", "fingerprint": [1]}', "fingerprint must be an object"),
     ('{"status": "failed", "errors": [{"rank": 1}]}', "errors[0]"),
 ])
 def test_broken_result_files_are_one_line_errors(tmp_path, text, needle):

@@ -48,6 +48,10 @@ def test_verify_sharded_equals_unsharded(case, tmp_path):
     assert result["max_rel_err"] <= 1e-5
     assert result["metrics"]["attention_kernel"] == "cpu_flash"  # what backend="auto" ran, recorded
     assert len(result["hosts"]) == 4
+    # what decides speed besides the plan (issue 35): schema 2's fingerprint
+    fp = result["fingerprint"]
+    assert result["schema_version"] == 2 and fp["attention_kernel"] == "cpu_flash" and fp["gpu_count"] == 4
+    assert fp["torch"] and fp["diffusers"] and fp["sporch"] and fp["cuda"] is None  # gloo ranks on CPU
     plan = json.loads((run_dir / "plan.json").read_text())
     assert result["layout"] == plan["layout"]
     if case == "slurmlab-2-nodes":

@@ -1,0 +1,158 @@
+"""Leave-one-table-out validation of the cost model on the published tables.
+
+A published table (a case of ``data/published.yaml``: one source, GPU, model, eager or
+compiled, a set of layouts) is one unit. For each table: fit the shared constants
+(:data:`SHARED_FIT`, :func:`~sporch.orchestrator.plan.calibration.fit_shared`) to every *other*
+table, starting from the GPU rows' priors (``data/gpus.yaml``, no fit in them), and predict the
+held-out table. Per table it reports
+
+* the pairs of layouts measured more than :data:`ORDER_MARGIN` apart, and how many of them the
+  prediction orders rightly;
+* the largest ratio error against the table's fastest point: for each layout t and the fastest
+  measured f, (predicted t / predicted f) / (measured t / measured f) - 1. A ratio is what a
+  layout decision rests on, and it is blind to what a source leaves unsaid about the whole run
+  (its step count, say).
+
+:func:`all_tables_fit` is the one fit to every table that the GPU rows' defaults carry
+(``data/fitted.yaml``, applied by :func:`~sporch.orchestrator.plan.cost.default_constants`).
+:func:`bands` turns the held-out errors into the band ``sporch plan`` shows per GPU and mode.
+docs/plan.md has the table and what each term is for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Optional, Sequence
+
+from sporch.orchestrator.plan import published
+from sporch.orchestrator.plan.calibration import Observation, SharedFit, fit_shared, predicted_s
+from sporch.orchestrator.plan.cost import SHARED_FIT, default_constants, gpu_entry, prior_constants
+
+#: Measured pairs closer than this (relative) are ties the model is not asked to order.
+ORDER_MARGIN = 0.10
+
+
+@dataclass(frozen=True)
+class Row:
+    layout: str
+    measured_s: float
+    predicted_s: float
+    ratio_error: float  # (predicted / predicted fastest) / (measured / measured fastest) - 1
+
+
+@dataclass(frozen=True)
+class TableScore:
+    name: str
+    gpu: str  # the GPU table's row
+    compiled: bool
+    pairs: int  # measured more than ORDER_MARGIN apart
+    ordered: int  # of them, predicted in the measured order
+    max_ratio_error: float  # the largest |ratio error| of the table's layouts
+    rows: tuple[Row, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu": self.gpu, "compiled": self.compiled, "pairs": self.pairs,
+                "ordered": self.ordered, "max_ratio_error": round(self.max_ratio_error, 4),
+                "rows": [{"layout": r.layout, "measured_s": r.measured_s, "predicted_s": round(r.predicted_s, 6),
+                          "ratio_error": round(r.ratio_error, 4)} for r in self.rows]}
+
+
+def score(case: dict[str, Any], obs: Sequence[Observation], predictions: Sequence[float]) -> TableScore:
+    """The figures of one table from its observations and their predictions."""
+    fastest = min(range(len(obs)), key=lambda i: obs[i].measured_s)
+    mf, pf = obs[fastest].measured_s, predictions[fastest]
+    rows = tuple(Row(o.label, o.measured_s, p, (p / pf) / (o.measured_s / mf) - 1) for o, p in zip(obs, predictions))
+    pairs = [(i, j) for i in range(len(obs)) for j in range(len(obs))
+             if obs[i].measured_s < obs[j].measured_s * (1 - ORDER_MARGIN)]
+    ordered = sum(1 for i, j in pairs if predictions[i] < predictions[j])
+    return TableScore(case["name"], gpu_entry(case["gpu"]["model"])["name"], bool(case["compile"]), len(pairs),
+                      ordered, max(abs(r.ratio_error) for r in rows), rows)
+
+
+def _tables(names: Optional[Iterable[str]] = None) -> list[tuple[dict[str, Any], list[Observation], dict[str, float]]]:
+    wanted = set(names) if names is not None else None
+    return [(c, published.observations(c), prior_constants(c["gpu"]["model"]))
+            for c in published.checked_cases() if wanted is None or c["name"] in wanted]
+
+
+#: Rounds of the alternation between the fit and the free scales of tables without a known
+#: absolute time (``absolute: false``).
+SCALE_ROUNDS = 3
+
+
+def _fit(tables, names: Sequence[str]) -> SharedFit:
+    """One shared fit to ``tables``. A table marked ``absolute: false`` (its source leaves the step
+    count or size unsaid) lends only its ratios: its times are divided by a free factor, the
+    geometric mean of measured / predicted, refitted in turn (SCALE_ROUNDS)."""
+    bases = [b for _, os, b in tables for _ in os]
+    scale = {c["name"]: 1.0 for c, _, _ in tables}
+    free = [c["name"] for c, _, _ in tables if c.get("absolute") is False]
+    for _ in range(SCALE_ROUNDS if free else 1):
+        obs = [replace(o, measured_s=o.measured_s / scale[c["name"]]) for c, os, _ in tables for o in os]
+        fitted = fit_shared(obs, bases, names)
+        if not free:
+            break
+        i = 0
+        for c, os, base in tables:
+            if c["name"] in free:
+                consts = fitted.constants(base)
+                logs = [math.log(o.measured_s / predicted_s(o, consts)) for o in os]
+                scale[c["name"]] = math.exp(sum(logs) / len(logs))
+            i += len(os)
+    return fitted
+
+
+def all_tables_fit(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None) -> SharedFit:
+    """The shared constants fitted to every checked table (the shipped defaults' fit)."""
+    return _fit(_tables(cases), names)
+
+
+def leave_one_table_out(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None) -> list[TableScore]:
+    """Each checked table predicted by a fit to all the others."""
+    tables = _tables(cases)
+    out = []
+    for i, (c, obs, base) in enumerate(tables):
+        fitted = _fit(tables[:i] + tables[i + 1:], names)
+        consts = fitted.constants(base)
+        out.append(score(c, obs, [predicted_s(o, consts) for o in obs]))
+    return out
+
+
+def with_defaults(cases: Optional[Iterable[str]] = None) -> list[TableScore]:
+    """Each checked table predicted by the shipped default constants (fitted to all tables: the
+    figures flatter; the honest ones are :func:`leave_one_table_out`'s)."""
+    out = []
+    for c, obs, _ in _tables(cases):
+        consts = default_constants(c["gpu"]["model"])
+        out.append(score(c, obs, [predicted_s(o, consts) for o in obs]))
+    return out
+
+
+def bands(scores: Sequence[TableScore]) -> dict[str, dict[str, float]]:
+    """The held-out ratio error a prediction carries, per GPU row and mode ("eager", "compiled"):
+    the largest of that GPU's and mode's held-out tables; "*" (a GPU without a table of that
+    mode): the largest of every table of the mode."""
+    out: dict[str, dict[str, float]] = {}
+    for s in scores:
+        mode = "compiled" if s.compiled else "eager"
+        for gpu in (s.gpu, "*"):
+            row = out.setdefault(gpu, {})
+            row[mode] = max(row.get(mode, 0.0), round(s.max_ratio_error, 3))
+    return out
+
+
+def fitted_text(fit: SharedFit, scores: Sequence[TableScore]) -> str:
+    """``data/fitted.yaml``'s text for ``fit`` and the held-out ``scores``' :func:`bands`
+    (bench/published_validation.py --write-fit writes it)."""
+    import yaml
+
+    doc = {"scales": {k: float(f"{x:.4g}") for k, x in fit.scales.items()},
+           "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()},
+           "bands": bands(scores)}
+    head = ("# The cost model's constants fitted to every published table at once (plan/validation.py,\n"
+            "# all_tables_fit; regenerate with `python bench/published_validation.py --write-fit`).\n"
+            "# scales: multiply each GPU row's prior efficiency; values: one value for every GPU row but cpu.\n"
+            "# bands: per GPU row and mode, the largest held-out ratio error (what `sporch plan` shows as +/-).\n"
+            f"# Held at a bound by the fit: {', '.join(fit.held) or 'none'}.\n")
+    return head + yaml.safe_dump(doc, sort_keys=False)

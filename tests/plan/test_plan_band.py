@@ -1,0 +1,61 @@
+"""The validation's band on `sporch plan` and `plan --rank`: each prediction with the held-out
+error of its GPU and mode, "too close to call" when layouts are within it, the default layout's
+override when it is predicted slower beyond the band, and `plan --rank` within 80 and 120 columns."""
+
+from __future__ import annotations
+
+import pytest
+from tests.testutil import EXAMPLES
+
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.plan.cost import fitted_table, prediction_band
+from sporch.orchestrator.plan.planner import make_plan
+
+WAN14B = EXAMPLES / "wan14b-720p.yaml"
+
+
+def test_a_prediction_carries_the_band_of_its_gpu_and_mode():
+    bands = fitted_table()["bands"]
+    compiled = make_plan(find_cluster("h100x64"), load_job(EXAMPLES / "flux-2048.yaml")).estimates["predicted"]
+    assert compiled["band"] == bands["H100"]["compiled"] and compiled["band_basis"] == "held-out H100 compiled tables"
+    eager = make_plan(find_cluster("h100x64"), load_job(EXAMPLES / "flux-2048.yaml", ["workload.compile=false"]))
+    assert eager.estimates["predicted"]["band"] == bands["H100"]["eager"]
+    # a GPU without a table of the mode takes the largest of the mode; the cpu row has no band
+    assert prediction_band("A100-SXM4-80GB", True) == (bands["*"]["compiled"], "held-out compiled tables, no A100 one")
+    assert prediction_band("cpu", False) == (0.0, "")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_plan_rank_fits_the_terminal(columns, run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = run_cli("plan", "-c", "a100x32", WAN14B, "--rank")
+    assert code == 0, err
+    table = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert len(table) >= 11 + 4
+    assert max(len(line) for line in table) <= columns
+    assert "…" not in out  # no cell cut
+    # the band on every row and the note naming the layouts it cannot tell apart
+    assert all("32%" in line for line in table if "<-" in line)
+    assert "too close to call; measure with a campaign" in out and "1x2x4x4" in out
+    # --wide: the cost model's terms (for a wide terminal)
+    monkeypatch.setenv("COLUMNS", "220")
+    code, out, _ = run_cli("plan", "-c", "a100x32", WAN14B, "--rank", "--wide")
+    assert code == 0 and "peak-rate" in out and "merge" in out
+
+
+def test_plan_prints_the_override_when_the_default_layout_is_slower_beyond_the_band(run_cli, tmp_path):
+    text = (EXAMPLES / "flux-2048.yaml").read_text()
+    job = tmp_path / "flux-default.yaml"
+    job.write_text(text[:text.index("parallel:")])  # every layout dim left to its default
+    code, out, err = run_cli("plan", "-c", "h100x64", job)
+    assert code == 0, err
+    note = " ".join(out.split())
+    assert "the default layout 1x1x8x8 is predicted 11% slower than 1x1x4x16" in note
+    assert "parallel.dp=1 parallel.cfg=1 parallel.ring=4 parallel.ulysses=16 (the default stays)" in note
+    # within the band: no note (a100x32: the default is 5% slower, the band 32%)
+    code, out, _ = run_cli("plan", "-c", "a100x32", WAN14B)
+    assert code == 0 and "the default layout" not in out
+    # a job that sets its layout gets no note
+    code, out, _ = run_cli("plan", "-c", "h100x64", EXAMPLES / "flux-2048.yaml")
+    assert code == 0 and "the default layout" not in out
