@@ -75,7 +75,8 @@ def pick(ctx: LayoutContext, ranked: list[Ranked]) -> tuple[Ranked, str]:
                    "so the layout preference (Ulysses inside a node, then ring) broke the tie")
     elif others:
         nxt = min(others, key=lambda r: r.step_s)
-        reason += f"; next {compact(nxt.layout)} {nxt.step_s:.4g} s/step ({nxt.step_s / chosen.step_s - 1:+.0%})"
+        gap = f" ({nxt.step_s / chosen.step_s - 1:+.0%})" if chosen.step_s > 0 else ""
+        reason += f"; next {compact(nxt.layout)} {nxt.step_s:.4g} s/step{gap}"
     return chosen, reason
 
 
