@@ -124,7 +124,8 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
     if fam is not None and not fam.hand_built:  # the generic path: the family reads its own config
         fields = fam.shape(config)
         return CheckpointModel(family=fam.title, fmt="diffusers", config_file=path, fields=fields,
-                               keys={k: "config.json" for k in fields}, family_key=fam.name,
+                               keys={k: "config.json" for k in fields if k not in ("text_len", "vae_stride")},
+                               family_key=fam.name,
                                diffusers_class=cls, config=dict(config))
     raise UnknownModelConfig(f"{path}: diffusers class {cls or '(none)'!r} is not supported: it has no split plan "
                              f"sporch knows (no _cp_plan sporch reads, no shipped table); supported: "
