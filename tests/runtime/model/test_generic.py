@@ -78,3 +78,34 @@ def test_unsupported_class_is_refused():
 
     with pytest.raises(UnsupportedClass, match="'SanaTransformer2DModel' is not supported"):
         diffusers_class("SanaTransformer2DModel")
+
+
+@pytest.mark.parametrize("fam, cls, over", [
+    ("ltx-video", "LTXVideoTransformer3DModel", ["parallel.ulysses=4", "workload.height=96", "workload.width=160"]),
+    ("qwen-image", "QwenImageTransformer2DModel", ["parallel.ulysses=2", "parallel.ring=2", "workload.height=48",
+                                                   "workload.width=80"]),
+])
+def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, cls, over):
+    """`sporch run --local --verify model.weights=DIR`, no preset: a diffusers pipeline folder of a
+    family planned from its config.json, 4 gloo ranks against the unsharded model (15 tokens: uneven)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.families import family_module
+
+    root = Path(__file__).resolve().parents[3]
+    random_diffusers(cls, family_module(fam).TINY, seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
+    job = tmp_path / "job.yaml"
+    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, frames: 1, steps: 1, guidance_scale: 1.0, "
+                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
+    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
+                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", *over,
+                          f"output_dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (result,) = (tmp_path / "runs").glob("g/*/result.json")
+    metrics = json.loads(result.read_text())["metrics"]
+    assert metrics["family"] == fam and metrics["path"] == "generic"
+    assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3
