@@ -27,6 +27,12 @@ CASES = [
     ("flux", "FluxTransformer2DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
     ("flux", "FluxTransformer2DModel", {}, dict(ulysses=2, ring=2), (1, 3, 5), 7, 1),
     ("flux", "FluxTransformer2DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3), 5, 1),
+    # shipped plans (the class has no _cp_plan); SD3.5 Medium's dual attention in block 0
+    ("sd3", "SD3Transformer2DModel", {}, dict(ulysses=4), (1, 4, 4), 8, 1),
+    ("sd3", "SD3Transformer2DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
+    ("sd3", "SD3Transformer2DModel", {}, dict(ulysses=2, ring=2), (1, 3, 5), 7, 1),
+    ("sd3", "SD3Transformer2DModel", dict(num_attention_heads=3, caption_projection_dim=24), dict(dp=2, ulysses=2),
+     (1, 3, 3), 5, 1),
 ]
 
 
