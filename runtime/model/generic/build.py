@@ -85,6 +85,11 @@ def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: tor
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls.from_config(config)
-        for p in model.parameters():  # zero-initialised layers (output heads) random too
-            p.data.normal_(0, 0.5 / max(1, p.shape[-1]) ** 0.5)
+        for name, p in model.named_parameters():  # every parameter random, zero-initialised layers too
+            if p.dim() >= 2:
+                p.data.normal_(0, 1.0 / max(1, p.shape[-1]) ** 0.5)
+            elif name.endswith("weight"):  # norm scales around 1
+                p.data.normal_(1.0, 0.2)
+            else:
+                p.data.normal_(0, 0.2)
     return _prepared(model.to(dtype))

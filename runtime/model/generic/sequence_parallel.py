@@ -94,8 +94,8 @@ class SequenceParallel:
         for name, entry in self.plan.items():
             for m in modules_named(self.model, name):
                 if isinstance(entry, Mapping):
-                    names = [k for k, s in entry.items() if isinstance(k, str) and not s.split_output]
-                    outs = {k: s for k, s in entry.items() if s.split_output}
+                    names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
+                    outs = {k: s for k, s in entry.items() if _on_output(s)}
                     if names:
                         handles.append(m.register_forward_pre_hook(self._split_inputs(m, entry, names),
                                                                    with_kwargs=True))
@@ -214,6 +214,12 @@ class SequenceParallel:
         out = usp_attention(q, k, v, ctx, backend=self.backend, scale=scale, key_lens=key_lens,
                             stats=getattr(ctx, "comm_stats", None), layer=self.state.calls - 1)
         return out[:, :lq].transpose(1, 2)
+
+
+def _on_output(spec) -> bool:
+    """A split of the module's output (an int key, ``split_output``), not of an input; a tuple
+    spec (one per element of a tuple input) is an input's."""
+    return isinstance(spec, SplitInput) and spec.split_output
 
 
 def _is_attention(m: torch.nn.Module) -> bool:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import flux, ltx, qwenimage, sd3, wan
+from . import cogvideox, flux, ltx, qwenimage, sd3, wan
 
-_BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3}
+_BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3, "cogvideox": cogvideox}
 
 
 def family_module(name: str) -> ModuleType:
