@@ -94,3 +94,17 @@ def test_published_presets_plan_on_a100x32(preset, workload, heads, depth):
     assert p.model.diffusers_class and p.model.diffusers_config
     assert p.layout.world_size == 32 and p.estimates["memory_bytes_per_gpu"] > 0
     assert p.estimates["parameters"] > 1e9
+
+
+def test_inspect_names_family_class_heads_layers_and_layouts(run_cli, tmp_path):
+    """`sporch inspect` on a generic-path folder (a config and a safetensors header suffice)."""
+    root = folder(tmp_path, QWEN)
+    header = json.dumps({"img_in.weight": {"dtype": "F32", "shape": [48, 16], "data_offsets": [0, 3072]}}).encode()
+    (root / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(3072))
+    code, out, err = run_cli("inspect", root, "--json", "--gpus", "4")
+    assert code == 0, err
+    g = json.loads(out)["generic"]
+    assert (g["family"], g["class"], g["split_plan"], g["heads"], g["layers"]) == (
+        "qwen-image", "QwenImageTransformer2DModel", "the class's _cp_plan", 3, 2)
+    assert g["layouts"]["4"] == ["U1R4", "U2R2"]  # 3 heads: Ulysses 4 would leave a rank without one
