@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Optional
 
 from .base import Family, FamilyPreset, UnsupportedClass
-from . import cogvideox, flux, ltx, qwenimage, sd3, wan
+from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
-                                cogvideox.FAMILY)
+                                cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "UnsupportedClass", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family"]

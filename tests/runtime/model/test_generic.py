@@ -39,6 +39,12 @@ CASES = [
     ("cogvideox", "CogVideoXTransformer3DModel", {}, dict(ulysses=2, ring=2), (2, 3, 5), 7, 1),
     ("cogvideox", "CogVideoXTransformer3DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3), 5,
      1),
+    # HunyuanVideo: dual- then single-stream blocks, the token refiner's attention local
+    ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ulysses=4), (2, 2, 2), 8, 1),
+    ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
+    ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ulysses=2, ring=2), (2, 3, 5), 7, 1),
+    ("hunyuanvideo", "HunyuanVideoTransformer3DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3),
+     5, 1),
 ]
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import cogvideox, flux, ltx, qwenimage, sd3, wan
+from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 
-_BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3, "cogvideox": cogvideox}
+_BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3, "cogvideox": cogvideox,
+                                   "hunyuanvideo": hunyuanvideo}
 
 
 def family_module(name: str) -> ModuleType:
