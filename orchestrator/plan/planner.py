@@ -186,9 +186,9 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if job.parallel.shard_weights not in ("none", "auto"):
         raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
                           "(its parameters are whole on every rank); set parallel.shard_weights=none")
-    if layout.cfg > 1:
-        raise SporchError(f"parallel.cfg={layout.cfg} is not supported for {what} yet; set parallel.cfg=1 "
-                          "(both CFG passes then run as one doubled batch)")
+    if layout.cfg > 1 and not cfg_on(model, job.workload):
+        raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
+                          f"({what}); set parallel.cfg=1")
 
 
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:

@@ -54,11 +54,11 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[
     wl = plan.workload
     base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic"}
     if wl.kind == "verify":
-        out = verify_generic(model, ctx, inputs)
+        out = verify_generic(model, ctx, inputs, batched=family_module(plan.model.family).BATCHED)
         tol = TOLERANCE[wl.dtype]
         return {"kind": "verify", **base, "forward": out, "max_abs_err": out["max_abs_err"],
                 "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol}
-    runner = GenericSharded(model, ctx)
+    runner = GenericSharded(model, ctx, batched=family_module(plan.model.family).BATCHED)
     times = []
     for i in range(wl.warmup + wl.repeat):
         sync(device)

@@ -27,18 +27,24 @@ CASES = [
     ("flux", "FluxTransformer2DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
     ("flux", "FluxTransformer2DModel", {}, dict(ulysses=2, ring=2), (1, 3, 5), 7, 1),
     ("flux", "FluxTransformer2DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3), 5, 1),
+    # CFG parallel: the doubled batch (cond, uncond) split over cfg 2, each half on Ulysses 2
+    ("qwen-image", "QwenImageTransformer2DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
+    ("ltx-video", "LTXVideoTransformer3DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
+    ("wan", "WanTransformer3DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
     # shipped plans (the class has no _cp_plan); SD3.5 Medium's dual attention in block 0
     ("sd3", "SD3Transformer2DModel", {}, dict(ulysses=4), (1, 4, 4), 8, 1),
     ("sd3", "SD3Transformer2DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
     ("sd3", "SD3Transformer2DModel", {}, dict(ulysses=2, ring=2), (1, 3, 5), 7, 1),
     ("sd3", "SD3Transformer2DModel", dict(num_attention_heads=3, caption_projection_dim=24), dict(dp=2, ulysses=2),
      (1, 3, 3), 5, 1),
+    ("sd3", "SD3Transformer2DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
     # CogVideoX: text concatenated with video tokens, RoPE tables split per block
     ("cogvideox", "CogVideoXTransformer3DModel", {}, dict(ulysses=4), (2, 2, 2), 8, 1),
     ("cogvideox", "CogVideoXTransformer3DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
     ("cogvideox", "CogVideoXTransformer3DModel", {}, dict(ulysses=2, ring=2), (2, 3, 5), 7, 1),
     ("cogvideox", "CogVideoXTransformer3DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3), 5,
      1),
+    ("cogvideox", "CogVideoXTransformer3DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
     # HunyuanVideo: dual- then single-stream blocks, the token refiner's attention local
     ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ulysses=4), (2, 2, 2), 8, 1),
     ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
@@ -87,7 +93,7 @@ def _world(cases):
         model = random_diffusers(cls, config, seed=3)
         inputs = mod.inputs(config, batch=batch, grid=grid, text_len=text,
                             generator=torch.Generator().manual_seed(5))
-        res = verify_generic(model, ctx, inputs)
+        res = verify_generic(model, ctx, inputs, batched=mod.BATCHED)
         with torch.no_grad():  # how much attention moves the output (else the comparison proves nothing)
             ref = model(**inputs)[0]
             with zero_attention():

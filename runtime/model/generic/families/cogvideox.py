@@ -9,6 +9,9 @@ TINY = dict(num_attention_heads=4, attention_head_dim=16, in_channels=4, out_cha
             text_embed_dim=16, num_layers=2, sample_width=8, sample_height=8, sample_frames=9, patch_size=2,
             temporal_compression_ratio=4, max_text_seq_length=8, use_rotary_positional_embeddings=True)
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "encoder_hidden_states", "timestep")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     from diffusers.models.embeddings import get_3d_rotary_pos_embed

@@ -8,6 +8,9 @@ TINY = dict(patch_size=1, in_channels=16, out_channels=4, num_layers=1, num_sing
             num_attention_heads=4, joint_attention_dim=24, pooled_projection_dim=8, guidance_embeds=True,
             axes_dims_rope=(4, 6, 6))
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep", "guidance")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     f, h, w = grid

@@ -9,6 +9,10 @@ TINY = dict(in_channels=4, out_channels=4, num_attention_heads=4, attention_head
             num_single_layers=1, num_refiner_layers=1, patch_size=1, patch_size_t=1, qk_norm="rms_norm",
             guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8, rope_axes_dim=(2, 4, 4))
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_attention_mask", "pooled_projections",
+           "guidance")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     f, h, w = grid

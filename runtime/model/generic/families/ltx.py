@@ -7,6 +7,9 @@ import torch
 TINY = dict(in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=4,
             attention_head_dim=8, cross_attention_dim=32, num_layers=2, caption_channels=16)
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "encoder_hidden_states", "timestep", "encoder_attention_mask")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     f, h, w = grid

@@ -8,6 +8,9 @@ TINY = dict(sample_size=16, patch_size=2, in_channels=4, num_layers=2, attention
             joint_attention_dim=16, caption_projection_dim=32, pooled_projection_dim=8, out_channels=4,
             pos_embed_max_size=16, qk_norm="rms_norm", dual_attention_layers=(0,))
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     f, h, w = grid

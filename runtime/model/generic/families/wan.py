@@ -8,6 +8,9 @@ TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=8, i
             text_dim=16, freq_dim=16, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
             eps=1e-6, rope_max_seq_len=64)
 
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "timestep", "encoder_hidden_states")
+
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
     f, h, w = grid
