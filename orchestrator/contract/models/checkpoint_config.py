@@ -127,9 +127,10 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
                                keys={k: "config.json" for k in fields if k not in ("text_len", "vae_stride")},
                                family_key=fam.name,
                                diffusers_class=cls, config=dict(config))
-    raise UnknownModelConfig(f"{path}: diffusers class {cls or '(none)'!r} is not supported: it has no split plan "
-                             f"sporch knows (no _cp_plan sporch reads, no shipped table); supported: "
-                             f"{', '.join(supported_classes() + ['WanModel'])}")
+    raise UnknownModelConfig(f"{path}: diffusers class {cls or '(none)'!r} is not supported: it is not a model sporch "
+                             f"runs (no family holds a split plan for it: no _cp_plan sporch reads, no shipped table); "
+                             f"supported: {', '.join(supported_classes() + ['WanModel'])}; or name its preset in "
+                             "model.preset")
 
 
 # -- the key tables: config key -> reader(value, config, out) ----------------------------------------
