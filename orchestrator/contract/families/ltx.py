@@ -36,5 +36,6 @@ FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
     presets=(FamilyPreset("ltx-video-2b", LTX_VIDEO_2B, "huggingface.co/Lightricks/LTX-Video transformer/config.json"),
              FamilyPreset("ltx-video-13b", LTX_VIDEO_13B,
-                          "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config)")),
+                          "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "
+                          "cross_attention_dim 4096)")),
 )

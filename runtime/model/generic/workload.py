@@ -9,12 +9,12 @@ on every rank.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import torch
 
+from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext
@@ -67,6 +67,8 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[
         sync(device)
         if i >= wl.warmup:
             times.append((time.perf_counter() - start) * 1e3)
-    return {"kind": "benchmark", **base, "step_ms": times,
-            "median_ms": statistics.median(times) if times else None,
+    grid = plan.sequence.grid
+    return {"kind": "benchmark", **base,
+            **step_summary(times, tokens_per_step=grid[0] * grid[1] * grid[2] * wl.batch, estimates=plan.estimates,
+                           peak_tflops=plan.cluster.gpu.bf16_tflops),
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
