@@ -179,8 +179,6 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if job.workload.kind not in GENERIC_WORKLOADS:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(GENERIC_WORKLOADS)}")
-    if model.lora:
-        raise SporchError(f"model.lora is not supported for {what} yet; remove model.lora")
     if job.workload.cache.method != "none":
         raise SporchError(f"workload.cache is not supported for {what} yet; set workload.cache.method=none")
     if job.parallel.shard_weights not in ("none", "auto"):
@@ -231,7 +229,11 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = with_lora(resolve_model(job.model), job.model.lora, job.source)
+    model = resolve_model(job.model)
+    if model.diffusers_class and job.model.lora:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
+                          "generic path) yet; remove model.lora")
+    model = with_lora(model, job.model.lora, job.source)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
