@@ -44,6 +44,7 @@ from sporch.runtime.model import (
 )
 from sporch.runtime.model.cache import make_step_cache
 from sporch.runtime.model.finite import check_output
+from sporch.runtime.model.generic.workload import run_generic
 from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
@@ -69,6 +70,8 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
         result = resolve_entrypoint(entrypoint)(ctx, plan)
         return {"entrypoint": entrypoint, **(result or {})}
     kind = plan.workload.kind
+    if plan.model.diffusers_class:  # the generic path (runtime/model/generic); the planner refused the rest
+        return run_generic(plan, ctx, device)
     if kind == "verify":
         return _verify(plan, ctx, device)
     if kind == "benchmark":

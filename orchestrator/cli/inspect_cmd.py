@@ -57,6 +57,11 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
     table.add_row("bytes", _gib(report["bytes"]))
     if report["model"]:
         table.add_row("model", ", ".join(f"{k}={v}" for k, v in report["model"].items()))
+    if report.get("generic"):
+        g = report["generic"]
+        table.add_row("generic path", f"family {g['family']}, class {g['class']} (split plan: {g['split_plan']}); "
+                      f"{g['heads']} heads (kv {g['kv_heads']}), {g['layers']} layers")
+        table.add_row("layouts", "; ".join(f"{n} GPU(s): {', '.join(ls) or 'none'}" for n, ls in g["layouts"].items()))
     if report.get("experts"):
         x = report["experts"]
         table.add_row("experts", f"2: transformer (high noise) and {x['second']} (low noise, same shape), "
@@ -82,7 +87,7 @@ def _show_placements(p) -> None:
         return
     w = p["workload"]
     size = f"{w['frames']} x {w['height']} x {w['width']}" if w["frames"] > 1 else f"{w['height']} x {w['width']}"
-    table = plain_table(title=f"memory per GPU (GiB; * = does not fit) by placement: generate {size}, "
+    table = plain_table(title=f"memory per GPU (GiB; * = does not fit) by placement: {w.get('kind', 'generate')} {size}, "
                               f"guidance {w['guidance_scale']:g}, {w['dtype']}, on {p['cluster']} "
                               f"({p['gpu_memory_gib']:g} GiB GPUs)")
     table.add_column("placement")

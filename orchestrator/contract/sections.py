@@ -99,6 +99,15 @@ class ModelSection(Section):
     # LoRA adapters merged into the weights at load (docs/model.md, "LoRA adapters"):
     # [{"path": absolute .safetensors, "scale": float}]; None: none
     lora: Optional[List[Dict[str, Any]]] = None
+    # The model family (contract/families: "wan", "flux", "qwen-image", "ltx-video", ...), resolved
+    # once by the planner from the preset or the checkpoint's config.json; None: a stand-in
+    family: Optional[str] = None
+    # The diffusers transformer class the generic path builds and runs sequence-parallel
+    # (runtime/model/generic); None: sporch's hand-built model (Wan, Flux) or a stand-in
+    diffusers_class: Optional[str] = None
+    # The generic path's diffusers config (config.json's keys) when no model.weights folder
+    # holds it (a generic-path preset with seeded random weights)
+    diffusers_config: Optional[Dict[str, Any]] = None
 
     @property
     def experts(self) -> int:

@@ -16,11 +16,14 @@ from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.contract.families import FAMILIES, require_family
 from sporch.orchestrator.contract.models import PRESETS
+from sporch.orchestrator.contract.parallel import kv_mode
 from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
 from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.layouts import divisors
 from sporch.orchestrator.plan.placement_report import placement_memory
 from sporch.orchestrator.plan.resolve import disagreements, resolve_model
 
@@ -70,6 +73,7 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         "expand_timesteps": expand,
     }
     out.update(_presets(model, boundary, expand) if model else {"presets": [], "nearest": None})
+    out["generic"] = _generic(model, gpus) if model is not None and model.diffusers_class else None
     out["placements"] = None
     if model is not None and cluster is not None:
         try:
@@ -77,6 +81,19 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         except SporchError as exc:  # e.g. a model no standard workload fits: said, not fatal
             out["placements"] = {"note": str(exc)}
     return out
+
+
+def _generic(model, gpus: Sequence[int]) -> dict[str, Any]:
+    """The generic path's view: family, class, where its split plan comes from, heads and layers,
+    and the Ulysses x ring layouts that work on each GPU count (Ulysses up to the head count:
+    uneven heads are fine; the ring takes the rest)."""
+    fam = require_family(model.diffusers_class)
+    heads, kv = model.fields["num_heads"], model.fields.get("num_kv_heads", model.fields["num_heads"])
+    layouts = {n: [f"U{u}R{n // u}" for u in divisors(n) if u <= heads and kv_mode(heads, kv, u) is not None]
+               for n in gpus}
+    return {"family": fam.name, "class": model.diffusers_class, "split_plan": fam.split_plan_source(model.diffusers_class),
+            "heads": heads, "kv_heads": kv, "layers": model.fields["depth"] + model.fields.get("single_depth", 0),
+            "layouts": layouts}
 
 
 def _guess(tensors) -> tuple[Optional[str], Optional[str]]:
@@ -92,8 +109,12 @@ def _presets(model, boundary: Optional[float] = None, expand: Optional[bool] = N
     ``expand``: its model_index.json's expand_timesteps, None without one)."""
     attention = model.fields["attention"]
     found: list[tuple[str, list[str]]] = []
+    generic = {p.name for f in FAMILIES if f.name == model.family_key and not f.hand_built for p in f.presets}
     for name, preset in PRESETS.items():
-        if preset.shape.get("attention") != attention or not preset.knobs:
+        if generic:
+            if name not in generic:
+                continue  # the generic path: its own family's presets only
+        elif preset.shape.get("attention") != attention or not preset.knobs:
             continue  # another family, or a shape-only stand-in
         section = resolve_model(ModelSpec(preset=name))
         wrong = disagreements(model, section, dict(preset.knobs), label="preset")

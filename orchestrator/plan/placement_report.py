@@ -60,9 +60,14 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
     m = resolve_model(ModelSpec(**model))
     if m.attention not in WORKLOADS:
         raise SporchError(f"no standard workload for attention {m.attention!r}")
-    workload = {"kind": "generate", "prompt": "inspect", "dtype": "bfloat16", **WORKLOADS[m.attention]}
+    if m.diffusers_class:  # the generic path: a benchmark (no generate yet), parameters whole
+        workload = {"kind": "benchmark", "dtype": "bfloat16", **WORKLOADS[m.attention], "guidance_scale": 1.0}
+    else:
+        workload = {"kind": "generate", "prompt": "inspect", "dtype": "bfloat16", **WORKLOADS[m.attention]}
     two = m.experts > 1
     rows = options(known_parts(m) is not None, two)
+    if m.diffusers_class:
+        rows = rows[:1]
     gpn = cluster.gpus_per_node
     usable = [n for n in gpus if n <= cluster.nodes * gpn and (n <= gpn or n % gpn == 0)]
     out_rows = [{"option": label, "settings": {k: v for k, v in s.items() if two or k != "experts"}, "per_gpu": {}}
@@ -80,8 +85,10 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
                                 "vae": settings["vae"] if n > 1 or settings["vae"] != "parallel" else "leader",
                                 **({"experts": settings["experts"]} if two else {})},
                    "resources": {"nodes": max(1, n // gpn)}}
+            if m.diffusers_class:
+                job.pop("pipeline")
             est = make_plan(where, job_from_dict(job, "<inspect>"), tables=False).estimates
             row["per_gpu"][n] = {"gib": est["memory_gib_per_gpu"], "fits": bool(est["fits"])}
     return {"cluster": cluster.name, "gpu_memory_gib": cluster.gpu.memory_gib,
-            "workload": {k: v for k, v in workload.items() if k not in ("kind", "prompt")}, "gpus": usable,
+            "workload": {k: v for k, v in workload.items() if k != "prompt"}, "gpus": usable,
             "skipped_gpus": [n for n in gpus if n not in usable], "rows": out_rows}

@@ -178,6 +178,28 @@ def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
                           "remove workload.cache or set workload.cache.method=none")
 
 
+#: Workloads the generic path (any supported diffusers class, runtime/model/generic) runs.
+GENERIC_WORKLOADS = ("verify", "benchmark")
+
+
+def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
+    """What the generic path does not do yet is refused here, in one line each."""
+    if not model.diffusers_class:
+        return
+    what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    if job.workload.kind not in GENERIC_WORKLOADS:
+        raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
+                          f"use one of: {', '.join(GENERIC_WORKLOADS)}")
+    if job.workload.cache.method != "none":
+        raise SporchError(f"workload.cache is not supported for {what} yet; set workload.cache.method=none")
+    if job.parallel.shard_weights not in ("none", "auto"):
+        raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
+                          "(its parameters are whole on every rank); set parallel.shard_weights=none")
+    if layout.cfg > 1 and not cfg_on(model, job.workload):
+        raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
+                          f"({what}); set parallel.cfg=1")
+
+
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
     c = w.cache
     if c.method == "none":
@@ -218,7 +240,11 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = with_lora(job_model(job), job.model.lora, job.source)
+    model = job_model(job)
+    if model.diffusers_class and job.model.lora:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
+                          "generic path) yet; remove model.lora")
+    model = with_lora(model, job.model.lora, job.source)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
@@ -235,6 +261,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     check_expert_keys(job, model)
     check_image(job, model)
     check_cache(job, model)
+    check_generic(job, model, layout)
 
     def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> dict:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
@@ -242,7 +269,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
             return est
         return with_pipeline(with_experts(est, model, cluster_s, experts), model, workload, layout, text_encoder, vae)
 
-    modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
+    modes = {"shard_weights": "none" if model.diffusers_class else job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1)

@@ -19,7 +19,8 @@ from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models import find_preset
+from sporch.orchestrator.contract.families import generic_preset, get_family
+from sporch.orchestrator.contract.models import find_preset, preset_family
 from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
 from sporch.orchestrator.contract.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
                                                                 read_checkpoint_model)
@@ -217,7 +218,30 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     disagreement in one line. A two-expert model (Wan2.2 A14B) gets its ``boundary_ratio``, a
     model with per-token timesteps (Wan2.2 TI2V-5B) ``expand_timesteps`` (plan/experts.py)."""
     section = _one_transformer(spec)
+    section = dataclasses.replace(section, **family_fields(spec, checkpoint_model(spec)))
     return dataclasses.replace(section, boundary_ratio=boundary_ratio(spec), expand_timesteps=expand_timesteps(spec))
+
+
+def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str, Any]:
+    """``family``, ``diffusers_class``, ``diffusers_config`` of ``plan.model``: decided here, once,
+    from the checkpoint's config.json or the preset (contract/families)."""
+    if ckpt is not None and ckpt.family_key:
+        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": None}
+        return {**out, **_guidance(ckpt.family_key, ckpt.diffusers_class, ckpt.config or {})}
+    found = generic_preset(spec.preset) if spec.preset else None
+    if found is not None:
+        fam, preset = found
+        out = {"family": fam.name, "diffusers_class": fam.classes[0], "diffusers_config": dict(preset.config)}
+        return {**out, **_guidance(fam.name, fam.classes[0], preset.config)}
+    return {"family": preset_family(spec.preset), "diffusers_class": None, "diffusers_config": None}
+
+
+def _guidance(family: str, diffusers_class: Optional[str], config: dict) -> dict[str, Any]:
+    """A guidance-distilled family on the generic path (HunyuanVideo): one pass per step, the
+    guidance scale an embedded input (``guidance_embeds``), no CFG branch."""
+    if not diffusers_class or get_family(family).cfg:
+        return {}
+    return {"distilled": True, "guidance_embed": bool(config.get("guidance_embeds", True))}
 
 
 def _one_transformer(spec: ModelSpec) -> ModelSection:

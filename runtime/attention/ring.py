@@ -27,14 +27,17 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel,
                    group, ranks: list[int], index: int, block_len: int, seq_len: int, causal: bool = False,
                    kv_index: torch.Tensor | None = None, extra_kv: list[tuple[torch.Tensor, torch.Tensor]] = (),
                    stats: CommStats | None = None, compute_dtype: torch.dtype | None = None,
-                   merge: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+                   merge: str = "auto", key_index: list[torch.Tensor | None] | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """q ``[B, Hq, Sq, D]`` (the first ``block_len`` rows are this ring rank's sequence block;
     any further rows are extra queries, e.g. text, that attend to every key), k/v
     ``[B, Hk, block_len, D]``; ``kv_index`` maps query heads to KV heads (None: identity).
     ``extra_kv``: blocks (e.g. text K/V, ``[B, Hk, T, D]``) every query attends to once.
     ``compute_dtype``: run the kernel in this dtype (blocks are cast just before the kernel,
     so the ring still sends the input dtype). ``merge``: ``"auto" | "eager" | "fused"``
-    (``utils.resolve_merge``). Returns float32 ``(out [B, Hq, Sq, Dv], lse [B, Hq, Sq])``."""
+    (``utils.resolve_merge``). ``key_index``: per source ring rank, the positions of its
+    block's valid keys (None: all valid; empty: none), which replaces ``seq_len``'s tail rule
+    where padding sits inside a block (chunks of uneven length). Returns float32 ``(out [B, Hq, Sq, Dv], lse [B, Hq, Sq])``."""
     R = len(ranks)
     if causal and q.shape[2] != block_len:
         raise ValueError("causal attention does not take extra (joint) queries")
@@ -78,6 +81,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel,
         src = (index - step) % R
         start = src * block_len
         valid = min(block_len, seq_len - start)
+        picked = None if key_index is None else key_index[src]
+        if picked is not None:
+            valid = int(picked.numel())
         block_causal = False
         if causal:
             if src > index:
@@ -86,7 +92,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, kernel,
                 block_causal = True
                 valid = block_len  # padded keys only reach padded queries under the causal mask
         if valid > 0:
-            kk, vv = (kb, vb) if valid == block_len else (kb[:, :, :valid], vb[:, :, :valid])
+            if picked is not None:
+                kk, vv = kb.index_select(2, picked), vb.index_select(2, picked)
+            else:
+                kk, vv = (kb, vb) if valid == block_len else (kb[:, :, :valid], vb[:, :, :valid])
             bo, bl = kernel(q, expand(kk), expand(vv), scale, block_causal)
             out, lse = merge_block(out, lse, bo, bl, merge_fn)
         if R > 1 and step + 1 < R:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from typing import Sequence
 
 import torch
 
@@ -55,7 +56,8 @@ def _check(q, k, v, joint_q, joint_k, joint_v, ctx: ParallelContext, seq_len):
 def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: ParallelContext, *, seq_len: int | None = None,
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
-                  stats: CommStats | None = None, merge: str = "auto", layer: int | None = None):
+                  stats: CommStats | None = None, merge: str = "auto", layer: int | None = None,
+                  key_lens: Sequence[int] | None = None):
     """Exact attention over the sequence sharded across ``ctx``'s sequence group.
 
     ``q [B, S_local, H, D]``, ``k, v [B, S_local, H_kv, D]`` are this rank's sequence chunk
@@ -72,6 +74,10 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
     :class:`CommStats` that receives the bytes this rank sends per collective. ``merge``: how
     ring blocks are merged, ``"auto" | "eager" | "fused"`` (``attention.utils.resolve_merge``).
 
+    ``key_lens``: valid keys at the head of each sequence rank's chunk (chunk index = sequence
+    rank), the rest of each chunk being padding: for sequences split unevenly, where padding sits
+    inside the global sequence rather than at its tail (replaces ``seq_len``; not with ``causal``).
+
     ``layer``: the model's block calling (for the collective watchdog's record, ``ctx.collective``).
 
     Collective over the sequence group: every rank of it must call with matching shapes.
@@ -82,6 +88,10 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
         if seq_len is None:
             seq_len = L * ctx.sequence_size
         _check(q, k, v, joint_q, joint_k, joint_v, ctx, seq_len)
+        if key_lens is not None and (causal or len(key_lens) != ctx.sequence_size
+                                     or not all(0 <= n <= L for n in key_lens) or not sum(key_lens)):
+            raise ValueError(f"key_lens {list(key_lens)} must give 0..{L} valid keys for each of the "
+                             f"{ctx.sequence_size} sequence ranks, some keys in all, and no causal mask")
         if causal and (joint_q is not None or joint_k is not None):
             raise ValueError("causal attention with joint tokens is not supported")
         Hkv = k.shape[2]
@@ -122,7 +132,8 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
             out, _ = ring_attention(qi, ki, vi, kernel=kernel, scale=scale, group=ctx.ring_group,
                                     ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
                                     seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
-                                    compute_dtype=compute_dtype, merge=merge)
+                                    compute_dtype=compute_dtype, merge=merge,
+                                    key_index=_key_index(key_lens, ctx, L, q.device))
 
         # 4. Ulysses out (cast to the input dtype on the way)
         with _watch(ctx, "ulysses_out", "ulysses", "all_to_all", layer):
@@ -135,6 +146,22 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
 
 
 _NO_WATCH = nullcontext()
+
+
+def _key_index(key_lens: Sequence[int] | None, ctx: ParallelContext, chunk: int, device) -> list | None:
+    """Per ring rank, the positions of the valid keys in its Ulysses-gathered block (the
+    group's ``U`` chunks of ``chunk`` tokens, chunk ``ring_i * U + u``); None where all are."""
+    if key_lens is None:
+        return None
+    U, out = ctx.ulysses, []
+    for src in range(ctx.ring):
+        lens = [int(key_lens[src * U + u]) for u in range(U)]
+        if all(n == chunk for n in lens):
+            out.append(None)
+            continue
+        out.append(torch.cat([torch.arange(u * chunk, u * chunk + n, device=device, dtype=torch.long)
+                              for u, n in enumerate(lens)]))
+    return out
 
 
 def _watch(ctx: ParallelContext, name: str, dim: str, kind: str, layer: int | None):

@@ -12,11 +12,27 @@ family's table (sporch.runtime.model.config, sporch.runtime.model.keymaps).
 
 from __future__ import annotations
 
+from .. import families
 from . import flux, standins, wan
 from .preset import ModelPreset
 
+#: The generic path's published presets (contract/families: one module per family).
+GENERIC_PRESETS: dict[str, ModelPreset] = {
+    p.name: ModelPreset(shape=fam.shape(p.config)) for fam in families.FAMILIES if not fam.hand_built
+    for p in fam.presets}
 #: Every preset by name (lower case): the published models first, then the stand-ins.
-PRESETS: dict[str, ModelPreset] = {**wan.PRESETS, **flux.PRESETS, **standins.PRESETS}
+PRESETS: dict[str, ModelPreset] = {**wan.PRESETS, **flux.PRESETS, **GENERIC_PRESETS, **standins.PRESETS}
+
+
+def preset_family(name: str | None) -> str | None:
+    """The family (contract/families name) of preset ``name``; None for a stand-in."""
+    key = str(name or "").strip().lower()
+    if key in wan.PRESETS:
+        return "wan"
+    if key in flux.PRESETS:
+        return "flux"
+    found = families.generic_preset(key)
+    return found[0].name if found else None
 
 
 def find_preset(name: str | None) -> ModelPreset | None:
@@ -30,4 +46,5 @@ def preset_knobs(name: str | None) -> dict[str, object]:
     return dict(preset.knobs) if preset is not None else {}
 
 
-__all__ = ["ModelPreset", "PRESETS", "find_preset", "preset_knobs", "flux", "standins", "wan"]
+__all__ = ["ModelPreset", "PRESETS", "GENERIC_PRESETS", "find_preset", "preset_knobs", "preset_family", "flux",
+           "standins", "wan"]

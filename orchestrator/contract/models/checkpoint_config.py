@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from ..checkpoint_files import CheckpointError
+from ..families import family_of_class, supported_classes
 
 #: Text tokens when the transformer's config does not say (the family's text encoder's).
 WAN_TEXT_LEN = 512
@@ -53,6 +54,12 @@ class CheckpointModel:
     knobs: Mapping[str, Any] = field(default_factory=dict)
     #: which config key set each field or knob (for messages)
     keys: Mapping[str, str] = field(default_factory=dict)
+    #: contract/families name ("wan", "flux", "qwen-image", ...)
+    family_key: Optional[str] = None
+    #: the diffusers class the generic path runs (None: sporch's hand-built Wan / Flux)
+    diffusers_class: Optional[str] = None
+    #: the config.json itself (the generic path builds the class from it)
+    config: Optional[Mapping[str, Any]] = None
 
     def describe(self) -> str:
         return f"{self.family} ({self.fmt} config {self.config_file})"
@@ -111,13 +118,22 @@ def read_json_object(path: Path) -> dict:
 def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
     cls = str(config.get("_class_name") or "")
     if cls == "WanTransformer3DModel":
-        return _read(config, path, "Wan2.1", "diffusers", WAN_DIFFUSERS)
+        return replace(_read(config, path, "Wan2.1", "diffusers", WAN_DIFFUSERS), family_key="wan")
     if cls == "FluxTransformer2DModel":
-        return _read(config, path, "Flux.1", "diffusers", FLUX_DIFFUSERS)
+        return replace(_read(config, path, "Flux.1", "diffusers", FLUX_DIFFUSERS), family_key="flux")
     if cls == "WanModel" or (not cls and {"dim", "num_heads", "num_layers"} <= set(config)):
-        return _read(config, path, "Wan2.1", "original", WAN_ORIGINAL)
-    raise UnknownModelConfig(f"{path}: _class_name {cls or '(none)'!r} is not a model sporch runs "
-                          "(WanTransformer3DModel, FluxTransformer2DModel, WanModel); name its preset in model.preset")
+        return replace(_read(config, path, "Wan2.1", "original", WAN_ORIGINAL), family_key="wan")
+    fam = family_of_class(cls)
+    if fam is not None and not fam.hand_built:  # the generic path: the family reads its own config
+        fields = fam.shape(config)
+        return CheckpointModel(family=fam.title, fmt="diffusers", config_file=path, fields=fields,
+                               keys={k: "config.json" for k in fields if k not in ("text_len", "vae_stride")},
+                               family_key=fam.name,
+                               diffusers_class=cls, config=dict(config))
+    raise UnknownModelConfig(f"{path}: diffusers class {cls or '(none)'!r} is not supported: it is not a model sporch "
+                             f"runs (no family holds a split plan for it: no _cp_plan sporch reads, no shipped table); "
+                             f"supported: {', '.join(supported_classes() + ['WanModel'])}; or name its preset in "
+                             "model.preset")
 
 
 # -- the key tables: config key -> reader(value, config, out) ----------------------------------------

@@ -1,0 +1,55 @@
+"""Stable Diffusion 3 / 3.5 (diffusers ``SD3Transformer2DModel``, which has no ``_cp_plan``: sporch
+ships the split plan below).
+
+MMDiT joint attention ([image, text] concatenated inside each block's attention); SD3.5 Medium adds
+a second, image-only self-attention in its first 13 blocks (``dual_attention_layers``), which runs
+sequence-parallel like the joint one. Latents: 16 channels, 8 x 8 pixels each, patch 2 x 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .base import Family, FamilyPreset
+from .plan_format import GatherOutput, SplitInput
+
+#: image tokens split after the patch embedding (which adds the position table), text tokens
+#: split as they enter (the context embedder is per token), whole output gathered at proj_out
+#: (the unpatchify after it reads the input's height and width).
+SD3_PLAN = {
+    "": {"encoder_hidden_states": SplitInput(split_dim=1, expected_dims=3)},
+    "pos_embed": {0: SplitInput(split_dim=1, expected_dims=3, split_output=True)},
+    "proj_out": GatherOutput(gather_dim=1, expected_dims=3),
+}
+
+#: stabilityai/stable-diffusion-3.5-large and -medium, transformer/config.json (Hugging Face).
+SD35_LARGE = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_layers": 38, "attention_head_dim": 64,
+              "num_attention_heads": 38, "joint_attention_dim": 4096, "caption_projection_dim": 2432,
+              "pooled_projection_dim": 2048, "out_channels": 16, "pos_embed_max_size": 192, "qk_norm": "rms_norm"}
+SD35_MEDIUM = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_layers": 24, "attention_head_dim": 64,
+               "num_attention_heads": 24, "joint_attention_dim": 4096, "caption_projection_dim": 1536,
+               "pooled_projection_dim": 2048, "out_channels": 16, "pos_embed_max_size": 384, "qk_norm": "rms_norm",
+               "dual_attention_layers": list(range(13))}
+TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's default max_sequence_length)
+
+
+def shape(config: Mapping[str, Any]) -> dict:
+    heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 64))
+    hidden = heads * hd
+    p = int(config.get("patch_size", 2))
+    return {
+        "attention": "joint", "depth": int(config.get("num_layers", 24)), "single_depth": 0, "hidden": hidden,
+        "num_heads": heads, "num_kv_heads": heads, "head_dim": hd, "ffn_dim": 4 * hidden, "patch": [1, p, p],
+        "in_channels": int(config.get("in_channels", 16)), "vae_stride": [1, 8, 8], "text_len": TEXT_LEN,
+        "text_dim": int(config.get("joint_attention_dim", 4096)), "qk_norm": bool(config.get("qk_norm")),
+    }
+
+
+FAMILY = Family(
+    name="sd3", title="Stable Diffusion 3.5", classes=("SD3Transformer2DModel",), shape=shape,
+    split_plans={"SD3Transformer2DModel": SD3_PLAN},
+    presets=(FamilyPreset("sd3.5-large", SD35_LARGE, "huggingface.co/stabilityai/stable-diffusion-3.5-large "
+                          "transformer/config.json (8B)"),
+             FamilyPreset("sd3.5-medium", SD35_MEDIUM, "huggingface.co/stabilityai/stable-diffusion-3.5-medium "
+                          "transformer/config.json (2.5B)")),
+)

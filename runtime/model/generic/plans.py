@@ -1,0 +1,45 @@
+"""The split plan of a diffusers transformer class: its own ``_cp_plan`` (diffusers'
+``ContextParallelInput`` / ``ContextParallelOutput``) in sporch's records, or the table its family
+ships for a class without one (``sporch.orchestrator.contract.families``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sporch.orchestrator.contract.families import family_of_class
+from sporch.orchestrator.contract.families.plan_format import GatherOutput, SplitInput, SplitPlan
+
+__all__ = ["split_plan", "from_cp_plan"]
+
+
+def _record(x: Any):
+    if hasattr(x, "gather_dim"):
+        return GatherOutput(int(x.gather_dim), x.expected_dims)
+    return SplitInput(int(x.split_dim), x.expected_dims, bool(x.split_output))
+
+
+def from_cp_plan(cp_plan: dict) -> SplitPlan:
+    """diffusers' ``_cp_plan`` -> the same plan in sporch's records."""
+    out: dict = {}
+    for name, entry in cp_plan.items():
+        if isinstance(entry, dict):
+            out[name] = {k: (tuple(_record(x) for x in v) if isinstance(v, (list, tuple)) else _record(v))
+                         for k, v in entry.items()}
+        elif isinstance(entry, (list, tuple)):
+            out[name] = tuple(_record(x) for x in entry)
+        else:
+            out[name] = _record(entry)
+    return out
+
+
+def split_plan(model_cls: type) -> SplitPlan:
+    """Where ``model_cls`` splits and gathers: the family's shipped table, else the class's own
+    ``_cp_plan``. A class with neither raises ValueError naming it."""
+    family = family_of_class(model_cls.__name__)
+    shipped = family.split_plans.get(model_cls.__name__) if family is not None else None
+    if shipped is not None:
+        return shipped
+    own = getattr(model_cls, "_cp_plan", None)
+    if own:
+        return from_cp_plan(own)
+    raise ValueError(f"{model_cls.__name__} has no _cp_plan and sporch ships no split plan for it")

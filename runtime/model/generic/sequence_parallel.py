@@ -1,0 +1,245 @@
+"""A diffusers transformer run sequence-parallel over a ParallelContext, its code unchanged.
+
+:class:`SequenceParallel` attaches to a model (``with SequenceParallel(model, ctx, plan):``)
+
+* torch forward hooks where the split plan (``contract/families/plan_format.py``: the class's
+  own ``_cp_plan`` or the family's shipped table) says: inputs / outputs split with
+  :func:`split.split_local` (uneven chunks, no padding), outputs gathered with
+  :func:`split.gather_uneven`;
+* on every attention module (diffusers' ``Attention`` / ``AttentionModuleMixin``) a forward pre-hook that
+  routes the attention the module's processor dispatches (diffusers' ``native`` backend, set with
+  ``model.set_attention_backend``) to sporch's :func:`usp_attention`, through a
+  ``TorchFunctionMode`` entered for that module's forward only: Ulysses x ring, uneven heads,
+  GQA, and chunks of uneven length padded and masked (``key_lens``).
+
+Which attention calls are sequence-parallel: those of modules inside the split region (after
+the first split of a forward, before its gather), except where the module attends to text that
+stays whole on every rank (a cross-attention, ``encoder_hidden_states`` given, when the plan does
+not split the text) and modules under the family's ``local_attention`` prefixes (e.g. a text
+refiner that runs on the whole prompt). Those run plain local attention.
+
+Detaching (leaving the ``with``) removes every hook.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from sporch.orchestrator.contract.families.plan_format import GatherOutput, SplitInput, SplitPlan, splits_text
+from sporch.runtime.attention import usp_attention
+from sporch.runtime.parallel import ParallelContext
+
+from .split import all_lengths, gather_uneven, split_local
+
+__all__ = ["SequenceParallel", "modules_named"]
+
+
+def modules_named(model: torch.nn.Module, name: str) -> list[torch.nn.Module]:
+    """The module ``name`` of ``model`` (``""``: the model), or every child of ``parent`` for
+    ``parent.*``."""
+    if name.endswith(".*"):
+        return list(model.get_submodule(name[:-2]).children())
+    return [model.get_submodule(name)] if name else [model]
+
+
+@dataclass
+class _State:
+    """One forward's bookkeeping: inside the split region, and whether every split was even."""
+
+    inside: bool = False
+    even: bool = True
+    calls: int = 0
+
+
+class _RouteAttention(TorchFunctionMode):
+    """Inside one attention module's forward: ``scaled_dot_product_attention`` -> USP."""
+
+    def __init__(self, sp: "SequenceParallel") -> None:
+        super().__init__()
+        self.sp = sp
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        return self.sp.attention(*args, **kwargs)
+
+
+class SequenceParallel:
+    """Hooks that make ``model`` sequence-parallel over ``ctx``'s sequence group (see the module
+    docstring). ``plan``: the split plan; ``local_attention``: module-name prefixes whose
+    attention runs whole; ``backend``: sporch's attention kernel name."""
+
+    def __init__(self, model: torch.nn.Module, ctx: ParallelContext, plan: SplitPlan, *,
+                 local_attention: tuple[str, ...] = (), backend: str = "auto") -> None:
+        self.model, self.ctx, self.plan, self.backend = model, ctx, plan, backend
+        self.local_attention = tuple(local_attention)
+        self.text_split = splits_text(plan)
+        self.state = _State()
+        self._stack: ExitStack | None = None
+
+    # -- attach / detach -------------------------------------------------------------------
+    def __enter__(self) -> "SequenceParallel":
+        stack = ExitStack()
+        handles = []
+        root = self.model.register_forward_pre_hook(self._reset)
+        handles.append(root)
+        for name, entry in self.plan.items():
+            for m in modules_named(self.model, name):
+                if isinstance(entry, Mapping):
+                    names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
+                    outs = {k: s for k, s in entry.items() if _on_output(s)}
+                    if names:
+                        handles.append(m.register_forward_pre_hook(self._split_inputs(m, entry, names),
+                                                                   with_kwargs=True))
+                    if outs:
+                        handles.append(m.register_forward_hook(self._split_outputs(outs)))
+                else:
+                    gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
+                    handles.append(m.register_forward_hook(self._gather(gathers)))
+        for name, m in self.model.named_modules():
+            if _is_attention(m):
+                local = any(name == p or name.startswith(p + ".") for p in self.local_attention)
+                handles.append(m.register_forward_pre_hook(self._enter_attention(local), with_kwargs=True))
+                handles.append(m.register_forward_hook(self._leave_attention, always_call=True))
+        for h in handles:
+            stack.callback(h.remove)
+        self._stack = stack
+        self._modes: list = []
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _reset(self, module, args) -> None:
+        self.state = _State()
+
+    def _split(self, x: Any, spec: SplitInput) -> Any:
+        if not torch.is_tensor(x) or (spec.expected_dims is not None and x.dim() != spec.expected_dims):
+            return x
+        self.state.inside = True
+        if x.shape[spec.split_dim] % self.ctx.sequence_size:
+            self.state.even = False
+        return split_local(x, spec.split_dim, self.ctx)
+
+    def _split_inputs(self, module, entry, names):
+        params = list(inspect.signature(module.forward).parameters)
+
+        def hook(mod, args, kwargs):
+            args = list(args)
+            for name in names:
+                spec = entry[name]
+                if name in kwargs:
+                    kwargs[name] = self._split_value(kwargs[name], spec)
+                elif name in params and params.index(name) < len(args):
+                    i = params.index(name)
+                    args[i] = self._split_value(args[i], spec)
+            return tuple(args), kwargs
+        return hook
+
+    def _split_value(self, value, spec):
+        if isinstance(value, (list, tuple)):
+            specs = spec if isinstance(spec, (list, tuple)) else [spec] * len(value)
+            return type(value)(self._split(v, s) for v, s in zip(value, specs))
+        return self._split(value, spec)
+
+    def _split_outputs(self, outs):
+        def hook(mod, args, output):
+            single = torch.is_tensor(output)
+            items = [output] if single else list(output)
+            for index, spec in outs.items():
+                items[index] = self._split(items[index], spec)
+            return items[0] if single else type(output)(items)
+        return hook
+
+    def _gather(self, gathers):
+        def hook(mod, args, output):
+            single = torch.is_tensor(output)
+            items = [output] if single else list(output)
+            for i, spec in enumerate(gathers):
+                if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
+                    continue
+                items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx)
+            self.state.inside = False
+            return items[0] if single else type(output)(items)
+        return hook
+
+    def _enter_attention(self, local: bool):
+        def hook(mod, args, kwargs):
+            text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+            cross_whole = torch.is_tensor(text) and not self.text_split
+            sharded = self.state.inside and not local and not cross_whole
+            mode = _RouteAttention(self) if sharded else None
+            if mode is not None:
+                mode.__enter__()
+            self._modes.append(mode)
+        return hook
+
+    def _leave_attention(self, mod, args, output):
+        mode = self._modes.pop()
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    # -- attention -------------------------------------------------------------------------
+    def attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+        """``F.scaled_dot_product_attention``'s contract ([B, H, S, D]) over the sequence group:
+        each rank holds its chunk of the queries and of the keys/values."""
+        if attn_mask is not None and not _keeps_all(attn_mask):
+            raise NotImplementedError("sequence-parallel attention with an attention mask that drops keys "
+                                      "is not supported on the generic path (pass no mask / all-valid masks)")
+        if is_causal or dropout_p:
+            raise NotImplementedError("sequence-parallel attention is non-causal, without dropout")
+        ctx = self.ctx
+        q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+        lq, lk = q.shape[1], k.shape[1]
+        if self.state.even:
+            lens = [[lq, lk]] * ctx.sequence_size
+        else:
+            lens = all_lengths([lq, lk], ctx)  # one small all-gather: chunks differ in length
+        width = max(max(a, b) for a, b in lens)
+        q, k, v = (_pad(t, width) for t in (q, k, v))
+        key_lens = None if all(b == width for _, b in lens) else [b for _, b in lens]
+        self.state.calls += 1
+        out = usp_attention(q, k, v, ctx, backend=self.backend, scale=scale, key_lens=key_lens,
+                            stats=getattr(ctx, "comm_stats", None), layer=self.state.calls - 1)
+        return out[:, :lq].transpose(1, 2)
+
+
+def _on_output(spec) -> bool:
+    """A split of the module's output (an int key, ``split_output``), not of an input; a tuple
+    spec (one per element of a tuple input) is an input's."""
+    return isinstance(spec, SplitInput) and spec.split_output
+
+
+def _is_attention(m: torch.nn.Module) -> bool:
+    """A diffusers attention module: ``attention_processor.Attention`` or an
+    ``AttentionModuleMixin`` class, both of which run a swappable ``processor``."""
+    from diffusers.models.attention import AttentionModuleMixin
+    from diffusers.models.attention_processor import Attention
+
+    return isinstance(m, (Attention, AttentionModuleMixin))
+
+
+def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[1] == width:
+        return t.contiguous()
+    pad = list(t.shape)
+    pad[1] = width - t.shape[1]
+    return torch.cat([t, t.new_zeros(pad)], dim=1)
+
+
+def _keeps_all(mask: torch.Tensor) -> bool:
+    if mask.dtype == torch.bool:
+        return bool(mask.all())
+    return bool((mask == 0).all())
