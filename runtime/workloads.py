@@ -88,7 +88,8 @@ def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
     wl = plan.workload
     return build_sharded(plan.model, ctx, plan.placement.shard_weights, seed=wl.seed, dtype=resolve_dtype(wl.dtype),
                          device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None,
-                         lora=for_expert(plan.model.lora, 0))  # benchmark/verify/inference: transformer only
+                         lora=for_expert(plan.model.lora, 0),  # benchmark/verify/inference: transformer only
+                         quant=plan.model.quant)
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):

@@ -25,7 +25,7 @@ from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
 from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
-                                               MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+                                               MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
@@ -60,6 +60,7 @@ class ModelSpec:
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
     stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
     lora: Optional[List[LoraSpec]] = None  # adapters merged into the weights at load (docs/model.md)
+    quant: str = "none"  # none | int8_weight | fp8_weight | fp8_dynamic: low-bit block weights (torchao)
 
 
 @dataclass
@@ -276,6 +277,8 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if job.model.stage == "node" and not job.model.weights:
         raise bad("model.stage", "node stages model.weights on each node, but the job has no model.weights: "
                   "set model.weights (a checkpoint folder or file) or model.stage=shared")
+    if job.model.quant not in QUANT_MODES:
+        raise bad("model.quant", f"must be one of {', '.join(QUANT_MODES)}, got {job.model.quant!r}")
     problem = lora_problem(job.model)
     if problem:
         raise bad(*problem)

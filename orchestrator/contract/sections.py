@@ -99,6 +99,9 @@ class ModelSection(Section):
     # LoRA adapters merged into the weights at load (docs/model.md, "LoRA adapters"):
     # [{"path": absolute .safetensors, "scale": float}]; None: none
     lora: Optional[List[Dict[str, Any]]] = None
+    # vocab.QUANT_MODES: the blocks' linear weights quantised per rank after load (torchao;
+    # docs/performance.md, "Low-bit weights"); "none": the workload dtype
+    quant: str = "none"
 
     @property
     def experts(self) -> int:

@@ -32,6 +32,8 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.orchestrator.contract.quant import fp8_capable
+from sporch.orchestrator.contract.vocab import FP8_QUANT
 from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
 
 
@@ -167,6 +169,24 @@ def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
                           "remove workload.cache or set workload.cache.method=none")
 
 
+def check_quant(job: JobSpec, model: sections.ModelSection, cluster: sections.ClusterSpec,
+                placement: sections.PlacementSection) -> None:
+    """``model.quant``: float8 needs a GPU of compute capability 8.9+ (the cluster's GPU model
+    says), and quantised weights are applied to whole tensors: not with sharded parameters."""
+    quant = model.quant
+    if quant == "none":
+        return
+    if quant in FP8_QUANT and not fp8_capable(cluster.gpu.model):
+        raise SporchError(f"model.quant={quant} needs float8 matmuls (GPUs of compute capability 8.9+: L40S, H100, "
+                          f"H200, B200), but {cluster.name}'s GPU is {cluster.gpu.model}: use model.quant=int8_weight "
+                          "or none")
+    if placement.shard_weights != "none":
+        raise SporchError(f"model.quant={quant} is applied to whole weights after load, but the plan shards the "
+                          f"parameters (parallel.shard_weights={placement.shard_weights}: {placement.reason or 'asked'}); "
+                          "set parallel.shard_weights=none (quantised weights take a quarter to half the memory), "
+                          "or model.quant=none")
+
+
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
     c = w.cache
     if c.method == "none":
@@ -207,7 +227,8 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = with_lora(resolve_model(job.model), job.model.lora, job.source)
+    model = dataclasses.replace(with_lora(resolve_model(job.model), job.model.lora, job.source),
+                                quant=job.model.quant)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
@@ -234,6 +255,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1)
+    check_quant(job, model, cluster, placement)
     est = {**est, "shard_weights": placement.shard_weights}
     staging = staging_estimate(model, workload, cluster, ctx.nodes)
     if staging:

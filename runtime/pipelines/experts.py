@@ -96,7 +96,7 @@ def build_experts(spec: GenerateSpec, ctx: ParallelContext | None, shard_weights
     for i in order:
         model = build_sharded(spec.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
                               weights=weights[i], cache=cache,
-                              lora=for_expert(spec.model.get("lora"), i))
+                              lora=for_expert(spec.model.get("lora"), i), quant=spec.model.get("quant"))
         if offload and i == 1:
             model.to("cpu")
         runners[i] = ShardedDiT(model, ctx, grid=spec.grid)
