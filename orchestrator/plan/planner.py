@@ -34,6 +34,9 @@ from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
+
+#: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
+MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
 from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
 
 
@@ -133,6 +136,7 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
         image=job_relative(w.image, source),
         cache=cache_section(w),
+        attention_precision=w.attention_precision,
     )
 
 
@@ -167,6 +171,11 @@ def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
         raise SporchError(f"workload.cache is for the Wan and Flux models, but the model "
                           f"({model.preset or 'from model.weights'}) is a class-label DiT (attention {model.attention}); "
                           "remove workload.cache or set workload.cache.method=none")
+    c = job.workload.cache
+    if c.method == "magcache" and c.ratios is None and c.threshold and (model.preset or "").lower() not in MAG_PRESETS:
+        raise SporchError(f"workload.cache.method=magcache needs the model's magnitude ratios, and none are published "
+                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (measures "
+                          "them: result.json step_cache.changes) and give them as workload.cache.ratios")
 
 
 def check_quant(job: JobSpec, model: sections.ModelSection, cluster: sections.ClusterSpec,
@@ -187,12 +196,22 @@ def check_quant(job: JobSpec, model: sections.ModelSection, cluster: sections.Cl
                           "or model.quant=none")
 
 
+def check_attention_precision(job: JobSpec, layout: Layout) -> None:
+    """``workload.attention_precision: lossy`` runs SageAttention, whose kernel returns no
+    log-sum-exp: a ring cannot merge its blocks."""
+    if job.workload.attention_precision == "lossy" and layout.ring > 1:
+        raise SporchError(f"workload.attention_precision=lossy runs SageAttention, which returns no log-sum-exp to "
+                          f"merge the blocks of a ring, but the layout has ring {layout.ring}: set parallel.ring=1 "
+                          "(Ulysses only) or workload.attention_precision=exact")
+
+
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
     c = w.cache
     if c.method == "none":
         return None
-    return sections.CacheSection(method=c.method, threshold=float(c.threshold), warmup_steps=int(c.warmup_steps),
-                                 max_consecutive=int(c.max_consecutive))
+    return sections.CacheSection(method=c.method, threshold=float(c.threshold or 0.0), warmup_steps=int(c.warmup_steps),
+                                 max_consecutive=int(c.max_consecutive), interval=int(c.interval or 0),
+                                 order=int(c.order), ratios=None if c.ratios is None else [float(r) for r in c.ratios])
 
 
 def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
@@ -256,6 +275,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1)
     check_quant(job, model, cluster, placement)
+    check_attention_precision(job, layout)
     est = {**est, "shard_weights": placement.shard_weights}
     staging = staging_estimate(model, workload, cluster, ctx.nodes)
     if staging:

@@ -51,3 +51,22 @@ def test_plan_output_names_the_lossy_options(run_cli, in_tmp):  # noqa: F811
     code, out, err = run_cli("plan", "--cluster", "local", TINY, "model.quant=int8_weight")
     assert code == 0, err
     assert "model.quant int8_weight" in out
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["workload.attention_precision=fast"], "'workload.attention_precision' must be one of exact, lossy"),
+    (["workload.attention_precision=lossy", "parallel.ring=2", "parallel.ulysses=2"],
+     "workload.attention_precision=lossy runs SageAttention, which returns no log-sum-exp"),
+])
+def test_bad_attention_precision_is_a_one_line_error(run_cli, in_tmp, overrides, needle):  # noqa: F811
+    code, out, err = run_cli("plan", "--cluster", "local", TINY, *overrides)
+    one_line_error(code, out, err, needle)
+
+
+def test_lossy_attention_reaches_the_plan_and_its_output(run_cli, in_tmp):  # noqa: F811
+    code, out, err = run_cli("plan", "--cluster", "local", "--json", TINY, "workload.attention_precision=lossy",
+                             "parallel.ring=1")
+    assert code == 0, err
+    assert json.loads(out)["workload"]["attention_precision"] == "lossy"
+    code, out, err = run_cli("plan", "--cluster", "local", TINY, "workload.attention_precision=lossy", "parallel.ring=1")
+    assert code == 0 and "workload.attention_precision lossy" in out
