@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from sporch.runtime.model import build_model, build_sharded, make_inputs, tiny_model_dict
+from sporch.runtime.model import build_model, build_sharded, make_inputs, resident_parameter_bytes, tiny_model_dict
 from sporch.runtime.model.quant import QuantError, block_linears, quantize_weights, weight_bytes
 
 pytest.importorskip("torchao")
@@ -33,6 +33,9 @@ def test_int8_weights_close_to_float32_and_one_byte_per_weight(kind):
     q_bytes = sum(m.weight.numel() + m.weight.shape[0] * 5 for m in lin)
     assert weight_bytes(quant) == weight_bytes(plain) - lin_bytes + q_bytes
     assert weight_bytes(quant) < 0.6 * weight_bytes(plain)
+    # what a benchmark records per rank (metrics.parameter_bytes_resident) counts the same bytes
+    assert resident_parameter_bytes(quant) == weight_bytes(quant)
+    assert resident_parameter_bytes(plain) == weight_bytes(plain)
     # the embeddings and the head are not quantised
     assert all(type(p) is nn.Parameter for n, p in quant.named_parameters() if "blocks" not in n)
 
