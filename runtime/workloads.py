@@ -214,7 +214,7 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     wl = plan.workload
     steps, guidance = wl.steps, wl.guidance_scale
     model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
-    sigmas = flow_sigmas(steps, wl.shift)
+    sigmas = flow_sigmas(steps, wl.shift, wl.sigmas)
 
     saved = progress.load() or {}
     start_step = int(saved.get("step", 0))

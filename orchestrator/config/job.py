@@ -108,6 +108,7 @@ class WorkloadSpec:
     image: Optional[str] = None
     cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference)
     attention_precision: str = "exact"  # exact | lossy: 8-bit attention kernels (SageAttention) allowed
+    sigmas: Optional[List[float]] = None  # one per step, before the shift: a recipe's timesteps / 1000
 
 
 @dataclass
@@ -328,6 +329,14 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
     _validate_generate(w, bad)
     _validate_cache(w, bad)
+    if w.sigmas is not None:
+        s = list(w.sigmas)
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in s)
+        if not numbers or len(s) != w.steps or any(a <= b for a, b in zip(s, s[1:])):
+            raise bad("workload.sigmas", f"must be workload.steps ({w.steps}) decreasing numbers in (0, 1], one per "
+                      f"step before the shift (e.g. [1.0, 0.75, 0.5, 0.25] for 4 steps), got {w.sigmas!r}")
+        if w.kind == "generate" and w.scheduler != "euler":
+            raise bad("workload.sigmas", "sets the Euler scheduler's sigmas: add workload.scheduler=euler")
     if w.attention_precision not in ATTENTION_PRECISIONS:
         raise bad("workload.attention_precision", f"must be one of {', '.join(ATTENTION_PRECISIONS)}, "
                   f"got {w.attention_precision!r}")

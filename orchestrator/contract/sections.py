@@ -162,6 +162,8 @@ class WorkloadSection(Section):
     # vocab.ATTENTION_PRECISIONS: lossy lets the runtime run SageAttention where it can
     # (runtime/attention/select.py choose_for_precision); exact never
     attention_precision: str = "exact"
+    # the steps' sigmas before the shift (a few-step recipe's timesteps / 1000); None: evenly spaced
+    sigmas: Optional[List[float]] = None
 
 
 @dataclass(frozen=True)

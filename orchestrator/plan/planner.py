@@ -137,6 +137,7 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         image=job_relative(w.image, source),
         cache=cache_section(w),
         attention_precision=w.attention_precision,
+        sigmas=None if w.sigmas is None else [float(x) for x in w.sigmas],
     )
 
 

@@ -38,6 +38,8 @@ def fingerprint(spec: GenerateSpec, index: int) -> str:
             "guidance_scale": spec.guidance_scale, "frames": spec.frames, "height": spec.height,
             "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift,
             "guidance_scale_2": spec.guidance_scale_2, "image": _file_id(spec.image)}
+    if spec.sigmas is not None:
+        keys["sigmas"] = list(spec.sigmas)
     if spec.attention_precision != "exact":  # a lossy kernel's latents are not an exact run's
         keys["attention_precision"] = spec.attention_precision
     text = json.dumps(keys, sort_keys=True, default=str)

@@ -46,6 +46,7 @@ class GenerateSpec:
     # latent frame is the image's (timestep 0), without it all tokens share the step's timestep
     expand_timesteps: bool = False
     attention_precision: str = "exact"  # plan.workload.attention_precision: exact | lossy (SageAttention)
+    sigmas: tuple[float, ...] | None = None  # plan.workload.sigmas: the steps' sigmas before the shift
 
     @property
     def video(self) -> bool:
@@ -74,4 +75,5 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
         image=wl.image, expand_timesteps=bool(model.expand_timesteps),
         attention_precision=wl.attention_precision,
+        sigmas=None if wl.sigmas is None else tuple(wl.sigmas),
     )

@@ -70,3 +70,21 @@ def test_lossy_attention_reaches_the_plan_and_its_output(run_cli, in_tmp):  # no
     assert json.loads(out)["workload"]["attention_precision"] == "lossy"
     code, out, err = run_cli("plan", "--cluster", "local", TINY, "workload.attention_precision=lossy", "parallel.ring=1")
     assert code == 0 and "workload.attention_precision lossy" in out
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["workload.kind=inference", "workload.steps=3", "workload.sigmas=[1.0,0.75,0.5,0.25]"],
+     "'workload.sigmas' must be workload.steps (3) decreasing numbers"),
+    (["workload.kind=inference", "workload.steps=2", "workload.sigmas=[0.5,0.75]"], "'workload.sigmas' must be"),
+    (["workload.kind=inference", "workload.steps=2", "workload.sigmas=[1.5,0.75]"], "'workload.sigmas' must be"),
+])
+def test_bad_sigmas_are_one_line_errors(run_cli, in_tmp, overrides, needle):  # noqa: F811
+    code, out, err = run_cli("plan", "--cluster", "local", TINY, *overrides)
+    one_line_error(code, out, err, needle)
+
+
+def test_recipe_sigmas_reach_the_plan(run_cli, in_tmp):  # noqa: F811
+    code, out, err = run_cli("plan", "--cluster", "local", "--json", TINY, "workload.kind=inference", "workload.steps=4",
+                             "workload.sigmas=[1.0,0.75,0.5,0.25]", "workload.shift=5")
+    assert code == 0, err
+    assert json.loads(out)["workload"]["sigmas"] == [1.0, 0.75, 0.5, 0.25]

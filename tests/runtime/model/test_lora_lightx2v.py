@@ -94,3 +94,25 @@ def test_the_recipe_fragment_plans_with_the_adapter(tmp_path, run_cli):
     assert plan["model"]["lora"][0]["path"] == str(tmp_path / "lora.safetensors")
     assert plan["workload"]["steps"] == 4 and plan["workload"]["cfg_enabled"] is False
     assert map_deltas(read_lora(tmp_path / "lora.safetensors"), "cross")
+
+
+def test_recipe_sigmas_give_lightx2v_timesteps_in_both_samplers():
+    """workload.sigmas [1, .75, .5, .25] with shift 5: LightX2V's denoising_step_list
+    [1000, 750, 500, 250] after its sample_shift 5, in sporch's sampler and in diffusers' Euler
+    scheduler as generate sets it up."""
+    from types import SimpleNamespace
+
+    import diffusers
+
+    from sporch.runtime.model.sampler import flow_sigmas
+    from sporch.runtime.pipelines.schedulers import timesteps
+
+    want = [5 * s / (1 + 4 * s) for s in (1.0, 0.75, 0.5, 0.25)]
+    ours = flow_sigmas(4, 5.0, [1.0, 0.75, 0.5, 0.25])
+    assert torch.allclose(ours, torch.tensor([*want, 0.0], dtype=torch.float64))
+    spec = SimpleNamespace(family="wan", steps=4, sigmas=(1.0, 0.75, 0.5, 0.25))
+    got = timesteps(spec, diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0), 0, torch.device("cpu"))
+    assert torch.allclose(got.double(), torch.tensor(want, dtype=torch.float64) * 1000, atol=1e-3)
+    plain = timesteps(SimpleNamespace(family="wan", steps=4, sigmas=None),
+                      diffusers.FlowMatchEulerDiscreteScheduler(shift=5.0), 0, torch.device("cpu"))
+    assert not torch.allclose(plain.double(), got.double(), atol=1.0)  # without them: another spacing
