@@ -4,6 +4,7 @@ quality against the same run without a cache (docs/performance.md, "Step caching
     python bench/step_cache_tiny.py                       # 20 steps, cfg2 x ulysses2, 4 CPU ranks
     python bench/step_cache_tiny.py --steps 30 --layout parallel.ulysses=4 parallel.cfg=1
     python bench/step_cache_tiny.py --extra model.depth=8 workload.height=128 workload.width=128
+    python bench/step_cache_tiny.py --only taylorseer-2o1 taylorseer-3o1 magcache@0 magcache@0.1
 
 Each row is one ``sporch run --local`` of examples/tiny-generate.yaml (tiny random weights, so
 the relative changes are large and the thresholds are larger than a real model's); the
@@ -36,8 +37,21 @@ def _case(method: str, threshold: float) -> tuple[str, list[str]]:
 
 # tiny random weights change a lot per step (first-block residual 0.26-0.57, time projection
 # 0.63-1.2 on 20 steps: result.json step_cache "changes"), hence thresholds far above a real model's
+def _taylor(interval: int, order: int = 1) -> tuple[str, list[str]]:
+    return f"taylorseer-{interval}o{order}", ["workload.cache.method=taylorseer", f"workload.cache.interval={interval}",
+                                              f"workload.cache.order={order}", "workload.cache.warmup_steps=2"]
+
+
 CASES = [("none", []), _case("fbcache", 0.35), _case("fbcache", 0.45), _case("fbcache", 0.6),
-         _case("teacache", 1.0), _case("teacache", 2.0)]
+         _case("teacache", 1.0), _case("teacache", 2.0), _taylor(2), _taylor(3), _taylor(3, 2),
+         # magcache: the ratios come from a first run at threshold 0 (measures them, skips nothing)
+         _case("magcache", 0.0), _case("magcache", 0.1), _case("magcache", 0.3)]
+
+
+def measured_ratios(folder: Path) -> list[float]:
+    """A magcache run's measured magnitude ratios (rank 0's first batch)."""
+    rec = json.loads((folder / "ranks" / "rank0.json").read_text())["metrics"]["step_cache"]
+    return [1.0 if c is None else float(c) for c in rec["batches"][0]["changes"]]
 
 
 def run(name: str, overrides: list[str], work: Path, steps: int, layout: list[str],
@@ -67,8 +81,15 @@ def main() -> None:
         rows, ref = [], None
         # creates the tiny pipeline first: a plan made before it exists differs (no config.json)
         run("setup", [], work, 1, args.layout, args.extra)
+        ratios = None
         for name, overrides in cases:
+            if name.startswith("magcache@") and name != "magcache@0":
+                if ratios is None:
+                    raise SystemExit(f"{name} needs the ratios of magcache@0: run it too (--only ... magcache@0)")
+                overrides = [*overrides, f"workload.cache.ratios=[{','.join(f'{r:.6g}' for r in ratios)}]"]
             folder, result = run(name, overrides, work, args.steps, args.layout, args.extra)
+            if name == "magcache@0":
+                ratios = measured_ratios(folder)
             outs = read_outputs(folder, result)
             ref = ref or outs
             q = compare(ref, outs)

@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.models.lora import for_expert
 from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.attention import CommStats
 from sporch.runtime.compile import CompileInfo, compile_blocks, should_compile, time_first_call
 from sporch.runtime.measure import peak_memory_bytes, sync
@@ -64,7 +65,23 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
     return fn
 
 
+def attention_choice(plan: Plan, ctx: ParallelContext | None, device: torch.device) -> Choice:
+    """The attention kernel of ``workload.attention_precision`` here (exact: ``auto``'s)."""
+    sharded = ctx is not None and ctx.sequence_size > 1
+    return run_choice(plan.workload.attention_precision, device, plan.workload.dtype,
+                      ring=ctx.ring if ctx is not None else 1, joint_sharded=sharded and plan.model.attention == "joint")
+
+
 def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
+    result = _run_workload(plan, ctx, device, progress)
+    if plan.workload.attention_precision != "exact" and not plan.job.entrypoint:
+        choice = attention_choice(plan, ctx, device)
+        result.setdefault("attention_kernel", choice.kernel)
+        result["attention_choice"] = choice.reason
+    return result
+
+
+def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
     entrypoint = plan.job.entrypoint
     if entrypoint:
         result = resolve_entrypoint(entrypoint)(ctx, plan)
@@ -92,7 +109,8 @@ def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
     wl = plan.workload
     return build_sharded(plan.model, ctx, plan.placement.shard_weights, seed=wl.seed, dtype=resolve_dtype(wl.dtype),
                          device=device, weights=plan.model.weights, cache=ctx.weight_cache if ctx is not None else None,
-                         lora=for_expert(plan.model.lora, 0))  # benchmark/verify/inference: transformer only
+                         lora=for_expert(plan.model.lora, 0),  # benchmark/verify/inference: transformer only
+                         quant=plan.model.quant)
 
 
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
@@ -105,7 +123,7 @@ def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
         info = CompileInfo(enabled=False, reason="off: the parameters are sharded (parallel.shard_weights)")
     else:
         info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
-    runner = ShardedDiT(model, ctx, grid=grid)
+    runner = ShardedDiT(model, ctx, grid=grid, backend=attention_choice(plan, ctx, device).kernel)
     inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
     return model, runner, inputs, grid, info
 
@@ -203,7 +221,7 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     wl = plan.workload
     steps, guidance = wl.steps, wl.guidance_scale
     model, runner, inputs, grid, compiled = _setup(plan, ctx, device)
-    sigmas = flow_sigmas(steps, wl.shift)
+    sigmas = flow_sigmas(steps, wl.shift, wl.sigmas)
 
     saved = progress.load() or {}
     start_step = int(saved.get("step", 0))

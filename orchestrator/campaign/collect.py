@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
-from sporch.orchestrator.campaign import outputs
+from sporch.orchestrator.campaign import outputs, pareto
 from sporch.orchestrator.campaign.metrics import (CACHE_METRICS, METRICS, OUTPUT_METRICS, STAGE_METRICS, STEP_METRICS,
                                                   metric_value)
 from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
@@ -24,6 +24,8 @@ from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.contract.results import Fingerprint, JobResult, ResultFileError, read_bounded_text
 from sporch.orchestrator.errors import SporchError
 
+#: The speed levers a campaign may sweep (expand.point_values), shown after dtype when swept.
+LEVER_COLUMNS = ("cache", "quant", "attention", "steps", "recipe")
 #: Identifying columns, in table order.
 KEY_COLUMNS = ("id", "cluster", "nodes", "gpus", "layout", "preset", "shape", "dtype", "repeat", "status")
 PENDING = "pending"
@@ -77,8 +79,12 @@ def columns(rows: Sequence[Row] = ()) -> list[str]:
     extra = [m.name for m in STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS
              if any(has_metric(r, m.name) for r in rows)]
     keys = list(KEY_COLUMNS)
-    if any(r.values.get("cache") not in (None, "") for r in rows):  # a campaign sweeping caches
-        keys.insert(keys.index("dtype") + 1, "cache")
+    at = keys.index("dtype") + 1
+    for lever in reversed(LEVER_COLUMNS):  # a campaign sweeping caches, quants, ... (in this order)
+        if any(r.values.get(lever) not in (None, "") for r in rows):
+            keys.insert(at, lever)
+    if any(r.values.get(pareto.COLUMN) for r in rows):
+        keys.append(pareto.COLUMN)
     return keys + [m.name for m in STEP_METRICS] + extra + ["reference"]
 
 
@@ -142,7 +148,7 @@ def _values(values: dict) -> dict:
 
 def _sort_key(r: "Row") -> tuple:
     v = r.values
-    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype", "cache")) + tuple(
+    return tuple(str(v.get(k, "")) for k in ("cluster", "preset", "shape", "dtype", *LEVER_COLUMNS)) + tuple(
         (0, x, "") if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, 0, str(x))
         for x in (v.get("gpus"), v.get("layout"), v.get("repeat")))
 
@@ -183,6 +189,7 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None,
         rows.append(row)
     rows.sort(key=_sort_key)
     outputs.fill(rows, folders, results, output_reference)
+    pareto.mark(rows)
     for row in rows:
         if row.ok:
             row.bounds = select(references, row.values)

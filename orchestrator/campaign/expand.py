@@ -1,7 +1,8 @@
 """The campaign matrix -> points, each planned by the planner (``make_plan``).
 
-A point is one run: cluster x node count x layout x preset x shape x dtype x cache x repeat
-(``cache`` is a parameter only when the matrix sweeps ``caches``). Its id
+A point is one run: cluster x node count x layout x preset x shape x dtype x cache x quant x
+attention precision x steps x recipe x repeat (each lever is a parameter only when the matrix
+sweeps it: ``caches``, ``quants``, ``attention_precisions``, ``steps``, ``recipes``). Its id
 is a hash of the canonical JSON of those parameters, so adding values to the matrix keeps
 the ids (and results) of the points that were already there. Combinations the planner
 refuses (a layout that does not divide, a shape the VAE stride does not allow, a model that
@@ -10,14 +11,16 @@ does not fit) become :class:`Skipped` with the planner's one-line reason.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
 from sporch.orchestrator.campaign.spec import MAX_POINTS
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.config.job import CacheSpec, ParallelSpec, validate_job
+from sporch.orchestrator.config.job import CacheSpec, ParallelSpec, job_from_dict, validate_job
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact, feasible_layouts
@@ -72,6 +75,10 @@ def point_values(params: dict[str, Any], plan) -> dict[str, Any]:
         "dtype": w.dtype,
         "repeat": params["repeat"],
         **({"cache": cache_value(params["cache"])} if "cache" in params else {}),
+        **({"quant": params["quant"]} if "quant" in params else {}),
+        **({"attention": params["attention"]} if "attention" in params else {}),
+        **({"steps": w.steps} if "steps" in params or "recipe" in params else {}),
+        **({"recipe": params["recipe"]} if "recipe" in params else {}),
     }
 
 
@@ -116,6 +123,32 @@ def node_counts(nodes_axis: Any, base_nodes: Optional[int], cluster_nodes: int) 
     return list(nodes_axis)
 
 
+def _with_levers(base, levers: dict[str, Any], recipes: dict[str, Any]):
+    """The job with the speed-lever values of one point (``quant``, ``attention``, ``steps``,
+    ``recipe``: its dotted keys set on the job, validated as a job file would be)."""
+    job = base
+    if "recipe" in levers and recipes[levers["recipe"]]:
+        data = job.to_dict()
+        for key, value in recipes[levers["recipe"]].items():
+            node = data
+            *path, leaf = str(key).split(".")
+            for part in path:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[leaf] = copy.deepcopy(value)
+        source = job.source
+        job = job_from_dict(data, f"recipe {levers['recipe']}")
+        job.source = source
+    if "quant" in levers:
+        job = replace(job, model=replace(job.model, quant=levers["quant"]))
+    if "attention" in levers:
+        job = replace(job, workload=replace(job.workload, attention_precision=levers["attention"]))
+    if "steps" in levers:
+        job = replace(job, workload=replace(job.workload, steps=levers["steps"]))
+    return job
+
+
 def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Optional[str],
                cache: Optional[dict] = None):
     model, workload = base.model, base.workload
@@ -158,16 +191,26 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     shapes = [{k: v for k, v in vars(s).items() if v is not None} for s in m.shapes] or [None]
     dtypes = list(m.dtypes) or [None]
     caches = [{k: v for k, v in vars(c).items() if v is not None} for c in m.caches] or [None]
+    recipes = {r.name: dict(r.set) for r in m.recipes}
+    axes = [("quant", list(m.quants)), ("attention", list(m.attention_precisions)), ("steps", list(m.steps)),
+            ("recipe", list(recipes))]
+    lever_sets = [dict(zip([k for k, v in axes if v], combo))
+                  for combo in itertools.product(*[v for _, v in axes if v])]
     seen: set[str] = set()
     for cname in m.clusters:
         cluster = (clusters or {}).get(cname) or find_cluster(cname)
         for preset in presets:
             for shape in shapes:
-                for dtype, cache in ((d, c) for d in dtypes for c in caches):
-                    job0 = _with_axes(base, preset, shape, dtype, cache)
+                for dtype, cache, levers in ((d, c, lv) for d in dtypes for c in caches for lv in lever_sets):
+                    common = {"cluster": cname, "preset": preset, "shape": shape,
+                              "dtype": dtype, **({"cache": cache} if m.caches else {}), **levers}
+                    try:
+                        job0 = _with_levers(_with_axes(base, preset, shape, dtype, cache), levers, recipes)
+                    except SporchError as e:
+                        out.skipped.append(Skipped({**common, "layout": "base", "repeat": None}, str(e)))
+                        continue
                     for nodes in node_counts(campaign.nodes, base.resources.nodes, cluster.nodes):
-                        common = {"cluster": cname, "nodes": nodes, "preset": preset, "shape": shape,
-                                  "dtype": dtype, **({"cache": cache} if m.caches else {})}
+                        common = {**common, "nodes": nodes}
                         job1 = replace(job0, resources=replace(job0.resources, nodes=nodes))
                         try:
                             validate_job(job1, spec.source or spec.name)

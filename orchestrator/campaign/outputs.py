@@ -14,9 +14,11 @@ For each completed generate point this module reads what its job wrote into its 
 
 The reference point of a group of comparable points (same cluster, preset, shape, dtype) is
 ``compare_outputs.reference`` of the campaign file (a point id, or a layout such as
-``1x1x1x1``), else the point with the fewest GPUs (first in report order); with a ``caches``
-axis, a layout or the fewest GPUs picks among the uncached points (cache ``none``), so a
-cached point's PSNR/SSIM is against the uncached output (its latents share the fingerprint). It gets 0 / inf / 1.
+``1x1x1x1``), else the point with the fewest GPUs (first in report order); with speed-lever
+axes (``caches``, ``quants``, ``attention_precisions``, ``steps``, ``recipes``), a layout or the
+fewest GPUs picks among the full-quality points (cache none, quant none, attention exact, the
+most steps, recipe base), so a lossy point's PSNR/SSIM is against the full-quality output (their
+latents share the ``subject`` hash, runtime/pipelines/latents.py). It gets 0 / inf / 1.
 Points whose latents carry another fingerprint (another prompt, seed, steps...) are not
 compared: their metrics stay empty and a one-line note says why.
 
@@ -45,6 +47,7 @@ class Outputs:
 
     latents: dict
     frames: dict
+    subjects: dict = None  # prompt index -> subject hash (runtime/pipelines/latents.py), when written
 
 
 def read_outputs(folder: Path, result: dict[str, Any]) -> Optional[Outputs]:
@@ -55,11 +58,12 @@ def read_outputs(folder: Path, result: dict[str, Any]) -> Optional[Outputs]:
     import numpy as np
     from safetensors import safe_open
 
-    latents = {}
+    latents, subjects = {}, {}
     for path in sorted((folder / LATENTS_DIR).glob("*.safetensors")):
         with safe_open(str(path), framework="np") as f:
             meta = f.metadata() or {}
             latents[int(meta.get("index", path.stem))] = (meta.get("fingerprint"), f.get_tensor("latents"))
+            subjects[int(meta.get("index", path.stem))] = meta.get("subject")
     frames = {}
     for out in result.get("outputs") or []:
         if not isinstance(out, dict) or not isinstance(out.get("file"), str):
@@ -67,7 +71,7 @@ def read_outputs(folder: Path, result: dict[str, Any]) -> Optional[Outputs]:
         frames[int(out.get("index", len(frames)))] = _read_frames(folder / Path(out["file"]).name, np)
     if not latents and not frames:
         raise ValueError(f"no latents ({folder / LATENTS_DIR}) and no decoded outputs to compare")
-    return Outputs(latents=latents, frames=frames)
+    return Outputs(latents=latents, frames=frames, subjects=subjects)
 
 
 def _read_frames(path: Path, np) -> Any:
@@ -96,7 +100,9 @@ def compare(ref: Outputs, got: Outputs) -> dict[str, float]:
         err = 0.0
         for i, (fp, a) in got.latents.items():
             rfp, b = ref.latents[i]
-            if fp != rfp:
+            same_subject = (ref.subjects or {}).get(i) is not None and \
+                (ref.subjects or {}).get(i) == (got.subjects or {}).get(i)
+            if fp != rfp and not same_subject:
                 raise ValueError(f"prompt {i}'s latents have another fingerprint (prompt, seed, steps, shape "
                                  "or weights differ)")
             if a.shape != b.shape:
@@ -127,8 +133,8 @@ def pick_reference(rows: Sequence[Any], reference: Optional[str]) -> Optional[An
     for r in rows:
         if reference and r.id == reference:
             return r
-    uncached = [r for r in rows if str(r.values.get("cache", "none")) in ("none", "")]
-    rows = uncached or rows
+    full = [r for r in rows if is_reference_levers(r.values, rows)]
+    rows = full or rows
     if reference:
         return next((r for r in rows if str(r.values.get("layout")) == reference), None)
 
@@ -137,6 +143,21 @@ def pick_reference(rows: Sequence[Any], reference: Optional[str]) -> Optional[An
         return g if isinstance(g, int) and not isinstance(g, bool) else math.inf
 
     return min(rows, key=gpus) if rows else None
+
+
+#: A speed lever's value at full quality (the reference point's), per report column.
+FULL_QUALITY = {"cache": ("none", ""), "quant": ("none", ""), "attention": ("exact", "")}
+
+
+def is_reference_levers(values: dict, rows: Sequence[Any]) -> bool:
+    """Whether a point runs at full quality: no step cache, full-precision weights, exact
+    attention and the most steps (recipe ``base``) among ``rows``."""
+    if any(str(values.get(k, "")) not in ok for k, ok in FULL_QUALITY.items()):
+        return False
+    if str(values.get("recipe", "")) not in ("", "base"):
+        return False
+    steps = [r.values.get("steps") for r in rows if isinstance(r.values.get("steps"), int)]
+    return not steps or values.get("steps") == max(steps)
 
 
 def fill(rows: Sequence[Any], folders: dict, results: dict, reference: Optional[str]) -> None:

@@ -11,6 +11,8 @@ Plots (data first, :func:`plot_data`, then drawn from that data, :func:`draw_plo
 - ``same_output`` (only when generate points were compared, :mod:`.outputs`): per point the
   PSNR of its decoded frames against the reference point (identical frames drawn at
   ``SAME_OUTPUT_CAP`` dB and labelled "identical"), and its latents' max abs error.
+- ``speed_vs_psnr`` (when two or more points have a time and a PSNR): each point's denoise
+  seconds against its PSNR, the Pareto-optimal ones (:mod:`.pareto`) starred and joined.
 
 Repeats of a point are combined by the median of their step medians.
 
@@ -31,7 +33,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sporch.orchestrator.campaign.collect import Row, columns, format_value, short_value
+from sporch.orchestrator.campaign import pareto
+from sporch.orchestrator.campaign.collect import LEVER_COLUMNS, Row, columns, format_value, short_value
 from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
@@ -39,6 +42,8 @@ from sporch.orchestrator.paths import templates_dir
 PLOTS = ("latency_vs_gpus", "scaling_efficiency", "comm_vs_compute", "best_layout")
 #: Drawn only when some point has output metrics.
 SAME_OUTPUT = "same_output"
+#: Drawn when at least two points have a time and a PSNR (.pareto): speed against quality.
+SPEED_QUALITY = "speed_vs_psnr"
 #: Where an infinite PSNR (identical frames) is drawn.
 SAME_OUTPUT_CAP = 100.0
 #: Drawn when the points have what they need: the cost model against the measurement, and the
@@ -76,7 +81,8 @@ def _workload(row: Row) -> tuple[str, ...]:
     cluster = str(v["cluster"])
     if cluster.endswith((".yaml", ".yml")):
         cluster = Path(cluster).stem
-    return cluster, str(v["preset"]), str(v["shape"]), str(v["dtype"]), str(v.get("cache") or "")
+    return (cluster, str(v["preset"]), str(v["shape"]), str(v["dtype"]),
+            *(str(v.get(k) or "") for k in LEVER_COLUMNS))
 
 
 def _namer(workloads) -> Callable[[tuple[str, ...]], str]:
@@ -153,6 +159,9 @@ def plot_data(rows: list[Row]) -> dict[str, Any]:
     same = _same_output(rows)
     if same is not None:
         out[SAME_OUTPUT] = same
+    speed = _speed_vs_quality(rows)
+    if speed is not None:
+        out[SPEED_QUALITY] = speed
     predicted = _predicted_vs_measured(rows)
     if predicted is not None:
         out[PREDICTED] = predicted
@@ -160,6 +169,28 @@ def plot_data(rows: list[Row]) -> dict[str, Any]:
     if stages is not None:
         out[STAGES] = stages
     return out
+
+
+def _lever_label(r: Row) -> str:
+    """A point in words on the speed/quality plot: its layout and the levers it sets."""
+    levers = [f"{k} {r.values[k]}" for k in LEVER_COLUMNS if r.values.get(k) not in (None, "")]
+    return " ".join([str(r.values.get("layout"))] + levers)
+
+
+def _speed_vs_quality(rows: list[Row]) -> dict[str, Any] | None:
+    """Per compared point its time (s) and PSNR (dB; identical: drawn at SAME_OUTPUT_CAP), and
+    whether it is Pareto-optimal (.pareto)."""
+    pts = pareto.candidates(rows)
+    if len(pts) < 2:
+        return None
+    best = pareto.optimal_ids(rows)
+    timed = "denoise stage (s)" if all(_finite(r.metrics.get("stage_denoise_s")) for r, _, _ in pts) \
+        else "time (s: denoise stage, else median step)"
+    return {"labels": [f"{r.id[:8]} {_lever_label(r)}" for r, _, _ in pts],
+            "seconds": [s for _, s, _ in pts],
+            "psnr_db": [q if math.isfinite(q) else None for _, _, q in pts],
+            "pareto": [r.id in best for r, _, _ in pts],
+            "xlabel": timed, "ylabel": "PSNR vs reference point (dB)"}
 
 
 def _predicted_vs_measured(rows: list[Row]) -> dict[str, Any] | None:
@@ -220,7 +251,7 @@ def draw_plots(data: dict[str, Any], folder: Path) -> dict[str, Path]:
     paths: dict[str, Path] = {}
     # labels are names from files (a cluster path may hold `$`): text, never mathtext
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-        for name in [n for n in PLOTS + (SAME_OUTPUT, PREDICTED, STAGES) if n in data]:
+        for name in [n for n in PLOTS + (SAME_OUTPUT, SPEED_QUALITY, PREDICTED, STAGES) if n in data]:
             png = io.BytesIO()
             _draw(plt, name, data[name], png)
             paths[name] = write_atomic(folder / f"{name}.png", png.getvalue(), fsync=False)
@@ -246,6 +277,18 @@ def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
                         textcoords="offset points", xytext=(0, 3), fontsize=7)
         ax.set_xticks(xs, d["labels"], rotation=30, ha="right", fontsize=7)
         ax.set_xlabel("point (id, layout; ref = the reference)")
+    elif name == SPEED_QUALITY:
+        ys = [SAME_OUTPUT_CAP if y is None else y for y in d["psnr_db"]]
+        on = [(x, y) for x, y, p in zip(d["seconds"], ys, d["pareto"]) if p]
+        off = [(x, y) for x, y, p in zip(d["seconds"], ys, d["pareto"]) if not p]
+        if off:
+            ax.scatter(*zip(*off), color="tab:gray", label="dominated")
+        front = sorted(on)
+        ax.plot(*zip(*front), color="tab:red", marker="*", markersize=12, label="Pareto-optimal")
+        for x, y, label, raw in zip(d["seconds"], ys, d["labels"], d["psnr_db"]):
+            ax.annotate(label + (" (identical)" if raw is None else ""), (x, y), textcoords="offset points",
+                        xytext=(4, 4), fontsize=6)
+        ax.set_xlabel(d["xlabel"])
     elif name == "comm_vs_compute":
         xs = range(len(d["labels"]))
         ax.bar(xs, d["compute_ms"], label="compute and the rest")

@@ -20,7 +20,7 @@ from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.durations import is_valid_time
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.vocab import DTYPES, MAX_NAME
+from sporch.orchestrator.contract.vocab import ATTENTION_PRECISIONS, DTYPES, MAX_NAME, QUANT_MODES
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.directives import check_directive_path
 
@@ -43,6 +43,16 @@ class ShapeSpec:
 
 
 @dataclass
+class RecipeSpec:
+    """One value of ``matrix.recipes``: a name (the report's ``recipe`` column) and the job keys
+    it sets, dotted (``{workload.steps: 4, workload.shift: 5.0, model.lora: [...]}``); the recipe
+    named ``base`` sets nothing and is the full-quality reference."""
+
+    name: str = ""
+    set: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class MatrixSpec:
     clusters: List[str] = field(default_factory=list)
     nodes: Any = None  # list of ints, "pow2", or unset (the base job's / the cluster's nodes)
@@ -52,6 +62,14 @@ class MatrixSpec:
     dtypes: List[str] = field(default_factory=list)  # empty: the base job's dtype
     #: workload.cache values (docs/performance.md, "Step caching"); empty: the base job's
     caches: List[CacheSpec] = field(default_factory=list)
+    #: model.quant values (docs/performance.md, "Low-bit weights"); empty: the base job's
+    quants: List[str] = field(default_factory=list)
+    #: workload.attention_precision values (exact | lossy); empty: the base job's
+    attention_precisions: List[str] = field(default_factory=list)
+    #: workload.steps values; empty: the base job's
+    steps: List[int] = field(default_factory=list)
+    #: named sets of job overrides (a few-step recipe: LoRA, steps, shift, guidance); empty: none
+    recipes: List[RecipeSpec] = field(default_factory=list)
     repeats: int = 1  # independent runs of every point
 
 
@@ -143,6 +161,8 @@ def matrix_size(m: MatrixSpec, layouts: Any, nodes: Any) -> int:
     """Points of the matrix before any is skipped, counting an axis given by name (``layouts: all``,
     ``nodes: pow2``) or left unset as one value."""
     size = len(m.clusters) * max(1, len(m.presets)) * max(1, len(m.shapes)) * max(1, len(m.dtypes)) * m.repeats
+    for lever in (m.caches, m.quants, m.attention_precisions, m.steps, m.recipes):
+        size *= max(1, len(lever))
     for axis in (layouts, nodes):
         if isinstance(axis, (list, tuple)):
             size *= max(1, len(axis))
@@ -192,6 +212,7 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
             v = getattr(s, k)
             if v is not None and v < 1:
                 raise _bad(source, f"matrix.shapes[{i}].{k}", f"must be >= 1, got {v}")
+    _validate_levers(m, source)
     if m.presets:
         for name in m.presets:
             if name.strip().lower() not in PRESETS:
@@ -203,6 +224,35 @@ def validate(spec: CampaignSpec, source: str) -> Campaign:
                    f"{MAX_POINTS}: split it or shorten an axis")
     references = parse_references(spec.references, source)
     return Campaign(spec=spec, base=_load_base(spec, source), layouts=layouts, nodes=nodes, references=references)
+
+
+def _validate_levers(m: MatrixSpec, source: str) -> None:
+    """The speed-lever axes: known values, no repeats, recipes with names and dotted keys."""
+    for key, allowed in (("quants", QUANT_MODES), ("attention_precisions", ATTENTION_PRECISIONS)):
+        values = getattr(m, key)
+        for v in values:
+            if v not in allowed:
+                raise _bad(source, f"matrix.{key}", f"entry {v!r} is not one of {', '.join(allowed)}")
+        if len(set(values)) != len(values):
+            raise _bad(source, f"matrix.{key}", f"repeats a value: {values}")
+    for v in m.steps:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _bad(source, "matrix.steps", f"entries must be integers >= 1, got {v!r}")
+    if len(set(m.steps)) != len(m.steps):
+        raise _bad(source, "matrix.steps", f"repeats a value: {m.steps}")
+    names = []
+    for i, r in enumerate(m.recipes):
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", r.name or ""):
+            raise _bad(source, f"matrix.recipes[{i}].name", f"must be letters, digits, '-', '_' or '.', got {r.name!r}")
+        if r.name in names:
+            raise _bad(source, f"matrix.recipes[{i}].name", f"{r.name!r} is given twice")
+        names.append(r.name)
+        for key in r.set:
+            if not re.fullmatch(r"(model|workload|parallel|pipeline)\.[A-Za-z_][\w.]*", str(key)):
+                raise _bad(source, f"matrix.recipes[{i}].set", f"keys are dotted job keys such as workload.steps, "
+                           f"got {key!r}")
+        if r.name == "base" and r.set:
+            raise _bad(source, f"matrix.recipes[{i}]", "'base' is the unchanged job (the reference); give it no keys")
 
 
 def _load_base(spec: CampaignSpec, source: str):

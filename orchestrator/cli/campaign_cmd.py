@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import click
 
-from sporch.orchestrator.campaign.collect import UNREADABLE, Row, collect, columns, has_metric, short_value
+from sporch.orchestrator.campaign.collect import LEVER_COLUMNS, UNREADABLE, Row, collect, columns, has_metric, short_value
 from sporch.orchestrator.campaign.compare import Change, compare, parse_threshold
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
@@ -83,13 +83,15 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
             packs = f" in {n} pack(s)"
         t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
                         + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
-        for col in ("id", "layout", "preset", "shape", "dtype", "repeat", "predicted ms/step", "GiB/GPU"):
+        levers = [k for k in LEVER_COLUMNS if any(k in p.match_values() for p in g.points)]  # swept ones
+        for col in ("id", "layout", "preset", "shape", "dtype", *levers, "repeat", "predicted ms/step", "GiB/GPU"):
             t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
         for p in g.points:
             v = p.match_values()
             pred = _predicted_ms(p.plan)
             band = (p.plan.estimates.get("predicted") or {}).get("band") or 0.0
-            t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"], str(v["repeat"]),
+            t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"],
+                      *(str(v.get(k, "")) for k in levers), str(v["repeat"]),
                       (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
                       f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
         con.print(t)

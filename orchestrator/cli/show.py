@@ -50,7 +50,21 @@ def summary_lines(plan: Plan) -> list[str]:
     ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.boundary_ratio is not None else []) \
       + ([f"timesteps one per token{_first_frame_words(w)}"] if m.expand_timesteps else []) \
       + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
-      + ([f"container {describe_container(c.container)}"] if c.container is not None else [])
+      + ([f"container {describe_container(c.container)}"] if c.container is not None else []) \
+      + ([f"lossy     {'; '.join(lossy_options(plan))}"] if lossy_options(plan) else [])
+
+
+def lossy_options(plan: Plan) -> list[str]:
+    """The options on that trade quality for speed (each off by default), in words."""
+    m, w = plan.model, plan.workload
+    out = []
+    if getattr(m, "quant", "none") != "none":
+        out.append(f"model.quant {m.quant} (block weights in 1 byte, torchao)")
+    if getattr(w, "attention_precision", "exact") != "exact":
+        out.append(f"workload.attention_precision {w.attention_precision} (8-bit attention kernels allowed)")
+    if w.cache is not None:
+        out.append(f"workload.cache {w.cache.method} threshold {w.cache.threshold:g}")
+    return out
 
 
 def _first_frame_words(w) -> str:

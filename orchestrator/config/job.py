@@ -24,8 +24,8 @@ from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, 
 from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import ContainerSpec
-from sporch.orchestrator.contract.vocab import (CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
-                                               MAX_NAME, OUTPUT_FORMATS, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+from sporch.orchestrator.contract.vocab import (ATTENTION_PRECISIONS, CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
+                                               MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
@@ -60,16 +60,20 @@ class ModelSpec:
     weights: Optional[str] = None  # local checkpoint folder/file (original or diffusers layout; default: seeded random)
     stage: str = "shared"  # shared | node: load weights where they are, or from one verified copy per node
     lora: Optional[List[LoraSpec]] = None  # adapters merged into the weights at load (docs/model.md)
+    quant: str = "none"  # none | int8_weight | fp8_weight | fp8_dynamic: low-bit block weights (torchao)
 
 
 @dataclass
 class CacheSpec:
     """``workload.cache``: step caching (docs/performance.md, "Step caching")."""
 
-    method: str = "none"  # none | fbcache | teacache
-    threshold: Optional[float] = None  # required for fbcache/teacache
+    method: str = "none"  # none | fbcache | teacache | taylorseer | magcache
+    threshold: Optional[float] = None  # required for fbcache/teacache/magcache
     warmup_steps: int = 1
     max_consecutive: int = 0
+    interval: Optional[int] = None  # taylorseer (required): blocks computed every interval-th step
+    order: int = 1  # taylorseer: Taylor expansion order (1 or 2)
+    ratios: Optional[List[float]] = None  # magcache: per-step magnitude ratios (a calibration run's changes)
 
 
 @dataclass
@@ -103,6 +107,8 @@ class WorkloadSpec:
     # image-to-video (Wan2.2 I2V A14B): the first frame, an image file; relative to the job file's folder
     image: Optional[str] = None
     cache: CacheSpec = field(default_factory=CacheSpec)  # step caching (generate, inference)
+    attention_precision: str = "exact"  # exact | lossy: 8-bit attention kernels (SageAttention) allowed
+    sigmas: Optional[List[float]] = None  # one per step, before the shift: a recipe's timesteps / 1000
 
 
 @dataclass
@@ -254,10 +260,28 @@ def _validate_cache(w: WorkloadSpec, bad) -> None:
     if w.kind not in ("generate", "inference"):
         raise bad("workload.cache", f"skips denoising steps, which {w.kind} does not run: use workload.kind "
                   "generate or inference, or workload.cache.method=none")
-    if c.threshold is None:
+    if c.method == "taylorseer":
+        if c.interval is None or isinstance(c.interval, bool) or c.interval < 2:
+            raise bad("workload.cache.interval", f"taylorseer computes the blocks every interval-th step: give an "
+                      f"integer >= 2 (e.g. 3), got {c.interval!r}")
+        if c.order not in (1, 2):
+            raise bad("workload.cache.order", f"must be 1 or 2 (the Taylor expansion's order), got {c.order!r}")
+        if c.threshold is not None:
+            raise bad("workload.cache.threshold", "is not used by taylorseer (its schedule is workload.cache.interval); "
+                      "remove it")
+    else:
+        for key in ("interval", "ratios") if c.method != "magcache" else ("interval",):
+            if getattr(c, key) is not None:
+                raise bad(f"workload.cache.{key}", f"is not used by {c.method}; remove it")
+    if c.method == "magcache" and c.ratios is not None:
+        if not c.ratios or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r)
+                                   and r > 0 for r in c.ratios):
+            raise bad("workload.cache.ratios", "must be a list of positive numbers, one per step (a magcache run's "
+                      "result.json step_cache.changes)")
+    if c.threshold is None and c.method != "taylorseer":
         raise bad("workload.cache.threshold", f"is required with method {c.method}: the relative change below which "
                   "a step is skipped (e.g. 0.1)")
-    if c.threshold < 0:
+    if c.threshold is not None and c.threshold < 0:
         raise bad("workload.cache.threshold", f"must be >= 0 (0: never skip), got {c.threshold}")
     if c.warmup_steps < 0:
         raise bad("workload.cache.warmup_steps", f"must be >= 0, got {c.warmup_steps}")
@@ -283,6 +307,8 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     if job.model.stage == "node" and not job.model.weights:
         raise bad("model.stage", "node stages model.weights on each node, but the job has no model.weights: "
                   "set model.weights (a checkpoint folder or file) or model.stage=shared")
+    if job.model.quant not in QUANT_MODES:
+        raise bad("model.quant", f"must be one of {', '.join(QUANT_MODES)}, got {job.model.quant!r}")
     problem = lora_problem(job.model)
     if problem:
         raise bad(*problem)
@@ -310,6 +336,17 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         raise bad("workload.shift", f"must be > 0, got {w.shift}")
     _validate_generate(w, bad)
     _validate_cache(w, bad)
+    if w.sigmas is not None:
+        s = list(w.sigmas)
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in s)
+        if not numbers or len(s) != w.steps or any(a <= b for a, b in zip(s, s[1:])):
+            raise bad("workload.sigmas", f"must be workload.steps ({w.steps}) decreasing numbers in (0, 1], one per "
+                      f"step before the shift (e.g. [1.0, 0.75, 0.5, 0.25] for 4 steps), got {w.sigmas!r}")
+        if w.kind == "generate" and w.scheduler != "euler":
+            raise bad("workload.sigmas", "sets the Euler scheduler's sigmas: add workload.scheduler=euler")
+    if w.attention_precision not in ATTENTION_PRECISIONS:
+        raise bad("workload.attention_precision", f"must be one of {', '.join(ATTENTION_PRECISIONS)}, "
+                  f"got {w.attention_precision!r}")
     if w.guidance_scale < 0:
         raise bad("workload.guidance_scale", f"must be >= 0, got {w.guidance_scale}")
     if w.guidance_scale_2 is not None and w.guidance_scale_2 < 0:

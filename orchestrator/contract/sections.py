@@ -108,6 +108,9 @@ class ModelSection(Section):
     # The generic path's diffusers config (config.json's keys) when no model.weights folder
     # holds it (a generic-path preset with seeded random weights)
     diffusers_config: Optional[Dict[str, Any]] = None
+    # vocab.QUANT_MODES: the blocks' linear weights quantised per rank after load (torchao;
+    # docs/performance.md, "Low-bit weights"); "none": the workload dtype
+    quant: str = "none"
 
     @property
     def experts(self) -> int:
@@ -124,6 +127,13 @@ class CacheSection(Section):
     threshold: float = 0.0  # relative L1 change (TeaCache: its rescaled sum) below which a step is skipped
     warmup_steps: int = 1  # the first steps are always computed (the last one too)
     max_consecutive: int = 0  # at most this many skipped steps in a row (0: no cap)
+    # taylorseer: the blocks run every ``interval``-th step after the warm-up, the residual
+    # predicted in between from a Taylor expansion of ``order``
+    interval: int = 0
+    order: int = 1
+    # magcache: the magnitude ratio of each step's block residual to the last's (a calibration
+    # run's step_cache.changes); None: the published ones for the preset, or measure only
+    ratios: Optional[List[float]] = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,11 @@ class WorkloadSection(Section):
     # image-to-video: the first frame's image file (absolute in the plan); None for text-to-video
     image: Optional[str] = None
     cache: Optional[CacheSection] = None  # None: no step caching
+    # vocab.ATTENTION_PRECISIONS: lossy lets the runtime run SageAttention where it can
+    # (runtime/attention/select.py choose_for_precision); exact never
+    attention_precision: str = "exact"
+    # the steps' sigmas before the shift (a few-step recipe's timesteps / 1000); None: evenly spaced
+    sigmas: Optional[List[float]] = None
 
 
 @dataclass(frozen=True)

@@ -40,4 +40,17 @@ HOST_KEY_POLICIES: tuple[str, ...] = ("reject", "accept-new")
 CONTAINER_RUNTIMES: tuple[str, ...] = ("pyxis", "apptainer", "singularity", "podman")
 
 #: workload.cache.method: step caching (docs/performance.md, "Step caching").
-CACHE_METHODS = ("none", "fbcache", "teacache")
+CACHE_METHODS = ("none", "fbcache", "teacache", "taylorseer", "magcache")
+
+#: ``model.quant``: low-bit DiT block weights through torchao (docs/performance.md, "Low-bit
+#: weights"): none; int8 weights dequantised in each matmul; float8 (e4m3) weights likewise; float8
+#: weights and float8 activations quantised per token (a float8 matmul: sm89+ GPUs only).
+QUANT_MODES: tuple[str, ...] = ("none", "int8_weight", "fp8_weight", "fp8_dynamic")
+#: The modes whose tensors are float8: GPUs of compute capability 8.9 or later only.
+FP8_QUANT: tuple[str, ...] = ("fp8_weight", "fp8_dynamic")
+#: Bytes of one quantised block weight element (the per-row scales are counted apart).
+QUANT_WEIGHT_BYTES: dict[str, int] = {"int8_weight": 1, "fp8_weight": 1, "fp8_dynamic": 1}
+
+#: ``workload.attention_precision``: exact kernels only (default), or lossy ones allowed
+#: (SageAttention's 8-bit Q K^T; docs/performance.md, "Attention precision").
+ATTENTION_PRECISIONS: tuple[str, ...] = ("exact", "lossy")

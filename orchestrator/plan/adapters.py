@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
+from sporch.orchestrator.contract.models.lora import map_deltas, map_targets, module_names, read_lora
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.pipeline import job_relative
@@ -38,7 +38,9 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
             raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but the model "
                               f"({model.preset or 'from model.weights'}) has one transformer; remove it")
         try:
-            map_targets(read_lora(path), model.attention, present, where=f"model.lora[{i}] {path}")
+            lora = read_lora(path)
+            map_targets(lora, model.attention, present, where=f"model.lora[{i}] {path}")
+            map_deltas(lora, model.attention, where=f"model.lora[{i}] {path}")  # diff / diff_b / diff_m
         except CheckpointError as exc:
             raise SporchError(str(exc)) from None
         out.append({"path": path, "scale": float(e.scale), "expert": e.expert})

@@ -60,6 +60,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.quant import gemm_speedup
 from sporch.orchestrator.config.calibration_file import CONSTANTS
 from sporch.orchestrator.errors import SporchError
 
@@ -209,6 +210,7 @@ def inputs_from_plan(plan: Any) -> CostInputs:
     # older plans have no token_parameters: every parameter per token, as they were predicted
     token_params = float(e.get("token_parameters") or e["parameters"])
     gemm = 2.0 * token_params * seq_total * samples / (R * U) + float(e.get("context_flops_per_sample") or 0) * samples
+    gemm /= gemm_speedup(getattr(m, "quant", "none"))  # model.quant=fp8_dynamic: float8 matmuls
     attention = 4.0 * seq_total * seq_total * m.head_dim * q_heads * layers * samples / R
     return CostInputs(
         peak_flops=float(plan.cluster.gpu.bf16_tflops) * 1e12,

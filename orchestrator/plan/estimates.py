@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
@@ -121,7 +122,13 @@ def estimate(
     ring_bytes = int(ring_chunk * (R - 1)) if R > 1 else 0
     parts = parameter_parts(model)
     params = parts["blocks"] + parts["root"]
-    full_bytes = params * b
+    # model.quant: the blocks' weights at one byte each plus a scale per output row (about
+    # blocks / hidden rows); the root (embeddings, head) keeps the workload dtype
+    quant = getattr(model, "quant", "none") or "none"
+    block_bytes = parts["blocks"] * block_weight_bytes(quant, b)
+    if quant != "none":
+        block_bytes += parts["blocks"] // max(model.hidden, 1) * SCALE_BYTES
+    full_bytes = int(block_bytes + parts["root"] * b)
     # Sharded (FSDP2, one unit per block): 1/n of every unit stays, and while a block runs it is
     # gathered whole, the next one prefetched, the root unit (embeddings, head) too.
     sharded = -(-params // shard_degree) * b if shard_degree > 1 else full_bytes
@@ -170,6 +177,7 @@ def estimate(
         "context_flops_per_sample": context_flops,
         "parameter_bytes_per_gpu": param_bytes,
         "parameter_bytes_full": full_bytes,
+        "weight_quant": quant,
         "shard_degree": shard_degree,
         "parameter_bytes_sharded": sharded,
         "parameter_bytes_gathered": gathered,

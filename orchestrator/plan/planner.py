@@ -33,6 +33,11 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.orchestrator.contract.quant import fp8_capable
+from sporch.orchestrator.contract.vocab import FP8_QUANT
+
+#: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
+MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
 from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
 
 
@@ -142,6 +147,8 @@ def workload_section(w: WorkloadSpec, model: sections.ModelSection,
         guidance_scale_2=None if w.guidance_scale_2 is None else float(w.guidance_scale_2),
         image=job_relative(w.image, source),
         cache=cache_section(w),
+        attention_precision=w.attention_precision,
+        sigmas=None if w.sigmas is None else [float(x) for x in w.sigmas],
     )
 
 
@@ -176,6 +183,38 @@ def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
         raise SporchError(f"workload.cache is for the Wan and Flux models, but the model "
                           f"({model.preset or 'from model.weights'}) is a class-label DiT (attention {model.attention}); "
                           "remove workload.cache or set workload.cache.method=none")
+    c = job.workload.cache
+    if c.method == "magcache" and c.ratios is None and c.threshold and (model.preset or "").lower() not in MAG_PRESETS:
+        raise SporchError(f"workload.cache.method=magcache needs the model's magnitude ratios, and none are published "
+                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (measures "
+                          "them: result.json step_cache.changes) and give them as workload.cache.ratios")
+
+
+def check_quant(job: JobSpec, model: sections.ModelSection, cluster: sections.ClusterSpec,
+                placement: sections.PlacementSection) -> None:
+    """``model.quant``: float8 needs a GPU of compute capability 8.9+ (the cluster's GPU model
+    says), and quantised weights are applied to whole tensors: not with sharded parameters."""
+    quant = model.quant
+    if quant == "none":
+        return
+    if quant in FP8_QUANT and not fp8_capable(cluster.gpu.model):
+        raise SporchError(f"model.quant={quant} needs float8 matmuls (GPUs of compute capability 8.9+: L40S, H100, "
+                          f"H200, B200), but {cluster.name}'s GPU is {cluster.gpu.model}: use model.quant=int8_weight "
+                          "or none")
+    if placement.shard_weights != "none":
+        raise SporchError(f"model.quant={quant} is applied to whole weights after load, but the plan shards the "
+                          f"parameters (parallel.shard_weights={placement.shard_weights}: {placement.reason or 'asked'}); "
+                          "set parallel.shard_weights=none (quantised weights take a quarter to half the memory), "
+                          "or model.quant=none")
+
+
+def check_attention_precision(job: JobSpec, layout: Layout) -> None:
+    """``workload.attention_precision: lossy`` runs SageAttention, whose kernel returns no
+    log-sum-exp: a ring cannot merge its blocks."""
+    if job.workload.attention_precision == "lossy" and layout.ring > 1:
+        raise SporchError(f"workload.attention_precision=lossy runs SageAttention, which returns no log-sum-exp to "
+                          f"merge the blocks of a ring, but the layout has ring {layout.ring}: set parallel.ring=1 "
+                          "(Ulysses only) or workload.attention_precision=exact")
 
 
 #: Workloads the generic path (any supported diffusers class, runtime/model/generic) runs.
@@ -204,8 +243,9 @@ def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
     c = w.cache
     if c.method == "none":
         return None
-    return sections.CacheSection(method=c.method, threshold=float(c.threshold), warmup_steps=int(c.warmup_steps),
-                                 max_consecutive=int(c.max_consecutive))
+    return sections.CacheSection(method=c.method, threshold=float(c.threshold or 0.0), warmup_steps=int(c.warmup_steps),
+                                 max_consecutive=int(c.max_consecutive), interval=int(c.interval or 0),
+                                 order=int(c.order), ratios=None if c.ratios is None else [float(r) for r in c.ratios])
 
 
 def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
@@ -244,7 +284,10 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     if model.diffusers_class and job.model.lora:
         raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
                           "generic path) yet; remove model.lora")
-    model = with_lora(model, job.model.lora, job.source)
+    if model.diffusers_class and job.model.quant != "none":
+        raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
+                          "generic path) yet; set model.quant: none")
+    model = dataclasses.replace(with_lora(model, job.model.lora, job.source), quant=job.model.quant)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
@@ -273,6 +316,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1)
+    check_quant(job, model, cluster, placement)
+    check_attention_precision(job, layout)
     est = {**est, "shard_weights": placement.shard_weights}
     staging = staging_estimate(model, workload, cluster, ctx.nodes)
     if staging:

@@ -17,6 +17,10 @@ here, preferred first):
 * ``cpu_flash``   - ``aten._scaled_dot_product_flash_attention_for_cpu`` (CPU).
 * ``math``        - plain reference: softmax(q k^T * scale) v in float32 (float64 for
   float64 inputs). Always available.
+* ``sage``        - ``sageattention.sageattn`` (SageAttention, CUDA sm80+, fp16/bf16; lossy: 8-bit
+  Q K^T), when importable; returns no log-sum-exp (``lse`` None): only where one block is merged.
+  Never picked by ``auto``; named by ``workload.attention_precision: lossy``
+  (``select.choose_for_precision``).
 
 ``backend="auto"`` picks the preferred usable one (``select.choose_kernel``).
 """
@@ -30,6 +34,11 @@ from typing import Callable
 import torch
 
 from sporch.runtime.attention.select import SPECS, probe, rank_kernels
+
+#: kernels that are lossy (run only when named: workload.attention_precision lossy picks them)
+LOSSY = frozenset(n for n, s in SPECS.items() if s.lossy)
+#: kernels that return no log-sum-exp: one block per call only (no ring, no joint text blocks)
+NO_LSE = frozenset(n for n, s in SPECS.items() if not s.lse)
 
 __all__ = ["attention_block", "local_attention", "available_backends", "resolve_backend", "KERNELS"]
 
@@ -95,7 +104,17 @@ def _flash_attn3(q, k, v, scale: float, causal: bool):
     return res[0].transpose(1, 2), res[1]
 
 
+def _sage(q, k, v, scale: float, causal: bool):
+    """SageAttention (lossy: int8 Q K^T): the output and no log-sum-exp (None), so only a call
+    that merges one block may use it (usp_attention checks)."""
+    from sageattention import sageattn  # type: ignore[import-not-found]
+
+    out = sageattn(q, k, v, tensor_layout="HND", is_causal=causal, sm_scale=scale)
+    return out, None
+
+
 KERNELS: dict[str, Kernel] = {
+    "sage": _sage,
     "cudnn": _cudnn,
     "flash_attn3": _flash_attn3,
     "flash_attn": _flash_attn,
@@ -117,7 +136,7 @@ def resolve_backend(name: str, device: torch.device | str, dtype: torch.dtype) -
     if name != "auto" and name not in KERNELS:
         raise ValueError(f"unknown attention backend {name!r}; known: {sorted(KERNELS)} or 'auto'")
     facts = probe(device, dtype)
-    avail = rank_kernels(facts)
+    avail = rank_kernels(facts, lossy=name in LOSSY)
     if name == "auto":
         if not avail:
             raise ValueError(f"no attention kernel takes {dtype} on {facts.device}; use a floating dtype")

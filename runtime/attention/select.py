@@ -18,8 +18,8 @@ import importlib
 import importlib.util
 from dataclasses import dataclass, field
 
-__all__ = ["Facts", "KernelSpec", "SPECS", "PREFERENCE", "arch_family", "rank_kernels", "choose_kernel",
-           "probe", "selected_kernel"]
+__all__ = ["Facts", "KernelSpec", "SPECS", "PREFERENCE", "LOSSY_PREFERENCE", "Choice", "arch_family",
+           "rank_kernels", "choose_kernel", "choose_for_precision", "run_choice", "probe", "selected_kernel"]
 
 HALF = frozenset({"float16", "bfloat16"})
 
@@ -51,6 +51,8 @@ class KernelSpec:
     min_capability: tuple[int, int] = (0, 0)
     capability_major: int | None = None  # only this architecture (flash-attn 3: Hopper)
     min_cudnn: int | None = None
+    lossy: bool = False  # 8-bit inside (SageAttention): only with workload.attention_precision lossy
+    lse: bool = True  # returns the log-sum-exp the ring merge needs
 
     def usable(self, f: Facts) -> bool:
         if self.device is not None and f.device != self.device:
@@ -84,7 +86,13 @@ SPECS: dict[str, KernelSpec] = {
                                  min_capability=(5, 0)),
     "cpu_flash": KernelSpec("cpu", FLOATS, op="_scaled_dot_product_flash_attention_for_cpu"),
     "math": KernelSpec(None, FLOATS),
+    # SageAttention 1.0.6 (PyPI sageattention, Triton): Q and K in int8 per block, P V in half
+    # precision; its sageattn returns the output only (no log-sum-exp)
+    "sage": KernelSpec("cuda", HALF, module="sageattention", min_capability=(8, 0), lossy=True, lse=False),
 }
+
+#: ``workload.attention_precision``: lossy kernels run first where they can, else the exact row.
+LOSSY_PREFERENCE: tuple[str, ...] = ("sage",)
 
 #: Preference per architecture family, fastest first. Hopper: cuDNN measured fastest
 #: (issue 13: 23.0 ms vs 36.6 ms for torch's flash at S=32,760, H=24, D=128, bf16, H100);
@@ -115,9 +123,11 @@ def arch_family(f: Facts) -> str:
     return "older"
 
 
-def rank_kernels(f: Facts) -> list[str]:
-    """Usable kernels for ``f``, preferred first (``math`` last when usable)."""
-    return [name for name in PREFERENCE[arch_family(f)] if SPECS[name].usable(f)]
+def rank_kernels(f: Facts, lossy: bool = False) -> list[str]:
+    """Usable exact kernels for ``f``, preferred first (``math`` last when usable); ``lossy``:
+    the usable lossy kernels (:data:`LOSSY_PREFERENCE`) before them."""
+    first = [n for n in LOSSY_PREFERENCE if SPECS[n].usable(f)] if lossy else []
+    return first + [name for name in PREFERENCE[arch_family(f)] if SPECS[name].usable(f)]
 
 
 def choose_kernel(f: Facts) -> str:
@@ -128,9 +138,49 @@ def choose_kernel(f: Facts) -> str:
     return ranked[0]
 
 
+@dataclass(frozen=True)
+class Choice:
+    """The kernel a run uses and why (result.json's ``attention_kernel`` and ``attention_choice``)."""
+
+    kernel: str
+    reason: str
+
+
+def choose_for_precision(f: Facts, precision: str = "exact", blocks: int = 1) -> Choice:
+    """The kernel for ``workload.attention_precision``: ``exact`` is :func:`choose_kernel`;
+    ``lossy`` takes the first usable kernel of :data:`LOSSY_PREFERENCE` when every attention call
+    merges at most ``blocks == 1`` block (a kernel without a log-sum-exp cannot be merged in a
+    ring or with joint text keys), else the exact kernel, saying why."""
+    exact = choose_kernel(f)
+    if precision == "exact":
+        return Choice(exact, "exact (workload.attention_precision)")
+    if precision != "lossy":
+        raise ValueError(f"workload.attention_precision must be exact or lossy, got {precision!r}")
+    for name in LOSSY_PREFERENCE:
+        spec = SPECS[name]
+        if not spec.usable(f):
+            continue
+        if not spec.lse and blocks > 1:
+            return Choice(exact, f"lossy asked, but {name} returns no log-sum-exp and each attention call merges "
+                                 f"{blocks} blocks (ring or joint text): {exact}")
+        return Choice(name, f"lossy (workload.attention_precision): {name}")
+    why = "; ".join(_unusable(SPECS[n], f, n) for n in LOSSY_PREFERENCE)
+    return Choice(exact, f"lossy asked, but no lossy kernel runs here ({why}): {exact}, exact")
+
+
+def _unusable(spec: KernelSpec, f: Facts, name: str) -> str:
+    if spec.device is not None and f.device != spec.device:
+        return f"{name} needs {spec.device}, this is {f.device}"
+    if f.dtype not in spec.dtypes:
+        return f"{name} needs float16/bfloat16, not {f.dtype}"
+    if spec.module is not None and spec.module not in f.modules:
+        return f"{name} needs the {spec.module} package"
+    return f"{name} needs compute capability {spec.min_capability[0]}.{spec.min_capability[1]}+"
+
+
 # -- probing the running machine ---------------------------------------------------------
 
-OPTIONAL_MODULES = ("flash_attn", "flash_attn_interface")
+OPTIONAL_MODULES = ("flash_attn", "flash_attn_interface", "sageattention")
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,6 +223,13 @@ def _probe(dev, dtype_name: str) -> Facts:
     modules = frozenset(m for m in OPTIONAL_MODULES if _importable(m))
     return Facts("cuda", dtype_name, capability=tuple(torch.cuda.get_device_capability(index)),
                  cudnn_version=cudnn, modules=modules, ops=ops)
+
+
+def run_choice(precision: str, device, dtype, *, ring: int = 1, joint_sharded: bool = False) -> Choice:
+    """:func:`choose_for_precision` on this machine for a run whose attention calls merge
+    ``ring`` blocks, plus one for joint text keys when the sequence is sharded (unsharded, the
+    text is concatenated into the one call)."""
+    return choose_for_precision(probe(device, dtype), precision or "exact", ring + (1 if joint_sharded else 0))
 
 
 def selected_kernel(device, dtype) -> str:

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from sporch.runtime.attention.comm_stats import CommStats
-from sporch.runtime.attention.kernels import resolve_backend
+from sporch.runtime.attention.kernels import NO_LSE, resolve_backend
 from sporch.runtime.attention.ring import ring_attention
 from sporch.runtime.attention.ulysses import exchange_heads, head_ranges, out_back, qkv_in
 from sporch.runtime.parallel import ParallelContext
@@ -124,6 +124,11 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
         #    and more than one block is merged, run it in float32 on CPU (same speed there), so
         #    the result is rounded once, like single-process SDPA; comm stays in the input dtype.
         n_blocks = ctx.ring + len(extra)
+        name = resolve_backend(backend, q.device, q.dtype)[0]
+        if name in NO_LSE and n_blocks > 1:
+            raise ValueError(f"attention backend {name} returns no log-sum-exp, so it cannot merge the {n_blocks} "
+                             "blocks of a ring or of joint text keys: use parallel.ring=1 without joint attention, "
+                             "or workload.attention_precision=exact")
         compute_dtype = None
         if q.dtype in (torch.float16, torch.bfloat16) and q.device.type == "cpu" and n_blocks > 1:
             compute_dtype = torch.float32

@@ -72,7 +72,7 @@ def merge_block(out: torch.Tensor | None, lse: torch.Tensor | None, block_out: t
     block. Pass kernel outputs (fresh tensors), not tensors the caller still needs."""
     if out is None:
         ct = torch.float64 if block_out.dtype == torch.float64 else torch.float32
-        return block_out.to(ct), block_lse.to(ct)
+        return block_out.to(ct), None if block_lse is None else block_lse.to(ct)  # None: a kernel without one
     merge(out, lse, block_out, block_lse)
     return out, lse
 

@@ -5,7 +5,9 @@ each adapted module changes) every target weight gets
 
     W += scale x (alpha / rank) x up @ down        (no alpha in the file: alpha = rank)
 
-the fused form of a LoRA layer, as diffusers' ``fuse_lora(lora_scale=scale)`` computes it. A
+the fused form of a LoRA layer, as diffusers' ``fuse_lora(lora_scale=scale)`` computes it;
+whole-tensor differences beside the pairs (``.diff``, ``.diff_b``, ``.diff_m``: LightX2V's
+step-distill adapters) are added as ``P += scale x delta``. A
 module that diffusers stores apart but sporch fuses (Flux's q, k, v and single-block MLP input,
 ``cat``) lands in its rows of the fused weight; a row-permuting transform (Wan's output head,
 Flux's output modulation) is applied to the update as to the weight. With sharded parameters
@@ -23,7 +25,7 @@ import torch
 from torch import nn
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models.lora import Target, map_targets, read_lora
+from sporch.orchestrator.contract.models.lora import DeltaTarget, Target, map_deltas, map_targets, read_lora
 from .finite import nonfinite_weight
 from .keymaps.transforms import TRANSFORMS
 from .shards import local_rows
@@ -50,6 +52,7 @@ def merge_loras(model: nn.Module, entries: Sequence[Mapping[str, Any]] | None) -
         by_param: dict[str, list[Target]] = defaultdict(list)
         for t in targets:
             by_param[t.ours + ".weight"].append(t)
+        deltas = map_deltas(lora, model.cfg.attention, set(state))
         with safe_open(str(lora.path), framework="pt", device="cpu") as f:
             for name, ts in by_param.items():
                 _merge_one(state[name], ts, f, scale, model.cfg, name, str(lora.path))
@@ -58,7 +61,32 @@ def merge_loras(model: nn.Module, entries: Sequence[Mapping[str, Any]] | None) -
                     raise CheckpointError(f"{lora.path}: merged with scale {scale:g}, {name}: {bad} (the "
                                           "adapter's update overflows); lower model.lora[].scale or use a "
                                           "wider workload.dtype")
+            for d in deltas:
+                _add_delta(state[d.ours], d, f, scale, model.cfg, str(lora.path))
+                bad = nonfinite_weight(local_rows(state[d.ours])[0])
+                if bad:
+                    raise CheckpointError(f"{lora.path}: merged with scale {scale:g}, {d.ours}: {bad} (the "
+                                          "adapter's difference overflows); lower model.lora[].scale or use a "
+                                          "wider workload.dtype")
     return model
+
+
+def _add_delta(param: torch.Tensor, d: DeltaTarget, f, scale: float, cfg, where: str) -> None:
+    """``param += scale x delta`` (a whole-tensor difference: LightX2V's diff / diff_b / diff_m),
+    through the name table's transform; a sharded parameter takes its rows."""
+    local, rows = local_rows(param)
+    raw = f.get_tensor(d.delta.key).to(local.device, torch.float32)
+    leaf = d.ours.rsplit(".", 1)[-1]
+    try:
+        delta = TRANSFORMS[d.transform]([raw], cfg, leaf)
+    except RuntimeError:
+        delta = None
+    if delta is None or delta.numel() != param.numel():
+        raise CheckpointError(f"{where}: difference {d.delta.key!r} is {list(raw.shape)}, but sporch's {d.ours} is "
+                              f"{list(param.shape)}; the adapter is for another model size")
+    delta = delta.reshape(param.shape)
+    part = delta if rows is None else delta[rows]
+    local.copy_((local.float() + scale * part).to(local.dtype))
 
 
 def _merge_one(param: torch.Tensor, targets: list[Target], f, scale: float, cfg, name: str, where: str) -> None:

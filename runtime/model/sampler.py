@@ -27,11 +27,17 @@ from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT, dp_slice
 
 
-def flow_sigmas(steps: int, shift: float | None = None) -> torch.Tensor:
-    """``steps + 1`` sigmas from 1 down to 0 (float64), time-shifted by ``shift`` (None: no shift)."""
+def flow_sigmas(steps: int, shift: float | None = None, given=None) -> torch.Tensor:
+    """``steps + 1`` sigmas from 1 down to 0 (float64), time-shifted by ``shift`` (None: no shift).
+    ``given``: the ``steps`` sigmas before the shift (``workload.sigmas``, a recipe's list), 0 appended."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    s = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+    if given is not None:
+        if len(given) != steps:
+            raise ValueError(f"{len(given)} sigmas for {steps} steps")
+        s = torch.tensor([*map(float, given), 0.0], dtype=torch.float64)
+    else:
+        s = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     if shift is not None and shift != 1.0:
         s = shift * s / (1.0 + (shift - 1.0) * s)
     return s

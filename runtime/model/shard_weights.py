@@ -29,6 +29,7 @@ from sporch.runtime.parallel import ParallelContext
 from .base import DiTBase, block_lists
 from .build import as_config, build_model, init_weights, load_safetensors, model_class, resolve_dtype
 from .lora import merge_loras
+from .quant import QuantError, quantize_weights, tensor_bytes
 
 #: What ``plan.placement.shard_weights`` may say.
 MODES = ("none", "sequence", "world")
@@ -62,13 +63,18 @@ def shard_model(model: DiTBase, mesh) -> DiTBase:
 
 def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
                   dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
-                  weights: str | None = None, cache: Any = None, lora: Any = None) -> DiTBase:
+                  weights: str | None = None, cache: Any = None, lora: Any = None,
+                  quant: str | None = None) -> DiTBase:
     """The model of ``model`` (a ``plan.model`` dict or ModelConfig) with its parameters
     sharded over ``shard_group(ctx, mode)``; ``mode`` "none", or no ``ctx`` (one process),
     builds the plain model (from ``cache``, a :class:`WeightCache`, where it has the weights;
     sharded parameters are never cached: their shards belong to one layout's groups)."""
     if mode == "none" or ctx is None:
-        return build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache, lora=lora)
+        built = build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache, lora=lora)
+        return quantize_weights(built, quant, device)  # model.quant: after load and LoRA (runtime/model/quant.py)
+    if (quant or "none") != "none":
+        raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={mode} shards them: "
+                         "set parallel.shard_weights=none or model.quant=none")
     from torch.distributed.device_mesh import DeviceMesh
 
     cfg = as_config(model)
@@ -101,7 +107,7 @@ def resident_parameter_bytes(model: torch.nn.Module) -> int:
             t = p.to_local()
             total += t.numel() * t.element_size()
         elif not sharded:  # a sharded model's plain parameters are gathered units': counted below
-            total += p.numel() * p.element_size()
+            total += tensor_bytes(p)  # a quantised weight (model.quant) at its stored size
     for group in _unit_groups(model):
         if getattr(group, "is_unsharded", False) or getattr(group, "_all_gather_result", None) is not None:
             for fp in getattr(group, "fsdp_params", ()):

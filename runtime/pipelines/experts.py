@@ -22,6 +22,7 @@ import torch
 
 from sporch.orchestrator.contract.models.checkpoint_experts import SECOND
 from sporch.orchestrator.contract.models.lora import for_expert
+from sporch.runtime.attention.select import run_choice
 from sporch.runtime.measure import sync
 from sporch.runtime.model import ShardedDiT, build_sharded
 from sporch.runtime.parallel import ParallelContext
@@ -93,11 +94,14 @@ def build_experts(spec: GenerateSpec, ctx: ParallelContext | None, shard_weights
     weights = [spec.root or None, str(Path(spec.root) / SECOND) if spec.root else None][:2 if two else 1]
     order = [1, 0] if offload else list(range(len(weights)))  # the one that waits first, then to host
     runners: dict[int, ShardedDiT] = {}
+    sharded = ctx is not None and ctx.sequence_size > 1
+    backend = run_choice(spec.attention_precision, device, dtype, ring=ctx.ring if ctx is not None else 1,
+                         joint_sharded=sharded and spec.model.get("attention") == "joint").kernel
     for i in order:
         model = build_sharded(spec.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
                               weights=weights[i], cache=cache,
-                              lora=for_expert(spec.model.get("lora"), i))
+                              lora=for_expert(spec.model.get("lora"), i), quant=spec.model.get("quant"))
         if offload and i == 1:
             model.to("cpu")
-        runners[i] = ShardedDiT(model, ctx, grid=spec.grid)
+        runners[i] = ShardedDiT(model, ctx, grid=spec.grid, backend=backend)
     return Experts(spec, [runners[i] for i in range(len(weights))], device)

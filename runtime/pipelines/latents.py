@@ -8,7 +8,9 @@ the VAE ran out of memory, ``sporch decode RUN_DIR``) finds them and decodes wit
 Each file carries a fingerprint of everything that decides the latents (the model, its
 weights' folder and LoRA adapters, the prompt and negative prompt, the seed, steps, guidance
 (both experts'), the first-frame image's content, shape, dtype, scheduler and shift): a file whose fingerprint differs (the job file changed) is not used and
-is overwritten. The step cache (``workload.cache``) is kept beside it (metadata ``step_cache``):
+is overwritten. A second hash, ``subject``, leaves out what the speed levers change (steps,
+scheduler, guidance, low-bit weights, LoRA, cache, attention precision): a campaign compares
+outputs of one subject. The step cache (``workload.cache``) is kept beside it (metadata ``step_cache``):
 a denoising run uses only latents of the same cache, while the fingerprint stays that of the
 workload, so a campaign compares cached outputs with the uncached reference.
 """
@@ -63,8 +65,28 @@ def fingerprint(spec: GenerateSpec, index: int) -> str:
             "guidance_scale": spec.guidance_scale, "frames": spec.frames, "height": spec.height,
             "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift,
             "guidance_scale_2": spec.guidance_scale_2, "image": _file_id(spec.image)}
+    if spec.sigmas is not None:
+        keys["sigmas"] = list(spec.sigmas)
+    if spec.attention_precision != "exact":  # a lossy kernel's latents are not an exact run's
+        keys["attention_precision"] = spec.attention_precision
     text = json.dumps(keys, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: What the speed levers change (docs/campaigns.md, "Quality beside speed"): the subject of two
+#: outputs that differ only in these is the same, so a campaign compares them.
+LEVER_MODEL_KEYS = ("quant", "lora")
+
+
+def subject(spec: GenerateSpec, index: int) -> str:
+    """What prompt ``index``'s output is a picture of, hashed: the model (less its low-bit
+    weights and LoRA adapters), weights, prompt, seed, shape and dtype; not the steps, shift,
+    scheduler, guidance, step cache or attention precision a recipe or a lever changes."""
+    model = {k: v for k, v in spec.model.items() if k not in LEVER_MODEL_KEYS}
+    keys = {"model": model, "root": str(spec.root), "prompt": spec.prompts[index], "seed": spec.seed + index,
+            "frames": spec.frames, "height": spec.height, "width": spec.width, "dtype": spec.dtype,
+            "image": _file_id(spec.image)}
+    return hashlib.sha256(json.dumps(keys, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
 def _file_id(path: str | None) -> str | None:
@@ -119,7 +141,8 @@ class LatentStore:
 
         for k, i in enumerate(indices):
             data = save({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()},
-                        metadata={"fingerprint": fingerprint(self.spec, i), "index": str(i),
+                        metadata={"fingerprint": fingerprint(self.spec, i), "subject": subject(self.spec, i),
+                                  "index": str(i),
                                   "step_cache": self.step_cache or "none",
                                   "prompt": self.spec.prompts[i][:200]})
             write_atomic(self.path(i), data)

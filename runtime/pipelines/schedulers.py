@@ -52,7 +52,10 @@ def load_scheduler(spec: GenerateSpec):
 def timesteps(spec: GenerateSpec, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
     """Set the scheduler's timesteps for ``spec.steps`` steps; returns them (model units)."""
     if spec.family == "wan":
-        scheduler.set_timesteps(spec.steps, device=device)
+        if spec.sigmas is not None:  # workload.sigmas (euler): the recipe's list, shifted by the scheduler
+            scheduler.set_timesteps(sigmas=list(spec.sigmas), device=device)
+        else:
+            scheduler.set_timesteps(spec.steps, device=device)
         out = scheduler.timesteps
     else:
         import numpy as np
@@ -60,6 +63,8 @@ def timesteps(spec: GenerateSpec, scheduler, image_tokens: int, device: torch.de
 
         cfg = scheduler.config
         sigmas = None if cfg.get("use_flow_sigmas") else np.linspace(1.0, 1 / spec.steps, spec.steps)
+        if spec.sigmas is not None:
+            sigmas = np.array(spec.sigmas)
         mu = calculate_shift(image_tokens, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
                              cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
         out, _ = retrieve_timesteps(scheduler, spec.steps, device, sigmas=sigmas, mu=mu)

@@ -45,6 +45,8 @@ class GenerateSpec:
     # Wan2.2 TI2V-5B (plan.model.expand_timesteps): one timestep per token; with ``image`` the first
     # latent frame is the image's (timestep 0), without it all tokens share the step's timestep
     expand_timesteps: bool = False
+    attention_precision: str = "exact"  # plan.workload.attention_precision: exact | lossy (SageAttention)
+    sigmas: tuple[float, ...] | None = None  # plan.workload.sigmas: the steps' sigmas before the shift
 
     @property
     def video(self) -> bool:
@@ -72,4 +74,6 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
         image=wl.image, expand_timesteps=bool(model.expand_timesteps),
+        attention_precision=wl.attention_precision,
+        sigmas=None if wl.sigmas is None else tuple(wl.sigmas),
     )

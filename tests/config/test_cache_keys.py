@@ -27,6 +27,17 @@ INF = "workload.kind=inference"  # tiny.yaml verifies
     (TINY, [FB, "workload.cache.threshold=0.1", "workload.kind=benchmark"], "'workload.cache' skips denoising steps"),
     (TINY, [INF, FB, "workload.cache.threshold=0.1", "model.preset=class-dit-xl"], "workload.cache is for the Wan and Flux"),
     (TINY, ["workload.cache.bogus=1"], "bogus"),
+    (TINY, [INF, "workload.cache.method=taylorseer"], "'workload.cache.interval' taylorseer computes the blocks"),
+    (TINY, [INF, "workload.cache.method=taylorseer", "workload.cache.interval=3", "workload.cache.order=4"],
+     "'workload.cache.order' must be 1 or 2"),
+    (TINY, [INF, "workload.cache.method=taylorseer", "workload.cache.interval=3", "workload.cache.threshold=0.1"],
+     "'workload.cache.threshold' is not used by taylorseer"),
+    (TINY, [INF, FB, "workload.cache.threshold=0.1", "workload.cache.interval=3"],
+     "'workload.cache.interval' is not used by fbcache"),
+    (TINY, [INF, "workload.cache.method=magcache", "workload.cache.threshold=0.1"],
+     "workload.cache.method=magcache needs the model's magnitude ratios"),
+    (TINY, [INF, "workload.cache.method=magcache", "workload.cache.threshold=0.1", "workload.cache.ratios=[1.0,-2]"],
+     "'workload.cache.ratios' must be a list of positive numbers"),
 ])
 def test_bad_cache_keys_are_one_line_errors(run_cli, in_tmp, job, overrides, needle):  # noqa: F811
     code, out, err = run_cli("plan", "--cluster", "local", job, *overrides)
@@ -39,6 +50,19 @@ def test_a_cache_reaches_the_plan(run_cli, in_tmp):  # noqa: F811
                              "workload.cache.threshold=0.2", "workload.cache.max_consecutive=2")
     assert code == 0, err
     cache = json.loads(out)["workload"]["cache"]
-    assert cache == {"method": "teacache", "threshold": 0.2, "warmup_steps": 1, "max_consecutive": 2}
+    assert cache == {"method": "teacache", "threshold": 0.2, "warmup_steps": 1, "max_consecutive": 2,
+                     "interval": 0, "order": 1, "ratios": None}
     code, out, err = run_cli("plan", "--cluster", "local", "--json", GENERATE)
     assert code == 0 and json.loads(out)["workload"]["cache"] is None
+
+
+def test_new_caches_reach_the_plan(run_cli, in_tmp):  # noqa: F811
+    code, out, err = run_cli("plan", "--cluster", "local", "--json", GENERATE, "workload.cache.method=taylorseer",
+                             "workload.cache.interval=3", "workload.cache.order=2")
+    assert code == 0, err
+    cache = json.loads(out)["workload"]["cache"]
+    assert (cache["method"], cache["interval"], cache["order"], cache["ratios"]) == ("taylorseer", 3, 2, None)
+    code, out, err = run_cli("plan", "--cluster", "local", "--json", GENERATE, "workload.cache.method=magcache",
+                             "workload.cache.threshold=0.2", "workload.cache.ratios=[1.0,0.9,0.95]")
+    assert code == 0, err
+    assert json.loads(out)["workload"]["cache"]["ratios"] == [1.0, 0.9, 0.95]

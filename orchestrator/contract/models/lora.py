@@ -49,7 +49,13 @@ TEXT_PREFIXES = ("lora_te_", "lora_te1_", "lora_te2_", "text_encoder.", "text_en
 
 SUFFIXES = {".lora_A.weight": ("peft", "down"), ".lora_B.weight": ("peft", "up"),
             ".lora_down.weight": ("kohya", "down"), ".lora_up.weight": ("kohya", "up"),
-            ".alpha": (None, "alpha")}
+            ".alpha": (None, "alpha"),
+            # whole-tensor differences beside the LoRA pairs (LightX2V's step-distill adapters, as
+            # published with the original Wan2.1 names): a module's weight, its bias, and a
+            # block's modulation table
+            ".diff_b": (None, "diff_b"), ".diff_m": (None, "diff_m"), ".diff": (None, "diff")}
+#: The parameter of the module (or block) a difference key changes.
+DELTA_LEAVES = {"diff": "weight", "diff_b": "bias", "diff_m": "modulation"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,16 @@ class LoraModule:
         return alpha / (math.sqrt(self.rank) if self.rslora else self.rank)
 
 
+@dataclass(frozen=True)
+class LoraDelta:
+    """A whole-tensor difference: ``P += scale x delta`` for the parameter ``param`` (the file's
+    module name, prefix stripped, plus ``weight`` / ``bias`` / ``modulation``)."""
+
+    param: str
+    key: str  # tensor key
+    shape: tuple[int, ...]
+
+
 @dataclass
 class LoraFile:
     path: Path
@@ -79,6 +95,7 @@ class LoraFile:
     underscored: bool  # kohya's flattened module names
     modules: list[LoraModule] = field(default_factory=list)
     tensors: dict[str, TensorInfo] = field(default_factory=dict, repr=False)  # the file's header
+    deltas: list[LoraDelta] = field(default_factory=list)  # .diff / .diff_b / .diff_m tensors
 
     @property
     def ranks(self) -> list[int]:
@@ -217,8 +234,18 @@ def read_lora(path: str | Path) -> LoraFile:
             formats.add(fmt)
         parts.setdefault(name, {})[role] = key
     if other:
-        raise CheckpointError(f"LoRA file {p} has {len(other)} key(s) that are no LoRA down/up/alpha tensor "
-                              f"({_short(sorted(other))}); sporch merges plain LoRA (no DoRA, diff or bias keys)")
+        raise CheckpointError(f"LoRA file {p} has {len(other)} key(s) that are no LoRA down/up/alpha tensor or "
+                              f"diff/diff_b/diff_m difference ({_short(sorted(other))}); sporch merges LoRA pairs and "
+                              "whole-tensor differences (no DoRA)")
+    deltas = []
+    for name, roles in sorted(parts.items()):
+        for role, leaf in DELTA_LEAVES.items():
+            if role in roles:
+                key = roles.pop(role)
+                deltas.append(LoraDelta(f"{name}.{leaf}", key, tuple(tensors[key].shape)))
+    parts = {name: roles for name, roles in parts.items() if roles}
+    if not formats and deltas and not parts:
+        formats.add("kohya")  # differences only: dotted names, as the original release writes them
     if len(formats) != 1 or len(flat) != 1:
         raise CheckpointError(f"LoRA file {p} mixes key formats ({', '.join(sorted(formats)) or 'none'}); "
                               "expected lora_A/lora_B (diffusers/PEFT) or lora_down/lora_up (kohya)")
@@ -240,7 +267,7 @@ def read_lora(path: str | Path) -> LoraFile:
                                           file_alpha)
         modules.append(LoraModule(name, roles["down"], roles["up"], down[0], (up[0], down[1]), alpha, rslora))
     _check_finite(p, tensors, [key for m in modules for key in (m.down, m.up)])
-    return LoraFile(p, formats.pop(), flat.pop(), modules, tensors)
+    return LoraFile(p, formats.pop(), flat.pop(), modules, tensors, deltas)
 
 
 def _check_finite(path: Path, tensors: Mapping[str, TensorInfo], keys: list[str]) -> None:
@@ -329,6 +356,57 @@ def map_targets(lora: LoraFile, attention: str, present: Optional[set[str]] = No
         raise CheckpointError(f"{where}: {len(missing)} of the LoRA's {len(lora.modules)} target modules are not in "
                               f"the {table.model} model ({_short(missing)}); use an adapter trained for this "
                               "model (its depth, its image or guidance inputs)")
+    return out
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """Where one whole-tensor difference lands: sporch's parameter and the name table's transform."""
+
+    delta: LoraDelta
+    ours: str  # sporch's parameter (``blocks.0.self_attn.q.bias``, ``blocks.0.modulation``)
+    transform: str
+
+
+def map_deltas(lora: LoraFile, attention: str, present: Optional[set[str]] = None, where: str = "") -> list[DeltaTarget]:
+    """Every difference of ``lora`` as a :class:`DeltaTarget` in a model of ``attention`` kind, by
+    the family's name table in the original release's names (the format LightX2V publishes):
+    a module rule's source plus the leaf, or a parameter rule's source. ``present``: sporch's
+    parameter names (the runtime's state dict); anything unmatched, outside it, or landing in a
+    fused (``cat``) parameter is refused, all in one line."""
+    table = FAMILIES.get(attention)
+    where = where or str(lora.path)
+    if not lora.deltas:
+        return []
+    if table is None:
+        raise CheckpointError(f"{where}: LoRA adapters are merged into Wan and Flux models only, not {attention!r}")
+    rules = []
+    for r in table.rules:
+        for src in r.sources.get("original", ()):
+            pat = re.escape(src).replace(re.escape("{i}"), r"(?P<i>\d+)")
+            rules.append((re.compile(pat + r"(?:\.(?P<leaf>\w+))?$"), r, len(r.sources["original"])))
+    out, missing = [], []
+    for d in lora.deltas:
+        hit = None
+        for pat, r, n in rules:
+            m = pat.match(d.param)
+            if m:
+                hit = (r, n, m.group("i") or "", m.group("leaf"))
+                break
+        if hit is None:
+            missing.append(d.param)
+            continue
+        r, n, i, leaf = hit
+        ours = r.ours.replace("{i}", i) + (f".{leaf}" if leaf else "")
+        transform = r.transform_for("original")
+        if (present is not None and ours not in present) or (transform == "cat" and n > 1):
+            missing.append(d.param)
+            continue
+        out.append(DeltaTarget(d, ours, transform))
+    if missing:
+        raise CheckpointError(f"{where}: {len(missing)} of the adapter's {len(lora.deltas)} difference tensors change "
+                              f"no parameter of the {table.model} model ({_short(missing)}); use an adapter trained "
+                              "for this model")
     return out
 
 

@@ -45,5 +45,6 @@ def agreed_fields(section: Any, skipped: Any, ctx: ParallelContext | None) -> di
     records = replica_records({"rank": rank, "skipped": skipped}, ctx)
     check_agreement(records)
     return {"method": section.method, "threshold": section.threshold, "warmup_steps": section.warmup_steps,
-            "max_consecutive": section.max_consecutive, "dp_rank": ctx.dp_rank if ctx is not None else 0,
+            "max_consecutive": section.max_consecutive, "interval": getattr(section, "interval", 0),
+            "order": getattr(section, "order", 1), "dp_rank": ctx.dp_rank if ctx is not None else 0,
             "ranks_skipped": {str(r["rank"]): r["skipped"] for r in records}, "ranks_agree": True}

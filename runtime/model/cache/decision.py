@@ -162,3 +162,20 @@ def probe_change(now: torch.Tensor, before: torch.Tensor, probe, valid: torch.Te
     if isinstance(probe, _Shared):
         return shared_change(relative_l1(now, before, torch.ones(now.shape[1], dtype=torch.bool), None), ctx)
     return relative_l1(now, before, valid, ctx)
+
+
+def shared_decision(skip: bool, ctx: ParallelContext | None) -> bool:
+    """A decision every rank takes from the same numbers (a schedule, a table of ratios),
+    checked alike over the sequence and CFG groups: ranks that disagree all raise
+    :class:`StepCacheDisagreement` at that step instead of taking different branches."""
+    if ctx is None:
+        return skip
+    both = torch.tensor([float(skip), -float(skip)], dtype=torch.float64)
+    for dim in ("sequence", "cfg"):
+        if ctx.size(dim) > 1:
+            with ctx.guard(), ctx.collective("step_cache", dim, kind="all_reduce"):
+                dist.all_reduce(both, op=dist.ReduceOp.MAX, group=ctx.group(dim))
+    if float(both[0]) != -float(both[1]):
+        raise StepCacheDisagreement("step cache: some ranks of the replica would skip this step and others compute "
+                                    "it (a schedule that differs between ranks: a model bug)")
+    return skip
