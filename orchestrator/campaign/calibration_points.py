@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.safe_files import NotAFileError
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import Observation
 from sporch.orchestrator.plan.cost import inputs_from_plan
@@ -57,6 +58,7 @@ def _point_plan(path: Path) -> tuple[Plan, Any]:
         raise SporchError(f"{path} is missing: the point was measured but its plan is gone; run the campaign "
                           "again (`sporch campaign run`) or leave the point out with --exclude") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        why = getattr(exc, "strerror", None) or type(exc).__name__
+        why = ("not a regular file" if isinstance(exc, NotAFileError)
+               else getattr(exc, "strerror", None) or type(exc).__name__)
         raise SporchError(f"{path} is not a plan sporch can read ({why}); run the campaign again "
                           "(`sporch campaign run`) or leave the point out with --exclude") from None
