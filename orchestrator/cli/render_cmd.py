@@ -44,7 +44,7 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
     if out_dir:
         job_dir = LOCAL.abspath(out_dir)
         if Path(job_dir).exists() and (not Path(job_dir).is_dir() or any(Path(job_dir).iterdir())):
-            raise SporchError(f"--out {job_dir} exists and is not an empty folder; pick a new folder")
+            raise SporchError(f"--out {job_dir} exists and is not empty (or not a folder); pick a new folder")
     if out_dir or cluster.login is None:
         # the job dir is claimed as `submit` claims it: a new folder (<time>-2, -3... when that
         # second's is taken), or the named one when it is new or empty; removed again on failure

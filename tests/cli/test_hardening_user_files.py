@@ -241,3 +241,11 @@ def test_decode_passes_a_dash_folder_as_a_folder(tmp_path):
     # the decoder read the folder (and found no latents of this job in it), it took no option from it
     assert p.returncode == 2 and "no latents of this job in -dash/latents" in p.stderr, p.stderr
     assert "unrecognized arguments" not in p.stderr and "required" not in p.stderr
+
+
+def test_a_fifo_ssh_config_is_refused(tmp_path, fifo):
+    from sporch.orchestrator.remote.route import load_ssh_config
+
+    with pytest.raises(SporchError, match="is a FIFO") as e:
+        load_ssh_config(str(fifo(tmp_path / "ssh_config")))
+    assert "\n" not in str(e.value)
