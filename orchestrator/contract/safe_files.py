@@ -144,6 +144,12 @@ def output_file(path: Union[str, os.PathLike], *, replace: bool, option: str = "
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def create_temp(path: Union[str, os.PathLike]) -> tuple:
+    """(fd, path) of a new file beside ``path`` to be renamed over it: a random name, created
+    with ``O_EXCL | O_NOFOLLOW`` (never an existing file, never through a link)."""
+    return _new_temp(Path(path))
+
+
 def _new_temp(path: Path) -> tuple:
     """(fd, path) of a new file beside ``path``: a random name, ``O_EXCL | O_NOFOLLOW``."""
     for _ in range(100):

@@ -100,7 +100,8 @@ def test_submit_dry_run_writes_nothing(run_cli, tmp_path, monkeypatch):
     assert "nothing submitted" in out and "sbatch --parsable" in out and "#!/bin/bash" in out
     assert "srun --kill-on-bad-exit=1" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # nothing in the cwd
-    assert list(tmpdir.iterdir()) == []  # nor a sporch-dryrun-* folder in the temporary folder
+    # nor a sporch-dryrun-* folder in the temporary folder (jinja2's template cache may be there)
+    assert [p.name for p in tmpdir.iterdir() if "jinja2" not in p.name] == []
     assert "not written" in out
 
 
