@@ -35,6 +35,7 @@ import torch.distributed as dist
 from sporch.orchestrator.contract.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_PACK_FAILED
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.results import JobResult, ResultFileError, result_file
+from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.runtime.distributed import shutdown
 from sporch.runtime.launch import failure_record, finish_point, open_world, rank_place, run_point
 from sporch.runtime.model import WeightCache
@@ -143,7 +144,7 @@ def run_pack(todo: list[Path], env: RankEnv, attempt: str, *, failed_before: boo
             (point / "hang").mkdir(parents=True, exist_ok=True)
             os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(point / "hang" / "fr_trace_rank_")
         if env.rank == 0:
-            (point / ATTEMPT_FILE).write_text(f"{attempt}\n", encoding="utf-8")
+            write_atomic(point / ATTEMPT_FILE, f"{attempt}\n", fsync=False)  # never through a link
         dist.barrier()  # the mark is written before any rank starts the point
         with point_logs(point, env):
             print(f"sporch: pack point {point.name} ({plan.layout.describe()}), attempt {attempt}",

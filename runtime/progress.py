@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract.files import PROGRESS_FILE, JobFiles
 from sporch.orchestrator.contract.results import write_json_atomic
+from sporch.orchestrator.contract.safe_files import create_temp
 
 
 class RequeueRequested(Exception):
@@ -123,8 +124,9 @@ class Progress:
         self.folder.mkdir(parents=True, exist_ok=True)
         if shard is not None:
             path = self._shard_path(step)
-            tmp = path.with_suffix(".tmp")
-            torch.save(shard.detach().cpu(), tmp)
+            fd, tmp = create_temp(path)  # a random name, created exclusively, never through a link
+            with os.fdopen(fd, "wb") as fh:
+                torch.save(shard.detach().cpu(), fh)
             os.replace(tmp, path)
             if dist.is_available() and dist.is_initialized():
                 with self._collective("step_shards", "barrier"):

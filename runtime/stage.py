@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.contract.safe_files import create_temp, write_atomic
 
 MANIFEST = ".sporch-stage.json"
 CHUNK = 8 * 1024 * 1024
@@ -74,10 +74,10 @@ def _copy_verified(src: Path, dest: Path) -> str:
     """Copy ``src`` to ``dest`` through a temporary name, hashing what is read; read the copy
     back and compare before the rename. Returns the SHA-256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    fd, tmp = create_temp(dest)  # a random name, created exclusively, never through a link
     h = hashlib.sha256()
     try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
             for chunk in iter(lambda: fin.read(CHUNK), b""):
                 h.update(chunk)
                 fout.write(chunk)

@@ -62,6 +62,7 @@ from sporch.orchestrator.contract.hangs import (HANG_SCHEMA_VERSION, TIMEOUT_ENV
                                                 collective_text, collective_timeout_s, diagnose,
                                                 parse_record, record_names)
 from sporch.orchestrator.contract.results import write_json_atomic
+from sporch.orchestrator.contract.safe_files import open_nofollow, write_atomic
 
 __all__ = ["Watchdog", "Collective", "job_timeout_s", "fault_from_env"]
 
@@ -377,7 +378,8 @@ class Watchdog:
         folder = Path(self.files.hang)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            with open(self.files.hang_stack(self.rank), "w", encoding="utf-8") as fh:
+            fd = open_nofollow(self.files.hang_stack(self.rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:  # never through a link in the job folder
                 fh.write(self.header(record))
                 fh.flush()
                 faulthandler.dump_traceback(file=fh, all_threads=True)
@@ -401,7 +403,7 @@ class Watchdog:
             names = ("_dump_nccl_trace", "_dump_fr_trace") if self.backend == "nccl" else ("_dump_fr_trace",)
             dump = next((getattr(c10d, n) for n in names if hasattr(c10d, n)), None)
             if dump is not None:
-                Path(self.files.fr_trace_prefix + str(self.rank)).write_bytes(dump())
+                write_atomic(self.files.fr_trace_prefix + str(self.rank), dump(), fsync=False)
         except Exception as exc:  # noqa: BLE001 - best effort
             print(f"sporch: no flight-recorder dump ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 

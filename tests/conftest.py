@@ -6,6 +6,11 @@ unset, so no user or environment cluster folder leaks into a test (the orchestra
 conftest.py files use it for every test they hold).
 ``run_cli``: ``sporch`` in-process: (exit code, stdout, stderr); a ``sys.exit`` inside a command counts.
 ``sporch_home``: SPORCH_HOME in a temporary folder (job records), no SPORCH_CLUSTERS / SPORCH_DEBUG.
+``_no_user_store`` (session, autouse): what sporch writes under the user's home -- the job
+records and the history store, both under ``$SPORCH_HOME`` (default ``~/.local/share/sporch``),
+and ``$SPORCH_HISTORY`` -- goes to a temporary folder for the whole run (subprocesses inherit
+it); at the end, the real store's listing (:func:`store_snapshot`) must be what it was before,
+else the run fails.
 
 The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm, tests/submit,
 tests/campaign and tests/remote:
@@ -29,6 +34,57 @@ from typing import Callable, Dict, List
 import pytest
 
 DEFAULT_DIR = "/var/tmp/sporch-slurmlab"
+#: The variables naming where sporch writes under the user's home (orchestrator/jobs/store.py,
+#: orchestrator/campaign/history.py).
+HOME_VARIABLES = ("SPORCH_HOME", "SPORCH_HISTORY")
+
+
+def real_store_paths(environ=None) -> List[Path]:
+    """Where sporch would write for the user with ``environ`` (default: this process's): the
+    SPORCH_HOME folder (job records, history store) and SPORCH_HISTORY's file when set."""
+    env = os.environ if environ is None else environ
+    home = (env.get("SPORCH_HOME") or "").strip()
+    paths = [Path(home).expanduser() if home else Path(env.get("HOME") or "~").expanduser() / ".local/share/sporch"]
+    history = (env.get("SPORCH_HISTORY") or "").strip()
+    if history and history.lower() != "off":
+        paths.append(Path(history).expanduser())
+    return paths
+
+
+def store_snapshot(paths) -> Dict[str, tuple]:
+    """Every file and folder under ``paths`` -> (size, mtime_ns): what a run must leave as it was."""
+    out: Dict[str, tuple] = {}
+    for root in paths:
+        candidates = [root] + (sorted(root.rglob("*")) if root.is_dir() else [])
+        for p in candidates:
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            out[str(p)] = (st.st_size if not p.is_dir() else 0, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_store(tmp_path_factory):
+    real = real_store_paths()
+    before = store_snapshot(real)
+    saved = {k: os.environ.get(k) for k in HOME_VARIABLES}
+    os.environ["SPORCH_HOME"] = str(tmp_path_factory.mktemp("sporch-home"))
+    os.environ.pop("SPORCH_HISTORY", None)  # the history store: under the temporary SPORCH_HOME
+    try:
+        yield real
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    after = store_snapshot(real)
+    if after != before:
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        pytest.fail(f"the tests changed the user's own sporch store: {', '.join(changed[:10])}"
+                    + (f" and {len(changed) - 10} more" if len(changed) > 10 else ""), pytrace=False)
 
 
 def env_file() -> Path:

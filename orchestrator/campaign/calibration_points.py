@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.safe_files import NotAFileError
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import Observation
 from sporch.orchestrator.plan.cost import inputs_from_plan
@@ -39,7 +40,25 @@ def campaign_observations(directory: str | Path, cluster: Optional[str] = None, 
                           "pick one with --cluster NAME")
     if not rows:
         raise SporchError(f"{directory} has no completed point with a measured step time; run the campaign first")
-    plans = [Plan.load(str(cdir.plan_file(r.id))) for r in rows]
-    obs = [Observation(inputs_from_plan(plan), r.metrics["step_ms_median"] / 1e3, "step",
-                       f"{r.id} {r.values['layout']}") for r, plan in zip(rows, plans)]
+    plans, obs = [], []
+    for r in rows:
+        plan, inputs = _point_plan(cdir.plan_file(r.id))
+        plans.append(plan)
+        obs.append(Observation(inputs, r.metrics["step_ms_median"] / 1e3, "step", f"{r.id} {r.values['layout']}"))
     return obs, plans[0].cluster
+
+
+def _point_plan(path: Path) -> tuple[Plan, Any]:
+    """A point's Plan and the cost model's inputs from it; a file that is not a Plan sporch wrote
+    (replaced, truncated, a FIFO) is one line naming it."""
+    try:
+        plan = Plan.load(str(path))
+        return plan, inputs_from_plan(plan)
+    except FileNotFoundError:
+        raise SporchError(f"{path} is missing: the point was measured but its plan is gone; run the campaign "
+                          "again (`sporch campaign run`) or leave the point out with --exclude") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        why = ("not a regular file" if isinstance(exc, NotAFileError)
+               else getattr(exc, "strerror", None) or type(exc).__name__)
+        raise SporchError(f"{path} is not a plan sporch can read ({why}); run the campaign again "
+                          "(`sporch campaign run`) or leave the point out with --exclude") from None

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import sqlite3
+import stat
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +46,7 @@ from sporch.orchestrator.campaign.folder import MANIFEST_FILE, POINT_FILE, RESUL
 from sporch.orchestrator.campaign.metrics import BY_NAME, METRICS, is_worse, metric_value
 from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankRecord, ResultFileError, rank_file,
                                                   read_bounded_text)
+from sporch.orchestrator.contract.safe_files import NotAFileError, output_file, read_regular
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.store import sporch_home
 
@@ -55,6 +57,10 @@ OFF = "off"
 SCHEMA_VERSION = 2
 #: Store versions this sporch reads (version 1: without the fingerprint column).
 READABLE_VERSIONS = (1, 2)
+#: SQLite's application id of a sporch history store ("SPhs"): a file sporch did not make is
+#: never written to (:func:`check_store`).
+APPLICATION_ID = 0x53506873
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Runs a baseline is the median of, by default.
 DEFAULT_K = 5
 #: The metric a history shows when none is asked for: the first one a point's runs have.
@@ -192,6 +198,50 @@ def _finished(prov: dict, folder: Path) -> float:
 
 
 # -- the store --------------------------------------------------------------------------------------
+def check_store(path: Path, *, writing: bool) -> bool:
+    """Whether ``path`` holds a store (False: nothing there). Anything there must be sporch's
+    own before sporch opens it: an SQLite file with sporch's application id, or one made before
+    the id was set (``user_version`` 1 and exactly the tables ``runs`` and ``metrics``). A text
+    file, another application's database, a FIFO or folder, and (``writing``) a symbolic link
+    are refused in one line: sporch never turns a file it did not make into a store."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _store_error(path, exc) from None
+    if writing and stat.S_ISLNK(st.st_mode):
+        raise SporchError(f"history store {path} is a symbolic link; sporch never writes a store through one: "
+                          "name the file itself with --store")
+    try:
+        head = read_regular(path, 100)
+    except NotAFileError:
+        raise SporchError(f"history store {path} is not a plain file; name another --store") from None
+    except OSError as exc:
+        raise _store_error(path, exc) from None
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        raise SporchError(f"{path} is not a sporch history store (not an SQLite database); sporch leaves it as it "
+                          "is: name another --store (or $SPORCH_HISTORY)")
+    app_id, user_version = int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
+    if app_id == APPLICATION_ID:
+        return True
+    if app_id == 0 and user_version == 1 and _tables(path) == {"runs", "metrics"}:
+        return True  # a store of before the application id
+    raise SporchError(f"{path} is not a sporch history store (an SQLite database of another application); "
+                      "sporch leaves it as it is: name another --store (or $SPORCH_HISTORY)")
+
+
+def _tables(path: Path) -> set:
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=30)
+        try:
+            return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return set()
+
+
 class Store:
     """An open history store; use as a context manager."""
 
@@ -215,17 +265,18 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SporchError(f"history store {path}: cannot create its folder ({exc.strerror or exc})") from None
-        existed = path.exists()
+        existed = check_store(path, writing=True)
         conn = None
         try:
             conn = sqlite3.connect(str(path), timeout=30)
             store = cls(path, conn)
-            store._check_version(empty_ok=True)
+            store._check_version(empty_ok=not existed)
             with conn:
                 conn.executescript(_SCHEMA)
                 if not store._has_fingerprint():  # a version 1 store: the column added, nothing else changes
                     conn.execute("ALTER TABLE runs ADD COLUMN fingerprint TEXT")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             return store
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
@@ -239,7 +290,7 @@ class Store:
     def open(cls, path: str | os.PathLike) -> "Store":
         """Open an existing store read-only; a one-line SporchError when there is none."""
         path = Path(path)
-        if not path.is_file():
+        if not check_store(path, writing=False):
             raise SporchError(f"no history store at {path}: `sporch campaign run`, `status` and `report` record "
                               "completed points; rebuild it from result files with `sporch campaign history "
                               "--rebuild DIR...`")
@@ -349,25 +400,38 @@ def record_quietly(root: str | os.PathLike, explicit: Optional[str | os.PathLike
     return None
 
 
+def is_campaign(root: str | os.PathLike) -> bool:
+    """Whether ``root`` is a campaign directory: its manifest.json, or a point (points/<id>/point.json)."""
+    cdir = CampaignDir(Path(root))
+    return cdir.manifest.is_file() or next(cdir.point_dirs(), None) is not None
+
+
 def rebuild(dirs: Sequence[str | os.PathLike], path: str | os.PathLike) -> Dict[str, int]:
     """Re-create the store at ``path`` from the result files of the campaign directories
-    ``dirs`` alone (a new file, then a rename: the old store stays whole until the new one is);
-    returns the runs found per directory."""
+    ``dirs`` alone; returns the runs found per directory. A directory that is not a campaign,
+    or directories that hold no completed run, are refused (the store is left as it is); a
+    file at ``path`` that is not a sporch store is never touched. The new store is made in a
+    private folder beside ``path`` and renamed over it only when complete."""
     path = Path(path)
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise SporchError(f"campaign directory {d} not found")
+        if not is_campaign(d):
+            raise SporchError(f"{d} is not a campaign directory (no manifest.json, no points/<id>/point.json); "
+                              "--rebuild reads the folders `sporch campaign run` made; the store is left as it is")
     found = {str(d): read_runs(d) for d in dirs}  # every directory is read before anything is written
-    tmp = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
+    if not any(found.values()):
+        raise SporchError(f"{', '.join(map(str, dirs))} hold(s) no completed run: a rebuild from them would empty "
+                          f"the store; {path} is left as it is")
+    check_store(path, writing=True)
     try:
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)
-        with Store.create(tmp) as store:
-            for runs in found.values():
-                store.record(runs)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with output_file(path, replace=True) as tmp:
+            with Store.create(tmp) as store:
+                for runs in found.values():
+                    store.record(runs)
     except OSError as exc:
         raise _store_error(path, exc) from None
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
-            leftover.unlink(missing_ok=True)
     return {d: len(runs) for d, runs in found.items()}
 
 

@@ -10,6 +10,7 @@ import click
 
 from sporch.orchestrator.campaign.calibration_points import campaign_observations
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.contract.safe_files import check_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import fit, write_calibration
 from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
@@ -21,14 +22,19 @@ CALIBRATION_FILE = "calibration.yaml"
 @click.argument("directory", metavar="CAMPAIGN_DIR", type=click.Path(file_okay=False))
 @click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False),
               help=f"Calibration file to write (default: CAMPAIGN_DIR/{CALIBRATION_FILE}).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists (a link there is replaced, never followed).")
 @click.option("--cluster", "cluster_name", default=None, help="The cluster whose points to fit (several in DIR).")
 @click.option("--exclude", "exclude", multiple=True, metavar="POINT_ID",
               help="Leave this point out of the fit (repeatable): held back to check the prediction.")
 @click.option("--fit", "fit_names", default=None,
               help="Comma-separated constants to fit (default: every one the points determine).")
-def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[str], exclude: tuple,
+def calibrate(directory: str, out_file: Optional[str], force: bool, cluster_name: Optional[str], exclude: tuple,
               fit_names: Optional[str]) -> None:
-    """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md)."""
+    """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md).
+    An existing --out file is replaced only with --force; the default file in DIR is sporch's
+    own and is replaced."""
+    if out_file:  # before any work: a name that is taken is refused (contract.safe_files.check_output)
+        check_output(out_file, force, "--out")
     names = FITTED
     if fit_names:
         names = tuple(n.strip() for n in fit_names.split(",") if n.strip())
@@ -41,7 +47,7 @@ def calibrate(directory: str, out_file: Optional[str], cluster_name: Optional[st
     before, _ = cluster_constants(cluster)
     out = Path(out_file) if out_file else Path(directory) / CALIBRATION_FILE
     write_calibration(out, result, {"cluster": cluster.name, "gpu_model": cluster.gpu.model,
-                                    "campaign": str(Path(directory).resolve())})
+                                    "campaign": str(Path(directory).resolve())}, replace=force or not out_file)
     con = console()
     t = plain_table(title=f"{len(obs)} points on {cluster.name}: measured vs calibrated prediction", title_justify="left")
     for col in ("point", "measured ms", "predicted ms", "error"):

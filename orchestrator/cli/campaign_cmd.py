@@ -16,7 +16,7 @@ from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.published_points import published_rows
-from sporch.orchestrator.campaign.report import build_report, published_cells
+from sporch.orchestrator.campaign.report import CSV_FILE, HTML_FILE, PLOT_DATA_FILE, build_report, published_cells
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
@@ -122,9 +122,10 @@ def _predicted_ms(plan) -> Optional[float]:
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
               help="Where table.csv, the PNG plots, plots.json and report.html go (default: DIR/report).")
+@click.option("--force", is_flag=True, help="Write into --out even when it holds files that are not a report.")
 @click.option("--wide", is_flag=True, help="The terminal table with every column (default: the few that fit 80 columns).")
 @store_option
-def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str], wide: bool) -> None:
+def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optional[str], wide: bool) -> None:
     """Table (terminal + CSV), plots and an HTML page from DIR's result files; exit 1 when a
     reference fails. DIR's completed points are recorded in the history store; the page shows
     the history of those it holds more than one run of."""
@@ -134,6 +135,8 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str], wid
     if not rows:
         raise SporchError(f"{directory} has no campaign points (points/<id>/point.json); run the campaign first")
     folder = Path(out_dir) if out_dir else CampaignDir(Path(directory)).report
+    if out_dir:
+        check_report_folder(folder, force)
     history, warnings = report_history(directory, [r.id for r in rows if r.ok], store)
     warn(warnings)
     published = published_rows(directory, rows)
@@ -185,6 +188,20 @@ def report_cmd(directory: str, out_dir: Optional[str], store: Optional[str], wid
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
+
+
+def check_report_folder(folder: Path, force: bool) -> None:
+    """``--out FOLDER``: new, empty, or an earlier report (its report.html, table.csv and
+    plots.json); a folder holding other files is refused unless ``force`` (a report replaces
+    files of its own names there, never through a link)."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if not folder.is_dir():
+        raise SporchError(f"--out {folder} exists and is not a folder; name a folder")
+    names = {p.name for p in folder.iterdir()}
+    if names and not {HTML_FILE, CSV_FILE, PLOT_DATA_FILE} <= names and not force:
+        raise SporchError(f"--out {folder} holds files and is not an earlier report; pass --force to write the "
+                          "report's files into it, or name a new folder")
 
 
 def _published_table(published: list[dict]) -> Any:

@@ -18,6 +18,7 @@ from sporch.orchestrator.campaign.report import draw_history
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract.results import ResultFileError
+from sporch.orchestrator.contract.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 
 #: Points one --plot draws at most (one panel each).
@@ -46,11 +47,13 @@ def store_option(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print the trends as JSON.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None,
               help="Also draw the trends into this PNG file (one panel per point).")
+@click.option("--force", is_flag=True, help="Replace --plot if it exists (a link there is replaced, never followed).")
 @store_option
 @click.option("--rebuild", is_flag=True,
               help="Re-create the store from the result files of the campaign directories DIR... alone.")
 def history_cmd(targets: Sequence[str], campaign_filter: Optional[str], metric: Optional[str], last: int, k: int,
-                threshold: str, as_json: bool, plot_file: Optional[str], store: Optional[str], rebuild: bool) -> None:
+                threshold: str, as_json: bool, plot_file: Optional[str], force: bool, store: Optional[str],
+                rebuild: bool) -> None:
     """Each point's completed runs over time (time, git revision, torch, cluster, value, the
     rolling baseline and the ratio to it) from the history store. A POINT is a point id, a DIR
     a campaign directory (its points); none: every point (of --campaign)."""
@@ -60,11 +63,13 @@ def history_cmd(targets: Sequence[str], campaign_filter: Optional[str], metric: 
         return
     check_metric(metric)
     limit = parse_threshold(threshold)
+    if plot_file:  # before any work: a name that is taken is refused (contract.safe_files.check_output)
+        check_output(plot_file, force, "--plot")
     with Store.open(path) as st:
         runs = _select(st, targets, campaign_filter)
     docs = [trend_doc(rs, metric, k, limit, last) for rs in histories(runs).values()]
     if plot_file:
-        _plot(docs, Path(plot_file))
+        _plot(docs, Path(plot_file), force)
     if as_json:
         click.echo(json_text({"store": str(path), "points": docs}))
         return
@@ -129,12 +134,16 @@ def _select(st: Store, targets: Sequence[str], campaign_filter: Optional[str]) -
     return unique
 
 
-def _plot(docs: List[Dict[str, Any]], path: Path) -> None:
+def _plot(docs: List[Dict[str, Any]], path: Path, force: bool) -> None:
+    import io
+
     if len(docs) > PLOT_POINTS:
         console(stderr=True).print(f"--plot draws the first {PLOT_POINTS} of {len(docs)} points; name the points "
                                    "to draw others", markup=False)
+    png = io.BytesIO()  # drawn in memory, then written by the one rule (never through a link)
+    draw_history(docs[:PLOT_POINTS], png)
     try:
-        draw_history(docs[:PLOT_POINTS], str(path))
+        write_output(path, png.getvalue(), force=force, option="--plot")
     except OSError as exc:
         raise SporchError(f"cannot write {path} ({exc.strerror or exc})") from None
 

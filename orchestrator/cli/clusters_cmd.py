@@ -11,6 +11,7 @@ from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.config.cluster import (bandwidth_warnings, cluster_files, find_cluster, load_cluster_file,
                                                 search_dirs)
+from sporch.orchestrator.contract.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
 
@@ -77,7 +78,7 @@ def show_cmd(name: str, as_json: bool) -> None:
 @click.option("--name", default=None, help="Cluster name (default: Slurm's ClusterName, plus the partition).")
 @click.option("--output", "-o", "output", default=None, type=click.Path(dir_okay=False),
               help="Write the descriptor here (default: print it).")
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--force", is_flag=True, help="Replace --output if it exists (a link there is replaced, never followed).")
 def discover_cmd(partition, name, output, force) -> None:
     """Write a cluster descriptor from the live cluster (sinfo/scontrol).
 
@@ -85,6 +86,8 @@ def discover_cmd(partition, name, output, force) -> None:
     Slurm; what Slurm cannot know (GPU memory/TFLOP/s, fabric bandwidths) is guessed and
     marked ``# guessed`` so you can fill it in.
     """
+    if output is not None:  # before asking Slurm: a name that is taken is refused (contract.safe_files)
+        check_output(Path(output).expanduser(), force, "-o")
     desc = discover_cluster(partition, name=name)
     text = descriptor_yaml(desc)
     guessed = ", ".join(desc.get("guessed", [])) or "nothing"
@@ -93,10 +96,8 @@ def discover_cmd(partition, name, output, force) -> None:
         click.echo(f"# guessed (check these): {guessed}", err=True)
         return
     path = Path(output).expanduser()
-    if path.exists() and not force:
-        raise SporchError(f"{path} exists; pass --force to overwrite it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_output(path, text, force=force, option="-o")
     obs = desc.get("observed", {})
     click.echo(f"wrote {path}: {desc['name']}, partition {desc['slurm']['partition']}, {desc['nodes']} nodes x "
                f"{desc['gpus_per_node']} GPUs ({obs.get('gres_type') or 'untyped'} gres), "

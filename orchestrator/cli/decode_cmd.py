@@ -39,6 +39,8 @@ def decode(run_dir: str, device: Optional[str]) -> None:
     if not any((folder / "latents").glob("*.safetensors")):
         raise SporchError(f"{folder / 'latents'} holds no latents: the job never finished denoising a prompt; "
                           "run the job (`sporch submit` / `sporch run`)")
-    cmd = [sys.executable, "-m", "sporch.runtime.decode", str(folder)] + (["--device", device] if device else [])
+    # options first, then "--": a folder named like an option (-dash) stays the folder
+    cmd = ([sys.executable, "-m", "sporch.runtime.decode"] + (["--device", device] if device else [])
+           + ["--", str(folder)])
     code = subprocess.call(cmd)
     click.get_current_context().exit(code)

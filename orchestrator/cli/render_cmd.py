@@ -9,10 +9,11 @@ from typing import Optional
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, job_arguments, load
+from sporch.orchestrator.contract.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
 from sporch.orchestrator.submit.request import build_request
-from sporch.orchestrator.submit.submitter import write_files
+from sporch.orchestrator.submit.submitter import prepare, remove_job_dir, write_files
 
 
 @click.command("render")
@@ -23,32 +24,43 @@ from sporch.orchestrator.submit.submitter import write_files
               help="Make this folder the job dir: write plan.json, job.sbatch and logs/ into it.")
 @click.option("--output", "-o", "output", default=None, type=click.Path(dir_okay=False),
               help="Write the script to this file instead of stdout.")
+@click.option("--force", is_flag=True, help="Replace -o if it exists (a link there is replaced, never followed).")
 def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[str], out_dir: Optional[str],
-           output: Optional[str]) -> None:
+           output: Optional[str], force: bool) -> None:
     """Print the Slurm batch script for JOB.yaml on --cluster, and write the plan.json it runs.
 
     The script names its job dir; plan.json (and logs/) are written there when that dir is on
-    this machine (a cluster without a login section, or --out). For a cluster reached over ssh
-    without --out, nothing is written: `sporch submit` uploads the files.
+    this machine (a cluster without a login section, or --out): a new folder, as `submit`
+    claims one. For a cluster reached over ssh without --out, nothing is written: `sporch
+    submit` uploads the files.
     """
     if out_dir and job_dir:
         raise click.UsageError("--out and --job-dir are exclusive (--out DIR makes DIR the job dir)")
     cluster, job = load(cluster_ref, job_path, overrides)
     if output and not Path(output).expanduser().resolve().parent.is_dir():
         raise SporchError(f"-o {output}: folder {Path(output).parent} does not exist; create it or pick another path")
+    if output:  # before anything is written: a name that is taken is refused (contract.safe_files)
+        check_output(output, force, "-o")
     if out_dir:
         job_dir = LOCAL.abspath(out_dir)
-        if Path(job_dir).is_dir() and any(Path(job_dir).iterdir()):
-            raise SporchError(f"--out {job_dir} exists and is not empty; pick a new folder")
-    req = build_request(cluster, job, job_dir=job_dir)
+        if Path(job_dir).exists() and (not Path(job_dir).is_dir() or any(Path(job_dir).iterdir())):
+            raise SporchError(f"--out {job_dir} exists and is not empty (or not a folder); pick a new folder")
     if out_dir or cluster.login is None:
-        LOCAL.makedirs(req.job_dir)
-        write_files(req, LOCAL)
+        # the job dir is claimed as `submit` claims it: a new folder (<time>-2, -3... when that
+        # second's is taken), or the named one when it is new or empty; removed again on failure
+        prepared = prepare(cluster, job, job_dir=job_dir, host=LOCAL)
+        req = prepared.request
+        try:
+            write_files(req, LOCAL)
+        except BaseException:
+            remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
+            raise
         click.echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True)
+    else:
+        req = build_request(cluster, job, job_dir=job_dir)
     if output:
         try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(req.script)
+            write_output(output, req.script, force=force, option="-o")
         except OSError as e:
             raise SporchError(f"cannot write -o {output}: {e.strerror}") from None
         click.echo(f"wrote {output}", err=True)

@@ -17,7 +17,7 @@ from sporch.orchestrator.cli.show import print_plan
 from sporch.orchestrator.cli.wait_cmd import wait_for
 from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.backend import remote_backend_error
-from sporch.orchestrator.submit.request import build_request, write_dry_run
+from sporch.orchestrator.submit.request import build_request
 
 
 @click.command("submit")
@@ -49,14 +49,13 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
 
         con = console()
         print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
-        tmp = write_dry_run(req)
         if backend == "sbatch":
             click.echo(f"dry run   nothing submitted; would run `{req.sbatch_command()}` via {req.destination}")
         else:
             click.echo(f"dry run   nothing submitted; would submit through submitit via {req.destination}, with "
                        f"the resources of `{req.sbatch_command()}` (--via sbatch submits that script)")
         click.echo(f"job dir   {req.job_dir}")
-        click.echo(f"files     {tmp}/plan.json, {tmp}/job.sbatch (local copies for inspection)")
+        click.echo("files     plan.json and job.sbatch, not written (`sporch render --out DIR` writes them)")
         if not no_script:
             click.echo("---- job.sbatch ----")
             click.echo(req.script, nl=False)

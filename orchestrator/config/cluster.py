@@ -217,7 +217,7 @@ def find_cluster(ref: str) -> ClusterSpec:
         return load_cluster_file(known[ref][1])
     if _looks_like_path(ref):
         p = Path(ref).expanduser()
-        if p.is_file():
+        if os.path.lexists(p):  # a FIFO or folder there: read_yaml says what it is
             return load_cluster_file(p)
         raise SporchError(f"cluster file {ref} not found")
     names = ", ".join(sorted(known)) or "(none)"

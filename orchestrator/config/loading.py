@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
+from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
 
 T = TypeVar("T")
@@ -43,12 +44,18 @@ def read_yaml(path: str | Path) -> Any:
     from omegaconf import DictConfig, OmegaConf
 
     p = Path(path)
-    if not p.is_file():
-        raise SporchError(f"{p}: no such file")
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = read_regular(p)  # a regular file only: a FIFO would block, a device never end
+    except (FileNotFoundError, NotADirectoryError):
+        raise SporchError(f"{p}: no such file") from None
+    except NotAFileError as e:
+        raise SporchError(str(e)) from None
     except OSError as e:
-        raise SporchError(f"{p}: cannot read ({e.strerror})") from e
+        raise SporchError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SporchError(f"{p}: not UTF-8 text") from None
     try:
         cfg = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
     except Exception as e:  # yaml.YAMLError and OmegaConf's own errors

@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import struct
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO, Optional
+
+from .safe_files import NotAFileError, open_regular
 
 #: A safetensors header larger than this is not a header (corrupt length prefix).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -61,6 +65,39 @@ DTYPE_SIZES: dict[str, int] = {
     "I32": 4, "U32": 4, "F32": 4,
     "I64": 8, "U64": 8, "F64": 8,
 }
+
+
+def kind(path: Path) -> Optional[str]:
+    """What is at ``path`` (links followed): ``"file"`` (a regular file), ``"dir"``, ``"other"``
+    (a FIFO, device, socket) or None (nothing). A folder on the way that cannot be searched, a
+    name too long, a link loop: a one-line CheckpointError, never an internal error."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot look at {path}: {exc.strerror or exc}") from None
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def open_file(path: Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file: a FIFO (which would block), a
+    device, a folder, or a file that cannot be opened is a one-line CheckpointError."""
+    try:
+        return open_regular(path)
+    except NotAFileError as exc:
+        raise CheckpointError(str(exc)) from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_file`); a read error is one line."""
+    with open_file(path) as fh:
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _load_json(raw: bytes | str, broken: str) -> Any:
@@ -107,8 +144,8 @@ def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], dict[str, Any]]
     """:func:`read_header`'s tensors and the header's ``__metadata__`` (strings; {} if none),
     from one read of the header."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        with open_file(path) as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointError(f"{path} is truncated or not a safetensors file ({size} bytes)")
@@ -146,9 +183,20 @@ def read_safetensors(path: Path) -> tuple[dict[str, TensorInfo], dict[str, Any]]
     return out, (metadata if isinstance(metadata, dict) else {})
 
 
+def _shard(index: Path, file: Any) -> Path:
+    """The shard ``file`` an index names: a path inside the index's folder (no absolute path,
+    no ``..``; a link inside the folder is followed, as the hub's snapshot folders need)."""
+    name = str(file)
+    rel = PurePosixPath(name)
+    if not name or "\\" in name or "\0" in name or rel.is_absolute() or ".." in rel.parts or name.startswith("~"):
+        raise CheckpointError(f"index {index} names shard {name!r} outside its folder; an index may only name "
+                              f"files in {index.parent}")
+    return index.parent / rel
+
+
 def _read_index(index: Path) -> dict[str, Path]:
     try:
-        data = _load_json(index.read_bytes(), f"broken index {index}")
+        data = _load_json(read_file(index), f"broken index {index}")
         weight_map = data["weight_map"]
         if not isinstance(weight_map, dict) or not weight_map:
             raise KeyError("weight_map")
@@ -158,21 +206,25 @@ def _read_index(index: Path) -> dict[str, Path]:
         raise CheckpointError(f"cannot read index {index}: {exc.strerror or exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"broken index {index}: {type(exc).__name__} {exc}".rstrip()) from None
-    return {str(name): index.parent / str(file) for name, file in weight_map.items()}
+    return {str(name): _shard(index, file) for name, file in weight_map.items()}
 
 
 def locate(path: str | Path) -> tuple[Path, list[Path], Path | None]:
     """(root folder, safetensors files, index or None) for ``model.weights``."""
     p = Path(path).expanduser()
-    if not p.exists():
+    what = kind(p)
+    if what is None:
         raise CheckpointError(f"model.weights {p} does not exist")
-    if p.is_file():
+    if what == "other":
+        raise CheckpointError(f"model.weights {p} is not a regular file or folder (a FIFO or a device); "
+                              "name the checkpoint's folder or file")
+    if what == "file":
         if p.name.endswith(".safetensors.index.json"):
             return p.parent, [], p
         if p.suffix == ".safetensors":
             return p.parent, [p], None
         raise CheckpointError(f"model.weights {p} is neither a .safetensors file, an index json nor a folder")
-    if (p / "transformer").is_dir():
+    if kind(p / "transformer") == "dir":
         p = p / "transformer"
     indexes = sorted(p.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
@@ -198,7 +250,7 @@ def open_checkpoint(path: str | Path) -> CheckpointFiles:
         files = sorted(set(weight_map.values()))
         headers = {}
         for f in files:
-            if not f.is_file():
+            if kind(f) is None:
                 raise CheckpointError(f"index {index} lists shard {f.name}, which is missing")
             headers[f] = read_header(f)
         for name, f in weight_map.items():
@@ -209,11 +261,8 @@ def open_checkpoint(path: str | Path) -> CheckpointFiles:
         tensors = read_header(files[0])
     config: dict[str, Any] = {}
     cfg_path = root / "config.json"
-    if cfg_path.is_file():
-        try:
-            config = _load_json(cfg_path.read_bytes(), f"{cfg_path} is broken")
-        except OSError as exc:
-            raise CheckpointError(f"cannot read {cfg_path}: {exc.strerror or exc}") from None
+    if kind(cfg_path) is not None:
+        config = _load_json(read_file(cfg_path), f"{cfg_path} is broken")
         if not isinstance(config, dict):
             raise CheckpointError(f"{cfg_path} is not a JSON object")
     return CheckpointFiles(root=root, files=files, tensors=tensors, config=config)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .models.wan import PRESETS as WAN_PRESETS
+from .safe_files import NotAFileError, read_regular
 
 PRESET_KNOBS = {name: dict(p.knobs) for name, p in WAN_PRESETS.items()}
 
@@ -61,9 +62,13 @@ def read_prompts(path: str | Path) -> list[str]:
     """One prompt per line; blank lines and lines starting with '#' are skipped."""
     p = Path(path).expanduser()
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = read_regular(p).decode("utf-8").splitlines()  # never a FIFO: it would block
+    except NotAFileError as exc:
+        raise ValueError(f"workload.prompt_file {exc}") from None
     except OSError as exc:
         raise ValueError(f"workload.prompt_file {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"workload.prompt_file {p}: not UTF-8 text") from None
     prompts = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     if not prompts:
         raise ValueError(f"workload.prompt_file {p} holds no prompt (one per line)")

@@ -22,6 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from sporch.orchestrator.contract.safe_files import open_regular
 from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
 from sporch.orchestrator.contract.sections import (
     ClusterSpec,
@@ -213,8 +214,8 @@ class Plan:
 
     @classmethod
     def load(cls, path: str) -> "Plan":
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_json(fh.read())
+        with open_regular(path) as fh:  # a FIFO is refused (NotAFileError, a ValueError), never waited on
+            return cls.from_json(fh.read().decode("utf-8"))
 
 
 _SECTIONS = {"cluster": ClusterSpec, "job": JobSection, "model": ModelSection, "workload": WorkloadSection,

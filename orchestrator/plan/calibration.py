@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
+from sporch.orchestrator.contract.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import (
     FITTED,
@@ -45,8 +46,10 @@ MAX_MEASURED_S = 86400.0
 
 
 # -- files ------------------------------------------------------------------------------------
-def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any]) -> Path:
-    """The calibration file (YAML): metadata, fit quality, every constant of the model."""
+def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any], *, replace: bool = False) -> Path:
+    """The calibration file (YAML): metadata, fit quality, every constant of the model. Written
+    by contract.safe_files.write_output: an existing file (or link) at ``path`` is refused
+    unless ``replace``; a link is replaced, never followed; nothing is half-written."""
     import yaml
 
     p = Path(path)
@@ -63,10 +66,7 @@ def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, 
     text = ("# Written by `sporch calibrate`; a cluster descriptor uses it with `calibration: <this file>`.\n"
             + yaml.safe_dump(doc, sort_keys=False))
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(p)  # nothing half-written
-    return p
+    return write_output(p, text, force=replace)
 
 
 # -- fitting ----------------------------------------------------------------------------------

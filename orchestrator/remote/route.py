@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
+from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
 
 #: The environment variable naming the ssh client config (``login.ssh_config`` wins).
@@ -142,11 +143,17 @@ def load_ssh_config(given: Optional[str] = None) -> Any:
     path, explicit = config_path(given)
     if path is None or (not explicit and not path.is_file()):
         return paramiko.SSHConfig()
-    if not path.is_file():
-        how = "login.ssh_config" if given else f"${SSH_CONFIG_ENV}"
-        raise SporchError(f"ssh config {path} (from {how}) not found; fix the path or set it to none")
+    how = "login.ssh_config" if given else f"${SSH_CONFIG_ENV}"
     try:
-        return paramiko.SSHConfig.from_path(str(path))
+        text = read_regular(path).decode("utf-8", errors="replace")  # never a FIFO: it would block
+    except (FileNotFoundError, NotADirectoryError):
+        raise SporchError(f"ssh config {path} (from {how}) not found; fix the path or set it to none") from None
+    except NotAFileError as e:
+        raise SporchError(f"ssh config {e} (from {how}); fix the path or set it to none") from None
+    except OSError as e:
+        raise SporchError(f"cannot read ssh config {path}: {e.strerror or e}") from None
+    try:
+        return paramiko.SSHConfig.from_text(text)
     except Exception as e:  # noqa: BLE001 - paramiko raises several kinds for a bad file
         text = " ".join(str(e).split()) or type(e).__name__
         raise SporchError(f"cannot read ssh config {path}: {text}; fix it, or set login.ssh_config "

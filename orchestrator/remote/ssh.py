@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import posixpath
 import select
 import shlex
@@ -38,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from sporch.orchestrator.contract.safe_files import NotAFileError, UnsafeFileError, open_append, read_regular
 from sporch.orchestrator.errors import SporchError, Unreachable
 from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES
 from sporch.orchestrator.remote.route import Endpoint, JumpValue, load_ssh_config, normalize_jump, resolve_route
@@ -47,6 +49,8 @@ CONNECT_TIMEOUT = 15.0
 # up, Python would print it to stderr next to sporch's own one-line error.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 #: LoginSpec fields a job record keeps so that later commands reconnect.
+#: The largest known_hosts file read.
+MAX_KNOWN_HOSTS_BYTES = 16 << 20
 LOGIN_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "host_key_policy", "setup", "workdir",
               "proxy_jump", "ssh_config")
 
@@ -191,15 +195,11 @@ class SshHost:
         import paramiko
 
         client = paramiko.SSHClient()
-        try:
-            client.load_system_host_keys()  # ~/.ssh/known_hosts
-        except (OSError, paramiko.SSHException):
-            pass
-        if self.known_hosts and Path(self.known_hosts).is_file():
-            try:
-                client.load_host_keys(self.known_hosts)
-            except (OSError, paramiko.SSHException) as e:
-                raise SporchError(f"cannot read login.known_hosts {self.known_hosts}: {e}") from None
+        system = Path("~/.ssh/known_hosts").expanduser()
+        if os.path.lexists(system):
+            load_known_hosts(client, str(system), "~/.ssh/known_hosts")
+        if self.known_hosts and os.path.lexists(self.known_hosts):
+            load_known_hosts(client, self.known_hosts, "login.known_hosts")
         client.set_missing_host_key_policy(_policy(self))
         return client
 
@@ -487,6 +487,49 @@ class _UnknownHostKey(Exception):
         self.key_type = key_type
 
 
+def load_known_hosts(client: Any, path: str, label: str) -> None:
+    """Add the host keys of the OpenSSH known_hosts file ``path`` to ``client``'s. Only a regular
+    file is read (a FIFO would block); a file that is not a known_hosts file (a line that does
+    not parse, or no entry at all) is a one-line SporchError naming the file and the line
+    number, never echoing what the file holds (it may be /etc/passwd or a secret)."""
+    from paramiko.hostkeys import HostKeyEntry
+
+    def bad(why: str) -> SporchError:
+        return SporchError(f"{label} {path} {why}; name an OpenSSH known_hosts file (lines 'HOST KEYTYPE "
+                           "BASE64-KEY', as `ssh-keyscan HOST` prints)")
+
+    try:
+        raw = read_regular(path, MAX_KNOWN_HOSTS_BYTES + 1)
+    except NotAFileError:
+        raise bad("is not a regular file") from None
+    except OSError as e:
+        raise SporchError(f"cannot read {label} {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_KNOWN_HOSTS_BYTES:
+        raise bad(f"is larger than {MAX_KNOWN_HOSTS_BYTES // (1 << 20)} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad("is not text") from None
+    keys = client.get_host_keys()
+    lines = entries = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        lines += 1
+        try:
+            entry = HostKeyEntry.from_line(line, lineno)
+        except Exception:  # noqa: BLE001 - paramiko's InvalidHostKey is no SSHException; its text holds the line
+            raise bad(f"line {lineno} is not a known_hosts entry") from None
+        if entry is None:  # a key type paramiko does not know, a marker line: skipped, as ssh does
+            continue
+        entries += 1
+        for name in entry.hostnames:
+            keys.add(name, entry.key.get_name(), entry.key)
+    if lines and not entries:
+        raise bad("holds no known_hosts entry")
+
+
 def _policy(host: SshHost):
     import paramiko
 
@@ -500,8 +543,10 @@ def _policy(host: SshHost):
             path = Path(host.known_hosts or "~/.ssh/known_hosts").expanduser()
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+                with open_append(path) as fh:  # never through a link, never into a FIFO or device
+                    fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n".encode("utf-8"))
+            except UnsafeFileError as e:
+                raise SporchError(f"cannot record the host key of {hostname}: {e}") from None
             except OSError as e:
                 raise SporchError(f"cannot record the host key of {hostname} in {path}: {e.strerror}") from None
 
@@ -512,10 +557,12 @@ def _has_entry(path: str, entry: str) -> bool:
     """Whether the known_hosts file ``path`` has a line for ``entry`` (hashed lines included)."""
     import paramiko
 
+    client = paramiko.SSHClient()
     try:
-        return bool(paramiko.HostKeys(path).lookup(entry))
-    except (OSError, paramiko.SSHException):
+        load_known_hosts(client, path, "known_hosts")
+    except SporchError:
         return False
+    return bool(client.get_host_keys().lookup(entry))
 
 
 def _one(e: Any) -> str:

@@ -31,6 +31,10 @@ from sporch.orchestrator.slurm.directives import CONTROL_RE, ENV_KEY_RE
 #: A mount: ``SRC:DST`` or ``SRC:DST:ro|rw``, absolute paths without whitespace, ',' or ':'
 #: (pyxis and apptainer split their mount lists on commas, every runtime on colons).
 MOUNT_RE = re.compile(r"(/[^\s,:]*):(/[^\s,:]*)(?::(ro|rw))?")
+#: An image reference: a registry reference (``nvcr.io/nvidia/pytorch:24.05-py3``, ``name@sha256:...``),
+#: an enroot ``host#image``, a URI (``docker://...``, ``library://...``) or a path (``/images/x.sif``,
+#: ``./x.sqsh``). It never starts with ``-``: the runtime would read it as one of its options.
+IMAGE_RE = re.compile(r"[A-Za-z0-9_./~][A-Za-z0-9_./~:@#+=%-]*")
 #: Runtimes that wrap the rank command (the others add srun options).
 WRAPPERS = ("apptainer", "singularity", "podman")
 #: Variables a rank reads, passed into a podman container by name (``NAME*``: every variable
@@ -57,8 +61,9 @@ def check_container(c: ContainerSpec, where: str = "") -> ContainerSpec:
 
     if c.runtime not in CONTAINER_RUNTIMES:
         raise bad("runtime", f"must be one of {', '.join(CONTAINER_RUNTIMES)}, got {c.runtime!r}")
-    if not isinstance(c.image, str) or not c.image or re.search(r"\s", c.image) or CONTROL_RE.search(c.image):
-        raise bad("image", f"must name the image (a word without whitespace), got {c.image!r}")
+    if not isinstance(c.image, str) or not IMAGE_RE.fullmatch(c.image):
+        raise bad("image", "must name the image: a reference (registry/name:tag, docker://..., or a path) of "
+                  f"letters, digits and ._/~:@#+=%-, not starting with '-'; got {c.image!r}")
     for m in c.mounts:
         if not isinstance(m, str) or not MOUNT_RE.fullmatch(m):
             raise bad("mounts", f"entry {m!r} is not SRC:DST (absolute paths without whitespace, ',' or ':', "

@@ -1,14 +1,13 @@
 """A SubmitRequest: everything a backend needs to submit, computed without side effects.
 
-TorchX-style: ``build_request`` is pure (the clock is a parameter); ``dry_run`` writes the
-files into a fresh temporary folder only, and submits nothing.
+TorchX-style: ``build_request`` is pure (the clock is a parameter): ``submit --dry-run`` prints
+the request and writes nothing.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import posixpath
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -18,7 +17,6 @@ from sporch.orchestrator.config.job import JobSpec
 from sporch.orchestrator.contract.files import PLAN_FILE, SCRIPT_FILE
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.submit.render import render_job
 from sporch.orchestrator.submit.slurm_job import SlurmJob
 
@@ -97,12 +95,3 @@ def build_request(
         destination=destination_text(cluster),
         remote=cluster.login is not None,
     )
-
-
-def write_dry_run(request: SubmitRequest, folder: Optional[str] = None) -> Path:
-    """Write the request's files into ``folder`` (default: a new temporary folder)."""
-    root = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="sporch-dryrun-"))
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, text in request.files().items():
-        write_atomic(root / rel, text, fsync=False)
-    return root

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular, write_atomic
 from sporch.runtime.model.config import ModelConfig
 
 from .spec import GenerateSpec
@@ -94,8 +94,8 @@ def _file_id(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_regular(path)).hexdigest()  # a FIFO is refused, never waited on
+    except (OSError, NotAFileError):
         return path
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sporch.orchestrator.contract.safe_files import output_file
+
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
     return (np.clip(frames, 0.0, 1.0) * 255.0).round().astype(np.uint8)
@@ -20,12 +22,20 @@ def output_name(index: int, prompt: str, fmt: str) -> str:
 
 
 def write(path: Path, frames: np.ndarray, fmt: str, fps: int = 16) -> Path:
-    """Write [F, H, W, 3] frames; atomically (a temporary name, then rename)."""
+    """Write [F, H, W, 3] frames; atomically, never through a link: ffmpeg writes into a private
+    folder sporch created beside ``path`` (a random name, mode 0700), then the file is renamed
+    over ``path`` (a link there is replaced, never followed; contract.safe_files.output_file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt not in ("mp4", "png"):
+        raise ValueError(f"unknown output format {fmt!r} (mp4 | png)")
+    with output_file(path, replace=True) as tmp:  # same name: ffmpeg picks the container from its extension
+        _write_frames(tmp, to_uint8(frames), fmt, fps)
+    return path
+
+
+def _write_frames(tmp: Path, data: np.ndarray, fmt: str, fps: int) -> None:
     import imageio.v3 as iio
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".part-{path.name}")  # keeps the extension: ffmpeg picks the container from it
-    data = to_uint8(frames)
     if fmt == "mp4":
         # macro_block_size=1: keep the exact size (the default would resize to multiples of 16)
         iio.imwrite(tmp, data, extension=".mp4", plugin="FFMPEG", fps=fps, codec="libx264",
@@ -34,10 +44,6 @@ def write(path: Path, frames: np.ndarray, fmt: str, fps: int = 16) -> Path:
         if data.shape[0] != 1:
             raise ValueError(f"png holds one image, got {data.shape[0]} frames: use output_format mp4")
         iio.imwrite(tmp, data[0], extension=".png")
-    else:
-        raise ValueError(f"unknown output format {fmt!r} (mp4 | png)")
-    tmp.replace(path)
-    return path
 
 
 def read(path: Path) -> np.ndarray:

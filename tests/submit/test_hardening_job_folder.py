@@ -11,7 +11,6 @@ import pytest
 from sporch.orchestrator.contract.files import JobFiles
 from sporch.orchestrator.contract.safe_files import UnsafeFileError
 from sporch.orchestrator.submit.local_backend import LocalBackend
-from sporch.orchestrator.submit.request import write_dry_run
 
 VICTIM_TEXT = "precious\n"
 
@@ -30,13 +29,3 @@ def test_supervisor_log_link_is_refused_and_its_target_kept(tmp_path):
     with pytest.raises(UnsafeFileError, match="symbolic link"):
         LocalBackend().submit(request)
     assert target.read_text() == VICTIM_TEXT
-
-
-def test_dry_run_files_replace_links(tmp_path):
-    target, folder = victim(tmp_path), tmp_path / "dry"
-    folder.mkdir()
-    (folder / "plan.json").symlink_to(target)
-    request = SimpleNamespace(files=lambda: {"plan.json": "{}\n", "job.sbatch": "#!/bin/sh\n"})
-    write_dry_run(request, str(folder))
-    assert target.read_text() == VICTIM_TEXT
-    assert (folder / "plan.json").read_text() == "{}\n" and not (folder / "plan.json").is_symlink()

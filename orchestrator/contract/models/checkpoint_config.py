@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError
+from ..checkpoint_files import CheckpointError, kind, read_file
 from ..families import family_of_class, supported_classes
 
 #: Text tokens when the transformer's config does not say (the family's text encoder's).
@@ -69,9 +69,9 @@ def find_config(weights: str | Path) -> Optional[Path]:
     """The config.json that describes ``weights`` (a folder, its transformer/, or beside a
     file), or None."""
     p = Path(weights).expanduser()
-    folder = p if p.is_dir() else p.parent
+    folder = p if kind(p) == "dir" else p.parent
     for candidate in (folder / "transformer" / "config.json", folder / "config.json"):
-        if candidate.is_file():
+        if kind(candidate) is not None:  # a FIFO or a folder there is refused when read, not skipped
             return candidate
     return None
 
@@ -90,7 +90,7 @@ def with_vae_stride(model: CheckpointModel) -> CheckpointModel:
     folder's ``vae/config.json`` (AutoencoderKLWan's ``scale_factor_temporal`` /
     ``scale_factor_spatial``: Wan2.1 4 x 8 x 8, the Wan2.2 VAE of TI2V-5B 4 x 16 x 16)."""
     vae = model.config_file.parent.parent / "vae" / "config.json"
-    if model.family != "Wan2.1" or model.config_file.parent.name != "transformer" or not vae.is_file():
+    if model.family != "Wan2.1" or model.config_file.parent.name != "transformer" or kind(vae) is None:
         return model
     config = read_json_object(vae)
     if config.get("_class_name") != "AutoencoderKLWan":
@@ -106,10 +106,13 @@ def with_vae_stride(model: CheckpointModel) -> CheckpointModel:
 
 def read_json_object(path: Path) -> dict:
     """The JSON object in ``path``, or a one-line CheckpointError."""
+    raw = read_file(path)  # a regular file only (a FIFO would block); an unreadable one is one line
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        config = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise CheckpointError(f"cannot read {path}: it nests too deeply") from None
+    except ValueError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} is not a JSON object")
     return config

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..checkpoint_files import CheckpointError
+from ..checkpoint_files import CheckpointError, kind
 from .checkpoint_config import model_from_config, read_json_object
 
 #: The low-noise expert's subfolder in a diffusers pipeline folder.
@@ -46,7 +46,7 @@ def read_experts(weights: str | Path) -> Optional[Experts]:
     transformer). A folder diffusers would run differently from sporch is refused in one line."""
     folder = Path(weights).expanduser()
     index = folder / "model_index.json"
-    if not folder.is_dir() or not index.is_file():
+    if kind(folder) != "dir" or kind(index) is None:
         return None
     config = read_json_object(index)
     boundary, two = config.get("boundary_ratio"), _listed(config.get(SECOND))
@@ -68,7 +68,7 @@ def read_expand_timesteps(weights: str | Path) -> Optional[bool]:
     """The pipeline folder's ``expand_timesteps`` (Wan2.2 TI2V-5B: one timestep per token, the
     given first frame's tokens at 0), or None when ``weights`` has no model_index.json."""
     index = Path(weights).expanduser() / "model_index.json"
-    if not index.is_file():
+    if kind(index) is None:
         return None
     value = read_json_object(index).get("expand_timesteps", False)
     if not isinstance(value, bool):
@@ -77,7 +77,7 @@ def read_expand_timesteps(weights: str | Path) -> Optional[bool]:
 
 
 def _read(path: Path):
-    if not path.is_file():
+    if kind(path) is None:
         raise CheckpointError(f"{path} is missing: both experts need their config.json (diffusers layout)")
     return model_from_config(read_json_object(path), path)
 

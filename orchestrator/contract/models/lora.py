@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError, TensorInfo, _load_json, read_header, read_safetensors
+from ..checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
+                               read_safetensors)
 from ..finite import count_nonfinite
 from . import flux, wan
 from .keymap import Rule, Table
@@ -125,7 +126,7 @@ def _short(names: list[str], n: int = 3) -> str:
 def _scalar(info: TensorInfo, key: str) -> float:
     """The value of a one-element tensor, read from its bytes (no torch)."""
     start, stop = info.span
-    with info.file.open("rb") as f:
+    with open_file(info.file) as f:
         f.seek(start)
         raw = f.read(stop - start)
     codes = {"F32": "<f", "F64": "<d", "F16": "<e", "I64": "<q", "I32": "<i"}
@@ -207,9 +208,10 @@ def read_lora(path: str | Path) -> LoraFile:
     """The adapter at ``path`` (a ``.safetensors`` file), checked: every module has its down and
     up tensors of one rank, only LoRA keys are present. One-line CheckpointError otherwise."""
     p = Path(path).expanduser()
-    if not p.is_file():
+    what = kind(p)
+    if what != "file":
         raise CheckpointError(f"LoRA file {p} does not exist; fix model.lora[].path (relative paths start at the "
-                              "job file's folder)" if not p.exists() else
+                              "job file's folder)" if what is None else
                               f"LoRA {p} is not a file; point model.lora[].path at the adapter's .safetensors")
     if p.suffix != ".safetensors":
         raise CheckpointError(f"LoRA file {p} is not a .safetensors file (sporch reads adapters in safetensors only)")
@@ -443,7 +445,7 @@ def module_names(model: Mapping[str, Any]) -> set[str]:
 def is_lora(path: str | Path) -> bool:
     """Whether the safetensors file at ``path`` holds LoRA tensors (down/up keys)."""
     p = Path(path).expanduser()
-    if not (p.is_file() and p.suffix == ".safetensors"):
+    if not (p.suffix == ".safetensors" and kind(p) == "file"):
         return False
     return any(k.endswith(tuple(s for s in SUFFIXES if s != ".alpha")) for k in read_header(p))
 
