@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sporch.orchestrator.config.calibration_file import check_constants, load_constants
 from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
 from sporch.orchestrator.remote.route import normalize_jump
@@ -149,9 +150,7 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
 def search_dirs() -> list[tuple[str, Path]]:
     """(label, folder) in lookup order: built-in, $SPORCH_CLUSTERS, ~/.config/sporch/clusters."""
     dirs: list[tuple[str, Path]] = [("builtin", clusters_dir())]
-    for part in os.environ.get("SPORCH_CLUSTERS", "").split(os.pathsep):
-        if part.strip():
-            dirs.append(("SPORCH_CLUSTERS", Path(part).expanduser()))
+    dirs += [(settings.CLUSTERS.name, folder) for folder in settings.read(settings.CLUSTERS)]
     dirs.append(("user", Path("~/.config/sporch/clusters").expanduser()))
     return dirs
 

@@ -20,7 +20,6 @@ with ``workload.image`` keeps the first latent frame the image's, at timestep 0 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +29,7 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime import faults
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, resolve_dtype
 from sporch.runtime.model.base import unpatchify
@@ -275,22 +275,17 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     switches.append(next((i for i, t in enumerate(ts) if experts.index(t) == 1), None) if experts.boundary else None)
     if given is not None:
         x = given.apply(x)
-    if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
+    if faults.swap_shards_set() and runner.sharded:
         return _swapped_shards(runner, x, channels)
     return runner.gather_latents(x, channels=channels)
 
 
-#: Test hook (fault injection; docs/campaigns.md "Same output across layouts"): when this
-#: variable names the run's layout (``dp x cfg x ring x ulysses``, e.g. ``1x1x1x2``) and the
-#: sequence is sharded, the gathered tokens have their first two shards swapped before the
-#: latents are unpatchified: a deliberately wrong layout. No effect unless set.
-FAULT_SWAP_SHARDS = "SPORCH_FAULT_SWAP_SHARDS"
-
-
 def _swapped_shards(runner: ShardedDiT, x: torch.Tensor, channels: int) -> torch.Tensor:
+    """The gathered latents, with the first two sequence shards swapped when the fault hook names
+    this run's layout (:func:`sporch.runtime.faults.swaps_shards`): a deliberately wrong layout."""
     lay = runner.ctx.layout
     tokens = runner.gather(x)
-    if os.environ.get(FAULT_SWAP_SHARDS) == f"{lay.dp}x{lay.cfg}x{lay.ring}x{lay.ulysses}":
+    if faults.swaps_shards(f"{lay.dp}x{lay.cfg}x{lay.ring}x{lay.ulysses}"):
         n = runner.local_len
         tokens = torch.cat([tokens[:, n:2 * n], tokens[:, :n], tokens[:, 2 * n:]], dim=1)
     return unpatchify(tokens, runner.grid, runner.cfg.patch, channels)
