@@ -29,7 +29,7 @@ from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
-from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
+from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
@@ -41,7 +41,7 @@ def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
     guidance_scale as an embedded input (``guidance_embed``) or, without that input, refuses > 1;
     it has no negative prompt either."""
     if not model.distilled:
-        return w.guidance_scale > 1
+        return runs_cfg(w.guidance_scale, distilled=False)
     name = model.preset or "this model"
     if not model.guidance_embed and w.guidance_scale > 1:
         raise SporchError(
@@ -51,7 +51,7 @@ def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
     if w.negative_prompt:
         raise SporchError(f"{name} is guidance-distilled (one pass per step, no classifier-free-guidance branch), "
                           "so workload.negative_prompt has nothing to steer: remove it")
-    return False
+    return runs_cfg(w.guidance_scale, distilled=True)
 
 
 def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.ModelSection,
@@ -91,16 +91,11 @@ def job_context(cluster: sections.ClusterSpec, job: JobSpec) -> LayoutContext:
 
 
 def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
-    degree = layout.sequence_degree
-    padded = padded_length(seq_len, degree)
-    return sections.SequenceSection(seq_len=seq_len, padded_len=padded, pad=padded - seq_len,
-                           tokens_per_rank=padded // degree, grid=grid, degree=degree)
+    return sections.SequenceSection.build(seq_len, grid, layout.sequence_degree)
 
 
 def heads_section(model: sections.ModelSection, layout: Layout) -> sections.HeadsSection:
-    h, kv, u = model.num_heads, model.num_kv_heads, layout.ulysses
-    return sections.HeadsSection(num_heads=h, num_kv_heads=kv, q_heads_per_rank=head_split(h, u),
-                        kv_mode=kv_mode(h, kv, u), even=h % u == 0)
+    return sections.HeadsSection.build(model.num_heads, model.num_kv_heads, layout.ulysses)
 
 
 def workload_section(w: WorkloadSpec, model: sections.ModelSection,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from sporch.orchestrator.contract.sections import CacheSection
 from sporch.orchestrator.contract.vocab import CACHE_METHODS
 
 from .decision import StepCache, StepPolicy
@@ -13,17 +12,18 @@ from .teacache import TeaCache, rescale_coefficients
 METHODS = CACHE_METHODS
 
 
-def make_step_cache(cache: Any, num_steps: int, preset: str | None = None) -> StepCache | None:
-    """The step cache a Plan's ``workload.cache`` section (or a dict of the same keys) asks for,
-    fresh for one denoising run of ``num_steps`` steps; None for method none."""
+def make_step_cache(cache: CacheSection | dict | None, num_steps: int, preset: str | None = None) -> StepCache | None:
+    """The step cache a Plan's ``workload.cache`` section (or a dict of its keys; the keys left out
+    take the section's defaults) asks for, fresh for one denoising run of ``num_steps`` steps;
+    None for method none."""
     if cache is None:
         return None
-    get = cache.get if isinstance(cache, dict) else (lambda k, d=None: getattr(cache, k, d))
-    method = get("method", "none") or "none"
+    section = CacheSection.from_dict(cache) if isinstance(cache, dict) else cache
+    method = section.method or "none"
     if method == "none":
         return None
-    policy = StepPolicy(num_steps=num_steps, threshold=float(get("threshold")),
-                        warmup_steps=int(get("warmup_steps", 1)), max_consecutive=int(get("max_consecutive", 0)))
+    policy = StepPolicy(num_steps=num_steps, threshold=float(section.threshold),
+                        warmup_steps=int(section.warmup_steps), max_consecutive=int(section.max_consecutive))
     if method == "fbcache":
         return FirstBlockCache(policy)
     if method == "teacache":
