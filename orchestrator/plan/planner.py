@@ -1,8 +1,14 @@
-"""``make_plan(cluster, job) -> Plan``: pure (no I/O, no clock, no randomness).
+"""``make_plan(cluster, job) -> Plan``.
+
+The only files the planner reads are the checkpoint's metadata: ``model.weights``' config.json
+(and its pipeline folder's model_index.json and vae/config.json) and the LoRA adapters' safetensors
+headers. :func:`resolve_job_model` reads them, once per plan, into the plain ``plan.model`` section;
+everything after it is pure (no I/O, no clock, no randomness) and takes that section.
 
 ``auto`` dimensions are filled by :class:`~sporch.orchestrator.plan.ranking.FastestChooser`, which
-plans each candidate with :func:`plan_with_layout` (handed to it: ranking never imports this
-module). :func:`rank_feasible` ranks every feasible layout of a job (``sporch plan --rank``).
+plans each candidate with :func:`plan_with_layout` (handed to it, with the model already resolved:
+ranking never imports this module). :func:`rank_feasible` ranks every feasible layout of a job
+(``sporch plan --rank``), also from one resolution.
 """
 
 from __future__ import annotations
@@ -83,9 +89,16 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
     )
 
 
-def job_context(cluster: sections.ClusterSpec, job: JobSpec) -> LayoutContext:
-    """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved, its sequence length)."""
-    model = resolve_model(job.model)
+def resolve_job_model(job: JobSpec) -> sections.ModelSection:
+    """The job's complete ``plan.model``: the preset or the checkpoint's config.json, the pipeline
+    folder's experts, the LoRA adapters checked against it. The planner's one reading of files."""
+    return with_lora(resolve_model(job.model), job.model.lora, job.source)
+
+
+def job_context(cluster: sections.ClusterSpec, job: JobSpec,
+                model: Optional[sections.ModelSection] = None) -> LayoutContext:
+    """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved unless given, its sequence length)."""
+    model = model if model is not None else resolve_model(job.model)
     seq_len, _grid = sequence_shape(model, job.workload)
     return layout_context(cluster, job, model, seq_len)
 
@@ -199,13 +212,16 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
     return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use more or bigger GPUs"
 
 
-def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
+def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True,
+              model: Optional[sections.ModelSection] = None) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
-    groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = with_lora(resolve_model(job.model), job.model.lora, job.source)
+    groups (empty): what ranking many candidate layouts needs, at a fraction of the cost.
+    ``model``: the job's model already resolved (:func:`resolve_job_model`); without it, it is
+    resolved here, once: the layout search reuses it. Pure from there on."""
+    model = model if model is not None else resolve_job_model(job)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
-    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
+    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, model=model))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     sequence = sequence_section(seq_len, grid, layout)
     heads = heads_section(model, layout)
@@ -265,18 +281,20 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     ))
 
 
-def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout) -> Plan:
+def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout,
+                     model: Optional[sections.ModelSection] = None) -> Plan:
     """The Plan of ``job`` with its layout fixed to ``layout``, without the rank table and groups:
-    what ranking compares."""
+    what ranking compares (``model``: the job's model, resolved once for all candidates)."""
     parallel = dataclasses.replace(job.parallel, **layout.sizes())
-    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False)
+    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False, model=model)
 
 
 def rank_feasible(cluster: sections.ClusterSpec, job: JobSpec) -> tuple[LayoutContext, list[Ranked]]:
     """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
     :data:`~sporch.orchestrator.plan.ranking.MAX_RANKED`, the most preferred), ranked."""
-    ctx = job_context(cluster, job)
+    model = resolve_job_model(job)
+    ctx = job_context(cluster, job, model)
     feas = feasible_layouts(ctx)
     if not feas:
         raise LayoutError(feasible_text(ctx, feas), feas)
-    return ctx, rank(functools.partial(plan_with_layout, cluster, job), most_preferred(ctx, feas))
+    return ctx, rank(functools.partial(plan_with_layout, cluster, job, model=model), most_preferred(ctx, feas))
