@@ -113,7 +113,7 @@ DEBUG = Setting("SPORCH_DEBUG", "flag", "Show the traceback of an error (as --de
 JOB_DIR = Setting("SPORCH_JOB_DIR", "path", "Where a rank writes its results (the job dir).", "runtime",
                   default_doc="plan.job.output_dir", set_by="the batch script, submitit task, run --local, packs")
 PLAN = Setting("SPORCH_PLAN", "path", "The plan.json the batch script hands to the ranks (read by the script).",
-               "runtime", default_doc="<job dir>/plan.json", set_by="the batch script, submitit task")
+               "runtime", default_doc="JOB_DIR/plan.json", set_by="the batch script, submitit task")
 CAMPAIGN = Setting("SPORCH_CAMPAIGN", "text", "The campaign a packed or array job belongs to "
                    "(for the job's own hooks; sporch itself does not read it).", "runtime",
                    set_by="the campaign batch scripts")
