@@ -26,7 +26,7 @@ from torch import nn
 from sporch.runtime.model.attention import SequenceAttention
 from sporch.runtime.model.base import block_lists
 
-__all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "should_compile", "time_first_call"]
+__all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "time_first_call"]
 
 
 @dataclass
@@ -68,13 +68,6 @@ def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
         return EagerAttention(a) if isinstance(a, SequenceAttention) else a
 
     return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
-
-
-def should_compile(option: bool | None, device: torch.device | str) -> bool:
-    """``workload.compile``: an explicit true/false wins; unset compiles on CUDA only."""
-    if option is not None:
-        return bool(option)
-    return torch.device(device).type == "cuda"
 
 
 def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "inductor",

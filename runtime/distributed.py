@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract import settings
 from sporch.runtime.rank_env import RankEnv
 
 #: The process group's timeout when nothing else says: a rank that dies must not leave the others
 #: waiting for long. ``$SPORCH_DIST_TIMEOUT_S`` sets it; else launch.py sets it above the collective
 #: watchdog's timeout (sporch.orchestrator.contract.hangs.pg_timeout_s), so the watchdog fires first.
-DIST_TIMEOUT_ENV = "SPORCH_DIST_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = int(os.environ.get(DIST_TIMEOUT_ENV, "300"))
+DEFAULT_TIMEOUT_S = 300
 
 
 def dist_timeout_s(default: float) -> int:
-    """The process group's timeout: ``$SPORCH_DIST_TIMEOUT_S`` when set, else ``default``."""
-    value = os.environ.get(DIST_TIMEOUT_ENV, "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else int(default)
+    """The process group's timeout: ``$SPORCH_DIST_TIMEOUT_S`` (whole seconds) when set and valid,
+    else ``default``."""
+    try:
+        value = settings.read(settings.DIST_TIMEOUT_S)
+    except ValueError:
+        value = None
+    return int(value) if value is not None and int(value) > 0 else int(default)
 
 
 class DeviceError(RuntimeError):
@@ -47,7 +52,7 @@ def gpu_index(*, rank: int, local_rank: int, visible: int, per_task: bool = Fals
 
 def pick_device(env: RankEnv) -> torch.device:
     """The rank's device: its own GPU on CUDA machines (see :func:`gpu_index`), else the CPU."""
-    if torch.cuda.is_available() and os.environ.get("SPORCH_FORCE_CPU") != "1":
+    if torch.cuda.is_available() and not settings.read(settings.FORCE_CPU):
         per_task = env.source == "slurm" and bool(os.environ.get("SLURM_GPUS_PER_TASK"))
         index = gpu_index(rank=env.rank, local_rank=env.local_rank, visible=torch.cuda.device_count(),
                           per_task=per_task)
@@ -86,13 +91,13 @@ def limit_cpu_threads(device: torch.device) -> int:
     return torch.get_num_threads()
 
 
-def init_distributed(env: RankEnv, device: torch.device, timeout_s: int = DEFAULT_TIMEOUT_S) -> str:
+def init_distributed(env: RankEnv, device: torch.device, timeout_s: Optional[int] = None) -> str:
     """Initialise the default process group (NCCL on CUDA, gloo on CPU); returns the backend."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     env.export()
     # SPORCH_INIT_METHOD (e.g. file:///run/dir/.rendezvous-<id>, set by `sporch run --local`)
     # replaces the MASTER_ADDR/PORT rendezvous: no port to pick, so none to race for.
-    init_method = os.environ.get("SPORCH_INIT_METHOD") or "env://"
+    init_method = settings.read(settings.INIT_METHOD)
     kwargs = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
@@ -101,7 +106,7 @@ def init_distributed(env: RankEnv, device: torch.device, timeout_s: int = DEFAUL
         init_method=init_method,
         rank=env.rank,
         world_size=env.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        timeout=datetime.timedelta(seconds=timeout_s if timeout_s is not None else dist_timeout_s(DEFAULT_TIMEOUT_S)),
         **kwargs,
     )
     return backend

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import socket
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.benchstats import fingerprint, provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
 from sporch.orchestrator.contract.hangs import HangDiagnosis, collective_text, pg_timeout_s
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = Plan.load(args.plan)
-    output_dir = Path(args.output_dir or os.environ.get("SPORCH_JOB_DIR") or plan.job.output_dir)
+    output_dir = Path(args.output_dir or settings.raw(settings.JOB_DIR) or plan.job.output_dir)
     try:
         env = RankEnv.detect()
     except RankEnvError as exc:

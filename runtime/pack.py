@@ -32,6 +32,7 @@ from typing import Any, Iterator
 
 import torch.distributed as dist
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_PACK_FAILED
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.results import JobResult, ResultFileError, result_file
@@ -139,7 +140,7 @@ def run_pack(todo: list[Path], env: RankEnv, attempt: str, *, failed_before: boo
     cache = WeightCache()
     code = EXIT_OK
     for point, plan in zip(todo, plans):
-        os.environ["SPORCH_JOB_DIR"] = str(point)
+        os.environ[settings.JOB_DIR.name] = str(point)
         if "TORCH_FR_DUMP_TEMP_FILE" in os.environ:  # NCCL's flight recorder: into the point's hang/
             (point / "hang").mkdir(parents=True, exist_ok=True)
             os.environ["TORCH_FR_DUMP_TEMP_FILE"] = str(point / "hang" / "fr_trace_rank_")

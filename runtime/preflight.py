@@ -15,10 +15,9 @@ Rank 0 gathers it all and returns it as ``metrics.preflight`` of result.json; th
 (which node or link is slow, which node differs) is the orchestrator's
 (:mod:`sporch.orchestrator.jobs.preflight_report`), so it can be re-read and re-judged.
 
-Fault injection for tests (no effect unless set): ``SPORCH_FAULT_SLOW_NODE=<node>`` makes that
-node's ranks wait ``SPORCH_FAULT_SLOW_S`` (default 0.2) seconds inside every timed transfer, as a
-bad link would; ``SPORCH_FAULT_HIDE_WEIGHTS=<node>`` makes that node report the weights path
-missing.
+Fault injection for tests (no effect unless set; :mod:`sporch.runtime.faults`): a node whose timed
+transfers are slowed, as a bad link would be (:func:`~sporch.runtime.faults.slow_link_s`), and a
+node that reports the weights path missing (:func:`~sporch.runtime.faults.hides_weights`).
 """
 
 from __future__ import annotations
@@ -34,9 +33,11 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.benchstats import driver_version
 from sporch.orchestrator.contract.preflight_checks import ENV_KEYS, node_problems
+from sporch.runtime import faults
 from sporch.runtime.parallel import ParallelContext
 
 ROUNDS = 5
@@ -44,12 +45,11 @@ PAYLOAD_BYTES = {"cuda": 64 * 2**20, "cpu": 4 * 2**20}
 
 
 def _node() -> str:
-    return os.environ.get("SPORCH_HOSTNAME") or socket.gethostname()
+    return settings.raw(settings.HOSTNAME) or socket.gethostname()
 
 
 def _fault_delay() -> float:
-    slow = os.environ.get("SPORCH_FAULT_SLOW_NODE")
-    return float(os.environ.get("SPORCH_FAULT_SLOW_S", "0.2")) if slow and slow == _node() else 0.0
+    return faults.slow_link_s(_node())
 
 
 def _visible_gpus(device: torch.device) -> int | None:
@@ -85,7 +85,7 @@ def weights_check(path: str | None) -> dict[str, Any]:
     if not path:
         return {"path": None}
     p = Path(os.path.expanduser(path))
-    hidden = os.environ.get("SPORCH_FAULT_HIDE_WEIGHTS") == _node()
+    hidden = faults.hides_weights(_node())
     if hidden or not p.exists():
         return {"path": path, "readable": False, "error": "does not exist"}
     if not os.access(p, os.R_OK):
@@ -185,7 +185,7 @@ def measure(ctx: ParallelContext, device: torch.device, payload: int) -> list[di
 def run(ctx: ParallelContext, plan: Plan) -> dict[str, Any]:
     """The preflight job's entrypoint (every rank): rank 0 returns everything under ``preflight``."""
     device = ctx.device
-    payload = int(os.environ.get("SPORCH_PREFLIGHT_BYTES") or PAYLOAD_BYTES.get(device.type, PAYLOAD_BYTES["cpu"]))
+    payload = settings.read(settings.PREFLIGHT_BYTES) or PAYLOAD_BYTES.get(device.type, PAYLOAD_BYTES["cpu"])
     info = rank_info(plan, ctx.rank, device)
     links = measure(ctx, device, payload)
     gathered: list[Any] = [None] * dist.get_world_size()

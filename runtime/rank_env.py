@@ -21,6 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Mapping
 
+from sporch.orchestrator.contract import settings
+
 
 class RankEnvError(RuntimeError):
     pass
@@ -41,7 +43,7 @@ class RankEnv:
     @classmethod
     def detect(cls, environ: Mapping[str, str] | None = None) -> "RankEnv":
         env = os.environ if environ is None else environ
-        hostname = env.get("SPORCH_HOSTNAME") or socket.gethostname()
+        hostname = settings.raw(settings.HOSTNAME, env) or socket.gethostname()
         if "RANK" in env and "WORLD_SIZE" in env:
             return cls(
                 rank=_int(env, "RANK"),

@@ -38,7 +38,7 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
-from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length
+from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
 
@@ -58,23 +58,15 @@ def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1,
     :data:`DEFAULT_WORKLOAD`; ``shard_weights``: the placement (none, sequence, world)."""
     degree = {"none": 1, "sequence": layout.sequence_degree, "world": layout.world_size}[shard_weights]
     wl = {**DEFAULT_WORKLOAD, **(workload or {})}
-    wl["cfg_enabled"] = wl["guidance_scale"] > 1
-    n = layout.sequence_degree
-    seq = grid[0] * grid[1] * grid[2]
-    padded = padded_length(seq, n)
     m = sections.ModelSection.from_dict(dict(model))
-    heads = sections.HeadsSection(num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                         q_heads_per_rank=head_split(m.num_heads, layout.ulysses),
-                         kv_mode=kv_mode(m.num_heads, m.num_kv_heads, layout.ulysses),
-                         even=m.num_heads % layout.ulysses == 0)
+    wl["cfg_enabled"] = runs_cfg(wl["guidance_scale"], distilled=m.distilled)
     return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
                 ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(),
                 cluster=sections.ClusterSpec(name="test", gpus_per_node=layout.world_size),
                 job=sections.JobSection(name=name, output_dir="", entrypoint=None, time="00:10:00", source=None),
                 model=m, workload=sections.WorkloadSection(**wl),
-                sequence=sections.SequenceSection(seq_len=seq, padded_len=padded, pad=padded - seq,
-                                         tokens_per_rank=padded // n, grid=list(grid), degree=n),
-                heads=heads,
+                sequence=sections.SequenceSection.build(grid[0] * grid[1] * grid[2], list(grid), layout.sequence_degree),
+                heads=sections.HeadsSection.build(m.num_heads, m.num_kv_heads, layout.ulysses),
                 placement=sections.PlacementSection(shard_weights=shard_weights, shard_degree=degree))
 
 

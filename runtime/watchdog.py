@@ -36,10 +36,8 @@ When the current collective has waited longer than the timeout
 The process group's own timeout is set above the watchdog's
 (:func:`~sporch.orchestrator.contract.hangs.pg_timeout_s`), so gloo and NCCL give up later.
 
-Fault injection, for tests only (docs/troubleshooting.md): with ``SPORCH_FAULT_HANG_RANK=3``
-and ``SPORCH_FAULT_HANG_BEFORE=all_to_all`` (a collective's kind or name) in the ranks'
-environment, rank 3 sleeps ``$SPORCH_FAULT_HANG_S`` seconds (default 3600) before entering its
-first such collective. Without both variables nothing changes.
+Fault injection, for tests only: :func:`sporch.runtime.faults.hang_before` names a rank that
+sleeps before a collective (docs/settings.md); without it nothing changes.
 
 Torch-free: the store is passed in (``torch.distributed``'s default store).
 """
@@ -58,13 +56,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
 from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.hangs import (HANG_SCHEMA_VERSION, TIMEOUT_ENV, HangDiagnosis,
+from sporch.orchestrator.contract import settings
+from sporch.orchestrator.contract.hangs import (HANG_SCHEMA_VERSION, HangDiagnosis,
                                                 collective_text, collective_timeout_s, diagnose,
                                                 parse_record, record_names)
 from sporch.orchestrator.contract.results import write_json_atomic
 from sporch.orchestrator.contract.safe_files import open_nofollow, write_atomic
+from sporch.runtime import faults
 
-__all__ = ["Watchdog", "Collective", "job_timeout_s", "fault_from_env"]
+__all__ = ["Watchdog", "Collective", "job_timeout_s"]
 
 #: Keys in the rendezvous store.
 ALERT_KEY = "sporch/hang/alert"
@@ -77,38 +77,17 @@ HOST_KEY = "sporch/hang/host/{rank}"
 #: the completed ones itself (the watchdog's thread does it every poll).
 PENDING_PRUNE = 4096
 
-#: Fault injection (tests): the rank, the collective (kind or name) it sleeps before, how long.
-FAULT_RANK_ENV = "SPORCH_FAULT_HANG_RANK"
-FAULT_BEFORE_ENV = "SPORCH_FAULT_HANG_BEFORE"
-FAULT_SECONDS_ENV = "SPORCH_FAULT_HANG_S"
-
-
 def job_timeout_s(configured: Optional[float], time_limit: Optional[str],
-                  environ: Mapping[str, str] = os.environ) -> float:
-    """The collective timeout of this run: ``$SPORCH_COLLECTIVE_TIMEOUT_S``, else the job's
-    (``configured``, then the default; :func:`~sporch.orchestrator.contract.hangs.collective_timeout_s`)."""
-    value = environ.get(TIMEOUT_ENV, "").strip()
-    if value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = 0.0
-        if seconds > 0:
-            return seconds
-        print(f"sporch: ignoring {TIMEOUT_ENV}={value!r} (not a number of seconds > 0)", file=sys.stderr)
-    return collective_timeout_s(configured, time_limit)
-
-
-def fault_from_env(rank: int, environ: Mapping[str, str] = os.environ) -> Optional[tuple[str, float]]:
-    """``(collective kind or name, seconds)`` when this rank is the one to hang (tests only)."""
-    who, before = environ.get(FAULT_RANK_ENV, "").strip(), environ.get(FAULT_BEFORE_ENV, "").strip()
-    if not who or not before or not who.isdigit() or int(who) != rank:
-        return None
+                  environ: Optional[Mapping[str, str]] = None) -> float:
+    """The collective timeout of this run: ``$SPORCH_COLLECTIVE_TIMEOUT_S`` (a malformed value is
+    ignored with a warning), else the job's (``configured``, then the default;
+    :func:`~sporch.orchestrator.contract.hangs.collective_timeout_s`)."""
     try:
-        seconds = float(environ.get(FAULT_SECONDS_ENV, "3600"))
-    except ValueError:
-        seconds = 3600.0
-    return before, seconds
+        seconds = settings.read(settings.COLLECTIVE_TIMEOUT_S, environ)
+    except ValueError as exc:
+        print(f"sporch: ignoring {exc}", file=sys.stderr)
+        seconds = None
+    return seconds if seconds is not None else collective_timeout_s(configured, time_limit)
 
 
 class Collective:
@@ -188,7 +167,7 @@ class Watchdog:
                  on_hang: Optional[Callable[[dict], None]] = None,
                  on_diagnosis: Optional[Callable[[Optional[HangDiagnosis]], None]] = None,
                  exit_fn: Callable[[int], Any] = os._exit, backend: Optional[str] = None,
-                 marker: Optional[Callable[[], Any]] = None, environ: Mapping[str, str] = os.environ) -> None:
+                 marker: Optional[Callable[[], Any]] = None, environ: Optional[Mapping[str, str]] = None) -> None:
         if timeout_s <= 0:
             raise ValueError(f"collective timeout must be > 0 s, got {timeout_s}")
         self.rank, self.world_size, self.timeout_s = rank, world_size, float(timeout_s)
@@ -209,7 +188,7 @@ class Watchdog:
         #: The workload's step being computed (1-based), where known.
         self.step: Optional[int] = None
         self._seq: dict[tuple, int] = {}
-        self._fault = fault_from_env(rank, environ)
+        self._fault = faults.hang_before(rank, environ)
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
         self._fired = threading.Event()
@@ -229,7 +208,7 @@ class Watchdog:
         if before not in (rec.kind, rec.name):
             return
         self._fault = None
-        print(f"sporch: fault injection ({FAULT_RANK_ENV}={self.rank}, {FAULT_BEFORE_ENV}={before}): rank "
+        print(f"sporch: fault injection ({faults.HANG_RANK.name}={self.rank}, {faults.HANG_BEFORE.name}={before}): rank "
               f"{self.rank} sleeps {seconds:g} s before {rec.name} ({rec.kind})", file=sys.stderr, flush=True)
         _injected_hang(seconds)
 
@@ -465,7 +444,7 @@ class Watchdog:
 
 
 def _injected_hang(seconds: float) -> None:
-    """Fault injection (SPORCH_FAULT_HANG_*): this rank never arrives at its collective."""
+    """Fault injection (:func:`sporch.runtime.faults.hang_before`): this rank never arrives at its collective."""
     time.sleep(seconds)
 
 

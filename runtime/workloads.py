@@ -29,8 +29,9 @@ from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.models.lora import for_expert
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention.select import Choice, run_choice
+from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.attention import CommStats
-from sporch.runtime.compile import CompileInfo, compile_blocks, should_compile, time_first_call
+from sporch.runtime.compile import CompileInfo, compile_blocks, time_first_call
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import (
     NUM_TRAIN_TIMESTEPS,
@@ -118,11 +119,8 @@ def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
     when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
     model = _build(plan, ctx, device)
-    if plan.placement.shard_weights != "none" and should_compile(plan.workload.compile, device):
-        # fully_shard's hooks run in every block call: compiling them is not measured yet
-        info = CompileInfo(enabled=False, reason="off: the parameters are sharded (parallel.shard_weights)")
-    else:
-        info = compile_blocks(model, enabled=should_compile(plan.workload.compile, device))
+    off = compile_off_reason(plan.workload.compile, plan.placement.shard_weights, on_gpu=device.type == "cuda")
+    info = compile_blocks(model) if off is None else CompileInfo(enabled=False, reason=off)
     runner = ShardedDiT(model, ctx, grid=grid, backend=attention_choice(plan, ctx, device).kernel)
     inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
     return model, runner, inputs, grid, info
@@ -173,7 +171,7 @@ def _benchmark(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
 
     def step() -> None:
         last[:] = [runner.velocity(x_local, 0.5 * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
-                                   null_cond=inputs.null_cond)]
+                                   null_cond=inputs.null_cond, cfg=wl.cfg_enabled)]
 
     saved = progress.load() or {}
     times: list[float] = list(saved.get("step_ms", []))
@@ -234,7 +232,7 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
 
     def velocity(x: torch.Tensor, sigma: float) -> torch.Tensor:
         return runner.velocity(x, sigma * NUM_TRAIN_TIMESTEPS, inputs.cond, guidance_scale=guidance,
-                               null_cond=inputs.null_cond, step_cache=step_cache)
+                               null_cond=inputs.null_cond, cfg=wl.cfg_enabled, step_cache=step_cache)
 
     clock = [0.0]
 

@@ -22,6 +22,7 @@ from sporch.orchestrator.campaign.spec import MAX_POINTS
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import CacheSpec, ParallelSpec, job_from_dict, validate_job
 from sporch.orchestrator.contract.parallel import DIMS
+from sporch.orchestrator.contract.sections import CacheSection
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact, feasible_layouts
 from sporch.orchestrator.plan.planner import job_context, make_plan
@@ -88,9 +89,9 @@ def cache_value(cache: Optional[dict[str, Any]]) -> str:
     if not cache or cache.get("method", "none") == "none":
         return "none"
     out = f"{cache['method']}@{cache.get('threshold'):g}"
-    if cache.get("warmup_steps", 1) != 1:
+    if cache.get("warmup_steps", CacheSection.warmup_steps) != CacheSection.warmup_steps:
         out += f"/w{cache['warmup_steps']}"
-    if cache.get("max_consecutive", 0):
+    if cache.get("max_consecutive", CacheSection.max_consecutive) != CacheSection.max_consecutive:
         out += f"/max{cache['max_consecutive']}"
     return out
 

@@ -44,6 +44,7 @@ from sporch.orchestrator.campaign.collect import read_point
 from sporch.orchestrator.campaign.compare import Change, fingerprint_change
 from sporch.orchestrator.campaign.folder import MANIFEST_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign.metrics import BY_NAME, METRICS, is_worse, metric_value
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankRecord, ResultFileError, rank_file,
                                                   read_bounded_text)
 from sporch.orchestrator.contract.safe_files import NotAFileError, output_file, read_regular
@@ -51,7 +52,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.store import sporch_home
 
 STORE_FILE = "history.sqlite"
-ENV = "SPORCH_HISTORY"
+ENV = settings.HISTORY.name
 #: ``$SPORCH_HISTORY`` value that turns recording off.
 OFF = "off"
 SCHEMA_VERSION = 2
@@ -110,7 +111,7 @@ def store_path(explicit: Optional[str | os.PathLike] = None) -> Optional[Path]:
     None when ``$SPORCH_HISTORY`` is ``off`` and nothing explicit is given."""
     if explicit:
         return Path(explicit).expanduser()
-    env = os.environ.get(ENV, "").strip()
+    env = settings.raw(settings.HISTORY) or ""
     if env.lower() == OFF:
         return None
     return Path(env).expanduser() if env else sporch_home() / STORE_FILE

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 from sporch.orchestrator.campaign import pareto
 from sporch.orchestrator.campaign.collect import LEVER_COLUMNS, Row, columns, format_value, short_value
+from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
@@ -94,8 +95,8 @@ def _namer(workloads) -> Callable[[tuple[str, ...]], str]:
 
 
 def _family(layout: str) -> str:
-    dp, cfg, _ring, ulysses = layout.split("x")
-    parts = ([f"dp{dp}"] if dp != "1" else []) + ([f"cfg{cfg}"] if cfg != "1" else []) + [f"ulysses{ulysses}"]
+    lay = Layout.from_name(layout)
+    parts = ([f"dp{lay.dp}"] if lay.dp != 1 else []) + ([f"cfg{lay.cfg}"] if lay.cfg != 1 else []) + [f"ulysses{lay.ulysses}"]
     return " ".join(parts)
 
 
@@ -103,8 +104,13 @@ def _plottable(values: dict) -> bool:
     """Whether a row's GPU count and layout can place it on a plot (a hand-edited point.json
     may hold anything)."""
     gpus, layout = values.get("gpus"), values.get("layout")
-    return (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 and isinstance(layout, str)
-            and len(layout.split("x")) == 4)
+    if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 and isinstance(layout, str)):
+        return False
+    try:
+        Layout.from_name(layout)
+    except ValueError:
+        return False
+    return True
 
 
 def _combined(rows: list[Row]) -> dict[tuple[str, int, str], dict[str, float]]:

@@ -45,7 +45,7 @@ from sporch.orchestrator.campaign.track import LOCAL_TASK, CampaignState, Snapsh
 from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.errors import SporchError, Unreachable
 from sporch.orchestrator.host import Host, host_for
-from sporch.orchestrator.jobs.retry import retry_unreachable
+from sporch.orchestrator.jobs.retry import DEFAULT_GRACE_S, retry_unreachable
 from sporch.orchestrator.remote.ssh import login_dict
 from sporch.orchestrator.slurm.commands import sbatch
 from sporch.orchestrator.slurm.discover import partition_max_time
@@ -53,8 +53,6 @@ from sporch.orchestrator.submit.local_run import supervise
 
 #: Seconds between polls while waiting.
 DEFAULT_INTERVAL = 5.0
-#: How long a call to Slurm or a login host is retried while it cannot be reached ($SPORCH_GRACE_S).
-DEFAULT_GRACE_S = 300.0
 
 T = TypeVar("T")
 

@@ -15,12 +15,11 @@ from sporch.orchestrator.campaign.lock import try_state_lock
 from sporch.orchestrator.campaign.track import CampaignState, refresh
 from sporch.orchestrator.cli.campaign_history_cmd import warn
 from sporch.orchestrator.cli.common import GRACE_SECONDS, Seconds, console, invocation, json_text, plain_table
-from sporch.orchestrator.cli.status_cmd import STATUS_GRACE_S
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
+from sporch.orchestrator.jobs.retry import DEFAULT_GRACE_S, STATUS_GRACE_S, default_grace, retry_unreachable
 from sporch.orchestrator.submit.submitter import command_line
 
 
@@ -61,7 +60,7 @@ class ProgressView:
               help="Seconds between polls of the queue while waiting.")
 @click.option("--grace", "grace_s", type=GRACE_SECONDS, default=None,
               help=f"Seconds to keep retrying while Slurm or the login host cannot be reached "
-                   f"(default $SPORCH_GRACE_S or {runner.DEFAULT_GRACE_S:g}); then exit 75.")
+                   f"(default $SPORCH_GRACE_S or {DEFAULT_GRACE_S:g}); then exit 75.")
 def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grace_s: Optional[float]) -> None:
     """Run CAMPAIGN.yaml: one Slurm job array per resource group (here, or over ssh for a
     cluster with a login section), or --local; re-running resumes (finished points are kept,
@@ -71,7 +70,7 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grac
         raise SporchError("--detach submits to Slurm and returns; --local runs the points in the foreground: "
                           "use one of them")
     session = runner.open_session(campaign_file, command_line(invocation()),
-                                  grace_s=default_grace(runner.DEFAULT_GRACE_S, grace_s), on_retry=report_retry)
+                                  grace_s=default_grace(DEFAULT_GRACE_S, grace_s), on_retry=report_retry)
     con = console(stderr=True)
     try:
         snap = session.poll()

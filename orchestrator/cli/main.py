@@ -7,7 +7,6 @@ so ``sporch --help`` and the dry-run stay fast (and never import torch).
 
 from __future__ import annotations
 
-import os
 import sys
 from importlib import import_module
 from typing import Optional, Sequence
@@ -16,6 +15,7 @@ import click
 
 from sporch.orchestrator.cli.helptext import attach
 from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.safe_files import UnsafeFileError, is_no_room
 from sporch.orchestrator.errors import SporchError
 
@@ -72,7 +72,7 @@ def cli(debug: bool) -> None:
 
 
 def _debug_requested(argv: Sequence[str]) -> bool:
-    return "--debug" in argv or os.environ.get("SPORCH_DEBUG", "") not in ("", "0")
+    return "--debug" in argv or settings.read(settings.DEBUG)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

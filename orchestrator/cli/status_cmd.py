@@ -8,12 +8,10 @@ from sporch.orchestrator.cli.common import GRACE_SECONDS, console, json_text
 from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.jobs import store
-from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
+from sporch.orchestrator.jobs.retry import STATUS_GRACE_S, default_grace, retry_unreachable
 from sporch.orchestrator.jobs.status import poll
 from sporch.orchestrator.jobs.store import jobs_dir
 
-#: How long `status` retries while Slurm / the login host cannot be reached ($SPORCH_GRACE_S).
-STATUS_GRACE_S = 60.0
 
 
 def _records(refs, show_all: bool, last: int):

@@ -16,12 +16,10 @@ import click
 
 from sporch.orchestrator.cli.common import GRACE_SECONDS, POSITIVE_SECONDS, console
 from sporch.orchestrator.jobs import store
-from sporch.orchestrator.jobs.retry import default_grace, retry_unreachable
+from sporch.orchestrator.jobs.retry import DEFAULT_GRACE_S, default_grace, retry_unreachable
 from sporch.orchestrator.jobs.status import poll_one
 
 EXIT_WAIT_TIMEOUT = 124
-#: How long `wait` retries polls that cannot reach Slurm / the login host ($SPORCH_GRACE_S).
-DEFAULT_GRACE_S = 300.0
 #: Without a terminal, a progress line for new steps at most this often.
 STEP_LINE_S = 10.0
 

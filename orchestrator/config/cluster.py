@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sporch.orchestrator.config.calibration_file import check_constants, load_constants
 from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
 from sporch.orchestrator.remote.route import normalize_jump
@@ -179,10 +180,7 @@ def bandwidth_warnings(c: ClusterSpec) -> list[str]:
 # -- lookup -----------------------------------------------------------------------------
 def search_dirs() -> list[tuple[str, Path]]:
     """(label, folder) in lookup order: $SPORCH_CLUSTERS, ~/.config/sporch/clusters, built-in."""
-    dirs: list[tuple[str, Path]] = []
-    for part in os.environ.get("SPORCH_CLUSTERS", "").split(os.pathsep):
-        if part.strip():
-            dirs.append(("SPORCH_CLUSTERS", Path(part).expanduser()))
+    dirs: list[tuple[str, Path]] = [(settings.CLUSTERS.name, folder) for folder in settings.read(settings.CLUSTERS)]
     dirs.append(("user", Path("~/.config/sporch/clusters").expanduser()))
     dirs.append(("builtin", clusters_dir()))
     return dirs

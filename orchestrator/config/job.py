@@ -23,7 +23,7 @@ from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
-from sporch.orchestrator.contract.sections import ContainerSpec
+from sporch.orchestrator.contract.sections import CacheSection, ContainerSpec
 from sporch.orchestrator.contract.vocab import (ATTENTION_PRECISIONS, CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
                                                MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
@@ -69,10 +69,10 @@ class CacheSpec:
 
     method: str = "none"  # none | fbcache | teacache | taylorseer | magcache
     threshold: Optional[float] = None  # required for fbcache/teacache/magcache
-    warmup_steps: int = 1
-    max_consecutive: int = 0
+    warmup_steps: int = CacheSection.warmup_steps  # the defaults are the Plan section's, written once there
+    max_consecutive: int = CacheSection.max_consecutive
     interval: Optional[int] = None  # taylorseer (required): blocks computed every interval-th step
-    order: int = 1  # taylorseer: Taylor expansion order (1 or 2)
+    order: int = CacheSection.order  # taylorseer: Taylor expansion order (1 or 2)
     ratios: Optional[List[float]] = None  # magcache: per-step magnitude ratios (a calibration run's changes)
 
 

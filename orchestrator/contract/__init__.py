@@ -10,6 +10,7 @@ orchestrator). Each module holds one subject:
 - :mod:`.vocab`             the closed word sets of job and cluster files
 - :mod:`.exit_codes`        exit codes of ranks and commands
 - :mod:`.durations`         Slurm time limits and the seconds rule
+- :mod:`.settings`          every environment variable sporch reads (the only reader of SPORCH_*)
 - :mod:`.benchstats`        benchmark figures written into result.json
 - :mod:`.checkpoint_files`  where a checkpoint's tensors are (safetensors headers, index)
 - :mod:`.generate_inputs`   what a generate job needs on disk (pipeline folders, prompts)

@@ -41,8 +41,6 @@ MAX_LIMIT_FRACTION = 0.5
 #: The process group's own timeout (gloo, NCCL) is the collective timeout plus this, so that the
 #: watchdog, which writes the stacks, fires first.
 PG_TIMEOUT_MARGIN_S = 60.0
-#: Overrides the job's ``resources.collective_timeout`` (seconds) in the ranks' environment.
-TIMEOUT_ENV = "SPORCH_COLLECTIVE_TIMEOUT_S"
 #: Version of the record's keys.
 HANG_SCHEMA_VERSION = 1
 #: The states of a record.

@@ -47,6 +47,13 @@ def kv_mode(num_heads: int, num_kv_heads: int, ulysses: int) -> Optional[str]:
     return None
 
 
+def runs_cfg(guidance_scale: float, distilled: bool) -> bool:
+    """Whether classifier-free guidance runs (two branches per step, what the ``cfg`` dimension
+    splits): ``guidance_scale > 1`` on a model with a CFG branch; never on a guidance-distilled one.
+    The planner records it as ``plan.workload.cfg_enabled``; the runtime reads that record."""
+    return not distilled and guidance_scale > 1
+
+
 def padded_length(seq_len: int, degree: int) -> int:
     """``seq_len`` rounded up to a multiple of the sequence degree (ring x ulysses)."""
     return -(-seq_len // degree) * degree

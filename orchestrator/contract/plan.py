@@ -66,6 +66,20 @@ class Layout:
     def sizes(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DIMS}
 
+    @property
+    def name(self) -> str:
+        """The layout's name, ``dpxcfgxringxulysses`` (e.g. ``1x2x1x4``): campaign points, reports,
+        the planner's tables and the fault hooks all spell it so; :meth:`from_name` reads it back."""
+        return "x".join(str(getattr(self, d)) for d in DIMS)
+
+    @classmethod
+    def from_name(cls, text: str) -> "Layout":
+        """The layout :attr:`name` spells; ValueError when ``text`` is not four positive sizes joined by x."""
+        parts = str(text).split("x")
+        if len(parts) != len(DIMS) or not all(p.isdigit() for p in parts):
+            raise ValueError(f"layout name {text!r} is not {'x'.join(DIMS)} (e.g. 1x1x2x4)")
+        return cls(**{d: int(p) for d, p in zip(DIMS, parts)})
+
     def coords(self, rank: int) -> dict[str, int]:
         """The rank's coordinate on every dimension."""
         if not 0 <= rank < self.world_size:

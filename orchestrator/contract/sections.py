@@ -13,6 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TypeVar
 
+from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length
+
 T = TypeVar("T")
 
 
@@ -136,6 +138,19 @@ class CacheSection(Section):
     ratios: Optional[List[float]] = None
 
 
+def compile_off_reason(option: Optional[bool], shard_weights: str, on_gpu: bool = True) -> Optional[str]:
+    """The compile rule, for the cost model (a GPU) and the runtime (its device): None when the
+    transformer blocks are compiled (sporch.runtime.compile), else why not. ``option``
+    (``workload.compile``): true or false wins, unset compiles on a GPU only; never with the
+    parameters sharded (fully_shard's hooks run in every block call: compiling them is not
+    measured yet; docs/model.md)."""
+    if option is False or (option is None and not on_gpu):
+        return "off (workload.compile)"
+    if shard_weights != "none":
+        return "off: the parameters are sharded (parallel.shard_weights)"
+    return None
+
+
 @dataclass(frozen=True)
 class WorkloadSection(Section):
     kind: str  # vocab.WORKLOAD_KINDS
@@ -184,6 +199,14 @@ class SequenceSection(Section):
     grid: List[int]  # [f, h, w] token grid; [1, 1, seq_len] when the job gave seq_len
     degree: int  # ring x ulysses
 
+    @classmethod
+    def build(cls, seq_len: int, grid: List[int], degree: int) -> "SequenceSection":
+        """The section of ``seq_len`` tokens shared by ``degree`` (ring x ulysses) ranks: padded to a
+        multiple of it (:func:`~sporch.orchestrator.contract.parallel.padded_length`)."""
+        padded = padded_length(seq_len, degree)
+        return cls(seq_len=seq_len, padded_len=padded, pad=padded - seq_len, tokens_per_rank=padded // degree,
+                   grid=list(grid), degree=degree)
+
 
 @dataclass(frozen=True)
 class HeadsSection(Section):
@@ -192,6 +215,12 @@ class HeadsSection(Section):
     q_heads_per_rank: List[int]  # parallel.head_split(num_heads, ulysses)
     kv_mode: Optional[str]  # parallel.kv_mode
     even: bool
+
+    @classmethod
+    def build(cls, num_heads: int, num_kv_heads: int, ulysses: int) -> "HeadsSection":
+        """The heads of a model split over ``ulysses`` ranks (:mod:`sporch.orchestrator.contract.parallel`)."""
+        return cls(num_heads=num_heads, num_kv_heads=num_kv_heads, q_heads_per_rank=head_split(num_heads, ulysses),
+                   kv_mode=kv_mode(num_heads, num_kv_heads, ulysses), even=num_heads % ulysses == 0)
 
 
 @dataclass(frozen=True)

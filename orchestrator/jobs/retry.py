@@ -8,16 +8,21 @@ seconds of failures it gives up with an Unreachable error (exit code 75,
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable, Optional, TypeVar
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.errors import SporchError, Unreachable
-from sporch.orchestrator.contract.durations import seconds
 
 T = TypeVar("T")
 #: Longest pause between two tries.
 MAX_DELAY_S = 30.0
+#: The grace of a command that watches (``wait``, ``campaign run``) when neither ``--grace`` nor
+#: ``$SPORCH_GRACE_S`` says: long enough to ride out a slurmctld restart or a dropped sshd.
+DEFAULT_GRACE_S = 300.0
+#: The grace of a command that looks once (``status``, ``campaign status``). Shorter on purpose:
+#: a person waits at the prompt for one answer, and a minute tells an outage from a hiccup.
+STATUS_GRACE_S = 60.0
 
 
 def default_grace(fallback: float, given: Optional[float] = None) -> float:
@@ -26,13 +31,11 @@ def default_grace(fallback: float, given: Optional[float] = None) -> float:
     (SporchError, one line) rather than read as "retry forever"."""
     if given is not None:
         return given
-    raw = os.environ.get("SPORCH_GRACE_S", "").strip()
-    if not raw:
-        return fallback
     try:
-        return seconds(raw, inclusive=True)
+        value = settings.read(settings.GRACE_S)
     except ValueError as exc:
-        raise SporchError(f"$SPORCH_GRACE_S {exc}; unset it or pass --grace") from None
+        raise SporchError(f"{exc}; unset it or pass --grace") from None
+    return fallback if value is None else value
 
 
 def retry_unreachable(fn: Callable[[], T], *, grace_s: float,

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import Host, host_for
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.files import RECORD_FILE, JobFiles
 
 SCHEMA = 1
@@ -28,8 +29,7 @@ SCHEMA = 1
 
 def sporch_home() -> Path:
     """``$SPORCH_HOME`` or ``~/.local/share/sporch``."""
-    env = os.environ.get("SPORCH_HOME", "").strip()
-    return Path(env).expanduser() if env else Path("~/.local/share/sporch").expanduser()
+    return settings.read(settings.HOME)
 
 
 def jobs_dir() -> Path:

@@ -62,6 +62,7 @@ from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.contract.quant import gemm_speedup
 from sporch.orchestrator.config.calibration_file import CONSTANTS
+from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.orchestrator.errors import SporchError
 
 #: The constants (CONSTANTS: the GPU table's columns) that calibration fits.
@@ -238,8 +239,7 @@ def compiles(plan: Any) -> bool:
     """Whether the runtime compiles this plan's blocks on a GPU: ``workload.compile`` unset or
     true, and the parameters not sharded (a sharded model is not compiled: docs/model.md)."""
     placement = getattr(plan, "placement", None)
-    sharded = placement is not None and placement.shard_weights != "none"
-    return plan.workload.compile is not False and not sharded
+    return compile_off_reason(plan.workload.compile, placement.shard_weights if placement is not None else "none") is None
 
 
 # -- the model --------------------------------------------------------------------------------

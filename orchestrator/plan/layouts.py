@@ -66,7 +66,8 @@ def factorizations(world: int) -> list[Layout]:
 
 
 def compact(layout: Layout) -> str:
-    return "x".join(str(getattr(layout, d)) for d in DIMS)
+    """``dpxcfgxringxulysses``: :attr:`Layout.name <sporch.orchestrator.contract.plan.Layout.name>`."""
+    return layout.name
 
 
 def short(layout: Layout) -> str:

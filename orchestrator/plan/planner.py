@@ -1,8 +1,14 @@
-"""``make_plan(cluster, job) -> Plan``: pure (no I/O, no clock, no randomness).
+"""``make_plan(cluster, job) -> Plan``.
+
+The only files the planner reads are the checkpoint's metadata: ``model.weights``' config.json
+(and its pipeline folder's model_index.json and vae/config.json) and the LoRA adapters' safetensors
+headers. :func:`resolve_job_model` reads them, once per plan, into the plain ``plan.model`` section;
+everything after it is pure (no I/O, no clock, no randomness) and takes that section.
 
 ``auto`` dimensions are filled by :class:`~sporch.orchestrator.plan.ranking.FastestChooser`, which
-plans each candidate with :func:`plan_with_layout` (handed to it: ranking never imports this
-module). :func:`rank_feasible` ranks every feasible layout of a job (``sporch plan --rank``).
+plans each candidate with :func:`plan_with_layout` (handed to it, with the model already resolved:
+ranking never imports this module). :func:`rank_feasible` ranks every feasible layout of a job
+(``sporch plan --rank``), also from one resolution.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
-from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, MAX_WORLD, padded_length
+from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.quant import fp8_capable
@@ -47,7 +53,7 @@ def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
     guidance_scale as an embedded input (``guidance_embed``) or, without that input, refuses > 1;
     it has no negative prompt either."""
     if not model.distilled:
-        return w.guidance_scale > 1
+        return runs_cfg(w.guidance_scale, distilled=False)
     name = model.preset or "this model"
     if not model.guidance_embed and w.guidance_scale > 1:
         raise SporchError(
@@ -57,7 +63,7 @@ def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
     if w.negative_prompt:
         raise SporchError(f"{name} is guidance-distilled (one pass per step, no classifier-free-guidance branch), "
                           "so workload.negative_prompt has nothing to steer: remove it")
-    return False
+    return runs_cfg(w.guidance_scale, distilled=True)
 
 
 def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.ModelSection,
@@ -89,34 +95,45 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
     )
 
 
+def resolve_job_model(job: JobSpec) -> sections.ModelSection:
+    """The job's complete ``plan.model``: the preset or the checkpoint's config.json, the pipeline
+    folder's experts, the LoRA adapters checked against it, the quantisation asked for. The
+    planner's one reading of files. A preflight job's model is a stand-in shape that is never
+    built: its ``model.weights`` are only checked for readability on every node (whatever model
+    they hold), so its checkpoint is not read as the model's definition."""
+    model = job_model(job)
+    if model.diffusers_class and job.model.lora:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
+                          "generic path) yet; remove model.lora")
+    if model.diffusers_class and job.model.quant != "none":
+        raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
+                          "generic path) yet; set model.quant: none")
+    return dataclasses.replace(with_lora(model, job.model.lora, job.source), quant=job.model.quant)
+
+
 def job_model(job: JobSpec) -> sections.ModelSection:
-    """``job``'s model resolved. A preflight job's model is a stand-in shape that is never built:
-    its ``model.weights`` are only checked for readability on every node (whatever model they
-    hold), so its checkpoint is not read as the model's definition."""
+    """``job``'s model section from its preset or checkpoint config (no LoRA): a preflight job's
+    is the stand-in shape with the weights path kept."""
     if job.workload.kind != "preflight" or not job.model.weights:
         return resolve_model(job.model)
     model = resolve_model(dataclasses.replace(job.model, weights=None))
     return dataclasses.replace(model, weights=job.model.weights)
 
 
-def job_context(cluster: sections.ClusterSpec, job: JobSpec) -> LayoutContext:
-    """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved, its sequence length)."""
-    model = job_model(job)
+def job_context(cluster: sections.ClusterSpec, job: JobSpec,
+                model: Optional[sections.ModelSection] = None) -> LayoutContext:
+    """The :class:`LayoutContext` of ``job`` on ``cluster`` (its model resolved unless given, its sequence length)."""
+    model = model if model is not None else job_model(job)
     seq_len, _grid = sequence_shape(model, job.workload)
     return layout_context(cluster, job, model, seq_len)
 
 
 def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
-    degree = layout.sequence_degree
-    padded = padded_length(seq_len, degree)
-    return sections.SequenceSection(seq_len=seq_len, padded_len=padded, pad=padded - seq_len,
-                           tokens_per_rank=padded // degree, grid=grid, degree=degree)
+    return sections.SequenceSection.build(seq_len, grid, layout.sequence_degree)
 
 
 def heads_section(model: sections.ModelSection, layout: Layout) -> sections.HeadsSection:
-    h, kv, u = model.num_heads, model.num_kv_heads, layout.ulysses
-    return sections.HeadsSection(num_heads=h, num_kv_heads=kv, q_heads_per_rank=head_split(h, u),
-                        kv_mode=kv_mode(h, kv, u), even=h % u == 0)
+    return sections.HeadsSection.build(model.num_heads, model.num_kv_heads, layout.ulysses)
 
 
 def workload_section(w: WorkloadSpec, model: sections.ModelSection,
@@ -277,20 +294,16 @@ def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: secti
     return f"{head}; raise ring/ulysses (it splits the activations), lower the batch or use more or bigger GPUs"
 
 
-def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True) -> Plan:
+def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True,
+              model: Optional[sections.ModelSection] = None) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
-    groups (empty): what ranking many candidate layouts needs, at a fraction of the cost."""
-    model = job_model(job)
-    if model.diffusers_class and job.model.lora:
-        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
-                          "generic path) yet; remove model.lora")
-    if model.diffusers_class and job.model.quant != "none":
-        raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
-                          "generic path) yet; set model.quant: none")
-    model = dataclasses.replace(with_lora(model, job.model.lora, job.source), quant=job.model.quant)
+    groups (empty): what ranking many candidate layouts needs, at a fraction of the cost.
+    ``model``: the job's model already resolved (:func:`resolve_job_model`); without it, it is
+    resolved here, once: the layout search reuses it. Pure from there on."""
+    model = model if model is not None else resolve_job_model(job)
     seq_len, grid = sequence_shape(model, job.workload)
     ctx = layout_context(cluster, job, model, seq_len)
-    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job))
+    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, model=model))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     warnings = [*bandwidth_warnings(cluster), *warnings]
     sequence = sequence_section(seq_len, grid, layout)
@@ -354,18 +367,20 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     ))
 
 
-def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout) -> Plan:
+def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout,
+                     model: Optional[sections.ModelSection] = None) -> Plan:
     """The Plan of ``job`` with its layout fixed to ``layout``, without the rank table and groups:
-    what ranking compares."""
+    what ranking compares (``model``: the job's model, resolved once for all candidates)."""
     parallel = dataclasses.replace(job.parallel, **layout.sizes())
-    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False)
+    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False, model=model)
 
 
 def rank_feasible(cluster: sections.ClusterSpec, job: JobSpec) -> tuple[LayoutContext, list[Ranked]]:
     """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
     :data:`~sporch.orchestrator.plan.ranking.MAX_RANKED`, the most preferred), ranked."""
-    ctx = job_context(cluster, job)
+    model = resolve_job_model(job)
+    ctx = job_context(cluster, job, model)
     feas = feasible_layouts(ctx)
     if not feas:
         raise LayoutError(feasible_text(ctx, feas), feas)
-    return ctx, rank(functools.partial(plan_with_layout, cluster, job), most_preferred(ctx, feas))
+    return ctx, rank(functools.partial(plan_with_layout, cluster, job, model=model), most_preferred(ctx, feas))

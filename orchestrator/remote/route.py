@@ -19,7 +19,6 @@ Hop strings are OpenSSH's ``-J`` syntax: ``[user@]host[:port]`` (``ssh://`` URIs
 from __future__ import annotations
 
 import getpass
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract import settings
 
 #: The environment variable naming the ssh client config (``login.ssh_config`` wins).
-SSH_CONFIG_ENV = "SPORCH_SSH_CONFIG"
+SSH_CONFIG_ENV = settings.SSH_CONFIG.name
 #: The most hops one route may have (a ProxyJump loop in ssh config ends here).
 MAX_HOPS = 16
 
@@ -128,7 +128,7 @@ def normalize_jump(value: JumpValue) -> Optional[List[str]]:
 # -- ssh config ------------------------------------------------------------------------------------
 def config_path(given: Optional[str] = None) -> Tuple[Optional[Path], bool]:
     """(the ssh config file to read or None, whether it was named explicitly)."""
-    raw = given or os.environ.get(SSH_CONFIG_ENV) or ""
+    raw = given or settings.raw(settings.SSH_CONFIG) or ""
     if raw.strip().lower() == "none":
         return None, True
     if raw:

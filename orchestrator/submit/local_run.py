@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.durations import time_seconds
 from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
 from sporch.orchestrator.contract.hangs import ranks_text
@@ -168,13 +169,11 @@ def rank_environment(plan_dict: dict, rank: int, rendezvous: Path, job_id: str, 
         SLURM_JOB_ID=job_id,
         SLURM_JOB_NODELIST=",".join(node_name(cluster, n) for n in range(nodes)),
         MASTER_ADDR="127.0.0.1",
-        SPORCH_INIT_METHOD=f"file://{rendezvous}",
-        SPORCH_HOSTNAME=node_name(cluster, info["node"]),
-        SPORCH_FORCE_CPU="1",
-        SPORCH_JOB_DIR=str(run_dir),
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         PYTHONUNBUFFERED="1",
     )
+    env.update({settings.INIT_METHOD.name: f"file://{rendezvous}", settings.HOSTNAME.name: node_name(cluster, info["node"]),
+                settings.FORCE_CPU.name: "1", settings.JOB_DIR.name: str(run_dir)})
     # Slurm would never hand a task torchrun's variables; make sure stale ones don't win.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK"):
         env.pop(key, None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.files import JobFiles
 from sporch.orchestrator.contract.hangs import DEFAULT_COLLECTIVE_TIMEOUT_S, collective_timeout_s, pg_timeout_s
 from sporch.orchestrator.plan.layouts import short
@@ -216,7 +217,7 @@ class SlurmJob:
 
     def job_env(self) -> Dict[str, str]:
         """What every rank finds in its environment about the job's files."""
-        return {"SPORCH_JOB_DIR": self.files.job_dir, "SPORCH_PLAN": self.files.plan}
+        return {settings.JOB_DIR.name: self.files.job_dir, settings.PLAN.name: self.files.plan}
 
     def hang_env(self) -> Dict[str, str]:
         """On GPU clusters, PyTorch's flight recorder of the NCCL collectives, dumped on a timeout

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.exit_codes import EXIT_OK, EXIT_REQUEUED
 
 
@@ -35,8 +36,8 @@ def run_rank(plan_path: str, job_dir: str, python: str = sys.executable) -> int:
     on), and SIGTERM must end the task so that ``scancel``, ``scontrol requeue`` and
     ``srun --kill-on-bad-exit`` are quick (Slurm signals the child too).
     """
-    os.environ["SPORCH_JOB_DIR"] = job_dir
-    os.environ["SPORCH_PLAN"] = plan_path
+    os.environ[settings.JOB_DIR.name] = job_dir
+    os.environ[settings.PLAN.name] = plan_path
     for sig in (signal.SIGTERM, signal.SIGCONT):
         signal.signal(sig, signal.SIG_DFL)
     children: list[subprocess.Popen] = []

@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase, batch_timesteps, patchify, unpatchify
@@ -119,10 +120,11 @@ class ShardedDiT:
     def velocity(self, x_local: torch.Tensor, timestep: torch.Tensor | float, cond: Condition, *,
                  guidance_scale: float = 1.0, null_cond: Condition | None = None,
                  cfg: bool | None = None, step_cache: StepCache | None = None) -> torch.Tensor:
-        """The model's prediction on this rank's chunk, with classifier-free guidance when
-        ``guidance_scale > 1`` (``cfg``: on or off whatever the scale, as for WanPipeline's
-        low-noise expert, whose ``guidance_scale_2`` combines the branches that ``guidance_scale``
-        turned on). A guidance-distilled model (Flux.1) runs one pass instead and
+        """The model's prediction on this rank's chunk, with classifier-free guidance when ``cfg``
+        (a job passes the Plan's ``workload.cfg_enabled``, whatever this call's scale: WanPipeline's
+        low-noise expert's ``guidance_scale_2`` combines the branches that ``guidance_scale`` turned
+        on; None, for callers without a Plan: the planner's rule,
+        :func:`~sporch.orchestrator.contract.parallel.runs_cfg`). A guidance-distilled model (Flux.1) runs one pass instead and
         takes ``guidance_scale`` as its embedded guidance input (Flux.1-schnell has none and
         needs ``guidance_scale <= 1``). ``timestep`` in model units (sigma * 1000), scalar,
         [B], or [B, seq_len] (one per token of the whole sequence: Wan2.2 TI2V).
@@ -137,7 +139,7 @@ class ShardedDiT:
             if guidance_scale > 1.0:
                 raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled without a guidance "
                                  f"input: set workload.guidance_scale <= 1 (got {guidance_scale:g})")
-        if not (guidance_scale > 1.0 if cfg is None else cfg):
+        if not (runs_cfg(guidance_scale, distilled=not self.cfg.uses_cfg) if cfg is None else cfg):
             return self._run(x_local, t, cond, step_cache=step_cache).float()
         if null_cond is None:
             null_cond = self.model.null_condition(cond)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 
+from sporch.runtime import faults
 from sporch.runtime.parallel import ParallelContext
 
 from .base import DiTBase
@@ -15,11 +15,6 @@ from .finite import check_output
 from .sampler import generate, make_inputs
 from .layers import NUM_TRAIN_TIMESTEPS
 from .sharded import ShardedDiT
-
-
-#: Test hook (fault injection, no effect unless set): the rank this names adds 1 to its shard of the
-#: sharded forward before the gather, a wrong shard that verification must catch.
-FAULT_WRONG_SHARD = "SPORCH_FAULT_WRONG_SHARD"
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
@@ -50,7 +45,7 @@ def verify(model: DiTBase, ctx: ParallelContext | None, *, grid: Sequence[int], 
     kw = dict(guidance_scale=guidance_scale, null_cond=inputs.null_cond)
     runner = ShardedDiT(model, ctx, grid=grid, backend=backend)
     v = runner.velocity(runner.shard_latents(x), t, inputs.cond, **kw)
-    if os.environ.get(FAULT_WRONG_SHARD) == str(dist.get_rank() if ctx is not None else 0):
+    if faults.wrong_shard(dist.get_rank() if ctx is not None else 0):
         v = v + 1.0  # test hook: this rank's shard is wrong, so the gathered output is wrong on every rank
     out = runner.gather_latents(v)
     ref = ShardedDiT(model, None, grid=grid).forward(x, t, inputs.cond, **kw)

@@ -20,7 +20,6 @@ with ``workload.image`` keeps the first latent frame the image's, at timestep 0 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +29,7 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime import faults
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import ShardedDiT, resolve_dtype
 from sporch.runtime.model.base import unpatchify
@@ -114,9 +114,6 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
-    cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0
-    if spec.family == "flux" and spec.negative_prompt:
-        raise ValueError("Flux.1 is guidance-distilled (no CFG): workload.negative_prompt is not used; remove it")
     store = LatentStore(spec, output_dir, step_cache=cache_label(plan.workload.cache))
     saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
     stages = Stages(device)
@@ -133,7 +130,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     if todo:
         with stages("encode"):
             prompts = [spec.prompts[i] for i in mine]
-            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, cfg_on, spec.text_encoder)
+            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, spec.cfg, spec.text_encoder)
             if spec.image and spec.expand_timesteps:  # Wan2.2 TI2V: the image is the first latent frame
                 first_latent = _image_latent(spec, ctx, device)
             elif spec.image:
@@ -242,7 +239,6 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     experts.set_boundary(int(scheduler.config.num_train_timesteps))
     runner = experts.use(0)
     channels = runner.cfg.out_dim
-    cfg_on = spec.family == "wan" and spec.guidance_scale > 1.0  # the branches follow guidance_scale alone
     x = runner.shard_latents(initial_noise(spec, channels, seeds)).float()
     given = None if first_latent is None else FirstFrame(runner, first_latent)
     first, batch_ms = 0, []
@@ -260,7 +256,7 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
         start = time.perf_counter()
         runner = experts.runner(t)
         x_in, t_in = (x, float(t)) if given is None else (given.apply(x), given.timesteps(float(t)))
-        v = runner.velocity(x_in, t_in, cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=cfg_on,
+        v = runner.velocity(x_in, t_in, cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=spec.cfg,
                             step_cache=step_cache.for_step(i, experts.index(t)))
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
@@ -277,22 +273,16 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     if given is not None:
         x = given.apply(x)
     check_output(x, "generate (denoised latents)")  # this rank's shard, before the gather and the save
-    if os.environ.get(FAULT_SWAP_SHARDS) and runner.sharded:
+    if faults.swap_shards_set() and runner.sharded:
         return _swapped_shards(runner, x, channels)
     return runner.gather_latents(x, channels=channels)
 
 
-#: Test hook (fault injection; docs/campaigns.md "Same output across layouts"): when this
-#: variable names the run's layout (``dp x cfg x ring x ulysses``, e.g. ``1x1x1x2``) and the
-#: sequence is sharded, the gathered tokens have their first two shards swapped before the
-#: latents are unpatchified: a deliberately wrong layout. No effect unless set.
-FAULT_SWAP_SHARDS = "SPORCH_FAULT_SWAP_SHARDS"
-
-
 def _swapped_shards(runner: ShardedDiT, x: torch.Tensor, channels: int) -> torch.Tensor:
-    lay = runner.ctx.layout
+    """The gathered latents, with the first two sequence shards swapped when the fault hook names
+    this run's layout (:func:`sporch.runtime.faults.swaps_shards`): a deliberately wrong layout."""
     tokens = runner.gather(x)
-    if os.environ.get(FAULT_SWAP_SHARDS) == f"{lay.dp}x{lay.cfg}x{lay.ring}x{lay.ulysses}":
+    if faults.swaps_shards(runner.ctx.layout.name):
         n = runner.local_len
         tokens = torch.cat([tokens[:, n:2 * n], tokens[:, :n], tokens[:, 2 * n:]], dim=1)
     return unpatchify(tokens, runner.grid, runner.cfg.patch, channels)

@@ -23,6 +23,7 @@ class GenerateSpec:
     seed: int  # prompt i uses seed + i
     steps: int
     guidance_scale: float
+    cfg: bool  # classifier-free guidance runs: the planner's decision (plan.workload.cfg_enabled)
     shift: float | None  # None: the scheduler folder's (Wan flow_shift) / the resolution-dependent mu (Flux)
     scheduler: str | None  # None: the folder's scheduler; "unipc" | "euler"
     output_format: str  # "mp4" | "png"
@@ -68,7 +69,7 @@ def generate_spec(plan: Plan) -> GenerateSpec:
     return GenerateSpec(
         family=family, model=model.to_dict(), root=model.weights or "", tiny_weights=wl.tiny_weights,
         prompts=prompts, negative_prompt=wl.negative_prompt, seed=wl.seed, steps=wl.steps,
-        guidance_scale=wl.guidance_scale, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,
+        guidance_scale=wl.guidance_scale, cfg=wl.cfg_enabled, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,
         fps=wl.fps, frames=frames, height=wl.height, width=wl.width, text_len=model.text_len,
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,

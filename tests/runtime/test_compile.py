@@ -89,11 +89,16 @@ def test_attention_runs_outside_the_compiled_region(kind, block):
 
 
 def test_compile_switch():
-    from sporch.runtime.compile import compile_blocks, should_compile
+    from sporch.orchestrator.contract.sections import compile_off_reason
+    from sporch.runtime.compile import compile_blocks
     from sporch.runtime.model import build_model, tiny_model_dict
 
-    assert should_compile(None, "cuda") and not should_compile(None, "cpu")
-    assert should_compile(True, "cpu") and not should_compile(False, "cuda")
+    def compiles(option, device, shard_weights="none"):
+        return compile_off_reason(option, shard_weights, on_gpu=device == "cuda") is None
+
+    assert compiles(None, "cuda") and not compiles(None, "cpu")
+    assert compiles(True, "cpu") and not compiles(False, "cuda")
+    assert not compiles(True, "cuda", "sequence") and not compiles(None, "cuda", "world")
     info = compile_blocks(build_model(tiny_model_dict("cross"), seed=0), enabled=False)
     assert not info.enabled and info.blocks == 0 and "workload.compile" in info.reason
     assert info.record(0.1) == {"enabled": False, "blocks": 0, "backend": None, "mode": None,

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
-from sporch.runtime.watchdog import Watchdog, fault_from_env, job_timeout_s
+from sporch.runtime.faults import hang_before
+from sporch.runtime.watchdog import Watchdog, job_timeout_s
 
 
 class FakeStore:
@@ -99,9 +100,9 @@ def test_entering_a_collective_is_cheap():
 
 def test_fault_injection_and_the_timeout_from_the_environment():
     env = {"SPORCH_FAULT_HANG_RANK": "3", "SPORCH_FAULT_HANG_BEFORE": "all_to_all", "SPORCH_FAULT_HANG_S": "7"}
-    assert fault_from_env(3, env) == ("all_to_all", 7.0)
-    assert fault_from_env(2, env) is None
-    assert fault_from_env(3, {"SPORCH_FAULT_HANG_RANK": "3"}) is None  # both variables, or nothing
+    assert hang_before(3, env) == ("all_to_all", 7.0)
+    assert hang_before(2, env) is None
+    assert hang_before(3, {"SPORCH_FAULT_HANG_RANK": "3"}) is None  # both variables, or nothing
     assert job_timeout_s(None, "00:10:00", {}) == 150.0
     assert job_timeout_s(30, "00:10:00", {"SPORCH_COLLECTIVE_TIMEOUT_S": "12"}) == 12.0
     slept = []

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract.sections import CacheSection
 from sporch.runtime.parallel import ParallelContext
 
 from .agreement import StepCacheDisagreement
@@ -54,8 +55,8 @@ class StepPolicy:
 
     num_steps: int
     threshold: float
-    warmup_steps: int = 1
-    max_consecutive: int = 0
+    warmup_steps: int = CacheSection.warmup_steps  # the Plan section's defaults, written once there
+    max_consecutive: int = CacheSection.max_consecutive
 
     def may_skip(self, step: int, run_of_skips: int) -> bool:
         if step < self.warmup_steps or step >= self.num_steps - 1:

@@ -15,7 +15,7 @@ from sporch.runtime.pipelines.spec import GenerateSpec  # noqa: E402
 
 def spec(tmp_path, **kw) -> GenerateSpec:
     base = dict(family="wan", model={"preset": "tiny", "lora": None}, root=str(tmp_path), tiny_weights=True,
-                prompts=("a fox",), negative_prompt=None, seed=1, steps=4, guidance_scale=5.0, shift=None,
+                prompts=("a fox",), negative_prompt=None, seed=1, steps=4, guidance_scale=5.0, cfg=True, shift=None,
                 scheduler=None, output_format="mp4", fps=16, frames=5, height=32, width=32, text_len=8,
                 dtype="float32", batch=1, grid=(2, 2, 2))
     return GenerateSpec(**{**base, **kw})
