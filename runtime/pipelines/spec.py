@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sporch.orchestrator.contract.generate_inputs import family_of, read_prompts
+from sporch.orchestrator.contract.generate_inputs import family_of, image_embeds, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 
@@ -45,6 +45,9 @@ class GenerateSpec:
     # Wan2.2 TI2V-5B (plan.model.expand_timesteps): one timestep per token; with ``image`` the first
     # latent frame is the image's (timestep 0), without it all tokens share the step's timestep
     expand_timesteps: bool = False
+    # Wan2.1 I2V (a transformer with image_dim): ``image`` is also read as CLIP image tokens by the
+    # folder's image_encoder (image_condition.image_tokens)
+    image_embeds: bool = False
 
     @property
     def video(self) -> bool:
@@ -71,5 +74,5 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
-        image=wl.image, expand_timesteps=bool(model.expand_timesteps),
+        image=wl.image, expand_timesteps=bool(model.expand_timesteps), image_embeds=image_embeds(model),
     )
