@@ -479,3 +479,17 @@ def test_bfloat16_keeps_float32_where_wan_does(wan):
     assert seen == [(torch.float32, torch.float32)]  # the residual stream
     assert out.dtype == torch.float32
     assert compare(out, wan["ref"])["max_rel_err"] < 2e-2
+
+
+def test_the_planners_clip_image_encoder_count_is_the_published_one():
+    """Wan2.1 I2V's image_encoder/config.json (Wan2.1-I2V-14B-480P/720P-Diffusers: CLIPVisionModel,
+    ViT-H/14 at 224 px) built with transformers on the meta device: the planner's count."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from sporch.orchestrator.plan.pipeline import ENCODERS
+
+    with torch.device("meta"):
+        clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=1280, intermediate_size=5120, num_attention_heads=16,
+                                                num_hidden_layers=32, patch_size=14, image_size=224,
+                                                projection_dim=1024, hidden_act="gelu", layer_norm_eps=1e-5))
+    assert sum(p.numel() for p in clip.parameters()) == ENCODERS["wan2.1-i2v"]["image_encoder_parameters"]
