@@ -251,14 +251,20 @@ def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
             size = f"{human_bytes(p['bytes'])} + decode {human_bytes(p['decode_bytes'] + p.get('frames_bytes', 0))}"
         ranks = ", ".join(map(str, p["ranks"][:8])) + (", ..." if len(p["ranks"]) > 8 else "")
         rows.append((part.replace("_", " "), f"{p['what']}, {p.get('placement', 'leader')}, on rank(s) {ranks} ({size})"))
+    if "image_encoder" in pipe:  # Wan2.1 I2V's CLIP image encoder, on the leaders after the text encoder
+        p = pipe["image_encoder"]
+        ranks = ", ".join(map(str, p["ranks"][:8])) + (", ..." if len(p["ranks"]) > 8 else "")
+        rows.append(("image encoder", f"{p['what']}, leader, on rank(s) {ranks} ({human_bytes(p['bytes'])}, float32)"))
     busy = pipe.get("busiest_rank")
     rows.append(("busiest rank (a leader)", human_bytes(pipe["leader_memory_bytes"])
                  + (f", peak in {busy['peak_stage']}" if busy else "")))
     if busy:
         for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
-                           ("text_encoder", "text encoder (encode)"), ("vae", "VAE parameters"),
+                           ("text_encoder", "text encoder (encode)"), ("image_encoder", "image encoder (encode)"),
+                           ("vae", "VAE parameters"),
                            ("vae_decode", "VAE decode + frames"), ("reserved", "CUDA context, workspaces")):
-            rows.append((f"  {label}", human_bytes(busy[key])))
+            if key != "image_encoder" or busy.get(key):
+                rows.append((f"  {label}", human_bytes(busy[key])))
     return rows
 
 

@@ -43,18 +43,25 @@ FOLDERS = {
 }
 
 
-def pipeline_problems(root: str | Path, family: str) -> list[str]:
-    """What is missing from a diffusers-layout folder for ``family`` (empty when usable)."""
+#: What a model taking CLIP image tokens (Wan2.1 I2V, ``image_dim``) reads besides: its image encoder
+#: (CLIPVisionModel) and that encoder's preprocessing (CLIPImageProcessor), as WanImageToVideoPipeline.
+IMAGE_ENCODER_FOLDERS = ("image_encoder", "image_processor")
+
+
+def pipeline_problems(root: str | Path, family: str, image_encoder: bool = False) -> list[str]:
+    """What is missing from a diffusers-layout folder for ``family`` (empty when usable);
+    ``image_encoder``: the model takes CLIP image tokens (:func:`image_embeds`)."""
     p = Path(root).expanduser()
+    folders = FOLDERS[family] + (IMAGE_ENCODER_FOLDERS if image_encoder else ())
     if not p.is_dir():
         return [f"model.weights {p} is not a folder; generate needs a diffusers pipeline folder "
-                f"({', '.join(FOLDERS[family])}/ and model_index.json)"]
-    missing = [f"{name}/" for name in FOLDERS[family] if not (p / name).is_dir()]
+                f"({', '.join(folders)}/ and model_index.json)"]
+    missing = [f"{name}/" for name in folders if not (p / name).is_dir()]
     if not (p / "model_index.json").is_file():
         missing.append("model_index.json")
     if missing:
         return [f"model.weights {p} lacks {', '.join(missing)}: generate needs the publisher's diffusers "
-                f"layout (e.g. Wan2.1-T2V-1.3B-Diffusers, FLUX.1-dev)"]
+                f"layout (e.g. Wan2.1-T2V-1.3B-Diffusers, Wan2.1-I2V-14B-480P-Diffusers, FLUX.1-dev)"]
     return []
 
 
@@ -81,6 +88,14 @@ def image_to_video(model: Any) -> bool:
     return int(knobs.get("out_channels") or model.in_channels) < int(model.in_channels)
 
 
+def image_embeds(model: Any) -> bool:
+    """The model takes CLIP image tokens besides the latent first frame (Wan2.1 I2V: ``image_dim``
+    from its preset or its checkpoint's config.json), so generate encodes ``workload.image`` with
+    the folder's image encoder too."""
+    knobs = {**PRESET_KNOBS.get(str(model.preset or ""), {}), **dict(getattr(model, "knobs", None) or {})}
+    return bool(knobs.get("image_dim"))
+
+
 def takes_image(model: Any) -> bool:
     """A generate job of ``model`` may take ``workload.image``: image-to-video (it needs one) or
     text-image-to-video (Wan2.2 TI2V-5B, ``expand_timesteps``: optional)."""
@@ -88,15 +103,14 @@ def takes_image(model: Any) -> bool:
 
 
 def family_of(model: Any) -> str:
-    """'wan' (cross attention, text- or image-to-video without a CLIP image encoder) or 'flux'
-    (joint attention, text-to-image), from the plan's model section."""
+    """'wan' (cross attention: text- or image-to-video, with or without a CLIP image encoder) or
+    'flux' (joint attention, text-to-image), from the plan's model section."""
     attention = model.attention
-    clip = model.preset == "wan2.1-i2v-14b" or (getattr(model, "knobs", None) or {}).get("image_dim")
-    if attention == "cross" and not clip:
+    if attention == "cross":
         return "wan"
     if attention == "joint":
         return "flux"
-    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V, Wan2.2 A14B T2V/I2V, TI2V-5B, attention cross) or "
+    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V/I2V, Wan2.2 A14B T2V/I2V, TI2V-5B, attention cross) or "
                      f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
                      f"attention {attention!r}")
 
@@ -118,7 +132,7 @@ def check_generate(model: Any, workload: Any) -> list[str]:
         problems.append("workload.kind=generate needs model.weights: a diffusers pipeline folder "
                         "(or workload.tiny_weights: true with a folder to create)")
     elif not (workload.tiny_weights and not Path(weights).expanduser().exists()):
-        problems += pipeline_problems(weights, family)
+        problems += pipeline_problems(weights, family, image_embeds(model))
     if workload.prompt_file:
         try:
             read_prompts(workload.prompt_file)

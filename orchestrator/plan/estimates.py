@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
+from sporch.orchestrator.contract.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
@@ -17,6 +18,14 @@ GIB = 1024**3
 #: What a rank holds besides tensors: the CUDA context and kernels (about 0.5 GiB), cuBLAS and
 #: NCCL workspaces and buffers, the caching allocator's slack. Counted in every rank's total.
 RESERVED_BYTES = 2 * GIB
+
+
+def image_tokens(model: ModelSection) -> tuple[int, int]:
+    """(image_dim, image_len) of a cross-attention model that also attends to CLIP image tokens
+    (Wan2.1 I2V: 1280, 257; the preset's knobs or the checkpoint's config.json); (0, 0) otherwise."""
+    knobs = {**preset_knobs(model.preset), **dict(model.knobs or {})}
+    dim = int(knobs.get("image_dim") or 0) if model.attention == "cross" else 0
+    return (dim, int(knobs.get("image_len") or 257)) if dim else (0, 0)
 
 
 def parameter_count(model: ModelSection) -> int:
@@ -38,6 +47,7 @@ def parameter_parts(model: ModelSection) -> dict[str, int]:
         blocks, largest = model.depth * block, block
     elif kind == "cross":
         block = attn + (4 * h * h + 4 * h) + ffn + 6 * h  # self-attn, cross-attn, FFN, modulation
+        block += 2 * h * kvd + 3 * kvd if image_tokens(model)[0] else 0  # the image tokens' k, v (+ norm)
         blocks, largest = model.depth * block, block
     else:  # joint: double-stream blocks (two streams) + single-stream blocks
         double = 2 * (attn + ffn + 6 * h * h)
@@ -50,6 +60,9 @@ def parameter_parts(model: ModelSection) -> dict[str, int]:
     if model.text_dim:
         embed += model.text_dim * h + h * h
     head = h * patch_in + 2 * h * h
+    image_dim = image_tokens(model)[0]
+    if image_dim:  # the image embedding: LayerNorm, Linear, GELU, Linear, LayerNorm
+        embed += 2 * image_dim + image_dim * image_dim + image_dim + image_dim * h + h + 2 * h
     return {"blocks": int(blocks), "largest_block": int(largest), "root": int(embed + head)}
 
 
@@ -76,12 +89,12 @@ def token_parameter_count(model: ModelSection) -> int:
 
 
 def context_flops_per_sample(model: ModelSection) -> int:
-    """FLOPs of the cross-attention keys and values over the text tokens, per sample and step:
-    every rank computes them whole (the text is not sharded)."""
+    """FLOPs of the cross-attention keys and values over the text tokens (and the CLIP image
+    tokens, Wan2.1 I2V), per sample and step: every rank computes them whole (not sharded)."""
     if model.attention != "cross":
         return 0
     kvd = model.num_kv_heads * model.head_dim
-    return int(2 * model.depth * model.text_len * 2 * model.hidden * kvd)
+    return int(2 * model.depth * (model.text_len + image_tokens(model)[1]) * 2 * model.hidden * kvd)
 
 
 def estimate(
@@ -141,7 +154,8 @@ def estimate(
     act = samples * t_rank * (6 * model.hidden + model.ffn_dim) * b
     attn_ws = samples * (padded // R) * (q_heads * 2 + kv_local * 2) * hd * b
     ring_buf = 2 * ring_chunk if R > 1 else 0
-    cross_ctx = samples * model.text_len * model.hidden * 2 * b if model.attention == "cross" else 0
+    context_len = model.text_len + image_tokens(model)[1]
+    cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes + RESERVED_BYTES
     gpu_mem = float(cluster.gpu.memory_gib) * GIB

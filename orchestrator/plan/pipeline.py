@@ -35,6 +35,13 @@ ENCODERS: dict[str, dict[str, Any]] = {
 #: decoder's last stages run 256 channels at half and 1024 at quarter resolution: 64 per output pixel)
 ENCODERS["wan2.2"] = {**ENCODERS["wan"], "vae": "AutoencoderKLWan (Wan2.2)", "vae_parameters": 704_700_000,
                       "vae_channels": 64}
+#: Wan2.1 I2V 14B (480p, 720p): umT5 and the Wan2.1 VAE, and the CLIP image encoder the pipeline folder
+#: ships (image_encoder/: CLIPVisionModel, ViT-H/14 at 224 px, 32 layers 1280 wide; transformers' class with
+#: that config.json counted on the meta device). The leader runs it in float32 (as diffusers' examples
+#: load it) after the text encoder is freed and before the transformer is built.
+ENCODERS["wan2.1-i2v"] = {**ENCODERS["wan"], "image_encoder": "CLIP ViT-H/14 vision (CLIPVisionModel)",
+                          "image_encoder_parameters": 630_766_080}
+IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
 VAE_BYTES = 4  # the VAE decodes in float32
@@ -57,6 +64,8 @@ def _family(model: ModelSection) -> Optional[str]:
         return "wan"
     if preset.startswith("wan2.2-ti2v"):
         return "wan2.2"
+    if preset.startswith("wan2.1-i2v"):
+        return "wan2.1-i2v"
     if preset.startswith("flux.1"):
         return "flux"
     return None
@@ -114,7 +123,10 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
                 "what": known["vae"] if known else "the folder's (size unknown)"},
         "transformer": {"ranks": list(range(layout.world_size))},
     }
-    enc_gpu = vae_bytes = work = frames = 0
+    enc_gpu = vae_bytes = work = frames = image_gpu = 0
+    if known and known.get("image_encoder"):
+        image_gpu = known["image_encoder_parameters"] * IMAGE_ENCODER_BYTES
+        out["image_encoder"] = {"ranks": leaders, "what": known["image_encoder"], "bytes": image_gpu}
     if known:
         enc_full = known["text_encoder_parameters"] * b
         enc_gpu = (0 if text_encoder == "cpu" else sharded_encoder_bytes(known, b, seq)
@@ -126,13 +138,13 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
                                    host_bytes=enc_full if text_encoder == "cpu" else 0)
         out["vae"].update(bytes=vae_bytes, decode_bytes=work, frames_bytes=frames)
     reserved = int(dit.get("reserved_bytes_per_gpu", 0))
-    encode_phase = enc_gpu + reserved
+    encode_phase = max(enc_gpu, image_gpu) + reserved  # one encoder at a time
     decode_phase = dit["memory_bytes_per_gpu"] + vae_bytes + work + frames
     out["leader_memory_bytes"] = max(encode_phase, decode_phase)
     out["busiest_rank"] = {
         "peak_stage": "encode" if encode_phase > decode_phase else "denoise + decode",
         "dit_parameters": int(dit["parameter_bytes_per_gpu"]), "dit_activations": int(dit["activation_bytes_per_gpu"]),
-        "text_encoder": enc_gpu, "vae": vae_bytes, "vae_decode": work + frames, "reserved": reserved,
+        "text_encoder": enc_gpu, "image_encoder": image_gpu, "vae": vae_bytes, "vae_decode": work + frames, "reserved": reserved,
     }
     return out
 

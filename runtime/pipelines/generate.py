@@ -49,7 +49,7 @@ from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .stages import Stages
 from .experts import Experts, build_experts
-from .image_condition import image_condition
+from .image_condition import image_condition, image_tokens
 from .first_frame import FirstFrame
 from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
@@ -214,12 +214,21 @@ def _image_latent(spec: GenerateSpec, ctx, device) -> torch.Tensor:
 
 
 def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
-    """The text conditions with the first frame's latent condition (image-to-video), the same
-    for every prompt and for the negative one."""
+    """The text conditions with the first frame's latent condition (image-to-video) and, for
+    Wan2.1 I2V, its CLIP image tokens: the same for every prompt and for the negative one."""
     lat = _image_latent(spec, ctx, device).to(dtype=dtype)
+    clip = None
+    if spec.image_embeds:
+        clip = share_from_leader(ctx, lambda: image_tokens(spec, device).cpu(), "encoding workload.image (CLIP)")
+        clip = clip.to(device=device, dtype=dtype)
 
     def add(c):
-        return None if c is None else {"text": c, "latents": lat.expand(c.shape[0], *lat.shape[1:])}
+        if c is None:
+            return None
+        out = {"text": c, "latents": lat.expand(c.shape[0], *lat.shape[1:])}
+        if clip is not None:
+            out["image"] = clip.expand(c.shape[0], *clip.shape[1:])
+        return out
     return add(cond), add(null)
 
 

@@ -1,5 +1,5 @@
-"""Image-to-video without a CLIP image encoder (Wan2.2 I2V A14B): the first frame as a latent
-condition, concatenated to the noisy latents along channels at every step.
+"""Image-to-video: the first frame as a latent condition, concatenated to the noisy latents along
+channels at every step (Wan2.1 I2V, Wan2.2 I2V A14B), and, for Wan2.1 I2V, as CLIP image tokens.
 
 As diffusers' ``WanImageToVideoPipeline.prepare_latents``: the image is resized to the video's
 height x width (``VideoProcessor.preprocess``), followed by ``frames - 1`` black frames and
@@ -12,6 +12,12 @@ the same for the prompt and the negative prompt.
 Wan2.2 TI2V-5B (``expand_timesteps``, as ``WanImageToVideoPipeline`` with that flag): the image is
 encoded alone (one latent frame, normalised the same way, no mask); the denoising loop keeps
 that frame's tokens equal to it at timestep 0 (generate.py, :class:`FirstFrame`).
+
+Wan2.1 I2V (a transformer with ``image_dim``) also reads the image as CLIP tokens, as
+``WanImageToVideoPipeline.encode_image`` does: the folder's ``image_processor`` (CLIPImageProcessor:
+resize, centre crop, normalise) on the image file as it is, then the ``image_encoder``
+(CLIPVisionModel, float32) and its penultimate hidden states ([1, 257, 1280] for the published
+ViT-H/14), the same for every prompt and for the negative one.
 """
 
 from __future__ import annotations
@@ -48,3 +54,18 @@ def image_condition(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
     mask[:, :, 0] = 1.0  # the first latent frame holds the given image's st video frames
     del vae
     return torch.cat([mask, latent], dim=1)
+
+
+def image_tokens(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
+    """``workload.image`` as CLIP image tokens [1, L, image_dim] (float32, on ``device``): the
+    folder's CLIPImageProcessor and CLIPVisionModel, the encoder's penultimate hidden states."""
+    from diffusers.utils import load_image
+    from transformers import CLIPImageProcessor, CLIPVisionModel
+
+    processor = CLIPImageProcessor.from_pretrained(spec.root, subfolder="image_processor")
+    encoder = CLIPVisionModel.from_pretrained(spec.root, subfolder="image_encoder", dtype=torch.float32).to(device).eval()
+    pixels = processor(images=load_image(spec.image), return_tensors="pt")["pixel_values"].to(device)
+    with torch.no_grad():
+        tokens = encoder(pixel_values=pixels, output_hidden_states=True).hidden_states[-2].float()
+    del encoder
+    return tokens

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sporch.orchestrator.contract.generate_inputs import family_of, read_prompts
+from sporch.orchestrator.contract.generate_inputs import family_of, image_embeds, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 
@@ -48,6 +48,9 @@ class GenerateSpec:
     expand_timesteps: bool = False
     attention_precision: str = "exact"  # plan.workload.attention_precision: exact | lossy (SageAttention)
     sigmas: tuple[float, ...] | None = None  # plan.workload.sigmas: the steps' sigmas before the shift
+    # Wan2.1 I2V (a transformer with image_dim): ``image`` is also read as CLIP image tokens by the
+    # folder's image_encoder (image_condition.image_tokens)
+    image_embeds: bool = False
 
     @property
     def video(self) -> bool:
@@ -74,7 +77,7 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
-        image=wl.image, expand_timesteps=bool(model.expand_timesteps),
+        image=wl.image, expand_timesteps=bool(model.expand_timesteps), image_embeds=image_embeds(model),
         attention_precision=wl.attention_precision,
         sigmas=None if wl.sigmas is None else tuple(wl.sigmas),
     )

@@ -38,12 +38,22 @@ from .spec import GenerateSpec
 ENCODER_NAMES = ("text_encoder", "text_encoder_2")
 
 
+#: Parts of a pipeline folder that encoding prompts never needs besides ``transformer`` and ``vae``
+#: (Wan2.2 A14B's second expert, Wan2.1 I2V's CLIP image encoder): not loaded when the folder has them.
+NOT_TEXT = ("transformer_2", "image_encoder", "image_processor")
+
+
 def load_text_pipeline(root: str, dtype: torch.dtype, device: torch.device | None):
     """The folder's pipeline with its text encoders and tokenizers only, on ``device`` (None:
     left in host memory)."""
+    import json
+    from pathlib import Path
+
     from diffusers import DiffusionPipeline
 
-    pipe = DiffusionPipeline.from_pretrained(root, transformer=None, vae=None, dtype=dtype)
+    index = json.loads((Path(root) / "model_index.json").read_text(encoding="utf-8"))
+    skip = {name: None for name in NOT_TEXT if name in index}
+    pipe = DiffusionPipeline.from_pretrained(root, transformer=None, vae=None, dtype=dtype, **skip)
     return pipe.to(device) if device is not None else pipe
 
 

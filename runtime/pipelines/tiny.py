@@ -7,7 +7,8 @@ The transformer's shapes are taken from the sporch model dict, so a job with tha
 ``model.weights`` pointing at the folder loads it. A model dict with ``boundary_ratio`` gets
 Wan2.2 A14B's second expert (``transformer_2``, other random weights) and that boundary in
 ``model_index.json``; one with more input than output channels is an image-to-video pipeline
-without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B); one with
+without a CLIP image encoder (``WanImageToVideoPipeline``, as Wan2.2 I2V A14B), or with one when
+the model has ``image_dim`` (Wan2.1 I2V: a tiny ``CLIPVisionModel`` and its ``CLIPImageProcessor``); one with
 ``expand_timesteps`` is Wan2.2 TI2V-5B's (the Wan2.2 VAE: 2 x 2 pixels folded into channels, residual
 blocks; ``expand_timesteps`` in model_index.json). The tokenizer is a word-level vocabulary
 built with the ``tokenizers`` library (unknown words map to ``<unk>``, ``</s>`` is appended),
@@ -80,12 +81,14 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     heads, hd = int(model["num_heads"]), int(model["head_dim"])
     channels = int(model.get("out_channels") or model["in_channels"])
 
+    clip = {"image_dim": cfg.image_dim, "added_kv_proj_dim": heads * hd} if cfg.image_dim else {}
+
     def expert(s: int):
         return randomize(WanTransformer3DModel(
             patch_size=tuple(model["patch"]), num_attention_heads=heads, attention_head_dim=hd,
             in_channels=int(model["in_channels"]), out_channels=channels, text_dim=int(model["text_dim"]),
             freq_dim=cfg.freq_dim, ffn_dim=int(model["ffn_dim"]), num_layers=int(model["depth"]),
-            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=cfg.eps), s)
+            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=cfg.eps, **clip), s)
 
     transformer = expert(seed)
     boundary = model.get("boundary_ratio")
@@ -108,8 +111,27 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     if channels < int(model["in_channels"]):  # image-to-video: the first frame as latent condition
         from diffusers import WanImageToVideoPipeline
 
-        return WanImageToVideoPipeline(image_encoder=None, image_processor=None, **parts)
+        encoder, processor = tiny_image_encoder(cfg.image_dim, seed + 2) if cfg.image_dim else (None, None)
+        return WanImageToVideoPipeline(image_encoder=encoder, image_processor=processor, **parts)
     return WanPipeline(**parts, **({"expand_timesteps": True} if cfg.expand_timesteps else {}))
+
+
+#: The tiny CLIP image encoder's input: 32 x 32 pixels in 8 x 8 patches, so 16 + 1 image tokens.
+CLIP_IMAGE_SIZE, CLIP_PATCH = 32, 8
+
+
+def tiny_image_encoder(width: int, seed: int):
+    """Wan2.1 I2V's image encoder parts, tiny: a CLIPVisionModel whose hidden states are ``width``
+    wide (the transformer's ``image_dim``; two layers, as the pipeline reads the penultimate
+    hidden states) and the CLIPImageProcessor that resizes, centre-crops and normalises for it."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    encoder = randomize(CLIPVisionModel(CLIPVisionConfig(
+        hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=4,
+        image_size=CLIP_IMAGE_SIZE, patch_size=CLIP_PATCH, projection_dim=width)), seed)
+    processor = CLIPImageProcessor(size={"shortest_edge": CLIP_IMAGE_SIZE},
+                                   crop_size={"height": CLIP_IMAGE_SIZE, "width": CLIP_IMAGE_SIZE})
+    return encoder, processor
 
 
 def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):

@@ -1,4 +1,4 @@
-"""Wan2.1 (T2V 1.3B / 14B, I2V 14B), Wan2.2 A14B (T2V, I2V) and Wan2.2 TI2V-5B: the published
+"""Wan2.1 (T2V 1.3B / 14B, I2V 14B at 480p and 720p), Wan2.2 A14B (T2V, I2V) and Wan2.2 TI2V-5B: the published
 models' facts.
 
 * ``PRESETS``: each model's shape (umT5 text encoder, 4096 wide, 512 tokens; VAE strides
@@ -33,14 +33,21 @@ PRESETS = {
                    text_len=512, text_dim=4096, qk_norm=True),
         knobs=KNOBS,
     ),
-    # image-to-video: 16 noise + 4 mask + 16 first-frame latent channels in, 16 out; 257 CLIP
-    # image tokens 1280 wide through img_emb.
-    "wan2.1-i2v-14b": ModelPreset(
+    # Wan2.1 image-to-video 14B, two releases of one architecture (Wan-AI/Wan2.1-I2V-14B-480P and
+    # -720P; the diffusers folders Wan-AI/Wan2.1-I2V-14B-480P-Diffusers and -720P-Diffusers ship the
+    # same transformer/config.json: WanTransformer3DModel, in_channels 36, out_channels 16,
+    # image_dim 1280, added_kv_proj_dim 5120, 40 layers of 40 x 128 heads, ffn 13824). Input: 16 noise
+    # + 4 mask + 16 first-frame latent channels; 257 CLIP image tokens 1280 wide (the folder's
+    # image_encoder: CLIPVisionModel, ViT-H/14 at 224 px, its penultimate hidden states) through
+    # img_emb, their own keys and values in every cross-attention. The releases differ in the videos
+    # they were trained on (480 x 832 and 720 x 1280) and the flow_shift recommended with them (3 and
+    # 5; a generate job takes its folder's scheduler, or workload.shift).
+    **{f"wan2.1-i2v-14b-{res}p": ModelPreset(
         shape=dict(attention="cross", depth=40, single_depth=0, hidden=5120, num_heads=40, num_kv_heads=40,
                    head_dim=128, ffn_dim=13824, patch=[1, 2, 2], in_channels=36, vae_stride=[4, 8, 8],
                    text_len=512, text_dim=4096, qk_norm=True),
         knobs={**KNOBS, "out_channels": 16, "image_dim": 1280, "image_len": 257},
-    ),
+    ) for res in (480, 720)},
     # Wan2.2 A14B (Wan-AI/Wan2.2-T2V-A14B-Diffusers, -I2V-A14B-Diffusers): both experts have the
     # Wan2.1-14B transformer config; the boundaries are their model_index.json's boundary_ratio.
     "wan2.2-t2v-a14b": ModelPreset(

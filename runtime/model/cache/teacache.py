@@ -17,14 +17,17 @@ from .decision import StepCache, probe_change
 
 #: Rescale polynomials (highest degree first) as published in the TeaCache repository
 #: (github.com/ali-vilab/TeaCache): TeaCache4FLUX/teacache_flux.py (Flux.1), and
-#: TeaCache4Wan2.1/teacache_generate.py for T2V 1.3B and 14B with ``use_ret_steps`` (the set
-#: fitted on ``e0``). Checked against that source, Nov 2026. Models without an entry (tiny
+#: TeaCache4Wan2.1/teacache_generate.py for T2V 1.3B and 14B and I2V 14B 480P and 720P with
+#: ``use_ret_steps`` (the set fitted on ``e0``; I2V's differ by resolution, hence two presets).
+#: Checked against that source, Nov 2026. Models without an entry (tiny
 #: stand-ins, resized presets, Wan2.2) use the identity: the raw relative change accumulates.
 COEFFICIENTS: dict[str, tuple[float, ...]] = {
     "flux.1-dev": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
     "flux.1-schnell": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
     "wan2.1-t2v-1.3b": (-5.21862437e+04, 9.23041404e+03, -5.28275948e+02, 1.36987616e+01, -4.99875664e-02),
     "wan2.1-t2v-14b": (-3.03318725e+05, 4.90537029e+04, -2.65530556e+03, 5.87365115e+01, -3.15583525e-01),
+    "wan2.1-i2v-14b-480p": (2.57151496e+05, -3.54229917e+04, 1.40286849e+03, -1.35890334e+01, 1.32517977e-01),
+    "wan2.1-i2v-14b-720p": (8.10705460e+03, 2.13393892e+03, -3.72934672e+02, 1.66203073e+01, -4.17769401e-02),
 }
 IDENTITY = (1.0, 0.0)
 

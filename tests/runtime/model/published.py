@@ -23,6 +23,7 @@ WAN_TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=
                 text_dim=24, freq_dim=32, ffn_dim=48, num_layers=2, cross_attn_norm=True,
                 qk_norm="rms_norm_across_heads", eps=1e-6)
 WAN_TINY_I2V = dict(WAN_TINY, in_channels=8, image_dim=20, added_kv_proj_dim=64)  # 4 noise + 4 condition channels
+WAN_TINY_I2V_3H = dict(WAN_TINY_I2V, num_attention_heads=3, added_kv_proj_dim=48)  # 3 heads x 16
 I2V_TEXT_LEN = 512  # diffusers takes the last 512 context tokens as text
 TEXT_LEN = 7
 IMAGE_LEN = 5  # CLIP image tokens (257 in Wan2.1 I2V)

@@ -164,6 +164,9 @@ def test_policy_warmup_last_step_and_cap():
 def test_teacache_coefficients_are_the_published_ones():
     assert rescale_coefficients("Wan2.1-T2V-1.3B") == COEFFICIENTS["wan2.1-t2v-1.3b"]
     assert rescale_coefficients("tiny") == (1.0, 0.0) and polyval((1.0, 0.0), 0.3) == 0.3
+    # Wan2.1 I2V: one polynomial per release (480P, 720P), the same architecture
+    assert rescale_coefficients("wan2.1-i2v-14b-480p")[0] == 2.57151496e+05
+    assert rescale_coefficients("wan2.1-i2v-14b-720p")[-1] == -4.17769401e-02
     assert polyval(COEFFICIENTS["flux.1-dev"], 0.0) == pytest.approx(0.264230861)
 
 
