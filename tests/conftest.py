@@ -75,16 +75,21 @@ def _no_user_store(tmp_path_factory):
     try:
         yield real
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
     after = store_snapshot(real)
     if after != before:
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         pytest.fail(f"the tests changed the user's own sporch store: {', '.join(changed[:10])}"
                     + (f" and {len(changed) - 10} more" if len(changed) > 10 else ""), pytrace=False)
+
+
+def restore_env(saved: dict) -> None:
+    """Put back the environment variables ``saved`` ({name: value or None for unset})."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def env_file() -> Path:
@@ -150,11 +155,7 @@ def slurm_cluster():
             max_time=env.get("SLURMLAB_MAX_TIME", "02:00:00"),
         )
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
 
 
 @dataclass
