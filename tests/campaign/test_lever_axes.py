@@ -155,3 +155,33 @@ def test_report_compares_every_lever_with_the_reference_and_stars_the_front(tmp_
     assert by_label["few"][:2] == (5.0, rows["few"].metrics["psnr_db"])
     assert out[SPEED_QUALITY].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "speed_vs_psnr" in out["html"].read_text()
+
+
+def test_the_pareto_plot_and_column_in_chromium(tmp_path):
+    """The report page opened in headless chromium: the speed_vs_psnr plot is on it and loads as an
+    image, and the table it shows has the CSV's pareto column."""
+    import os
+
+    from tests.campaign.test_campaign_live import CHROMIUM, TableParser, chromium
+
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("SPORCH_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(f"{CHROMIUM} missing (scripts/test.sh installs it as root)")
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
+    rows = list(collect(_campaign(tmp_path / "c")))
+    out = build_report(rows, tmp_path / "report", "c")
+    with open(out["csv"]) as fh:
+        table = list(csv.DictReader(fh))
+    dom = chromium(tmp_path, "--dump-dom", out["html"].resolve().as_uri())
+    import base64
+    import re
+
+    figures = dict(re.findall(r'<img id="plot-([^"]+)"[^>]*? src="data:image/png;base64,([^"]+)"', dom))
+    assert base64.b64decode(figures[SPEED_QUALITY]) == out[SPEED_QUALITY].read_bytes()
+    cells = TableParser.parse(dom)
+    col = cells[0].index("pareto")
+    assert [row[col]["data-value"] for row in cells[1:]] == [r["pareto"] for r in table]
+    assert {r["pareto"] for r in table} == {"yes", "no"}
+    shot = tmp_path / "levers.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,1600", out["html"].resolve().as_uri())
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
