@@ -15,6 +15,7 @@ import torch.distributed as dist
 from sporch.orchestrator.contract.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
+from ..finite import check_output
 from .plans import split_plan
 from .sequence_parallel import SequenceParallel
 
@@ -74,6 +75,8 @@ def verify_generic(model: torch.nn.Module, ctx: ParallelContext, inputs: dict, *
     (over max |reference|), ``ref_max_abs``."""
     ref = _first(model(**inputs)).float()
     got = GenericSharded(model, ctx, backend=backend, batched=batched).forward(**inputs).float()
+    check_output(ref, "verify (unsharded reference)")  # NaN would compare as within tolerance
+    check_output(got, "verify (sharded output)")
     err = float((got - ref).abs().max())
     scale = float(ref.abs().max())
     return {"max_abs_err": err, "max_rel_err": err / max(scale, 1e-30), "ref_max_abs": scale}

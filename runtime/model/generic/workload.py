@@ -19,6 +19,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext
 
+from ..finite import check_output
 from .build import load_diffusers, random_diffusers, read_config
 from .families import family_module
 from .runner import GenericSharded, verify_generic
@@ -60,13 +61,15 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[
                 "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol}
     runner = GenericSharded(model, ctx, batched=family_module(plan.model.family).BATCHED)
     times = []
+    out = None
     for i in range(wl.warmup + wl.repeat):
         sync(device)
         start = time.perf_counter()
-        runner.forward(**inputs)
+        out = runner.forward(**inputs)
         sync(device)
         if i >= wl.warmup:
             times.append((time.perf_counter() - start) * 1e3)
+    check_output(out, "benchmark (velocity)")  # timings of NaN are no benchmark
     grid = plan.sequence.grid
     return {"kind": "benchmark", **base,
             **step_summary(times, tokens_per_step=grid[0] * grid[1] * grid[2] * wl.batch, estimates=plan.estimates,
