@@ -33,8 +33,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from sporch.orchestrator.campaign import pareto
-from sporch.orchestrator.campaign.collect import LEVER_COLUMNS, Row, columns, format_value, short_value
+from sporch.orchestrator.campaign import pareto, summary
+from sporch.orchestrator.campaign.collect import (KEY_COLUMNS, LEVER_COLUMNS, Row, columns, format_value,
+                                                  short_value)
+from sporch.orchestrator.campaign.metrics import CACHE_METRICS, OUTPUT_METRICS, STAGE_METRICS
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
@@ -392,10 +394,51 @@ def _history_section(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: The page's table in column groups a reader shows or hides (name, what it holds, shown at first);
+#: ``core`` (which point, its median step, its verdict) is always shown.
+COLUMN_GROUPS = (
+    ("core", "point, median step, verdict", True),
+    ("setup", "cluster, nodes, model, shape, dtype, levers, repeat", True),
+    ("time", "step p90 and min, tokens/s", True),
+    ("compute", "TFLOP/s, fraction of peak, memory", False),
+    ("comm", "collectives: time and bytes", False),
+    ("model", "the planner's ideal and the cost model's prediction", False),
+    ("stages", "generate stages: seconds and memory", False),
+    ("outputs", "same output and step cache", False),
+)
+_CORE = ("id", "gpus", "layout", "status", "step_ms_median", "reference", pareto.COLUMN)
+_GROUP_OF = {
+    **{c: "setup" for c in (*KEY_COLUMNS, *LEVER_COLUMNS)},
+    **{c: "core" for c in _CORE},
+    **{c: "time" for c in ("step_ms_p90", "step_ms_min", "tokens_per_s")},
+    **{c: "compute" for c in ("tflops_per_gpu", "peak_fraction", "peak_memory_gib")},
+    **{c: "comm" for c in ("comm_ms_per_step", "comm_bytes_per_step")},
+    **{c: "model" for c in ("ideal_ms_per_step", "predicted_ms_per_step", "prediction_error")},
+    **{m.name: "stages" for m in STAGE_METRICS},
+    **{m.name: "outputs" for m in OUTPUT_METRICS + CACHE_METRICS},
+}
+
+
+def column_group(column: str) -> str:
+    """The group a table column is shown or hidden with (a column no group names: ``model``)."""
+    return _GROUP_OF.get(column, "model")
+
+
+def _summary_lines(rows: list[Row]) -> list[dict[str, Any]]:
+    """The summary's lines (:mod:`.summary`) with their cells as text for people."""
+    out = []
+    for s in summary.sizes(rows):
+        out.append({"s": s, "best_text": short_value(s.best_ms), "default_text": short_value(s.default_ms),
+                     "one_text": short_value(s.one_gpu_ms), "vs_default": summary.ratio_text(s.vs_default),
+                     "vs_one": summary.ratio_text(s.vs_one_gpu)})
+    return out
+
+
 def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
                history: Sequence[dict[str, Any]] = (), published: Sequence[dict[str, Any]] = ()) -> Path:
-    """One self-contained page: the table (same cells as the CSV), the plots as data URIs, the
-    history of the points with more than one run, and the points that repeat a published
+    """One self-contained page: the summary (:mod:`.summary`), the table (same cells as the CSV,
+    in column groups a reader shows or hides, sortable by any column), the plots as data URIs,
+    the history of the points with more than one run, and the points that repeat a published
     measurement (:mod:`.published_points`)."""
     import jinja2
 
@@ -404,18 +447,25 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
     for r in rows:
         cells = []
         for c in cols:
+            group = column_group(c)
             value = r.cell(c)
             bound = r.bounds.get(c)
             cells.append({
                 "text": short_value(value), "exact": format_value(value),
                 "verdict": r.verdicts.get(c, "") if c not in ("reference",) else value,
-                "title": f"reference {bound.text()}" if bound else "",
+                "title": f"reference {bound.text()}" if bound else "", "group": group,
             })
         table.append({"id": r.id, "cells": cells, "error": r.error})
     images = {name: base64.b64encode(p.read_bytes()).decode("ascii") for name, p in plots.items()}
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    html = env.get_template(HTML_TEMPLATE).render(title=title, columns=cols, rows=table, images=images,
+    groups = [{"name": n, "what": w, "shown": shown} for n, w, shown in COLUMN_GROUPS
+              if any(column_group(c) == n for c in cols)]
+    html = env.get_template(HTML_TEMPLATE).render(title=title, columns=[
+                                                      {"name": c, "group": column_group(c), "parts": c.split("_")}
+                                                      for c in cols],
+                                                  rows=table, images=images, groups=groups,
+                                                  sizes=_summary_lines(rows), fingerprint=summary.fingerprint(rows),
                                                   history=_history_section(history),
                                                   history_more=max(len(history) - HISTORY_POINTS, 0),
                                                   published=[published_cells(p) for p in published])

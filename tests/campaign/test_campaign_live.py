@@ -9,10 +9,14 @@ under the campaign runner); a second run finds every point done and runs none ag
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
+import re
 import shutil
+import statistics
 import subprocess
+from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -132,13 +136,81 @@ def test_report_numbers_plots_and_page_in_chromium(campaign_dir, tmp_path):
     cells = TableParser.parse(dom)
     assert cells[0] == list(table[0].keys())
     assert [[c["data-value"] for c in row] for row in cells[1:]] == [list(r.values()) for r in table]
-    marked = [c["class"] for row in cells[1:] for c in row if c.get("class")]
+    marked = [k for row in cells[1:] for c in row for k in c.get("class", "").split()]
     assert "fail" in marked and "pass" in marked
+
+    # the summary it opens with: per GPU count, computed here from the CSV
+    medians: dict = defaultdict(list)
+    for r in table:
+        medians[(int(r["gpus"]), r["layout"], r["nodes"])].append(float(r["step_ms_median"]))
+    medians = {k: statistics.median(v) for k, v in medians.items()}
+    expected = {}
+    for gpus in sorted({g for g, _, _ in medians}):
+        here = {(lay, nodes): ms for (g, lay, nodes), ms in medians.items() if g == gpus}
+        (best_layout, _), best_ms = min(here.items(), key=lambda kv: kv[1])
+        default = [ms for (lay, nodes), ms in here.items() if lay == f"1x1x{nodes}x{gpus // int(nodes)}"]
+        assert default, "the campaign measures the default layout at every size"
+        verdicts = [r["reference"] for r in table if int(r["gpus"]) == gpus]
+        expected[gpus] = {"best_layout": best_layout, "best_ms": best_ms, "default_ms": min(default),
+                          "vs_default": min(default) / best_ms, "passed": verdicts.count("pass"),
+                          "failed": verdicts.count("fail"), "points": len(verdicts)}
+    assert 1 not in expected  # no 1-GPU point: that speed-up is left empty, not invented
+    assert len(expected) == 2
+    shown = {int(c["gpus"]): c for c in ({cell["data-key"]: cell["data-value"] for cell in row}
+                                         for row in TableParser.parse(dom, "summary")[1:])}
+    assert set(shown) == set(expected)
+    for gpus, want in expected.items():
+        got = shown[gpus]
+        assert got["best_layout"] == want["best_layout"]
+        for key in ("best_ms", "default_ms", "vs_default"):
+            assert float(got[key]) == pytest.approx(want[key], rel=1e-12), (gpus, key)
+        assert got["one_gpu_ms"] == got["vs_one_gpu"] == ""
+        assert [int(got[k]) for k in ("passed", "failed", "points")] == \
+            [want["passed"], want["failed"], want["points"]] == [0, want["points"], want["points"]]
+    # the fingerprint the runs recorded (all on this machine: one value per field)
+    prints = [res[pid]["fingerprint"] for pid in res]
+    fp = {row[0]: row[1]["data-value"] for row in TableParser.parse(dom, "fingerprint")}
+    assert fp["torch"] == prints[0]["torch"] and fp["sporch"] == prints[0]["sporch"]
+    assert all(p["torch"] == prints[0]["torch"] for p in prints)
+    assert "GPUs" not in fp and 'class="differs"' not in dom  # a point's GPU count is no environment change
+
+    # 1280 px wide: nothing runs off the right edge (the page, the summary, the table in its
+    # box), and a click on a column's name sorts the rows by it
+    probe = tmp_path / "probe.html"
+    probe.write_text((out / "report.html").read_text().replace("</body>", MEASURE + "</body>"))
+    measured = chromium(tmp_path, "--window-size=1280,1000", "--virtual-time-budget=5000", "--dump-dom",
+                        probe.as_uri())
+    m = json.loads(html.unescape(re.search(r'data-measure="([^"]*)"', measured).group(1)))
+    assert m["inner"] == 1280, m
+    assert m["page"] <= 1280 and m["summary"] <= 1280 and m["table"] <= m["box"] <= 1280, m
+    assert m["order"] == [r["id"] for r in sorted(table, key=lambda r: float(r["step_ms_median"]))]
+    assert m["all_groups"] > m["table"]  # every group shown: wider (its box scrolls), so hiding is real
     shot = tmp_path / "report.png"
-    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,1800", page)
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,1800", page)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copyfile(shot, ARTIFACTS / "campaign-report.png")
+
+
+#: Appended to a copy of the page: once it has loaded, the widths that matter (CSS px) and the
+#: row order after a click on step_ms_median, written into the DOM for --dump-dom.
+MEASURE = """<script>
+window.addEventListener("load", function () {
+  var t = document.getElementById("points"), box = t.parentElement;
+  var right = function (el) { return Math.ceil(el.getBoundingClientRect().right); };
+  var m = {inner: window.innerWidth, page: document.documentElement.scrollWidth,
+           summary: right(document.getElementById("summary")), table: Math.ceil(t.scrollWidth),
+           box: Math.min(box.clientWidth, right(box))};
+  t.querySelector("th[data-col=step_ms_median]").click();
+  m.order = Array.prototype.map.call(t.tBodies[0].rows, function (r) { return r.getAttribute("data-id"); });
+  document.querySelectorAll("#column-groups input").forEach(function (b) {
+    if (!b.checked) { b.click(); }
+  });
+  m.all_groups = Math.ceil(t.scrollWidth);
+  document.body.setAttribute("data-measure", JSON.stringify(m));
+});
+</script>
+"""
 
 
 def chromium(tmp: Path, *args: str) -> str:
@@ -152,23 +224,24 @@ def chromium(tmp: Path, *args: str) -> str:
 
 
 class TableParser(HTMLParser):
-    """Rows of table#points: the header texts, then each cell's attributes."""
+    """Rows of table#<table_id>: header cells as their texts, other cells as their attributes."""
 
-    def __init__(self) -> None:
+    def __init__(self, table_id: str) -> None:
         super().__init__()
+        self.table_id = table_id
         self.rows: list[list] = []
         self.inside = False
         self.cell: dict | None = None
 
     @classmethod
-    def parse(cls, html: str) -> list[list]:
-        p = cls()
+    def parse(cls, html: str, table_id: str = "points") -> list[list]:
+        p = cls(table_id)
         p.feed(html)
         return p.rows
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if tag == "table" and a.get("id") == "points":
+        if tag == "table" and a.get("id") == self.table_id:
             self.inside = True
         elif self.inside and tag == "tr":
             self.rows.append([])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from sporch.orchestrator.campaign.collect import KEY_COLUMNS, collect, columns, format_value
 from sporch.orchestrator.campaign.metrics import STAGE_METRICS, STEP_METRICS
-from sporch.orchestrator.campaign.report import plot_data
+from sporch.orchestrator.campaign.report import build_report, plot_data
 from sporch.orchestrator.campaign.compare import parse_threshold
 from sporch.orchestrator.errors import SporchError
 
@@ -124,7 +125,7 @@ def test_report_command_writes_csv_plots_html_and_gates_on_references(tmp_path, 
         assert width == 800 and height == 450
     assert json.loads((report / "plots.json").read_text()) == plot_data(collect(root))
     html = (report / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and 'class="fail"' in html
+    assert html.count("data:image/png;base64,") == 4 and re.search(r'<td data-value="[^"]*" class="g-\w+ fail"', html)
     # a passing reference: exit 0
     ok = make_campaign(tmp_path / "ok", refs=REFS.replace("[40.0, -0.5, 0.1, ms]", "[70.0, -0.2, 0.2, ms]"))
     code, out, err = run_cli("campaign", "report", ok, "--out", tmp_path / "okreport")
@@ -393,3 +394,41 @@ def test_compare_names_the_fingerprint_field_that_changed(tmp_path, run_cli, mon
     _fingerprint_runs(b, {"p4b": fp})
     _, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
     assert "changed: p4b (1x1x4x1): nothing in the fingerprint" in out
+
+
+def test_summary_per_gpu_count_and_fingerprint(tmp_path):
+    """The page's opening summary (campaign/summary.py): per GPU count the fastest layout (repeats
+    by their median), its speed-up over the planner's default layout and over the 1-GPU point,
+    the verdicts; the fingerprint's common fields and the one that differs."""
+    from sporch.orchestrator.campaign import summary
+
+    root = make_campaign(tmp_path / "c", points=POINTS + [("p1", 1, "1x1x1x1", 0, 300.0, 0.0),
+                                                          ("p4c", 4, "1x2x1x2", 0, 50.0, 5.0)])
+    for d in (root / "points").iterdir():
+        point = json.loads((d / "point.json").read_text())
+        point["values"]["nodes"] = max(point["values"]["gpus"] // 2, 1)
+        (d / "point.json").write_text(json.dumps(point))
+        result = json.loads((d / "result.json").read_text())
+        result["fingerprint"] = {"torch": "2.13.0", "nccl": "2.23.4" if d.name == "p4b" else "2.21.5",
+                                 "gpu_count": point["values"]["gpus"]}
+        (d / "result.json").write_text(json.dumps(result))
+    rows = collect(root)
+    got = {s.gpus: s for s in summary.sizes(rows)}
+    assert sorted(got) == [1, 2, 4]
+    # 4 GPUs on 2 nodes: default 1x1x2x2 (median of 60 and 64 = 62); fastest 1x2x1x2 at 50
+    four = got[4]
+    assert (four.best_layout, four.best_ms, four.default_layout, four.default_ms) == ("1x2x1x2", 50.0, "1x1x2x2", 62.0)
+    assert four.vs_default == pytest.approx(62 / 50) and four.vs_one_gpu == pytest.approx(300 / 50)
+    assert (four.passed, four.failed, four.points) == (0, 4, 4)  # [20, 44] ms: every 4-GPU point fails
+    two = got[2]
+    assert (two.best_layout, two.default_layout, two.vs_default, two.vs_one_gpu) == ("1x1x1x2", "1x1x1x2", 1.0, 3.0)
+    assert (two.passed, two.failed) == (0, 0)
+    assert got[1].vs_one_gpu == 1.0 and got[1].default_layout == "1x1x1x1"
+    fp = summary.fingerprint(rows)
+    assert fp.same == (("torch", "2.13.0"),) and fp.differing == (("NCCL", ("2.21.5", "2.23.4")),)
+    assert (fp.missing, fp.runs) == (0, 7)
+    report = tmp_path / "r"
+    build_report(rows, report, "synth")
+    html = (report / "report.html").read_text()
+    assert '<tr data-workload="" data-gpus="4">' in html and 'data-key="vs_default" data-value="1.24"' in html
+    assert '<tr class="differs" data-key="NCCL">' in html
