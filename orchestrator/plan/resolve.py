@@ -217,8 +217,9 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     ``plan.model.knobs``); a preset or a field that disagrees with the config is refused, every
     disagreement in one line. A two-expert model (Wan2.2 A14B) gets its ``boundary_ratio``, a
     model with per-token timesteps (Wan2.2 TI2V-5B) ``expand_timesteps`` (plan/experts.py)."""
-    section = _one_transformer(spec)
-    section = dataclasses.replace(section, **family_fields(spec, checkpoint_model(spec)))
+    ckpt = checkpoint_model(spec)  # config.json read once (tests/plan/test_planner_reads_once.py)
+    section = _one_transformer(spec, ckpt)
+    section = dataclasses.replace(section, **family_fields(spec, ckpt))
     return dataclasses.replace(section, boundary_ratio=boundary_ratio(spec), expand_timesteps=expand_timesteps(spec))
 
 
@@ -244,8 +245,7 @@ def _guidance(family: str, diffusers_class: Optional[str], config: dict) -> dict
     return {"distilled": True, "guidance_embed": bool(config.get("guidance_embeds", True))}
 
 
-def _one_transformer(spec: ModelSpec) -> ModelSection:
-    ckpt = checkpoint_model(spec)
+def _one_transformer(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> ModelSection:
     section = _resolve(spec, dict(ckpt.fields) if ckpt is not None and spec.preset is None else None)
     if ckpt is None:
         return section

@@ -34,14 +34,20 @@ sys.addaudithook(_audit)
 
 
 def safetensors_file(path: Path, tensors: dict[str, list[int]]) -> Path:
-    """A float32 safetensors file of zeros (the format: header length, JSON header, data)."""
-    header, offset = {}, 0
+    """A float32 safetensors file (the format: header length, JSON header, data): zeros, but a
+    scalar (a LoRA alpha) is 4.0, as a zero alpha is refused."""
+    header, offset, scalars = {}, 0, []
     for name, shape in tensors.items():
         size = 4 * (shape[0] * shape[1] if len(shape) == 2 else 1)
         header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        if not shape:
+            scalars.append(offset)
         offset += size
     text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(offset))
+    data = bytearray(offset)
+    for at in scalars:
+        struct.pack_into("<f", data, at, 4.0)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(data))
     return path
 
 
