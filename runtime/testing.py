@@ -28,6 +28,7 @@ Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_e
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import pickle
@@ -38,6 +39,7 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
+from sporch.orchestrator.contract.families import standin_family
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
@@ -59,6 +61,9 @@ def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1,
     degree = {"none": 1, "sequence": layout.sequence_degree, "world": layout.world_size}[shard_weights]
     wl = {**DEFAULT_WORKLOAD, **(workload or {})}
     m = sections.ModelSection.from_dict(dict(model))
+    if wl.get("kind") == "generate" and m.family is None:  # as the planner records it (planner.with_pipeline_family)
+        fam = standin_family(m.attention)
+        m = dataclasses.replace(m, family=fam.name if fam is not None else None)
     wl["cfg_enabled"] = runs_cfg(wl["guidance_scale"], distilled=m.distilled)
     return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
                 ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(),

@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from .families import Family, get_family
 from .models.wan import PRESETS as WAN_PRESETS
 from .safe_files import NotAFileError, read_regular
 
@@ -36,23 +37,16 @@ def require_pipelines() -> None:
                                f"not installed): {EXTRA_HINT}")
 
 
-#: Sub-folders of a diffusers pipeline folder the generate workload reads, per model family.
-FOLDERS = {
-    "wan": ("text_encoder", "tokenizer", "vae", "scheduler", "transformer"),
-    "flux": ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer"),
-}
-
-
 #: What a model taking CLIP image tokens (Wan2.1 I2V, ``image_dim``) reads besides: its image encoder
 #: (CLIPVisionModel) and that encoder's preprocessing (CLIPImageProcessor), as WanImageToVideoPipeline.
 IMAGE_ENCODER_FOLDERS = ("image_encoder", "image_processor")
 
 
 def pipeline_problems(root: str | Path, family: str, image_encoder: bool = False) -> list[str]:
-    """What is missing from a diffusers-layout folder for ``family`` (empty when usable);
-    ``image_encoder``: the model takes CLIP image tokens (:func:`image_embeds`)."""
+    """What is missing from a diffusers-layout folder for ``family`` (its ``pipeline_folders``;
+    empty when usable); ``image_encoder``: the model takes CLIP image tokens (:func:`image_embeds`)."""
     p = Path(root).expanduser()
-    folders = FOLDERS[family] + (IMAGE_ENCODER_FOLDERS if image_encoder else ())
+    folders = get_family(family).pipeline_folders + (IMAGE_ENCODER_FOLDERS if image_encoder else ())
     if not p.is_dir():
         return [f"model.weights {p} is not a folder; generate needs a diffusers pipeline folder "
                 f"({', '.join(folders)}/ and model_index.json)"]
@@ -102,17 +96,15 @@ def takes_image(model: Any) -> bool:
     return image_to_video(model) or bool(getattr(model, "expand_timesteps", False))
 
 
-def family_of(model: Any) -> str:
-    """'wan' (cross attention: text- or image-to-video, with or without a CLIP image encoder) or
-    'flux' (joint attention, text-to-image), from the plan's model section."""
-    attention = model.attention
-    if attention == "cross":
-        return "wan"
-    if attention == "joint":
-        return "flux"
-    raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V/I2V, Wan2.2 A14B T2V/I2V, TI2V-5B, attention cross) or "
-                     f"text-to-image (Flux.1, attention joint) model, got preset {model.preset!r} "
-                     f"attention {attention!r}")
+def generate_family(model: Any) -> Family:
+    """The family recorded in ``plan.model.family`` when it has a generate pipeline (its module's
+    ``pipeline_folders``), else ValueError (one line)."""
+    fam = get_family(model.family) if model.family else None
+    if fam is None or not fam.pipeline_folders:
+        raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V/I2V, Wan2.2 A14B T2V/I2V, "
+                         f"TI2V-5B, attention cross) or text-to-image (Flux.1, attention joint) model, got preset "
+                         f"{model.preset!r} attention {model.attention!r}")
+    return fam
 
 
 def check_generate(model: Any, workload: Any) -> list[str]:
@@ -124,7 +116,7 @@ def check_generate(model: Any, workload: Any) -> list[str]:
     except PipelinesMissing as exc:
         problems.append(str(exc))
     try:
-        family = family_of(model)
+        family = generate_family(model).name
     except ValueError as exc:
         return problems + [str(exc)]
     weights = model.weights

@@ -13,34 +13,14 @@ runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by til
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.families import get_family
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 
-#: Parameters of the published pipelines' other parts (text encoders, VAE): sizes, the text
-#: encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the VAE's
-#: widest decoder channels, frames per causal chunk, and diffusers' tile size (``enable_tiling``).
-ENCODERS: dict[str, dict[str, Any]] = {
-    "wan": {"text_encoder": "umT5-XXL encoder", "text_encoder_parameters": 5_680_000_000,
-            "text_encoder_layers": 24, "text_encoder_embedding": 256_384 * 4096,
-            "vae": "AutoencoderKLWan", "vae_parameters": 127_000_000, "vae_channels": 96, "vae_chunk_frames": 4,
-            "vae_tile_pixels": 256 * 256},
-    "flux": {"text_encoder": "T5-XXL encoder + CLIP-L text", "text_encoder_parameters": 4_760_000_000 + 123_000_000,
-             "text_encoder_layers": 24 + 12, "text_encoder_embedding": 32_128 * 4096,
-             "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1,
-             "vae_tile_pixels": 1024 * 1024},
-}
-#: Wan2.2 TI2V-5B: umT5 as Wan2.1, the Wan2.2 VAE (48 latent channels, strides 4 x 16 x 16; its
-#: decoder's last stages run 256 channels at half and 1024 at quarter resolution: 64 per output pixel)
-ENCODERS["wan2.2"] = {**ENCODERS["wan"], "vae": "AutoencoderKLWan (Wan2.2)", "vae_parameters": 704_700_000,
-                      "vae_channels": 64}
-#: Wan2.1 I2V 14B (480p, 720p): umT5 and the Wan2.1 VAE, and the CLIP image encoder the pipeline folder
-#: ships (image_encoder/: CLIPVisionModel, ViT-H/14 at 224 px, 32 layers 1280 wide; transformers' class with
-#: that config.json counted on the meta device). The leader runs it in float32 (as diffusers' examples
-#: load it) after the text encoder is freed and before the transformer is built.
-ENCODERS["wan2.1-i2v"] = {**ENCODERS["wan"], "image_encoder": "CLIP ViT-H/14 vision (CLIPVisionModel)",
-                          "image_encoder_parameters": 630_766_080}
+#: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
+#: family: ``Family.pipeline_parts(preset)`` in contract/families/ (wan.PARTS, flux.PARTS).
 IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
@@ -58,25 +38,12 @@ def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
     return path
 
 
-def _family(model: ModelSection) -> Optional[str]:
-    preset = model.preset or ""
-    if preset.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b")):  # Wan2.2 A14B: umT5 and the Wan2.1 VAE
-        return "wan"
-    if preset.startswith("wan2.2-ti2v"):
-        return "wan2.2"
-    if preset.startswith("wan2.1-i2v"):
-        return "wan2.1-i2v"
-    if preset.startswith("flux.1"):
-        return "flux"
-    return None
+def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:
+    """The published text encoder and VAE of ``model`` (its family's, by preset), or None (sizes unknown)."""
+    return get_family(model.family).pipeline_parts(model.preset) if model.family else None
 
 
-def known_parts(model: ModelSection) -> Optional[dict[str, Any]]:
-    """The published text encoder and VAE of ``model``'s family, or None (sizes unknown)."""
-    return ENCODERS.get(_family(model) or "")
-
-
-def sharded_encoder_bytes(known: dict[str, Any], b: int, degree: int) -> int:
+def sharded_encoder_bytes(known: Mapping[str, Any], b: int, degree: int) -> int:
     """GPU bytes per rank of a text encoder sharded over ``degree`` ranks (FSDP2: each block and
     the embedding a unit): 1/degree of it, plus the biggest that is gathered at a time (the
     embedding, or a block and the prefetched next one)."""
@@ -86,7 +53,7 @@ def sharded_encoder_bytes(known: dict[str, Any], b: int, degree: int) -> int:
     return int((-(-params // degree) + gathered) * b)
 
 
-def decode_bytes(known: dict[str, Any], workload: WorkloadSection, vae: str, degree: int,
+def decode_bytes(known: Mapping[str, Any], workload: WorkloadSection, vae: str, degree: int,
                  vae_stride: list[int]) -> dict[str, int]:
     """The VAE decode's working set on the busiest decoding rank, and the decoded frames it holds."""
     height, width = workload.height or 0, workload.width or 0

@@ -39,6 +39,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.orchestrator.contract.families import standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -115,9 +116,19 @@ def job_model(job: JobSpec) -> sections.ModelSection:
     """``job``'s model section from its preset or checkpoint config (no LoRA): a preflight job's
     is the stand-in shape with the weights path kept."""
     if job.workload.kind != "preflight" or not job.model.weights:
-        return resolve_model(job.model)
+        return with_pipeline_family(resolve_model(job.model), job.workload)
     model = resolve_model(dataclasses.replace(job.model, weights=None))
     return dataclasses.replace(model, weights=job.model.weights)
+
+
+def with_pipeline_family(model: sections.ModelSection, workload: WorkloadSpec) -> sections.ModelSection:
+    """A generate job of a stand-in preset (``tiny``, no family) runs the hand-built pipeline of
+    the family its attention kind stands in for (contract/families ``standin_family``): decided
+    here and recorded in ``plan.model.family``, which the runtime's pipelines read."""
+    if workload.kind != "generate" or model.family is not None:
+        return model
+    fam = standin_family(model.attention)
+    return dataclasses.replace(model, family=fam.name) if fam is not None else model
 
 
 def job_context(cluster: sections.ClusterSpec, job: JobSpec,

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .families import pipeline_family
 from .spec import GenerateSpec
 
 
@@ -42,31 +43,13 @@ def load_scheduler(spec: GenerateSpec):
     if spec.shift is not None:
         if name == "UniPCMultistepScheduler":
             overrides = {"flow_shift": spec.shift}
-        elif spec.family == "wan":
-            overrides = {"shift": spec.shift}
         else:
-            overrides = {"shift": spec.shift, "use_dynamic_shifting": False}
+            overrides = pipeline_family(spec.family).euler_shift(spec.shift)
     return cls.from_config(config, **overrides)
 
 
 def timesteps(spec: GenerateSpec, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
     """Set the scheduler's timesteps for ``spec.steps`` steps; returns them (model units)."""
-    if spec.family == "wan":
-        if spec.sigmas is not None:  # workload.sigmas (euler): the recipe's list, shifted by the scheduler
-            scheduler.set_timesteps(sigmas=list(spec.sigmas), device=device)
-        else:
-            scheduler.set_timesteps(spec.steps, device=device)
-        out = scheduler.timesteps
-    else:
-        import numpy as np
-        from diffusers.pipelines.flux.pipeline_flux import calculate_shift, retrieve_timesteps
-
-        cfg = scheduler.config
-        sigmas = None if cfg.get("use_flow_sigmas") else np.linspace(1.0, 1 / spec.steps, spec.steps)
-        if spec.sigmas is not None:
-            sigmas = np.array(spec.sigmas)
-        mu = calculate_shift(image_tokens, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
-                             cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
-        out, _ = retrieve_timesteps(scheduler, spec.steps, device, sigmas=sigmas, mu=mu)
+    out = pipeline_family(spec.family).timesteps(spec, scheduler, image_tokens, device)
     scheduler.set_begin_index(0)
     return out

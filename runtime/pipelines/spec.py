@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sporch.orchestrator.contract.generate_inputs import family_of, image_embeds, read_prompts
+from sporch.orchestrator.contract.families import get_family
+from sporch.orchestrator.contract.generate_inputs import generate_family, image_embeds, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 
 @dataclass(frozen=True)
 class GenerateSpec:
-    family: str  # "wan" (video, MP4) | "flux" (image, PNG)
+    family: str  # plan.model.family: "wan" (video, MP4) | "flux" (image, PNG); runtime/pipelines/families.py
     model: dict  # plan.model, for build_model / ModelConfig
     root: str  # the diffusers pipeline folder (model.weights)
     tiny_weights: bool  # create a tiny random pipeline at ``root`` when it does not exist
@@ -54,13 +55,13 @@ class GenerateSpec:
 
     @property
     def video(self) -> bool:
-        return self.family == "wan"
+        return get_family(self.family).video
 
 
 def generate_spec(plan: Plan) -> GenerateSpec:
     """The one place plan fields are read for a generate job."""
     model, wl, seq = plan.model, plan.workload, plan.sequence
-    family = family_of(model)
+    family = generate_family(model)
     if wl.prompt_file:
         prompts = tuple(read_prompts(wl.prompt_file))
     elif wl.prompt:
@@ -68,9 +69,9 @@ def generate_spec(plan: Plan) -> GenerateSpec:
     else:
         raise ValueError("workload.kind=generate needs workload.prompt or workload.prompt_file")
     frames = wl.frames or 1
-    fmt = wl.output_format or ("mp4" if family == "wan" else "png")
+    fmt = wl.output_format or ("mp4" if family.video else "png")
     return GenerateSpec(
-        family=family, model=model.to_dict(), root=model.weights or "", tiny_weights=wl.tiny_weights,
+        family=family.name, model=model.to_dict(), root=model.weights or "", tiny_weights=wl.tiny_weights,
         prompts=prompts, negative_prompt=wl.negative_prompt, seed=wl.seed, steps=wl.steps,
         guidance_scale=wl.guidance_scale, cfg=wl.cfg_enabled, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,
         fps=wl.fps, frames=frames, height=wl.height, width=wl.width, text_len=model.text_len,

@@ -30,6 +30,7 @@ import torch
 from sporch.runtime.model.condition import Condition, cond_map
 from sporch.runtime.parallel import ParallelContext
 
+from .families import pipeline_family
 from .replica import share_from_leader
 from .spec import GenerateSpec
 
@@ -102,15 +103,8 @@ def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dty
     pipe = (load_sharded_text_pipeline(spec.root, dtype, device, ctx) if ctx is not None
             else load_text_pipeline(spec.root, dtype, device))
     try:
-        if spec.family == "wan":
-            pos, neg = pipe.encode_prompt(list(prompts), negative_prompt=spec.negative_prompt or "",
-                                          do_classifier_free_guidance=cfg, max_sequence_length=spec.text_len,
-                                          device=device, dtype=dtype)
-            cond, null = pos, (neg if cfg else None)
-        else:
-            text, pooled, _ = pipe.encode_prompt(list(prompts), prompt_2=None, device=device,
-                                                 max_sequence_length=spec.text_len)
-            cond, null = {"text": text.to(dtype), "pooled": pooled.to(dtype)}, None
+        cond, null = pipeline_family(spec.family).encode(pipe, prompts, spec.negative_prompt, cfg, spec.text_len,
+                                                         device, dtype)
     finally:
         del pipe
         gc.collect()

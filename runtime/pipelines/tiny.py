@@ -164,6 +164,10 @@ def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
                         text_encoder_2=t5, tokenizer_2=tiny_tokenizer(int(model["text_len"])), transformer=transformer)
 
 
+#: The tiny pipeline of each family with a generate pipeline (plan.model.family -> builder).
+TINY_PIPELINES = {"wan": tiny_wan_pipeline, "flux": tiny_flux_pipeline}
+
+
 def save_tiny_pipeline(family: str, root: str | Path, model: Any, seed: int = 0) -> Path:
     """Build the tiny ``family`` ("wan" | "flux") pipeline and save it at ``root`` (atomically:
     a temporary folder next to it, then a rename). ``model``: the plan's model section, or its dict."""
@@ -171,7 +175,7 @@ def save_tiny_pipeline(family: str, root: str | Path, model: Any, seed: int = 0)
         model = model.to_dict()
     with torch.random.fork_rng(devices=[]):  # constructors draw initial weights from the global RNG
         torch.manual_seed(seed)
-        pipe = (tiny_wan_pipeline if family == "wan" else tiny_flux_pipeline)(model, seed)
+        pipe = TINY_PIPELINES[family](model, seed)
     root = Path(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))

@@ -7,9 +7,9 @@ VAE is loaded on first use and kept for the replica's later prompt batches. Plac
 the latent's rows over the leader's sequence group (:mod:`.vae_parallel`, exact), whose ranks
 all call the decoder; the frames end on the group's first rank (the leader).
 
-* Wan2.1 (AutoencoderKLWan): ``latents / (1 / latents_std) + latents_mean`` per channel, as
-  WanPipeline; the VAE decodes frame chunks causally, so its working set follows one chunk.
-* Flux.1 (AutoencoderKL): ``latents / scaling_factor + shift_factor``, as FluxPipeline.
+Each family's un-normalisation and post-processing (Wan2.1: per channel, as WanPipeline, decoded as
+video; Flux.1: scaling and shift factors, as FluxPipeline, one image) is its record in
+:mod:`.families`, looked up by ``plan.model.family``.
 
 Output: float32 numpy in [0, 1]: video [B, F, H, W, 3], image [B, 1, H, W, 3].
 """
@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from sporch.runtime.model import ModelConfig
-from sporch.runtime.model.finite import check_output
 
+from .families import pipeline_family
 from .spec import GenerateSpec
 from .vae_parallel import decode_rows, parallelize_decoder
 
@@ -39,9 +39,9 @@ class Decoder:
 
         self.spec = spec
         self.device = device
+        self.family = pipeline_family(spec.family)
         drop: dict[str, Any] = {"transformer": None, "text_encoder": None, "tokenizer": None}
-        if spec.family == "flux":
-            drop.update(text_encoder_2=None, tokenizer_2=None)
+        drop.update(dict.fromkeys(self.family.text_parts))
         if spec.boundary_ratio is not None:
             drop["transformer_2"] = None  # Wan2.2 A14B's low-noise expert: not for decoding
         self.pipe = DiffusionPipeline.from_pretrained(spec.root, dtype=dtype, **drop).to(device)
@@ -57,14 +57,12 @@ class Decoder:
         """The VAE's latent channels and strides must be the model's."""
         cfg = self.pipe.vae.config
         model, spec = self.spec.model, self.spec
-        channels = cfg.z_dim if spec.family == "wan" else cfg.latent_channels
+        channels = self.family.latent_channels(cfg)
         want = ModelConfig.from_dict(model).out_dim  # the preset's or the checkpoint's knobs too
         if channels != want:
             raise ValueError(f"the VAE in {spec.root}/vae has {channels} latent channels, the model {want}: "
                              "use the model settings of this pipeline folder")
-        stride = ([self.pipe.vae_scale_factor_temporal, self.pipe.vae_scale_factor_spatial,
-                   self.pipe.vae_scale_factor_spatial] if spec.family == "wan"
-                  else [1, self.pipe.vae_scale_factor, self.pipe.vae_scale_factor])
+        stride = self.family.vae_stride(self.pipe)
         if [int(s) for s in model["vae_stride"]][1:] != stride[1:] or (spec.video and model["vae_stride"][0] != stride[0]):
             raise ValueError(f"the VAE in {spec.root}/vae has strides {stride}, the job says model.vae_stride "
                              f"{list(model['vae_stride'])}: set model.vae_stride: {stride}")
@@ -73,19 +71,8 @@ class Decoder:
     def __call__(self, latents: torch.Tensor):
         """[B, C, F, H, W] float32 latents -> frames [B, F, H, W, 3] float32 numpy in [0, 1]
         (None on a parallel decode's other ranks)."""
-        vae = self.pipe.vae
-        x = latents.to(self.device, vae.dtype)
-        if self.spec.family == "wan":
-            c = vae.config.z_dim
-            mean = torch.tensor(vae.config.latents_mean).view(1, c, 1, 1, 1).to(x.device, x.dtype)
-            inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, c, 1, 1, 1).to(x.device, x.dtype)
-            video = self._decode(x / inv_std + mean)
-            check_output(video, "generate (decoded frames)")  # post-processing would clamp inf, keep NaN
-            return None if video is None else self.pipe.video_processor.postprocess_video(video, output_type="np")
-        x = x[:, :, 0] / vae.config.scaling_factor + vae.config.shift_factor
-        image = self._decode(x)
-        check_output(image, "generate (decoded image)")
-        return None if image is None else self.pipe.image_processor.postprocess(image, output_type="np")[:, None]
+        x = latents.to(self.device, self.pipe.vae.dtype)
+        return self.family.decode(self.pipe, x, self._decode)
 
     def _decode(self, z: torch.Tensor) -> torch.Tensor | None:
         """The VAE's decode of the un-normalised latents: whole, or split over the group."""

@@ -13,7 +13,7 @@ import pytest
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.pipeline import ENCODERS
+from sporch.orchestrator.contract.families.wan import PARTS_I2V
 from sporch.orchestrator.plan.planner import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_each_preset_plans_its_resolution_with_the_image_branch_and_encoder(pres
     assert est["context_flops_per_sample"] == t2v.estimates["context_flops_per_sample"] * (512 + 257) // 512
     assert pipe["image_encoder"]["bytes"] == CLIP_VIT_H_VISION * 4 and pipe["image_encoder"]["ranks"] == [0]
     assert pipe["busiest_rank"]["image_encoder"] == CLIP_VIT_H_VISION * 4
-    assert ENCODERS["wan2.1-i2v"]["image_encoder_parameters"] == CLIP_VIT_H_VISION
+    assert PARTS_I2V["image_encoder_parameters"] == CLIP_VIT_H_VISION
 
 
 def test_the_image_encoder_is_the_encode_peak_when_the_text_encoder_runs_on_the_cpu():

@@ -21,7 +21,7 @@ FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.F
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "UnsupportedClass", "FAMILIES", "family_of_class", "get_family",
-           "supported_classes", "generic_preset", "require_family"]
+           "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
 def family_of_class(class_name: str) -> Optional[Family]:
@@ -48,6 +48,15 @@ def get_family(name: str) -> Family:
         if fam.name == name:
             return fam
     raise KeyError(f"unknown family {name!r}; known: {', '.join(f.name for f in FAMILIES)}")
+
+
+def standin_family(attention: Optional[str]) -> Optional[Family]:
+    """The family whose generate pipeline a stand-in preset with ``attention`` runs (``tiny``:
+    cross -> wan, joint -> flux), or None."""
+    for fam in FAMILIES:
+        if fam.standin_attention is not None and fam.standin_attention == attention:
+            return fam
+    return None
 
 
 def supported_classes() -> list[str]:

@@ -13,6 +13,11 @@ class UnsupportedClass(CheckpointError):
     """A diffusers class no family covers."""
 
 
+def no_pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """A family whose text encoder and VAE sizes sporch does not know."""
+    return None
+
+
 @dataclass(frozen=True)
 class FamilyPreset:
     """A published checkpoint's transformer config (the keys of its config.json that set the
@@ -42,6 +47,16 @@ class Family:
     #: hand-built sporch path (Wan, Flux) besides the generic one
     hand_built: bool = False
     cfg: bool = True  # classifier-free guidance applies (False: guidance-distilled)
+    #: The generate workload (hand-built pipelines, runtime/pipelines/families.py): the diffusers
+    #: pipeline folder's sub-folders it reads (empty: no generate pipeline), whether it makes video
+    #: (MP4) or images (PNG), and the attention kind by which a stand-in preset (``tiny``) in a
+    #: generate job takes this family's pipeline (the planner records the answer in plan.model.family).
+    pipeline_folders: tuple[str, ...] = ()
+    video: bool = False
+    standin_attention: Optional[str] = None
+    #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline.py's
+    #: memory estimate), or None where unknown
+    pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
     notes: str = ""
 
     def split_plan_source(self, class_name: str) -> str:

@@ -7,9 +7,25 @@ image tokens both split (joint attention is sequence-parallel over both).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family
+
+#: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
+
+#: Parameters of Flux.1's other parts (plan/pipeline.py's memory estimate; the keys as wan.PARTS):
+#: T5-XXL and CLIP-L text encoders, the 16-channel AutoencoderKL.
+PARTS: dict[str, Any] = {
+    "text_encoder": "T5-XXL encoder + CLIP-L text", "text_encoder_parameters": 4_760_000_000 + 123_000_000,
+    "text_encoder_layers": 24 + 12, "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1,
+    "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """Flux.1's text encoders and VAE for a Flux.1 preset; None otherwise."""
+    return PARTS if (preset or "").startswith("flux.1") else None
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -25,4 +41,4 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, hand_built=True,
-                cfg=False)
+                cfg=False, pipeline_folders=PIPELINE_FOLDERS, standin_attention="joint", pipeline_parts=pipeline_parts)

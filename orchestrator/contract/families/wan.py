@@ -7,9 +7,44 @@ whole on every rank (cross-attention needs no communication).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family
+
+#: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+#: Parameters of the published pipelines' other parts (plan/pipeline.py's memory estimate): sizes,
+#: the text encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the
+#: VAE's widest decoder channels, frames per causal chunk, and diffusers' tile size (``enable_tiling``).
+#: Wan2.1 T2V and Wan2.2 A14B: umT5-XXL and the Wan2.1 VAE.
+PARTS: dict[str, Any] = {
+    "text_encoder": "umT5-XXL encoder", "text_encoder_parameters": 5_680_000_000,
+    "text_encoder_layers": 24, "text_encoder_embedding": 256_384 * 4096,
+    "vae": "AutoencoderKLWan", "vae_parameters": 127_000_000, "vae_channels": 96, "vae_chunk_frames": 4,
+    "vae_tile_pixels": 256 * 256}
+#: Wan2.2 TI2V-5B: umT5 as Wan2.1, the Wan2.2 VAE (48 latent channels, strides 4 x 16 x 16; its
+#: decoder's last stages run 256 channels at half and 1024 at quarter resolution: 64 per output pixel)
+PARTS_TI2V = {**PARTS, "vae": "AutoencoderKLWan (Wan2.2)", "vae_parameters": 704_700_000, "vae_channels": 64}
+#: Wan2.1 I2V 14B (480p, 720p): umT5 and the Wan2.1 VAE, and the CLIP image encoder the pipeline folder
+#: ships (image_encoder/: CLIPVisionModel, ViT-H/14 at 224 px, 32 layers 1280 wide; transformers' class with
+#: that config.json counted on the meta device). The leader runs it in float32 (as diffusers' examples
+#: load it) after the text encoder is freed and before the transformer is built.
+PARTS_I2V = {**PARTS, "image_encoder": "CLIP ViT-H/14 vision (CLIPVisionModel)",
+             "image_encoder_parameters": 630_766_080}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published text encoder, VAE (and image encoder) of preset ``preset``; None for a
+    preset whose parts sporch does not know (or a checkpoint folder without one)."""
+    name = preset or ""
+    if name.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b")):
+        return PARTS
+    if name.startswith("wan2.2-ti2v"):
+        return PARTS_TI2V
+    if name.startswith("wan2.1-i2v"):
+        return PARTS_I2V
+    return None
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -25,4 +60,5 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
-                hand_built=True)
+                hand_built=True, pipeline_folders=PIPELINE_FOLDERS, video=True, standin_attention="cross",
+                pipeline_parts=pipeline_parts)

@@ -351,6 +351,9 @@ DEFAULTS = {
 }
 #: Knobs that come with the family whatever the config says.
 FAMILY_KNOBS = {"Wan2.1": {}, "Flux.1": {"distilled": True, "freq_dim": 256}}
+#: Shape fields a hand-built family's config must say besides depth, hidden, heads, channels and
+#: patch (Flux's feed-forward width follows from hidden; Wan's is its own).
+FAMILY_REQUIRED = {"Wan2.1": ("ffn_dim",), "Flux.1": ()}
 #: Names in ``out`` that are shape fields of the plan (the rest are knobs).
 SHAPE_FIELDS = ("attention", "depth", "single_depth", "hidden", "num_heads", "num_kv_heads", "head_dim", "ffn_dim",
                 "patch", "in_channels", "vae_stride", "text_len", "text_dim", "qk_norm")
@@ -385,9 +388,8 @@ def _read(config: Mapping[str, Any], path: Path, family: str, fmt: str, table: M
     out = {k: v for k, v in out.items() if not k.startswith("_")}
     keys = {k: v for k, v in keys.items() if not k.startswith("_")}
     shape = {**DEFAULTS[family], **{k: v for k, v in out.items() if k in SHAPE_FIELDS}}
-    missing = [k for k in ("depth", "hidden", "num_heads", "in_channels", "patch") if k not in shape]
-    if family == "Wan2.1" and "ffn_dim" not in shape:
-        missing.append("ffn_dim")
+    missing = [k for k in ("depth", "hidden", "num_heads", "in_channels", "patch") + FAMILY_REQUIRED[family]
+               if k not in shape]
     if missing:
         raise CheckpointError(f"{path}: the config does not say {', '.join(missing)}; name the model's preset")
     knobs = {**FAMILY_KNOBS[family], **{k: v for k, v in out.items() if k not in SHAPE_FIELDS}}

@@ -315,9 +315,10 @@ def _match(name: str, matchers) -> Optional[tuple[Rule, int, str]]:
     return None
 
 
-def family_of(lora: LoraFile) -> tuple[str, str, int]:
-    """(attention kind, name format, modules matched) of the family and format whose module
-    names the adapter uses most: ``cross`` (Wan) or ``joint`` (Flux); original or diffusers."""
+def adapter_naming(lora: LoraFile) -> tuple[str, str, int]:
+    """(attention kind, name format, modules matched) of the module-name table and format the
+    adapter's names match most: ``cross`` (Wan's table) or ``joint`` (Flux's); original or
+    diffusers. Read from the adapter file's names; the model's family is plan.model.family."""
     best = ("", "", 0)
     for kind, table in FAMILIES.items():
         for fmt in table.formats:
@@ -339,7 +340,7 @@ def map_targets(lora: LoraFile, attention: str, present: Optional[set[str]] = No
     if table is None:
         raise CheckpointError(f"{where}: LoRA adapters are merged into Wan and Flux models only "
                               f"(model.attention cross or joint), not {attention!r}")
-    kind, fmt, hits = family_of(lora)
+    kind, fmt, hits = adapter_naming(lora)
     if kind and kind != attention:
         raise CheckpointError(f"{where} is a LoRA for {FAMILIES[kind].model} ({hits} of {len(lora.modules)} modules "
                               f"match), but the job's model is {table.model}; use an adapter trained for it")
@@ -478,7 +479,7 @@ def compact_names(names: list[str]) -> list[str]:
 def describe_lora(path: str | Path) -> dict[str, Any]:
     """What ``sporch inspect`` says about a LoRA file: format, ranks, alphas, targets, family."""
     lora = read_lora(path)
-    kind, names, hits = family_of(lora)
+    kind, names, hits = adapter_naming(lora)
     dtypes: dict[str, int] = {}
     for info in lora.tensors.values():
         dtypes[info.dtype] = dtypes.get(info.dtype, 0) + 1

@@ -486,10 +486,10 @@ def test_the_planners_clip_image_encoder_count_is_the_published_one():
     ViT-H/14 at 224 px) built with transformers on the meta device: the planner's count."""
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
-    from sporch.orchestrator.plan.pipeline import ENCODERS
+    from sporch.orchestrator.contract.families.wan import PARTS_I2V
 
     with torch.device("meta"):
         clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=1280, intermediate_size=5120, num_attention_heads=16,
                                                 num_hidden_layers=32, patch_size=14, image_size=224,
                                                 projection_dim=1024, hidden_act="gelu", layer_norm_eps=1e-5))
-    assert sum(p.numel() for p in clip.parameters()) == ENCODERS["wan2.1-i2v"]["image_encoder_parameters"]
+    assert sum(p.numel() for p in clip.parameters()) == PARTS_I2V["image_encoder_parameters"]
