@@ -63,13 +63,16 @@ def test_render_refuses_a_quote_in_output_dir_with_one_line(tmp_path):
 
 
 def test_render_escapes_percent_in_output_lines(tmp_path):
-    p = _sporch(tmp_path / "home", "render", "--cluster", "slurmlab", TINY, "--job-dir", "/runs/a%b/JOB")
+    # render claims its --job-dir (it writes plan.json there), so the folder lives under tmp_path
+    job = tmp_path / "a%b" / "JOB"
+    p = _sporch(tmp_path / "home", "render", "--cluster", "slurmlab", TINY, "--job-dir", str(job))
     assert p.returncode == 0, p.stderr
-    text = p.stdout
-    assert "#SBATCH --output=/runs/a%%b/JOB/logs/%j.out" in text
-    assert "#SBATCH --error=/runs/a%%b/JOB/logs/%j.err" in text
-    assert "--output=/runs/a%%b/JOB/logs/%j_%t.out" in text
-    assert "export SPORCH_JOB_DIR=/runs/a%b/JOB" in text  # shell lines keep the folder as it is
+    text, doubled = p.stdout, str(job).replace("%", "%%")
+    assert f"#SBATCH --output={doubled}/logs/%j.out" in text
+    assert f"#SBATCH --error={doubled}/logs/%j.err" in text
+    assert f"--output={doubled}/logs/%j_%t.out" in text
+    assert f"export SPORCH_JOB_DIR={job}" in text  # shell lines keep the folder as it is
+    assert (job / "plan.json").is_file()
 
 
 def test_campaign_array_doubles_percent_of_point_folders():
