@@ -28,9 +28,9 @@ from torch.profiler import ProfilerActivity, profile
 from sporch.orchestrator.contract.benchstats import step_summary
 from sporch.orchestrator.contract.models.lora import for_expert
 from sporch.orchestrator.contract.plan import Plan
-from sporch.runtime.attention.select import Choice, run_choice
 from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.attention import CommStats
+from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.compile import CompileInfo, compile_blocks, time_first_call
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import (
@@ -45,9 +45,9 @@ from sporch.runtime.model import (
     verify,
 )
 from sporch.runtime.model.cache import make_step_cache
+from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.generic.workload import run_generic
-from sporch.runtime.model.cache.agreement import agreed_fields
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
 from sporch.runtime.preflight import run as run_preflight
