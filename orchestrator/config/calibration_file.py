@@ -20,7 +20,7 @@ FORMAT_VERSION = 1
 MAX_FILE_BYTES = 1024 * 1024
 #: Constants of the cost model (the GPU table's columns, data/gpus.yaml).
 CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
-             "compiled_elementwise_bytes", "ring_merge_bytes", "ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s",
+             "compiled_elementwise_bytes", "ring_merge_bytes", "ring_step_s", "eager_ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s",
              "layer_overhead_s", "eager_layer_s", "eager_a2a_message_s", "eager_ring_layer_s", "fixed_s", "decode_flops_per_pixel",
              "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 #: Constants that must be > 0 (efficiencies, SM count, bandwidth); the others are costs (>= 0).
