@@ -226,7 +226,7 @@ def synthetic_observations(true: dict) -> list[Observation]:
 def test_calibration_recovers_known_constants():
     base = prior_constants("L40S")
     true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
-            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
+            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5, "eager_ring_step_s": 2e-4,
             "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
             "eager_a2a_message_s": 1.5e-4, "eager_ring_layer_s": 9e-4}
     obs = synthetic_observations(true)
@@ -252,7 +252,7 @@ def test_calibration_finds_host_bound_eager_layers():
     and gives every constant back, the host's included."""
     base = prior_constants("L40S")
     true = {**base, "gemm_efficiency": 0.55, "attention_efficiency": 0.42, "elementwise_bytes": 700.0,
-            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5,
+            "compiled_elementwise_bytes": 250.0, "ring_merge_bytes": 60.0, "ring_step_s": 4e-5, "eager_ring_step_s": 2e-4,
             "link_efficiency": 0.6, "a2a_latency_s": 3e-4, "p2p_latency_s": 5e-4, "layer_overhead_s": 2e-4,
             "eager_layer_s": 0.03, "eager_a2a_message_s": 1.5e-4, "eager_ring_layer_s": 9e-4}
     obs = synthetic_observations(true)
