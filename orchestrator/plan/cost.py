@@ -21,8 +21,7 @@ dp / cfg replicas run independently, so one rank's time is the step time):
     overhead    = layer_overhead_s
     eager host  = an eager (not compiled, not sharded) layer takes the longer of the GPU's work
                   (every term above) and the host's launching of it: host = eager_layer_s +
-                  eager_a2a_message_s per all-to-all call (2 when ulysses > 1, whatever the
-                  peers) + eager_ring_layer_s when ring > 1;
+                  eager_a2a_message_s per all-to-all message + eager_ring_layer_s when ring > 1;
                   the term is max(0, host - GPU work)                             (eager only)
     weight gather (parameters sharded, FSDP2): each block is all-gathered before it runs,
                   gather = block's share of the bytes / (link x link_efficiency); the next
@@ -304,11 +303,12 @@ def _layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
 
 def _host_counts(x: CostInputs) -> dict[str, float]:
     """An eager layer's host time as counts of the host constants (compiled or sharded: none).
-    The host launches one all-to-all per call whatever the number of peers (the peers' messages
-    are the GPU's and the link's: ``a2a_latency_s``), so its count is the calls, not the messages."""
+    Per all-to-all message (peer and call): c10d's all_to_all_single enqueues one send and one
+    receive per peer on the host. Counted per call instead, the held-out tables came out no better
+    with issue 416's table in (docs/plan.md)."""
     if x.compiled or x.gather_bytes > 0:
         return {}
-    return {"eager_layer_s": 1.0, "eager_a2a_message_s": float(A2A_CALLS_PER_LAYER if x.ulysses > 1 else 0),
+    return {"eager_layer_s": 1.0, "eager_a2a_message_s": float(_a2a_messages(x)),
             "eager_ring_layer_s": 1.0 if x.ring > 1 else 0.0}
 
 
