@@ -194,6 +194,11 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None,
         if row.ok:
             row.bounds = select(references, row.values)
             row.verdicts = evaluate(row.bounds, row.metrics)
+        elif row.status != PENDING:
+            # a point that ran and did not complete (failed, cancelled, unreadable) fails every
+            # reference it has: a reproduction whose runs broke has not reproduced anything
+            row.bounds = select(references, row.values)
+            row.verdicts = {name: FAIL for name in row.bounds}
     return rows
 
 
