@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
 from sporch.orchestrator.contract.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.measured_links import LINK_CONSTANTS, LinkFigures
+from sporch.orchestrator.plan.measured_links import LinkFigures
 from sporch.orchestrator.plan.cost import (
     FITTED,
     INVERSE,

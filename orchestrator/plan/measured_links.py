@@ -31,8 +31,6 @@ from sporch.orchestrator.config.calibration_file import LINK_RATES
 from sporch.orchestrator.contract.results import ResultFileError, read_bounded_text, result_file
 from sporch.orchestrator.errors import SporchError
 
-#: The cost model's constants a link measurement sets (held out of a fit that uses it).
-LINK_CONSTANTS = ("link_efficiency", "a2a_latency_s", "p2p_latency_s")
 
 
 @dataclass(frozen=True)
