@@ -146,7 +146,7 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
     con = console()
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
               "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
-    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
+    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype", "status")
             if len({str(r.cell(c)) for r in rows}) == 1}
     visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
     if not wide:

@@ -76,3 +76,23 @@ def test_a_point_that_broke_fails_its_reference_and_one_not_run_is_not_passed(tm
     assert found["1x1x1x4"].ratio == pytest.approx(1.2, rel=1e-12) and found["1x1x1x4"].why == "within the band"
     assert found["1x1x4x1"].measured is None and found["1x1x4x1"].why == "no measurement (the point failed)"
     assert found["1x1x2x2"].verdict == "pending" and found["1x1x2x2"].why == "not run yet"
+
+
+def test_the_terminal_report_at_80_columns_keeps_whole_ids(tmp_path, run_cli, monkeypatch):
+    """Real point ids (12 characters): when every point has one status it goes to the title, and
+    the points table and the references table fit 80 columns with nothing cut."""
+    monkeypatch.setenv("COLUMNS", "80")
+    exp = expand(campaign_from_dict({**CAMPAIGN, "output_dir": str(tmp_path)}))
+    cdir = prepare(exp, tmp_path / "refs")
+    (cdir.root / "campaign.yaml").write_text(json.dumps(CAMPAIGN))
+    for i, p in enumerate(exp.points):
+        cdir.result_file(p.id).write_text(json.dumps({"status": "completed", "metrics": {"step_ms_median": 8.0 + 3 * i}}))
+    code, out, err = run_cli("campaign", "report", cdir.root, "--out", tmp_path / "report")
+    assert code == 1, err  # 14 ms misses 10 ms +/- 25%
+    table = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert "…" not in out and max(len(line) for line in table) <= 80, out
+    assert all(any(p.id in line for line in table) for p in exp.points)
+    assert "status completed" in out and "references (step_ms_median): 2 passed, 1 failed" in out
+    ratios = {line.split("│")[1].strip(): line.split("│")[-3].strip() for line in table
+              if " ms " in line and line.startswith("│")}
+    assert ratios == {p.id: f"{(8.0 + 3 * i) / 10:.3g}x" for i, p in enumerate(exp.points)}, table
