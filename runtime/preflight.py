@@ -42,6 +42,8 @@ from sporch.runtime.parallel import ParallelContext
 
 ROUNDS = 5
 PAYLOAD_BYTES = {"cuda": 64 * 2**20, "cpu": 4 * 2**20}
+#: Floats per peer of the small message whose time is a link's latency (64 bytes: no bandwidth in it).
+LATENCY_ELEMENTS = 16
 
 
 def _node() -> str:
@@ -159,26 +161,34 @@ def measure(ctx: ParallelContext, device: torch.device, payload: int) -> list[di
         src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
         k = len(uranks)
         s = _timed(lambda: dist.all_to_all_single(dst, src, group=ctx.ulysses_group), device, ctx.ulysses_group)
+        small_src = torch.ones(k * LATENCY_ELEMENTS, device=device)
+        small_dst = torch.empty_like(small_src)
+        small = _timed(lambda: dist.all_to_all_single(small_dst, small_src, group=ctx.ulysses_group), device,
+                       ctx.ulysses_group)
         out.append({"kind": "all_to_all", "group": uranks, "rank": ctx.rank, "bytes": payload, "s": s,
-                    "gb_per_s": (k - 1) / k * payload / s / 1e9})
+                    "gb_per_s": (k - 1) / k * payload / s / 1e9,
+                    "latency_bytes": 4 * k * LATENCY_ELEMENTS, "latency_s": small})
     rranks = ctx.group_ranks("ring")
     r = len(rranks)
     if r > 1:
         me = rranks.index(ctx.rank)
         send, recv = torch.ones(n, device=device), torch.empty(n, device=device)
+        small_send, small_recv = torch.ones(LATENCY_ELEMENTS, device=device), torch.empty(LATENCY_ELEMENTS, device=device)
         for hop in range(r):  # hop i: rank i of each ring sends to rank i+1, alone on its link
             src, dst = rranks[hop], rranks[(hop + 1) % r]
 
-            def exchange() -> None:
+            def exchange(a: torch.Tensor = send, b: torch.Tensor = recv) -> None:
                 if ctx.rank == src:
-                    dist.send(send, dst)
+                    dist.send(a, dst)
                 elif ctx.rank == dst:
-                    dist.recv(recv, src)
+                    dist.recv(b, src)
 
             s = _timed(exchange, device, ctx.ring_group)
+            small = _timed(lambda: exchange(small_send, small_recv), device, ctx.ring_group)
             if me == (hop + 1) % r:  # the receiver reports the hop
                 out.append({"kind": "ring_p2p", "group": rranks, "src": src, "dst": dst, "rank": ctx.rank,
-                            "bytes": payload, "s": s, "gb_per_s": payload / s / 1e9})
+                            "bytes": payload, "s": s, "gb_per_s": payload / s / 1e9,
+                            "latency_bytes": 4 * LATENCY_ELEMENTS, "latency_s": small})
     return out
 
 

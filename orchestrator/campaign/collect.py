@@ -191,9 +191,13 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None,
     outputs.fill(rows, folders, results, output_reference)
     pareto.mark(rows)
     for row in rows:
+        row.bounds = select(references, row.values)
         if row.ok:
-            row.bounds = select(references, row.values)
             row.verdicts = evaluate(row.bounds, row.metrics)
+        elif row.status != PENDING:
+            # a point that ran and did not complete (failed, cancelled, unreadable) fails every
+            # reference it has: a reproduction whose runs broke has not reproduced anything
+            row.verdicts = {name: FAIL for name in row.bounds}
     return rows
 
 

@@ -245,7 +245,25 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                                 seen.add(pid)
                                 out.points.append(Point(id=pid, params=p, plan=_named(plan, spec.name, pid)))
     _check_output_reference(spec, out.points)
+    _check_references(campaign, out.points)
     return out
+
+
+def _check_references(campaign, points: list) -> None:
+    """Every reference must apply to a point of the campaign: one that applies to none (a
+    mistyped layout, a GPU count the clusters lack) would never be checked, and a report that
+    shows no failure would pass it without a measurement. Refused before anything is prepared."""
+    if not points:
+        return
+    values = [p.match_values() for p in points]
+    for ref in campaign.references:
+        if not any(ref.applies(v) for v in values):
+            where = ", ".join(f"{k}={v}" for k, v in ref.where.items()) or "any point"
+            seen = {k: sorted({str(v[k]) for v in values}) for k in ("cluster", *ref.where)}
+            have = "; ".join(f"{k}: {', '.join(vs)}" for k, vs in seen.items())
+            src = campaign.spec.source or campaign.spec.name
+            raise SporchError(f"{src}: references[{ref.index}] ({where} on cluster {ref.cluster}) applies to no point "
+                              f"of the campaign, so it would never be checked; the points have {have}")
 
 
 def _check_output_reference(spec, points: list) -> None:

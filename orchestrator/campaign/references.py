@@ -102,6 +102,9 @@ def _bound(raw: Any, unit: str, source: str, key: str) -> Bound:
         raise SporchError(f"{source}: '{key}' lower {lower} must be <= 0 (a fraction below the value)")
     if upper is not None and upper < 0:
         raise SporchError(f"{source}: '{key}' upper {upper} must be >= 0 (a fraction above the value)")
+    if lower is None and upper is None:
+        raise SporchError(f"{source}: '{key}' has neither a lower nor an upper bound, so every measurement "
+                          f"would pass; give at least one, e.g. [{value}, -0.1, 0.1, {unit}]")
     if str(given_unit) != unit:
         raise SporchError(f"{source}: '{key}' unit {given_unit!r} does not match the metric's unit {unit!r}")
     return Bound(float(value), _number(lower), _number(upper), unit)

@@ -37,6 +37,7 @@ from sporch.orchestrator.campaign import pareto, summary
 from sporch.orchestrator.campaign.collect import (KEY_COLUMNS, LEVER_COLUMNS, Row, columns, format_value,
                                                   short_value)
 from sporch.orchestrator.campaign.metrics import CACHE_METRICS, OUTPUT_METRICS, STAGE_METRICS
+from sporch.orchestrator.campaign.reference_checks import Check, checks, counts
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
@@ -443,6 +444,7 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
     import jinja2
 
     cols = columns(rows)
+    found = checks(rows)
     table = []
     for r in rows:
         cells = []
@@ -468,8 +470,17 @@ def write_html(rows: list[Row], plots: dict[str, Path], path: Path, title: str,
                                                   sizes=_summary_lines(rows), fingerprint=summary.fingerprint(rows),
                                                   history=_history_section(history),
                                                   history_more=max(len(history) - HISTORY_POINTS, 0),
-                                                  published=[published_cells(p) for p in published])
+                                                  published=[published_cells(p) for p in published],
+                                                  checks=[check_cells(c) for c in found], check_counts=counts(found))
     return _write_text(path, html)
+
+
+def check_cells(c: Check) -> dict[str, Any]:
+    """A reference check with its cells as text for people."""
+    return {**{k: getattr(c, k) for k in ("id", "gpus", "layout", "metric", "reference", "band", "measured",
+                                          "verdict", "ratio", "why")},
+            "measured_text": short_value(c.measured) if c.measured is not None else "-",
+            "ratio_text": f"{c.ratio:.3g}x" if c.ratio is not None else "-"}
 
 
 def published_cells(p: dict[str, Any]) -> dict[str, Any]:

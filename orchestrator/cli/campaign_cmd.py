@@ -16,6 +16,7 @@ from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.published_points import published_rows
+from sporch.orchestrator.campaign.reference_checks import checks, counts
 from sporch.orchestrator.campaign.report import CSV_FILE, HTML_FILE, PLOT_DATA_FILE, build_report, published_cells
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
@@ -145,7 +146,7 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
     con = console()
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
               "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
-    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype")
+    same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype", "status")
             if len({str(r.cell(c)) for r in rows}) == 1}
     visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
     if not wide:
@@ -164,6 +165,9 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
             cells.append(Text(visible(text, one_line=True), style=style[verdict]) if verdict in style else text)
         table.add_row(*cells)
     con.print(table)
+    found = checks(rows)
+    if found:
+        con.print(_references_table(found, con.width))
     failed = [(r, m) for r in rows for m, v in r.verdicts.items() if v == "fail"]
     for r, m in failed:
         measured = r.metrics.get(m)
@@ -334,3 +338,29 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
 campaign.add_command(run_cmd)
 campaign.add_command(status_cmd)
 campaign.add_command(history_cmd)
+
+
+def _references_table(found, width: int) -> Any:
+    """Every reference check: the point, the reference (and its band, where the terminal has the
+    room), the measured value, its ratio to the reference, the verdict (``reference_checks``).
+    The metric is in the title when every check is of one metric; nothing is cut at 80 columns."""
+    from rich.text import Text
+
+    n = counts(found)
+    metrics = sorted({c.metric for c in found})
+    title = (f"references{'' if len(metrics) > 1 else ' (' + metrics[0] + ')'}: {n['pass']} passed, {n['fail']} failed"
+             + (f", {n['pending']} not run yet" if n["pending"] else ""))
+    cols = ["id", "layout", *(["metric"] if len(metrics) > 1 else []), "reference",
+            *(["band"] if width >= 110 else []), "measured", "ratio", "verdict"]
+    t = plain_table(title=title, title_justify="left")
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("reference", "measured", "ratio") else "left", no_wrap=True)
+    style = {"pass": "green", "fail": "bold red"}
+    for c in found:
+        cell = {"id": c.id, "layout": c.layout, "metric": c.metric,
+                "reference": f"{c.reference:g} {BY_NAME[c.metric].unit}", "band": c.band.split("(", 1)[-1].rstrip(")"),
+                "measured": short_value(c.measured) if c.measured is not None else "-",
+                "ratio": f"{c.ratio:.3g}x" if c.ratio is not None else "-",
+                "verdict": Text(c.verdict, style=style.get(c.verdict, ""))}
+        t.add_row(*(cell[k] for k in cols))
+    return t

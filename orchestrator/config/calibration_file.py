@@ -44,6 +44,17 @@ def check_constants(values: Mapping[str, Any], where: str) -> dict[str, float]:
 
 def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, float]:
     """The ``constants`` of a calibration file (one-line errors for a missing or bad file)."""
+    return load_calibration(path, where)[0]
+
+
+#: The ``links`` keys of a calibration file that replace the descriptor's figures (GB/s; written
+#: by ``sporch calibrate --links`` from a preflight's measurements, plan/measured_links.py).
+LINK_RATES = ("intra_node_gb_per_s", "inter_node_gb_per_s")
+
+
+def load_calibration(path: str | Path, where: Optional[str] = None) -> tuple[dict[str, float], dict[str, float]]:
+    """(constants, link rates) of a calibration file: the rates are the ``links`` section's
+    :data:`LINK_RATES` (none where the file has no link measurements)."""
     import yaml
 
     p = Path(path)
@@ -59,4 +70,18 @@ def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, f
         raise SporchError(f"{where}: {p} is not YAML ({' '.join(str(e).split())[:120]})")
     if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):
         raise SporchError(f"{where}: {p} has no 'constants' mapping (is it a file from `sporch calibrate`?)")
-    return check_constants(doc["constants"], f"{p}: constants")
+    constants = check_constants(doc["constants"], f"{p}: constants")
+    links = doc.get("links")
+    if links is None:
+        return constants, {}
+    if not isinstance(links, dict):
+        raise SporchError(f"{p}: 'links' must be a mapping (written by `sporch calibrate --links`)")
+    rates = {}
+    for k in LINK_RATES:
+        v = links.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SporchError(f"{p}: links.{k} must be a number > 0 (GB/s), got {v!r}")
+        rates[k] = float(v)
+    return constants, rates

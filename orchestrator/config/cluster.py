@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from sporch.orchestrator.config.calibration_file import check_constants, load_constants
+from sporch.orchestrator.config.calibration_file import check_constants, load_calibration
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.errors import SporchError
@@ -147,8 +147,16 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.calibration:
         cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
-        constants = {**load_constants(cal, f"{p}: 'calibration'"), **spec.calibration_constants}
+        file_constants, rates = load_calibration(cal, f"{p}: 'calibration'")
+        constants = {**file_constants, **spec.calibration_constants}
         spec = dataclasses.replace(spec, calibration=str(cal), calibration_constants=constants)
+        # link rates a preflight measured (`sporch calibrate --links`) replace the descriptor's
+        if "intra_node_gb_per_s" in rates:
+            spec = dataclasses.replace(spec, intra_node=dataclasses.replace(spec.intra_node,
+                                                                            gb_per_s=rates["intra_node_gb_per_s"]))
+        if "inter_node_gb_per_s" in rates:
+            spec = dataclasses.replace(spec, inter_node=dataclasses.replace(spec.inter_node,
+                                                                            gb_per_s=rates["inter_node_gb_per_s"]))
     return validate_cluster(spec, str(p))
 
 

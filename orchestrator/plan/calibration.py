@@ -18,6 +18,7 @@ points come from :mod:`sporch.orchestrator.campaign.calibration_points`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
 from sporch.orchestrator.contract.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.measured_links import LinkFigures
 from sporch.orchestrator.plan.cost import (
     FITTED,
     INVERSE,
@@ -46,27 +48,68 @@ MAX_MEASURED_S = 86400.0
 
 
 # -- files ------------------------------------------------------------------------------------
-def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any], *, replace: bool = False) -> Path:
-    """The calibration file (YAML): metadata, fit quality, every constant of the model. Written
-    by contract.safe_files.write_output: an existing file (or link) at ``path`` is refused
-    unless ``replace``; a link is replaced, never followed; nothing is half-written."""
+def write_calibration(path: str | Path, result: Optional["FitResult"], meta: Mapping[str, Any], *, replace: bool = False,
+                      links: Optional[LinkFigures] = None, constants: Optional[Mapping[str, float]] = None) -> Path:
+    """The calibration file (YAML): metadata, fit quality, every constant of the model, and
+    (``links``: a preflight's measurements) the link figures that replace the descriptor's.
+    ``result`` None: no fit, the file holds ``constants`` (the cluster's, with the links'
+    applied). Written by contract.safe_files.write_output: an existing file (or link) at
+    ``path`` is refused unless ``replace``; a link is replaced, never followed; nothing is
+    half-written."""
     import yaml
 
     p = Path(path)
-    doc = {
-        "sporch_calibration": FORMAT_VERSION,
-        **dict(meta),
-        "points": len(result.observations),
-        "fitted": list(result.fitted),
-        "held": list(result.held),
-        "rms_relative_error": round(result.rms_relative_error, 6),
-        "max_relative_error": round(result.max_relative_error, 6),
-        "constants": {k: float(f"{result.constants[k]:.6g}") for k in CONSTANTS},
-    }
+    consts = result.constants if result is not None else dict(constants or {})
+    doc: dict[str, Any] = {"sporch_calibration": FORMAT_VERSION, **dict(meta)}
+    if result is not None:
+        doc.update({
+            "points": len(result.observations),
+            "fitted": list(result.fitted),
+            "held": list(result.held),
+            "rms_relative_error": round(result.rms_relative_error, 6),
+            "max_relative_error": round(result.max_relative_error, 6),
+        })
+    else:
+        doc.update({"points": 0, "fitted": []})
+    if links is not None:
+        doc["links"] = links_section(links)
+    doc["constants"] = {k: float(f"{consts[k]:.6g}") for k in CONSTANTS}
     text = ("# Written by `sporch calibrate`; a cluster descriptor uses it with `calibration: <this file>`.\n"
             + yaml.safe_dump(doc, sort_keys=False))
     p.parent.mkdir(parents=True, exist_ok=True)
     return write_output(p, text, force=replace)
+
+
+def links_section(links: LinkFigures) -> dict[str, Any]:
+    """The file's ``links``: the measured rates (which replace the descriptor's ``gb_per_s``) and,
+    per figure, what it rests on; the constants it set are named under ``sets``."""
+    measured = {k: {"value": float(f"{f.value:.6g}"), "measurements": f.measurements, "from": f.what}
+                for k, f in links.figures().items() if f is not None}
+    return {
+        "preflight": links.source, "cluster": links.cluster, "backend": links.backend, "nodes": links.nodes,
+        **{k: float(f"{v:.6g}") for k, v in links.rates().items()},
+        "sets": sorted(links.constants()),
+        "measured": measured,
+    }
+
+
+def with_links(x: CostInputs, links: LinkFigures, nominal_intra_gb_per_s: float, nominal_inter_gb_per_s: float,
+               gpus_per_node: int) -> CostInputs:
+    """``x`` (read from a plan made with the descriptor's nominal figures) with the links' measured
+    rates in their place, by the rule the estimate uses (plan/estimates.py): a Ulysses group inside
+    a node when it divides GPUs per node, a ring group when ring x ulysses does; a weight gather's
+    rate is the in-node one unless the plan recorded the between-nodes one."""
+    rates = links.rates()
+    intra = rates.get("intra_node_gb_per_s", nominal_intra_gb_per_s) * 1e9
+    inter = rates.get("inter_node_gb_per_s", nominal_inter_gb_per_s) * 1e9 / gpus_per_node
+    crossing = min(intra, inter)
+    U, R, gpn = x.ulysses, x.ring, gpus_per_node
+    nominal_cross = min(nominal_intra_gb_per_s, nominal_inter_gb_per_s / gpn) * 1e9
+    gather_crosses = x.gather_bytes > 0 and nominal_cross < nominal_intra_gb_per_s * 1e9 and x.gather_bw == nominal_cross
+    return dataclasses.replace(
+        x, a2a_bw=intra if gpn % U == 0 else crossing,
+        ring_bw=intra if R * U <= gpn and gpn % (R * U) == 0 else crossing,
+        gather_bw=crossing if gather_crosses else intra)
 
 
 # -- fitting ----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-"""examples/campaigns/reproduce/: one campaign per published table that a 4-GPU node can repeat,
-each point carrying the published figure (orchestrator/plan/data/published.yaml) as its reference.
-The references are checked against published.yaml (not typed twice), and each campaign plans."""
+"""examples/campaigns/reproduce/: one campaign per published table, every row of it (1, 2, 4 and 8
+GPUs: a descriptor per GPU count, sporch plans whole descriptors), each point carrying the published
+figure (orchestrator/plan/data/published.yaml) as its reference. The references are checked against
+published.yaml (not typed twice), and each campaign plans exactly the table's rows, each on a
+descriptor of as many GPUs as the row."""
 
 from __future__ import annotations
 
@@ -9,38 +11,53 @@ import json
 import pytest
 import yaml
 
-from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.layouts import compact
 from tests.testutil import ROOT
 
 REPRODUCE = ROOT / "examples" / "campaigns" / "reproduce"
-#: campaign file -> (published case, tolerance of its references)
+#: campaign file -> (published case, tolerance of its references, GPU counts of its rows)
 CAMPAIGNS = {
-    "xdit-flux-h100-eager.yaml": ("flux-dev-1024-h100-eager", 0.25),
-    "xdit-flux-h100-compiled.yaml": ("flux-dev-1024-h100-compiled", 0.25),
-    "diffusers-flux-l20.yaml": ("flux-dev-1024-l20-diffusers", 0.15),
+    "xdit-flux-h100-eager.yaml": ("flux-dev-1024-h100-eager", 0.25, {1, 2, 4}),
+    "xdit-flux-h100-compiled.yaml": ("flux-dev-1024-h100-compiled", 0.25, {1, 2, 4}),
+    "diffusers-flux-l20.yaml": ("flux-dev-1024-l20-diffusers", 0.15, {4}),
+    "wan21-t2v-14b-h800.yaml": ("wan21-t2v-14b-720p-h800", 0.25, {1, 2, 4, 8}),
+    "xdit-hunyuanvideo-h100.yaml": ("hunyuanvideo-720p-h100", 0.25, {1, 2, 4, 8}),
 }
+#: The real model a campaign runs where published.yaml plans the table with a stand-in of its shapes.
+REAL_MODEL = {"mmdit-video-12b": "hunyuanvideo"}
+
+
+def test_every_campaign_there_is_checked():
+    assert {p.name for p in REPRODUCE.glob("*.yaml") if "references" in p.read_text()} == set(CAMPAIGNS)
 
 
 @pytest.mark.parametrize("name", sorted(CAMPAIGNS))
 def test_each_point_carries_the_published_figure(name, run_cli, monkeypatch):
     monkeypatch.chdir(ROOT)  # the campaigns name their descriptors from the repository root
-    case_name, tol = CAMPAIGNS[name]
+    case_name, tol, gpu_counts = CAMPAIGNS[name]
     case = published.case(case_name)
     doc = yaml.safe_load((REPRODUCE / name).read_text())
     per_step = published.level(case) == "step"
     steps = case["workload"]["steps"]
     want = {compact(lay): s * 1e3 / (1 if per_step else steps) for lay, s in published.layouts(case)}
     refs = {r["where"]["layout"]: r["metrics"]["step_ms_median"] for r in doc["references"]}
-    assert set(refs) <= set(want) and len(refs) == 3
+    assert set(refs) == set(want)  # every row of the table
     for layout, (value, low, high, unit) in refs.items():
         assert value == pytest.approx(want[layout], abs=0.01) and (low, high, unit) == (-tol, tol, "ms"), layout
     w = doc["base"]["workload"]
     assert (w["height"], w["width"], w["steps"], w["compile"]) == (case["workload"]["height"],
                                                                     case["workload"]["width"], steps, case["compile"])
+    assert w.get("frames", 1) == case["workload"].get("frames", 1)
+    assert doc["base"]["model"]["preset"] == REAL_MODEL.get(case["model"], case["model"])
     code, out, err = run_cli("campaign", "plan", REPRODUCE / name, "--json")
     assert code == 0, err
-    points = [p for g in json.loads(out)["groups"] for p in g["points"]]
-    assert sorted(compact(Layout(**{k: p["params"]["layout"].get(k, 1) for k in ("dp", "cfg", "ring", "ulysses")}))
-                  for p in points) == sorted(refs)
+    planned = json.loads(out)
+    points = [(g, p) for g in planned["groups"] for p in g["points"]]
+    layouts = [p["values"]["layout"] for _, p in points]  # as planned (a dim given as auto resolved)
+    assert sorted(layouts) == sorted(refs)  # every point has its published figure, and no row is missing
+    gpus = [g["shape"]["nodes"] * g["shape"]["gpus_per_node"] for g, _ in points]
+    assert set(gpus) == gpu_counts
+    for n, layout, (_, p) in zip(gpus, layouts, points):  # each row on a descriptor of its GPU count
+        dp, cfg, ring, ulysses = map(int, layout.split("x"))
+        assert p["values"]["gpus"] == n == ring * ulysses and dp == cfg == 1, (n, layout)
