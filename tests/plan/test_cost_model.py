@@ -56,7 +56,7 @@ def plan(cluster: str, job=WAN14B, *overrides: str):
 def inputs(**kw) -> CostInputs:
     base = dict(peak_flops=1e15, layers=10, samples=1, seq_total=32768, tokens_rank=4096, hidden=3072, head_dim=128,
                 q_heads_max=3, ring=2, ulysses=4, gemm_flops=4e13, attention_flops=2e14, a2a_bytes=5e7,
-                ring_bytes=2e8, a2a_bw=4e11, ring_bw=5e10, steps=50, generation=False)
+                ring_bytes=2e8, a2a_bw=4e11, ring_bw=5e10, steps=50, inference_kind=False)
     base.update(kw)
     return CostInputs(**base)
 
@@ -127,10 +127,10 @@ def test_ring_overlap_hides_transfers_until_they_exceed_the_block():
     assert p.ring_exposed == pytest.approx(x.layers * 3 * (transfer - block))
 
 
-def test_fixed_costs_only_for_generation_runs():
+def test_fixed_costs_only_for_inference_kind_runs():
     c = {**CONSTS, "fixed_s": 30.0}
-    assert predict(inputs(generation=True), c).job_s == pytest.approx(50 * predict(inputs(), c).step_s + 30)
-    assert predict(inputs(generation=False), c).fixed_s == 0
+    assert predict(inputs(inference_kind=True), c).job_s == pytest.approx(50 * predict(inputs(), c).step_s + 30)
+    assert predict(inputs(inference_kind=False), c).fixed_s == 0
 
 
 def test_gpu_table_and_cluster_constants():
