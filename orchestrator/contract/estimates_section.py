@@ -294,14 +294,14 @@ def _dataclass_of(hint: Any) -> Optional[type]:
 def _value(hint: Any, value: Any, where: str) -> Any:
     if value is None:
         return None
-    sub = _dataclass_of(hint)
-    if sub is not None:
-        return _load(sub, value, where)
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{where} must be a list, got {type(value).__name__}")
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    sub = _dataclass_of(hint)
+    if sub is not None:
+        return _load(sub, value, where)
     return value
 
 
