@@ -26,7 +26,6 @@ from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.estimates import memory_totals
 
-GIB = 1024**3
 #: Host <-> GPU copy rate when the cluster descriptor gives no ``gpu.host_gb_per_s``: pinned
 #: copies over PCIe Gen4 x16 reach about 25 GB/s one way (Gen5: about 50).
 HOST_GB_PER_S = 25.0

@@ -9,7 +9,7 @@ not import the planner: the planner imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from sporch.orchestrator.plan.layouts import LayoutContext, compact, preference, short
 from sporch.orchestrator.contract.estimates_section import PredictedTime
