@@ -41,8 +41,9 @@ from sporch.orchestrator.contract.sections import (
 SCHEMA_VERSION = 3
 #: Versions :meth:`Plan.from_dict` still reads (migrated to SCHEMA_VERSION on load).
 READABLE_VERSIONS = (2, SCHEMA_VERSION)
-#: Estimates keys a schema-2 plan may lack (written before they were added), and the value the
-#: cost model then took for them; any other missing key refuses the plan.
+#: Estimates keys a schema-2 plan may lack (written before they were added): the value the cost
+#: model then took for the ones it reads, a neutral one for the display-only ones (weight_quant,
+#: weight_gather_s_per_step_ideal). Any other missing key refuses the plan in one line.
 V2_DEFAULTS = {"text_tokens_per_rank": 0, "context_flops_per_sample": 0, "weight_quant": "none",
                "weight_gather_bytes_per_rank_per_step": 0, "weight_gather_gb_per_s": 1.0,
                "weight_gather_s_per_step_ideal": 0.0}
@@ -234,7 +235,13 @@ class Plan:
             d[key] = build(section, d[key], f"plan.{key}")
         d["placement"] = build(PlacementSection, d.get("placement", {}), "plan.placement")  # optional
         est = d.get("estimates") or None
-        d["estimates"] = Estimates.from_dict(est, "plan.estimates") if est is not None else None
+        try:
+            d["estimates"] = Estimates.from_dict(est, "plan.estimates") if est is not None else None
+        except ValueError as exc:
+            if version != 2:
+                raise
+            raise ValueError(f"plan schema_version 2 from an older sporch cannot be read ({exc}); re-create it "
+                             "with this version (sporch plan --json JOB.yaml > plan.json)") from None
         return cls(**d)
 
     @classmethod
@@ -256,11 +263,6 @@ def _from_v2(d: dict[str, Any]) -> dict[str, Any]:
             est.setdefault(key, value)
         if "parameters" in est:
             est.setdefault("token_parameters", est["parameters"])
-        try:
-            Estimates.from_dict(est, "plan.estimates")
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"plan schema_version 2 from an older sporch cannot be read ({exc}); re-create it "
-                             "with this version (sporch plan --json JOB.yaml > plan.json)") from None
     return {**d, "estimates": est, "schema_version": SCHEMA_VERSION}
 
 
