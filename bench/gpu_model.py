@@ -10,7 +10,7 @@ Each model runs from a Plan (sporch.orchestrator.plan.planner.make_plan) of its 
 depend on their values), unsharded (world size 1). One step = one model forward
 (``ShardedDiT.velocity``). Attention runs the kernel ``sporch.runtime.attention.select`` picks (torch's
 SDPA is held to it). Columns: median ms per step, TFLOP/s and % of the cluster's peak from
-the plan's FLOP estimate (``plan.estimates.flops_per_step_per_rank``), the first compiled
+the plan's FLOP estimate (``plan.estimates.compute.flops_per_step_per_rank``), the first compiled
 call's extra time (compile time, reported apart from step time), and issue 13's goal.
 
 Exit status: 0 after printing; 2 (one line on stderr) where there is no CUDA device and
@@ -81,7 +81,7 @@ def run_model(name, job, goal, args, device, dtype_name):
         with sdpa_scope(kernel):
             return runner.velocity(x, 500.0, inputs.cond)
 
-    flops = float(plan.estimates["flops_per_step_per_rank"])
+    flops = float(plan.estimates.compute.flops_per_step_per_rank)
     peak = float(plan.cluster.gpu.bf16_tflops)
     tokens = int(plan.sequence.seq_len) + (int(plan.model.text_len) if plan.model.attention == "joint" else 0)
     rows = []

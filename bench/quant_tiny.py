@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sporch.orchestrator.contract.plan import Plan
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "examples" / "tiny.yaml"
 
@@ -61,7 +63,7 @@ def main() -> None:
             common = [*args.layout, *args.extra, f"model.quant={mode}"]
             bench = run(Path(tmp) / f"bench-{mode}", args.cluster,
                         ["workload.kind=benchmark", "workload.warmup=1", "workload.repeat=5", *common])
-            plan = json.loads((bench / "plan.json").read_text())
+            plan = Plan.load(str(bench / "plan.json"))
             per_rank = rank_metrics(bench)
             resident = [int(m["parameter_bytes_resident"]) for m in per_rank]
             step_ms = max(float(m["step_ms_median"]) for m in per_rank)
@@ -70,7 +72,7 @@ def main() -> None:
             lat = latents(inf)
             ref = lat if ref is None else ref
             err = float(np.max(np.abs(lat - ref)))
-            rows.append((mode, resident, int(plan["estimates"]["parameter_bytes_full"]), step_ms, err,
+            rows.append((mode, resident, int(plan.estimates.weights.parameter_bytes_full), step_ms, err,
                          err / float(np.max(np.abs(ref)))))
     print(f"tiny model ({' '.join(args.layout + args.extra) or 'examples/tiny.yaml'}), {args.steps} inference steps, "
           f"cluster {args.cluster}")

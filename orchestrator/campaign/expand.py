@@ -229,7 +229,7 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                             except SporchError as e:
                                 out.skipped.append(Skipped({**params, "repeat": None}, str(e)))
                                 continue
-                            if not plan.estimates.get("fits", True):
+                            if not plan.estimates.memory.fits:
                                 why = next((m for m in plan.warnings if m.startswith("estimated")), "does not fit")
                                 out.skipped.append(Skipped({**params, "repeat": None}, why))
                                 continue

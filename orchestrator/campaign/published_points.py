@@ -37,7 +37,7 @@ def published_rows(root: str | Path, rows: Sequence[Row]) -> list[dict[str, Any]
         if found is None:
             continue
         case, seconds = found
-        predicted = (plan.estimates.get("predicted") or {}).get("job_s")
+        predicted = plan.estimates.predicted.job_s if plan.estimates and plan.estimates.predicted else None
         step_ms = r.metrics.get("step_ms_median")
         out.append({
             "id": r.id, "layout": r.values.get("layout"), "case": case, "published_s": seconds,

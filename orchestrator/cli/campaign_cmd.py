@@ -63,8 +63,8 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                 "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
                             "ideal_ms_per_step": _ideal_ms(p.plan),
                             "predicted_ms_per_step": _predicted_ms(p.plan),
-                            "band": (p.plan.estimates.get("predicted") or {}).get("band"),
-                            "memory_gib_per_gpu": p.plan.estimates.get("memory_gib_per_gpu")} for p in g.points],
+                            "band": p.plan.estimates.predicted.band,
+                            "memory_gib_per_gpu": p.plan.estimates.memory.memory_gib_per_gpu} for p in g.points],
             } for g in groups],
             "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
         }
@@ -90,11 +90,11 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
         for p in g.points:
             v = p.match_values()
             pred = _predicted_ms(p.plan)
-            band = (p.plan.estimates.get("predicted") or {}).get("band") or 0.0
+            band = p.plan.estimates.predicted.band
             t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"],
                       *(str(v.get(k, "")) for k in levers), str(v["repeat"]),
                       (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
-                      f"{p.plan.estimates.get('memory_gib_per_gpu', 0):.1f}")
+                      f"{p.plan.estimates.memory.memory_gib_per_gpu:.1f}")
         con.print(t)
     if exp.skipped:
         t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
@@ -115,8 +115,8 @@ def _ideal_ms(plan) -> Optional[float]:
 
 def _predicted_ms(plan) -> Optional[float]:
     """The cost model's step (ms), the band beside it in the table."""
-    pred = plan.estimates.get("predicted")
-    return pred["step_s"] * 1e3 if pred else None
+    pred = plan.estimates.predicted
+    return pred.step_s * 1e3 if pred is not None else None
 
 
 @campaign.command("report")

@@ -41,7 +41,7 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
     note = _default_layout_note(cluster, job, p)
     if note:
         con.print(f"[cyan]note[/cyan]      {shown(note)}", soft_wrap=True)
-    if not p.estimates["fits"]:
+    if not p.estimates.memory.fits:
         con.print(f"[yellow]warning[/yellow]   {shown(_where_it_fits(job))}", soft_wrap=True)
 
 
@@ -61,7 +61,7 @@ def _default_layout_note(cluster, job, p) -> str:
     predicted faster by more than the prediction's band: one line saying so, with the override
     (the default stays)."""
     par = job.parallel
-    band = p.estimates["predicted"].get("band") or 0.0
+    band = p.estimates.predicted.band
     if not band or any(getattr(par, d) is not None for d in ("dp", "cfg", "ring", "ulysses")):
         return ""
     try:
@@ -85,13 +85,13 @@ def _too_close(ranked) -> str:
     if len(pool) < 2:
         return ""
     best = min(pool, key=lambda r: r.step_s)
-    band = best.predicted.get("band") or 0.0
+    band = best.predicted.band
     close = [r for r in pool if r is not best and r.step_s <= best.step_s * (1 + band)]
     if not band or not close:
         return ""
     names = ", ".join(compact(r.layout) for r in close[:6]) + (", ..." if len(close) > 6 else "")
     return (f"{compact(best.layout)} and {names} are within the ±{band:.0%} band of the fastest "
-            f"({best.predicted.get('band_basis')}): too close to call; measure with a campaign")
+            f"({best.predicted.band_basis}): too close to call; measure with a campaign")
 
 
 def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
@@ -106,9 +106,9 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
             "cluster": cluster.name, "world_size": ctx.world_size, "auto": compact(chosen.layout), "reason": reason,
             "requested": compact(requested) if requested else None,
             "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
-                         "memory_gib_per_gpu": r.plan.estimates["memory_gib_per_gpu"],
+                         "memory_gib_per_gpu": r.plan.estimates.memory.memory_gib_per_gpu,
                          "shard_weights": r.plan.placement.shard_weights,
-                         "text_encoder": r.plan.placement.text_encoder, "vae": r.plan.placement.vae, **r.predicted}
+                         "text_encoder": r.plan.placement.text_encoder, "vae": r.plan.placement.vae, **r.predicted.to_dict()}
                         for r in ranked],
         }))
         return
@@ -120,7 +120,7 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
     if close:
         con.print(f"[cyan]note[/cyan] {shown(close)}", soft_wrap=True)
     if not any(r.fits for r in ranked):
-        least = min(ranked, key=lambda r: r.plan.estimates["memory_bytes_per_gpu"]).plan
+        least = min(ranked, key=lambda r: r.plan.estimates.memory.memory_bytes_per_gpu).plan
         advice = memory_advice(least.estimates, cluster.gpu.memory_gib, cluster.gpu.model, least.placement,
                                least.layout)
         con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {shown(advice)}", soft_wrap=True)

@@ -127,7 +127,7 @@ def machine_memory_bytes() -> Optional[int]:
 def _check_local_memory(plan) -> None:
     """Refuse a local run whose ranks (all on this machine) need more than 90% of its memory."""
     total = machine_memory_bytes()
-    per_rank = plan.estimates.get("memory_bytes_per_gpu") or 0
+    per_rank = plan.estimates.memory.memory_bytes_per_gpu if plan.estimates is not None else 0
     need = per_rank * plan.world_size
     if total and need > 0.9 * total:
         gib = 2**30

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
@@ -10,6 +10,13 @@ from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
+from sporch.orchestrator.contract.estimates_section import (
+    Estimates,
+    ExpertsEstimate,
+    PipelineEstimate,
+    PipelinePart,
+    PredictedTime,
+)
 from sporch.orchestrator.contract.plan import Plan
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
@@ -149,60 +156,64 @@ def estimates_table(plan: Plan) -> Any:
     t = plain_table(title="estimates (per GPU)")
     t.add_column("quantity")
     t.add_column("value", justify="right")
+    if e is None:  # a plan built by hand
+        return t
+    work, comm, weights, mem = e.compute, e.communication, e.weights, e.memory
     rows = [
-        ("tokens per rank", fmt_int(e["tokens_per_rank"])),
-        ("samples per rank per step", str(e["samples_per_rank"])),
-        ("all-to-all bytes / attention call", human_bytes(e["all_to_all_bytes_per_rank"])),
-        ("ring bytes / attention call", human_bytes(e["ring_bytes_per_rank"])),
-        ("attention calls per step", str(e["attention_calls_per_step"])),
-        ("parameters", _count(e["parameters"])),
-        ("parameter memory", human_bytes(e["parameter_bytes_per_gpu"]) + _shard_note(plan)),
-        ("activation memory", human_bytes(e["activation_bytes_per_gpu"])),
+        ("tokens per rank", fmt_int(work.tokens_per_rank)),
+        ("samples per rank per step", str(work.samples_per_rank)),
+        ("all-to-all bytes / attention call", human_bytes(comm.all_to_all_bytes_per_rank)),
+        ("ring bytes / attention call", human_bytes(comm.ring_bytes_per_rank)),
+        ("attention calls per step", str(work.attention_calls_per_step)),
+        ("parameters", _count(work.parameters)),
+        ("parameter memory", human_bytes(mem.parameter_bytes_per_gpu) + _shard_note(plan)),
+        ("activation memory", human_bytes(mem.activation_bytes_per_gpu)),
         (
             "total vs GPU memory",
-            f"{e['memory_gib_per_gpu']:.1f} / {e['gpu_memory_gib']:g} GiB ({100 * e['memory_fraction']:.0f}%)"
-            + ("" if e["fits"] else " DOES NOT FIT"),
+            f"{mem.memory_gib_per_gpu:.1f} / {mem.gpu_memory_gib:g} GiB ({100 * mem.memory_fraction:.0f}%)"
+            + ("" if mem.fits else " DOES NOT FIT"),
         ),
-        ("ideal compute per step", f"{e['compute_s_per_step_ideal']:.3f} s"),
-        ("ideal all-to-all per step", f"{e['all_to_all_s_per_step_ideal']:.3f} s at {e['all_to_all_gb_per_s']:g} GB/s"),
-        ("ideal ring per step", f"{e['ring_s_per_step_ideal']:.3f} s at {e['ring_gb_per_s']:g} GB/s"),
+        ("ideal compute per step", f"{work.compute_s_per_step_ideal:.3f} s"),
+        ("ideal all-to-all per step", f"{comm.all_to_all_s_per_step_ideal:.3f} s at {comm.all_to_all_gb_per_s:g} GB/s"),
+        ("ideal ring per step", f"{comm.ring_s_per_step_ideal:.3f} s at {comm.ring_gb_per_s:g} GB/s"),
     ]
-    if e.get("weight_gather_bytes_per_rank_per_step"):
-        rows.append(("ideal weight gather per step", f"{e['weight_gather_s_per_step_ideal']:.3f} s at "
-                     f"{e['weight_gather_gb_per_s']:g} GB/s"))
+    if weights.weight_gather_bytes_per_rank_per_step:
+        rows.append(("ideal weight gather per step", f"{weights.weight_gather_s_per_step_ideal:.3f} s at "
+                     f"{weights.weight_gather_gb_per_s:g} GB/s"))
     rows += prediction_rows(e)
-    rows += expert_rows(e.get("experts"))
-    rows += pipeline_rows(e.get("pipeline"))
-    if e.get("staging"):
-        st = e["staging"]
-        rows.append(("weights staged per node", f"{human_bytes(st['bytes'])} to {st['node_local_dir']} on each of "
-                     f"{st['nodes']} node(s): ~{st['s']:.0f} s at {st['shared_fs_gb_per_s']:g} GB/s shared"))
+    rows += expert_rows(e.experts)
+    rows += pipeline_rows(e.pipeline)
+    if e.staging is not None:
+        st = e.staging
+        rows.append(("weights staged per node", f"{human_bytes(st.bytes)} to {st.node_local_dir} on each of "
+                     f"{st.nodes} node(s): ~{st.s:.0f} s at {st.shared_fs_gb_per_s:g} GB/s shared"))
     for k, v in rows:
         t.add_row(k, v)
     return t
 
 
-def expert_rows(x: Any) -> list[tuple[str, str]]:
+def expert_rows(x: Optional[ExpertsEstimate]) -> list[tuple[str, str]]:
     """A two-expert generate job: the experts' memory and the switch's copies."""
-    if not x:
+    if x is None:
         return []
-    bw = f"{x['host_gb_per_s']:g} GB/s host <-> GPU ({'cluster gpu.host_gb_per_s' if x['host_gb_per_s_source'] == 'cluster' else 'default'})"
-    if x["placement"] == "resident":
-        return [("experts (2, resident)", f"{human_bytes(x['gpu_bytes_per_gpu'])} on the GPU; switch moves nothing")]
-    return [("experts (2, offload)", f"{human_bytes(x['gpu_bytes_per_gpu'])} on the GPU, "
-             f"{human_bytes(x['host_bytes_per_gpu'])} in host memory"),
-            ("expert switch", f"{human_bytes(x['switch_bytes_per_gpu'])} moved: {x['switch_s']:.2f} s at {bw}, "
+    bw = f"{x.host_gb_per_s:g} GB/s host <-> GPU ({'cluster gpu.host_gb_per_s' if x.host_gb_per_s_source == 'cluster' else 'default'})"
+    if x.placement == "resident":
+        return [("experts (2, resident)", f"{human_bytes(x.gpu_bytes_per_gpu)} on the GPU; switch moves nothing")]
+    return [("experts (2, offload)", f"{human_bytes(x.gpu_bytes_per_gpu)} on the GPU, "
+             f"{human_bytes(x.host_bytes_per_gpu)} in host memory"),
+            ("expert switch", f"{human_bytes(x.switch_bytes_per_gpu)} moved: {x.switch_s:.2f} s at {bw}, "
              "per prompt batch (and back before the next)")]
 
 
 def _shard_note(plan: Plan) -> str:
     """How the parameters are held: every rank all of them, or sharded (FSDP2)."""
-    e, p = plan.estimates, plan.placement
-    if p.shard_degree <= 1:
+    p = plan.placement
+    if p.shard_degree <= 1 or plan.estimates is None:
         return " (all on every rank)"
+    w = plan.estimates.weights
     group = "the sequence group" if p.shard_weights == "sequence" else _shard_group(p)
-    return (f" (1/{p.shard_degree} of {human_bytes(e['parameter_bytes_full'])} sharded over {group}, "
-            f"+ {human_bytes(e['parameter_bytes_gathered'])} gathered while a block runs)")
+    return (f" (1/{p.shard_degree} of {human_bytes(w.parameter_bytes_full)} sharded over {group}, "
+            f"+ {human_bytes(w.parameter_bytes_gathered)} gathered while a block runs)")
 
 
 def _shard_group(p) -> str:
@@ -210,61 +221,60 @@ def _shard_group(p) -> str:
     return "each replica's sequence group" if p.shard_weights == "sequence" else "all ranks"
 
 
-def ideal_s(e: dict) -> float:
+def ideal_s(e: Estimates) -> float:
     """The planner's peak-rate step: compute at peak FLOP/s + all-to-all + ring at nominal link
     rates, nothing overlapped (a prediction may be below it: the model overlaps ring transfers)."""
-    return e["compute_s_per_step_ideal"] + e["all_to_all_s_per_step_ideal"] + e["ring_s_per_step_ideal"]
+    return e.ideal_s_per_step
 
 
-def prediction_rows(e: dict) -> list[tuple[str, str]]:
+def prediction_rows(e: Estimates) -> list[tuple[str, str]]:
     """The cost model's prediction beside the ideal (sporch.orchestrator.plan.cost)."""
-    pred = e.get("predicted")
-    if not pred:
+    pred = e.predicted
+    if pred is None:
         return []
     ideal = ideal_s(e)
-    rows = [("predicted step", f"{pred['step_s']:.3f} s" + band_text(pred) + f", {pred['constants']}")]
+    rows = [("predicted step", f"{pred.step_s:.3f} s" + band_text(pred) + f", {pred.constants}")]
     if ideal:
         rows.append(("  at peak rates", f"{ideal:.3f} s (compute at peak FLOP/s + links at nominal GB/s, not overlapped)"))
-    for term, value in pred["breakdown_s_per_step"].items():
-        rows.append((f"  {term.replace('_', ' ')}", f"{value:.3f} s"))
-    extra = [f"fixed {pred['fixed_s']:.3g} s"] if pred["fixed_s"] else []
-    extra += [f"expert switch {pred['switch_s']:.3g} s"] if pred.get("switch_s") else []  # older plans: none
-    rows.append(("predicted job", f"{pred['job_s']:.1f} s" + (f" incl. {', '.join(extra)}" if extra else "")))
+    for term in TERMS:
+        rows.append((f"  {term.replace('_', ' ')}", f"{getattr(pred.breakdown_s_per_step, term):.3f} s"))
+    extra = [f"fixed {pred.fixed_s:.3g} s"] if pred.fixed_s else []
+    extra += [f"expert switch {pred.switch_s:.3g} s"] if pred.switch_s else []
+    rows.append(("predicted job", f"{pred.job_s:.1f} s" + (f" incl. {', '.join(extra)}" if extra else "")))
     return rows
 
 
-def pipeline_rows(pipe: Any) -> list[tuple[str, str]]:
+def _ranks_text(part: PipelinePart) -> str:
+    return ", ".join(map(str, part.ranks[:8])) + (", ..." if len(part.ranks) > 8 else "")
+
+
+def pipeline_rows(pipe: Optional[PipelineEstimate]) -> list[tuple[str, str]]:
     """A generate job: where the text encoder and the VAE run, and the busiest rank's memory
     broken down (DiT parameters and activations, text encoder, VAE, decode)."""
-    if not pipe:
+    if pipe is None:
         return []
     rows = []
-    for part in ("text_encoder", "vae"):
-        p = pipe[part]
-        if "bytes" not in p:
+    for name, p in (("text_encoder", pipe.text_encoder), ("vae", pipe.vae)):
+        if p.bytes is None:
             size = "size unknown"
-        elif part == "text_encoder":
-            size = human_bytes(p["bytes"]) + (f", {human_bytes(p['bytes_per_rank'])} per rank"
-                                              if 0 < p["bytes_per_rank"] < p["bytes"] else "")
-            size += " in host memory" if p.get("host_bytes") else ""
+        elif name == "text_encoder":
+            per_rank = p.bytes_per_rank or 0
+            size = human_bytes(p.bytes) + (f", {human_bytes(per_rank)} per rank" if 0 < per_rank < p.bytes else "")
+            size += " in host memory" if p.host_bytes else ""
         else:
-            size = f"{human_bytes(p['bytes'])} + decode {human_bytes(p['decode_bytes'] + p.get('frames_bytes', 0))}"
-        ranks = ", ".join(map(str, p["ranks"][:8])) + (", ..." if len(p["ranks"]) > 8 else "")
-        rows.append((part.replace("_", " "), f"{p['what']}, {p.get('placement', 'leader')}, on rank(s) {ranks} ({size})"))
-    if "image_encoder" in pipe:  # Wan2.1 I2V's CLIP image encoder, on the leaders after the text encoder
-        p = pipe["image_encoder"]
-        ranks = ", ".join(map(str, p["ranks"][:8])) + (", ..." if len(p["ranks"]) > 8 else "")
-        rows.append(("image encoder", f"{p['what']}, leader, on rank(s) {ranks} ({human_bytes(p['bytes'])}, float32)"))
-    busy = pipe.get("busiest_rank")
-    rows.append(("busiest rank (a leader)", human_bytes(pipe["leader_memory_bytes"])
-                 + (f", peak in {busy['peak_stage']}" if busy else "")))
-    if busy:
-        for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
-                           ("text_encoder", "text encoder (encode)"), ("image_encoder", "image encoder (encode)"),
-                           ("vae", "VAE parameters"),
-                           ("vae_decode", "VAE decode + frames"), ("reserved", "CUDA context, workspaces")):
-            if key != "image_encoder" or busy.get(key):
-                rows.append((f"  {label}", human_bytes(busy[key])))
+            size = f"{human_bytes(p.bytes)} + decode {human_bytes((p.decode_bytes or 0) + (p.frames_bytes or 0))}"
+        rows.append((name.replace("_", " "), f"{p.what}, {p.placement or 'leader'}, on rank(s) {_ranks_text(p)} ({size})"))
+    if pipe.image_encoder is not None:  # Wan2.1 I2V's CLIP image encoder, on the leaders after the text encoder
+        p = pipe.image_encoder
+        rows.append(("image encoder", f"{p.what}, leader, on rank(s) {_ranks_text(p)} ({human_bytes(p.bytes or 0)}, float32)"))
+    busy = pipe.busiest_rank
+    rows.append(("busiest rank (a leader)", human_bytes(pipe.leader_memory_bytes) + f", peak in {busy.peak_stage}"))
+    for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
+                       ("text_encoder", "text encoder (encode)"), ("image_encoder", "image encoder (encode)"),
+                       ("vae", "VAE parameters"),
+                       ("vae_decode", "VAE decode + frames"), ("reserved", "CUDA context, workspaces")):
+        if key != "image_encoder" or busy.image_encoder:
+            rows.append((f"  {label}", human_bytes(getattr(busy, key))))
     return rows
 
 
@@ -274,9 +284,9 @@ def memory_options_table(plan: Plan) -> Any:
     experts = plan.model.boundary_ratio is not None
     for col in ("shard_weights", "text_encoder", "vae", *(("experts",) if experts else ()), "GiB/GPU", "fits"):
         t.add_column(col, justify="right" if col == "GiB/GPU" else "left")
-    for o in plan.estimates["memory_options"]:
-        t.add_row(o["shard_weights"], o["text_encoder"], o["vae"], *((o["experts"],) if experts else ()),
-                  f"{o['memory_gib_per_gpu']:.1f}", "yes" if o["fits"] else "no")
+    for o in plan.estimates.memory.memory_options if plan.estimates is not None else ():
+        t.add_row(o.shard_weights, o.text_encoder, o.vae, *((o.experts,) if experts else ()),
+                  f"{o.memory_gib_per_gpu:.1f}", "yes" if o.fits else "no")
     return t
 
 
@@ -287,13 +297,13 @@ def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True
         con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
     if plan.placement.reason.startswith("auto:") and "does not fit" in plan.placement.reason:
         con.print(f"[cyan]note[/cyan]      {shown('memory ' + plan.placement.reason)}", soft_wrap=True)
-    if plan.estimates.get("layout_choice"):
-        con.print(f"[cyan]note[/cyan]      {shown(plan.estimates['layout_choice'])}", soft_wrap=True)
+    if plan.estimates is not None and plan.estimates.layout_choice:
+        con.print(f"[cyan]note[/cyan]      {shown(plan.estimates.layout_choice)}", soft_wrap=True)
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))
     con.print(estimates_table(plan))
-    if plan.estimates.get("memory_options"):
+    if plan.estimates is not None and plan.estimates.memory.memory_options:
         con.print(memory_options_table(plan))
 
 
@@ -321,10 +331,9 @@ def _weights_cell(plan: Plan) -> str:
     return ", ".join([cell, *moved])
 
 
-def band_text(pred: dict) -> str:
+def band_text(pred: PredictedTime) -> str:
     """' +/- 9% (held-out H100 compiled tables)': the validation's band of a prediction, or ''."""
-    band = pred.get("band") or 0.0  # older plans: none
-    return f" ± {band:.0%} ({pred['band_basis']})" if band else ""
+    return f" ± {pred.band:.0%} ({pred.band_basis})" if pred.band else ""
 
 
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide: bool = False) -> Any:
@@ -343,9 +352,9 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide:
         pred, e = r.predicted, r.plan.estimates
         mark = (" <-auto" if chosen is not None and r.layout == chosen else "") + (
             " <-job" if requested is not None and r.layout == requested else "")
-        band = pred.get("band") or 0.0
+        band = pred.band
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{band:.0%}" if band else "-",
                   f"{r.step_s / best - 1:+.0%}" if best else "-", f"{r.job_s:.4g}",
-                  *([f"{pred['breakdown_s_per_step'][x]:.3g}" for x in TERMS] + [f"{ideal_s(e):.4g}"] if wide else []),
-                  _weights_cell(r.plan), f"{e['memory_gib_per_gpu']:.1f}", "yes" if r.fits else Text("no", style="red"))
+                  *([f"{getattr(pred.breakdown_s_per_step, x):.3g}" for x in TERMS] + [f"{ideal_s(e):.4g}"] if wide else []),
+                  _weights_cell(r.plan), f"{e.memory.memory_gib_per_gpu:.1f}", "yes" if r.fits else Text("no", style="red"))
     return t

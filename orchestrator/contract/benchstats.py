@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 
 from sporch.orchestrator import __version__
 from sporch.orchestrator.contract.results import Fingerprint
+from sporch.orchestrator.contract.estimates_section import Estimates
 
 #: Variables of the fingerprint: every one set whose name starts so.
 FINGERPRINT_ENV_PREFIXES = ("NCCL_", "CUDA_")
@@ -44,16 +45,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def ideal_ms_per_step(estimates: dict[str, Any]) -> Optional[float]:
+def ideal_ms_per_step(estimates: Optional[Estimates]) -> Optional[float]:
     """The planner's ideal step: compute + all-to-all + ring at the cluster's nominal rates
-    (no overlap), in ms."""
-    keys = ("compute_s_per_step_ideal", "all_to_all_s_per_step_ideal", "ring_s_per_step_ideal")
-    if not all(k in estimates for k in keys):
-        return None
-    return sum(float(estimates[k]) for k in keys) * 1e3
+    (no overlap), in ms; None for a plan without estimates (one built by hand)."""
+    return estimates.ideal_s_per_step * 1e3 if estimates is not None else None
 
 
-def step_summary(step_ms: Sequence[float], *, tokens_per_step: int, estimates: dict[str, Any],
+def step_summary(step_ms: Sequence[float], *, tokens_per_step: int, estimates: Optional[Estimates],
                  peak_tflops: Optional[float]) -> dict[str, Any]:
     """Statistics of the timed steps and the numbers derived from them."""
     out: dict[str, Any] = {
@@ -66,16 +64,17 @@ def step_summary(step_ms: Sequence[float], *, tokens_per_step: int, estimates: d
     median_s = out["step_ms_median"] / 1e3
     ok = bool(step_ms) and median_s > 0
     out["tokens_per_s"] = tokens_per_step / median_s if ok else 0.0
-    flops = estimates.get("flops_per_step_per_rank")
+    flops = estimates.compute.flops_per_step_per_rank if estimates is not None else None
     out["flops_per_step_per_rank"] = flops
     out["tflops_per_gpu"] = flops / median_s / 1e12 if ok and flops is not None else None
     out["peak_tflops_per_gpu"] = peak_tflops
     out["peak_fraction"] = (out["tflops_per_gpu"] / peak_tflops
                             if out["tflops_per_gpu"] is not None and peak_tflops else None)
     out["ideal_ms_per_step"] = ideal_ms_per_step(estimates)
-    predicted = (estimates.get("predicted") or {}).get("step_s")
+    predicted = estimates.predicted.step_s if estimates is not None and estimates.predicted is not None else None
     out["predicted_ms_per_step"] = predicted * 1e3 if predicted is not None else None
-    out["ideal_comm_bytes_per_step"] = estimates.get("comm_bytes_per_rank_per_step")
+    out["ideal_comm_bytes_per_step"] = (estimates.communication.comm_bytes_per_rank_per_step
+                                        if estimates is not None else None)
     return out
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
+from sporch.orchestrator.contract.estimates_section import Estimates
 from sporch.orchestrator.contract.safe_files import open_regular
 from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
 from sporch.orchestrator.contract.sections import (
@@ -36,7 +37,16 @@ from sporch.orchestrator.contract.sections import (
 )
 
 #: 2: typed sections (model.weights, workload.shift added; unknown keys refused).
-SCHEMA_VERSION = 2
+#: 3: ``estimates`` typed too (contract/estimates_section.py): the same JSON keys, now checked.
+SCHEMA_VERSION = 3
+#: Versions :meth:`Plan.from_dict` still reads (migrated to SCHEMA_VERSION on load).
+READABLE_VERSIONS = (2, SCHEMA_VERSION)
+#: Estimates keys a schema-2 plan may lack (written before they were added): the value the cost
+#: model then took for the ones it reads, a neutral one for the display-only ones (weight_quant,
+#: weight_gather_s_per_step_ideal). Any other missing key refuses the plan in one line.
+V2_DEFAULTS = {"text_tokens_per_rank": 0, "context_flops_per_sample": 0, "weight_quant": "none",
+               "weight_gather_bytes_per_rank_per_step": 0, "weight_gather_gb_per_s": 1.0,
+               "weight_gather_s_per_step_ideal": 0.0}
 
 
 @dataclass(frozen=True)
@@ -151,8 +161,9 @@ class Plan:
     """Everything a rank needs to run, and everything a person needs to check it.
 
     ``cluster``, ``job``, ``model``, ``workload``, ``sequence`` and ``heads`` are frozen
-    dataclasses (:mod:`sporch.orchestrator.contract.sections`); ``estimates`` is the estimator's plain
-    dict (for people; the runtime does not read it). Keys are documented in docs/plan.md.
+    dataclasses (:mod:`sporch.orchestrator.contract.sections`); ``estimates`` is the planner's
+    :class:`~sporch.orchestrator.contract.estimates_section.Estimates` (None in a plan built by hand,
+    written as ``{}``). Keys are documented in docs/plan.md.
     """
 
     layout: Layout
@@ -168,7 +179,7 @@ class Plan:
     sequence: SequenceSection
     heads: HeadsSection
     placement: PlacementSection = field(default_factory=PlacementSection)
-    estimates: dict[str, Any] = field(default_factory=dict)
+    estimates: Optional[Estimates] = None
     warnings: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
@@ -198,6 +209,7 @@ class Plan:
         d["layout"] = self.layout.sizes()
         d["ranks"] = [asdict(r) for r in self.ranks]
         d["warnings"] = list(self.warnings)
+        d["estimates"] = self.estimates.to_dict() if self.estimates is not None else {}
         # Keys a reader looks for first come first.
         head = {k: d.pop(k) for k in ("schema_version", "layout", "world_size", "nodes", "gpus_per_node")}
         return {**head, **d}
@@ -208,18 +220,28 @@ class Plan:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Plan":
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(
                 f"plan schema_version {version!r} is not supported (expected {SCHEMA_VERSION}); "
-                "re-create the plan with this version of sporch"
+                "re-create the plan with this version of sporch (sporch plan --json JOB.yaml > plan.json)"
             )
         d = dict(d)
+        if version == 2:
+            d = _from_v2(d)
         d["layout"] = Layout(**d["layout"])
         d["ranks"] = tuple(RankInfo(**r) for r in d["ranks"])
         d["warnings"] = tuple(d.get("warnings", ()))
         for key, section in _SECTIONS.items():
             d[key] = build(section, d[key], f"plan.{key}")
         d["placement"] = build(PlacementSection, d.get("placement", {}), "plan.placement")  # optional
+        est = d.get("estimates") or None
+        try:
+            d["estimates"] = Estimates.from_dict(est, "plan.estimates") if est is not None else None
+        except ValueError as exc:
+            if version != 2:
+                raise
+            raise ValueError(f"plan schema_version 2 from an older sporch cannot be read ({exc}); re-create it "
+                             "with this version (sporch plan --json JOB.yaml > plan.json)") from None
         return cls(**d)
 
     @classmethod
@@ -230,6 +252,18 @@ class Plan:
     def load(cls, path: str) -> "Plan":
         with open_regular(path) as fh:  # a FIFO is refused (NotAFileError, a ValueError), never waited on
             return cls.from_json(fh.read().decode("utf-8"))
+
+
+def _from_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """A schema-2 plan as schema 3: the same estimates keys, with the ones older plans lack filled
+    in as the cost model read them then (``token_parameters``: every parameter per token)."""
+    est = dict(d.get("estimates") or {})
+    if est:
+        for key, value in V2_DEFAULTS.items():
+            est.setdefault(key, value)
+        if "parameters" in est:
+            est.setdefault("token_parameters", est["parameters"])
+    return {**d, "estimates": est, "schema_version": SCHEMA_VERSION}
 
 
 _SECTIONS = {"cluster": ClusterSpec, "job": JobSection, "model": ModelSection, "workload": WorkloadSection,

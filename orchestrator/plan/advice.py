@@ -28,11 +28,11 @@ def smallest_fit(job: JobSpec, clusters: Iterable[ClusterSpec]) -> Optional[Plan
             plan = make_plan(cluster, free, tables=False)
         except SporchError:
             continue  # the job cannot be laid out there at all (heads, batch, world size)
-        if plan.estimates["fits"]:
+        if plan.estimates.memory.fits:
             fits.append(plan)
     if not fits:
         return None
-    return min(fits, key=lambda p: (p.world_size, p.estimates["memory_fraction"], p.cluster.name))
+    return min(fits, key=lambda p: (p.world_size, p.estimates.memory.memory_fraction, p.cluster.name))
 
 
 def fit_line(plan: Optional[Plan]) -> str:
@@ -43,4 +43,4 @@ def fit_line(plan: Optional[Plan]) -> str:
     c, p = plan.cluster, plan.placement
     weights = "" if p.shard_degree <= 1 else f", parameters sharded over {p.shard_degree} ranks"
     return (f"the smallest known cluster that fits: {c.name} ({plan.nodes} x {c.gpus_per_node} {c.gpu.model}, "
-            f"{plan.estimates['memory_gib_per_gpu']:.1f} of {c.gpu.memory_gib:g} GiB per GPU{weights})")
+            f"{plan.estimates.memory.memory_gib_per_gpu:.1f} of {c.gpu.memory_gib:g} GiB per GPU{weights})")

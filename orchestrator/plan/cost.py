@@ -31,13 +31,13 @@ dp / cfg replicas run independently, so one rank's time is the step time):
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
                      + overhead + eager host) + weight gather
-    job  = steps x step + fixed_s (text encoder: generation runs only)
-           + decode (the VAE's, generation runs: output pixels x frames x decode_bytes_per_pixel
+    job  = steps x step + fixed_s (text encoder: workload.kind inference only)
+           + decode (the VAE's, kind inference: output pixels x frames x decode_bytes_per_pixel
              / HBM bandwidth for a video VAE, image_decode_bytes_per_pixel for an image one)
            + expert switch (two experts, the idle one offloaded: the planner's
              ``estimates.experts.switch_s``, bytes / the cluster's host <-> GPU rate; not fitted)
 
-GEMM FLOPs are 2 x the parameters a token passes through (``estimates.token_parameters``:
+GEMM FLOPs are 2 x the parameters a token passes through (``estimates.compute.token_parameters``:
 no modulation, one stream of a double block) per token, plus the cross-attention's text keys
 and values on every rank. A plan compiles its blocks when ``workload.compile`` is not false
 and the parameters are not sharded (the runtime's rule on a GPU).
@@ -58,10 +58,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.estimates_section import PredictedTime, StepBreakdown
 from sporch.orchestrator.contract.quant import gemm_speedup
 from sporch.orchestrator.config.calibration_file import CONSTANTS
 from sporch.orchestrator.contract.sections import compile_off_reason
@@ -75,9 +76,8 @@ FITTED = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "compi
           "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 #: Constants that enter as 1 / value (rates); the others enter as they are (costs).
 INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency")
-#: Breakdown terms, in display order.
-TERMS = ("attention", "gemm", "elementwise", "all_to_all", "ring_merge", "ring_exposed", "overhead", "eager_host",
-         "weight_gather")
+#: Breakdown terms, in display order: the fields of the Plan's ``estimates.predicted.breakdown_s_per_step``.
+TERMS = tuple(f.name for f in fields(StepBreakdown))
 A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
 TILE_ROWS = 128
 GPU_TABLE = Path(__file__).resolve().parent / "data" / "gpus.yaml"
@@ -194,7 +194,7 @@ class CostInputs:
     a2a_bw: float  # B/s, nominal
     ring_bw: float  # B/s, nominal
     steps: int
-    generation: bool  # the full pipeline runs (text encoder, VAE): fixed costs apply
+    inference_kind: bool  # workload.kind == "inference": timed end to end (text encoder, VAE), fixed costs apply
     gather_bytes: float = 0.0  # per step: the parameters' all-gathers (sharded weights)
     gather_bw: float = 1.0  # B/s, nominal
     compiled: bool = False  # blocks compiled (torch.compile): fused glue, no eager host terms
@@ -204,35 +204,39 @@ class CostInputs:
 
 
 def inputs_from_plan(plan: Any) -> CostInputs:
-    """CostInputs from a Plan. Every read of plan fields in the cost model is here."""
-    m, e = plan.model, plan.estimates  # estimates: the estimator's plain dict
+    """CostInputs from a Plan (its sections and its typed ``estimates``). Every read of plan fields
+    in the cost model is here."""
+    m, e = plan.model, plan.estimates
+    if e is None:
+        raise ValueError("the plan has no estimates (a plan built by hand): make it with the planner (sporch plan)")
+    work, comm = e.compute, e.communication
     R, U = plan.layout.ring, plan.layout.ulysses
-    layers = int(e["attention_calls_per_step"])
-    samples = int(e["samples_per_rank"])
-    text_rank = int(e.get("text_tokens_per_rank") or 0)
+    layers = int(work.attention_calls_per_step)
+    samples = int(work.samples_per_rank)
+    text_rank = int(work.text_tokens_per_rank or 0)
     seq_total = plan.sequence.padded_len + text_rank * R * U
     q_heads = max(plan.heads.q_heads_per_rank)
-    # older plans have no token_parameters: every parameter per token, as they were predicted
-    token_params = float(e.get("token_parameters") or e["parameters"])
-    gemm = 2.0 * token_params * seq_total * samples / (R * U) + float(e.get("context_flops_per_sample") or 0) * samples
+    # a schema-2 plan without token_parameters loads with every parameter per token (contract/plan.py)
+    token_params = float(work.token_parameters or work.parameters)
+    gemm = 2.0 * token_params * seq_total * samples / (R * U) + float(work.context_flops_per_sample or 0) * samples
     gemm /= gemm_speedup(getattr(m, "quant", "none"))  # model.quant=fp8_dynamic: float8 matmuls
     attention = 4.0 * seq_total * seq_total * m.head_dim * q_heads * layers * samples / R
     return CostInputs(
         peak_flops=float(plan.cluster.gpu.bf16_tflops) * 1e12,
         layers=layers, samples=samples, seq_total=seq_total,
-        tokens_rank=int(e["tokens_per_rank"]) + text_rank,
+        tokens_rank=int(work.tokens_per_rank) + text_rank,
         hidden=m.hidden, head_dim=m.head_dim, q_heads_max=q_heads, ring=R, ulysses=U,
         gemm_flops=gemm, attention_flops=attention,
-        a2a_bytes=float(e["all_to_all_bytes_per_rank"]),
-        ring_bytes=float(e["ring_bytes_per_rank"]),
-        a2a_bw=float(e["all_to_all_gb_per_s"]) * 1e9,
-        ring_bw=float(e["ring_gb_per_s"]) * 1e9,
+        a2a_bytes=float(comm.all_to_all_bytes_per_rank),
+        ring_bytes=float(comm.ring_bytes_per_rank),
+        a2a_bw=float(comm.all_to_all_gb_per_s) * 1e9,
+        ring_bw=float(comm.ring_gb_per_s) * 1e9,
         steps=plan.workload.steps,
-        generation=plan.workload.kind == "inference",
-        gather_bytes=float(e.get("weight_gather_bytes_per_rank_per_step") or 0.0),
-        gather_bw=float(e.get("weight_gather_gb_per_s") or 1.0) * 1e9,
+        inference_kind=plan.workload.kind == "inference",
+        gather_bytes=float(e.weights.weight_gather_bytes_per_rank_per_step or 0.0),
+        gather_bw=float(e.weights.weight_gather_gb_per_s or 1.0) * 1e9,
         compiled=compiles(plan),
-        switch_s=float((e.get("experts") or {}).get("switch_s") or 0.0),
+        switch_s=float(e.experts.switch_s if e.experts is not None else 0.0),
         pixels=float(max(1, plan.workload.batch // max(1, plan.layout.dp)) * (plan.workload.frames or 1)
                      * (plan.workload.height or 0) * (plan.workload.width or 0)),
         video=(plan.workload.frames or 1) > 1,
@@ -266,7 +270,7 @@ class Prediction:
     eager_host: float
     weight_gather: float
     fixed_s: float  # per job
-    decode_s: float  # per job: the VAE's decode of the output (generation runs)
+    decode_s: float  # per job: the VAE's decode of the output (kind inference)
     switch_s: float  # per job: the expert switch's host <-> GPU copies
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
     host_bound: bool = False  # eager: the host's launches take longer than the GPU's work (per layer)
@@ -362,20 +366,20 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
     if x.gather_bytes > 0:
         step["weight_gather"] = t["gather"] + (L - 1) * max(0.0, t["gather"] - _compute(t))
     step_s = sum(step.values())
-    fixed = c["fixed_s"] if x.generation else 0.0
+    fixed = c["fixed_s"] if x.inference_kind else 0.0
     decode = sum(_decode_features(x, c)[k] * c[k] for k in DECODE)
     return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed + decode + x.switch_s, fixed_s=fixed,
                       decode_s=decode, switch_s=x.switch_s, ring_comm_bound=bound, host_bound=host_bound, **step)
 
 
-#: The constants of the VAE's decode (per job, generation runs): a video VAE's FLOPs and bytes per
+#: The constants of the VAE's decode (per job, kind inference): a video VAE's FLOPs and bytes per
 #: output pixel x frame, an image VAE's bytes per pixel.
 DECODE = ("decode_flops_per_pixel", "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 
 
 def _decode_features(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
     f = dict.fromkeys(DECODE, 0.0)
-    if x.generation and x.pixels:
+    if x.inference_kind and x.pixels:
         if x.video:
             f["decode_flops_per_pixel"] = x.pixels / x.peak_flops
             f["decode_bytes_per_pixel"] = x.pixels / (c["hbm_gb_per_s"] * 1e9)
@@ -433,7 +437,7 @@ def features(x: CostInputs, c: Mapping[str, float], level: str = "step") -> dict
         f.update({k: L * n for k, n in _host_counts(x).items()})
     if level == "job":
         f = {k: v * x.steps for k, v in f.items()}
-        f["fixed_s"] = 1.0 if x.generation else 0.0
+        f["fixed_s"] = 1.0 if x.inference_kind else 0.0
         f.update(_decode_features(x, c))
     return f
 
@@ -456,8 +460,8 @@ def predict_plan(plan: Any, constants: Optional[Mapping[str, float]] = None) -> 
     return predict(inputs_from_plan(plan), c)
 
 
-def prediction_record(plan: Any) -> dict[str, Any]:
-    """What the Plan records under ``estimates["predicted"]`` (docs/plan.md)."""
+def prediction_record(plan: Any) -> PredictedTime:
+    """What the Plan records as ``estimates.predicted`` (docs/plan.md)."""
     consts, source = cluster_constants(plan.cluster)
     p = predict(inputs_from_plan(plan), consts)
     times = {"step": p.step_s, "job": p.job_s, **p.breakdown()}
@@ -465,27 +469,28 @@ def prediction_record(plan: Any) -> dict[str, Any]:
     if bad is not None:  # constants each finite but extreme (an efficiency of 1e-310, an overhead of 1e308)
         raise SporchError(f"the cost model's constants ({source}) predict a {bad} time of {times[bad]} s; "
                           "set them to realistic values (efficiencies near 0.1..1, latencies in seconds)")
-    return {
-        "step_s": round(p.step_s, 9),
-        "job_s": round(p.job_s, 9),
-        "fixed_s": p.fixed_s,
-        "decode_s": round(p.decode_s, 9),
-        "switch_s": round(p.switch_s, 9),
-        "breakdown_s_per_step": {k: round(v, 9) for k, v in p.breakdown().items()},
-        "ring_comm_bound": p.ring_comm_bound,
-        "constants": source,
-        **_band_record(plan, source),
-    }
+    band, basis = _band(plan, source)
+    return PredictedTime(
+        step_s=round(p.step_s, 9),
+        job_s=round(p.job_s, 9),
+        fixed_s=p.fixed_s,
+        decode_s=round(p.decode_s, 9),
+        switch_s=round(p.switch_s, 9),
+        breakdown_s_per_step=StepBreakdown(**{k: round(v, 9) for k, v in p.breakdown().items()}),
+        ring_comm_bound=p.ring_comm_bound,
+        constants=source,
+        band=band,
+        band_basis=basis,
+    )
 
 
-def _band_record(plan: Any, source: str) -> dict[str, Any]:
+def _band(plan: Any, source: str) -> tuple[float, str]:
     """The band of a prediction made with the defaults (a calibration's own errors are its file's)."""
     if source.startswith("calibration"):
-        return {"band": 0.0, "band_basis": ""}
-    band, basis = prediction_band(plan.cluster.gpu.model or "", compiles(plan))
-    return {"band": band, "band_basis": basis}
+        return 0.0, ""
+    return prediction_band(plan.cluster.gpu.model or "", compiles(plan))
 
 
 def with_prediction(plan: Any) -> Any:
-    """``plan`` with ``estimates["predicted"]`` filled in (the planner's last step)."""
-    return replace(plan, estimates={**plan.estimates, "predicted": prediction_record(plan)})
+    """``plan`` with ``estimates.predicted`` filled in (the planner's last step)."""
+    return replace(plan, estimates=replace(plan.estimates, predicted=prediction_record(plan)))

@@ -6,11 +6,18 @@ layouts that cannot fit or are obviously communication-bound, not to predict exa
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
 from sporch.orchestrator.contract.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
+from sporch.orchestrator.contract.estimates_section import (
+    CommunicationEstimate,
+    ComputeEstimate,
+    Estimates,
+    MemoryEstimate,
+    WeightsEstimate,
+)
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection
 
@@ -105,8 +112,8 @@ def estimate(
     heads: HeadsSection,
     cluster: ClusterSpec,
     shard_degree: int = 1,
-) -> dict[str, Any]:
-    """``shard_degree``: ranks one copy of the DiT's parameters is spread over (FSDP2,
+) -> Estimates:
+    """The DiT's estimates (no pipeline, experts or prediction yet). ``shard_degree``: ranks one copy of the DiT's parameters is spread over (FSDP2,
     PlacementSection); 1 = every rank holds them all."""
     b = DTYPE_BYTES[workload.dtype]
     U, R = layout.ulysses, layout.ring
@@ -158,7 +165,6 @@ def estimate(
     cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes + RESERVED_BYTES
-    gpu_mem = float(cluster.gpu.memory_gib) * GIB
     # Compute: 2 * (a token's parameters) per token for the linears + 4 * S^2 * hidden per
     # attention layer, sharded; the text's cross-attention keys and values on every rank.
     layers = model.depth + model.single_depth
@@ -177,38 +183,33 @@ def estimate(
     ring_bw = intra if R * U <= gpn and gpn % (R * U) == 0 else min(intra, inter_per_gpu)
     # the shard group: the sequence group (contiguous R x U ranks) or the world
     gather_bw = intra if shard_degree <= gpn and gpn % shard_degree == 0 else min(intra, inter_per_gpu)
-    return {
-        "dtype_bytes": b,
-        "samples_per_rank": samples,
-        "tokens_per_rank": tokens,
-        "text_tokens_per_rank": text_per_rank,
-        "all_to_all_bytes_per_rank": a2a,
-        "ring_bytes_per_rank": ring_bytes,
-        "attention_calls_per_step": layers,
-        "comm_bytes_per_rank_per_step": (a2a + ring_bytes) * layers,
-        "parameters": params,
-        "token_parameters": token_params,
-        "context_flops_per_sample": context_flops,
-        "parameter_bytes_per_gpu": param_bytes,
-        "parameter_bytes_full": full_bytes,
-        "weight_quant": quant,
-        "shard_degree": shard_degree,
-        "parameter_bytes_sharded": sharded,
-        "parameter_bytes_gathered": gathered,
-        "weight_gather_bytes_per_rank_per_step": gather_bytes,
-        "weight_gather_gb_per_s": gather_bw / 1e9,
-        "weight_gather_s_per_step_ideal": round(gather_bytes / gather_bw, 6),
-        "activation_bytes_per_gpu": act_bytes,
-        "reserved_bytes_per_gpu": RESERVED_BYTES,
-        "memory_bytes_per_gpu": total,
-        "memory_gib_per_gpu": round(total / GIB, 3),
-        "gpu_memory_gib": float(cluster.gpu.memory_gib),
-        "memory_fraction": round(total / gpu_mem, 4),
-        "fits": total <= 0.9 * gpu_mem,
-        "flops_per_step_per_rank": flops_step_rank,
-        "compute_s_per_step_ideal": round(flops_step_rank / (tflops * 1e12), 6),
-        "all_to_all_gb_per_s": a2a_bw / 1e9,
-        "ring_gb_per_s": ring_bw / 1e9,
-        "all_to_all_s_per_step_ideal": round(a2a * layers / a2a_bw, 6),
-        "ring_s_per_step_ideal": round(ring_bytes * layers / ring_bw, 6),
-    }
+    return Estimates(
+        compute=ComputeEstimate(
+            dtype_bytes=b, samples_per_rank=samples, tokens_per_rank=tokens, text_tokens_per_rank=text_per_rank,
+            attention_calls_per_step=layers, parameters=params, token_parameters=token_params,
+            context_flops_per_sample=context_flops, flops_per_step_per_rank=flops_step_rank,
+            compute_s_per_step_ideal=round(flops_step_rank / (tflops * 1e12), 6)),
+        communication=CommunicationEstimate(
+            all_to_all_bytes_per_rank=a2a, ring_bytes_per_rank=ring_bytes,
+            comm_bytes_per_rank_per_step=(a2a + ring_bytes) * layers,
+            all_to_all_gb_per_s=a2a_bw / 1e9, ring_gb_per_s=ring_bw / 1e9,
+            all_to_all_s_per_step_ideal=round(a2a * layers / a2a_bw, 6),
+            ring_s_per_step_ideal=round(ring_bytes * layers / ring_bw, 6)),
+        weights=WeightsEstimate(
+            parameter_bytes_full=full_bytes, weight_quant=quant, shard_degree=shard_degree,
+            parameter_bytes_sharded=sharded, parameter_bytes_gathered=gathered,
+            weight_gather_bytes_per_rank_per_step=gather_bytes, weight_gather_gb_per_s=gather_bw / 1e9,
+            weight_gather_s_per_step_ideal=round(gather_bytes / gather_bw, 6)),
+        memory=memory_totals(MemoryEstimate(
+            parameter_bytes_per_gpu=param_bytes, activation_bytes_per_gpu=act_bytes,
+            reserved_bytes_per_gpu=RESERVED_BYTES, memory_bytes_per_gpu=total, memory_gib_per_gpu=0.0,
+            gpu_memory_gib=float(cluster.gpu.memory_gib), memory_fraction=0.0, fits=False), total),
+    )
+
+
+def memory_totals(memory: MemoryEstimate, total: int) -> MemoryEstimate:
+    """``memory`` with the busiest rank's total set to ``total`` bytes, and its GiB, fraction of the
+    GPU and fit (at most 90% of the GPU's memory) to match."""
+    gpu = memory.gpu_memory_gib * GIB
+    return replace(memory, memory_bytes_per_gpu=total, memory_gib_per_gpu=round(total / GIB, 3),
+                   memory_fraction=round(total / gpu, 4), fits=total <= 0.9 * gpu)

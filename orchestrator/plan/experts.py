@@ -14,16 +14,18 @@ the high-noise expert's GPU -> host (and back for the next prompt batch), at the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 from sporch.orchestrator.config.job import ModelSpec
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
 from sporch.orchestrator.contract.models import find_preset
 from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
+from sporch.orchestrator.contract.estimates_section import Estimates, ExpertsEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.plan.estimates import memory_totals
 
-GIB = 1024**3
 #: Host <-> GPU copy rate when the cluster descriptor gives no ``gpu.host_gb_per_s``: pinned
 #: copies over PCIe Gen4 x16 reach about 25 GB/s one way (Gen5: about 50).
 HOST_GB_PER_S = 25.0
@@ -80,27 +82,25 @@ def expand_timesteps(spec: ModelSpec) -> bool:
     return bool(ours if ours is not None else theirs)
 
 
-def with_experts(est: dict[str, Any], model: ModelSection, cluster: ClusterSpec, placement: str) -> dict[str, Any]:
+def with_experts(est: Estimates, model: ModelSection, cluster: ClusterSpec, placement: str) -> Estimates:
     """``est`` (the DiT's) with ``experts`` added and its parameter and memory numbers counting
     the second expert when both are resident. The switch figures are per prompt batch (each
     switches once; offloaded, the high-noise expert moves back in before the next batch)."""
     if model.experts < 2:
         return est
-    one = int(est["parameter_bytes_sharded"])  # one expert's resident share per GPU
+    one = int(est.weights.parameter_bytes_sharded)  # one expert's resident share per GPU
     gbps = float(cluster.gpu.host_gb_per_s or HOST_GB_PER_S)
     resident = placement == "resident"
     moved = 0 if resident else 2 * one  # the low-noise expert in, the high-noise one out
     switch_s = moved / (gbps * 1e9)
     extra = one if resident else 0
-    total = int(est["memory_bytes_per_gpu"]) + extra
-    gpu = float(est["gpu_memory_gib"]) * GIB
-    experts = {
-        "count": 2, "boundary_ratio": model.boundary_ratio, "placement": placement,
-        "expert_bytes_per_gpu": one, "gpu_bytes_per_gpu": one * (2 if resident else 1),
-        "host_bytes_per_gpu": 0 if resident else 2 * one,  # the host keeps both (each moves back and forth)
-        "host_gb_per_s": gbps, "host_gb_per_s_source": "cluster" if cluster.gpu.host_gb_per_s else "default",
-        "switch_bytes_per_gpu": moved, "switch_s": round(switch_s, 6),
-    }
-    return {**est, "experts": experts, "parameter_bytes_per_gpu": int(est["parameter_bytes_per_gpu"]) + extra,
-            "memory_bytes_per_gpu": total, "memory_gib_per_gpu": round(total / GIB, 3),
-            "memory_fraction": round(total / gpu, 4), "fits": total <= 0.9 * gpu}
+    total = int(est.memory.memory_bytes_per_gpu) + extra
+    experts = ExpertsEstimate(
+        count=2, boundary_ratio=model.boundary_ratio, placement=placement,
+        expert_bytes_per_gpu=one, gpu_bytes_per_gpu=one * (2 if resident else 1),
+        host_bytes_per_gpu=0 if resident else 2 * one,  # the host keeps both (each moves back and forth)
+        host_gb_per_s=gbps, host_gb_per_s_source="cluster" if cluster.gpu.host_gb_per_s else "default",
+        switch_bytes_per_gpu=moved, switch_s=round(switch_s, 6),
+    )
+    memory = replace(est.memory, parameter_bytes_per_gpu=int(est.memory.parameter_bytes_per_gpu) + extra)
+    return replace(est, experts=experts, memory=memory_totals(memory, total))

@@ -1,5 +1,5 @@
 """The generate workload in the Plan: its workload keys, and where the text encoder and VAE
-run with what memory (``plan.estimates.pipeline``). Pure, stdlib only.
+run with what memory (``plan.estimates.pipeline``, a PipelineEstimate). Pure, stdlib only.
 
 Placement (runtime/pipelines/, ``plan.placement``): by default the text encoder and the VAE run
 on one rank per dp replica (its cfg rank 0, sequence rank 0: the leader); the text encoder before
@@ -12,12 +12,15 @@ runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by til
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.estimates_section import BusiestRank, Estimates, PipelineEstimate, PipelinePart
 from sporch.orchestrator.contract.families import get_family
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
+from sporch.orchestrator.plan.estimates import memory_totals
 
 #: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
 #: family: ``Family.pipeline_parts(preset)`` in contract/families/ (wan.PARTS, flux.PARTS).
@@ -70,58 +73,56 @@ def decode_bytes(known: Mapping[str, Any], workload: WorkloadSection, vae: str, 
     return {"working": int(height * width * per_pixel), "frames": out}
 
 
-def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: Layout, dit: dict[str, Any],
-                      text_encoder: str = "leader", vae: str = "leader") -> dict[str, Any]:
+def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: Layout, dit: Estimates,
+                      text_encoder: str = "leader", vae: str = "leader") -> PipelineEstimate:
     """Where the text encoder and VAE run and their memory for the placements ``text_encoder``
     and ``vae`` (vocab.TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS), with the busiest rank's
     breakdown. That rank is a replica's leader: it encodes (before the transformer is built;
     the encoder is freed after) and then holds the transformer, the VAE and the decode."""
-    leaders = [layout.rank_of(dp=d) for d in range(layout.dp)]
+    leaders = tuple(layout.rank_of(dp=d) for d in range(layout.dp))
     seq = layout.sequence_degree
-    groups = [layout.rank_of(dp=d, ring=r, ulysses=u) for d in range(layout.dp)
-              for r in range(layout.ring) for u in range(layout.ulysses)]  # every leader's sequence group
+    groups = tuple(layout.rank_of(dp=d, ring=r, ulysses=u) for d in range(layout.dp)
+                   for r in range(layout.ring) for u in range(layout.ulysses))  # every leader's sequence group
     known = known_parts(model)
-    b = int(dit["dtype_bytes"])
-    enc_ranks = list(range(layout.world_size)) if text_encoder == "sharded" and seq > 1 else leaders
-    out: dict[str, Any] = {
-        "text_encoder": {"ranks": enc_ranks, "placement": text_encoder,
-                         "what": known["text_encoder"] if known else "the folder's (size unknown)"},
-        "vae": {"ranks": groups if vae == "parallel" and seq > 1 else leaders, "placement": vae,
-                "what": known["vae"] if known else "the folder's (size unknown)"},
-        "transformer": {"ranks": list(range(layout.world_size))},
-    }
+    b = int(dit.compute.dtype_bytes)
+    enc_ranks = tuple(range(layout.world_size)) if text_encoder == "sharded" and seq > 1 else leaders
+    unknown = "the folder's (size unknown)"
+    enc = PipelinePart(ranks=enc_ranks, placement=text_encoder, what=known["text_encoder"] if known else unknown)
+    dec = PipelinePart(ranks=groups if vae == "parallel" and seq > 1 else leaders, placement=vae,
+                       what=known["vae"] if known else unknown)
+    image = None
     enc_gpu = vae_bytes = work = frames = image_gpu = 0
     if known and known.get("image_encoder"):
         image_gpu = known["image_encoder_parameters"] * IMAGE_ENCODER_BYTES
-        out["image_encoder"] = {"ranks": leaders, "what": known["image_encoder"], "bytes": image_gpu}
+        image = PipelinePart(ranks=leaders, what=known["image_encoder"], bytes=image_gpu)
     if known:
         enc_full = known["text_encoder_parameters"] * b
         enc_gpu = (0 if text_encoder == "cpu" else sharded_encoder_bytes(known, b, seq)
                    if text_encoder == "sharded" and seq > 1 else enc_full)
         vae_bytes = known["vae_parameters"] * VAE_BYTES
-        dec = decode_bytes(known, workload, vae, seq, model.vae_stride)
-        work, frames = dec["working"], dec["frames"]
-        out["text_encoder"].update(bytes=enc_full, bytes_per_rank=enc_gpu,
-                                   host_bytes=enc_full if text_encoder == "cpu" else 0)
-        out["vae"].update(bytes=vae_bytes, decode_bytes=work, frames_bytes=frames)
-    reserved = int(dit.get("reserved_bytes_per_gpu", 0))
+        decoded = decode_bytes(known, workload, vae, seq, model.vae_stride)
+        work, frames = decoded["working"], decoded["frames"]
+        enc = replace(enc, bytes=enc_full, bytes_per_rank=enc_gpu, host_bytes=enc_full if text_encoder == "cpu" else 0)
+        dec = replace(dec, bytes=vae_bytes, decode_bytes=work, frames_bytes=frames)
+    mem = dit.memory
+    reserved = int(mem.reserved_bytes_per_gpu)
     encode_phase = max(enc_gpu, image_gpu) + reserved  # one encoder at a time
-    decode_phase = dit["memory_bytes_per_gpu"] + vae_bytes + work + frames
-    out["leader_memory_bytes"] = max(encode_phase, decode_phase)
-    out["busiest_rank"] = {
-        "peak_stage": "encode" if encode_phase > decode_phase else "denoise + decode",
-        "dit_parameters": int(dit["parameter_bytes_per_gpu"]), "dit_activations": int(dit["activation_bytes_per_gpu"]),
-        "text_encoder": enc_gpu, "image_encoder": image_gpu, "vae": vae_bytes, "vae_decode": work + frames, "reserved": reserved,
-    }
-    return out
+    decode_phase = mem.memory_bytes_per_gpu + vae_bytes + work + frames
+    return PipelineEstimate(
+        text_encoder=enc, vae=dec, transformer=PipelinePart(ranks=tuple(range(layout.world_size))),
+        image_encoder=image, leader_memory_bytes=max(encode_phase, decode_phase),
+        busiest_rank=BusiestRank(
+            peak_stage="encode" if encode_phase > decode_phase else "denoise + decode",
+            dit_parameters=int(mem.parameter_bytes_per_gpu), dit_activations=int(mem.activation_bytes_per_gpu),
+            text_encoder=enc_gpu, image_encoder=image_gpu, vae=vae_bytes, vae_decode=work + frames,
+            reserved=reserved),
+    )
 
 
-def with_pipeline(est: dict[str, Any], model: ModelSection, workload: WorkloadSection, layout: Layout,
-                  text_encoder: str = "leader", vae: str = "leader") -> dict[str, Any]:
+def with_pipeline(est: Estimates, model: ModelSection, workload: WorkloadSection, layout: Layout,
+                  text_encoder: str = "leader", vae: str = "leader") -> Estimates:
     """The DiT estimate with ``pipeline`` added and its memory numbers raised to the busiest rank's."""
     pipe = pipeline_estimate(model, workload, layout, est, text_encoder, vae)
-    total = max(est["memory_bytes_per_gpu"], pipe["leader_memory_bytes"])
-    gpu = est["gpu_memory_gib"] * 1024**3
-    return {**est, "pipeline": pipe, "dit_memory_bytes_per_gpu": est["memory_bytes_per_gpu"],
-            "memory_bytes_per_gpu": total, "memory_gib_per_gpu": round(total / 1024**3, 3),
-            "memory_fraction": round(total / gpu, 4), "fits": total <= 0.9 * gpu}
+    dit = est.memory.memory_bytes_per_gpu
+    memory = replace(est.memory, dit_memory_bytes_per_gpu=dit)
+    return replace(est, pipeline=pipe, memory=memory_totals(memory, max(dit, pipe.leader_memory_bytes)))

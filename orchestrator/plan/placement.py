@@ -15,22 +15,23 @@ few gathers once per prompt, sharded DiT parameters cost gathers at every step, 
 recomputes the overlaps, an encoder on the CPU is slow), and takes the first that fits; if none
 fits, the one that needs the least memory, and the plan says it does not fit.
 
-Pure: ``estimate_for(shard_degree, text_encoder, vae, experts)`` is handed in and returns the estimate
-dict with ``fits`` and ``memory_bytes_per_gpu``.
+Pure: ``estimate_for(shard_degree, text_encoder, vae, experts)`` is handed in and returns the
+placement's Estimates (``memory.fits``, ``memory.memory_bytes_per_gpu``).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Callable
 
+from sporch.orchestrator.contract.estimates_section import Estimates, MemoryOption
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import PlacementSection
 from sporch.orchestrator.errors import SporchError
 
 GIB = 1024**3
-Estimate = dict[str, Any]
-EstimateFor = Callable[[int, str, str, str], Estimate]
+EstimateFor = Callable[[int, str, str, str], Estimates]
 
 #: The relative time cost of each option (0 = the plain placement); combinations are tried in
 #: order of their sum.
@@ -51,7 +52,7 @@ def shard_degree(mode: str, layout: Layout) -> int:
 
 def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: EstimateFor, *,
                      lockstep: bool = True, generate: bool = False,
-                     experts: bool = False) -> tuple[PlacementSection, Estimate]:
+                     experts: bool = False) -> tuple[PlacementSection, Estimates]:
     """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae,
     experts: an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a
     VAE to place (otherwise both stay ``leader``); ``experts``: and two experts (otherwise
@@ -67,16 +68,17 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
     options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate, experts) for key in COST}
     combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
                     key=lambda c: (sum(COST[k][v] for k, v in c.items()), *(COST[k][c[k]] for k in COST)))
-    tried: list[tuple[dict[str, str], Estimate]] = []
+    tried: list[tuple[dict[str, str], Estimates]] = []
     for combo in combos:
         est = estimate_for(shard_degree(combo["shard_weights"], layout), combo["text_encoder"], combo["vae"],
                            combo["experts"])
         tried.append((combo, est))
-        if est["fits"]:
+        if est.memory.fits:
             break
-    combo, est = tried[-1] if tried[-1][1]["fits"] else min(tried, key=lambda t: t[1]["memory_bytes_per_gpu"])
+    combo, est = tried[-1] if tried[-1][1].memory.fits else min(tried, key=lambda t: t[1].memory.memory_bytes_per_gpu)
     reason = _why(modes, tried[0], (combo, est), layout, generate, experts)
-    est = {**est, "memory_options": [_option_row(c, e) for c, e in tried]} if len(tried) > 1 else est
+    if len(tried) > 1:
+        est = replace(est, memory=replace(est.memory, memory_options=tuple(_option_row(c, e) for c, e in tried)))
     return _section(combo, layout, reason), est
 
 
@@ -112,8 +114,8 @@ def _section(combo: dict[str, str], layout: Layout, reason: str) -> PlacementSec
                             experts=combo["experts"])
 
 
-def _option_row(combo: dict[str, str], est: Estimate) -> dict[str, Any]:
-    return {**combo, "memory_gib_per_gpu": est["memory_gib_per_gpu"], "fits": bool(est["fits"])}
+def _option_row(combo: dict[str, str], est: Estimates) -> MemoryOption:
+    return MemoryOption(**combo, memory_gib_per_gpu=est.memory.memory_gib_per_gpu, fits=bool(est.memory.fits))
 
 
 def _what(key: str, value: str, layout: Layout) -> str:
@@ -130,7 +132,7 @@ def _what(key: str, value: str, layout: Layout) -> str:
             "tiled": "VAE decoded in tiles", "leader": "VAE on the leader"}[value]
 
 
-def _why(modes: dict[str, str], first: tuple[dict[str, str], Estimate], chosen: tuple[dict[str, str], Estimate],
+def _why(modes: dict[str, str], first: tuple[dict[str, str], Estimates], chosen: tuple[dict[str, str], Estimates],
          layout: Layout, generate: bool, experts: bool = False) -> str:
     keys = [k for k in COST if (generate and (k != "experts" or experts)) or k == "shard_weights"]
     auto = [k for k in keys if modes.get(k, "auto") == "auto"]
@@ -138,13 +140,13 @@ def _why(modes: dict[str, str], first: tuple[dict[str, str], Estimate], chosen: 
         return "; ".join(f"{'parallel' if k == 'shard_weights' else 'pipeline'}.{k}: {modes[k]}" for k in keys)
     (combo0, plain), (combo, est) = first, chosen
     fixed = [_what(k, combo0[k], layout) for k in keys if combo0[k] != PLAIN[k]]
-    if plain["fits"]:
+    if plain.memory.fits:
         rest = ", text encoder and VAE on the leader" if generate and not fixed else ""
         return "auto: fits without sharding the parameters" + rest if not fixed else f"auto: fits with {', '.join(fixed)}"
     start = "unsharded" if not fixed else f"with {', '.join(fixed)}"
-    head = f"auto: {plain['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU {start} does not fit"
+    head = f"auto: {plain.memory.memory_bytes_per_gpu / GIB:.1f} GiB per GPU {start} does not fit"
     changed = [_what(k, combo[k], layout) for k in auto if combo[k] != combo0[k]]
     if not changed:
         return f"{head}, and there is no other rank to shard the parameters over"
-    tail = "" if est["fits"] else ", still too much"
-    return f"{head}; {', '.join(changed)}: {est['memory_bytes_per_gpu'] / GIB:.1f} GiB{tail}"
+    tail = "" if est.memory.fits else ", still too much"
+    return f"{head}; {', '.join(changed)}: {est.memory.memory_bytes_per_gpu / GIB:.1f} GiB{tail}"

@@ -5,7 +5,7 @@ For each GPU count, a generate job of the checkpoint (a standard workload: Wan 8
 plain placement, then each option alone (``parallel.shard_weights=world``; ``pipeline.text_encoder``
 sharded or cpu and ``pipeline.vae`` parallel or tiled where the family's encoder and VAE sizes are
 known; ``pipeline.experts=offload`` for two experts), then all the saving options at once. The
-figures are the planner's own estimate (``plan.estimates.memory_gib_per_gpu`` and ``fits``), the
+figures are the planner's own estimate (``plan.estimates.memory``: ``memory_gib_per_gpu`` and ``fits``), the
 numbers ``sporch plan`` chooses the placement by. The sequence runs over every GPU (Ulysses as far
 as the heads divide, ring for the rest); a count that is neither a part of one node nor whole
 nodes of the cluster is skipped.
@@ -87,8 +87,8 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
                    "resources": {"nodes": max(1, n // gpn)}}
             if m.diffusers_class:
                 job.pop("pipeline")
-            est = make_plan(where, job_from_dict(job, "<inspect>"), tables=False).estimates
-            row["per_gpu"][n] = {"gib": est["memory_gib_per_gpu"], "fits": bool(est["fits"])}
+            mem = make_plan(where, job_from_dict(job, "<inspect>"), tables=False).estimates.memory
+            row["per_gpu"][n] = {"gib": mem.memory_gib_per_gpu, "fits": bool(mem.fits)}
     return {"cluster": cluster.name, "gpu_memory_gib": cluster.gpu.memory_gib,
             "workload": {k: v for k, v in workload.items() if k != "prompt"}, "gpus": usable,
             "skipped_gpus": [n for n in gpus if n not in usable], "rows": out_rows}

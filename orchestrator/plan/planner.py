@@ -21,6 +21,7 @@ from sporch.orchestrator.config.cluster import bandwidth_warnings
 from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
+from sporch.orchestrator.contract.estimates_section import Estimates
 from sporch.orchestrator.plan.estimates import GIB, estimate
 from sporch.orchestrator.plan.layouts import (
     LayoutContext,
@@ -285,16 +286,16 @@ def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSect
                       collective_timeout=job.resources.collective_timeout)
 
 
-def memory_advice(est: dict, memory_gib: float, gpu_model: str, placement: sections.PlacementSection,
+def memory_advice(est: Estimates, memory_gib: float, gpu_model: str, placement: sections.PlacementSection,
                   layout: Layout) -> str:
     """Why a plan does not fit in GPU memory, and what would help: sharding the parameters
     (``parallel.shard_weights``) when they are not sharded over every rank yet, more
     ring/ulysses for the activations, more GPUs or bigger ones."""
-    params, acts = est["parameter_bytes_per_gpu"], est["activation_bytes_per_gpu"]
+    params, acts = est.memory.parameter_bytes_per_gpu, est.memory.activation_bytes_per_gpu
     where = "" if placement.shard_degree <= 1 else f" sharded over {placement.shard_degree} ranks"
-    head = (f"estimated {est['memory_bytes_per_gpu'] / GIB:.1f} GiB per GPU (parameters{where} {params / GIB:.1f} + "
+    head = (f"estimated {est.memory.memory_bytes_per_gpu / GIB:.1f} GiB per GPU (parameters{where} {params / GIB:.1f} + "
             f"activations {acts / GIB:.1f}) exceeds 90% of the {memory_gib:g} GiB of a {gpu_model}")
-    dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.get("dtype_bytes", 2) > 2 else ""
+    dtype = " or workload.dtype=bfloat16 (half the bytes of float32)" if est.compute.dtype_bytes > 2 else ""
     if placement.shard_degree < layout.world_size:
         return (f"{head}; set parallel.shard_weights=world (or auto) to spread the parameters over all "
                 f"{layout.world_size} ranks, raise ring/ulysses (it splits the activations), lower the batch, "
@@ -330,7 +331,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     check_cache(job, model)
     check_generic(job, model, layout)
 
-    def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> dict:
+    def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> Estimates:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
         if not generate:
             return est
@@ -342,21 +343,19 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
                                       experts=model.experts > 1)
     check_quant(job, model, cluster, placement)
     check_attention_precision(job, layout)
-    est = {**est, "shard_weights": placement.shard_weights}
-    staging = staging_estimate(model, workload, cluster, ctx.nodes)
-    if staging:
-        est["staging"] = staging
-    if chooser.reason:
-        est["layout_choice"] = chooser.reason
-    if not est["fits"]:
+    est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),
+                              staging=staging_estimate(model, workload, cluster, ctx.nodes),
+                              layout_choice=chooser.reason or None)
+    if not est.memory.fits:
         warnings.append(memory_advice(est, cluster.gpu.memory_gib, cluster.gpu.model, placement, layout))
-    comm_s = est["all_to_all_s_per_step_ideal"] + est["ring_s_per_step_ideal"]
-    if comm_s > est["compute_s_per_step_ideal"] > 0:
+    comm = est.communication
+    comm_s = comm.all_to_all_s_per_step_ideal + comm.ring_s_per_step_ideal
+    if comm_s > est.compute.compute_s_per_step_ideal > 0:
         warnings.append(
-            f"communication-bound: all-to-all {est['all_to_all_s_per_step_ideal']:.3g} s "
-            f"({est['all_to_all_gb_per_s']:g} GB/s) + ring {est['ring_s_per_step_ideal']:.3g} s "
-            f"({est['ring_gb_per_s']:g} GB/s) per step exceed ideal compute "
-            f"{est['compute_s_per_step_ideal']:.3g} s on {cluster.name} "
+            f"communication-bound: all-to-all {comm.all_to_all_s_per_step_ideal:.3g} s "
+            f"({comm.all_to_all_gb_per_s:g} GB/s) + ring {comm.ring_s_per_step_ideal:.3g} s "
+            f"({comm.ring_gb_per_s:g} GB/s) per step exceed ideal compute "
+            f"{est.compute.compute_s_per_step_ideal:.3g} s on {cluster.name} "
             f"({cluster.intra_node.fabric} in a node, {cluster.inter_node.fabric} between nodes)"
         )
     return with_prediction(Plan(

@@ -9,9 +9,10 @@ not import the planner: the planner imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from sporch.orchestrator.plan.layouts import LayoutContext, compact, preference, short
+from sporch.orchestrator.contract.estimates_section import PredictedTime
 from sporch.orchestrator.contract.plan import Layout, Plan
 
 #: A layout -> the Plan of the job with that layout (without the rank table and groups).
@@ -36,8 +37,8 @@ class Ranked:
     fits: bool
 
     @property
-    def predicted(self) -> dict[str, Any]:
-        return self.plan.estimates["predicted"]
+    def predicted(self) -> PredictedTime:
+        return self.plan.estimates.predicted
 
 
 def most_preferred(ctx: LayoutContext, layouts: list[Layout]) -> list[Layout]:
@@ -53,8 +54,8 @@ def rank(plan_layout: PlanLayout, layouts: list[Layout]) -> list[Ranked]:
     out = []
     for lay in layouts:
         p = plan_layout(lay)
-        pred = p.estimates["predicted"]
-        out.append(Ranked(lay, p, pred["step_s"], pred["job_s"], bool(p.estimates["fits"])))
+        pred = p.estimates.predicted
+        out.append(Ranked(lay, p, pred.step_s, pred.job_s, bool(p.estimates.memory.fits)))
     return sorted(out, key=lambda r: (not r.fits, r.step_s))
 
 

@@ -9,8 +9,9 @@ figures go to ``result.json`` (``metrics.staging``).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
+from sporch.orchestrator.contract.estimates_section import StagingEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection, WorkloadSection
 from sporch.orchestrator.plan.estimates import parameter_count
 from sporch.orchestrator.plan.pipeline import VAE_BYTES, known_parts
@@ -28,11 +29,11 @@ def checkpoint_bytes(model: ModelSection, workload: WorkloadSection) -> int:
 
 
 def staging_estimate(model: ModelSection, workload: WorkloadSection, cluster: ClusterSpec,
-                     nodes: int) -> Optional[dict[str, Any]]:
-    """``{bytes, nodes, shared_fs_gb_per_s, s}`` for a job that stages its weights, else None."""
+                     nodes: int) -> Optional[StagingEstimate]:
+    """The staging estimate of a job that stages its weights, else None."""
     if model.stage != "node" or not model.weights:
         return None
     size = checkpoint_bytes(model, workload)
     bw = float(cluster.shared_fs_gb_per_s)
-    return {"bytes": size, "nodes": nodes, "shared_fs_gb_per_s": bw, "node_local_dir": cluster.node_local_dir,
-            "s": round(nodes * size / (bw * 1e9), 3)}
+    return StagingEstimate(bytes=size, nodes=nodes, shared_fs_gb_per_s=bw, node_local_dir=cluster.node_local_dir,
+                           s=round(nodes * size / (bw * 1e9), 3))

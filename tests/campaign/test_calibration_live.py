@@ -161,6 +161,6 @@ def test_report_shows_predicted_beside_measured(campaign_dir, tmp_path):
         table = {r["id"]: r for r in csv.DictReader(fh)}
     for pid, (plan, result) in points(campaign_dir).items():
         row = table[pid]
-        predicted = plan.estimates["predicted"]["step_s"] * 1e3
+        predicted = plan.estimates.predicted.step_s * 1e3
         assert float(row["predicted_ms_per_step"]) == pytest.approx(predicted)
         assert float(row["prediction_error"]) == pytest.approx(predicted / float(row["step_ms_median"]) - 1)

@@ -343,7 +343,7 @@ def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path,
     code, out, err = run_cli("campaign", "report", root)
     assert code == 0, out + err
     assert "published measurements" in out and "flux-dev-1024-h100-eager" in out
-    predicted = plan.estimates["predicted"]["job_s"]
+    predicted = plan.estimates.predicted.job_s
     html = (root / "report" / "report.html").read_text().split('id="published-points"')[1].split("</table>")[0]
     assert '<tr data-id="p2a">' in html and '<tr data-id="p2b">' not in html
     assert 'data-value="5.19"' in html and f'data-value="{predicted}"' in html

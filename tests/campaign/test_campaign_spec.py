@@ -90,7 +90,7 @@ def test_all_auto_pow2_repeats_presets_dtypes():
     # auto = the fastest predicted layout (cost model, issue 14): CFG parallel needs no collective
     # inside a step, so cfg 2 x ring 2 beats ulysses 2 x ring 2 (the old fixed preference)
     assert [compact(p.plan.layout) for p in auto.points] == ["1x2x2x1"]
-    assert auto.points[0].plan.estimates["layout_choice"].startswith("auto chose 1x2x2x1")
+    assert auto.points[0].plan.estimates.layout_choice.startswith("auto chose 1x2x2x1")
     assert auto.points[0].params["layout"] == "auto"
     presets = expand(campaign_from_dict({"name": "p", "base": copy.deepcopy(TINY_BASE), "matrix": {
         "clusters": ["local"], "presets": ["tiny", "class-dit-xl"], "shapes": [{"height": 64, "width": 64}]}}))

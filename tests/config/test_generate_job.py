@@ -40,9 +40,9 @@ def test_plan_carries_generate_fields_and_resolves_prompt_file():
     w = plan.workload
     assert (w.prompt_file, w.shift, w.scheduler, w.negative_prompt, w.fps, w.tiny_weights) == (
         "/jobs/prompts.txt", 5.0, "euler", "blur", 16, False)
-    pipe = plan.estimates["pipeline"]
-    assert pipe["text_encoder"]["ranks"] == pipe["vae"]["ranks"] == [0]
-    assert plan.estimates["memory_bytes_per_gpu"] >= pipe["text_encoder"]["bytes"]
+    pipe = plan.estimates.pipeline
+    assert pipe.text_encoder.ranks == pipe.vae.ranks == (0,)
+    assert plan.estimates.memory.memory_bytes_per_gpu >= pipe.text_encoder.bytes
 
 
 def test_other_kinds_have_no_generate_settings():
@@ -50,4 +50,4 @@ def test_other_kinds_have_no_generate_settings():
     plan = make_plan(find_cluster("a100x8"), job)
     w = plan.workload
     assert (w.prompt, w.prompt_file, w.negative_prompt, w.scheduler, w.output_format) == (None,) * 5
-    assert "pipeline" not in plan.estimates
+    assert plan.estimates.pipeline is None

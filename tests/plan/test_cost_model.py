@@ -56,7 +56,7 @@ def plan(cluster: str, job=WAN14B, *overrides: str):
 def inputs(**kw) -> CostInputs:
     base = dict(peak_flops=1e15, layers=10, samples=1, seq_total=32768, tokens_rank=4096, hidden=3072, head_dim=128,
                 q_heads_max=3, ring=2, ulysses=4, gemm_flops=4e13, attention_flops=2e14, a2a_bytes=5e7,
-                ring_bytes=2e8, a2a_bw=4e11, ring_bw=5e10, steps=50, generation=False)
+                ring_bytes=2e8, a2a_bw=4e11, ring_bw=5e10, steps=50, inference_kind=False)
     base.update(kw)
     return CostInputs(**base)
 
@@ -98,8 +98,8 @@ def test_more_gpus_at_fixed_work_per_gpu_not_slower_in_compute(cluster, job, dim
     for nodes, frames in ((1, 17), (2, 37), (4, 77)):  # 5, 10, 20 latent frames
         p = plan(cluster, job, f"resources.nodes={nodes}", f"workload.frames={frames}", "parallel.ulysses=8",
                  f"parallel.ring={nodes}")
-        pred = p.estimates["predicted"]["breakdown_s_per_step"]
-        computes.append(pred["gemm"] + pred["elementwise"])
+        pred = p.estimates.predicted.breakdown_s_per_step
+        computes.append(pred.gemm + pred.elementwise)
     assert computes[0] == pytest.approx(computes[1], rel=1e-6) == pytest.approx(computes[2], rel=1e-6)
 
 
@@ -127,10 +127,10 @@ def test_ring_overlap_hides_transfers_until_they_exceed_the_block():
     assert p.ring_exposed == pytest.approx(x.layers * 3 * (transfer - block))
 
 
-def test_fixed_costs_only_for_generation_runs():
+def test_fixed_costs_only_for_inference_kind_runs():
     c = {**CONSTS, "fixed_s": 30.0}
-    assert predict(inputs(generation=True), c).job_s == pytest.approx(50 * predict(inputs(), c).step_s + 30)
-    assert predict(inputs(generation=False), c).fixed_s == 0
+    assert predict(inputs(inference_kind=True), c).job_s == pytest.approx(50 * predict(inputs(), c).step_s + 30)
+    assert predict(inputs(inference_kind=False), c).fixed_s == 0
 
 
 def test_gpu_table_and_cluster_constants():
@@ -144,24 +144,24 @@ def test_gpu_table_and_cluster_constants():
 
 def test_plan_records_prediction_beside_ideal():
     p = plan("a100x32")
-    pred = p.estimates["predicted"]
-    ideal = p.estimates["compute_s_per_step_ideal"]
-    assert pred["step_s"] > ideal > 0  # efficiencies < 1
-    assert sum(pred["breakdown_s_per_step"].values()) == pytest.approx(pred["step_s"], rel=1e-6)
-    assert pred["job_s"] == pytest.approx(50 * pred["step_s"], rel=1e-6)
-    assert pred["constants"] == "A100 defaults"
+    pred = p.estimates.predicted
+    ideal = p.estimates.compute.compute_s_per_step_ideal
+    assert pred.step_s > ideal > 0  # efficiencies < 1
+    assert sum(pred.breakdown_s_per_step.to_dict().values()) == pytest.approx(pred.step_s, rel=1e-6)
+    assert pred.job_s == pytest.approx(50 * pred.step_s, rel=1e-6)
+    assert pred.constants == "A100 defaults"
 
 
 # -- ranking and auto --------------------------------------------------------------------------
 def test_auto_picks_fastest_predicted_and_says_why():
     p = plan("l40x16", WAN14B, "parallel.ring=auto", "parallel.ulysses=auto", "parallel.cfg=auto")
-    why = p.estimates["layout_choice"]
+    why = p.estimates.layout_choice
     assert why.startswith("auto chose ") and "s/step" in why
     _, ranked = rank_feasible(find_cluster("l40x16"), load_job(WAN14B))
     best = min(r.step_s for r in ranked if r.fits and r.layout.dp == 1)
-    assert p.estimates["predicted"]["step_s"] <= best * (1 + TIE)
+    assert p.estimates.predicted.step_s <= best * (1 + TIE)
     # a fixed layout has no choice to explain
-    assert "layout_choice" not in plan("a100x32").estimates
+    assert plan("a100x32").estimates.layout_choice is None
 
 
 def test_auto_prefers_a_layout_that_fits():
@@ -276,10 +276,10 @@ def test_calibration_file_round_trip_and_cluster_reference(tmp_path):
     c = load_cluster_file(tmp_path / "l40cal.yaml")
     assert c.calibration == str(cal.resolve())
     p = make_plan(c, load_job(WAN14B))
-    assert p.estimates["predicted"]["constants"] == f"calibration {cal.resolve()}"
+    assert p.estimates.predicted.constants == f"calibration {cal.resolve()}"
     assert p.cluster.calibration_constants["attention_efficiency"] == pytest.approx(0.3, rel=1e-3)
     slower = make_plan(find_cluster("l40x16"), load_job(WAN14B))
-    assert p.estimates["predicted"]["step_s"] > slower.estimates["predicted"]["step_s"]
+    assert p.estimates.predicted.step_s > slower.estimates.predicted.step_s
 
 
 @pytest.mark.parametrize("text,msg", [

@@ -58,9 +58,9 @@ def test_presets_carry_the_published_boundaries():
     w21 = plan({"preset": "wan2.1-t2v-14b"}, dict(GENERATE, height=720, width=1280, frames=81), "a100x8",
                parallel={"ulysses": 8})
     # the A14B experts have the Wan2.1-14B shape: twice its parameter bytes when both are resident
-    assert t2v.estimates["parameters"] == w21.estimates["parameters"]
-    assert t2v.estimates["parameter_bytes_per_gpu"] == 2 * w21.estimates["parameter_bytes_per_gpu"]
-    assert "experts" in t2v.estimates and "experts" not in w21.estimates
+    assert t2v.estimates.compute.parameters == w21.estimates.compute.parameters
+    assert t2v.estimates.memory.parameter_bytes_per_gpu == 2 * w21.estimates.memory.parameter_bytes_per_gpu
+    assert t2v.estimates.experts is not None and w21.estimates.experts is None
 
 
 def test_folder_defines_two_experts(tmp_path):
@@ -77,25 +77,25 @@ def test_resident_or_offload_memory_and_switch_cost(tmp_path):
     resident = plan({"weights": w}, pipeline={"experts": "resident"})
     offload = plan({"weights": w}, pipeline={"experts": "offload"})
     r, o = resident.estimates, offload.estimates
-    one = r["experts"]["expert_bytes_per_gpu"]
-    assert one == r["parameter_bytes_sharded"] > 0
+    one = r.experts.expert_bytes_per_gpu
+    assert one == r.weights.parameter_bytes_sharded > 0
     assert (resident.placement.experts, offload.placement.experts) == ("resident", "offload")
-    assert r["dit_memory_bytes_per_gpu"] - o["dit_memory_bytes_per_gpu"] == one  # the second expert's bytes
-    assert r["experts"]["switch_bytes_per_gpu"] == 0
-    assert o["experts"]["switch_bytes_per_gpu"] == 2 * one  # one expert in, the other out
-    assert o["experts"]["host_gb_per_s_source"] == "default"
-    assert o["experts"]["switch_s"] == pytest.approx(2 * one / (HOST_GB_PER_S * 1e9), abs=1e-6)
+    assert r.memory.dit_memory_bytes_per_gpu - o.memory.dit_memory_bytes_per_gpu == one  # the second expert's bytes
+    assert r.experts.switch_bytes_per_gpu == 0
+    assert o.experts.switch_bytes_per_gpu == 2 * one  # one expert in, the other out
+    assert o.experts.host_gb_per_s_source == "default"
+    assert o.experts.switch_s == pytest.approx(2 * one / (HOST_GB_PER_S * 1e9), abs=1e-6)
 
 
 def test_the_switch_is_in_the_predicted_job_time():
     big = dict(GENERATE, height=720, width=1280, frames=81, guidance_scale=4.0)
     plans = [plan({"preset": "wan2.2-t2v-a14b"}, big, "a100x8", parallel={"ulysses": 8}, pipeline={"experts": e})
              for e in ("resident", "offload")]
-    pr, po = (p.estimates["predicted"] for p in plans)
-    switch = plans[1].estimates["experts"]["switch_s"]
-    assert pr["switch_s"] == 0 and switch > 1 and po["switch_s"] == pytest.approx(switch, abs=1e-6)
-    assert po["step_s"] == pytest.approx(pr["step_s"], rel=1e-12)  # same steps: the job is longer by the switch
-    assert po["job_s"] - pr["job_s"] == pytest.approx(switch, rel=1e-6)
+    pr, po = (p.estimates.predicted for p in plans)
+    switch = plans[1].estimates.experts.switch_s
+    assert pr.switch_s == 0 and switch > 1 and po.switch_s == pytest.approx(switch, abs=1e-6)
+    assert po.step_s == pytest.approx(pr.step_s, rel=1e-12)  # same steps: the job is longer by the switch
+    assert po.job_s - pr.job_s == pytest.approx(switch, rel=1e-6)
 
 
 def test_the_switch_is_not_fitted_away(tmp_path):
@@ -119,7 +119,7 @@ def test_the_switch_is_not_fitted_away(tmp_path):
 def test_auto_offloads_only_when_both_do_not_fit(tmp_path):
     big = dict(GENERATE, height=720, width=1280, frames=81, guidance_scale=4.0, guidance_scale_2=3.0)
     fits = plan({"preset": "wan2.2-t2v-a14b"}, big, "a100x8", parallel={"ulysses": 8})
-    assert fits.placement.experts == "resident" and fits.estimates["fits"]
+    assert fits.placement.experts == "resident" and fits.estimates.memory.fits
     tight = plan({"preset": "wan2.2-t2v-a14b"}, big, "a100-40gx32", parallel={"ulysses": 8})
     assert tight.placement.experts == "offload" and "the idle expert in host memory" in tight.placement.reason
     assert tight.workload.guidance_scale_2 == 3.0
@@ -187,7 +187,7 @@ def test_preset_and_folder_must_agree_on_the_experts(tmp_path):
     named = plan({"preset": "wan2.2-t2v-a14b", "weights": two}, dict(GENERATE, height=720, width=1280, frames=81),
                  "a100x8", parallel={"ulysses": 8})
     assert alone.model.boundary_ratio == named.model.boundary_ratio == 0.875
-    assert alone.estimates["parameter_bytes_per_gpu"] == named.estimates["parameter_bytes_per_gpu"]
+    assert alone.estimates.memory.parameter_bytes_per_gpu == named.estimates.memory.parameter_bytes_per_gpu
 
 
 def test_image_to_video_needs_its_first_frame(tmp_path, run_cli):

@@ -106,8 +106,8 @@ def test_published_presets_plan_on_a100x32(preset, workload, heads, depth):
     p = plan({"preset": preset}, dict(workload, steps=30, guidance_scale=1.0, dtype="bfloat16"), "a100x32")
     assert (p.model.family, p.model.num_heads, p.model.depth) == (p.model.family, heads, depth)
     assert p.model.diffusers_class and p.model.diffusers_config
-    assert p.layout.world_size == 32 and p.estimates["memory_bytes_per_gpu"] > 0
-    assert p.estimates["parameters"] > 1e9
+    assert p.layout.world_size == 32 and p.estimates.memory.memory_bytes_per_gpu > 0
+    assert p.estimates.compute.parameters > 1e9
 
 
 def test_inspect_names_family_class_heads_layers_and_layouts(run_cli, tmp_path):

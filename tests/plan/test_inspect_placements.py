@@ -40,7 +40,7 @@ def test_each_option_is_the_planners_estimate(tmp_path):
            "parallel": {"ulysses": 4, "ring": 2, "cfg": 1, "dp": 1, "shard_weights": "world"},
            "pipeline": {"text_encoder": "cpu", "vae": "tiled"}, "resources": {"nodes": 1}}
     plan = make_plan(find_cluster("h100x64"), job_from_dict(job))
-    assert rows["all of these"][8]["gib"] == plan.estimates["memory_gib_per_gpu"]
+    assert rows["all of these"][8]["gib"] == plan.estimates.memory.memory_gib_per_gpu
 
 
 def test_two_experts_show_offload_and_unknown_encoders_only_the_weights(tmp_path, run_cli):

@@ -88,8 +88,8 @@ def test_cfg_rules():
     with pytest.raises(LayoutError, match="needs classifier-free guidance"):
         plan("a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2", "workload.guidance_scale=1.0")
     p = plan("a100x32", WAN14B, "parallel.cfg=2", "parallel.ring=2")
-    assert p.layout.cfg == 2 and p.estimates["samples_per_rank"] == 1
-    assert plan("a100x32").estimates["samples_per_rank"] == 2  # CFG on, cfg=1: both branches per rank
+    assert p.layout.cfg == 2 and p.estimates.compute.samples_per_rank == 1
+    assert plan("a100x32").estimates.compute.samples_per_rank == 2  # CFG on, cfg=1: both branches per rank
 
 
 FLUX = EXAMPLES / "flux-2048.yaml"
@@ -105,7 +105,7 @@ def test_guidance_distilled_flux_has_no_cfg_branch():
     p = plan("a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=auto", "parallel.ring=auto")
     assert p.layout.cfg == 1 and p.model.distilled and p.model.guidance_embed
     # one pass per step: guidance 3.5 is not CFG, so a rank runs one sample, not two branches
-    assert not p.workload.cfg_enabled and p.estimates["samples_per_rank"] == 1
+    assert not p.workload.cfg_enabled and p.estimates.compute.samples_per_rank == 1
     wan = plan("a100x32", WAN14B, "parallel.cfg=auto", "parallel.ring=auto")
     assert wan.workload.cfg_enabled and not wan.model.distilled
     # the flag is preset data: a resized Flux keeps it
@@ -205,7 +205,7 @@ def test_auto_fill():
     # messages cost more than one overlapped ring step, so ring 2 x ulysses 2 beats ulysses 4
     p = plan("local", TINY, "parallel.ulysses=auto", "parallel.ring=auto")
     assert (p.layout.ring, p.layout.ulysses) == (2, 2)
-    assert p.estimates["layout_choice"].startswith("auto chose 1x1x2x2")
+    assert p.estimates.layout_choice.startswith("auto chose 1x1x2x2")
     # 12 heads: auto prefers an even head split inside the node
     p = plan("a100x8", EXAMPLES / "wan1.3b-480p.yaml")
     assert p.layout.cfg == 2 and p.layout.ulysses == 4 and p.layout.ring == 1
@@ -225,18 +225,18 @@ def test_resources_nodes_override():
 def test_estimates_present_and_memory_check():
     p = plan("a100x32")
     e = p.estimates
-    assert 13e9 < e["parameters"] < 15.5e9
-    assert e["tokens_per_rank"] == 2363
-    assert e["all_to_all_bytes_per_rank"] > 0 and e["ring_bytes_per_rank"] > 0
-    assert e["fits"] and 0 < e["memory_fraction"] < 1
+    assert 13e9 < e.compute.parameters < 15.5e9
+    assert e.compute.tokens_per_rank == 2363
+    assert e.communication.all_to_all_bytes_per_rank > 0 and e.communication.ring_bytes_per_rank > 0
+    assert e.memory.fits and 0 < e.memory.memory_fraction < 1
     single = plan("a100x8", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=8", "workload.batch=8")
-    assert single.estimates["all_to_all_bytes_per_rank"] == 0 and single.estimates["ring_bytes_per_rank"] == 0
+    assert single.estimates.communication.all_to_all_bytes_per_rank == 0 and single.estimates.communication.ring_bytes_per_rank == 0
     big = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16",
                "parallel.shard_weights=none")
-    assert not big.estimates["fits"] and any("exceeds 90%" in w for w in big.warnings)
+    assert not big.estimates.memory.fits and any("exceeds 90%" in w for w in big.warnings)
     # auto (the default) spreads the parameters over the 16 ranks instead
     auto = plan("l40x16", WAN14B, "parallel.ulysses=1", "parallel.ring=1", "parallel.dp=16", "workload.batch=16")
-    assert auto.estimates["fits"] and auto.placement.shard_weights == "world"
+    assert auto.estimates.memory.fits and auto.placement.shard_weights == "world"
 
 
 def test_planner_is_pure():
@@ -251,6 +251,6 @@ def test_planner_is_pure():
 
 def test_pcie_ethernet_cluster_is_flagged_communication_bound():
     p = plan("l40x16")
-    assert p.estimates["all_to_all_gb_per_s"] == 25 and p.estimates["ring_gb_per_s"] == 12.5 / 8
+    assert p.estimates.communication.all_to_all_gb_per_s == 25 and p.estimates.communication.ring_gb_per_s == 12.5 / 8
     assert any(w.startswith("communication-bound") for w in p.warnings)
     assert not any(w.startswith("communication-bound") for w in plan("a100x32").warnings)

@@ -36,33 +36,33 @@ def _plan(cluster: str, shard: str, doc: dict = WAN14B_GENERATE, pipeline: dict 
 
 def test_14b_720p_generate_does_not_fit_a100_40gb_unsharded_and_auto_shards_it():
     plain = _plan("a100-40gx32", "none", pipeline=LEADER)
-    assert not plain.estimates["fits"] and plain.placement.shard_weights == "none"
+    assert not plain.estimates.memory.fits and plain.placement.shard_weights == "none"
     assert any("parallel.shard_weights=world (or auto)" in w for w in plain.warnings)
     # the breakdown: DiT parameters (all 14.6 B in bf16), activations, text encoder, VAE decode
     e = plain.estimates
-    assert e["parameter_bytes_per_gpu"] == e["parameter_bytes_full"] == e["parameters"] * 2
-    assert e["pipeline"]["text_encoder"]["bytes"] > 10 * GIB and e["pipeline"]["vae"]["decode_bytes"] > 0
+    assert e.memory.parameter_bytes_per_gpu == e.weights.parameter_bytes_full == e.compute.parameters * 2
+    assert e.pipeline.text_encoder.bytes > 10 * GIB and e.pipeline.vae.decode_bytes > 0
 
     auto = _plan("a100-40gx32", "auto", pipeline=LEADER)  # the text encoder and VAE stay on the leader
     p, a = auto.placement, auto.estimates
-    assert a["fits"] and p.shard_weights == "sequence" and p.shard_degree == 32
+    assert a.memory.fits and p.shard_weights == "sequence" and p.shard_degree == 32
     assert (p.text_encoder, p.vae) == ("leader", "leader")
     assert p.reason.startswith("auto: 38.5 GiB per GPU unsharded does not fit; parameters sharded over each "
                                "replica's sequence ranks (32)")
     # 1/32 of the parameters stay, plus the root unit and two blocks gathered at a time
-    assert a["parameter_bytes_sharded"] == -(-a["parameters"] // 32) * 2
-    assert a["parameter_bytes_per_gpu"] == a["parameter_bytes_sharded"] + a["parameter_bytes_gathered"]
-    assert 0 < a["parameter_bytes_gathered"] < a["parameter_bytes_full"] / 10
-    assert a["weight_gather_bytes_per_rank_per_step"] == int(a["parameter_bytes_full"] * 31 / 32)
+    assert a.weights.parameter_bytes_sharded == -(-a.compute.parameters // 32) * 2
+    assert a.memory.parameter_bytes_per_gpu == a.weights.parameter_bytes_sharded + a.weights.parameter_bytes_gathered
+    assert 0 < a.weights.parameter_bytes_gathered < a.weights.parameter_bytes_full / 10
+    assert a.weights.weight_gather_bytes_per_rank_per_step == int(a.weights.parameter_bytes_full * 31 / 32)
     assert not any("does not fit" in w or "exceeds 90%" in w for w in auto.warnings)
 
 
 def test_auto_keeps_the_plain_layout_when_it_fits():
     p = _plan("l40sx8", "auto")
-    assert p.estimates["fits"] and p.placement.shard_weights == "none"
+    assert p.estimates.memory.fits and p.placement.shard_weights == "none"
     assert p.placement.reason == "auto: fits without sharding the parameters, text encoder and VAE on the leader"
-    assert p.estimates["weight_gather_bytes_per_rank_per_step"] == 0
-    assert p.estimates["predicted"]["breakdown_s_per_step"]["weight_gather"] == 0
+    assert p.estimates.weights.weight_gather_bytes_per_rank_per_step == 0
+    assert p.estimates.predicted.breakdown_s_per_step.weight_gather == 0
 
 
 def test_auto_says_when_nothing_fits():
@@ -70,15 +70,18 @@ def test_auto_says_when_nothing_fits():
     doc["workload"]["batch"] = 32
     p = _plan("a100-40gx32", "auto", doc, ring=1, ulysses=1, dp=32, cfg=1)
     # generate with dp 8 cannot shard over the world, and the sequence groups are single ranks
-    assert p.placement.shard_weights == "none" and not p.estimates["fits"]
+    assert p.placement.shard_weights == "none" and not p.estimates.memory.fits
     # nothing fits: the least memory of what auto tried (a tiled decode), said to be too much
     assert p.placement.vae == "tiled" and p.placement.reason.endswith(", still too much")
-    assert p.estimates["memory_gib_per_gpu"] == min(o["memory_gib_per_gpu"] for o in p.estimates["memory_options"])
+    assert p.estimates.memory.memory_gib_per_gpu == min(o.memory_gib_per_gpu for o in p.estimates.memory.memory_options)
     from sporch.orchestrator.contract.plan import Layout
     from sporch.orchestrator.plan.placement import choose_placement
 
+    big = dataclasses.replace(p.estimates, memory=dataclasses.replace(
+        p.estimates.memory, fits=False, memory_bytes_per_gpu=100 * GIB, memory_gib_per_gpu=100.0))
+
     def too_big(degree, text, vae, experts):
-        return {"fits": False, "memory_bytes_per_gpu": 100 * GIB, "memory_gib_per_gpu": 100.0}
+        return big
 
     one, _ = choose_placement({"shard_weights": "auto"}, Layout(1, 1, 1, 1), too_big)
     assert one.reason == "auto: 100.0 GiB per GPU unsharded does not fit, and there is no other rank to shard the parameters over"
@@ -154,11 +157,11 @@ def test_a_job_that_fits_nowhere_here_names_the_smallest_cluster_that_fits():
     from sporch.orchestrator.plan.advice import fit_line, smallest_fit
 
     job = job_from_dict(dict(WAN14B_GENERATE, parallel={"ulysses": 4}))
-    assert not make_plan(find_cluster("local"), job).estimates["fits"]
+    assert not make_plan(find_cluster("local"), job).estimates.memory.fits
     names = ["local", "l40sx8", "a100x8", "a100x32", "a100-40gx32", "h100x64"]
     best = smallest_fit(job, [find_cluster(n) for n in names])
     # 8 GPUs is the fewest that fit (a100x8 and l40sx8); a100x8 leaves more headroom
-    assert best.cluster.name == "a100x8" and best.world_size == 8 and best.estimates["fits"]
+    assert best.cluster.name == "a100x8" and best.world_size == 8 and best.estimates.memory.fits
     assert fit_line(best).startswith("the smallest known cluster that fits: a100x8 (1 x 8 A100-SXM4-80GB, ")
     assert smallest_fit(job, [find_cluster("local")]) is None
     assert fit_line(None).startswith("no known cluster fits this job")
@@ -184,18 +187,18 @@ def test_auto_moves_the_vae_decode_before_sharding_the_dit():
     plain = _plan("a100-40gx32", "none", pipeline=LEADER)
     auto = _plan("a100-40gx32", "auto")
     p, a = auto.placement, auto.estimates
-    assert a["fits"] and (p.shard_weights, p.text_encoder, p.vae, p.pipeline_degree) == ("none", "leader", "parallel", 32)
-    assert [(o["shard_weights"], o["text_encoder"], o["vae"], o["fits"]) for o in a["memory_options"]] == [
+    assert a.memory.fits and (p.shard_weights, p.text_encoder, p.vae, p.pipeline_degree) == ("none", "leader", "parallel", 32)
+    assert [(o.shard_weights, o.text_encoder, o.vae, o.fits) for o in a.memory.memory_options] == [
         ("none", "leader", "leader", False), ("none", "leader", "parallel", True)]
-    assert a["memory_options"][0]["memory_gib_per_gpu"] == plain.estimates["memory_gib_per_gpu"]
+    assert a.memory.memory_options[0].memory_gib_per_gpu == plain.estimates.memory.memory_gib_per_gpu
     # the decode's working set is its rows' share (+ a halo row per conv) on each of the 32 ranks
-    dec_plain, dec = plain.estimates["pipeline"]["vae"], a["pipeline"]["vae"]
-    assert dec["decode_bytes"] == pytest.approx(dec_plain["decode_bytes"] * (-(-90 // 32) + 1) / 90, rel=1e-6)
-    assert dec["frames_bytes"] == 2 * dec_plain["frames_bytes"] == 2 * 81 * 720 * 1280 * 3 * 4
-    assert a["pipeline"]["vae"]["ranks"] == list(range(32))
-    busy = a["pipeline"]["busiest_rank"]
-    assert a["memory_bytes_per_gpu"] == (busy["dit_parameters"] + busy["dit_activations"] + busy["reserved"]
-                                         + busy["vae"] + busy["vae_decode"])
+    dec_plain, dec = plain.estimates.pipeline.vae, a.pipeline.vae
+    assert dec.decode_bytes == pytest.approx(dec_plain.decode_bytes * (-(-90 // 32) + 1) / 90, rel=1e-6)
+    assert dec.frames_bytes == 2 * dec_plain.frames_bytes == 2 * 81 * 720 * 1280 * 3 * 4
+    assert a.pipeline.vae.ranks == tuple(range(32))
+    busy = a.pipeline.busiest_rank
+    assert a.memory.memory_bytes_per_gpu == (busy.dit_parameters + busy.dit_activations + busy.reserved
+                                         + busy.vae + busy.vae_decode)
 
 
 def test_each_text_encoder_and_vae_option_has_its_memory():
@@ -206,18 +209,18 @@ def test_each_text_encoder_and_vae_option_has_its_memory():
     rows = {}
     for text in ("leader", "sharded", "cpu"):
         for vae in ("leader", "tiled", "parallel"):
-            e = _plan("a100-40gx32", "none", pipeline={"text_encoder": text, "vae": vae}).estimates["pipeline"]
+            e = _plan("a100-40gx32", "none", pipeline={"text_encoder": text, "vae": vae}).estimates.pipeline
             rows[text, vae] = e
-            assert (e["text_encoder"]["placement"], e["vae"]["placement"]) == (text, vae)
+            assert (e.text_encoder.placement, e.vae.placement) == (text, vae)
     full = wan["text_encoder_parameters"] * 2
-    enc = {t: rows[t, "leader"]["text_encoder"] for t in ("leader", "sharded", "cpu")}
-    assert (enc["leader"]["bytes_per_rank"], enc["cpu"]["bytes_per_rank"]) == (full, 0)
-    assert enc["cpu"]["host_bytes"] == full and enc["leader"]["host_bytes"] == 0
+    enc = {t: rows[t, "leader"].text_encoder for t in ("leader", "sharded", "cpu")}
+    assert (enc["leader"].bytes_per_rank, enc["cpu"].bytes_per_rank) == (full, 0)
+    assert enc["cpu"].host_bytes == full and enc["leader"].host_bytes == 0
     # 1/32 of it + the biggest unit gathered at a time (umT5's 1.05 B embedding table)
-    assert enc["sharded"]["bytes_per_rank"] == sharded_encoder_bytes(wan, 2, 32) == int((-(-5_680_000_000 // 32)
+    assert enc["sharded"].bytes_per_rank == sharded_encoder_bytes(wan, 2, 32) == int((-(-5_680_000_000 // 32)
                                                                                         + 256_384 * 4096) * 2)
-    assert enc["sharded"]["ranks"] == list(range(32)) and enc["leader"]["ranks"] == [0]
-    work = {v: rows["leader", v]["vae"]["decode_bytes"] for v in ("leader", "tiled", "parallel")}
+    assert enc["sharded"].ranks == tuple(range(32)) and enc["leader"].ranks == (0,)
+    work = {v: rows["leader", v].vae.decode_bytes for v in ("leader", "tiled", "parallel")}
     assert work["tiled"] == pytest.approx(work["leader"] * 256 * 256 / (720 * 1280)) and work["parallel"] < work["leader"]
 
 
@@ -227,10 +230,10 @@ def test_the_text_encoder_is_the_peak_when_the_decode_is_small():
     doc = dict(WAN14B_GENERATE, model={"preset": "wan2.1-t2v-1.3b"},
                workload=dict(WAN14B_GENERATE["workload"], frames=5, height=256, width=256))
     plain = _plan("l40sx8", "none", doc, pipeline=LEADER)
-    busy = plain.estimates["pipeline"]["busiest_rank"]
-    assert busy["peak_stage"] == "encode" and busy["text_encoder"] == 5_680_000_000 * 2
-    enc = _plan("l40sx8", "none", doc, pipeline={"text_encoder": "cpu", "vae": "leader"}).estimates["pipeline"]
-    assert enc["busiest_rank"]["text_encoder"] == 0 and enc["busiest_rank"]["peak_stage"] == "denoise + decode"
+    busy = plain.estimates.pipeline.busiest_rank
+    assert busy.peak_stage == "encode" and busy.text_encoder == 5_680_000_000 * 2
+    enc = _plan("l40sx8", "none", doc, pipeline={"text_encoder": "cpu", "vae": "leader"}).estimates.pipeline
+    assert enc.busiest_rank.text_encoder == 0 and enc.busiest_rank.peak_stage == "denoise + decode"
 
 
 def test_pipeline_settings_are_checked_in_one_line():

@@ -17,10 +17,10 @@ WAN14B = EXAMPLES / "wan14b-720p.yaml"
 
 def test_a_prediction_carries_the_band_of_its_gpu_and_mode():
     bands = fitted_table()["bands"]
-    compiled = make_plan(find_cluster("h100x64"), load_job(EXAMPLES / "flux-2048.yaml")).estimates["predicted"]
-    assert compiled["band"] == bands["H100"]["compiled"] and compiled["band_basis"] == "held-out H100 compiled tables"
+    compiled = make_plan(find_cluster("h100x64"), load_job(EXAMPLES / "flux-2048.yaml")).estimates.predicted
+    assert compiled.band == bands["H100"]["compiled"] and compiled.band_basis == "held-out H100 compiled tables"
     eager = make_plan(find_cluster("h100x64"), load_job(EXAMPLES / "flux-2048.yaml", ["workload.compile=false"]))
-    assert eager.estimates["predicted"]["band"] == bands["H100"]["eager"]
+    assert eager.estimates.predicted.band == bands["H100"]["eager"]
     # a GPU without a table of the mode takes the largest of the mode; the cpu row has no band
     assert prediction_band("A100-SXM4-80GB", True) == (bands["*"]["compiled"], "held-out compiled tables, no A100 one")
     assert prediction_band("cpu", False) == (0.0, "")

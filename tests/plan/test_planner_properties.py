@@ -152,4 +152,4 @@ def test_auto_everywhere_finds_a_layout_when_one_exists(case):
     _ctx, ranked = rank_feasible(cluster, job)
     pool = [r for r in ranked if r.fits] or ranked
     assert p.layout in [r.layout for r in pool]
-    assert p.estimates["predicted"]["step_s"] <= min(r.step_s for r in pool) * (1 + TIE) * (1 + 1e-9)
+    assert p.estimates.predicted.step_s <= min(r.step_s for r in pool) * (1 + TIE) * (1 + 1e-9)

@@ -79,7 +79,7 @@ def test_plan_with_every_dim_auto_reads_config_json_and_the_adapter_once(tmp_pat
     model, once = opened_by(planner.resolve_job_model, spec)
     assert model.lora and model.depth == 2 and once["config.json"] == 1 and once["adapter.safetensors"] >= 1
     plan, opened = opened_by(planner.make_plan, cluster, spec)
-    assert "auto chose" in plan.estimates["layout_choice"]  # a search over several candidates
+    assert "auto chose" in plan.estimates.layout_choice  # a search over several candidates
     assert opened["config.json"] == 1, opened
     assert opened["adapter.safetensors"] == once["adapter.safetensors"], opened
     (_ctx, ranked), opened = opened_by(planner.rank_feasible, cluster, spec)

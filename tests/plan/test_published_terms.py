@@ -36,7 +36,7 @@ def test_eager_host_terms_only_for_eager_runs_and_compiled_glue_only_compiled():
     assert not compiles(eager) and compiles(compiled)
     c = {**default_constants("H100"), "eager_layer_s": 0.5, "eager_a2a_message_s": 1e-3, "eager_ring_layer_s": 2e-3}
     pe, pc = predict(inputs_from_plan(eager), c), predict(inputs_from_plan(compiled), c)
-    L = eager.estimates["attention_calls_per_step"]
+    L = eager.estimates.compute.attention_calls_per_step
     # an eager layer takes the longer of the host's launches and the GPU's work
     host = c["eager_layer_s"] + 2 * 3 * c["eager_a2a_message_s"] + c["eager_ring_layer_s"]
     gpu = (pe.step_s - pe.eager_host) / L

@@ -38,25 +38,25 @@ def test_each_preset_plans_its_resolution_with_the_image_branch_and_encoder(pres
     h, w = SIZES[preset]
     plan = _plan({"preset": preset}, _generate(h, w))
     t2v = _plan({"preset": "wan2.1-t2v-14b"}, dict(_generate(h, w), image=None))
-    est, pipe = plan.estimates, plan.estimates["pipeline"]
+    est, pipe = plan.estimates, plan.estimates.pipeline
     assert (plan.model.in_channels, plan.model.depth, plan.model.hidden) == (36, 40, 5120)
     assert list(plan.sequence.grid) == [21, h // 16, w // 16]
     # 40 blocks x (k_img, v_img 5120 x 5120 + biases + norm) and the image embedding: 2.1 B more than T2V
-    extra = est["parameters"] - t2v.estimates["parameters"]
+    extra = est.compute.parameters - t2v.estimates.compute.parameters
     assert 40 * 2 * 5120 * 5120 < extra < 40 * 2 * 5120 * 5120 + 20_000_000, extra
-    assert est["context_flops_per_sample"] == t2v.estimates["context_flops_per_sample"] * (512 + 257) // 512
-    assert pipe["image_encoder"]["bytes"] == CLIP_VIT_H_VISION * 4 and pipe["image_encoder"]["ranks"] == [0]
-    assert pipe["busiest_rank"]["image_encoder"] == CLIP_VIT_H_VISION * 4
+    assert est.compute.context_flops_per_sample == t2v.estimates.compute.context_flops_per_sample * (512 + 257) // 512
+    assert pipe.image_encoder.bytes == CLIP_VIT_H_VISION * 4 and pipe.image_encoder.ranks == (0,)
+    assert pipe.busiest_rank.image_encoder == CLIP_VIT_H_VISION * 4
     assert PARTS_I2V["image_encoder_parameters"] == CLIP_VIT_H_VISION
 
 
 def test_the_image_encoder_is_the_encode_peak_when_the_text_encoder_runs_on_the_cpu():
     small = _generate(256, 256, frames=5)
     cpu = _plan({"preset": "wan2.1-i2v-14b-480p"}, small, "h100x64", {"text_encoder": "cpu", "vae": "leader"})
-    busy = cpu.estimates["pipeline"]["busiest_rank"]
-    assert busy["text_encoder"] == 0 and busy["image_encoder"] == CLIP_VIT_H_VISION * 4
-    encode = busy["image_encoder"] + busy["reserved"]
-    assert cpu.estimates["pipeline"]["leader_memory_bytes"] >= encode
+    busy = cpu.estimates.pipeline.busiest_rank
+    assert busy.text_encoder == 0 and busy.image_encoder == CLIP_VIT_H_VISION * 4
+    encode = busy.image_encoder + busy.reserved
+    assert cpu.estimates.pipeline.leader_memory_bytes >= encode
 
 
 def test_a_generate_job_needs_the_first_frame():
@@ -88,7 +88,7 @@ def test_the_published_folder_plans_alone_and_matches_both_presets(tmp_path):
     plan = _plan({"weights": str(folder)}, _generate(480, 832), "h100x64")
     assert plan.model.preset is None and plan.model.knobs["image_dim"] == 1280 and plan.model.in_channels == 36
     named = _plan({"weights": str(folder), "preset": "wan2.1-i2v-14b-480p"}, _generate(480, 832), "h100x64")
-    assert named.estimates["parameters"] == plan.estimates["parameters"]
+    assert named.estimates.compute.parameters == plan.estimates.compute.parameters
     proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "inspect", str(folder), "--json"],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr

@@ -78,7 +78,7 @@ def test_stage_for_node_points_the_plan_at_the_copy(tmp_path, checkpoint):
     job = job_from_dict({"name": "s", "model": {"preset": "tiny", "weights": str(checkpoint), "stage": "node"},
                          "workload": {"kind": "verify", "frames": 9, "height": 64, "width": 64}})
     plan = make_plan(find_cluster(str(cluster)), job)
-    assert plan.model.stage == "node" and plan.estimates["staging"]["nodes"] == 1
+    assert plan.model.stage == "node" and plan.estimates.staging.nodes == 1
     staged, record = stage_for_node(plan, 0, "nodeA", tmp_path / "job")
     assert staged.model.weights == str(staged_folder(str(checkpoint), plan.cluster.node_local_dir, "nodeA"))
     assert record["copied"] == 3 and json.loads((tmp_path / "job" / "stage" / "nodeA.json").read_text()) == record

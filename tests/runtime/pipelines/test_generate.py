@@ -331,17 +331,17 @@ def test_plan_places_encoder_and_vae(generated):
     for name, plan in generated["plans"].items():
         if name.endswith("placed"):
             continue
-        pipe = plan.estimates["pipeline"]
-        assert pipe["text_encoder"]["ranks"] == [0] and pipe["vae"]["ranks"] == [0]
-        assert pipe["transformer"]["ranks"] == [0, 1, 2, 3]
+        pipe = plan.estimates.pipeline
+        assert pipe.text_encoder.ranks == (0,) and pipe.vae.ranks == (0,)
+        assert pipe.transformer.ranks == (0, 1, 2, 3)
     dp2 = _plan({"preset": "wan2.1-t2v-1.3b"}, {**WAN_WORKLOAD, "prompt": "x", "batch": 2, "height": 480,
                                                  "width": 832, "frames": 81},
                 {"dp": 2, "ulysses": 2, "ring": 1, "cfg": 1}, "dp2")
     e = dp2.estimates
-    assert e["pipeline"]["text_encoder"]["ranks"] == [0, 2]
-    assert e["pipeline"]["text_encoder"]["bytes"] == 5_680_000_000 * 4
-    assert e["memory_bytes_per_gpu"] == max(e["dit_memory_bytes_per_gpu"], e["pipeline"]["leader_memory_bytes"])
-    assert e["memory_bytes_per_gpu"] > e["dit_memory_bytes_per_gpu"]
+    assert e.pipeline.text_encoder.ranks == (0, 2)
+    assert e.pipeline.text_encoder.bytes == 5_680_000_000 * 4
+    assert e.memory.memory_bytes_per_gpu == max(e.memory.dit_memory_bytes_per_gpu, e.pipeline.leader_memory_bytes)
+    assert e.memory.memory_bytes_per_gpu > e.memory.dit_memory_bytes_per_gpu
 
 
 # -- the example and the CLI ---------------------------------------------------------------
