@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
+from sporch.orchestrator.contract.families import counted_parameters
 from sporch.orchestrator.contract.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.plan import Layout
@@ -36,7 +37,11 @@ def parameter_count(model: ModelSection) -> int:
 
 def parameter_parts(model: ModelSection) -> dict[str, int]:
     """The DiT's parameters by FSDP unit kind: ``blocks`` (all of them), ``largest_block`` (the
-    biggest one unit gathers), ``root`` (embeddings and head: the root unit)."""
+    biggest one unit gathers), ``root`` (embeddings and head: the root unit). A generic-path
+    preset's are counted (contract/families ``counted_parameters``); the rest follow the shape."""
+    counted = counted_parameters(model)
+    if counted is not None:
+        return counted.as_parts()
     h, f = model.hidden, model.ffn_dim
     kvd = model.num_kv_heads * model.head_dim
     attn = 2 * h * h + 2 * h * kvd + 4 * h  # q, o + k, v (+ biases)

@@ -11,16 +11,16 @@ encoder's length and width, and its presets (published sizes, with their sources
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from .base import Family, FamilyPreset, UnsupportedClass
+from .base import Family, FamilyPreset, ParameterCount, UnsupportedClass
 from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "UnsupportedClass", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -71,3 +71,18 @@ def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
             if p.name == key:
                 return fam, p
     return None
+
+
+def counted_parameters(model: Any) -> Optional[ParameterCount]:
+    """The counted parameters of a generic-path preset (``FamilyPreset.parameters``) when
+    ``model`` (``plan.model``: its ``preset`` and shape fields) is that preset unchanged; None
+    otherwise (another preset, a checkpoint folder, a preset with fields overridden), where the
+    planner's shape formula (plan/estimates.py ``parameter_parts``) applies."""
+    found = generic_preset(getattr(model, "preset", None) or "")
+    if found is None or found[1].parameters is None:
+        return None
+    fam, preset = found
+    shape = fam.shape(preset.config)
+    same = all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
+               for k, v in shape.items())
+    return preset.parameters if same else None

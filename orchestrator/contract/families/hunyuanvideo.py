@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
 
 #: the key mask [B, 1, 1, video + text] the forward builds from ``encoder_attention_mask``
@@ -55,6 +55,7 @@ FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     split_plans={"HunyuanVideoTransformer3DModel": HUNYUAN_PLAN}, local_attention=("context_embedder",),
     presets=(FamilyPreset("hunyuanvideo", HUNYUAN_VIDEO_13B,
-                          "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)"),),
+                          "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)",
+                          parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
 )
