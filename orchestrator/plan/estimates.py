@@ -120,7 +120,7 @@ def estimate(
     samples = workload.batch // layout.dp * branches
     hd = model.head_dim
     tokens = sequence.tokens_per_rank  # image/video tokens per rank before attention
-    text = model.text_len if model.attention == "joint" else 0
+    text = sequence.text_len  # text cut with the image's (plan.sequence; contract/families sequence_split)
     text_per_rank = -(-text // (R * U)) if text else 0
     t_rank = tokens + text_per_rank
     padded = sequence.padded_len + (text_per_rank * R * U)
@@ -160,7 +160,7 @@ def estimate(
     attn_ws = samples * (padded // R) * (q_heads * 2 + kv_local * 2) * hd * b
     ring_buf = 2 * ring_chunk if R > 1 else 0
     context_len = model.text_len + image_tokens(model)[1]
-    cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" else 0
+    cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" and not text else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes + RESERVED_BYTES
     gpu_mem = float(cluster.gpu.memory_gib) * GIB
@@ -169,7 +169,7 @@ def estimate(
     layers = model.depth + model.single_depth
     seq_group = sequence.seq_len + text
     token_params = token_parameter_count(model)
-    context_flops = context_flops_per_sample(model)
+    context_flops = context_flops_per_sample(model) if not text else 0  # cut text: in the sequence's GEMMs
     flops_sample = 2 * token_params * seq_group + 4 * seq_group * seq_group * model.hidden * layers
     flops_step_rank = flops_sample * samples / (R * U) + context_flops * samples
     tflops = float(cluster.gpu.bf16_tflops)

@@ -20,7 +20,7 @@ from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -86,3 +86,16 @@ def counted_parameters(model: Any) -> Optional[ParameterCount]:
     same = all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
                for k, v in shape.items())
     return preset.parameters if same else None
+
+
+def sequence_split(model: Any) -> tuple[str, int]:
+    """How ``model`` (``plan.model``) cuts its sequence over the sequence ranks: (``"uneven"`` on
+    the generic path, ``model.diffusers_class`` set: unpadded chunks; ``"padded"`` on the
+    hand-built path) and the text tokens cut with the image's (the family's ``text_split`` on the
+    generic path; joint attention on the hand-built one; else 0): ``plan.sequence.split`` and
+    ``plan.sequence.text_len``, decided here once."""
+    text = int(getattr(model, "text_len", 0) or 0)
+    cls = getattr(model, "diffusers_class", None)
+    if cls:
+        return "uneven", text if require_family(cls).text_split else 0
+    return "padded", text if getattr(model, "attention", None) == "joint" else 0

@@ -60,6 +60,11 @@ class Family:
     split_plans: Mapping[str, SplitPlan] = field(default_factory=dict)
     #: module-name prefixes whose attention runs on whole (unsplit) tensors
     local_attention: tuple[str, ...] = ()
+    #: the split plan cuts the text tokens over the sequence ranks like the image's (attention to
+    #: them is sequence-parallel); False: the text stays whole on every rank (Wan's cross-attention).
+    #: The planner's sequence section records it; tests/runtime/model/test_generic_split_facts.py
+    #: checks it against the runtime's split plan of every class.
+    text_split: bool = True
     presets: tuple[FamilyPreset, ...] = ()
     #: workloads the generic path runs for this family (generate needs the pipeline parts)
     workloads: tuple[str, ...] = ("verify", "benchmark", "inference")
