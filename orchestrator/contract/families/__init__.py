@@ -74,18 +74,29 @@ def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
 
 
 def counted_parameters(model: Any) -> Optional[ParameterCount]:
-    """The counted parameters of a generic-path preset (``FamilyPreset.parameters``) when
-    ``model`` (``plan.model``: its ``preset`` and shape fields) is that preset unchanged; None
-    otherwise (another preset, a checkpoint folder, a preset with fields overridden), where the
-    planner's shape formula (plan/estimates.py ``parameter_parts``) applies."""
+    """The counted parameters (``FamilyPreset.parameters``) of the generic-path preset ``model``
+    (``plan.model``: its ``preset``, ``diffusers_class`` and shape fields) is: that preset with
+    its shape unchanged, or, for a checkpoint folder (no preset), the preset of its class with
+    the same shape (a published checkpoint's folder). None otherwise (another preset, a folder of
+    another shape, a preset with fields overridden): the planner's shape formula
+    (plan/estimates.py ``parameter_parts``) applies."""
     found = generic_preset(getattr(model, "preset", None) or "")
-    if found is None or found[1].parameters is None:
-        return None
-    fam, preset = found
-    shape = fam.shape(preset.config)
-    same = all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
+    if found is not None:
+        candidates = [found]
+    elif getattr(model, "preset", None) is None and getattr(model, "diffusers_class", None):
+        fam = family_of_class(model.diffusers_class)
+        candidates = [(fam, p) for p in fam.presets] if fam is not None else []
+    else:
+        candidates = []
+    for fam, preset in candidates:
+        if preset.parameters is not None and _same_shape(fam.shape(preset.config), model):
+            return preset.parameters
+    return None
+
+
+def _same_shape(shape: dict, model: Any) -> bool:
+    return all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
                for k, v in shape.items())
-    return preset.parameters if same else None
 
 
 def sequence_split(model: Any) -> tuple[str, int]:

@@ -10,7 +10,9 @@
   routes the attention the module's processor dispatches (diffusers' ``native`` backend, set with
   ``model.set_attention_backend``) to sporch's :func:`usp_attention`, through a
   ``TorchFunctionMode`` entered for that module's forward only: Ulysses x ring, uneven heads,
-  GQA, and chunks of uneven length padded and masked (``key_lens``).
+  GQA, and chunks of uneven length padded and masked (``usp_attention(key_mask=)``), with the
+  model's own attention mask where it drops keys (a short prompt's padded text tokens): the
+  ranks' key masks are gathered so each ring block drops the right keys (``key_keep``).
 
 Which attention calls are sequence-parallel: those of modules inside the split region (after
 the first split of a forward, before its gather), except where the module attends to text that
@@ -250,8 +252,8 @@ class SequenceParallel:
 
 
 #: A float attention mask's value at or below which a key counts as dropped: its softmax weight,
-#: exp(bias + score - max), underflows to exactly 0 in float32 (and float64) for any scores a
-#: model produces; diffusers' LTX-Video masks with -10000, others with -inf.
+#: exp(bias + score - max), underflows to exactly 0 in float32 (and float64) unless its score beats
+#: every kept key's by thousands; diffusers' LTX-Video masks with -10000, others with -inf.
 DROP_BIAS = -1e4
 
 

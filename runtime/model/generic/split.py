@@ -3,7 +3,7 @@
 A tensor of ``n`` tokens is split over the ``P`` ranks of the sequence group as
 ``torch.tensor_split`` does (the first ``n % P`` ranks hold one token more; no padding), so the
 model's per-token work never sees a padded token. Attention pads the chunks to one length
-itself and masks the padding (``usp_attention(key_lens=)``); :func:`gather_uneven` puts the
+itself and masks the padding (``usp_attention(key_mask=)``); :func:`gather_uneven` puts the
 chunks back together.
 """
 

@@ -49,3 +49,20 @@ def test_a_preset_with_its_shape_changed_falls_back_to_the_formula():
     assert counted_parameters(model) is not None
     deeper = dataclasses.replace(model, depth=model.depth + 1)
     assert counted_parameters(deeper) is None
+
+
+def test_a_published_checkpoint_folder_counts_as_its_preset(tmp_path):
+    """A folder (no preset) whose config.json is a published one counts that preset's parameters;
+    one of another shape keeps the formula."""
+    import json
+
+    fam = next(f for f in FAMILIES if f.name == "cogvideox")
+    preset = fam.presets[0]
+    for name, config in (("published", preset.config), ("deeper", {**preset.config, "num_layers": 43})):
+        where = tmp_path / name / "transformer"
+        where.mkdir(parents=True)
+        (where / "config.json").write_text(json.dumps({"_class_name": fam.classes[0], **config}))
+        model = resolve_model(ModelSpec(weights=str(tmp_path / name)))
+        assert model.preset is None and model.diffusers_class == fam.classes[0]
+        expected = preset.parameters if name == "published" else None
+        assert counted_parameters(model) == expected
