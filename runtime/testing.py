@@ -39,7 +39,7 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
-from sporch.orchestrator.contract.families import standin_family
+from sporch.orchestrator.contract.families import sequence_split, standin_family
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
@@ -70,7 +70,8 @@ def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1,
                 cluster=sections.ClusterSpec(name="test", gpus_per_node=layout.world_size),
                 job=sections.JobSection(name=name, output_dir="", entrypoint=None, time="00:10:00", source=None),
                 model=m, workload=sections.WorkloadSection(**wl),
-                sequence=sections.SequenceSection.build(grid[0] * grid[1] * grid[2], list(grid), layout.sequence_degree),
+                sequence=sections.SequenceSection.build(grid[0] * grid[1] * grid[2], list(grid), layout.sequence_degree,
+                                                        *sequence_split(m)),  # as the planner records it
                 heads=sections.HeadsSection.build(m.num_heads, m.num_kv_heads, layout.ulysses),
                 placement=sections.PlacementSection(shard_weights=shard_weights, shard_degree=degree))
 

@@ -36,6 +36,11 @@ def summary_lines(plan: Plan) -> list[str]:
     cfg = "CFG on" if w.cfg_enabled else "CFG off"
     lay = plan.layout
     pad = f", padded to {fmt_int(s.padded_len)} (+{s.pad})" if s.pad else ""
+    if s.pad and getattr(s, "split", "padded") == "uneven":
+        pad = f", split unevenly (unpadded; the attention pads the shorter chunks to {fmt_int(s.tokens_per_rank)})"
+    per_rank = f"{fmt_int(s.tokens_per_rank)} per rank" if not s.pad or getattr(s, "split", "padded") != "uneven" \
+        else f"{fmt_int(s.seq_len // s.degree)}-{fmt_int(s.tokens_per_rank)} per rank"
+    text = f" + {fmt_int(s.text_len)} text tokens split with them" if getattr(s, "text_len", 0) else ""
     return [
         f"job       {plan.job.name} on {c.name}: {plan.nodes} node{'s' if plan.nodes != 1 else ''} x {plan.gpus_per_node} GPUs "
         f"({c.gpu.model}) = {plan.world_size} ranks",
@@ -48,7 +53,7 @@ def summary_lines(plan: Plan) -> list[str]:
         + (f", low-noise guidance {w.guidance_scale_2:g}" if w.guidance_scale_2 is not None else ""),
         f"layout    dp {lay.dp} x cfg {lay.cfg} x ring {lay.ring} x ulysses {lay.ulysses} = {plan.world_size}"
         f"  ({short(lay)})",
-        f"sequence  {fmt_int(s.seq_len)} tokens{pad}, {fmt_int(s.tokens_per_rank)} per rank",
+        f"sequence  {fmt_int(s.seq_len)} tokens{pad}, {per_rank}{text}",
         f"heads     {h.num_heads} over ulysses {lay.ulysses}: {_runs(h.q_heads_per_rank)} per rank, "
         f"kv {h.num_kv_heads} ({h.kv_mode})",
         "weights   " + ("on every rank" if plan.placement.shard_degree <= 1 else

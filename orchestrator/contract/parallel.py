@@ -57,3 +57,13 @@ def runs_cfg(guidance_scale: float, distilled: bool) -> bool:
 def padded_length(seq_len: int, degree: int) -> int:
     """``seq_len`` rounded up to a multiple of the sequence degree (ring x ulysses)."""
     return -(-seq_len // degree) * degree
+
+
+def sequence_chunks(seq_len: int, degree: int) -> list[int]:
+    """Tokens per sequence rank where the sequence is cut unpadded (``SequenceSection.split``
+    ``"uneven"``, the generic path): the first ``seq_len % degree`` ranks get one more, as
+    ``torch.tensor_split`` cuts (runtime/model/generic/split.py cuts with this)."""
+    if seq_len < 0 or degree < 1:
+        raise ValueError(f"need seq_len >= 0 and degree >= 1, got {seq_len}, {degree}")
+    base, extra = divmod(seq_len, degree)
+    return [base + (1 if i < extra else 0) for i in range(degree)]

@@ -13,7 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TypeVar
 
-from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length
+from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length, sequence_chunks
+from sporch.orchestrator.contract.vocab import SEQUENCE_SPLITS
 
 T = TypeVar("T")
 
@@ -193,19 +194,36 @@ class WorkloadSection(Section):
 @dataclass(frozen=True)
 class SequenceSection(Section):
     seq_len: int  # latent tokens of one sample
-    padded_len: int  # rounded up to a multiple of degree
+    padded_len: int  # rounded up to a multiple of degree: what the attention runs over
     pad: int
-    tokens_per_rank: int
+    tokens_per_rank: int  # the longest rank's chunk
     grid: List[int]  # [f, h, w] token grid; [1, 1, seq_len] when the job gave seq_len
     degree: int  # ring x ulysses
+    #: vocab.SEQUENCE_SPLITS: "padded" (hand-built: every rank's layers run tokens_per_rank
+    #: tokens, the pad included) or "uneven" (generic path: cut unpadded by
+    #: parallel.sequence_chunks; only the attention pads a shorter chunk to tokens_per_rank)
+    split: str = "padded"
+    #: text tokens cut over the sequence ranks with the image's (joint attention; a cross-attention
+    #: whose split plan cuts the text); 0 where the text stays whole on every rank
+    text_len: int = 0
 
     @classmethod
-    def build(cls, seq_len: int, grid: List[int], degree: int) -> "SequenceSection":
+    def build(cls, seq_len: int, grid: List[int], degree: int, split: str = "padded",
+              text_len: int = 0) -> "SequenceSection":
         """The section of ``seq_len`` tokens shared by ``degree`` (ring x ulysses) ranks: padded to a
         multiple of it (:func:`~sporch.orchestrator.contract.parallel.padded_length`)."""
+        if split not in SEQUENCE_SPLITS:
+            raise ValueError(f"sequence split {split!r}: one of {SEQUENCE_SPLITS}")
         padded = padded_length(seq_len, degree)
         return cls(seq_len=seq_len, padded_len=padded, pad=padded - seq_len, tokens_per_rank=padded // degree,
-                   grid=list(grid), degree=degree)
+                   grid=list(grid), degree=degree, split=split, text_len=text_len)
+
+    def chunks(self) -> List[int]:
+        """Image/video tokens each sequence rank's per-token layers run (padding included on the
+        padded split)."""
+        if self.split == "uneven":
+            return sequence_chunks(self.seq_len, self.degree)
+        return [self.tokens_per_rank] * self.degree
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ MAX_NAME = 100
 
 #: ``model.attention``: cross-attention to text (Wan), joint text+image attention (MMDiT), self only (DiT).
 ATTENTION_KINDS: tuple[str, ...] = ("cross", "joint", "self")
+#: How the sequence is cut over the sequence ranks (``plan.sequence.split``): ``padded`` (the
+#: hand-built path: padded to a multiple of the degree, cut evenly) or ``uneven`` (the generic
+#: path: cut unpadded, the attention pads each rank's chunk to the longest and masks it)
+SEQUENCE_SPLITS: tuple[str, ...] = ("padded", "uneven")
 #: ``workload.kind``.
 WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify", "generate", "preflight")
 #: Output files of a generate workload, and the schedulers it can use (docs/generate.md).

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
+from sporch.orchestrator.contract.families import counted_parameters
 from sporch.orchestrator.contract.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.estimates_section import (
@@ -43,7 +44,11 @@ def parameter_count(model: ModelSection) -> int:
 
 def parameter_parts(model: ModelSection) -> dict[str, int]:
     """The DiT's parameters by FSDP unit kind: ``blocks`` (all of them), ``largest_block`` (the
-    biggest one unit gathers), ``root`` (embeddings and head: the root unit)."""
+    biggest one unit gathers), ``root`` (embeddings and head: the root unit). A generic-path
+    preset's are counted (contract/families ``counted_parameters``); the rest follow the shape."""
+    counted = counted_parameters(model)
+    if counted is not None:
+        return counted.as_parts()
     h, f = model.hidden, model.ffn_dim
     kvd = model.num_kv_heads * model.head_dim
     attn = 2 * h * h + 2 * h * kvd + 4 * h  # q, o + k, v (+ biases)
@@ -122,7 +127,7 @@ def estimate(
     samples = workload.batch // layout.dp * branches
     hd = model.head_dim
     tokens = sequence.tokens_per_rank  # image/video tokens per rank before attention
-    text = model.text_len if model.attention == "joint" else 0
+    text = sequence.text_len  # text cut with the image's (plan.sequence; contract/families sequence_split)
     text_per_rank = -(-text // (R * U)) if text else 0
     t_rank = tokens + text_per_rank
     padded = sequence.padded_len + (text_per_rank * R * U)
@@ -162,7 +167,7 @@ def estimate(
     attn_ws = samples * (padded // R) * (q_heads * 2 + kv_local * 2) * hd * b
     ring_buf = 2 * ring_chunk if R > 1 else 0
     context_len = model.text_len + image_tokens(model)[1]
-    cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" else 0
+    cross_ctx = samples * context_len * model.hidden * 2 * b if model.attention == "cross" and not text else 0
     act_bytes = int(act + attn_ws + ring_buf + cross_ctx)
     total = param_bytes + act_bytes + RESERVED_BYTES
     # Compute: 2 * (a token's parameters) per token for the linears + 4 * S^2 * hidden per
@@ -170,7 +175,7 @@ def estimate(
     layers = model.depth + model.single_depth
     seq_group = sequence.seq_len + text
     token_params = token_parameter_count(model)
-    context_flops = context_flops_per_sample(model)
+    context_flops = context_flops_per_sample(model) if not text else 0  # cut text: in the sequence's GEMMs
     flops_sample = 2 * token_params * seq_group + 4 * seq_group * seq_group * model.hidden * layers
     flops_step_rank = flops_sample * samples / (R * U) + context_flops * samples
     tflops = float(cluster.gpu.bf16_tflops)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, padded_length
+from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, padded_length, sequence_chunks
 from sporch.orchestrator.contract.plan import Layout
 
 #: How many feasible layouts an error message lists before "(+N more)".
@@ -39,6 +39,7 @@ class LayoutContext:
     guidance: bool  # classifier-free guidance on (guidance_scale > 1 and the model has a CFG branch)
     seq_len: int
     distilled: Optional[str] = None  # the model's name when it is guidance-distilled (no CFG branch)
+    split: str = "padded"  # how the sequence is cut (vocab.SEQUENCE_SPLITS; plan.sequence.split)
 
     @property
     def world_size(self) -> int:
@@ -167,7 +168,14 @@ def check_warnings(ctx: LayoutContext, lay: Layout) -> list[str]:
             )
     degree = lay.ring * lay.ulysses
     padded = padded_length(ctx.seq_len, degree)
-    if padded != ctx.seq_len and ctx.seq_len >= degree:
+    if padded != ctx.seq_len and ctx.seq_len >= degree and ctx.split == "uneven":
+        chunks = sequence_chunks(ctx.seq_len, degree)
+        warns.append(
+            f"sequence of {ctx.seq_len} tokens split unevenly over ring {lay.ring} x ulysses {lay.ulysses} = "
+            f"{degree} ranks: {ctx.seq_len % degree} hold {chunks[0]}, {degree - ctx.seq_len % degree} hold "
+            f"{chunks[-1]} (the attention pads those to {chunks[0]})"
+        )
+    elif padded != ctx.seq_len and ctx.seq_len >= degree:
         warns.append(
             f"sequence of {ctx.seq_len} tokens padded to {padded} (+{padded - ctx.seq_len}) to split evenly "
             f"over ring {lay.ring} x ulysses {lay.ulysses} = {degree} ranks"

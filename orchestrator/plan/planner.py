@@ -40,7 +40,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.contract.families import standin_family
+from sporch.orchestrator.contract.families import sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -94,6 +94,7 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         guidance=cfg_on(model, job.workload),
         seq_len=seq_len,
         distilled=(model.preset or "this model") if model.distilled else None,
+        split=sequence_split(model)[0],
     )
 
 
@@ -140,8 +141,12 @@ def job_context(cluster: sections.ClusterSpec, job: JobSpec,
     return layout_context(cluster, job, model, seq_len)
 
 
-def sequence_section(seq_len: int, grid: list[int], layout: Layout) -> sections.SequenceSection:
-    return sections.SequenceSection.build(seq_len, grid, layout.sequence_degree)
+def sequence_section(seq_len: int, grid: list[int], layout: Layout,
+                     model: sections.ModelSection) -> sections.SequenceSection:
+    """The sequence cut over ``layout``'s sequence ranks the way ``model``'s path cuts it
+    (contract/families ``sequence_split``: the generic path unpadded, its family's text split)."""
+    split, text = sequence_split(model)
+    return sections.SequenceSection.build(seq_len, grid, layout.sequence_degree, split=split, text_len=text)
 
 
 def heads_section(model: sections.ModelSection, layout: Layout) -> sections.HeadsSection:
@@ -318,7 +323,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, model=model))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     warnings = [*bandwidth_warnings(cluster), *warnings]
-    sequence = sequence_section(seq_len, grid, layout)
+    sequence = sequence_section(seq_len, grid, layout, model)
     heads = heads_section(model, layout)
     workload = workload_section(job.workload, model, job.source)
     cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env(),

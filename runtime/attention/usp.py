@@ -57,7 +57,7 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
                   stats: CommStats | None = None, merge: str = "auto", layer: int | None = None,
-                  key_lens: Sequence[int] | None = None):
+                  key_lens: Sequence[int] | None = None, key_mask: torch.Tensor | None = None):
     """Exact attention over the sequence sharded across ``ctx``'s sequence group.
 
     ``q [B, S_local, H, D]``, ``k, v [B, S_local, H_kv, D]`` are this rank's sequence chunk
@@ -77,6 +77,10 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
     ``key_lens``: valid keys at the head of each sequence rank's chunk (chunk index = sequence
     rank), the rest of each chunk being padding: for sequences split unevenly, where padding sits
     inside the global sequence rather than at its tail (replaces ``seq_len``; not with ``causal``).
+    ``key_mask``: bool ``[sequence ranks, S_local]``, True for the keys of each rank's chunk that
+    every query attends to (padding and keys an attention mask drops are False): the general form
+    of ``key_lens`` (which is ``key_mask[r, :key_lens[r]]``), for masks that drop keys anywhere;
+    the same for every row of the batch (callers with per-row masks call once per row).
 
     ``layer``: the model's block calling (for the collective watchdog's record, ``ctx.collective``).
 
@@ -92,6 +96,12 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
                                      or not all(0 <= n <= L for n in key_lens) or not sum(key_lens)):
             raise ValueError(f"key_lens {list(key_lens)} must give 0..{L} valid keys for each of the "
                              f"{ctx.sequence_size} sequence ranks, some keys in all, and no causal mask")
+        if key_mask is not None and (causal or key_lens is not None
+                                     or tuple(key_mask.shape) != (ctx.sequence_size, L) or not bool(key_mask.any())):
+            raise ValueError(f"key_mask of shape {tuple(key_mask.shape)} must be bool [{ctx.sequence_size}, {L}] "
+                             "(sequence ranks x local keys) keeping some key, without key_lens or a causal mask")
+        if key_lens is not None:
+            key_mask = torch.arange(L).unsqueeze(0) < torch.tensor([int(n) for n in key_lens]).unsqueeze(1)
         if causal and (joint_q is not None or joint_k is not None):
             raise ValueError("causal attention with joint tokens is not supported")
         Hkv = k.shape[2]
@@ -138,7 +148,7 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
                                     ranks=ctx.group_ranks("ring"), index=ctx.ring_rank, block_len=block_len,
                                     seq_len=seq_len, causal=causal, kv_index=kv_index, extra_kv=extra, stats=stats,
                                     compute_dtype=compute_dtype, merge=merge,
-                                    key_index=_key_index(key_lens, ctx, L, q.device))
+                                    key_index=_key_index(key_mask, ctx, L, q.device))
 
         # 4. Ulysses out (cast to the input dtype on the way)
         with _watch(ctx, "ulysses_out", "ulysses", "all_to_all", layer):
@@ -153,19 +163,15 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
 _NO_WATCH = nullcontext()
 
 
-def _key_index(key_lens: Sequence[int] | None, ctx: ParallelContext, chunk: int, device) -> list | None:
+def _key_index(key_mask: torch.Tensor | None, ctx: ParallelContext, chunk: int, device) -> list | None:
     """Per ring rank, the positions of the valid keys in its Ulysses-gathered block (the
     group's ``U`` chunks of ``chunk`` tokens, chunk ``ring_i * U + u``); None where all are."""
-    if key_lens is None:
+    if key_mask is None:
         return None
     U, out = ctx.ulysses, []
     for src in range(ctx.ring):
-        lens = [int(key_lens[src * U + u]) for u in range(U)]
-        if all(n == chunk for n in lens):
-            out.append(None)
-            continue
-        out.append(torch.cat([torch.arange(u * chunk, u * chunk + n, device=device, dtype=torch.long)
-                              for u, n in enumerate(lens)]))
+        block = key_mask[src * U:(src + 1) * U].reshape(-1).to(torch.bool)
+        out.append(None if bool(block.all()) else block.nonzero().flatten().to(device=device, dtype=torch.long))
     return out
 
 

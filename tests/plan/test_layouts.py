@@ -34,7 +34,7 @@ def test_default_layout_a100x32():
         assert len({p.ranks[r].local_rank for r in g}) == 1
         assert len({p.ranks[r].node for r in g}) == 4
     assert p.sequence.to_dict() == {"seq_len": 75600, "padded_len": 75616, "pad": 16, "tokens_per_rank": 2363,
-                          "grid": [21, 45, 80], "degree": 32}
+                          "grid": [21, 45, 80], "degree": 32, "split": "padded", "text_len": 0}
     assert p.heads.q_heads_per_rank == [5] * 8 and p.heads.kv_mode == "follow"
     assert any("padded to 75616" in w for w in p.warnings)
 

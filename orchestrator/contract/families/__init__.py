@@ -11,16 +11,16 @@ encoder's length and width, and its presets (published sizes, with their sources
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from .base import Family, FamilyPreset, UnsupportedClass
+from .base import Family, FamilyPreset, ParameterCount, UnsupportedClass
 from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "UnsupportedClass", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -71,3 +71,42 @@ def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
             if p.name == key:
                 return fam, p
     return None
+
+
+def counted_parameters(model: Any) -> Optional[ParameterCount]:
+    """The counted parameters (``FamilyPreset.parameters``) of the generic-path preset ``model``
+    (``plan.model``: its ``preset``, ``diffusers_class`` and shape fields) is: that preset with
+    its shape unchanged, or, for a checkpoint folder (no preset), the preset of its class with
+    the same shape (a published checkpoint's folder). None otherwise (another preset, a folder of
+    another shape, a preset with fields overridden): the planner's shape formula
+    (plan/estimates.py ``parameter_parts``) applies."""
+    found = generic_preset(getattr(model, "preset", None) or "")
+    if found is not None:
+        candidates = [found]
+    elif getattr(model, "preset", None) is None and getattr(model, "diffusers_class", None):
+        fam = family_of_class(model.diffusers_class)
+        candidates = [(fam, p) for p in fam.presets] if fam is not None else []
+    else:
+        candidates = []
+    for fam, preset in candidates:
+        if preset.parameters is not None and _same_shape(fam.shape(preset.config), model):
+            return preset.parameters
+    return None
+
+
+def _same_shape(shape: dict, model: Any) -> bool:
+    return all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
+               for k, v in shape.items())
+
+
+def sequence_split(model: Any) -> tuple[str, int]:
+    """How ``model`` (``plan.model``) cuts its sequence over the sequence ranks: (``"uneven"`` on
+    the generic path, ``model.diffusers_class`` set: unpadded chunks; ``"padded"`` on the
+    hand-built path) and the text tokens cut with the image's (the family's ``text_split`` on the
+    generic path; joint attention on the hand-built one; else 0): ``plan.sequence.split`` and
+    ``plan.sequence.text_len``, decided here once."""
+    text = int(getattr(model, "text_len", 0) or 0)
+    cls = getattr(model, "diffusers_class", None)
+    if cls:
+        return "uneven", text if require_family(cls).text_split else 0
+    return "padded", text if getattr(model, "attention", None) == "joint" else 0

@@ -19,14 +19,33 @@ def no_pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
 
 
 @dataclass(frozen=True)
+class ParameterCount:
+    """A transformer's parameters as the planner's memory lines split them: ``blocks`` (every
+    block of the class's top-level block lists), ``largest_block`` (the biggest one), ``root``
+    (the rest: embeddings, text refiner, head). Counted on the meta device from the preset's
+    config (diffusers 0.42.1; tests/runtime/model/test_generic_parameters.py checks every preset)."""
+
+    blocks: int
+    largest_block: int
+    root: int
+
+    @property
+    def total(self) -> int:
+        return self.blocks + self.root
+
+    def as_parts(self) -> dict[str, int]:
+        return {"blocks": self.blocks, "largest_block": self.largest_block, "root": self.root}
+
+
+@dataclass(frozen=True)
 class FamilyPreset:
     """A published checkpoint's transformer config (the keys of its config.json that set the
-    shape) and where the numbers come from."""
+    shape), where the numbers come from, and its parameters (counted from that config)."""
 
     name: str
     config: Mapping[str, Any]
     source: str
-    parameters: Optional[int] = None  # the published checkpoint's parameter count, where known
+    parameters: Optional[ParameterCount] = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,11 @@ class Family:
     split_plans: Mapping[str, SplitPlan] = field(default_factory=dict)
     #: module-name prefixes whose attention runs on whole (unsplit) tensors
     local_attention: tuple[str, ...] = ()
+    #: the split plan cuts the text tokens over the sequence ranks like the image's (attention to
+    #: them is sequence-parallel); False: the text stays whole on every rank (Wan's cross-attention).
+    #: The planner's sequence section records it; tests/runtime/model/test_generic_split_facts.py
+    #: checks it against the runtime's split plan of every class.
+    text_split: bool = True
     presets: tuple[FamilyPreset, ...] = ()
     #: workloads the generic path runs for this family (generate needs the pipeline parts)
     workloads: tuple[str, ...] = ("verify", "benchmark", "inference")

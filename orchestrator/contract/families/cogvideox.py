@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
@@ -46,5 +46,6 @@ def shape(config: Mapping[str, Any]) -> dict:
 FAMILY = Family(
     name="cogvideox", title="CogVideoX", classes=("CogVideoXTransformer3DModel",), shape=shape,
     split_plans={"CogVideoXTransformer3DModel": COGVIDEOX_PLAN},
-    presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json"),),
+    presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
+                          parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
 )

@@ -5,21 +5,27 @@ Dual-stream blocks (joint attention over [video, text]) then single-stream block
 concatenated); 3-D RoPE on the video tokens; a token refiner (``context_embedder``) that runs
 self-attention over the whole prompt before the blocks, so its attention stays local. Text and
 video are split as they enter the first dual-stream block, the RoPE tables as the rope module
-returns them.
+returns them. The attention mask the model builds over [video, text] (a short prompt's padded
+text tokens dropped) is cut at every block the same way, so each rank masks its own keys.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
+
+#: the key mask [B, 1, 1, video + text] the forward builds from ``encoder_attention_mask``
+_MASK = SplitInput(split_dim=3, expected_dims=4, segments=("hidden_states", "encoder_hidden_states"))
 
 HUNYUAN_PLAN = {
     "rope": {0: SplitInput(split_dim=0, expected_dims=2, split_output=True),
              1: SplitInput(split_dim=0, expected_dims=2, split_output=True)},
     "transformer_blocks.0": {"hidden_states": SplitInput(split_dim=1, expected_dims=3),
                              "encoder_hidden_states": SplitInput(split_dim=1, expected_dims=3)},
+    "transformer_blocks.*": {"attention_mask": _MASK},
+    "single_transformer_blocks.*": {"attention_mask": _MASK},
     "proj_out": GatherOutput(gather_dim=1, expected_dims=3),
 }
 
@@ -49,7 +55,7 @@ FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     split_plans={"HunyuanVideoTransformer3DModel": HUNYUAN_PLAN}, local_attention=("context_embedder",),
     presets=(FamilyPreset("hunyuanvideo", HUNYUAN_VIDEO_13B,
-                          "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)"),),
+                          "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)",
+                          parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
-    notes="text padding masks (prompts shorter than the padded length) are not supported sequence-parallel yet",
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -34,8 +34,10 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
-    presets=(FamilyPreset("ltx-video-2b", LTX_VIDEO_2B, "huggingface.co/Lightricks/LTX-Video transformer/config.json"),
+    presets=(FamilyPreset("ltx-video-2b", LTX_VIDEO_2B, "huggingface.co/Lightricks/LTX-Video transformer/config.json",
+                          parameters=ParameterCount(1_880_367_104, 67_155_968, 43_018_368)),
              FamilyPreset("ltx-video-13b", LTX_VIDEO_13B,
                           "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "
-                          "cross_attention_dim 4096)")),
+                          "cross_attention_dim 4096)",
+                          parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
 )

@@ -14,6 +14,12 @@ of ``blocks``) to either
 
 A tensor whose number of dimensions is not ``expected_dims`` is left whole (as diffusers does:
 e.g. Wan's per-token timesteps are split, a timestep per sample is not).
+
+``segments`` (sporch's own addition, not in diffusers): the tensor is, along ``split_dim``, the
+concatenation of tokens of the named inputs, each whole (e.g. HunyuanVideo's attention mask over
+[video tokens, text tokens], built before the blocks split either): each segment is cut as that
+input was (its length recorded when it was split earlier in the forward) and this rank's pieces
+are joined in the same order, so the result lines up with the rank's concatenated keys.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ class SplitInput:
     split_dim: int
     expected_dims: Optional[int] = None
     split_output: bool = False
+    segments: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

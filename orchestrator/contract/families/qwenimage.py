@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {
@@ -36,5 +36,6 @@ def shape(config: Mapping[str, Any]) -> dict:
 FAMILY = Family(
     name="qwen-image", title="Qwen-Image", classes=("QwenImageTransformer2DModel",), shape=shape,
     presets=(FamilyPreset("qwen-image", QWEN_IMAGE_20B,
-                          "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)"),),
+                          "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
+                          parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
 )

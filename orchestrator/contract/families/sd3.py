@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
@@ -49,7 +49,9 @@ FAMILY = Family(
     name="sd3", title="Stable Diffusion 3.5", classes=("SD3Transformer2DModel",), shape=shape,
     split_plans={"SD3Transformer2DModel": SD3_PLAN},
     presets=(FamilyPreset("sd3.5-large", SD35_LARGE, "huggingface.co/stabilityai/stable-diffusion-3.5-large "
-                          "transformer/config.json (8B)"),
+                          "transformer/config.json (8B)",
+                          parameters=ParameterCount(8_017_073_408, 212_999_680, 39_554_112)),
              FamilyPreset("sd3.5-medium", SD35_MEDIUM, "huggingface.co/stabilityai/stable-diffusion-3.5-medium "
-                          "transformer/config.json (2.5B)")),
+                          "transformer/config.json (2.5B)",
+                          parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
 )

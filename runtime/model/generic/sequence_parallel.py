@@ -10,7 +10,9 @@
   routes the attention the module's processor dispatches (diffusers' ``native`` backend, set with
   ``model.set_attention_backend``) to sporch's :func:`usp_attention`, through a
   ``TorchFunctionMode`` entered for that module's forward only: Ulysses x ring, uneven heads,
-  GQA, and chunks of uneven length padded and masked (``key_lens``).
+  GQA, and chunks of uneven length padded and masked (``usp_attention(key_mask=)``), with the
+  model's own attention mask where it drops keys (a short prompt's padded text tokens): the
+  ranks' key masks are gathered so each ring block drops the right keys (``key_keep``).
 
 Which attention calls are sequence-parallel: those of modules inside the split region (after
 the first split of a forward, before its gather), except where the module attends to text that
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import torch
@@ -56,6 +58,8 @@ class _State:
     inside: bool = False
     even: bool = True
     calls: int = 0
+    #: input name -> its whole length along the split dim, as it was split (for ``segments``)
+    lengths: dict = field(default_factory=dict)
 
 
 class _RouteAttention(TorchFunctionMode):
@@ -124,13 +128,31 @@ class SequenceParallel:
     def _reset(self, module, args) -> None:
         self.state = _State()
 
-    def _split(self, x: Any, spec: SplitInput) -> Any:
+    def _split(self, x: Any, spec: SplitInput, name: str | None = None) -> Any:
         if not torch.is_tensor(x) or (spec.expected_dims is not None and x.dim() != spec.expected_dims):
             return x
+        if spec.segments:
+            return self._split_segments(x, spec)
         self.state.inside = True
         if x.shape[spec.split_dim] % self.ctx.sequence_size:
             self.state.even = False
+        if name is not None:
+            self.state.lengths[name] = x.shape[spec.split_dim]
         return split_local(x, spec.split_dim, self.ctx)
+
+    def _split_segments(self, x: torch.Tensor, spec: SplitInput) -> torch.Tensor:
+        """``x`` along ``split_dim`` = the named inputs' tokens, each whole, one after another:
+        cut each as that input was cut and join this rank's pieces (plan_format ``segments``)."""
+        dim = spec.split_dim % x.dim()
+        missing = [n for n in spec.segments if n not in self.state.lengths]
+        if missing:
+            raise ValueError(f"split plan: segments {list(spec.segments)} need {missing} split earlier in the forward")
+        sizes = [self.state.lengths[n] for n in spec.segments]
+        if sum(sizes) != x.shape[dim]:
+            raise ValueError(f"split plan: a tensor of {x.shape[dim]} tokens along dim {dim} is not the segments "
+                             f"{dict(zip(spec.segments, sizes))} (sum {sum(sizes)})")
+        pieces = torch.split(x, sizes, dim=dim)
+        return torch.cat([split_local(p, dim, self.ctx) for p in pieces], dim=dim)
 
     def _split_inputs(self, module, entry, names):
         params = list(inspect.signature(module.forward).parameters)
@@ -140,18 +162,18 @@ class SequenceParallel:
             for name in names:
                 spec = entry[name]
                 if name in kwargs:
-                    kwargs[name] = self._split_value(kwargs[name], spec)
+                    kwargs[name] = self._split_value(kwargs[name], spec, name)
                 elif name in params and params.index(name) < len(args):
                     i = params.index(name)
-                    args[i] = self._split_value(args[i], spec)
+                    args[i] = self._split_value(args[i], spec, name)
             return tuple(args), kwargs
         return hook
 
-    def _split_value(self, value, spec):
+    def _split_value(self, value, spec, name: str | None = None):
         if isinstance(value, (list, tuple)):
             specs = spec if isinstance(spec, (list, tuple)) else [spec] * len(value)
             return type(value)(self._split(v, s) for v, s in zip(value, specs))
-        return self._split(value, spec)
+        return self._split(value, spec, name)
 
     def _split_outputs(self, outs):
         def hook(mod, args, output):
@@ -194,10 +216,10 @@ class SequenceParallel:
     def attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                   enable_gqa=False):
         """``F.scaled_dot_product_attention``'s contract ([B, H, S, D]) over the sequence group:
-        each rank holds its chunk of the queries and of the keys/values."""
-        if attn_mask is not None and not _keeps_all(attn_mask):
-            raise NotImplementedError("sequence-parallel attention with an attention mask that drops keys "
-                                      "is not supported on the generic path (pass no mask / all-valid masks)")
+        each rank holds its chunk of the queries and of the keys/values. ``attn_mask``: a mask
+        over this rank's keys that drops some of them (bool: False drops; float: 0 keeps, a large
+        negative bias <= ``DROP_BIAS`` drops), the same for every query and head; the ranks'
+        masks are gathered (one small all-gather) so each ring block drops the right keys."""
         if is_causal or dropout_p:
             raise NotImplementedError("sequence-parallel attention is non-causal, without dropout")
         ctx = self.ctx
@@ -209,11 +231,73 @@ class SequenceParallel:
             lens = all_lengths([lq, lk], ctx)  # one small all-gather: chunks differ in length
         width = max(max(a, b) for a, b in lens)
         q, k, v = (_pad(t, width) for t in (q, k, v))
-        key_lens = None if all(b == width for _, b in lens) else [b for _, b in lens]
+        key_sizes = [b for _, b in lens]
+        masks = [None]
+        if attn_mask is not None:
+            keep = gather_uneven(key_keep(attn_mask, q.shape[0], lk).to(torch.uint8), 1, ctx, sizes=key_sizes)
+            masks = _rank_masks(keep.bool(), key_sizes, width)
+        elif any(b != width for b in key_sizes):
+            masks = [_rank_masks(torch.ones(1, sum(key_sizes), dtype=torch.bool), key_sizes, width)[0]]
         self.state.calls += 1
-        out = usp_attention(q, k, v, ctx, backend=self.backend, scale=scale, key_lens=key_lens,
-                            stats=getattr(ctx, "comm_stats", None), layer=self.state.calls - 1)
+        layer = self.state.calls - 1
+        stats = getattr(ctx, "comm_stats", None)
+        if len(masks) == 1:  # one mask for the whole batch (or none)
+            out = usp_attention(q, k, v, ctx, backend=self.backend, scale=scale, key_mask=masks[0], stats=stats,
+                                layer=layer)
+        else:  # rows that drop different keys: one call per row (every rank loops alike)
+            out = torch.cat([usp_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], ctx, backend=self.backend,
+                                           scale=scale, key_mask=m, stats=stats, layer=layer)
+                             for i, m in enumerate(masks)], dim=0)
         return out[:, :lq].transpose(1, 2)
+
+
+#: A float attention mask's value at or below which a key counts as dropped: its softmax weight,
+#: exp(bias + score - max), underflows to exactly 0 in float32 (and float64) unless its score beats
+#: every kept key's by thousands; diffusers' LTX-Video masks with -10000, others with -inf.
+DROP_BIAS = -1e4
+
+
+def key_keep(mask: torch.Tensor, batch: int, keys: int) -> torch.Tensor:
+    """``[B' (1 or batch), keys]`` bool, True where a key is kept, from an SDPA ``attn_mask``
+    (broadcastable to [B, H, Sq, Sk]) that only drops keys. A mask over another number of keys
+    than this rank holds, one that differs between queries or heads, or a float mask with values
+    other than 0 and a drop bias (<= ``DROP_BIAS``) raises NotImplementedError saying which."""
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape)) if mask.dim() < 4 else mask
+    if m.dim() != 4 or m.shape[-1] != keys or m.shape[0] not in (1, batch):
+        raise NotImplementedError(
+            f"sequence-parallel attention got a mask of shape {tuple(mask.shape)} for {keys} local keys: the split "
+            "plan must split the mask with the keys it covers (SplitInput on it, or segments for a concatenation)")
+    if m.dtype == torch.bool:
+        keep = m
+    else:
+        keep = m == 0
+        if not bool((keep | (m <= DROP_BIAS)).all()):
+            raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
+                                      f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
+    row = keep[:, :1, :1, :]
+    if not bool((keep == row).all()):
+        raise NotImplementedError("sequence-parallel attention takes masks that drop keys for every query and head "
+                                  "alike; this one differs between queries or heads")
+    return row[:, 0, 0, :]
+
+
+def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.Tensor | None]:
+    """The gathered key mask ``[B', sum(sizes)]`` (the ranks' keys in rank order) as
+    ``usp_attention``'s ``key_mask`` ``[ranks, width]`` (each rank's chunk padded): one for all
+    rows when they agree (None when nothing is dropped), else one per row."""
+    rows = [keep[i] for i in range(keep.shape[0])]
+    if all(torch.equal(r, rows[0]) for r in rows[1:]):
+        rows = rows[:1]
+    out = []
+    for r in rows:
+        if bool(r.all()) and all(n == width for n in sizes):
+            out.append(None)
+            continue
+        km = torch.zeros(len(sizes), width, dtype=torch.bool)
+        for rank, piece in enumerate(torch.split(r.cpu(), sizes)):
+            km[rank, :piece.numel()] = piece
+        out.append(km)
+    return out
 
 
 def _on_output(spec) -> bool:
@@ -237,9 +321,3 @@ def _pad(t: torch.Tensor, width: int) -> torch.Tensor:
     pad = list(t.shape)
     pad[1] = width - t.shape[1]
     return torch.cat([t, t.new_zeros(pad)], dim=1)
-
-
-def _keeps_all(mask: torch.Tensor) -> bool:
-    if mask.dtype == torch.bool:
-        return bool(mask.all())
-    return bool((mask == 0).all())

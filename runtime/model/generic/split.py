@@ -3,7 +3,7 @@
 A tensor of ``n`` tokens is split over the ``P`` ranks of the sequence group as
 ``torch.tensor_split`` does (the first ``n % P`` ranks hold one token more; no padding), so the
 model's per-token work never sees a padded token. Attention pads the chunks to one length
-itself and masks the padding (``usp_attention(key_lens=)``); :func:`gather_uneven` puts the
+itself and masks the padding (``usp_attention(key_mask=)``); :func:`gather_uneven` puts the
 chunks back together.
 """
 
@@ -12,15 +12,29 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from sporch.orchestrator.contract.families.plan_format import SplitPlan, splits_text
+from sporch.orchestrator.contract.parallel import sequence_chunks
 from sporch.runtime.parallel import ParallelContext
 
-__all__ = ["chunk_sizes", "split_local", "gather_uneven", "all_lengths"]
+__all__ = ["chunk_sizes", "check_recorded_split", "split_local", "gather_uneven", "all_lengths"]
 
 
 def chunk_sizes(n: int, parts: int) -> list[int]:
-    """Tokens per rank: the first ``n % parts`` ranks get one more (``torch.tensor_split``)."""
-    base, extra = divmod(n, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    """Tokens per rank: the first ``n % parts`` ranks get one more (``torch.tensor_split``; the
+    planner's ``contract.parallel.sequence_chunks``, the one rule both use)."""
+    return sequence_chunks(n, parts)
+
+
+def check_recorded_split(sequence, plan: SplitPlan, class_name: str) -> None:
+    """The plan's record of how this path cuts the sequence (``plan.sequence``: ``split`` and
+    ``text_len``, which its memory and time lines assume) against what the split plan does:
+    unpadded chunks, the text cut with the image's exactly when the split plan cuts it. A plan
+    made for another path raises ValueError naming both."""
+    text = bool(getattr(sequence, "text_len", 0))
+    if getattr(sequence, "split", "padded") != "uneven" or text != splits_text(plan):
+        raise ValueError(f"plan.sequence records split {getattr(sequence, 'split', None)!r} with text_len "
+                         f"{getattr(sequence, 'text_len', None)}, but the generic path cuts {class_name} unpadded "
+                         f"(uneven) with its text {'cut' if splits_text(plan) else 'whole'}: re-plan the job")
 
 
 def split_local(x: torch.Tensor, dim: int, ctx: ParallelContext) -> torch.Tensor:

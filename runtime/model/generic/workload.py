@@ -22,7 +22,9 @@ from sporch.runtime.parallel import ParallelContext
 from ..finite import check_output
 from .build import load_diffusers, random_diffusers, read_config
 from .families import family_module
+from .plans import split_plan
 from .runner import GenericSharded, verify_generic
+from .split import check_recorded_split
 
 __all__ = ["build_from_plan", "inputs_from_plan", "run_generic"]
 
@@ -51,6 +53,7 @@ def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
 
 def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
     model, config = build_from_plan(plan, device)
+    check_recorded_split(plan.sequence, split_plan(type(model)), type(model).__name__)
     inputs = inputs_from_plan(plan, config, device)
     wl = plan.workload
     base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic"}
