@@ -35,7 +35,7 @@ def test_generic_plan_records_the_uneven_split_and_its_text():
     assert (s.split, s.seq_len, s.degree, s.tokens_per_rank) == ("uneven", 118_800, 32, 3713)
     assert s.chunks() == [3713] * 16 + [3712] * 16  # no padded token in any rank's per-token layers
     assert s.text_len == p.model.text_len == 256  # the text is cut with the video (joint attention)
-    assert p.estimates["text_tokens_per_rank"] == 8
+    assert p.estimates.compute.text_tokens_per_rank == 8
     assert any("split unevenly" in w and "16 hold 3713" in w for w in p.warnings)
     assert not any("padded to" in w for w in p.warnings)
     assert json.loads(json.dumps(p.to_dict()))["sequence"]["split"] == "uneven"
@@ -47,14 +47,14 @@ def test_ltx_cross_attention_text_is_cut_not_whole_on_every_rank():
     p = plan("ltx-video-2b", frames=121, height=704, width=1216, guidance_scale=3.0)
     assert p.model.attention == "cross" and p.sequence.split == "uneven"
     assert p.sequence.text_len == p.model.text_len == 128
-    assert p.estimates["text_tokens_per_rank"] == 4
-    assert p.estimates["context_flops_per_sample"] == 0 < context_flops_per_sample(p.model)
+    assert p.estimates.compute.text_tokens_per_rank == 4
+    assert p.estimates.compute.context_flops_per_sample == 0 < context_flops_per_sample(p.model)
 
 
 def test_hand_built_plans_keep_the_padded_split():
     wan = plan("wan2.1-t2v-14b", frames=81, height=720, width=1280, guidance_scale=5.0)
     assert (wan.sequence.split, wan.sequence.text_len) == ("padded", 0)  # cross-attention text whole
-    assert wan.estimates["context_flops_per_sample"] == context_flops_per_sample(wan.model) > 0
+    assert wan.estimates.compute.context_flops_per_sample == context_flops_per_sample(wan.model) > 0
     assert wan.sequence.chunks() == [wan.sequence.tokens_per_rank] * wan.sequence.degree
     flux = make_plan(find_cluster("a100x32"), job_from_dict({"name": "f", "model": {"preset": "flux.1-dev"}, "workload": {
         "kind": "benchmark", "height": 1008, "width": 1008, "steps": 28}}))  # 63 x 63 = 3969 tokens
