@@ -103,9 +103,6 @@ def resolve_job_model(job: JobSpec) -> sections.ModelSection:
     built: its ``model.weights`` are only checked for readability on every node (whatever model
     they hold), so its checkpoint is not read as the model's definition."""
     model = job_model(job)
-    if model.diffusers_class and job.model.lora:
-        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
-                          "generic path) yet; remove model.lora")
     if model.diffusers_class and job.model.quant != "none":
         raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
                           "generic path) yet; set model.quant: none")

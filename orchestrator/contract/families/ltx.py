@@ -34,6 +34,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
+    lora_loader="LTXVideoLoraLoaderMixin",
     presets=(FamilyPreset("ltx-video-2b", LTX_VIDEO_2B, "huggingface.co/Lightricks/LTX-Video transformer/config.json"),
              FamilyPreset("ltx-video-13b", LTX_VIDEO_13B,
                           "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "

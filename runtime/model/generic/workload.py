@@ -9,19 +9,23 @@ on every rank.
 
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from sporch.orchestrator.contract.benchstats import step_summary
+from sporch.orchestrator.contract.families import require_family
 from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext
 
 from ..finite import check_output
 from .build import load_diffusers, random_diffusers, read_config
 from .families import family_module
+from .lora import apply_lora
 from .runner import GenericSharded, verify_generic
 
 __all__ = ["build_from_plan", "inputs_from_plan", "run_generic"]
@@ -32,11 +36,15 @@ TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
 def build_from_plan(plan: Plan, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """The plan's diffusers transformer, its LoRA adapters merged (generic/lora.py)."""
     m, dtype = plan.model, _DTYPES[plan.workload.dtype]
     if m.weights:
-        return load_diffusers(m.weights, dtype=dtype, device=device), read_config(m.weights)
-    config = dict(m.diffusers_config or {})
-    return random_diffusers(m.diffusers_class, config, seed=plan.workload.seed, dtype=dtype).to(device), config
+        model, config = load_diffusers(m.weights, dtype=dtype, device=device), read_config(m.weights)
+    else:
+        config = dict(m.diffusers_config or {})
+        model = random_diffusers(m.diffusers_class, config, seed=plan.workload.seed, dtype=dtype).to(device)
+    apply_lora(model, m.lora, require_family(m.diffusers_class).lora_loader)
+    return model, config
 
 
 def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
@@ -49,17 +57,42 @@ def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
     return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
 
 
-def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
+def kernel_choice(plan: Plan, ctx: ParallelContext | None, device: torch.device) -> Choice:
+    """The attention kernel of ``workload.attention_precision`` here, as the hand-built path
+    chooses it (runtime/attention/select.py); the text keys ride in the split sequence on this
+    path (no separate joint call to merge), so only the ring's blocks are merged."""
+    return run_choice(plan.workload.attention_precision, device, plan.workload.dtype,
+                      ring=ctx.ring if ctx is not None else 1)
+
+
+def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device,
+                compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
+    """verify / benchmark of the plan. ``compile_model(model)``: compiles the blocks where the
+    plan says so (runtime/workloads.py, by the hand-built path's rule) and returns the
+    ``CompileInfo`` (``enabled``, ``first_call_s``, ``record()``); None: eager."""
     model, config = build_from_plan(plan, device)
     inputs = inputs_from_plan(plan, config, device)
     wl = plan.workload
-    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic"}
+    kernel = kernel_choice(plan, ctx, device)
+    batched = family_module(plan.model.family).BATCHED
+    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic",
+            "attention_kernel": kernel.kernel, "attention_choice": kernel.reason, "lora_adapters": len(plan.model.lora or [])}
     if wl.kind == "verify":
-        out = verify_generic(model, ctx, inputs, batched=family_module(plan.model.family).BATCHED)
+        compiled: list = []  # the unsharded reference runs eager, then the blocks compile
+        out = verify_generic(model, ctx, inputs, backend=kernel.kernel, batched=batched,
+                             prepare=lambda: compiled.append(compile_model(model)) if compile_model else None)
         tol = TOLERANCE[wl.dtype]
         return {"kind": "verify", **base, "forward": out, "max_abs_err": out["max_abs_err"],
-                "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol}
-    runner = GenericSharded(model, ctx, batched=family_module(plan.model.family).BATCHED)
+                "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol,
+                "compile": compiled[0].record() if compiled else None}
+    info = compile_model(model) if compile_model else None
+    runner = GenericSharded(model, ctx, backend=kernel.kernel, batched=batched)
+    if info is not None and info.enabled:  # the first call compiles: timed apart from the steps
+        sync(device)
+        start = time.perf_counter()
+        runner.forward(**inputs)
+        sync(device)
+        info.first_call_s = time.perf_counter() - start
     times = []
     out = None
     for i in range(wl.warmup + wl.repeat):
@@ -71,7 +104,9 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[
             times.append((time.perf_counter() - start) * 1e3)
     check_output(out, "benchmark (velocity)")  # timings of NaN are no benchmark
     grid = plan.sequence.grid
+    median = statistics.median(times) if times else None
     return {"kind": "benchmark", **base,
             **step_summary(times, tokens_per_step=grid[0] * grid[1] * grid[2] * wl.batch, estimates=plan.estimates,
                            peak_tflops=plan.cluster.gpu.bf16_tflops),
+            "compile": info.record(median / 1e3 if median is not None else None) if info is not None else None,
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
