@@ -40,17 +40,20 @@ def adapted_modules(state_dict: Mapping[str, Any], prefix: str) -> set[str]:
     return out
 
 
-def _read(loader: type, path: str) -> tuple[dict, dict | None, dict | None]:
-    """(state dict in diffusers keys, network alphas or None, metadata or None), converted by
-    the loader's ``lora_state_dict``; Flux's loader returns the alphas apart."""
+def _alphas_apart(loader: type) -> bool:
+    """Flux's loader returns the adapters' alphas apart from the state dict (and takes them back)."""
     import inspect
 
-    alphas_apart = "network_alphas" in inspect.signature(loader.load_lora_into_transformer).parameters
-    if alphas_apart:
-        sd, alphas, meta = loader.lora_state_dict(path, return_alphas=True, return_lora_metadata=True)
-    else:
-        (sd, meta), alphas = loader.lora_state_dict(path, return_lora_metadata=True), None
-    return sd, alphas, meta
+    return "network_alphas" in inspect.signature(loader.load_lora_into_transformer).parameters
+
+
+def _read(loader: type, path: str) -> tuple[dict, dict | None, dict | None]:
+    """(state dict in diffusers keys, network alphas or None, metadata or None), converted by
+    the loader's ``lora_state_dict``."""
+    if _alphas_apart(loader):
+        return loader.lora_state_dict(path, return_alphas=True, return_lora_metadata=True)
+    sd, meta = loader.lora_state_dict(path, return_lora_metadata=True)
+    return sd, None, meta
 
 
 def apply_lora(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]] | None, loader_name: str | None) -> int:
@@ -75,7 +78,7 @@ def apply_lora(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]] | N
         if not wanted:
             raise LoraError(f"model.lora[{i}] {path}: no LoRA pairs for the transformer after {loader_name}'s "
                             "conversion (an adapter for the text encoder only?)")
-        kw = {"network_alphas": alphas} if alphas is not None else {}
+        kw = {"network_alphas": alphas} if _alphas_apart(loader) else {}
         try:
             loader.load_lora_into_transformer(sd, transformer=model, adapter_name=name, metadata=meta, **kw)
         except ValueError as exc:  # PEFT: none of the target modules is in the model
