@@ -43,6 +43,13 @@ LORA_CASES = [
     ("wan-peft-R4", "wan", dict(ring=4), (1, 3, 3), 5, [("wan_attn", 0.9)]),
     ("qwen-peft-cfg2U2", "qwen-image", dict(cfg=2, ulysses=2), (1, 3, 3), 5, [("qwen_all", 1.0)]),
 ]
+# name, family, layout, grid, text tokens, batch, timestep scale, threshold (between the changes seen, so
+# some steps are skipped and some computed)
+CACHE_CASES = [
+    ("flux-fbcache-U2R2", "flux", dict(ulysses=2, ring=2), (1, 3, 5), 7, 1, 1.0, 0.5),
+    ("wan-fbcache-cfg2U2", "wan", dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2, 1000.0, 0.28),
+]
+CACHE_STEPS = 8
 # name, family, layout, grid, text tokens
 COMPILE_CASES = [
     ("wan-compiled-U2R2", "wan", dict(ulysses=2, ring=2), (1, 3, 3), 5),  # Wan splits at blocks.0: a hook on a compiled block
@@ -207,6 +214,63 @@ def _compile_world(cases):
     return out
 
 
+def _cache_world(cases):
+    """An Euler loop of CACHE_STEPS steps: our fbcache on the sharded model vs diffusers' First Block
+    Cache on the unsharded one, same threshold; the reference's last step forced computed (sporch's
+    step policy: the last step always runs) by lifting its threshold for that step."""
+    import torch
+    from diffusers.hooks import FirstBlockCacheConfig, HookRegistry, apply_first_block_cache
+
+    from sporch.orchestrator.contract.sections import CacheSection
+    from sporch.runtime.model.generic import GenericSharded, random_diffusers
+    from sporch.runtime.model.generic.cache import apply_step_cache
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.parallel import ParallelContext
+
+    out = {}
+    sigmas = torch.linspace(1.0, 0.0, CACHE_STEPS + 1)
+    for name, fam, layout, grid, text, batch, tscale, threshold in cases:
+        ctx = ParallelContext.from_layout(**layout)
+        config = {**_tiny(fam), "out_channels": _tiny(fam)["in_channels"]}  # a velocity of the latent's width
+        inputs = _inputs(fam, config, grid, text, batch)
+
+        def loop(model, forward, before_step=lambda i: None):
+            x, pattern = inputs["hidden_states"], []
+            with torch.no_grad(), model.cache_context("denoise"):
+                for i in range(CACHE_STEPS):
+                    before_step(i)
+                    t = torch.full((batch,), tscale * float(sigmas[i]))
+                    v = forward(**{**inputs, "hidden_states": x, "timestep": t})
+                    pattern.append(v[1])
+                    x = x + (sigmas[i + 1] - sigmas[i]) * v[0]
+            return x, pattern
+
+        ref_model = random_diffusers(CLASSES[fam], config, seed=3)
+        apply_first_block_cache(ref_model, FirstBlockCacheConfig(threshold=threshold))
+        head = next(b[0] for n, b in ref_model.named_children() if n in ("transformer_blocks", "blocks"))
+        theirs = HookRegistry.check_if_exists_or_initialize(head).get_hook("fbc_leader_block_hook")
+
+        def ref_forward(**kw):
+            v = ref_model(**kw)[0]
+            return v, theirs.state_manager.get_state().should_compute
+
+        def last_step_computed(i):
+            if i == CACHE_STEPS - 1:
+                theirs.threshold = -1.0
+
+        ref, ref_pattern = loop(ref_model, ref_forward, last_step_computed)
+        model = random_diffusers(CLASSES[fam], config, seed=3)
+        hook = apply_step_cache(model, CacheSection(method="fbcache", threshold=threshold), ctx, num_steps=CACHE_STEPS)
+        runner = GenericSharded(model, ctx, batched=family_module(fam).BATCHED)
+        got, _ = loop(model, lambda **kw: (runner.forward(**kw), None))
+        rec = hook.records["denoise"].record()
+        out[name] = {"rel_err": float((got - ref).abs().max()) / float(ref.abs().max()),
+                     "ref_computed": [i for i, c in enumerate(ref_pattern) if c],
+                     "computed": rec["computed"], "skipped": rec["skipped"], "changes": rec["changes"]}
+        ctx.close()
+    return out
+
+
 def _run_generic_world(plan_dict):
     import torch
 
@@ -236,6 +300,7 @@ def _run_generic_world(plan_dict):
 
 def _world(files, plan_dict):
     return {"lora": _lora_world(LORA_CASES, files), "compile": _compile_world(COMPILE_CASES),
+            "cache": _cache_world(CACHE_CASES),
             "run_generic": _run_generic_world(plan_dict)}
 
 
@@ -290,6 +355,18 @@ def test_compiled_blocks_sharded_equal_the_eager_unsharded_model(compile_results
     for rank, res in enumerate(compile_results):
         r = res[name]
         assert r["blocks"] >= 2 and r["graphs"] >= 1, f"{name}: nothing was compiled ({r})"
+        assert r["rel_err"] <= TOL, f"{name} rank {rank}: relative error {r['rel_err']:.3g} > {TOL}"
+
+
+@pytest.mark.parametrize("case", CACHE_CASES, ids=lambda c: c[0])
+def test_fbcache_sharded_skips_the_steps_unsharded_diffusers_skips(world, case):
+    """The decision reduced over the replica's ranks: the same steps computed on every rank as
+    diffusers' First Block Cache computes unsharded, and the same latents after the loop."""
+    name = case[0]
+    for rank, w in enumerate(world):
+        r = w["cache"][name]
+        assert r["skipped"] and len(r["ref_computed"]) >= 2, f"{name}: no step skipped or computed, proves nothing: {r}"
+        assert r["computed"] == r["ref_computed"], f"{name} rank {rank}: computed {r['computed']}, diffusers {r['ref_computed']}"
         assert r["rel_err"] <= TOL, f"{name} rank {rank}: relative error {r['rel_err']:.3g} > {TOL}"
 
 
