@@ -4,7 +4,10 @@ The model: ``plan.model.weights`` (a diffusers folder: config.json + safetensors
 weights, the class built from ``plan.model.diffusers_config`` with seeded random weights. Inputs:
 the family's ``inputs`` (runtime/model/generic/families) for the plan's token grid, text length and
 batch (doubled when CFG is on: both passes as one batch), drawn from ``workload.seed`` identically
-on every rank.
+on every rank. The plan's LoRA adapters are merged at build (``lora.py``), the attention kernel is
+the hand-built path's choice for ``workload.attention_precision`` (``kernel_choice``), and the
+blocks are compiled where ``workload.compile`` says so (the caller's ``compile_model``:
+runtime/workloads.py, since compiling sits above the model layer).
 """
 
 from __future__ import annotations
