@@ -106,6 +106,8 @@ def apply_step_cache(model: torch.nn.Module, section: CacheSection | None, ctx: 
     if section.method not in GENERIC_CACHE_METHODS:
         raise ValueError(f"workload.cache.method={section.method} is not built for the generic path; use "
                          f"{' or '.join(GENERIC_CACHE_METHODS)}")
+    if not hasattr(model, "cache_context"):
+        raise ValueError(f"{type(model).__name__} has no diffusers cache contexts (CacheMixin): no step cache for it")
     from diffusers.hooks import FirstBlockCacheConfig, HookRegistry, apply_first_block_cache
     from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
     from diffusers.hooks.first_block_cache import _FBC_LEADER_BLOCK_HOOK

@@ -114,11 +114,10 @@ def _tiny(fam):
     return dict(family_module(fam).TINY)
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def make_files(root) -> dict:
+    """The adapter files of the cases, under ``root``."""
     from sporch.runtime.model.generic import random_diffusers
 
-    root = tmp_path_factory.mktemp("generic-lora")
     flux = random_diffusers(CLASSES["flux"], _tiny("flux"), seed=3)
     wan = random_diffusers(CLASSES["wan"], _tiny("wan"), seed=3)
     qwen = random_diffusers(CLASSES["qwen-image"], _tiny("qwen-image"), seed=3)
@@ -129,6 +128,11 @@ def files(tmp_path_factory):
         "wan_attn": peft_file(root / "wa.safetensors", wan, lambda n: ".attn" in n or ".ffn." in n, 4, alpha=1.5),
         "qwen_all": peft_file(root / "qa.safetensors", qwen, lambda n: "transformer_blocks" in n, 5),
     }
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return make_files(tmp_path_factory.mktemp("generic-lora"))
 
 
 def _pipeline_with(fam, transformer):
@@ -304,15 +308,13 @@ def _world(files, plan_dict):
             "run_generic": _run_generic_world(plan_dict)}
 
 
-@pytest.fixture(scope="module")
-def plan_dict(tmp_path_factory, files):
-    """A tiny Qwen-Image folder with one adapter and workload.compile: true, planned."""
+def make_plan_dict(root, files) -> dict:
+    """A tiny Qwen-Image folder under ``root`` with one adapter and workload.compile: true, planned."""
     from sporch.orchestrator.config.cluster import find_cluster
     from sporch.orchestrator.config.job import job_from_dict
     from sporch.orchestrator.plan.planner import make_plan
     from sporch.runtime.model.generic import random_diffusers
 
-    root = tmp_path_factory.mktemp("generic-folder")
     random_diffusers(CLASSES["qwen-image"], _tiny("qwen-image"), seed=1).save_pretrained(str(root / "transformer"))
     job = {"name": "g", "model": {"weights": str(root), "text_len": 5,
                                   "lora": [{"path": files["qwen_all"], "scale": 0.5}]},
@@ -322,6 +324,11 @@ def plan_dict(tmp_path_factory, files):
     plan = make_plan(find_cluster("local"), job_from_dict(job, "<test>"))
     assert plan.model.diffusers_class == CLASSES["qwen-image"] and plan.model.lora[0]["scale"] == 0.5
     return plan.to_dict()
+
+
+@pytest.fixture(scope="module")
+def plan_dict(tmp_path_factory, files):
+    return make_plan_dict(tmp_path_factory.mktemp("generic-folder"), files)
 
 
 @pytest.fixture(scope="module")
