@@ -8,6 +8,13 @@ Dynamo splits the block at it (graph before, eager attention, graph after) and t
 kernel and the collectives of the sharded path run as they do eagerly. What is fused is the
 glue around attention: modulation, gating, norms, RoPE application, casts.
 
+The generic path (a diffusers model, runtime/model/generic) compiles its blocks the same way
+with ``swap_attention=False``: there the routed attention (``SequenceParallel.attention``, where
+the scoped ``TorchFunctionMode`` sends each ``scaled_dot_product_attention``: USP's all-to-alls,
+the ring, the chunk-length all-gather) is itself ``torch.compiler.disable``'d, so Dynamo splits
+the block at it; the hooks that split a block's inputs (Wan's ``blocks.0``) and enter the mode
+are traced with the block.
+
 Compiling happens on a block's first call (Dynamo traces, Inductor generates kernels); time
 that call with :func:`time_first_call` and report it apart from the steady step time
 (:meth:`CompileInfo.record`). Job option: ``workload.compile`` (true / false / unset = on
@@ -71,11 +78,12 @@ def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
 
 
 def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "inductor",
-                   mode: str | None = None) -> CompileInfo:
+                   mode: str | None = None, swap_attention: bool = True) -> CompileInfo:
     """Compile each block of ``model`` in place (see the module docstring). ``mode``: a
     ``torch.compile`` mode, e.g. ``"max-autotune-no-cudagraphs"``; CUDA graphs
     (``"reduce-overhead"``) only pay where a region is launch-bound, and every attention call
-    ends a region. Calling it twice compiles nothing more."""
+    ends a region. ``swap_attention``: hand the blocks an :class:`EagerAttention` (sporch's
+    hand-built blocks; False for diffusers blocks). Calling it twice compiles nothing more."""
     if not enabled:
         return CompileInfo(enabled=False, reason="off (workload.compile)")
     lists = block_lists(model)
@@ -85,7 +93,8 @@ def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "in
     for _, blocks in lists:
         for block in blocks:
             if not getattr(block, "_sporch_compiled", False):
-                block.register_forward_pre_hook(_attention_outside, with_kwargs=True)
+                if swap_attention:
+                    block.register_forward_pre_hook(_attention_outside, with_kwargs=True)
                 block.compile(dynamic=False, backend=backend, mode=mode)
                 block._sporch_compiled = True
             count += 1

@@ -78,7 +78,7 @@ def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progres
     if plan.workload.attention_precision != "exact" and not plan.job.entrypoint:
         choice = attention_choice(plan, ctx, device)
         result.setdefault("attention_kernel", choice.kernel)
-        result["attention_choice"] = choice.reason
+        result.setdefault("attention_choice", choice.reason)  # the generic path records its own
     return result
 
 
@@ -89,7 +89,7 @@ def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progre
         return {"entrypoint": entrypoint, **(result or {})}
     kind = plan.workload.kind
     if plan.model.diffusers_class:  # the generic path (runtime/model/generic); the planner refused the rest
-        return run_generic(plan, ctx, device)
+        return run_generic(plan, ctx, device, compile_model=lambda model: _compile(plan, model, device, generic=True))
     if kind == "verify":
         return _verify(plan, ctx, device)
     if kind == "benchmark":
@@ -114,13 +114,18 @@ def _build(plan: Plan, ctx: ParallelContext | None, device: torch.device):
                          quant=plan.model.quant)
 
 
+def _compile(plan: Plan, model: torch.nn.Module, device: torch.device, generic: bool = False) -> CompileInfo:
+    """``workload.compile``: the model's blocks compiled (sporch.runtime.compile), or why not."""
+    off = compile_off_reason(plan.workload.compile, plan.placement.shard_weights, on_gpu=device.type == "cuda")
+    return compile_blocks(model, swap_attention=not generic) if off is None else CompileInfo(enabled=False, reason=off)
+
+
 def _setup(plan: Plan, ctx: ParallelContext, device: torch.device):
     """(model, runner, inputs, grid, compile info): the model built, its blocks compiled
     when ``workload.compile`` says so (sporch.runtime.compile)."""
     grid = plan.sequence.grid
     model = _build(plan, ctx, device)
-    off = compile_off_reason(plan.workload.compile, plan.placement.shard_weights, on_gpu=device.type == "cuda")
-    info = compile_blocks(model) if off is None else CompileInfo(enabled=False, reason=off)
+    info = _compile(plan, model, device)
     runner = ShardedDiT(model, ctx, grid=grid, backend=attention_choice(plan, ctx, device).kernel)
     inputs = make_inputs(model, grid, plan.workload.batch, plan.workload.seed, ctx)
     return model, runner, inputs, grid, info

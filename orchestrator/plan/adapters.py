@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.contract.families import require_family
 from sporch.orchestrator.contract.models.lora import map_deltas, map_targets, module_names, read_lora
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
@@ -30,6 +31,8 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
     ``path``/``scale``), every adapter checked against the model's modules."""
     if not entries:
         return model
+    if model.diffusers_class:
+        return _with_generic_lora(model, entries, source)
     present = module_names(model.to_dict())
     out = []
     for i, e in enumerate(entries):
@@ -41,6 +44,29 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
             lora = read_lora(path)
             map_targets(lora, model.attention, present, where=f"model.lora[{i}] {path}")
             map_deltas(lora, model.attention, where=f"model.lora[{i}] {path}")  # diff / diff_b / diff_m
+        except CheckpointError as exc:
+            raise SporchError(str(exc)) from None
+        out.append({"path": path, "scale": float(e.scale), "expert": e.expert})
+    return dataclasses.replace(model, lora=out)
+
+
+def _with_generic_lora(model: ModelSection, entries: Sequence[Any], source: Optional[str]) -> ModelSection:
+    """The generic path (a diffusers class): each file's header checked (LoRA pairs of one rank,
+    no text-encoder keys); its module names are matched against the class at load, after the
+    family's diffusers loader has converted them (runtime/model/generic/lora.py), which refuses
+    an adapter whose modules the model lacks."""
+    fam = require_family(model.diffusers_class)
+    if not fam.lora_loader:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {fam.name}: no diffusers "
+                          "LoRA loader); remove model.lora")
+    out = []
+    for i, e in enumerate(entries):
+        path = lora_path(str(e.path), source)
+        if e.expert != "both":
+            raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but "
+                              f"{model.diffusers_class} is one transformer; remove it")
+        try:
+            read_lora(path)
         except CheckpointError as exc:
             raise SporchError(str(exc)) from None
         out.append({"path": path, "scale": float(e.scale), "expert": e.expert})

@@ -40,7 +40,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.contract.families import sequence_split, standin_family
+from sporch.orchestrator.contract.families import require_family, sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -105,9 +105,6 @@ def resolve_job_model(job: JobSpec) -> sections.ModelSection:
     built: its ``model.weights`` are only checked for readability on every node (whatever model
     they hold), so its checkpoint is not read as the model's definition."""
     model = job_model(job)
-    if model.diffusers_class and job.model.lora:
-        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {model.family}, the "
-                          "generic path) yet; remove model.lora")
     if model.diffusers_class and job.model.quant != "none":
         raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
                           "generic path) yet; set model.quant: none")
@@ -260,11 +257,14 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
+    caches = require_family(model.diffusers_class).step_cache
+    if method != "none" and method not in caches:
+        raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
+                          f"{' or '.join((*caches, 'none'))}")
     if job.workload.kind not in GENERIC_WORKLOADS:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(GENERIC_WORKLOADS)}")
-    if job.workload.cache.method != "none":
-        raise SporchError(f"workload.cache is not supported for {what} yet; set workload.cache.method=none")
     if job.parallel.shard_weights not in ("none", "auto"):
         raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
                           "(its parameters are whole on every rank); set parallel.shard_weights=none")

@@ -83,16 +83,6 @@ def test_what_the_generic_path_lacks_is_refused(tmp_path, over, needle):
         plan(model, over.get("workload", VERIFY), parallel=over.get("parallel", {"ulysses": 4}))
 
 
-def test_lora_on_the_generic_path_is_refused(tmp_path):
-    root = folder(tmp_path, LTX)
-    lora = tmp_path / "l.safetensors"
-    header = json.dumps({"transformer.transformer_blocks.0.attn1.to_q.lora_A.weight":
-                         {"dtype": "F32", "shape": [2, 48], "data_offsets": [0, 384]}}).encode()
-    lora.write_bytes(len(header).to_bytes(8, "little") + header + bytes(384))
-    with pytest.raises(SporchError, match=r"model\.lora is not supported for LTXVideoTransformer3DModel"):
-        plan({"weights": str(root), "text_len": 7, "lora": [{"path": str(lora)}]}, parallel={"ulysses": 4})
-
-
 @pytest.mark.parametrize("preset, workload, heads, depth", [
     ("qwen-image", dict(kind="benchmark", frames=1, height=1328, width=1328), 24, 60),
     ("ltx-video-2b", dict(kind="benchmark", frames=121, height=704, width=1216), 32, 28),

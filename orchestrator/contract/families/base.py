@@ -82,6 +82,14 @@ class Family:
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
     notes: str = ""
+    #: diffusers' LoRA loader mixin of the family's pipelines (``FluxLoraLoaderMixin``): its
+    #: ``lora_state_dict`` converts the adapter formats it knows (kohya, the original release's
+    #: names) to diffusers' keys on the generic path (runtime/model/generic/lora.py); None: no LoRA
+    lora_loader: Optional[str] = None
+    #: ``workload.cache.method`` values the generic path runs for the family's classes
+    #: (runtime/model/generic/cache.py: diffusers' First Block Cache, the decision agreed over the
+    #: ranks); it needs diffusers' cache contexts (``CacheMixin``) on the class
+    step_cache: tuple[str, ...] = ("fbcache",)
 
     def split_plan_source(self, class_name: str) -> str:
         return "shipped table" if class_name in self.split_plans else "the class's _cp_plan"

@@ -45,6 +45,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="cogvideox", title="CogVideoX", classes=("CogVideoXTransformer3DModel",), shape=shape,
+    lora_loader="CogVideoXLoraLoaderMixin",
     split_plans={"CogVideoXTransformer3DModel": COGVIDEOX_PLAN},
     presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),

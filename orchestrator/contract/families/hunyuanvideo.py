@@ -53,6 +53,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
+    lora_loader="HunyuanVideoLoraLoaderMixin",
     split_plans={"HunyuanVideoTransformer3DModel": HUNYUAN_PLAN}, local_attention=("context_embedder",),
     presets=(FamilyPreset("hunyuanvideo", HUNYUAN_VIDEO_13B,
                           "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)",

@@ -34,6 +34,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
+    lora_loader="LTXVideoLoraLoaderMixin",
     presets=(FamilyPreset("ltx-video-2b", LTX_VIDEO_2B, "huggingface.co/Lightricks/LTX-Video transformer/config.json",
                           parameters=ParameterCount(1_880_367_104, 67_155_968, 43_018_368)),
              FamilyPreset("ltx-video-13b", LTX_VIDEO_13B,

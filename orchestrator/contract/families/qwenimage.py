@@ -35,6 +35,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(
     name="qwen-image", title="Qwen-Image", classes=("QwenImageTransformer2DModel",), shape=shape,
+    lora_loader="QwenImageLoraLoaderMixin",
     presets=(FamilyPreset("qwen-image", QWEN_IMAGE_20B,
                           "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),

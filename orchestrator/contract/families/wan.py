@@ -60,6 +60,7 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
+                lora_loader="WanLoraLoaderMixin",
                 hand_built=True, text_split=False, pipeline_folders=PIPELINE_FOLDERS, video=True,
                 standin_attention="cross",
                 pipeline_parts=pipeline_parts)

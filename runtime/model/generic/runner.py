@@ -9,6 +9,8 @@ forward of the same inputs.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 import torch.distributed as dist
 
@@ -70,10 +72,13 @@ class GenericSharded:
 
 @torch.no_grad()
 def verify_generic(model: torch.nn.Module, ctx: ParallelContext, inputs: dict, *, backend: str = "auto",
-                   batched: tuple[str, ...] = ()) -> dict:
+                   batched: tuple[str, ...] = (), prepare: Callable[[], Any] | None = None) -> dict:
     """Sharded vs unsharded forward of ``inputs`` on this rank: ``max_abs_err``, ``max_rel_err``
-    (over max |reference|), ``ref_max_abs``."""
+    (over max |reference|), ``ref_max_abs``. ``prepare``: called between the two (e.g. compiling
+    the blocks, so the reference runs eager)."""
     ref = _first(model(**inputs)).float()
+    if prepare is not None:
+        prepare()
     got = GenericSharded(model, ctx, backend=backend, batched=batched).forward(**inputs).float()
     check_output(ref, "verify (unsharded reference)")  # NaN would compare as within tolerance
     check_output(got, "verify (sharded output)")

@@ -213,6 +213,7 @@ class SequenceParallel:
             mode.__exit__(None, None, None)
 
     # -- attention -------------------------------------------------------------------------
+    @torch.compiler.disable
     def attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                   enable_gqa=False):
         """``F.scaled_dot_product_attention``'s contract ([B, H, S, D]) over the sequence group:

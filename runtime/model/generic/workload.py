@@ -4,18 +4,24 @@ The model: ``plan.model.weights`` (a diffusers folder: config.json + safetensors
 weights, the class built from ``plan.model.diffusers_config`` with seeded random weights. Inputs:
 the family's ``inputs`` (runtime/model/generic/families) for the plan's token grid, text length and
 batch (doubled when CFG is on: both passes as one batch), drawn from ``workload.seed`` identically
-on every rank.
+on every rank. The plan's LoRA adapters are merged at build (``lora.py``), the attention kernel is
+the hand-built path's choice for ``workload.attention_precision`` (``kernel_choice``), and the
+blocks are compiled where ``workload.compile`` says so (the caller's ``compile_model``:
+runtime/workloads.py, since compiling sits above the model layer).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from sporch.orchestrator.contract.benchstats import step_summary
+from sporch.orchestrator.contract.families import require_family
 from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext
 
@@ -23,6 +29,7 @@ from ..finite import check_output
 from .build import load_diffusers, random_diffusers, read_config
 from .families import family_module
 from .plans import split_plan
+from .lora import apply_lora
 from .runner import GenericSharded, verify_generic
 from .split import check_recorded_split
 
@@ -34,11 +41,15 @@ TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
 def build_from_plan(plan: Plan, device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """The plan's diffusers transformer, its LoRA adapters merged (generic/lora.py)."""
     m, dtype = plan.model, _DTYPES[plan.workload.dtype]
     if m.weights:
-        return load_diffusers(m.weights, dtype=dtype, device=device), read_config(m.weights)
-    config = dict(m.diffusers_config or {})
-    return random_diffusers(m.diffusers_class, config, seed=plan.workload.seed, dtype=dtype).to(device), config
+        model, config = load_diffusers(m.weights, dtype=dtype, device=device), read_config(m.weights)
+    else:
+        config = dict(m.diffusers_config or {})
+        model = random_diffusers(m.diffusers_class, config, seed=plan.workload.seed, dtype=dtype).to(device)
+    apply_lora(model, m.lora, require_family(m.diffusers_class).lora_loader)
+    return model, config
 
 
 def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
@@ -51,18 +62,43 @@ def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
     return {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
 
 
-def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[str, Any]:
+def kernel_choice(plan: Plan, ctx: ParallelContext | None, device: torch.device) -> Choice:
+    """The attention kernel of ``workload.attention_precision`` here, as the hand-built path
+    chooses it (runtime/attention/select.py); the text keys ride in the split sequence on this
+    path (no separate joint call to merge), so only the ring's blocks are merged."""
+    return run_choice(plan.workload.attention_precision, device, plan.workload.dtype,
+                      ring=ctx.ring if ctx is not None else 1)
+
+
+def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device,
+                compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
+    """verify / benchmark of the plan. ``compile_model(model)``: compiles the blocks where the
+    plan says so (runtime/workloads.py, by the hand-built path's rule) and returns the
+    ``CompileInfo`` (``enabled``, ``first_call_s``, ``record()``); None: eager."""
     model, config = build_from_plan(plan, device)
     check_recorded_split(plan.sequence, split_plan(type(model)), type(model).__name__)
     inputs = inputs_from_plan(plan, config, device)
     wl = plan.workload
-    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic"}
+    kernel = kernel_choice(plan, ctx, device)
+    batched = family_module(plan.model.family).BATCHED
+    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic",
+            "attention_kernel": kernel.kernel, "attention_choice": kernel.reason, "lora_adapters": len(plan.model.lora or [])}
     if wl.kind == "verify":
-        out = verify_generic(model, ctx, inputs, batched=family_module(plan.model.family).BATCHED)
+        compiled: list = []  # the unsharded reference runs eager, then the blocks compile
+        out = verify_generic(model, ctx, inputs, backend=kernel.kernel, batched=batched,
+                             prepare=lambda: compiled.append(compile_model(model)) if compile_model else None)
         tol = TOLERANCE[wl.dtype]
         return {"kind": "verify", **base, "forward": out, "max_abs_err": out["max_abs_err"],
-                "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol}
-    runner = GenericSharded(model, ctx, batched=family_module(plan.model.family).BATCHED)
+                "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol,
+                "compile": compiled[0].record() if compiled else None}
+    info = compile_model(model) if compile_model else None
+    runner = GenericSharded(model, ctx, backend=kernel.kernel, batched=batched)
+    if info is not None and info.enabled:  # the first call compiles: timed apart from the steps
+        sync(device)
+        start = time.perf_counter()
+        runner.forward(**inputs)
+        sync(device)
+        info.first_call_s = time.perf_counter() - start
     times = []
     out = None
     for i in range(wl.warmup + wl.repeat):
@@ -74,7 +110,9 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device) -> dict[
             times.append((time.perf_counter() - start) * 1e3)
     check_output(out, "benchmark (velocity)")  # timings of NaN are no benchmark
     grid = plan.sequence.grid
+    median = statistics.median(times) if times else None
     return {"kind": "benchmark", **base,
             **step_summary(times, tokens_per_step=grid[0] * grid[1] * grid[2] * wl.batch, estimates=plan.estimates,
                            peak_tflops=plan.cluster.gpu.bf16_tflops),
+            "compile": info.record(median / 1e3 if median is not None else None) if info is not None else None,
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
