@@ -1,9 +1,17 @@
 """Wall time of ``sporch submit --dry-run`` against ``python -c "import torch"``.
 
     python bench/cli_startup.py [--runs 5] [--cluster a100x32] [--job examples/wan14b-720p.yaml]
+                                [--no-bytecode-cache]
 
-Prints a table with the median of each and their ratio (target: <= 0.2). Runs the
+Prints a table with the median of each and their ratio (target: <= 0.15). Runs the
 ``sporch`` script next to this interpreter (not a shell shim), from the repository root.
+
+Both commands run as an installed program does: with compiled bytecode. The children write and
+read it under a temporary ``PYTHONPYCACHEPREFIX`` (nothing lands in the checkout or in
+site-packages; an inherited ``PYTHONDONTWRITEBYTECODE`` is dropped for them), after one warm-up
+run of each. ``--no-bytecode-cache`` keeps the caller's environment instead: with
+``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__`` in the checkout, every sporch module is
+compiled from source on every run (what this script measured before it set a prefix).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,11 +37,11 @@ def sporch_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "sporch.orchestrator.cli.main"]
 
 
-def median_wall(cmd: list[str], runs: int) -> float:
+def median_wall(cmd: list[str], runs: int, env: dict) -> float:
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -42,21 +51,29 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cluster", default="a100x32")
     ap.add_argument("--job", default="examples/wan14b-720p.yaml")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="run with the caller's environment (no bytecode prefix; see the module docstring)")
     args = ap.parse_args()
-    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "0")
     dry = sporch_command() + ["submit", "--dry-run", "--cluster", args.cluster, args.job]
     torch = [sys.executable, "-c", "import torch"]
-    median_wall(dry, 1)  # warm caches (bytecode, template cache)
-    t_dry = median_wall(dry, args.runs)
-    t_torch = median_wall(torch, args.runs)
+    with tempfile.TemporaryDirectory(prefix="sporch-bench-pyc-") as prefix:
+        env = dict(os.environ)
+        if not args.no_bytecode_cache:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = prefix
+        median_wall(dry, 1, env)  # warm caches (bytecode, template cache, file system)
+        median_wall(torch, 1, env)
+        t_dry = median_wall(dry, args.runs, env)
+        t_torch = median_wall(torch, args.runs, env)
     ratio = t_dry / t_torch
     rows = [
         ("sporch submit --dry-run", f"{t_dry:.3f} s"),
         ('python -c "import torch"', f"{t_torch:.3f} s"),
-        ("ratio (target <= 0.2)", f"{ratio:.3f}"),
+        ("ratio (target <= 0.15)", f"{ratio:.3f}"),
     ]
     width = max(len(r[0]) for r in rows)
-    print(f"{'command'.ljust(width)}  median of {args.runs}")
+    cache = "caller's environment" if args.no_bytecode_cache else "bytecode cached"
+    print(f"{'command'.ljust(width)}  median of {args.runs} ({cache})")
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0

@@ -49,6 +49,9 @@ LAZY_ALLOWED: Dict[Tuple[str, str], str] = {
     ("orchestrator/cli/main.py", "string"): (
         "the command table: a command's module (and the click/rich/omegaconf/jinja2 it pulls) loads "
         "only when that command runs, so `sporch --help` stays lean (bench/cli_startup.py)"),
+    ("orchestrator/cli/submit_cmd.py", "function"): (
+        "submitting (the backends, the job store, the ssh and Slurm runners) and --wait load only when "
+        "used: `submit --dry-run` stays lean (bench/cli_startup.py, tests/project/test_cli_imports.py)"),
 }
 
 MODULE_ATTR = re.compile(r"(sporch\.(?:orchestrator|runtime)(?:\.[A-Za-z_]\w*)*):[A-Za-z_][\w.]*")

@@ -21,11 +21,10 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
-from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import CacheSection, ContainerSpec
 from sporch.orchestrator.contract.vocab import (ATTENTION_PRECISIONS, CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
-                                               MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+                                               LORA_EXPERTS, MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).

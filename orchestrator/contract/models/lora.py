@@ -33,6 +33,7 @@ from typing import Any, Mapping, Optional
 from ..checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
                                read_safetensors)
 from ..finite import count_nonfinite
+from ..vocab import LORA_EXPERTS
 from . import flux, wan
 from .keymap import Rule, Table
 
@@ -40,7 +41,7 @@ from .keymap import Rule, Table
 FAMILIES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
 
 #: Which transformer of a two-expert model (Wan2.2 A14B) an entry of ``model.lora`` adapts.
-EXPERTS = ("both", "transformer", "transformer_2")
+EXPERTS = LORA_EXPERTS
 
 #: Prefixes a module name may carry (stripped); the kohya ones mark underscored names.
 DOTTED_PREFIXES = ("base_model.model.", "transformer.", "diffusion_model.", "model.diffusion_model.")
