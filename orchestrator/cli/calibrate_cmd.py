@@ -10,7 +10,7 @@ import click
 
 from sporch.orchestrator.campaign.calibration_points import campaign_observations
 from sporch.orchestrator.cli.common import console, plain_table
-from sporch.orchestrator.contract.safe_files import check_output
+from sporch.orchestrator.safe_files import check_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import fit, write_calibration
 from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
@@ -33,7 +33,7 @@ def calibrate(directory: str, out_file: Optional[str], force: bool, cluster_name
     """Fit efficiencies, latencies and overheads to DIR's measured step times (docs/plan.md).
     An existing --out file is replaced only with --force; the default file in DIR is sporch's
     own and is replaced."""
-    if out_file:  # before any work: a name that is taken is refused (contract.safe_files.check_output)
+    if out_file:  # before any work: a name that is taken is refused (safe_files.check_output)
         check_output(out_file, force, "--out")
     names = FITTED
     if fit_names:

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from sporch.orchestrator.contract.safe_files import open_regular
+from sporch.orchestrator.safe_files import open_regular
 from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
 from sporch.orchestrator.contract.sections import (
     ClusterSpec,

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Dict, Sequence, Tuple
 
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.jobs.store import JobRecord

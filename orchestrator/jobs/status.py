@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.contract.results import JobResult, ResultFileError
 from sporch.orchestrator.host import LOCAL, Host, host_for
 from sporch.orchestrator.jobs import store

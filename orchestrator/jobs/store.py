@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import Host, host_for
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.files import RECORD_FILE, JobFiles
+from sporch.orchestrator.contract.job_files import RECORD_FILE, JobFiles
 
 SCHEMA = 1
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
-from sporch.orchestrator.contract.safe_files import write_output
+from sporch.orchestrator.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import (
     FITTED,
@@ -48,7 +48,7 @@ MAX_MEASURED_S = 86400.0
 # -- files ------------------------------------------------------------------------------------
 def write_calibration(path: str | Path, result: "FitResult", meta: Mapping[str, Any], *, replace: bool = False) -> Path:
     """The calibration file (YAML): metadata, fit quality, every constant of the model. Written
-    by contract.safe_files.write_output: an existing file (or link) at ``path`` is refused
+    by safe_files.write_output: an existing file (or link) at ``path`` is refused
     unless ``replace``; a link is replaced, never followed; nothing is half-written."""
     import yaml
 

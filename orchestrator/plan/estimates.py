@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
-from sporch.orchestrator.contract.models import preset_knobs
+from sporch.orchestrator.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ClusterSpec, HeadsSection, ModelSection, SequenceSection, WorkloadSection

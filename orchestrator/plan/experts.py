@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.config.job import ModelSpec
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models import find_preset
-from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models import find_preset
+from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
 from sporch.orchestrator.errors import SporchError
 

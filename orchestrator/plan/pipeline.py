@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.contract.families import get_family
+from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 
 #: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
-#: family: ``Family.pipeline_parts(preset)`` in contract/families/ (wan.PARTS, flux.PARTS).
+#: family: ``Family.pipeline_parts(preset)`` in models/families/ (wan.PARTS, flux.PARTS).
 IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6

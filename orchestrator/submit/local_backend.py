@@ -17,8 +17,8 @@ import subprocess
 import sys
 from typing import Sequence
 
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
-from sporch.orchestrator.contract.safe_files import open_append
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
+from sporch.orchestrator.safe_files import open_append
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest

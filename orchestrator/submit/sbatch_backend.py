@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sporch.orchestrator.host import LOCAL, Host
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import sbatch, scancel
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest

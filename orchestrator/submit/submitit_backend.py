@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Sequence
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.contract import durations
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest

@@ -1,6 +1,6 @@
 """What the generate pipeline does differently per model family, one record per family, found by
 one lookup of ``plan.model.family`` (the planner's record; torch-free facts such as the folder's
-sub-folders and video-or-image live in sporch.orchestrator.contract.families).
+sub-folders and video-or-image live in sporch.orchestrator.models.families).
 
 * Wan2.1 / Wan2.2 (WanPipeline, AutoencoderKLWan): umT5 prompt and negative prompt; latents
   un-normalised per channel (``latents / (1 / latents_std) + latents_mean``), decoded as video; the
@@ -12,7 +12,7 @@ sub-folders and video-or-image live in sporch.orchestrator.contract.families).
   ``workload.shift`` replaces the dynamic mu with a fixed shift.
 
 Adding a family with a generate pipeline = one record here, its tiny pipeline in tiny.py's
-``TINY_PIPELINES`` and its torch-free facts in its contract/families module.
+``TINY_PIPELINES`` and its torch-free facts in its models/families module.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.generate_inputs import require_pipelines
+from sporch.orchestrator.models.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime import faults
 from sporch.runtime.measure import peak_memory_bytes, sync

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular, write_atomic
+from sporch.orchestrator.safe_files import NotAFileError, read_regular, write_atomic
 from sporch.runtime.model.config import ModelConfig
 
 from .spec import GenerateSpec
@@ -136,7 +136,7 @@ class LatentStore:
 
     def save(self, indices: list[int], latents: torch.Tensor) -> None:
         """Prompt ``indices[k]``'s latents are ``latents[k]``; each file appears whole or not at
-        all, never through a link (contract.safe_files.write_atomic)."""
+        all, never through a link (safe_files.write_atomic)."""
         from safetensors.torch import save
 
         for k, i in enumerate(indices):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sporch.orchestrator.contract.families import get_family
-from sporch.orchestrator.contract.generate_inputs import generate_family, image_embeds, read_prompts
+from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.generate_inputs import generate_family, image_embeds, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 

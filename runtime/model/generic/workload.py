@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from sporch.orchestrator.contract.benchstats import step_summary
+from sporch.orchestrator.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext

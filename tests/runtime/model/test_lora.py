@@ -251,7 +251,7 @@ def test_targets_the_model_lacks_are_one_line_naming_them(setup, tmp_path):
                            str(job)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "5 of the LoRA's" in proc.stderr, proc.stderr
     # the runtime refuses the same adapter the same way (a plan written by hand)
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
     _, model_dict, plan = _case(setup, "wan-peft")
     with pytest.raises(CheckpointError, match="5 of the LoRA's"):
@@ -319,8 +319,8 @@ def test_bad_lora_files_are_one_line(tmp_path, keys, message):
     """Read from the header alone: what sporch cannot merge is refused by name."""
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-    from sporch.orchestrator.contract.models.lora import read_lora
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.lora import read_lora
 
     path = tmp_path / "x.safetensors"
     save_file({k: torch.zeros(s) for k, s in keys.items()}, str(path))
@@ -336,7 +336,7 @@ def test_kohya_and_peft_names_map_to_the_same_sporch_modules(tmp_path):
     and diffusers names of one Flux module land on the same fused rows."""
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
+    from sporch.orchestrator.models.lora import map_targets, module_names, read_lora
 
     model = {"attention": "joint", "depth": 2, "single_depth": 1, "guidance_embed": True}
     cases = {"lora_unet_double_blocks_1_txt_attn_qkv": ("double_blocks.1.txt_attn.qkv", 0, 1),
@@ -399,8 +399,8 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
 def test_a_dora_adapter_named_in_the_metadata_is_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-    from sporch.orchestrator.contract.models.lora import read_lora
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.lora import read_lora
 
     path = tmp_path / "dora.safetensors"
     save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(2, 16),

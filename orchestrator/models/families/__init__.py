@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .base import Family, FamilyPreset, UnsupportedClass
-from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
+from sporch.orchestrator.models.families.base import Family, FamilyPreset, UnsupportedClass
+from sporch.orchestrator.models.families import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,

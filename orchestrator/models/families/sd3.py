@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
-from .plan_format import GatherOutput, SplitInput
+from sporch.orchestrator.models.families.base import Family, FamilyPreset
+from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
 #: split as they enter (the context embedder is per token), whole output gathered at proj_out

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
+from sporch.orchestrator.models.checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
                                read_safetensors)
-from ..finite import count_nonfinite
-from ..vocab import LORA_EXPERTS
-from . import flux, wan
-from .keymap import Rule, Table
+from sporch.orchestrator.models.finite import count_nonfinite
+from sporch.orchestrator.contract.vocab import LORA_EXPERTS
+from sporch.orchestrator.models import flux, wan
+from sporch.orchestrator.models.keymap import Rule, Table
 
 #: Name tables by family, as the model's attention kind selects them.
 FAMILIES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}

@@ -1,7 +1,7 @@
 """Wan2.1 / Wan2.2 (diffusers ``WanTransformer3DModel``, which carries its own ``_cp_plan``).
 
 sporch also runs Wan on its hand-built path (``runtime/model/wan.py``; presets, checkpoint tables and
-knobs in ``contract/models/wan.py``); the generic path runs the diffusers class itself. Text stays
+knobs in ``models/wan.py``); the generic path runs the diffusers class itself. Text stays
 whole on every rank (cross-attention needs no communication).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family
+from sporch.orchestrator.models.families.base import Family
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from sporch.orchestrator.models.families.base import Family, FamilyPreset
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
-from .plan_format import GatherOutput, SplitInput
+from sporch.orchestrator.models.families.base import Family, FamilyPreset
+from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
     "transformer_blocks.0": {"hidden_states": SplitInput(split_dim=1, expected_dims=3),

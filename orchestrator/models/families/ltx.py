@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
+from sporch.orchestrator.models.families.base import Family, FamilyPreset
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {

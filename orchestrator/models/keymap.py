@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..checkpoint_files import CheckpointError
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
 TRANSFORMS = ("copy", "cat", "conv_as_linear", "rows_channel_last_to_first", "swap_halves")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset
-from .plan_format import GatherOutput, SplitInput
+from sporch.orchestrator.models.families.base import Family, FamilyPreset
+from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput
 
 HUNYUAN_PLAN = {
     "rope": {0: SplitInput(split_dim=0, expected_dims=2, split_output=True),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError
-from .plan_format import SplitPlan
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families.plan_format import SplitPlan
 
 
 class UnsupportedClass(CheckpointError):
