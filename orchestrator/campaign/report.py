@@ -213,7 +213,7 @@ def _predicted_vs_measured(rows: list[Row]) -> dict[str, Any] | None:
             "xlabel": "measured step time, median (ms)", "ylabel": "predicted step time (ms)"}
 
 
-#: The stages a generate point records (runtime/pipelines/stages.py), bottom to top of a bar.
+#: The stages a generate point records (runtime/pipelines/phase_timing.py), bottom to top of a bar.
 STAGE_ORDER = ("encode", "load", "denoise", "decode", "save")
 
 

@@ -190,6 +190,14 @@ class JobSpec:
 
 
 # -- loading --------------------------------------------------------------------------
+def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
+    """A relative file path of the job (``workload.prompt_file``, ``workload.image``,
+    ``model.lora[].path``) is relative to the job file's folder (``source``, the job file)."""
+    if path and source and not Path(path).expanduser().is_absolute():
+        return str(Path(source).parent / path)
+    return path
+
+
 def load_job(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read ``path``, apply dotlist ``overrides`` (``parallel.ring=2``), type-check, validate."""
     p = Path(path)

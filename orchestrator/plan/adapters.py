@@ -13,11 +13,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sporch.orchestrator.config.job import job_relative
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.lora import map_deltas, map_targets, module_names, read_lora
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.pipeline import job_relative
 
 
 def lora_path(path: str, source: Optional[str]) -> str:

@@ -18,7 +18,7 @@ import functools
 from typing import Optional
 
 from sporch.orchestrator.config.cluster import bandwidth_warnings
-from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
+from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container, job_relative
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.plan.estimates import GIB, estimate
@@ -29,11 +29,11 @@ from sporch.orchestrator.plan.layouts import (
     feasible_text,
     resolve_layout,
 )
-from sporch.orchestrator.plan.pipeline import job_relative, with_pipeline
+from sporch.orchestrator.plan.pipeline_estimate import with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
-from sporch.orchestrator.plan.staging import staging_estimate
+from sporch.orchestrator.plan.staging_estimate import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg

@@ -17,7 +17,7 @@ from sporch.orchestrator.contract.sections import CacheSection, compile_off_reas
 from sporch.orchestrator.plan.cost import compiles
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
-from sporch.runtime.pipelines.spec import generate_spec
+from sporch.runtime.pipelines.params import generate_spec
 from sporch.runtime.testing import plan_for
 
 

@@ -54,7 +54,7 @@ class Family:
     pipeline_folders: tuple[str, ...] = ()
     video: bool = False
     standin_attention: Optional[str] = None
-    #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline.py's
+    #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
     notes: str = ""

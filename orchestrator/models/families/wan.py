@@ -14,7 +14,7 @@ from sporch.orchestrator.models.families.base import Family
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
 
-#: Parameters of the published pipelines' other parts (plan/pipeline.py's memory estimate): sizes,
+#: Parameters of the published pipelines' other parts (plan/pipeline_estimate.py's memory estimate): sizes,
 #: the text encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the
 #: VAE's widest decoder channels, frames per causal chunk, and diffusers' tile size (``enable_tiling``).
 #: Wan2.1 T2V and Wan2.2 A14B: umT5-XXL and the Wan2.1 VAE.

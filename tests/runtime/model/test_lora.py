@@ -360,7 +360,7 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
     from safetensors.torch import save_file
 
     from sporch.runtime.pipelines.experts import build_experts
-    from sporch.runtime.pipelines.spec import generate_spec
+    from sporch.runtime.pipelines.params import generate_params
     from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     workload = dict(kind="generate", frames=5, height=32, width=32, steps=2, guidance_scale=4.0, dtype="float32",
@@ -383,7 +383,7 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
         job = {"name": "w", "model": {"weights": str(root), **({"lora": entries} if entries else {})},
                "workload": workload}
         plan = make_plan(find_cluster("local"), job_from_dict(job))
-        experts = build_experts(generate_spec(plan), None, "none", torch.float32, torch.device("cpu"))
+        experts = build_experts(generate_params(plan), None, "none", torch.float32, torch.device("cpu"))
         return [r.model.blocks[0].self_attn.q.weight.clone() for r in experts.runners]
 
     plain, merged = q_weights(None), q_weights(lora)

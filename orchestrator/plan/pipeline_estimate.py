@@ -12,7 +12,6 @@ runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by til
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.models.families import get_family
@@ -28,14 +27,6 @@ VAE_BYTES = 4  # the VAE decodes in float32
 #: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
 #: (4/3)^2 of the frames) and then the blended frames.
 TILED_OUTPUT_COPIES = 2.8
-
-
-def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
-    """A relative file path of the job (``workload.prompt_file``, ``workload.image``,
-    ``model.lora[].path``) is relative to the job file's folder."""
-    if path and source and not Path(path).expanduser().is_absolute():
-        return str(Path(source).parent / path)
-    return path
 
 
 def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:
