@@ -82,7 +82,7 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         click.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         plan = req.plan
-        click.echo(f"submitted {rec.id}  (Slurm job {rec.slurm_job_id}, via {rec.backend}) on {rec.cluster}: "
+        click.echo(f"submitted {rec.id}  (Slurm job {rec.backend_job_id}, via {rec.backend}) on {rec.cluster}: "
                    f"{plan.nodes} nodes x {plan.gpus_per_node} = {plan.world_size} ranks")
         click.echo(f"job dir   {rec.job_dir}" + (f" on {rec.remote['user']}@{rec.remote['host']}"
                                                    if rec.remote else ""))

@@ -30,7 +30,7 @@ class SbatchBackend:
     def submit(self, request: SubmitRequest) -> Submitted:
         cwd = request.job_dir if self.host.remote else None
         job_id = sbatch(script=request.script_path, cwd=cwd, host=self.host)
-        return Submitted(slurm_job_id=job_id, backend=self.name, logs=dict(LOGS))
+        return Submitted(backend_job_id=job_id, backend=self.name, logs=dict(LOGS))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

@@ -139,7 +139,7 @@ class SubmititBackend:
         except FileNotFoundError:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH on this machine", tool="sbatch",
                                     reason="command not found", returncode=None) from None
-        return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
+        return Submitted(backend_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)
