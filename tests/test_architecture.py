@@ -15,7 +15,8 @@ Beside it, an AST pass of this file's own, for what import-linter does not say:
 * every package folder is listed in [tool.setuptools] packages, every module sits in a layer,
   and the runtime's forbidden list names every orchestrator package but ``RUNTIME_SHARED``, which
   sit in the orchestrator's bottom layers;
-* function-level in-project imports only where ``LAZY_ALLOWED`` says.
+* function-level in-project imports only where ``LAZY_ALLOWED`` says;
+* the shared bottom (``RUNTIME_SHARED``) imports the standard library only.
 
 Without pytest::
 
@@ -490,6 +491,26 @@ def test_no_bare_orchestrator_or_runtime_imports():
 def test_every_package_folder_is_installed_and_in_a_layer():
     fail_with("packaging (pyproject.toml [tool.setuptools]) and contract coverage ([tool.importlinter]):",
               package_problems() + coverage_problems())
+
+
+def shared_bottom_imports() -> List[Edge]:
+    """Imports of anything but the standard library (and our own modules) in the part of the
+    orchestrator the runtime imports (RUNTIME_SHARED), at any level: they run on login nodes
+    without torch and on ranks alike."""
+    out = []
+    for e in all_edges():
+        parts = e.source.split(".")
+        if parts[:2] != ["sporch", "orchestrator"] or len(parts) < 3 or parts[2] not in RUNTIME_SHARED:
+            continue
+        root = e.target.split(".")[0]
+        if not in_project(e.target) and root != "__future__" and root not in sys.stdlib_module_names:
+            out.append(e)
+    return out
+
+
+def test_what_the_runtime_shares_imports_the_standard_library_only():
+    fail_with("the shared bottom (RUNTIME_SHARED) imports the standard library only:",
+              [e.show() for e in shared_bottom_imports()])
 
 
 def test_function_level_in_project_imports_only_where_allowed():
