@@ -14,7 +14,7 @@ from sporch.runtime.rank_env import RankEnv
 
 #: The process group's timeout when nothing else says: a rank that dies must not leave the others
 #: waiting for long. ``$SPORCH_DIST_TIMEOUT_S`` sets it; else launch.py sets it above the collective
-#: watchdog's timeout (sporch.orchestrator.contract.hangs.pg_timeout_s), so the watchdog fires first.
+#: watchdog's timeout (sporch.orchestrator.hangs.pg_timeout_s), so the watchdog fires first.
 DEFAULT_TIMEOUT_S = 300
 
 

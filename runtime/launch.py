@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.benchstats import fingerprint, provenance
+from sporch.orchestrator.benchstats import fingerprint, provenance
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_REQUEUED
-from sporch.orchestrator.contract.hangs import HangDiagnosis, collective_text, pg_timeout_s
+from sporch.orchestrator.hangs import HangDiagnosis, collective_text, pg_timeout_s
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.step_cache_summary import summarise_step_cache
 from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankError, RankRecord, error_record, rank_file,
@@ -329,7 +329,7 @@ def run_fingerprint(plan: Plan, own: RankRecord) -> Fingerprint:
     """What decides this run's speed besides its plan, as rank 0 sees it: torch's CUDA, cuDNN and
     NCCL versions and the GPU's name on a GPU (the descriptor's model on CPU ranks), the
     container image in force, whether the blocks were compiled and the attention kernel chosen
-    (the rank's metrics); the rest from the environment (contract.benchstats.fingerprint)."""
+    (the rank's metrics); the rest from the environment (benchstats.fingerprint)."""
     on_gpu = str(own.device or "").startswith("cuda") and torch.cuda.is_available()
     nccl = None
     if on_gpu and hasattr(torch.cuda, "nccl"):

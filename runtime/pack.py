@@ -36,7 +36,7 @@ from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.exit_codes import EXIT_BAD_INPUT, EXIT_OK, EXIT_PACK_FAILED
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.results import JobResult, ResultFileError, result_file
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.safe_files import write_atomic
 from sporch.runtime.distributed import shutdown
 from sporch.runtime.launch import failure_record, finish_point, open_world, rank_place, run_point
 from sporch.runtime.model import WeightCache

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.benchstats import driver_version
+from sporch.orchestrator.benchstats import driver_version
 from sporch.orchestrator.contract.preflight_checks import ENV_KEYS, node_problems
 from sporch.runtime import faults
 from sporch.runtime.parallel import ParallelContext

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.files import PROGRESS_FILE, JobFiles
+from sporch.orchestrator.contract.job_files import PROGRESS_FILE, JobFiles
 from sporch.orchestrator.contract.results import write_json_atomic
-from sporch.orchestrator.contract.safe_files import create_temp
+from sporch.orchestrator.safe_files import create_temp
 
 
 class RequeueRequested(Exception):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.safe_files import create_temp, write_atomic
+from sporch.orchestrator.safe_files import create_temp, write_atomic
 
 MANIFEST = ".sporch-stage.json"
 CHUNK = 8 * 1024 * 1024

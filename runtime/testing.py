@@ -39,7 +39,7 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
-from sporch.orchestrator.contract.families import sequence_split, standin_family
+from sporch.orchestrator.models.families import sequence_split, standin_family
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections

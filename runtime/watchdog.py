@@ -15,11 +15,11 @@ blocks later, at some synchronisation): a CUDA event recorded after it (``marker
 collective the rank's until the device has finished it.
 
 When the current collective has waited longer than the timeout
-(:func:`sporch.orchestrator.contract.hangs.collective_timeout_s`: ``resources.collective_timeout``,
+(:func:`sporch.orchestrator.hangs.collective_timeout_s`: ``resources.collective_timeout``,
 ``$SPORCH_COLLECTIVE_TIMEOUT_S``, default 300 s or a quarter of the time limit), the rank:
 
 1. writes ``<job_dir>/hang/rank<N>.txt`` (where it waits, then faulthandler's stacks of all its
-   threads) and ``hang/rank<N>.json`` (the record, :mod:`sporch.orchestrator.contract.hangs`);
+   threads) and ``hang/rank<N>.json`` (the record, :mod:`sporch.orchestrator.hangs`);
    with PyTorch's flight recorder on (``TORCH_FR_BUFFER_SIZE``, set by the batch script on GPU
    clusters) also its buffer of this rank's collectives (``hang/fr_trace_rank_<N>``);
 2. raises the alert in the job's rendezvous store (the c10d store: no shared-file polling).
@@ -28,13 +28,13 @@ When the current collective has waited longer than the timeout
    rank that sleeps before its all-to-all shows where it sleeps;
 3. once every rank has written (or a grace of a few seconds has passed), calls ``on_hang``
    (launch.py writes the rank's ``ranks/rank<N>.json``); rank 0 then reads the records,
-   :func:`~sporch.orchestrator.contract.hangs.diagnose` names the ranks that never arrived,
+   :func:`~sporch.orchestrator.hangs.diagnose` names the ranks that never arrived,
    and ``on_diagnosis`` writes ``result.json`` with that line;
 4. exits with :data:`~sporch.orchestrator.contract.exit_codes.EXIT_HUNG` (``srun
    --kill-on-bad-exit`` and the local runner end the job).
 
 The process group's own timeout is set above the watchdog's
-(:func:`~sporch.orchestrator.contract.hangs.pg_timeout_s`), so gloo and NCCL give up later.
+(:func:`~sporch.orchestrator.hangs.pg_timeout_s`), so gloo and NCCL give up later.
 
 Fault injection, for tests only: :func:`sporch.runtime.faults.hang_before` names a rank that
 sleeps before a collective (docs/settings.md); without it nothing changes.
@@ -55,13 +55,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.hangs import (HANG_SCHEMA_VERSION, HangDiagnosis,
+from sporch.orchestrator.hangs import (HANG_SCHEMA_VERSION, HangDiagnosis,
                                                 collective_text, collective_timeout_s, diagnose,
                                                 parse_record, record_names)
 from sporch.orchestrator.contract.results import write_json_atomic
-from sporch.orchestrator.contract.safe_files import open_nofollow, write_atomic
+from sporch.orchestrator.safe_files import open_nofollow, write_atomic
 from sporch.runtime import faults
 
 __all__ = ["Watchdog", "Collective", "job_timeout_s"]
@@ -81,7 +81,7 @@ def job_timeout_s(configured: Optional[float], time_limit: Optional[str],
                   environ: Optional[Mapping[str, str]] = None) -> float:
     """The collective timeout of this run: ``$SPORCH_COLLECTIVE_TIMEOUT_S`` (a malformed value is
     ignored with a warning), else the job's (``configured``, then the default;
-    :func:`~sporch.orchestrator.contract.hangs.collective_timeout_s`)."""
+    :func:`~sporch.orchestrator.hangs.collective_timeout_s`)."""
     try:
         seconds = settings.read(settings.COLLECTIVE_TIMEOUT_S, environ)
     except ValueError as exc:
@@ -321,7 +321,7 @@ class Watchdog:
             self.exit_fn(EXIT_HUNG)
 
     def record(self, state: str) -> dict[str, Any]:
-        """This rank's hang record (keys: :mod:`sporch.orchestrator.contract.hangs`)."""
+        """This rank's hang record (keys: :mod:`sporch.orchestrator.hangs`)."""
         now = time.monotonic()
         cur, last = self.waiting_in(), self.last
         return {

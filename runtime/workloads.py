@@ -25,8 +25,8 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from sporch.orchestrator.contract.benchstats import step_summary
-from sporch.orchestrator.contract.models.lora import for_expert
+from sporch.orchestrator.benchstats import step_summary
+from sporch.orchestrator.models.lora import for_expert
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.attention import CommStats

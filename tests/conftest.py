@@ -205,7 +205,7 @@ def scancel_recorded():
         ids = []
         for f in record_files:
             try:
-                ids.append(json.loads(Path(f).read_text())["slurm_job_id"])
+                ids.append(json.loads(Path(f).read_text())["backend_job_id"])
             except (OSError, ValueError, KeyError):
                 pass
         if ids:

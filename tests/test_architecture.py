@@ -2,7 +2,7 @@
 
 import-linter runs the contracts in pyproject.toml ([tool.importlinter]): the orchestrator's
 layers, the runtime's layers, the orchestrator importing neither sporch.runtime nor torch, and
-the runtime importing nothing of the orchestrator but sporch.orchestrator.contract. It counts
+the runtime importing nothing of the orchestrator but its shared bottom (``RUNTIME_SHARED``). It counts
 function-level imports and follows chains (a -> b -> c).
 
 Beside it, an AST pass of this file's own, for what import-linter does not say:
@@ -13,8 +13,10 @@ Beside it, an AST pass of this file's own, for what import-linter does not say:
 * no circle between files (module- and function-level imports and those strings are edges);
 * no bare ``orchestrator`` / ``runtime`` imports (only ``sporch.orchestrator`` / ``sporch.runtime``);
 * every package folder is listed in [tool.setuptools] packages, every module sits in a layer,
-  and the runtime's forbidden list names every orchestrator package but contract;
-* function-level in-project imports only where ``LAZY_ALLOWED`` says.
+  and the runtime's forbidden list names every orchestrator package but ``RUNTIME_SHARED``, which
+  sit in the orchestrator's bottom layers;
+* function-level in-project imports only where ``LAZY_ALLOWED`` says;
+* the shared bottom (``RUNTIME_SHARED``) imports the standard library only.
 
 Without pytest::
 
@@ -43,12 +45,22 @@ PACKAGES = {"orchestrator": "sporch.orchestrator", "runtime": "sporch.runtime"}
 #: folders whose Python files must never name the bare top-level packages
 BARE_SCAN = ("orchestrator", "runtime", "tests", "bench", "examples", "scripts")
 
+#: What the runtime may import of the orchestrator: the torch-free, standard-library-only bottom
+#: (the Plan and result schema, the models and their file readers, hang records, benchmark
+#: statistics, safe file writes). Everything else of the orchestrator is forbidden to it.
+RUNTIME_SHARED = frozenset({"contract", "models", "hangs", "benchstats", "safe_files"})
+#: The bottom layers of the orchestrator's contract: besides RUNTIME_SHARED, only these sit there.
+BOTTOM_ONLY_ORCHESTRATOR = frozenset({"errors", "paths"})
+
 #: Function-level in-project imports that are meant: (file, how) -> why. Everything else that
 #: imports a sporch module inside a function is a hidden dependency and must move to module level.
 LAZY_ALLOWED: Dict[Tuple[str, str], str] = {
     ("orchestrator/cli/main.py", "string"): (
         "the command table: a command's module (and the click/rich/omegaconf/jinja2 it pulls) loads "
         "only when that command runs, so `sporch --help` stays lean (bench/cli_startup.py)"),
+    ("orchestrator/cli/submit_cmd.py", "function"): (
+        "submitting (the backends, the job store, the ssh and Slurm runners) and --wait load only when "
+        "used: `submit --dry-run` stays lean (bench/cli_startup.py, tests/project/test_cli_imports.py)"),
 }
 
 MODULE_ATTR = re.compile(r"(sporch\.(?:orchestrator|runtime)(?:\.[A-Za-z_]\w*)*):[A-Za-z_][\w.]*")
@@ -396,11 +408,18 @@ def coverage_problems() -> List[str]:
             problems += [f"{c['id']}: {container}.{name} is in no layer" for name in sorted(top_children(folder) - named)]
             problems += [f"{c['id']}: layer {name} names nothing in {container}" for name in sorted(named - top_children(folder))]
     runtime_rule = next(c for c in contracts("forbidden") if c["source_modules"] == ["sporch.runtime"])
-    wanted = {f"sporch.orchestrator.{name}" for name in top_children("orchestrator") - {"contract"}}
+    wanted = {f"sporch.orchestrator.{name}" for name in top_children("orchestrator") - RUNTIME_SHARED}
     have = set(runtime_rule["forbidden_modules"])
     problems += [f"{runtime_rule['id']}: forbidden_modules lacks {name}" for name in sorted(wanted - have)]
     problems += [f"{runtime_rule['id']}: forbidden_modules names {name}, which must stay allowed or does not exist"
                  for name in sorted(have - wanted)]
+    # the shared ones sit below everything the runtime may not see (but errors and paths)
+    layers = parse_layers(next(c for c in contracts("layers") if c["containers"] == ["sporch.orchestrator"]))
+    lowest_private = max((layers[n].index for n in layers if n not in RUNTIME_SHARED | BOTTOM_ONLY_ORCHESTRATOR),
+                         default=-1)
+    problems += [f"orchestrator-layers: {name} (shared with the runtime) sits at or above {lowest_private}, "
+                 "a layer of orchestrator-only code" for name in sorted(RUNTIME_SHARED)
+                 if name in layers and layers[name].index <= lowest_private]
     return problems
 
 
@@ -472,6 +491,26 @@ def test_no_bare_orchestrator_or_runtime_imports():
 def test_every_package_folder_is_installed_and_in_a_layer():
     fail_with("packaging (pyproject.toml [tool.setuptools]) and contract coverage ([tool.importlinter]):",
               package_problems() + coverage_problems())
+
+
+def shared_bottom_imports() -> List[Edge]:
+    """Imports of anything but the standard library (and our own modules) in the part of the
+    orchestrator the runtime imports (RUNTIME_SHARED), at any level: they run on login nodes
+    without torch and on ranks alike."""
+    out = []
+    for e in all_edges():
+        parts = e.source.split(".")
+        if parts[:2] != ["sporch", "orchestrator"] or len(parts) < 3 or parts[2] not in RUNTIME_SHARED:
+            continue
+        root = e.target.split(".")[0]
+        if not in_project(e.target) and root != "__future__" and root not in sys.stdlib_module_names:
+            out.append(e)
+    return out
+
+
+def test_what_the_runtime_shares_imports_the_standard_library_only():
+    fail_with("the shared bottom (RUNTIME_SHARED) imports the standard library only:",
+              [e.show() for e in shared_bottom_imports()])
 
 
 def test_function_level_in_project_imports_only_where_allowed():

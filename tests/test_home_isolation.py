@@ -29,7 +29,7 @@ def test_sporch_writes_into_a_temporary_home(_no_user_store, tmp_path_factory):
     assert Path(os.environ["SPORCH_HOME"]).is_relative_to(tmp_path_factory.getbasetemp())
     # a record saved by sporch's own code lands there, and so does a subprocess's
     rec = JobRecord(id="isolation-check", name="isolation-check", cluster="local", backend="local",
-                    slurm_job_id="1", job_dir=str(tmp_path_factory.mktemp("job")),
+                    backend_job_id="1", job_dir=str(tmp_path_factory.mktemp("job")),
                     submitted=_dt.datetime(2026, 1, 1).isoformat(), command=[], world_size=1, nodes=1,
                     workload="verify", logs={})
     path = store.save_new(rec)

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.contract.plan import Plan
-from sporch.orchestrator.contract.safe_files import NotAFileError
+from sporch.orchestrator.safe_files import NotAFileError
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import Observation
 from sporch.orchestrator.plan.cost import inputs_from_plan

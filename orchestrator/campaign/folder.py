@@ -31,7 +31,7 @@ from typing import Any, Iterator
 from sporch.orchestrator import __version__
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.contract.results import write_json_atomic
-from sporch.orchestrator.contract.safe_files import is_no_room, write_atomic
+from sporch.orchestrator.safe_files import is_no_room, write_atomic
 from sporch.orchestrator.errors import SporchError
 
 CAMPAIGN_FILE = "campaign.yaml"

@@ -47,7 +47,7 @@ from sporch.orchestrator.campaign.metrics import BY_NAME, METRICS, is_worse, met
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.results import (Fingerprint, JobResult, RankRecord, ResultFileError, rank_file,
                                                   read_bounded_text)
-from sporch.orchestrator.contract.safe_files import NotAFileError, output_file, read_regular
+from sporch.orchestrator.safe_files import NotAFileError, output_file, read_regular
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.store import sporch_home
 

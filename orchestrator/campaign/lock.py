@@ -11,7 +11,7 @@ is saving) and a status tries exclusively without waiting (:func:`try_state_lock
 that gets it saves ``state.json``; one that does not (a runner is on) only reads. So a status
 can make a starting runner wait for its save, never refuse it.
 
-Both files are opened without following a symbolic link (:mod:`..contract.safe_files`).
+Both files are opened without following a symbolic link (:mod:`sporch.orchestrator.safe_files`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import socket
 from pathlib import Path
 from typing import Optional, Sequence
 
-from sporch.orchestrator.contract.safe_files import open_nofollow
+from sporch.orchestrator.safe_files import open_nofollow
 from sporch.orchestrator.errors import SporchError
 
 STATE_LOCK_FILE = ".state.lock"

@@ -1,8 +1,8 @@
 """The metrics a campaign reports: name, unit, which direction is better, where it is read.
 
 Every metric is read from a point's ``result.json`` (``metrics`` = rank 0's benchmark
-record, written by sporch.orchestrator.contract.benchstats); nothing is recomputed from the plan.
-A generate point's ``metrics.stages`` (sporch.runtime.pipelines.stages, docs/generate.md) gives
+record, written by sporch.orchestrator.benchstats); nothing is recomputed from the plan.
+A generate point's ``metrics.stages`` (sporch.runtime.pipelines.phase_timing, docs/generate.md) gives
 the ``stage_<stage>_*`` metrics: ``stages.<stage>.s`` as ``stage_<stage>_s``, its
 ``peak_memory_bytes`` as ``stage_<stage>_peak_memory_gib`` and denoise's ``s_per_step`` as
 ``stage_denoise_s_per_step`` (rank 0's: the leader, which also decodes and saves).

@@ -39,7 +39,7 @@ from sporch.orchestrator.campaign.collect import (KEY_COLUMNS, LEVER_COLUMNS, Ro
 from sporch.orchestrator.campaign.metrics import CACHE_METRICS, OUTPUT_METRICS, STAGE_METRICS
 from sporch.orchestrator.campaign.reference_checks import Check, checks, counts
 from sporch.orchestrator.contract.plan import Layout
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.safe_files import write_atomic
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import templates_dir
 
@@ -64,7 +64,7 @@ HISTORY_POINTS = 50
 
 
 def _write_text(path: Path, text: str) -> Path:
-    """A temporary file beside ``path``, then a rename (contract.safe_files): a failure half-way
+    """A temporary file beside ``path``, then a rename (safe_files): a failure half-way
     (a full disk) leaves the old file or none, never a half-written one or a followed link."""
     return write_atomic(path, text, fsync=False)
 
@@ -214,7 +214,7 @@ def _predicted_vs_measured(rows: list[Row]) -> dict[str, Any] | None:
             "xlabel": "measured step time, median (ms)", "ylabel": "predicted step time (ms)"}
 
 
-#: The stages a generate point records (runtime/pipelines/stages.py), bottom to top of a bar.
+#: The stages a generate point records (runtime/pipelines/phase_timing.py), bottom to top of a bar.
 STAGE_ORDER = ("encode", "load", "denoise", "decode", "save")
 
 

@@ -12,7 +12,7 @@ import click
 from sporch.orchestrator.campaign.calibration_points import campaign_observations
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.contract.safe_files import check_output
+from sporch.orchestrator.safe_files import check_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import fit, with_links, write_calibration
 from sporch.orchestrator.plan.cost import FITTED, cluster_constants, default_constants
@@ -46,7 +46,7 @@ def calibrate(directory: Optional[str], links_dir: Optional[str], out_file: Opti
     if directory is None and not (out_file and cluster_name):
         raise SporchError("--links without CAMPAIGN_DIR needs --cluster (the descriptor the preflight ran on) "
                           "and --out (the calibration file to write)")
-    if out_file:  # before any work: a name that is taken is refused (contract.safe_files.check_output)
+    if out_file:  # before any work: a name that is taken is refused (safe_files.check_output)
         check_output(out_file, force, "--out")
     names = FITTED
     if fit_names:

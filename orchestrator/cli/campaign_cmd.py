@@ -23,7 +23,7 @@ from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_his
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
-from sporch.orchestrator.contract.benchstats import ideal_ms_per_step
+from sporch.orchestrator.benchstats import ideal_ms_per_step
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
 

@@ -18,7 +18,7 @@ from sporch.orchestrator.campaign.report import draw_history
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract.results import ResultFileError
-from sporch.orchestrator.contract.safe_files import check_output, write_output
+from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 
 #: Points one --plot draws at most (one panel each).
@@ -63,7 +63,7 @@ def history_cmd(targets: Sequence[str], campaign_filter: Optional[str], metric: 
         return
     check_metric(metric)
     limit = parse_threshold(threshold)
-    if plot_file:  # before any work: a name that is taken is refused (contract.safe_files.check_output)
+    if plot_file:  # before any work: a name that is taken is refused (safe_files.check_output)
         check_output(plot_file, force, "--plot")
     with Store.open(path) as st:
         runs = _select(st, targets, campaign_filter)

@@ -26,7 +26,7 @@ def cancel(jobs: tuple) -> None:
     live = [(r, s) for r, s in zip(targets, statuses) if not s.terminal]
     for r, s in zip(targets, statuses):
         if s.terminal:
-            click.echo(f"{r.id}: already {s.state} (Slurm job {r.slurm_job_id}); nothing to cancel")
+            click.echo(f"{r.id}: already {s.state} (Slurm job {r.backend_job_id}); nothing to cancel")
     if not live:
         return
     # one cancel call per backend and host: here, and each login host of jobs submitted over ssh
@@ -35,9 +35,9 @@ def cancel(jobs: tuple) -> None:
         host = record_host(r)
         batches.setdefault((r.backend, id(host)), (host, []))[1].append(r)
     for (backend, _), (host, recs) in batches.items():
-        get_backend(backend, host).cancel([r.slurm_job_id for r in recs])
+        get_backend(backend, host).cancel([r.backend_job_id for r in recs])
     stamp = _dt.datetime.now().isoformat(timespec="seconds")
     for r, s in live:
         r.cancelled = stamp
         store.save(r)
-        click.echo(f"{r.id}: cancelled Slurm job {r.slurm_job_id} (was {s.state})")
+        click.echo(f"{r.id}: cancelled Slurm job {r.backend_job_id} (was {s.state})")

@@ -11,7 +11,7 @@ from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.config.cluster import (bandwidth_warnings, cluster_files, find_cluster, load_cluster_file,
                                                 search_dirs)
-from sporch.orchestrator.contract.safe_files import check_output, write_output
+from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
 
@@ -86,7 +86,7 @@ def discover_cmd(partition, name, output, force) -> None:
     Slurm; what Slurm cannot know (GPU memory/TFLOP/s, fabric bandwidths) is guessed and
     marked ``# guessed`` so you can fill it in.
     """
-    if output is not None:  # before asking Slurm: a name that is taken is refused (contract.safe_files)
+    if output is not None:  # before asking Slurm: a name that is taken is refused (safe_files)
         check_output(Path(output).expanduser(), force, "-o")
     desc = discover_cluster(partition, name=name)
     text = descriptor_yaml(desc)

@@ -16,7 +16,7 @@ import click
 from sporch.orchestrator.cli.helptext import attach
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.safe_files import UnsafeFileError, is_no_room
+from sporch.orchestrator.safe_files import UnsafeFileError, is_no_room
 from sporch.orchestrator.errors import SporchError
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.

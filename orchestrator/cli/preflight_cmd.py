@@ -98,7 +98,7 @@ def _run_local(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
 def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
     prepared = submitter.prepare(cluster, job)
     rec = submitter.submit(prepared, backend="sbatch", command=submitter.command_line(invocation()))
-    click.echo(f"preflight {rec.id} (Slurm job {rec.slurm_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
+    click.echo(f"preflight {rec.id} (Slurm job {rec.backend_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
                "ranks; waiting", err=True)
     code = wait_for(rec, timeout=timeout_s, interval=1.0, quiet=True, keeps_running_note=False)
     if code == EXIT_WAIT_TIMEOUT:
@@ -117,14 +117,14 @@ def give_up(rec, timeout_s: float) -> str:
         state = poll_one(rec).state
         if state in TERMINAL_STATES:
             return f"the preflight job {rec.id} ended ({state}) just after --timeout {timeout_s:g} s; see `sporch logs {rec.id}`"
-        get_backend(rec.backend, record_host(rec)).cancel([rec.slurm_job_id])
+        get_backend(rec.backend, record_host(rec)).cancel([rec.backend_job_id])
     except (SporchError, OSError) as exc:
-        return (f"the preflight job {rec.id} (Slurm job {rec.slurm_job_id}) did not finish within --timeout "
+        return (f"the preflight job {rec.id} (Slurm job {rec.backend_job_id}) did not finish within --timeout "
                 f"{timeout_s:g} s and could not be cancelled ({' '.join(str(exc).split())}); cancel it with "
                 f"`sporch cancel {rec.id}`")
     rec.cancelled = _dt.datetime.now().isoformat(timespec="seconds")
     store.save(rec)
-    return (f"the preflight job {rec.id} (Slurm job {rec.slurm_job_id}) was still {state} after --timeout "
+    return (f"the preflight job {rec.id} (Slurm job {rec.backend_job_id}) was still {state} after --timeout "
             f"{timeout_s:g} s; cancelled it. Raise --timeout (it includes the time in the queue) and run it again")
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, job_arguments, load
-from sporch.orchestrator.contract.safe_files import check_output, write_output
+from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
 from sporch.orchestrator.submit.request import build_request
@@ -39,7 +39,7 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
     cluster, job = load(cluster_ref, job_path, overrides)
     if output and not Path(output).expanduser().resolve().parent.is_dir():
         raise SporchError(f"-o {output}: folder {Path(output).parent} does not exist; create it or pick another path")
-    if output:  # before anything is written: a name that is taken is refused (contract.safe_files)
+    if output:  # before anything is written: a name that is taken is refused (safe_files)
         check_output(output, force, "-o")
     if out_dir:
         job_dir = LOCAL.abspath(out_dir)

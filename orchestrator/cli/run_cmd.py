@@ -18,10 +18,10 @@ import click
 from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
                                             plain_table)
 from sporch.orchestrator.cli.terminal import shown, visible
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_STOPPED
 from sporch.orchestrator.contract.results import JobResult
-from sporch.orchestrator.contract.generate_inputs import check_generate
+from sporch.orchestrator.models.generate_inputs import check_generate
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
 from sporch.orchestrator.jobs.status import poll

@@ -74,7 +74,7 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
             state += f" {s.progress}"
         color = colors.get(s.state)
         state = escape(state)
-        table.add_row(escape(s.id), escape(s.slurm_job_id), escape(s.cluster), f"[{color}]{state}[/]" if color else state,
+        table.add_row(escape(s.id), escape(s.backend_job_id), escape(s.cluster), f"[{color}]{state}[/]" if color else state,
                       escape(s.elapsed or "-"), escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
                       "-" if s.failed_rank is None else escape(s.failed_rank), escape(s.error or ""))
     console().print(table)

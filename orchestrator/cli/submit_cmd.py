@@ -14,8 +14,6 @@ import click
 
 from sporch.orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
 from sporch.orchestrator.cli.show import print_plan
-from sporch.orchestrator.cli.wait_cmd import wait_for
-from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.backend import remote_backend_error
 from sporch.orchestrator.submit.request import build_request
 
@@ -61,6 +59,10 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
             click.echo(req.script, nl=False)
         return
 
+    # Submitting needs the backends, the job store and the ssh/Slurm runners; the dry run none
+    # of them (tests/test_architecture.py, LAZY_ALLOWED).
+    from sporch.orchestrator.submit import submitter
+
     if check:
         req = build_request(cluster, job, job_dir=job_dir)
         res = submitter.check(req)
@@ -80,11 +82,13 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         click.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         plan = req.plan
-        click.echo(f"submitted {rec.id}  (Slurm job {rec.slurm_job_id}, via {rec.backend}) on {rec.cluster}: "
+        click.echo(f"submitted {rec.id}  (Slurm job {rec.backend_job_id}, via {rec.backend}) on {rec.cluster}: "
                    f"{plan.nodes} nodes x {plan.gpus_per_node} = {plan.world_size} ranks")
         click.echo(f"job dir   {rec.job_dir}" + (f" on {rec.remote['user']}@{rec.remote['host']}"
                                                    if rec.remote else ""))
         click.echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}")
     if wait_after:
+        from sporch.orchestrator.cli.wait_cmd import wait_for
+
         code = wait_for(rec, timeout=None, interval=2.0, quiet=as_json)
         sys.exit(code)

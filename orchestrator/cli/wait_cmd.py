@@ -72,7 +72,7 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
     last_step, last_line = None, 0.0
     spinner = None
     if tty:
-        spinner = console().status(f"waiting for {record.id} (Slurm job {record.slurm_job_id})")
+        spinner = console().status(f"waiting for {record.id} (Slurm job {record.backend_job_id})")
         spinner.start()
     try:
         while True:
@@ -81,7 +81,7 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
             if st.terminal:
                 break
             if spinner is not None:
-                spinner.update(f"{record.id} (Slurm job {record.slurm_job_id}): {_describe(st)}")
+                spinner.update(f"{record.id} (Slurm job {record.backend_job_id}): {_describe(st)}")
             else:
                 # a line per change of state (progress steps: at most every STEP_LINE_S), not per poll
                 key = (st.state, st.reason, st.nodelist)

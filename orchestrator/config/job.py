@@ -21,11 +21,10 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
-from sporch.orchestrator.contract.models.lora import EXPERTS as LORA_EXPERTS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import CacheSection, ContainerSpec
 from sporch.orchestrator.contract.vocab import (ATTENTION_PRECISIONS, CACHE_METHODS, CONTAINER_RUNTIMES, DTYPES, EXPERT_PLACEMENTS,
-                                               MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
+                                               LORA_EXPERTS, MAX_NAME, OUTPUT_FORMATS, QUANT_MODES, SCHEDULERS, SHARD_WEIGHTS, STAGE_MODES,
                                                TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS, WORKLOAD_KINDS)
 
 #: Frames per second a generated video may have (docs/jobs.md).
@@ -191,6 +190,14 @@ class JobSpec:
 
 
 # -- loading --------------------------------------------------------------------------
+def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
+    """A relative file path of the job (``workload.prompt_file``, ``workload.image``,
+    ``model.lora[].path``) is relative to the job file's folder (``source``, the job file)."""
+    if path and source and not Path(path).expanduser().is_absolute():
+        return str(Path(source).parent / path)
+    return path
+
+
 def load_job(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read ``path``, apply dotlist ``overrides`` (``parallel.ring=2``), type-check, validate."""
     p = Path(path)

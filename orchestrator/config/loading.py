@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
-from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular
+from sporch.orchestrator.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
 
 T = TypeVar("T")

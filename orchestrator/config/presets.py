@@ -1,7 +1,7 @@
 """Model presets by name, for planning: a preset's shape and knobs as one ``plan.model`` dict.
 
 The presets themselves (published shapes and architecture knobs, one module per model family)
-live in sporch.orchestrator.contract.models, which the runtime reads too. A preset with a
+live in sporch.orchestrator.models, which the runtime reads too. A preset with a
 published name (wan2.1-*, flux.1-*) computes that model exactly and loads its published
 checkpoints (``model.weights``; docs/model.md); the others are architecture stand-ins with the
 shapes of a published model, for planning and benchmarks.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sporch.orchestrator.contract.models import PRESETS, find_preset
+from sporch.orchestrator.models import PRESETS, find_preset
 from sporch.orchestrator.errors import SporchError
 
 __all__ = ["PRESETS", "get_preset", "preset_names"]

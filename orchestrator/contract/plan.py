@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
 from sporch.orchestrator.contract.estimates_section import Estimates
-from sporch.orchestrator.contract.safe_files import open_regular
+from sporch.orchestrator.safe_files import open_regular
 from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
 from sporch.orchestrator.contract.sections import (
     ClusterSpec,

@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, FrozenSet, List, Optional, Type, TypeVar
 
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.safe_files import write_atomic
 
 #: Version of the result files' keys; a file without ``schema_version`` is version 1. Version 2
 #: adds result.json's ``fingerprint`` (:class:`Fingerprint`); version 1 files still load.
@@ -41,6 +40,12 @@ STATUSES = ("completed", "failed", "requeued")
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 R = TypeVar("R", bound="ResultSection")
+
+
+class BadInputError(ValueError):
+    """A failure the job's input caused (weights that do not fit the model, a broken adapter file),
+    with a one-line message for the user: a rank that fails with one records it as ``bad_input``.
+    :class:`sporch.orchestrator.models.checkpoint_files.CheckpointError` is one."""
 
 
 class ResultFileError(ValueError):
@@ -187,7 +192,7 @@ def _check_version(data: Dict[str, Any], where: str) -> None:
 class RankError(ResultSection):
     """A rank's failure: the rank, the exception in one line (``ValueError: ...``), and in the
     rank's own file the traceback. ``bad_input``: the message for the user when the rank
-    failed on unusable input (a :class:`CheckpointError`: the weights do not fit the model)."""
+    failed on unusable input (a :class:`BadInputError`, such as a CheckpointError: the weights do not fit the model)."""
 
     OPTIONAL: ClassVar[FrozenSet[str]] = frozenset({"traceback", "bad_input"})
 
@@ -206,7 +211,7 @@ def error_record(rank: int, exc: BaseException) -> RankError:
     line = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
     return RankError(rank=rank, error=line,
                      traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                     bad_input=str(exc).splitlines()[0] if isinstance(exc, CheckpointError) and str(exc) else None)
+                     bad_input=str(exc).splitlines()[0] if isinstance(exc, BadInputError) and str(exc) else None)
 
 
 @dataclass(frozen=True)
@@ -340,7 +345,7 @@ class JobResult(ResultSection):
     launcher_host: Optional[str] = None
     wall_s: Optional[float] = None
     provenance: Optional[Dict[str, Any]] = None
-    # a collective that hung: contract.hangs.HangDiagnosis.to_dict() (``error`` is its line)
+    # a collective that hung: hangs.HangDiagnosis.to_dict() (``error`` is its line)
     hang: Optional[Dict[str, Any]] = None
     # workload.cache: steps computed/skipped and each rank's skipped steps (contract.step_cache_summary)
     step_cache: Optional[Dict[str, Any]] = None

@@ -79,7 +79,7 @@ class ModelSection(Section):
     text_len: int
     text_dim: int
     qk_norm: bool
-    weights: Optional[str] = None  # a local checkpoint folder/file (sporch.orchestrator.contract.checkpoint_files); None = seeded random weights
+    weights: Optional[str] = None  # a local checkpoint folder/file (sporch.orchestrator.models.checkpoint_files); None = seeded random weights
     # guidance-distilled (Flux.1): one transformer pass per step, no classifier-free-guidance
     # branch, so layout.cfg is 1; guidance_embed: guidance_scale is an embedded input.
     # None = not stated (the runtime keeps its published knobs for the preset)
@@ -89,7 +89,7 @@ class ModelSection(Section):
     # per node in the cluster's node_local_dir (node; runtime/stage.py)
     stage: str = "shared"
     # architecture knobs a checkpoint's config.json set (freq_dim, eps, out_channels, rope_axes,
-    # pooled_dim, image_dim, rope_max_seq_len, ...: contract/models/checkpoint_config.py) when the
+    # pooled_dim, image_dim, rope_max_seq_len, ...: models/checkpoint_config.py) when the
     # model comes from the checkpoint; None: the preset's (the runtime's ModelConfig reads both)
     knobs: Optional[Dict[str, Any]] = None
     # Wan2.2 A14B's two experts (docs/model.md, "Wan2.2"): ``transformer`` denoises the steps whose
@@ -102,7 +102,7 @@ class ModelSection(Section):
     # LoRA adapters merged into the weights at load (docs/model.md, "LoRA adapters"):
     # [{"path": absolute .safetensors, "scale": float}]; None: none
     lora: Optional[List[Dict[str, Any]]] = None
-    # The model family (contract/families: "wan", "flux", "qwen-image", "ltx-video", ...), resolved
+    # The model family (models/families: "wan", "flux", "qwen-image", "ltx-video", ...), resolved
     # once by the planner from the preset or the checkpoint's config.json; None: a stand-in
     family: Optional[str] = None
     # The diffusers transformer class the generic path builds and runs sequence-parallel
@@ -250,7 +250,7 @@ class JobSection(Section):
     source: Optional[str]  # the job file
     spec: Dict[str, Any] = field(default_factory=dict)  # the job spec as loaded (for people, not read)
     preflight: bool = True  # runtime.preflight: every node checked before the weights load
-    # resources.collective_timeout (seconds); None = the default (contract.hangs.collective_timeout_s)
+    # resources.collective_timeout (seconds); None = the default (hangs.collective_timeout_s)
     collective_timeout: Optional[float] = None
 
 

@@ -32,6 +32,8 @@ VAE_PLACEMENTS: tuple[str, ...] = ("leader", "tiled", "parallel")
 #: Where a two-expert model's (Wan2.2 A14B) experts live: both on the GPU, or the idle one in
 #: host memory (docs/plan.md, "Two experts").
 EXPERT_PLACEMENTS: tuple[str, ...] = ("resident", "offload")
+#: ``model.lora[].expert``: which transformer of a two-expert model (Wan2.2 A14B) an adapter adapts.
+LORA_EXPERTS: tuple[str, ...] = ("both", "transformer", "transformer_2")
 #: ``model.stage``: ranks read the weights where they are, or a verified copy per node.
 STAGE_MODES: tuple[str, ...] = ("shared", "node")
 #: ``stage_cleanup`` (cluster): keep a node's staged copy for later jobs, or remove it at the end.

@@ -19,8 +19,8 @@ import posixpath
 import re
 from typing import Any, Dict, Iterable, List, Optional
 
-from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.hangs import HangDiagnosis, diagnose, parse_record, record_names
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.hangs import HangDiagnosis, diagnose, parse_record, record_names
 from sporch.orchestrator.contract.results import (JobResult, RankError, RankRecord, ResultFileError,
                                                   root_cause)
 from sporch.orchestrator.host import LOCAL, Host, read_tail

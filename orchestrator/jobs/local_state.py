@@ -15,7 +15,7 @@ import json
 import os
 from typing import Dict, Sequence, Tuple
 
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.jobs.store import JobRecord
@@ -77,10 +77,10 @@ def local_rows(records: Sequence[JobRecord], host: Host = LOCAL
             state = {}
         final = state.get("state") not in (None, "RUNNING")
         if final:
-            rows[rec.slurm_job_id] = SlurmRow(state["state"], reason=state.get("reason"),
+            rows[rec.backend_job_id] = SlurmRow(state["state"], reason=state.get("reason"),
                                               exit_code=state.get("exit_code"))
-        elif pid_alive(int(rec.slurm_job_id)):
-            rows[rec.slurm_job_id] = SlurmRow("RUNNING" if state else "PENDING")
+        elif pid_alive(int(rec.backend_job_id)):
+            rows[rec.backend_job_id] = SlurmRow("RUNNING" if state else "PENDING")
         elif host.read_text(JobFiles(rec.job_dir).result) is None:
-            rows[rec.slurm_job_id] = SlurmRow("FAILED", reason="the local run ended without a result")
+            rows[rec.backend_job_id] = SlurmRow("FAILED", reason="the local run ended without a result")
     return rows, {i: "local" for i in rows}, False

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_STOPPED
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.contract.results import JobResult, ResultFileError
 from sporch.orchestrator.host import LOCAL, Host, host_for
 from sporch.orchestrator.jobs import store
@@ -43,7 +43,7 @@ class JobStatus:
     id: str
     name: str
     cluster: str
-    slurm_job_id: str
+    backend_job_id: str
     state: str
     terminal: bool
     source: str  # squeue | sacct | job dir | record
@@ -126,7 +126,7 @@ def _result_of(job_dir: str, host: Host) -> Tuple[Optional[JobResult], Optional[
 # -- putting it together ------------------------------------------------------------------------
 def _from_final(record: JobRecord) -> JobStatus:
     f = dict(record.final or {})
-    return JobStatus(id=record.id, name=record.name, cluster=record.cluster, slurm_job_id=record.slurm_job_id,
+    return JobStatus(id=record.id, name=record.name, cluster=record.cluster, backend_job_id=record.backend_job_id,
                      state=f.get("state", "UNKNOWN"), terminal=True, source="record", reason=f.get("reason"),
                      exit_code=f.get("exit_code"), elapsed=f.get("elapsed"), nodelist=f.get("nodelist"),
                      nodes=record.nodes, failed_rank=f.get("failed_rank"), error=f.get("error"),
@@ -181,7 +181,7 @@ def _ask(queue: str, records: List[JobRecord], host: Host) -> Tuple[Dict[str, Sl
     """(rows by job id, where each came from, accounting?) of records in one queue on one host."""
     if queue == "local":
         return local_rows(records, host)
-    return slurm_query([r.slurm_job_id for r in records], host)
+    return slurm_query([r.backend_job_id for r in records], host)
 
 
 def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = True,
@@ -222,8 +222,8 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         key = key_of[rec.id]
         host = host_of[key]
         result, unreadable = _result_of(rec.job_dir, host)
-        row = rows.get((key, rec.slurm_job_id))
-        source = sources.get((key, rec.slurm_job_id), "job dir")
+        row = rows.get((key, rec.backend_job_id))
+        source = sources.get((key, rec.backend_job_id), "job dir")
         if row is None:
             row = _from_job_dir(rec, result, host)
             if accounting_of.get(key, True) and not row.reason:
@@ -231,7 +231,7 @@ def poll(records: Iterable[JobRecord], *, refresh: bool = False, save: bool = Tr
         terminal = is_terminal(row.state) or source == "job dir"
         if terminal and row.state == "COMPLETED" and not (result is not None and result.completed):
             row = _completed_without_result(rec, result, unreadable, row, host)
-        st = JobStatus(id=rec.id, name=rec.name, cluster=rec.cluster, slurm_job_id=rec.slurm_job_id,
+        st = JobStatus(id=rec.id, name=rec.name, cluster=rec.cluster, backend_job_id=rec.backend_job_id,
                        state=row.state, terminal=terminal, source=source, reason=row.reason or unreadable,
                        exit_code=row.exit_code, elapsed=row.elapsed, nodelist=row.nodelist, nodes=rec.nodes,
                        result_status=result.status if result else None, restart=result.restart if result else None,

@@ -22,9 +22,11 @@ from typing import Any, Dict, List, Optional
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import Host, host_for
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.files import RECORD_FILE, JobFiles
+from sporch.orchestrator.contract.job_files import RECORD_FILE, JobFiles
 
 SCHEMA = 1
+#: What ``backend_job_id`` was called in records written before it was renamed (read, never written).
+OLD_ID_KEY = "slurm_job_id"
 
 
 def sporch_home() -> Path:
@@ -49,8 +51,10 @@ class JobRecord:
     id: str
     name: str
     cluster: str
-    backend: str  # "submitit" | "sbatch"
-    slurm_job_id: str
+    backend: str  # "submitit" | "sbatch" | "local"
+    #: the backend's id of the job: the Slurm job id (submitit, sbatch), or the process id of the
+    #: local supervisor (local). Records written before it was named so carry ``slurm_job_id``.
+    backend_job_id: str
     job_dir: str
     submitted: str  # ISO time, local
     command: List[str] = field(default_factory=list)
@@ -73,6 +77,8 @@ class JobRecord:
         """A record from its JSON; ValueError naming the first key of the wrong kind."""
         if not isinstance(d, dict):
             raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+        if OLD_ID_KEY in d and "backend_job_id" not in d:  # a record written by an older sporch
+            d = {("backend_job_id" if k == OLD_ID_KEY else k): v for k, v in d.items()}
         kinds = {"str": str, "int": int, "List": list, "Dict": dict}
         for f in fields(cls):
             if f.name not in d:
@@ -93,7 +99,7 @@ class JobRecord:
         pattern = self.logs.get(kind)
         if not pattern:
             raise SporchError(f"job {self.id}: no {kind} log known for backend {self.backend}")
-        rel = pattern.format(job_id=self.slurm_job_id, rank=0 if rank is None else rank)
+        rel = pattern.format(job_id=self.backend_job_id, rank=0 if rank is None else rank)
         return Path(self.job_dir) / rel
 
 
@@ -233,7 +239,7 @@ def find(ref: str, records: Optional[List[JobRecord]] = None) -> JobRecord:
         if r.id == ref:
             return r
     if re.fullmatch(r"\d+", ref):
-        hits = [r for r in recs if r.slurm_job_id == ref]
+        hits = [r for r in recs if r.backend_job_id == ref]
         if hits:
             return hits[-1]
     hits = [r for r in recs if r.name == ref]

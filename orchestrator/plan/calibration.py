@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
-from sporch.orchestrator.contract.safe_files import write_output
+from sporch.orchestrator.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.measured_links import LinkFigures
 from sporch.orchestrator.plan.cost import (
@@ -53,7 +53,7 @@ def write_calibration(path: str | Path, result: Optional["FitResult"], meta: Map
     """The calibration file (YAML): metadata, fit quality, every constant of the model, and
     (``links``: a preflight's measurements) the link figures that replace the descriptor's.
     ``result`` None: no fit, the file holds ``constants`` (the cluster's, with the links'
-    applied). Written by contract.safe_files.write_output: an existing file (or link) at
+    applied). Written by safe_files.write_output: an existing file (or link) at
     ``path`` is refused unless ``replace``; a link is replaced, never followed; nothing is
     half-written."""
     import yaml

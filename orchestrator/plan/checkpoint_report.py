@@ -15,12 +15,12 @@ import math
 from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.config.job import ModelSpec
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint
-from sporch.orchestrator.contract.families import FAMILIES, require_family
-from sporch.orchestrator.contract.models import PRESETS
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.models.families import FAMILIES, require_family
+from sporch.orchestrator.models import PRESETS
 from sporch.orchestrator.contract.parallel import kv_mode
-from sporch.orchestrator.contract.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
-from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
+from sporch.orchestrator.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
+from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import divisors

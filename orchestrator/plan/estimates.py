@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
-from sporch.orchestrator.contract.families import counted_parameters
-from sporch.orchestrator.contract.models import preset_knobs
+from sporch.orchestrator.models.families import counted_parameters
+from sporch.orchestrator.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.estimates_section import (
     CommunicationEstimate,

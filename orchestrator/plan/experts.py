@@ -18,9 +18,9 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from sporch.orchestrator.config.job import ModelSpec
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models import find_preset
-from sporch.orchestrator.contract.models.checkpoint_experts import read_expand_timesteps, read_experts
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models import find_preset
+from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.estimates_section import Estimates, ExpertsEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
 from sporch.orchestrator.errors import SporchError

@@ -20,7 +20,7 @@ from sporch.orchestrator.config.job import ModelSpec, job_from_dict
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import divisors
-from sporch.orchestrator.plan.pipeline import known_parts
+from sporch.orchestrator.plan.pipeline_estimate import known_parts
 from sporch.orchestrator.plan.placement import PLAIN
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.plan.resolve import resolve_model

@@ -18,7 +18,7 @@ import functools
 from typing import Optional
 
 from sporch.orchestrator.config.cluster import bandwidth_warnings
-from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container
+from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container, job_relative
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.contract.estimates_section import Estimates
@@ -30,23 +30,23 @@ from sporch.orchestrator.plan.layouts import (
     feasible_text,
     resolve_layout,
 )
-from sporch.orchestrator.plan.pipeline import job_relative, with_pipeline
+from sporch.orchestrator.plan.pipeline_estimate import with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
-from sporch.orchestrator.plan.staging import staging_estimate
+from sporch.orchestrator.plan.staging_estimate import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.contract.families import require_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import require_family, sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
 #: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
 MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
-from sporch.orchestrator.contract.generate_inputs import image_to_video, takes_image
+from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -122,7 +122,7 @@ def job_model(job: JobSpec) -> sections.ModelSection:
 
 def with_pipeline_family(model: sections.ModelSection, workload: WorkloadSpec) -> sections.ModelSection:
     """A generate job of a stand-in preset (``tiny``, no family) runs the hand-built pipeline of
-    the family its attention kind stands in for (contract/families ``standin_family``): decided
+    the family its attention kind stands in for (models/families ``standin_family``): decided
     here and recorded in ``plan.model.family``, which the runtime's pipelines read."""
     if workload.kind != "generate" or model.family is not None:
         return model

@@ -18,11 +18,11 @@ from sporch.orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_p
 from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.families import generic_preset, get_family
-from sporch.orchestrator.contract.models import find_preset, preset_family
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families import generic_preset, get_family
+from sporch.orchestrator.models import find_preset, preset_family
 from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
-from sporch.orchestrator.contract.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
+from sporch.orchestrator.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
                                                                 read_checkpoint_model)
 from sporch.orchestrator.contract.sections import ModelSection
 
@@ -225,7 +225,7 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
 
 def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str, Any]:
     """``family``, ``diffusers_class``, ``diffusers_config`` of ``plan.model``: decided here, once,
-    from the checkpoint's config.json or the preset (contract/families)."""
+    from the checkpoint's config.json or the preset (models/families)."""
     if ckpt is not None and ckpt.family_key:
         out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": None}
         return {**out, **_guidance(ckpt.family_key, ckpt.diffusers_class, ckpt.config or {})}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular
+from sporch.orchestrator.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract import settings
 

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from sporch.orchestrator.contract.safe_files import NotAFileError, UnsafeFileError, open_append, read_regular
+from sporch.orchestrator.safe_files import NotAFileError, UnsafeFileError, open_append, read_regular
 from sporch.orchestrator.errors import SporchError, Unreachable
 from sporch.orchestrator.contract.vocab import HOST_KEY_POLICIES
 from sporch.orchestrator.remote.route import Endpoint, JumpValue, load_ssh_config, normalize_jump, resolve_route

@@ -37,10 +37,11 @@ REMOTE_BACKEND = "sbatch"
 
 @dataclass(frozen=True)
 class Submitted:
-    """A job Slurm accepted. ``logs``: kind -> path relative to the job dir, with ``{job_id}``
+    """A job the backend accepted. ``logs``: kind -> path relative to the job dir, with ``{job_id}``
     and ``{rank}`` placeholders (kinds: batch_out, batch_err, rank_out, rank_err)."""
 
-    slurm_job_id: str
+    #: the backend's id of the job: the Slurm job id (submitit, sbatch) or the local supervisor's pid
+    backend_job_id: str
     backend: str
     logs: Dict[str, str] = field(default_factory=dict)
 

@@ -17,8 +17,8 @@ import subprocess
 import sys
 from typing import Sequence
 
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
-from sporch.orchestrator.contract.safe_files import open_append
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
+from sporch.orchestrator.safe_files import open_append
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest
@@ -37,13 +37,13 @@ class LocalBackend:
         """Start a detached supervisor for the request's (written) job dir; in the foreground,
         this process is the supervisor and starts nothing here."""
         if self.foreground:
-            return Submitted(slurm_job_id=str(os.getpid()), backend=self.name, logs=dict(LOGS))
+            return Submitted(backend_job_id=str(os.getpid()), backend=self.name, logs=dict(LOGS))
         files = request.job.files
         with open_append(files.path("logs", "supervisor.log")) as log:
             proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.submit.local_run", files.plan, files.job_dir],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        return Submitted(slurm_job_id=str(proc.pid), backend=self.name, logs=dict(LOGS))
+        return Submitted(backend_job_id=str(proc.pid), backend=self.name, logs=dict(LOGS))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         for pid in job_ids:

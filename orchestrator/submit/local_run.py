@@ -40,11 +40,11 @@ from typing import Callable, Optional
 
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.contract.durations import time_seconds
-from sporch.orchestrator.contract.files import LOG_LAYOUTS, JobFiles
-from sporch.orchestrator.contract.hangs import ranks_text
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS, JobFiles
+from sporch.orchestrator.hangs import ranks_text
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.results import JobResult, RankError, ResultFileError, read_result, result_file
-from sporch.orchestrator.contract.safe_files import open_append
+from sporch.orchestrator.safe_files import open_append
 from sporch.orchestrator.jobs.batchlog import root_death
 from sporch.orchestrator.jobs.diagnosis import failure_from_hang, recorded_errors
 from sporch.orchestrator.jobs.local_state import hold_ranks_lock, write_state

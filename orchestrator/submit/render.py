@@ -1,6 +1,6 @@
 """Render the Slurm batch script of a :class:`~sporch.orchestrator.submit.slurm_job.SlurmJob`
 (jinja2, StrictUndefined): ``render_sbatch(plan, job_dir)``. The job's files are named in
-:mod:`sporch.orchestrator.contract.files` (docs/jobs.md)."""
+:mod:`sporch.orchestrator.contract.job_files` (docs/jobs.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 from sporch.orchestrator.config.cluster import ClusterSpec
 from sporch.orchestrator.config.job import JobSpec
-from sporch.orchestrator.contract.files import PLAN_FILE, SCRIPT_FILE
+from sporch.orchestrator.contract.job_files import PLAN_FILE, SCRIPT_FILE
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.submit.render import render_job

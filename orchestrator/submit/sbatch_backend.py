@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sporch.orchestrator.host import LOCAL, Host
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import sbatch, scancel
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest
@@ -30,7 +30,7 @@ class SbatchBackend:
     def submit(self, request: SubmitRequest) -> Submitted:
         cwd = request.job_dir if self.host.remote else None
         job_id = sbatch(script=request.script_path, cwd=cwd, host=self.host)
-        return Submitted(slurm_job_id=job_id, backend=self.name, logs=dict(LOGS))
+        return Submitted(backend_job_id=job_id, backend=self.name, logs=dict(LOGS))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

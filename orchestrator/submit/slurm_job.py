@@ -1,7 +1,7 @@
 """One job's Slurm request and files, built once from the Plan (pure, standard library only).
 
 ``SlurmJob.from_plan(plan, job_dir)`` holds everything both Slurm backends need: the job's
-paths (:class:`~sporch.orchestrator.contract.files.JobFiles`), the resources (nodes, tasks, GPU directive,
+paths (:class:`~sporch.orchestrator.contract.job_files.JobFiles`), the resources (nodes, tasks, GPU directive,
 CPUs, time, partition/account/qos/constraint/mem/exclusive), the requeue signal, the cluster's
 ``slurm.extra`` options (parsed here, once), the environment and setup lines of the batch script,
 the srun arguments, and the container the ranks run in (:mod:`sporch.orchestrator.slurm.container`:
@@ -19,8 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract import settings
-from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.hangs import DEFAULT_COLLECTIVE_TIMEOUT_S, collective_timeout_s, pg_timeout_s
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.hangs import DEFAULT_COLLECTIVE_TIMEOUT_S, collective_timeout_s, pg_timeout_s
 from sporch.orchestrator.plan.layouts import short
 from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.contract.plan import Plan
@@ -76,7 +76,7 @@ class SlurmJob:
     after: Tuple[str, ...] = ()  # job ids this job waits for (``--dependency=afterany:...``)
     batch_logs: Optional[str] = None  # folder of the batch script's own output (default: files.logs)
     nccl: bool = True  # GPU ranks (NCCL): the script sets PyTorch's flight recorder (hang_env)
-    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S  # the ranks' watchdog (contract.hangs)
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S  # the ranks' watchdog (hangs)
     container: Optional[ContainerSpec] = None  # the container every rank runs in (the Plan's cluster section)
 
     @classmethod

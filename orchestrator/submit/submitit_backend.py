@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Sequence
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.contract import durations
-from sporch.orchestrator.contract.files import LOG_LAYOUTS
+from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
 from sporch.orchestrator.submit.backend import Submitted
 from sporch.orchestrator.submit.request import SubmitRequest
@@ -139,7 +139,7 @@ class SubmititBackend:
         except FileNotFoundError:
             raise SlurmCommandError("Slurm command 'sbatch' not found on PATH on this machine", tool="sbatch",
                                     reason="command not found", returncode=None) from None
-        return Submitted(slurm_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
+        return Submitted(backend_job_id=str(job.job_id), backend=self.name, logs=dict(LOGS))
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         scancel(list(job_ids), host=self.host)

@@ -121,7 +121,7 @@ def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND
             name=plan.job.name,
             cluster=request.cluster,
             backend=submitted.backend,
-            slurm_job_id=submitted.slurm_job_id,
+            backend_job_id=submitted.backend_job_id,
             job_dir=jd,
             submitted=now.isoformat(timespec="seconds"),
             command=list(command),
@@ -136,7 +136,7 @@ def submit(prepared: Prepared, *, backend: Union[str, Backend] = DEFAULT_BACKEND
     except BaseException:
         if submitted is not None:  # accepted, but we could not record it: take it back
             try:
-                impl.cancel([submitted.slurm_job_id])
+                impl.cancel([submitted.backend_job_id])
             except Exception:  # noqa: BLE001 - best effort; the original error matters
                 pass
         if record is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from sporch.orchestrator.contract.models import find_preset, preset_knobs
+from sporch.orchestrator.models import find_preset, preset_knobs
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 
 
@@ -33,7 +33,7 @@ class ModelConfig:
     num_classes: int = 1000  # attention == "self" only (class-conditional DiT); +1 null class
     eps: float = 1e-6
     preset: str | None = None
-    # -- architecture knobs of the published models (sporch.orchestrator.contract.models) --
+    # -- architecture knobs of the published models (sporch.orchestrator.models) --
     rope_axes: tuple[int, int, int] | None = None  # head_dim split (t, h, w); None: Wan's split
     rope_theta: float = 10000.0
     pooled_dim: int = 0  # width of a pooled text vector added to the time embedding (Flux: 768)
@@ -106,7 +106,7 @@ class ModelConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
         """Build from a ``plan.model`` dict. ``ffn_dim`` falls back to ``mlp_ratio*hidden``,
         ``head_dim`` to ``hidden // num_heads``, ``num_kv_heads`` to ``num_heads``. A published
-        preset (``d["preset"]``, sporch.orchestrator.contract.models) contributes its
+        preset (``d["preset"]``, sporch.orchestrator.models) contributes its
         architecture knobs; keys given in ``d`` win."""
         knobs = preset_knobs(d.get("preset"))
         if "rope_axes" in knobs and d.get("head_dim") not in (None, sum(knobs["rope_axes"])):

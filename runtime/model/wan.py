@@ -5,7 +5,7 @@ FFN, adaLN with six modulation vectors from the time embedding, final layer, unp
 With the published shapes this is Wan2.1 exactly (tests/runtime/model/test_published.py compares it
 with diffusers' WanTransformer3DModel). Parameter names are sporch's own; the published
 checkpoints' names, the Conv3d patch embedding and the output head's row order are mapped by
-the Wan2.1 name table (sporch.orchestrator.contract.models.wan)."""
+the Wan2.1 name table (sporch.orchestrator.models.wan)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ Hugging Face transformers supplies the text encoders, diffusers the schedulers, 
 pipelines' own prompt encoding and post-processing; sporch's sharded DiT replaces only the
 transformer call. One module per job:
 
-* ``spec.py``       the generate settings, read from the Plan in one place
+* ``params.py``     the generate parameters (GenerateParams), read from the Plan in one place
+* ``phase_timing.py`` seconds and peak memory per phase (encode, load, denoise, decode, save)
 * ``text.py``       prompt encoding on one rank per dp replica, broadcast over the replica
 * ``schedulers.py`` the scheduler and its timesteps, as the diffusers pipelines set them up
 * ``vae.py``        latents -> frames on one rank per dp replica

@@ -1,6 +1,6 @@
 """The transformer(s) a generate job denoises with: one, or Wan2.2 A14B's two experts.
 
-Two experts (``spec.boundary_ratio``): ``transformer`` (high noise) runs every step whose
+Two experts (``params.boundary_ratio``): ``transformer`` (high noise) runs every step whose
 timestep ``t >= boundary_ratio x num_train_timesteps`` with ``guidance_scale``, ``transformer_2``
 (low noise) the others with ``guidance_scale_2`` (unset: ``guidance_scale``); whether the CFG
 branches run at all follows ``guidance_scale`` alone. That is diffusers' ``WanPipeline`` rule,
@@ -20,23 +20,23 @@ from pathlib import Path
 
 import torch
 
-from sporch.orchestrator.contract.models.checkpoint_experts import SECOND
-from sporch.orchestrator.contract.models.lora import for_expert
+from sporch.orchestrator.models.checkpoint_experts import SECOND
+from sporch.orchestrator.models.lora import for_expert
 from sporch.runtime.attention.select import run_choice
 from sporch.runtime.measure import sync
 from sporch.runtime.model import ShardedDiT, build_sharded
 from sporch.runtime.parallel import ParallelContext
 
-from .spec import GenerateSpec
+from .params import GenerateParams
 
 
 class Experts:
     """``runner(t)``: the ShardedDiT for timestep ``t`` (moved onto the device first when
     offloaded) and ``guidance(t)``: its CFG scale."""
 
-    def __init__(self, spec: GenerateSpec, runners: list[ShardedDiT], device: torch.device) -> None:
-        self.spec, self.runners, self.device = spec, runners, device
-        self.offload = spec.experts == "offload" and len(runners) > 1
+    def __init__(self, params: GenerateParams, runners: list[ShardedDiT], device: torch.device) -> None:
+        self.params, self.runners, self.device = params, runners, device
+        self.offload = params.experts == "offload" and len(runners) > 1
         self.on_device = 0
         self.move_s = 0.0
         self.moves = 0
@@ -47,17 +47,17 @@ class Experts:
         return self.runners[0].model
 
     def set_boundary(self, num_train_timesteps: int) -> None:
-        if self.spec.boundary_ratio is not None:
-            self.boundary = self.spec.boundary_ratio * num_train_timesteps
+        if self.params.boundary_ratio is not None:
+            self.boundary = self.params.boundary_ratio * num_train_timesteps
 
     def index(self, t: torch.Tensor) -> int:
         """0 (transformer) or 1 (transformer_2) for timestep ``t``: WanPipeline's comparison."""
         return 0 if self.boundary is None or bool(t >= self.boundary) else 1
 
     def guidance(self, t: torch.Tensor) -> float:
-        if self.index(t) == 0 or self.spec.guidance_scale_2 is None:
-            return self.spec.guidance_scale
-        return self.spec.guidance_scale_2
+        if self.index(t) == 0 or self.params.guidance_scale_2 is None:
+            return self.params.guidance_scale
+        return self.params.guidance_scale_2
 
     def runner(self, t: torch.Tensor) -> ShardedDiT:
         return self.use(self.index(t))
@@ -79,29 +79,29 @@ class Experts:
         return sum(r.model.num_parameters() for r in self.runners)
 
     def record(self) -> dict:
-        return {"count": len(self.runners), "boundary_ratio": self.spec.boundary_ratio,
-                "boundary_timestep": self.boundary, "placement": self.spec.experts if len(self.runners) > 1 else None,
+        return {"count": len(self.runners), "boundary_ratio": self.params.boundary_ratio,
+                "boundary_timestep": self.boundary, "placement": self.params.experts if len(self.runners) > 1 else None,
                 "moves": self.moves, "move_s": round(self.move_s, 6)}
 
 
-def build_experts(spec: GenerateSpec, ctx: ParallelContext | None, shard_weights: str, dtype: torch.dtype,
+def build_experts(params: GenerateParams, ctx: ParallelContext | None, shard_weights: str, dtype: torch.dtype,
                   device: torch.device) -> Experts:
     """The job's transformer, and its low-noise expert when the model has one."""
-    two = spec.boundary_ratio is not None
-    offload = two and spec.experts == "offload"
+    two = params.boundary_ratio is not None
+    offload = two and params.experts == "offload"
     # a cached parameter is shared by its cache entry: moving the module would not free it
     cache = None if offload else getattr(ctx, "weight_cache", None)
-    weights = [spec.root or None, str(Path(spec.root) / SECOND) if spec.root else None][:2 if two else 1]
+    weights = [params.root or None, str(Path(params.root) / SECOND) if params.root else None][:2 if two else 1]
     order = [1, 0] if offload else list(range(len(weights)))  # the one that waits first, then to host
     runners: dict[int, ShardedDiT] = {}
     sharded = ctx is not None and ctx.sequence_size > 1
-    backend = run_choice(spec.attention_precision, device, dtype, ring=ctx.ring if ctx is not None else 1,
-                         joint_sharded=sharded and spec.model.get("attention") == "joint").kernel
+    backend = run_choice(params.attention_precision, device, dtype, ring=ctx.ring if ctx is not None else 1,
+                         joint_sharded=sharded and params.model.get("attention") == "joint").kernel
     for i in order:
-        model = build_sharded(spec.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
+        model = build_sharded(params.model, ctx, shard_weights, seed=i, dtype=dtype, device=device,
                               weights=weights[i], cache=cache,
-                              lora=for_expert(spec.model.get("lora"), i), quant=spec.model.get("quant"))
+                              lora=for_expert(params.model.get("lora"), i), quant=params.model.get("quant"))
         if offload and i == 1:
             model.to("cpu")
-        runners[i] = ShardedDiT(model, ctx, grid=spec.grid, backend=backend)
-    return Experts(spec, [runners[i] for i in range(len(weights))], device)
+        runners[i] = ShardedDiT(model, ctx, grid=params.grid, backend=backend)
+    return Experts(params, [runners[i] for i in range(len(weights))], device)

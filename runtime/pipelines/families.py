@@ -1,6 +1,6 @@
 """What the generate pipeline does differently per model family, one record per family, found by
 one lookup of ``plan.model.family`` (the planner's record; torch-free facts such as the folder's
-sub-folders and video-or-image live in sporch.orchestrator.contract.families).
+sub-folders and video-or-image live in sporch.orchestrator.models.families).
 
 * Wan2.1 / Wan2.2 (WanPipeline, AutoencoderKLWan): umT5 prompt and negative prompt; latents
   un-normalised per channel (``latents / (1 / latents_std) + latents_mean``), decoded as video; the
@@ -12,7 +12,7 @@ sub-folders and video-or-image live in sporch.orchestrator.contract.families).
   ``workload.shift`` replaces the dynamic mu with a fixed shift.
 
 Adding a family with a generate pipeline = one record here, its tiny pipeline in tiny.py's
-``TINY_PIPELINES`` and its torch-free facts in its contract/families module.
+``TINY_PIPELINES`` and its torch-free facts in its models/families module.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class PipelineFamily:
     decode: Callable[..., Any]
     #: workload.shift -> the flow-matching Euler scheduler's config overrides
     euler_shift: Callable[[float], dict]
-    #: (spec, scheduler, image tokens, device) -> the scheduler's timesteps for spec.steps steps
+    #: (params, scheduler, image tokens, device) -> the scheduler's timesteps for params.steps steps
     timesteps: Callable[..., torch.Tensor]
 
 
@@ -73,25 +73,25 @@ def _flux_decode(pipe, x: torch.Tensor, decode: Callable[[torch.Tensor], Any]):
     return None if image is None else pipe.image_processor.postprocess(image, output_type="np")[:, None]
 
 
-def _wan_timesteps(spec, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
-    if spec.sigmas is not None:  # workload.sigmas (euler): the recipe's list, shifted by the scheduler
-        scheduler.set_timesteps(sigmas=list(spec.sigmas), device=device)
+def _wan_timesteps(params, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
+    if params.sigmas is not None:  # workload.sigmas (euler): the recipe's list, shifted by the scheduler
+        scheduler.set_timesteps(sigmas=list(params.sigmas), device=device)
     else:
-        scheduler.set_timesteps(spec.steps, device=device)
+        scheduler.set_timesteps(params.steps, device=device)
     return scheduler.timesteps
 
 
-def _flux_timesteps(spec, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
+def _flux_timesteps(params, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
     import numpy as np
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift, retrieve_timesteps
 
     cfg = scheduler.config
-    sigmas = None if cfg.get("use_flow_sigmas") else np.linspace(1.0, 1 / spec.steps, spec.steps)
-    if spec.sigmas is not None:
-        sigmas = np.array(spec.sigmas)
+    sigmas = None if cfg.get("use_flow_sigmas") else np.linspace(1.0, 1 / params.steps, params.steps)
+    if params.sigmas is not None:
+        sigmas = np.array(params.sigmas)
     mu = calculate_shift(image_tokens, cfg.get("base_image_seq_len", 256), cfg.get("max_image_seq_len", 4096),
                          cfg.get("base_shift", 0.5), cfg.get("max_shift", 1.15))
-    out, _ = retrieve_timesteps(scheduler, spec.steps, device, sigmas=sigmas, mu=mu)
+    out, _ = retrieve_timesteps(scheduler, params.steps, device, sigmas=sigmas, mu=mu)
     return out
 
 

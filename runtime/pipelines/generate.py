@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.generate_inputs import require_pipelines
+from sporch.orchestrator.models.generate_inputs import require_pipelines
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime import faults
 from sporch.runtime.measure import peak_memory_bytes, sync
@@ -43,11 +43,11 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 
 from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
-from .spec import GenerateSpec, generate_spec
+from .params import GenerateParams, generate_params
 from .latents import LatentStore, cache_label
 from .resume import DenoiseCheckpoint, restore_scheduler
 from .replica import is_leader, share_from_leader
-from .stages import Stages
+from .phase_timing import PhaseTimer
 from .experts import Experts, build_experts
 from .image_condition import image_condition, image_tokens
 from .first_frame import FirstFrame
@@ -56,17 +56,17 @@ from .tiny import save_tiny_pipeline
 from .vae import Decoder
 
 
-def initial_noise(spec: GenerateSpec, channels: int, seeds: list[int]) -> torch.Tensor:
+def initial_noise(params: GenerateParams, channels: int, seeds: list[int]) -> torch.Tensor:
     """[b, C, F, H, W] float32: one CPU generator per sample, as the pipelines draw it."""
     from diffusers.utils.torch_utils import randn_tensor
 
-    st, sh, sw = (int(s) for s in spec.model["vae_stride"])
-    f = (spec.frames - 1) // st + 1
-    h, w = spec.height // sh, spec.width // sw
-    shape = (1, channels, f, h, w) if spec.video else (1, channels, h, w)
+    st, sh, sw = (int(s) for s in params.model["vae_stride"])
+    f = (params.frames - 1) // st + 1
+    h, w = params.height // sh, params.width // sw
+    shape = (1, channels, f, h, w) if params.video else (1, channels, h, w)
     out = [randn_tensor(shape, generator=torch.Generator().manual_seed(s), dtype=torch.float32) for s in seeds]
     x = torch.cat(out)
-    return x if spec.video else x[:, :, None]
+    return x if params.video else x[:, :, None]
 
 
 def _say(ctx: ParallelContext | None, msg: str) -> None:
@@ -75,14 +75,14 @@ def _say(ctx: ParallelContext | None, msg: str) -> None:
         print(prefix + msg, flush=True)
 
 
-def ensure_weights(spec: GenerateSpec, ctx: ParallelContext | None) -> None:
+def ensure_weights(params: GenerateParams, ctx: ParallelContext | None) -> None:
     """With ``workload.tiny_weights``: rank 0 creates the tiny random pipeline if the folder
     is missing; the others wait for it."""
-    if not spec.tiny_weights:
+    if not params.tiny_weights:
         return
     if ctx is None or ctx.rank == 0:
-        if not Path(spec.root).exists():
-            save_tiny_pipeline(spec.family, spec.root, spec.model)
+        if not Path(params.root).exists():
+            save_tiny_pipeline(params.family, params.root, params.model)
     if ctx is not None and dist.is_initialized():
         with ctx.guard():
             dist.barrier()
@@ -100,23 +100,23 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     A batch a requeued run was denoising resumes from its last finished step (:mod:`.resume`;
     ``progress`` carries the USR2 stop request)."""
     require_pipelines()
-    spec = generate_spec(plan)
-    ensure_weights(spec, ctx)
-    dtype = resolve_dtype(spec.dtype)
-    mine = replica_rows(len(spec.prompts), ctx)  # this replica's prompt indices
-    per_pass = max(1, spec.batch // (ctx.dp if ctx is not None else 1))
-    parallel_vae = spec.vae == "parallel" and ctx is not None and ctx.sequence_size > 1
+    params = generate_params(plan)
+    ensure_weights(params, ctx)
+    dtype = resolve_dtype(params.dtype)
+    mine = replica_rows(len(params.prompts), ctx)  # this replica's prompt indices
+    per_pass = max(1, params.batch // (ctx.dp if ctx is not None else 1))
+    parallel_vae = params.vae == "parallel" and ctx is not None and ctx.sequence_size > 1
     decodes = is_leader(ctx) or (parallel_vae and ctx.cfg_rank == 0)  # this rank takes part in decoding
-    encodes = is_leader(ctx) or (spec.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1)
-    out: dict[str, Any] = {"kind": "generate", "prompts": len(mine), "steps": spec.steps,
+    encodes = is_leader(ctx) or (params.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1)
+    out: dict[str, Any] = {"kind": "generate", "prompts": len(mine), "steps": params.steps,
                            "roles": ([r for r, on in (("text_encoder", encodes), ("vae", decodes)) if on]
                                      if len(mine) else [])}
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
-    store = LatentStore(spec, output_dir, step_cache=cache_label(plan.workload.cache))
+    store = LatentStore(params, output_dir, step_cache=cache_label(plan.workload.cache))
     saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
-    stages = Stages(device)
+    phases = PhaseTimer(device)
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
                              else (lambda: False))
     resumed: dict[int, int] = {}
@@ -128,17 +128,17 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
 
     experts = cond_all = null_all = first_latent = None
     if todo:
-        with stages("encode"):
-            prompts = [spec.prompts[i] for i in mine]
-            cond_all, null_all = encode_for_replica(spec, prompts, ctx, device, dtype, spec.cfg, spec.text_encoder)
-            if spec.image and spec.expand_timesteps:  # Wan2.2 TI2V: the image is the first latent frame
-                first_latent = _image_latent(spec, ctx, device)
-            elif spec.image:
-                cond_all, null_all = _with_image(spec, ctx, device, dtype, cond_all, null_all)
-        log(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
-        with stages("load"):
-            experts = build_experts(spec, ctx, plan.placement.shard_weights, dtype, device)
-    image_tokens = spec.grid[0] * spec.grid[1] * spec.grid[2]
+        with phases("encode"):
+            prompts = [params.prompts[i] for i in mine]
+            cond_all, null_all = encode_for_replica(params, prompts, ctx, device, dtype, params.cfg, params.text_encoder)
+            if params.image and params.expand_timesteps:  # Wan2.2 TI2V: the image is the first latent frame
+                first_latent = _image_latent(params, ctx, device)
+            elif params.image:
+                cond_all, null_all = _with_image(params, ctx, device, dtype, cond_all, null_all)
+        log(ctx, f"encoded {len(prompts)} prompt(s) in {phases.seconds('encode'):.1f} s")
+        with phases("load"):
+            experts = build_experts(params, ctx, plan.placement.shard_weights, dtype, device)
+    image_tokens = params.grid[0] * params.grid[1] * params.grid[2]
     decoder = None
     outputs: list[dict[str, Any]] = []
     step_ms: list[float] = []
@@ -148,11 +148,11 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     with torch.no_grad():
         for bi, rows in enumerate(batches):
             indices = [mine[r] for r in rows]
-            seeds = [spec.seed + i for i in indices]
+            seeds = [params.seed + i for i in indices]
             if rows in todo:
-                step_cache = StepCaches(plan.workload.cache, spec.steps, plan.model.preset)
-                with stages("denoise"):
-                    latents = _denoise(spec, experts, cond_all, null_all, rows, seeds, image_tokens,
+                step_cache = StepCaches(plan.workload.cache, params.steps, plan.model.preset)
+                with phases("denoise"):
+                    latents = _denoise(params, experts, cond_all, null_all, rows, seeds, image_tokens,
                                        device, step_ms, switches, lambda i, n: log(
                                            ctx, f"batch {bi + 1}/{len(batches)} step {i}/{n}  "
                                                 f"{step_ms[-1] / 1e3:.2f} s/step"),
@@ -173,27 +173,27 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
             if not decodes:
                 continue
             if decoder is None:
-                with stages("decode"):
-                    decoder = Decoder(spec, device, placement=spec.vae,
+                with phases("decode"):
+                    decoder = Decoder(params, device, placement=params.vae,
                                       group=ctx.sequence_group if parallel_vae else None)
-            with stages("decode"):
+            with phases("decode"):
                 frames = decoder(latents)
             if is_leader(ctx):
-                with stages("save"):
-                    outputs += _write(spec, frames, indices, seeds, output_dir, log, ctx)
+                with phases("save"):
+                    outputs += _write(params, frames, indices, seeds, output_dir, log, ctx)
                 for k, index in enumerate(indices):
                     if frames_sink is not None:
                         frames_sink(index, frames[k])
-    out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
+    out.update(step_ms=step_ms, outputs=outputs, stages=phases.record(steps=len(step_ms)),
                denoised_prompts=sum(len(r) for r in todo), reused_latents=sorted(saved & set(mine)),
                resumed={str(b): s for b, s in resumed.items()},
                parameters=experts.num_parameters() if experts is not None else None,
                peak_memory_bytes=peak_memory_bytes(device), latent_shape=latent_shape)
-    if spec.boundary_ratio is not None and experts is not None:
+    if params.boundary_ratio is not None and experts is not None:
         out["experts"] = {**experts.record(), "switch_steps": switches}
         out["expert_switch_step"] = switches[0] if switches else None
-    if "encode" in stages.seen:
-        out["encode_s"] = stages.seconds("encode")
+    if "encode" in phases.seen:
+        out["encode_s"] = phases.seconds("encode")
     if plan.workload.cache is not None:
         out["step_cache"] = step_cache_record(plan, cached, ctx)
     return out
@@ -208,18 +208,18 @@ def step_cache_record(plan: Plan, batches: list[dict[str, Any]], ctx: ParallelCo
             "steps_skipped": sum(len(b["skipped"]) for b in batches)}
 
 
-def _image_latent(spec: GenerateSpec, ctx, device) -> torch.Tensor:
+def _image_latent(params: GenerateParams, ctx, device) -> torch.Tensor:
     """``workload.image`` encoded by the leader, on every rank of the replica (float32)."""
-    return share_from_leader(ctx, lambda: image_condition(spec, device).cpu(), "encoding workload.image").to(device)
+    return share_from_leader(ctx, lambda: image_condition(params, device).cpu(), "encoding workload.image").to(device)
 
 
-def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
+def _with_image(params: GenerateParams, ctx, device, dtype, cond, null):
     """The text conditions with the first frame's latent condition (image-to-video) and, for
     Wan2.1 I2V, its CLIP image tokens: the same for every prompt and for the negative one."""
-    lat = _image_latent(spec, ctx, device).to(dtype=dtype)
+    lat = _image_latent(params, ctx, device).to(dtype=dtype)
     clip = None
-    if spec.image_embeds:
-        clip = share_from_leader(ctx, lambda: image_tokens(spec, device).cpu(), "encoding workload.image (CLIP)")
+    if params.image_embeds:
+        clip = share_from_leader(ctx, lambda: image_tokens(params, device).cpu(), "encoding workload.image (CLIP)")
         clip = clip.to(device=device, dtype=dtype)
 
     def add(c):
@@ -232,7 +232,7 @@ def _with_image(spec: GenerateSpec, ctx, device, dtype, cond, null):
     return add(cond), add(null)
 
 
-def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,
+def _denoise(params, experts: Experts, cond_all, null_all, rows, seeds, image_tokens, device, step_ms, switches,
              on_step, *, ckpt: DenoiseCheckpoint, batch: int, resumed: dict, ctx, log,
              step_cache: StepCaches, first_latent: torch.Tensor | None = None) -> torch.Tensor:
     """One prompt batch through the scheduler's steps (from the last finished one when a
@@ -243,12 +243,12 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
     sl = slice(rows[0], rows[-1] + 1)
     cond = cond_rows(cond_all, sl)
     null = cond_rows(null_all, sl) if null_all is not None else None
-    scheduler = load_scheduler(spec)
-    ts = timesteps(spec, scheduler, image_tokens, torch.device("cpu"))
+    scheduler = load_scheduler(params)
+    ts = timesteps(params, scheduler, image_tokens, torch.device("cpu"))
     experts.set_boundary(int(scheduler.config.num_train_timesteps))
     runner = experts.use(0)
     channels = runner.cfg.out_dim
-    x = runner.shard_latents(initial_noise(spec, channels, seeds)).float()
+    x = runner.shard_latents(initial_noise(params, channels, seeds)).float()
     given = None if first_latent is None else FirstFrame(runner, first_latent)
     first, batch_ms = 0, []
     got = ckpt.resume(batch, x.device)
@@ -265,7 +265,7 @@ def _denoise(spec, experts: Experts, cond_all, null_all, rows, seeds, image_toke
         start = time.perf_counter()
         runner = experts.runner(t)
         x_in, t_in = (x, float(t)) if given is None else (given.apply(x), given.timesteps(float(t)))
-        v = runner.velocity(x_in, t_in, cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=spec.cfg,
+        v = runner.velocity(x_in, t_in, cond, guidance_scale=experts.guidance(t), null_cond=null, cfg=params.cfg,
                             step_cache=step_cache.for_step(i, experts.index(t)))
         x = scheduler.step(v, t, x, return_dict=False)[0]
         sync(device)
@@ -302,31 +302,31 @@ def decode_saved(plan: Plan, device: torch.device, output_dir: Path,
     """Decode every prompt whose latents ``output_dir`` keeps (one process, no transformer, no
     text encoder): what ``sporch decode RUN_DIR`` does. Returns the files written."""
     require_pipelines()
-    spec = generate_spec(plan)
-    store = LatentStore(spec, output_dir)
+    params = generate_params(plan)
+    store = LatentStore(params, output_dir)
     indices = store.saved()
     if not indices:
         raise FileNotFoundError(f"no latents of this job in {store.folder} (the job saves them once a prompt is "
                                 "denoised); run the job")
     saved = {i: store.load([i]) for i in indices}  # every file checked against the plan before any decoding
-    decoder = Decoder(spec, device, placement="tiled" if spec.vae == "tiled" else "leader")  # one process
+    decoder = Decoder(params, device, placement="tiled" if params.vae == "tiled" else "leader")  # one process
     written: list[dict[str, Any]] = []
     with torch.no_grad():
         for i in indices:
             frames = decoder(saved[i])
-            written += _write(spec, frames, [i], [spec.seed + i], output_dir, log, None)
+            written += _write(params, frames, [i], [params.seed + i], output_dir, log, None)
     return written
 
 
-def _write(spec: GenerateSpec, frames, indices: list[int], seeds: list[int], output_dir: Path, log,
+def _write(params: GenerateParams, frames, indices: list[int], seeds: list[int], output_dir: Path, log,
            ctx: ParallelContext | None) -> list[dict]:
     rows = []
     for k, (index, seed) in enumerate(zip(indices, seeds)):
-        prompt = spec.prompts[index]
-        path = write(Path(output_dir) / output_name(index, prompt, spec.output_format), frames[k],
-                     spec.output_format, spec.fps)
+        prompt = params.prompts[index]
+        path = write(Path(output_dir) / output_name(index, prompt, params.output_format), frames[k],
+                     params.output_format, params.fps)
         f, h, w = frames[k].shape[:3]
         rows.append({"index": index, "prompt": prompt, "seed": seed, "file": path.name, "path": str(path),
-                     "format": spec.output_format, "frames": int(f), "height": int(h), "width": int(w)})
+                     "format": params.output_format, "frames": int(f), "height": int(h), "width": int(w)})
         log(ctx, f"wrote {path}")
     return rows

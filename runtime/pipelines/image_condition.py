@@ -24,30 +24,30 @@ from __future__ import annotations
 
 import torch
 
-from .spec import GenerateSpec
+from .params import GenerateParams
 
 
-def image_condition(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
-    """The first frame's latent condition of ``spec`` ([1, st + C, F, H, W], float32, on ``device``);
-    Wan2.2 TI2V (``spec.expand_timesteps``): the image's own latent frame [1, C, 1, H, W]."""
+def image_condition(params: GenerateParams, device: torch.device) -> torch.Tensor:
+    """The first frame's latent condition of ``params`` ([1, st + C, F, H, W], float32, on ``device``);
+    Wan2.2 TI2V (``params.expand_timesteps``): the image's own latent frame [1, C, 1, H, W]."""
     from diffusers import AutoencoderKLWan
     from diffusers.utils import load_image
     from diffusers.video_processor import VideoProcessor
 
-    st, sh, _ = (int(s) for s in spec.model["vae_stride"])
-    vae = AutoencoderKLWan.from_pretrained(spec.root, subfolder="vae", dtype=torch.float32).to(device).eval()
-    image = VideoProcessor(vae_scale_factor=sh).preprocess(load_image(spec.image), height=spec.height,
-                                                           width=spec.width).to(device, torch.float32)
+    st, sh, _ = (int(s) for s in params.model["vae_stride"])
+    vae = AutoencoderKLWan.from_pretrained(params.root, subfolder="vae", dtype=torch.float32).to(device).eval()
+    image = VideoProcessor(vae_scale_factor=sh).preprocess(load_image(params.image), height=params.height,
+                                                           width=params.width).to(device, torch.float32)
     image = image.unsqueeze(2)  # [1, 3, 1, H, W]
-    video = image if spec.expand_timesteps else \
-        torch.cat([image, image.new_zeros(1, 3, spec.frames - 1, spec.height, spec.width)], dim=2)
+    video = image if params.expand_timesteps else \
+        torch.cat([image, image.new_zeros(1, 3, params.frames - 1, params.height, params.width)], dim=2)
     with torch.no_grad():
         latent = vae.encode(video).latent_dist.mode().float()
     c = latent.shape[1]
     mean = torch.tensor(vae.config.latents_mean, device=device).view(1, c, 1, 1, 1)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std, device=device).view(1, c, 1, 1, 1)
     latent = (latent - mean) * inv_std
-    if spec.expand_timesteps:
+    if params.expand_timesteps:
         return latent
     f, h, w = latent.shape[2:]
     mask = torch.zeros(1, st, f, h, w, device=device)
@@ -56,15 +56,15 @@ def image_condition(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
     return torch.cat([mask, latent], dim=1)
 
 
-def image_tokens(spec: GenerateSpec, device: torch.device) -> torch.Tensor:
+def image_tokens(params: GenerateParams, device: torch.device) -> torch.Tensor:
     """``workload.image`` as CLIP image tokens [1, L, image_dim] (float32, on ``device``): the
     folder's CLIPImageProcessor and CLIPVisionModel, the encoder's penultimate hidden states."""
     from diffusers.utils import load_image
     from transformers import CLIPImageProcessor, CLIPVisionModel
 
-    processor = CLIPImageProcessor.from_pretrained(spec.root, subfolder="image_processor")
-    encoder = CLIPVisionModel.from_pretrained(spec.root, subfolder="image_encoder", dtype=torch.float32).to(device).eval()
-    pixels = processor(images=load_image(spec.image), return_tensors="pt")["pixel_values"].to(device)
+    processor = CLIPImageProcessor.from_pretrained(params.root, subfolder="image_processor")
+    encoder = CLIPVisionModel.from_pretrained(params.root, subfolder="image_encoder", dtype=torch.float32).to(device).eval()
+    pixels = processor(images=load_image(params.image), return_tensors="pt")["pixel_values"].to(device)
     with torch.no_grad():
         tokens = encoder(pixel_values=pixels, output_hidden_states=True).hidden_states[-2].float()
     del encoder

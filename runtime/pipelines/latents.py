@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from sporch.orchestrator.contract.safe_files import NotAFileError, read_regular, write_atomic
+from sporch.orchestrator.safe_files import NotAFileError, read_regular, write_atomic
 from sporch.runtime.model.config import ModelConfig
 
-from .spec import GenerateSpec
+from .params import GenerateParams
 
 FOLDER = "latents"
 
@@ -37,17 +37,17 @@ class SavedLatentsError(ValueError):
     dtype or values changed): one line naming the file; nothing is decoded from them."""
 
 
-def expected_shape(spec: GenerateSpec) -> tuple[int, int, int, int]:
+def expected_shape(params: GenerateParams) -> tuple[int, int, int, int]:
     """One prompt's latents as the plan fixes them: [C, F, H, W] (the model's output channels;
     the VAE strides of the frames, height and width; an image is one frame)."""
-    st, sh, sw = (int(s) for s in spec.model["vae_stride"])
-    frames = (spec.frames - 1) // st + 1 if spec.video else 1
-    return ModelConfig.from_dict(spec.model).out_dim, frames, spec.height // sh, spec.width // sw
+    st, sh, sw = (int(s) for s in params.model["vae_stride"])
+    frames = (params.frames - 1) // st + 1 if params.video else 1
+    return ModelConfig.from_dict(params.model).out_dim, frames, params.height // sh, params.width // sw
 
 
-def latents_problem(spec: GenerateSpec, latents: torch.Tensor) -> str | None:
+def latents_problem(params: GenerateParams, latents: torch.Tensor) -> str | None:
     """Why ``latents`` (one prompt's, as read from its file) are not what the plan says, or None."""
-    want = expected_shape(spec)
+    want = expected_shape(params)
     if tuple(latents.shape) != want:
         return f"holds latents of shape {list(latents.shape)}, but the plan's are {list(want)}"
     if latents.dtype != torch.float32:
@@ -58,17 +58,17 @@ def latents_problem(spec: GenerateSpec, latents: torch.Tensor) -> str | None:
     return None
 
 
-def fingerprint(spec: GenerateSpec, index: int) -> str:
+def fingerprint(params: GenerateParams, index: int) -> str:
     """What decides prompt ``index``'s latents, hashed."""
-    keys = {"model": spec.model, "root": str(spec.root), "prompt": spec.prompts[index],
-            "negative_prompt": spec.negative_prompt, "seed": spec.seed + index, "steps": spec.steps,
-            "guidance_scale": spec.guidance_scale, "frames": spec.frames, "height": spec.height,
-            "width": spec.width, "dtype": spec.dtype, "scheduler": spec.scheduler, "shift": spec.shift,
-            "guidance_scale_2": spec.guidance_scale_2, "image": _file_id(spec.image)}
-    if spec.sigmas is not None:
-        keys["sigmas"] = list(spec.sigmas)
-    if spec.attention_precision != "exact":  # a lossy kernel's latents are not an exact run's
-        keys["attention_precision"] = spec.attention_precision
+    keys = {"model": params.model, "root": str(params.root), "prompt": params.prompts[index],
+            "negative_prompt": params.negative_prompt, "seed": params.seed + index, "steps": params.steps,
+            "guidance_scale": params.guidance_scale, "frames": params.frames, "height": params.height,
+            "width": params.width, "dtype": params.dtype, "scheduler": params.scheduler, "shift": params.shift,
+            "guidance_scale_2": params.guidance_scale_2, "image": _file_id(params.image)}
+    if params.sigmas is not None:
+        keys["sigmas"] = list(params.sigmas)
+    if params.attention_precision != "exact":  # a lossy kernel's latents are not an exact run's
+        keys["attention_precision"] = params.attention_precision
     text = json.dumps(keys, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -78,14 +78,14 @@ def fingerprint(spec: GenerateSpec, index: int) -> str:
 LEVER_MODEL_KEYS = ("quant", "lora")
 
 
-def subject(spec: GenerateSpec, index: int) -> str:
+def subject(params: GenerateParams, index: int) -> str:
     """What prompt ``index``'s output is a picture of, hashed: the model (less its low-bit
     weights and LoRA adapters), weights, prompt, seed, shape and dtype; not the steps, shift,
     scheduler, guidance, step cache or attention precision a recipe or a lever changes."""
-    model = {k: v for k, v in spec.model.items() if k not in LEVER_MODEL_KEYS}
-    keys = {"model": model, "root": str(spec.root), "prompt": spec.prompts[index], "seed": spec.seed + index,
-            "frames": spec.frames, "height": spec.height, "width": spec.width, "dtype": spec.dtype,
-            "image": _file_id(spec.image)}
+    model = {k: v for k, v in params.model.items() if k not in LEVER_MODEL_KEYS}
+    keys = {"model": model, "root": str(params.root), "prompt": params.prompts[index], "seed": params.seed + index,
+            "frames": params.frames, "height": params.height, "width": params.width, "dtype": params.dtype,
+            "image": _file_id(params.image)}
     return hashlib.sha256(json.dumps(keys, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
@@ -109,10 +109,10 @@ def cache_label(cache: Any) -> str:
 class LatentStore:
     """The job's saved latents (``output_dir/latents``)."""
 
-    def __init__(self, spec: GenerateSpec, output_dir: str | os.PathLike, step_cache: str | None = None) -> None:
+    def __init__(self, params: GenerateParams, output_dir: str | os.PathLike, step_cache: str | None = None) -> None:
         """``step_cache``: the job's cache as text (:func:`cache_label`): saved latents of
         another cache are not used; None: any (decoding saved latents)."""
-        self.spec = spec
+        self.params = params
         self.folder = Path(output_dir) / FOLDER
         self.step_cache = step_cache
 
@@ -136,20 +136,20 @@ class LatentStore:
 
     def save(self, indices: list[int], latents: torch.Tensor) -> None:
         """Prompt ``indices[k]``'s latents are ``latents[k]``; each file appears whole or not at
-        all, never through a link (contract.safe_files.write_atomic)."""
+        all, never through a link (safe_files.write_atomic)."""
         from safetensors.torch import save
 
         for k, i in enumerate(indices):
             data = save({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()},
-                        metadata={"fingerprint": fingerprint(self.spec, i), "subject": subject(self.spec, i),
+                        metadata={"fingerprint": fingerprint(self.params, i), "subject": subject(self.params, i),
                                   "index": str(i),
                                   "step_cache": self.step_cache or "none",
-                                  "prompt": self.spec.prompts[i][:200]})
+                                  "prompt": self.params.prompts[i][:200]})
             write_atomic(self.path(i), data)
 
     def saved(self) -> list[int]:
         """Indices of every prompt whose latents are saved for this job."""
-        return [i for i in range(len(self.spec.prompts)) if self.has(i)]
+        return [i for i in range(len(self.params.prompts)) if self.has(i)]
 
     def _read(self, index: int, *, tensors: bool) -> Any:
         from safetensors import safe_open
@@ -160,7 +160,7 @@ class LatentStore:
         try:
             with safe_open(str(path), framework="pt", device="cpu") as fh:
                 meta = fh.metadata() or {}
-                if meta.get("fingerprint") != fingerprint(self.spec, index):
+                if meta.get("fingerprint") != fingerprint(self.params, index):
                     return None
                 if self.step_cache is not None and meta.get("step_cache", "none") != self.step_cache:
                     return None
@@ -169,7 +169,7 @@ class LatentStore:
                 latents = fh.get_tensor("latents")
         except Exception:  # noqa: BLE001 - a broken file is no saved latents: denoise again
             return None
-        problem = latents_problem(self.spec, latents)
+        problem = latents_problem(self.params, latents)
         if problem:
             raise SavedLatentsError(f"{path} {problem}; the file was changed after the job wrote it: delete it "
                                     "and run the job again to denoise that prompt")

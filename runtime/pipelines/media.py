@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporch.orchestrator.contract.safe_files import output_file
+from sporch.orchestrator.safe_files import output_file
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
@@ -24,7 +24,7 @@ def output_name(index: int, prompt: str, fmt: str) -> str:
 def write(path: Path, frames: np.ndarray, fmt: str, fps: int = 16) -> Path:
     """Write [F, H, W, 3] frames; atomically, never through a link: ffmpeg writes into a private
     folder sporch created beside ``path`` (a random name, mode 0700), then the file is renamed
-    over ``path`` (a link there is replaced, never followed; contract.safe_files.output_file)."""
+    over ``path`` (a link there is replaced, never followed; safe_files.output_file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt not in ("mp4", "png"):
         raise ValueError(f"unknown output format {fmt!r} (mp4 | png)")

@@ -5,7 +5,7 @@ After every denoising step each rank writes its own file
 its scheduler's state (UniPC's history of model outputs and timesteps, the step index,
 the last sample; every plain value and tensor the scheduler object holds) and the step times.
 The two newest files are kept; a file is written to a temporary name and renamed
-(contract.safe_files.write_atomic).
+(safe_files.write_atomic).
 
 A stop (USR2 before the time limit, see sporch.runtime.progress) is agreed inside the dp
 replica at a step boundary (every rank of the replica stops after the same step; replicas run
@@ -27,8 +27,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.safe_files import write_atomic
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.safe_files import write_atomic
 from sporch.runtime.parallel import ParallelContext
 
 _STEP = re.compile(r"\.s(\d+)\.pt$")

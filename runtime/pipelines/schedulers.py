@@ -19,37 +19,37 @@ from typing import Any
 import torch
 
 from .families import pipeline_family
-from .spec import GenerateSpec
+from .params import GenerateParams
 
 
-def load_scheduler(spec: GenerateSpec):
+def load_scheduler(params: GenerateParams):
     import diffusers
 
-    config = dict(diffusers.FlowMatchEulerDiscreteScheduler.load_config(spec.root, subfolder="scheduler"))
+    config = dict(diffusers.FlowMatchEulerDiscreteScheduler.load_config(params.root, subfolder="scheduler"))
     name = config.get("_class_name", "FlowMatchEulerDiscreteScheduler")
-    if spec.scheduler == "unipc":
+    if params.scheduler == "unipc":
         name = "UniPCMultistepScheduler"
         if config.get("_class_name") != name:  # a flow-matching config: UniPC in flow mode
             config = {**config, "prediction_type": "flow_prediction", "use_flow_sigmas": True,
                       "flow_shift": config.get("shift", 1.0)}
-    elif spec.scheduler == "euler":
+    elif params.scheduler == "euler":
         name = "FlowMatchEulerDiscreteScheduler"
         if config.get("_class_name") != name:
             config = {**config, "shift": config.get("flow_shift", 1.0)}
     cls = getattr(diffusers, name, None)
     if cls is None:
-        raise ValueError(f"scheduler class {name!r} of {spec.root}/scheduler is not in diffusers {diffusers.__version__}")
+        raise ValueError(f"scheduler class {name!r} of {params.root}/scheduler is not in diffusers {diffusers.__version__}")
     overrides: dict[str, Any] = {}
-    if spec.shift is not None:
+    if params.shift is not None:
         if name == "UniPCMultistepScheduler":
-            overrides = {"flow_shift": spec.shift}
+            overrides = {"flow_shift": params.shift}
         else:
-            overrides = pipeline_family(spec.family).euler_shift(spec.shift)
+            overrides = pipeline_family(params.family).euler_shift(params.shift)
     return cls.from_config(config, **overrides)
 
 
-def timesteps(spec: GenerateSpec, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
-    """Set the scheduler's timesteps for ``spec.steps`` steps; returns them (model units)."""
-    out = pipeline_family(spec.family).timesteps(spec, scheduler, image_tokens, device)
+def timesteps(params: GenerateParams, scheduler, image_tokens: int, device: torch.device) -> torch.Tensor:
+    """Set the scheduler's timesteps for ``params.steps`` steps; returns them (model units)."""
+    out = pipeline_family(params.family).timesteps(params, scheduler, image_tokens, device)
     scheduler.set_begin_index(0)
     return out

@@ -32,7 +32,7 @@ from sporch.runtime.parallel import ParallelContext
 
 from .families import pipeline_family
 from .replica import share_from_leader
-from .spec import GenerateSpec
+from .params import GenerateParams
 
 
 #: The pipeline attributes that hold text encoders (Wan: one umT5; Flux: CLIP and T5).
@@ -96,14 +96,14 @@ def load_sharded_text_pipeline(root: str, dtype: torch.dtype, device: torch.devi
 
 
 @torch.no_grad()
-def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dtype: torch.dtype,
+def encode(params: GenerateParams, prompts: Sequence[str], device: torch.device, dtype: torch.dtype,
            cfg: bool, ctx: ParallelContext | None = None) -> tuple[Condition, Condition | None]:
     """(condition, negative condition or None) for ``prompts``, on CPU in ``dtype``. With
     ``ctx``, the encoders are sharded over its sequence group, whose ranks all call this."""
-    pipe = (load_sharded_text_pipeline(spec.root, dtype, device, ctx) if ctx is not None
-            else load_text_pipeline(spec.root, dtype, device))
+    pipe = (load_sharded_text_pipeline(params.root, dtype, device, ctx) if ctx is not None
+            else load_text_pipeline(params.root, dtype, device))
     try:
-        cond, null = pipeline_family(spec.family).encode(pipe, prompts, spec.negative_prompt, cfg, spec.text_len,
+        cond, null = pipeline_family(params.family).encode(pipe, prompts, params.negative_prompt, cfg, params.text_len,
                                                          device, dtype)
     finally:
         del pipe
@@ -114,13 +114,13 @@ def encode(spec: GenerateSpec, prompts: Sequence[str], device: torch.device, dty
     return cond_map(cond, to_cpu), (cond_map(null, to_cpu) if null is not None else None)
 
 
-def encode_for_replica(spec: GenerateSpec, prompts: Sequence[str], ctx: ParallelContext | None, device: torch.device,
+def encode_for_replica(params: GenerateParams, prompts: Sequence[str], ctx: ParallelContext | None, device: torch.device,
                        dtype: torch.dtype, cfg: bool, placement: str = "leader") -> tuple[Condition, Condition | None]:
     """Every rank of the dp replica gets the encoding of ``prompts``: the leader's (``leader``,
     ``cpu``; an error on the leader is raised on every rank of the replica, so none waits
     forever), or its sequence group's (``sharded``)."""
     if placement == "sharded" and ctx is not None and ctx.sequence_size > 1:
         with ctx.guard():
-            return encode(spec, prompts, device, dtype, cfg, ctx)
+            return encode(params, prompts, device, dtype, cfg, ctx)
     where = torch.device("cpu") if placement == "cpu" else device
-    return share_from_leader(ctx, lambda: encode(spec, prompts, where, dtype, cfg), "text encoding")
+    return share_from_leader(ctx, lambda: encode(params, prompts, where, dtype, cfg), "text encoding")

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from sporch.runtime.model import ModelConfig
 
 from .families import pipeline_family
-from .spec import GenerateSpec
+from .params import GenerateParams
 from .vae_parallel import decode_rows, parallelize_decoder
 
 
@@ -33,18 +33,18 @@ class Decoder:
     decode (every rank of it calls the decoder; the frames are returned on its first rank,
     None on the others)."""
 
-    def __init__(self, spec: GenerateSpec, device: torch.device, dtype: torch.dtype = torch.float32,
+    def __init__(self, params: GenerateParams, device: torch.device, dtype: torch.dtype = torch.float32,
                  placement: str = "leader", group: Any = None) -> None:
         from diffusers import DiffusionPipeline
 
-        self.spec = spec
+        self.params = params
         self.device = device
-        self.family = pipeline_family(spec.family)
+        self.family = pipeline_family(params.family)
         drop: dict[str, Any] = {"transformer": None, "text_encoder": None, "tokenizer": None}
         drop.update(dict.fromkeys(self.family.text_parts))
-        if spec.boundary_ratio is not None:
+        if params.boundary_ratio is not None:
             drop["transformer_2"] = None  # Wan2.2 A14B's low-noise expert: not for decoding
-        self.pipe = DiffusionPipeline.from_pretrained(spec.root, dtype=dtype, **drop).to(device)
+        self.pipe = DiffusionPipeline.from_pretrained(params.root, dtype=dtype, **drop).to(device)
         self.check()
         self.group = group if placement == "parallel" else None
         if placement == "tiled":
@@ -56,15 +56,15 @@ class Decoder:
     def check(self) -> None:
         """The VAE's latent channels and strides must be the model's."""
         cfg = self.pipe.vae.config
-        model, spec = self.spec.model, self.spec
+        model, params = self.params.model, self.params
         channels = self.family.latent_channels(cfg)
         want = ModelConfig.from_dict(model).out_dim  # the preset's or the checkpoint's knobs too
         if channels != want:
-            raise ValueError(f"the VAE in {spec.root}/vae has {channels} latent channels, the model {want}: "
+            raise ValueError(f"the VAE in {params.root}/vae has {channels} latent channels, the model {want}: "
                              "use the model settings of this pipeline folder")
         stride = self.family.vae_stride(self.pipe)
-        if [int(s) for s in model["vae_stride"]][1:] != stride[1:] or (spec.video and model["vae_stride"][0] != stride[0]):
-            raise ValueError(f"the VAE in {spec.root}/vae has strides {stride}, the job says model.vae_stride "
+        if [int(s) for s in model["vae_stride"]][1:] != stride[1:] or (params.video and model["vae_stride"][0] != stride[0]):
+            raise ValueError(f"the VAE in {params.root}/vae has strides {stride}, the job says model.vae_stride "
                              f"{list(model['vae_stride'])}: set model.vae_stride: {stride}")
 
     @torch.no_grad()

@@ -24,7 +24,7 @@ from sporch.orchestrator.campaign.collect import UNREADABLE, collect
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir, prepare
 from sporch.orchestrator.campaign.lock import CampaignLock
-from sporch.orchestrator.contract.safe_files import UnsafeFileError
+from sporch.orchestrator.safe_files import UnsafeFileError
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.errors import SporchError

@@ -17,7 +17,7 @@ from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
 from sporch.orchestrator.campaign.report import write_csv
 from sporch.orchestrator.campaign.spec import campaign_from_dict
 from sporch.orchestrator.contract.results import write_json_atomic
-from sporch.orchestrator.contract.safe_files import UnsafeFileError, write_atomic
+from sporch.orchestrator.safe_files import UnsafeFileError, write_atomic
 from sporch.orchestrator.errors import SporchError
 
 VICTIM_TEXT = "precious\n"

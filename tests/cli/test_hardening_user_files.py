@@ -182,7 +182,7 @@ def test_an_index_naming_shards_inside_its_folder_is_read(tmp_path, run_cli):
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "x.safetensors").write_bytes(safetensors_bytes())
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "sub/x.safetensors"}}))
-    from sporch.orchestrator.contract.checkpoint_files import open_checkpoint
+    from sporch.orchestrator.models.checkpoint_files import open_checkpoint
 
     assert list(open_checkpoint(folder).tensors) == ["w"]
 

@@ -17,7 +17,7 @@ from sporch.orchestrator.contract.sections import CacheSection, compile_off_reas
 from sporch.orchestrator.plan.cost import compiles
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
-from sporch.runtime.pipelines.spec import generate_spec
+from sporch.runtime.pipelines.params import generate_params
 from sporch.runtime.testing import plan_for
 
 
@@ -52,9 +52,9 @@ def test_the_runtime_reads_the_cfg_decision_from_the_plan():
 
     plan = plan_for(Layout(), tiny_model_dict("cross"), (1, 2, 2),
                     workload={"kind": "generate", "guidance_scale": 5.0, "prompt": "a fox"})
-    assert plan.workload.cfg_enabled and generate_spec(plan).cfg
+    assert plan.workload.cfg_enabled and generate_params(plan).cfg
     off = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, cfg_enabled=False))
-    assert not generate_spec(off).cfg  # the record wins over the scale: nothing decides again
+    assert not generate_params(off).cfg  # the record wins over the scale: nothing decides again
 
 
 def test_the_compile_rule_is_one_for_the_cost_model_and_the_runtime():

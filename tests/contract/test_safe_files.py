@@ -1,5 +1,5 @@
 """Issue 32 items 1 and 3: the one rule for files sporch writes at a name a user gave
-(contract/safe_files.py): a taken name is refused unless --force; a link there is replaced,
+(safe_files.py): a taken name is refused unless --force; a link there is replaced,
 never written through; the data goes to a random temporary name created exclusively (or into a
 private folder, for writers that open their path themselves), then to the name. And the reader
 that takes only regular files (item 11)."""
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from sporch.orchestrator.contract.safe_files import (NotAFileError, OutputExistsError, UnsafeFileError, check_output,
+from sporch.orchestrator.safe_files import (NotAFileError, OutputExistsError, UnsafeFileError, check_output,
                                                       open_regular, output_file, read_regular, write_output)
 
 VICTIM = "the user's own file: must not change\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sporch.orchestrator.config.job import job_from_dict
-from sporch.orchestrator.contract.hangs import (collective_timeout_s, diagnose, parse_record, pg_timeout_s,
+from sporch.orchestrator.hangs import (collective_timeout_s, diagnose, parse_record, pg_timeout_s,
                                                 ranks_text)
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs import status as js

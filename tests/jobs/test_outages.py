@@ -47,7 +47,7 @@ def _setup(tmp_path: Path, fail: int) -> dict:
     (jd / "result.json").write_text('{"status": "completed"}')
     os.environ["SPORCH_HOME"], old = str(home), os.environ.get("SPORCH_HOME")
     try:
-        store.save(JobRecord(id="out", name="out", cluster="lab", backend="sbatch", slurm_job_id="77",
+        store.save(JobRecord(id="out", name="out", cluster="lab", backend="sbatch", backend_job_id="77",
                              job_dir=str(jd), submitted="2026-01-01T00:00:00", world_size=1, nodes=1,
                              logs={"batch_err": "logs/{job_id}.err"}))
     finally:

@@ -21,7 +21,7 @@ start, slurm_id = float(sys.argv[1]), sys.argv[2]
 while time.time() < start:
     time.sleep(0.001)
 rec = JobRecord(id="tiny-20260101-000000", name="tiny", cluster="slurmlab", backend="sbatch",
-                slurm_job_id=slurm_id, job_dir="/nonexistent", submitted="2026-01-01T00:00:00")
+                backend_job_id=slurm_id, job_dir="/nonexistent", submitted="2026-01-01T00:00:00")
 store.save_new(rec)
 print(rec.id)
 """
@@ -37,14 +37,14 @@ def test_twenty_processes_saving_at_once_keep_every_record(sporch_home):
     ids = [out.strip() for out, _ in outs]
     assert len(set(ids)) == 20  # every process got its own id
     recs = store.load_all()
-    assert sorted(r.slurm_job_id for r in recs) == [str(1000 + i) for i in range(20)]
+    assert sorted(r.backend_job_id for r in recs) == [str(1000 + i) for i in range(20)]
     assert sorted(r.id for r in recs) == sorted(ids)
     assert not [p for p in (sporch_home / "jobs").iterdir() if not p.name.endswith(".json")]  # no leftovers
 
 
 def test_status_all_reports_a_corrupt_record_and_lists_the_rest(sporch_home, run_cli):
     good = JobRecord(id="tiny-20260101-000000", name="tiny", cluster="slurmlab", backend="sbatch",
-                     slurm_job_id="1", job_dir="/nonexistent", submitted="2026-01-01T00:00:00",
+                     backend_job_id="1", job_dir="/nonexistent", submitted="2026-01-01T00:00:00",
                      final={"state": "COMPLETED", "exit_code": "0:0"})
     store.save(good, job_dir_copy=False)
     jobs = sporch_home / "jobs"

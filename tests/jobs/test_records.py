@@ -13,7 +13,7 @@ from sporch.orchestrator.jobs.store import JobRecord
 
 
 def _rec(i: str, name: str, slurm_id: str, when: str, job_dir: str = "/nonexistent") -> JobRecord:
-    return JobRecord(id=i, name=name, cluster="slurmlab", backend="sbatch", slurm_job_id=slurm_id, job_dir=job_dir,
+    return JobRecord(id=i, name=name, cluster="slurmlab", backend="sbatch", backend_job_id=slurm_id, job_dir=job_dir,
                      submitted=when, world_size=4, nodes=2,
                      logs={"batch_out": "logs/{job_id}.out", "rank_err": "logs/{job_id}_{rank}.err"})
 
@@ -31,7 +31,7 @@ def test_save_writes_home_and_job_dir_copies(sporch_home, tmp_path):
     r = _rec("tiny-20260101-000000", "tiny", "42", "2026-01-01T00:00:00", str(jd))
     path = store.save(r)
     assert path == sporch_home / "jobs" / "tiny-20260101-000000.json"
-    assert json.loads(path.read_text())["slurm_job_id"] == "42"
+    assert json.loads(path.read_text())["backend_job_id"] == "42"
     assert store.load_file(jd / "record.json") == r
     assert store.load_all() == [r]
 
@@ -77,3 +77,21 @@ def test_unreadable_records_are_skipped(sporch_home):
     (sporch_home / "jobs" / "broken.json").write_text("{not json")
     store.save(_rec("ok", "ok", "5", "t"))
     assert [r.id for r in store.load_all()] == ["ok"]
+
+
+def test_a_record_written_before_the_rename_still_loads(sporch_home, tmp_path):
+    """``backend_job_id`` was ``slurm_job_id`` (it holds a pid for the local backend): an older
+    record file loads with its id in the new field, and is written back under the new key."""
+    jd = tmp_path / "jd"
+    jd.mkdir()
+    new = _rec("old-20250101-000000", "old", "4242", "2025-01-01T00:00:00", str(jd))
+    old_doc = {("slurm_job_id" if k == "backend_job_id" else k): v for k, v in new.to_dict().items()}
+    assert "backend_job_id" not in old_doc
+    (sporch_home / "jobs").mkdir(parents=True, exist_ok=True)
+    (sporch_home / "jobs" / f"{new.id}.json").write_text(json.dumps(old_doc))
+    loaded = store.load_all()
+    assert loaded == [new]
+    assert store.find(new.id).log_path("batch_out") == jd / "logs" / "4242.out"
+    store.save(loaded[0])
+    doc = json.loads((sporch_home / "jobs" / f"{new.id}.json").read_text())
+    assert doc["backend_job_id"] == "4242" and "slurm_job_id" not in doc

@@ -21,7 +21,7 @@ def _rec(tmp_path: Path, i: str, slurm_id: str, completed: bool = False) -> JobR
     (jd / "logs").mkdir(parents=True)
     if completed:
         (jd / "result.json").write_text('{"status": "completed"}')
-    r = JobRecord(id=i, name=i, cluster="lab", backend="sbatch", slurm_job_id=slurm_id, job_dir=str(jd),
+    r = JobRecord(id=i, name=i, cluster="lab", backend="sbatch", backend_job_id=slurm_id, job_dir=str(jd),
                   submitted=f"2026-01-01T00:00:0{slurm_id[-1]}", world_size=4, nodes=2,
                   logs={"batch_out": "logs/{job_id}.out", "batch_err": "logs/{job_id}.err",
                         "rank_out": "logs/{job_id}_{rank}.out", "rank_err": "logs/{job_id}_{rank}.err"})
@@ -167,7 +167,7 @@ def test_no_accounting_falls_back_to_the_job_dir(monkeypatch, tmp_path, sporch_h
                                                ("OUT_OF_MEMORY", None, 1), ("CANCELLED", None, 3),
                                                ("TIMEOUT", None, 3), ("PREEMPTED", None, 3)])
 def test_exit_status(state, result, code):
-    s = js.JobStatus(id="a", name="a", cluster="c", slurm_job_id="1", state=state, terminal=True, source="sacct",
+    s = js.JobStatus(id="a", name="a", cluster="c", backend_job_id="1", state=state, terminal=True, source="sacct",
                      result_status=result)
     assert s.exit_status() == code
 
@@ -270,7 +270,7 @@ def test_a_local_run_that_says_completed_without_result_is_failed(tmp_path, spor
     (jd / "logs").mkdir(parents=True)
     (jd / "logs" / "rank0.log").write_text("starting\nRuntimeError: the ranks could not start\n")
     (jd / "local.json").write_text('{"pid": 1, "state": "COMPLETED"}')
-    r = JobRecord(id="loc", name="loc", cluster="local", backend="local", slurm_job_id="1", job_dir=str(jd),
+    r = JobRecord(id="loc", name="loc", cluster="local", backend="local", backend_job_id="1", job_dir=str(jd),
                   submitted="2026-01-01T00:00:00", world_size=1, nodes=1,
                   logs={"batch_out": "logs/rank0.log", "batch_err": "logs/rank0.log",
                         "rank_out": "logs/rank{rank}.log", "rank_err": "logs/rank{rank}.log"})

@@ -11,7 +11,7 @@ import pytest
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
-from sporch.orchestrator.contract.families import FAMILIES, family_of_class
+from sporch.orchestrator.models.families import FAMILIES, family_of_class
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.planner import make_plan
 from tests.cli.test_bad_input_hardening import one_line_error

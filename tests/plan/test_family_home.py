@@ -12,9 +12,9 @@ import pytest
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
-from sporch.orchestrator.contract.families import FAMILIES, get_family, standin_family
-from sporch.orchestrator.contract.generate_inputs import check_generate, generate_family
-from sporch.orchestrator.plan.pipeline import known_parts
+from sporch.orchestrator.models.families import FAMILIES, get_family, standin_family
+from sporch.orchestrator.models.generate_inputs import check_generate, generate_family
+from sporch.orchestrator.plan.pipeline_estimate import known_parts
 from sporch.orchestrator.plan.planner import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,10 +1,10 @@
 """Bad model files are refused in one line at plan and inspect time (issue 32 items 6, 9, 10).
 
-A checkpoint's config.json is validated in one place (contract/models/checkpoint_config.py): every
+A checkpoint's config.json is validated in one place (models/checkpoint_config.py): every
 value it reads has its type, range and finiteness checked, and the model they make together its
 consistency (heads and head_dim, RoPE, channels), for ``sporch plan`` and ``sporch inspect`` alike.
 A LoRA file's alphas (metadata, alpha tensors), flags, ranks and tensor values are checked the same
-way (contract/models/lora.py, contract/finite.py). The fuzz tests drive the real CLI in-process
+way (models/lora.py, models/finite.py). The fuzz tests drive the real CLI in-process
 over generated values: never an internal error, never exit 0 with a plan whose model the ranks
 could not build or whose numbers are not finite.
 
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sporch.orchestrator.cli.main import main
-from sporch.orchestrator.contract.finite import count_nonfinite_bytes
+from sporch.orchestrator.models.finite import count_nonfinite_bytes
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -202,8 +202,8 @@ def test_auto_moves_the_vae_decode_before_sharding_the_dit():
 
 
 def test_each_text_encoder_and_vae_option_has_its_memory():
-    from sporch.orchestrator.contract.families.wan import PARTS
-    from sporch.orchestrator.plan.pipeline import sharded_encoder_bytes
+    from sporch.orchestrator.models.families.wan import PARTS
+    from sporch.orchestrator.plan.pipeline_estimate import sharded_encoder_bytes
 
     wan = PARTS
     rows = {}

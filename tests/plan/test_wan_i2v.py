@@ -13,7 +13,7 @@ import pytest
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.contract.families.wan import PARTS_I2V
+from sporch.orchestrator.models.families.wan import PARTS_I2V
 from sporch.orchestrator.plan.planner import make_plan
 
 REPO = Path(__file__).resolve().parents[2]

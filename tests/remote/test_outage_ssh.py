@@ -83,7 +83,7 @@ def _record(sshd, own, tmp_path: Path) -> JobRecord:
     (jd / "result.json").write_text('{"status": "completed"}')
     login = sshd.login(str(tmp_path / "kh"), port=own.port, setup=[f"export PATH={bin_dir}:$PATH"],
                        workdir=None)
-    return JobRecord(id="r", name="r", cluster="lab", backend="sbatch", slurm_job_id="88", job_dir=str(jd),
+    return JobRecord(id="r", name="r", cluster="lab", backend="sbatch", backend_job_id="88", job_dir=str(jd),
                      submitted="2026-01-01T00:00:00", world_size=1, nodes=1, remote=login,
                      logs={"batch_err": "logs/{job_id}.err"})
 

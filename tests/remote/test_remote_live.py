@@ -80,8 +80,8 @@ def test_verify_over_ssh_completes_and_logs_come_over_sftp(rsporch, sshd):
     assert st["state"] == "COMPLETED" and st["source"] in ("squeue", "sacct"), p.stderr
     p = rsporch("logs", rec["id"], "--rank", "3")  # a quiet rank: empty logs, but they exist
     assert p.returncode == 0, p.stderr
-    assert p.stdout + p.stderr == (jd / "logs" / f"{rec['slurm_job_id']}_3.out").read_text() + \
-        (jd / "logs" / f"{rec['slurm_job_id']}_3.err").read_text()
+    assert p.stdout + p.stderr == (jd / "logs" / f"{rec['backend_job_id']}_3.out").read_text() + \
+        (jd / "logs" / f"{rec['backend_job_id']}_3.err").read_text()
     p = rsporch("logs", rec["id"], "-f", "--interval", "0.2", timeout=60)
     assert p.returncode == 0 and f"-- {rec['id']}: COMPLETED" in p.stderr
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from sporch.runtime.rank_env import RankEnv, RankEnvError, default_master_port, first_host
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.benchstats import driver_version, fingerprint
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.benchstats import driver_version, fingerprint
 from sporch.orchestrator.contract.results import (RESULT_SCHEMA_VERSION, JobResult, RankError, RankRecord, ResultFileError, error_record,
                                                   read_rank_files, read_result, rank_file, result_file,
                                                   write_json_atomic)

@@ -104,7 +104,7 @@ def test_job_in_a_percent_folder_completes_on_the_lab(slurm_cluster, tmp_path, s
         assert f"{rec['id']}: COMPLETED" in p.stdout, p.stdout + p.stderr
         logs = Path(rec["job_dir"]) / "logs"
         assert "%x" in rec["job_dir"]
-        assert (logs / f"{rec['slurm_job_id']}.out").exists()  # the batch output, at the literal folder
-        assert (logs / f"{rec['slurm_job_id']}_0.out").exists()  # rank 0's srun output
+        assert (logs / f"{rec['backend_job_id']}.out").exists()  # the batch output, at the literal folder
+        assert (logs / f"{rec['backend_job_id']}_0.out").exists()  # rank 0's srun output
     finally:
         scancel_recorded((home / "jobs").glob("*.json"))

@@ -199,7 +199,7 @@ def test_accepted_submit_writes_record_and_job_dir(monkeypatch, tmp_path, sporch
                              f"output_dir={tmp_path}")
     assert code == 0, err
     [rec] = store.load_all()
-    assert rec.slurm_job_id == "12345" and rec.name == "tiny" and rec.world_size == 4 and rec.nodes == 2
+    assert rec.backend_job_id == "12345" and rec.name == "tiny" and rec.world_size == 4 and rec.nodes == 2
     assert rec.id.startswith("tiny-") and f"submitted {rec.id}" in out
     jd = Path(rec.job_dir)
     assert jd.parent == tmp_path / "tiny"

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sporch.orchestrator.contract.files import JobFiles
-from sporch.orchestrator.contract.safe_files import UnsafeFileError
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.safe_files import UnsafeFileError
 from sporch.orchestrator.submit.local_backend import LocalBackend
 
 VICTIM_TEXT = "precious\n"

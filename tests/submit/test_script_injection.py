@@ -18,7 +18,7 @@ import pytest
 from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.contract.files import JobFiles
+from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.contract.sections import ContainerSpec
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.submit.render import render_job, render_template

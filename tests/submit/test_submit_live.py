@@ -93,7 +93,7 @@ def test_verify_reaches_completed_on_two_nodes_with_both_backends(sporch):
         assert p.returncode == 0 and "COMPLETED" in p.stderr
     sbatch_rec = recs[1]
     assert (Path(sbatch_rec["job_dir"]) / "job.sbatch").read_text().startswith("#!/bin/bash")
-    assert (Path(sbatch_rec["job_dir"]) / "logs" / f"{sbatch_rec['slurm_job_id']}_3.out").exists()
+    assert (Path(sbatch_rec["job_dir"]) / "logs" / f"{sbatch_rec['backend_job_id']}_3.out").exists()
 
 
 def test_cancel_running_job(sporch):
@@ -159,9 +159,9 @@ def test_requeued_and_preempted_benchmarks_resume(sporch):
     requeued = sporch.submit(*bench, "name=requeued")
     preempted = sporch.submit(*bench, "name=preempted")
     _wait_for_step(requeued, 3)
-    subprocess.run(["scontrol", "requeue", requeued["slurm_job_id"]], check=True, capture_output=True, timeout=30)
+    subprocess.run(["scontrol", "requeue", requeued["backend_job_id"]], check=True, capture_output=True, timeout=30)
     _wait_for_step(preempted, 3)
-    subprocess.run(["scancel", "--signal=USR2", preempted["slurm_job_id"]], check=True, capture_output=True,
+    subprocess.run(["scancel", "--signal=USR2", preempted["backend_job_id"]], check=True, capture_output=True,
                    timeout=30)
     for rec in (requeued, preempted):
         p = sporch("wait", rec["id"], "--interval", "1", "--timeout", "150", timeout=180)

@@ -2,7 +2,7 @@
 
 ``transformer_folder(path)``: a pipeline folder's ``transformer/`` or the folder itself (the one
 holding config.json). ``load_diffusers(path, dtype=, device=)``: the class named by config.json's
-``_class_name`` (a class some family covers: ``contract/families``), built with its parameters on
+``_class_name`` (a class some family covers: ``models/families``), built with its parameters on
 the meta device (accelerate's ``init_empty_weights``; buffers the config derives stay real),
 then its parameters assigned from the folder's safetensors (memory-mapped, strict: a missing or
 unexpected tensor is an error). ``random_diffusers(class_name, config, seed=)``: the same class
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from sporch.orchestrator.contract.families import require_family
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families import require_family
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
 __all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers"]
 

@@ -1,13 +1,13 @@
 """The split plan of a diffusers transformer class: its own ``_cp_plan`` (diffusers'
 ``ContextParallelInput`` / ``ContextParallelOutput``) in sporch's records, or the table its family
-ships for a class without one (``sporch.orchestrator.contract.families``)."""
+ships for a class without one (``sporch.orchestrator.models.families``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sporch.orchestrator.contract.families import family_of_class
-from sporch.orchestrator.contract.families.plan_format import GatherOutput, SplitInput, SplitPlan
+from sporch.orchestrator.models.families import family_of_class
+from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan
 
 __all__ = ["split_plan", "from_cp_plan"]
 

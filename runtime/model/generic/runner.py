@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.families import require_family
+from sporch.orchestrator.models.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
 from ..finite import check_output

@@ -2,7 +2,7 @@
 
 :class:`SequenceParallel` attaches to a model (``with SequenceParallel(model, ctx, plan):``)
 
-* torch forward hooks where the split plan (``contract/families/plan_format.py``: the class's
+* torch forward hooks where the split plan (``models/families/plan_format.py``: the class's
   own ``_cp_plan`` or the family's shipped table) says: inputs / outputs split with
   :func:`split.split_local` (uneven chunks, no padding), outputs gathered with
   :func:`split.gather_uneven`;
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from sporch.orchestrator.contract.families.plan_format import GatherOutput, SplitInput, SplitPlan, splits_text
+from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan, splits_text
 from sporch.runtime.attention import usp_attention
 from sporch.runtime.parallel import ParallelContext
 

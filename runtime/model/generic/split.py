@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from sporch.orchestrator.contract.families.plan_format import SplitPlan, splits_text
+from sporch.orchestrator.models.families.plan_format import SplitPlan, splits_text
 from sporch.orchestrator.contract.parallel import sequence_chunks
 from sporch.runtime.parallel import ParallelContext
 

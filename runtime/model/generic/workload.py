@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from sporch.orchestrator.contract.benchstats import step_summary
-from sporch.orchestrator.contract.families import require_family
+from sporch.orchestrator.benchstats import step_summary
+from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.measure import peak_memory_bytes, sync

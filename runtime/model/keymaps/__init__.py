@@ -1,7 +1,7 @@
 """Load published checkpoints into sporch models.
 
-``load_checkpoint(model, path)``: finds the files (sporch.orchestrator.contract.checkpoint_files),
-picks the name table of the model's family (``TABLE`` of sporch.orchestrator.contract.models.wan
+``load_checkpoint(model, path)``: finds the files (sporch.orchestrator.models.checkpoint_files),
+picks the name table of the model's family (``TABLE`` of sporch.orchestrator.models.wan
 or .flux) and the format whose names the checkpoint uses (the original release, diffusers, or
 sporch's own names from ``save_safetensors``), checks config.json against the model config,
 checks that every tensor is there with the right shape and nothing else is, then copies tensor
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
-from sporch.orchestrator.contract.models import flux, wan
-from sporch.orchestrator.contract.models.keymap import Table
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, CheckpointFiles, open_checkpoint
+from sporch.orchestrator.models import flux, wan
+from sporch.orchestrator.models.keymap import Table
 from ..finite import nonfinite_weight
 from ..shards import local_rows
 from .transforms import TRANSFORMS

@@ -1,4 +1,4 @@
-"""The name tables' transforms on tensors (the tables name them: sporch.orchestrator.contract.models.keymap).
+"""The name tables' transforms on tensors (the tables name them: sporch.orchestrator.models.keymap).
 
 Each takes the source tensor(s) of one sporch parameter, the model config and the parameter's
 leaf name (``weight``, ``bias``) and returns the tensor in sporch's layout.

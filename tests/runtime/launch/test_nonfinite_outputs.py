@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError  # noqa: E402
+from sporch.orchestrator.models.checkpoint_files import CheckpointError  # noqa: E402
 from sporch.runtime.model import build_model, tiny_model_dict  # noqa: E402
 from sporch.runtime.model.build import save_safetensors  # noqa: E402
 from sporch.runtime.model.finite import NonFiniteOutput, check_output  # noqa: E402

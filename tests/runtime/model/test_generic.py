@@ -118,7 +118,7 @@ def test_sharded_equals_unsharded(results, case):
 
 
 def test_unsupported_class_is_refused():
-    from sporch.orchestrator.contract.families import UnsupportedClass
+    from sporch.orchestrator.models.families import UnsupportedClass
     from sporch.runtime.model.generic.build import diffusers_class
 
     with pytest.raises(UnsupportedClass, match="'SanaTransformer2DModel' is not supported"):

@@ -158,7 +158,7 @@ def _inputs(fam, config, grid, text, batch=1):
 def _lora_world(cases, files):
     import torch
 
-    from sporch.orchestrator.contract.families import require_family
+    from sporch.orchestrator.models.families import require_family
     from sporch.runtime.model.generic import GenericSharded, random_diffusers
     from sporch.runtime.model.generic.families import family_module
     from sporch.runtime.model.generic.lora import apply_lora

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from sporch.orchestrator.contract.families import FAMILIES  # noqa: E402
-from sporch.orchestrator.contract.families.plan_format import splits_text  # noqa: E402
+from sporch.orchestrator.models.families import FAMILIES  # noqa: E402
+from sporch.orchestrator.models.families.plan_format import splits_text  # noqa: E402
 from sporch.orchestrator.contract.sections import SequenceSection  # noqa: E402
 
 CLASSES = [(fam, cls) for fam in FAMILIES for cls in fam.classes]

@@ -251,7 +251,7 @@ def test_targets_the_model_lacks_are_one_line_naming_them(setup, tmp_path):
                            str(job)], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "5 of the LoRA's" in proc.stderr, proc.stderr
     # the runtime refuses the same adapter the same way (a plan written by hand)
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
     _, model_dict, plan = _case(setup, "wan-peft")
     with pytest.raises(CheckpointError, match="5 of the LoRA's"):
@@ -319,8 +319,8 @@ def test_bad_lora_files_are_one_line(tmp_path, keys, message):
     """Read from the header alone: what sporch cannot merge is refused by name."""
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-    from sporch.orchestrator.contract.models.lora import read_lora
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.lora import read_lora
 
     path = tmp_path / "x.safetensors"
     save_file({k: torch.zeros(s) for k, s in keys.items()}, str(path))
@@ -336,7 +336,7 @@ def test_kohya_and_peft_names_map_to_the_same_sporch_modules(tmp_path):
     and diffusers names of one Flux module land on the same fused rows."""
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.models.lora import map_targets, module_names, read_lora
+    from sporch.orchestrator.models.lora import map_targets, module_names, read_lora
 
     model = {"attention": "joint", "depth": 2, "single_depth": 1, "guidance_embed": True}
     cases = {"lora_unet_double_blocks_1_txt_attn_qkv": ("double_blocks.1.txt_attn.qkv", 0, 1),
@@ -360,7 +360,7 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
     from safetensors.torch import save_file
 
     from sporch.runtime.pipelines.experts import build_experts
-    from sporch.runtime.pipelines.spec import generate_spec
+    from sporch.runtime.pipelines.params import generate_params
     from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     workload = dict(kind="generate", frames=5, height=32, width=32, steps=2, guidance_scale=4.0, dtype="float32",
@@ -383,7 +383,7 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
         job = {"name": "w", "model": {"weights": str(root), **({"lora": entries} if entries else {})},
                "workload": workload}
         plan = make_plan(find_cluster("local"), job_from_dict(job))
-        experts = build_experts(generate_spec(plan), None, "none", torch.float32, torch.device("cpu"))
+        experts = build_experts(generate_params(plan), None, "none", torch.float32, torch.device("cpu"))
         return [r.model.blocks[0].self_attn.q.weight.clone() for r in experts.runners]
 
     plain, merged = q_weights(None), q_weights(lora)
@@ -399,8 +399,8 @@ def test_two_experts_take_the_adapters_meant_for_each(tmp_path):
 def test_a_dora_adapter_named_in_the_metadata_is_refused(tmp_path):
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-    from sporch.orchestrator.contract.models.lora import read_lora
+    from sporch.orchestrator.models.checkpoint_files import CheckpointError
+    from sporch.orchestrator.models.lora import read_lora
 
     path = tmp_path / "dora.safetensors"
     save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(2, 16),

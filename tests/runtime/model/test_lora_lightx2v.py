@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError
-from sporch.orchestrator.contract.models.lora import map_deltas, read_lora
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.lora import map_deltas, read_lora
 from sporch.runtime.model import build_model, tiny_model_dict
 from sporch.runtime.model.lora import merge_loras
 

@@ -64,7 +64,7 @@ def _table_with(table, ours: str, transform):
     """``table`` with the rule for ``ours`` loading with ``transform`` instead."""
     from dataclasses import replace
 
-    from sporch.orchestrator.contract.models.keymap import Table
+    from sporch.orchestrator.models.keymap import Table
 
     rules = [replace(r, transform=transform) if r.ours == ours else r for r in table.rules]
     assert rules != table.rules, ours
@@ -73,7 +73,7 @@ def _table_with(table, ours: str, transform):
 
 def test_wan_head_rows_matter(wan):
     """The output head's (pt, ph, pw, C) rows are permuted on load: without it the output is wrong."""
-    from sporch.orchestrator.contract.models import wan as wan_family
+    from sporch.orchestrator.models import wan as wan_family
     from sporch.runtime.model.keymaps import load_checkpoint
 
     model = build_model(sporch_wan_dict(WAN_TINY))
@@ -349,7 +349,7 @@ def test_flux_schnell_equals_diffusers(tmp_path):
 
 
 def test_flux_norm_out_swap_matters(flux):
-    from sporch.orchestrator.contract.models import flux as flux_family
+    from sporch.orchestrator.models import flux as flux_family
     from sporch.runtime.model.keymaps import load_checkpoint
 
     model = build_model(sporch_flux_dict(FLUX_TINY))
@@ -486,7 +486,7 @@ def test_the_planners_clip_image_encoder_count_is_the_published_one():
     ViT-H/14 at 224 px) built with transformers on the meta device: the planner's count."""
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
-    from sporch.orchestrator.contract.families.wan import PARTS_I2V
+    from sporch.orchestrator.models.families.wan import PARTS_I2V
 
     with torch.device("meta"):
         clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=1280, intermediate_size=5120, num_attention_heads=16,

@@ -251,7 +251,7 @@ def test_published_knobs_reach_planner_and_model():
     """One preset table for both sides: the planner's model section (no CFG branch -> cfg 1)
     and the runtime's ModelConfig built from it both carry every knob of each published model."""
     from sporch.orchestrator.config.job import ModelSpec
-    from sporch.orchestrator.contract.models import flux, wan
+    from sporch.orchestrator.models import flux, wan
     from sporch.orchestrator.plan.resolve import resolve_model
 
     for name, preset in {**wan.PRESETS, **flux.PRESETS}.items():
@@ -266,7 +266,7 @@ def test_published_knobs_reach_planner_and_model():
 
 
 def test_tiny_model_dict_is_the_tiny_preset():
-    from sporch.orchestrator.contract.models import find_preset
+    from sporch.orchestrator.models import find_preset
 
     shape = find_preset("tiny").shape
     for attention in ("cross", "joint", "self"):
@@ -278,7 +278,7 @@ def test_tiny_model_dict_is_the_tiny_preset():
 
 
 def test_every_transform_a_table_names_is_implemented():
-    from sporch.orchestrator.contract.models import flux, keymap, wan
+    from sporch.orchestrator.models import flux, keymap, wan
     from sporch.runtime.model.keymaps.transforms import TRANSFORMS
 
     assert set(TRANSFORMS) == set(keymap.TRANSFORMS)

@@ -373,7 +373,7 @@ def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
     """`sporch run --local` of a generate job without the extra: exit 2, one line naming it,
     no run folder (the extra's absence is emulated by one more module that does not exist)."""
     from sporch.orchestrator.cli.main import main
-    from sporch.orchestrator.contract import generate_inputs as check
+    from sporch.orchestrator.models import generate_inputs as check
 
     monkeypatch.setattr(check, "PIPELINE_MODULES", check.PIPELINE_MODULES + ("sporch_no_such_module",))
     rc = main(["run", "--local", "--cluster", "local", str(REPO / "examples/tiny-generate.yaml"),

@@ -91,7 +91,7 @@ def _run(plan_json: str, out: str, unsharded: bool = False):
 def test_the_folder_plans_a_clip_image_to_video_model(i2v):
     """The folder alone: image_dim from transformer/config.json, the image encoder's folders
     required; no workload.image is refused."""
-    from sporch.orchestrator.contract.generate_inputs import image_embeds, pipeline_problems
+    from sporch.orchestrator.models.generate_inputs import image_embeds, pipeline_problems
 
     plan = _folder_plan(i2v, {"ulysses": 4})
     assert plan.model.knobs["image_dim"] == IMAGE_DIM and image_embeds(plan.model)

@@ -10,23 +10,23 @@ import pytest
 pytest.importorskip("torch")
 
 from sporch.runtime.pipelines.latents import fingerprint  # noqa: E402
-from sporch.runtime.pipelines.spec import GenerateSpec  # noqa: E402
+from sporch.runtime.pipelines.params import GenerateParams  # noqa: E402
 
 
-def spec(tmp_path, **kw) -> GenerateSpec:
+def params(tmp_path, **kw) -> GenerateParams:
     base = dict(family="wan", model={"preset": "tiny", "lora": None}, root=str(tmp_path), tiny_weights=True,
                 prompts=("a fox",), negative_prompt=None, seed=1, steps=4, guidance_scale=5.0, cfg=True, shift=None,
                 scheduler=None, output_format="mp4", fps=16, frames=5, height=32, width=32, text_len=8,
                 dtype="float32", batch=1, grid=(2, 2, 2))
-    return GenerateSpec(**{**base, **kw})
+    return GenerateParams(**{**base, **kw})
 
 
 def test_every_input_of_the_latents_changes_the_fingerprint(tmp_path):
     image = tmp_path / "first.png"
     image.write_bytes(b"one")
-    s = spec(tmp_path, image=str(image))
+    s = params(tmp_path, image=str(image))
     fp = fingerprint(s, 0)
-    assert fingerprint(spec(tmp_path, image=str(image)), 0) == fp  # deterministic
+    assert fingerprint(params(tmp_path, image=str(image)), 0) == fp  # deterministic
     for change in ({"guidance_scale_2": 3.0}, {"model": {"preset": "tiny", "lora": [{"path": "a", "scale": 1.0}]}},
                    {"seed": 2}, {"steps": 5}, {"image": None}):
         assert fingerprint(dataclasses.replace(s, **change), 0) != fp, change

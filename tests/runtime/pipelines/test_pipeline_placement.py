@@ -56,7 +56,7 @@ def _encode_both(cases):
 
     from sporch.orchestrator.contract.plan import Plan
     from sporch.runtime.parallel import ParallelContext
-    from sporch.runtime.pipelines.spec import generate_spec
+    from sporch.runtime.pipelines.params import generate_params
     from sporch.runtime.pipelines.text import ENCODER_NAMES, encode, load_sharded_text_pipeline, shard_encoder
 
     cpu = torch.device("cpu")
@@ -64,11 +64,11 @@ def _encode_both(cases):
     for name, plan_json in cases:
         plan = Plan.from_json(plan_json)
         ctx = ParallelContext.from_plan(plan)
-        spec = generate_spec(plan)
-        cfg = spec.family == "wan"
-        sharded, sharded_null = encode(spec, PROMPTS, cpu, torch.float32, cfg, ctx)
-        plain, plain_null = encode(spec, PROMPTS, cpu, torch.float32, cfg)
-        pipe = load_sharded_text_pipeline(spec.root, torch.float32, cpu, ctx)
+        params = generate_params(plan)
+        cfg = params.family == "wan"
+        sharded, sharded_null = encode(params, PROMPTS, cpu, torch.float32, cfg, ctx)
+        plain, plain_null = encode(params, PROMPTS, cpu, torch.float32, cfg)
+        pipe = load_sharded_text_pipeline(params.root, torch.float32, cpu, ctx)
         held = total = 0
         for enc in filter(None, (getattr(pipe, n, None) for n in ENCODER_NAMES)):
             for p in enc.parameters():
@@ -115,13 +115,13 @@ def test_tiled_decode_is_diffusers_tiling(folders):
     general: each tile's attention and zero padding see only the tile, and the seams are
     blended; on this random VAE that moves pixels by up to ~0.5 (on the published VAE, trained
     smooth, the seams are not visible), so no tolerance is claimed against the whole decode."""
-    from sporch.runtime.pipelines.spec import generate_spec
+    from sporch.runtime.pipelines.params import generate_params
     from sporch.runtime.pipelines.vae import Decoder
 
     plan = _plan({"preset": "tiny", "weights": str(folders / "wan")}, WAN_WORKLOAD, vae="tiled")
-    spec = generate_spec(plan)
-    assert spec.vae == "tiled"
-    tiled, whole = Decoder(spec, torch.device("cpu"), placement="tiled"), Decoder(spec, torch.device("cpu"))
+    params = generate_params(plan)
+    assert params.vae == "tiled"
+    tiled, whole = Decoder(params, torch.device("cpu"), placement="tiled"), Decoder(params, torch.device("cpu"))
     assert tiled.pipe.vae.use_tiling and not whole.pipe.vae.use_tiling
     z = torch.randn(1, 4, 3, 10, 6, generator=torch.Generator().manual_seed(0))  # 80 x 48 px: one tile
     assert (tiled(z) == whole(z)).all()

@@ -17,7 +17,7 @@ from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime import decode  # noqa: E402
 from sporch.runtime.pipelines.latents import LatentStore, SavedLatentsError, expected_shape  # noqa: E402
-from sporch.runtime.pipelines.spec import generate_spec  # noqa: E402
+from sporch.runtime.pipelines.params import generate_params  # noqa: E402
 
 WORKLOAD = dict(kind="generate", frames=9, height=64, width=64, steps=2, prompt="a fox", dtype="float32")
 
@@ -27,17 +27,17 @@ def job_dir(tmp_path):
     plan = make_plan(find_cluster("local"), job_from_dict({"name": "gen", "model": {"preset": "tiny"},
                                                            "workload": WORKLOAD, "parallel": {}}))
     (tmp_path / "plan.json").write_text(plan.to_json())
-    spec = generate_spec(plan)
-    return tmp_path, spec
+    params = generate_params(plan)
+    return tmp_path, params
 
 
-def _plant(folder, spec, latents) -> None:
+def _plant(folder, params, latents) -> None:
     """Write ``latents`` as prompt 0's with the job's fingerprint (as if the file was edited)."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    store = LatentStore(spec, folder)
-    store.save([0], torch.zeros(1, *expected_shape(spec)))
+    store = LatentStore(params, folder)
+    store.save([0], torch.zeros(1, *expected_shape(params)))
     with safe_open(str(store.path(0)), framework="pt") as fh:
         meta = fh.metadata()
     save_file({"latents": latents}, str(store.path(0)), metadata=meta)
@@ -51,8 +51,8 @@ def _decode(folder) -> tuple[int, str]:
 
 
 def test_the_plan_fixes_the_latent_shape(job_dir):
-    _, spec = job_dir
-    assert expected_shape(spec) == (4, 3, 8, 8)  # tiny: 4 channels; 9 frames / 4 + 1; 64 / 8
+    _, params = job_dir
+    assert expected_shape(params) == (4, 3, 8, 8)  # tiny: 4 channels; 9 frames / 4 + 1; 64 / 8
 
 
 @pytest.mark.parametrize("make,message", [
@@ -63,17 +63,17 @@ def test_the_plan_fixes_the_latent_shape(job_dir):
     (lambda: torch.full((4, 3, 8, 8), math.inf), "holds 768 NaN or inf"),
 ])
 def test_changed_latents_are_refused_before_decoding(job_dir, make, message):
-    folder, spec = job_dir
-    _plant(folder, spec, make())
+    folder, params = job_dir
+    _plant(folder, params, make())
     code, err = _decode(folder)
     assert code == 2 and message in err and err.count("\n") == 1, err
     assert "00000.safetensors" in err and "run the job again" in err
     assert sorted(p.name for p in folder.iterdir()) == ["latents", "plan.json"]  # nothing written
     with pytest.raises(SavedLatentsError):
-        LatentStore(spec, folder).load([0])
+        LatentStore(params, folder).load([0])
 
 
 def test_latents_as_the_plan_says_pass_the_check(job_dir):
-    folder, spec = job_dir
-    _plant(folder, spec, torch.randn(4, 3, 8, 8))
-    assert LatentStore(spec, folder).load([0]).shape == (1, 4, 3, 8, 8)
+    folder, params = job_dir
+    _plant(folder, params, torch.randn(4, 3, 8, 8))
+    assert LatentStore(params, folder).load([0]).shape == (1, 4, 3, 8, 8)

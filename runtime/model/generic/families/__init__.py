@@ -1,5 +1,5 @@
 """The torch side of each family on the generic path: one module per family (the torch-free facts
-are in ``sporch.orchestrator.contract.families``), found by the same family name.
+are in ``sporch.orchestrator.models.families``), found by the same family name.
 
 Each module has ``TINY`` (a tiny config of the family's diffusers class, for tests and tiny
 folders), ``BATCHED`` (the forward arguments with one row per sample) and

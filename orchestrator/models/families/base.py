@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError
-from .plan_format import SplitPlan
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families.plan_format import SplitPlan
 
 
 class UnsupportedClass(CheckpointError):
@@ -78,7 +78,7 @@ class Family:
     pipeline_folders: tuple[str, ...] = ()
     video: bool = False
     standin_attention: Optional[str] = None
-    #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline.py's
+    #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
     notes: str = ""

@@ -9,7 +9,7 @@ write there, and where each backend puts the logs (standard library only; the ru
     <job_dir>/result.json               rank 0's summary
     <job_dir>/checkpoint/progress.json  progress of a resumable workload (runtime/progress.py)
     <job_dir>/hang/rank<N>.txt          a rank's stacks when a collective hung (runtime/watchdog.py)
-    <job_dir>/hang/rank<N>.json         the same rank's record of it (orchestrator/contract/hangs.py)
+    <job_dir>/hang/rank<N>.json         the same rank's record of it (orchestrator/hangs.py)
     <job_dir>/hang/fr_trace_rank_<N>    PyTorch's flight recorder of its collectives (docs/troubleshooting.md)
 """
 
@@ -111,7 +111,7 @@ class JobFiles:
         return self.path(HANG_DIR, f"rank{rank}.txt")
 
     def hang_record(self, rank: int) -> str:
-        """The same, for machines (:mod:`sporch.orchestrator.contract.hangs`)."""
+        """The same, for machines (:mod:`sporch.orchestrator.hangs`)."""
         return self.path(HANG_DIR, f"rank{rank}.json")
 
     @property

@@ -13,8 +13,8 @@
 
 from __future__ import annotations
 
-from .keymap import Table, rule
-from .preset import ModelPreset
+from sporch.orchestrator.models.keymap import Table, rule
+from sporch.orchestrator.models.preset import ModelPreset
 
 #: What every Flux.1 transformer has.
 KNOBS = {"rope_axes": (16, 56, 56), "pooled_dim": 768, "distilled": True}

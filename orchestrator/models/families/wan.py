@@ -1,7 +1,7 @@
 """Wan2.1 / Wan2.2 (diffusers ``WanTransformer3DModel``, which carries its own ``_cp_plan``).
 
 sporch also runs Wan on its hand-built path (``runtime/model/wan.py``; presets, checkpoint tables and
-knobs in ``contract/models/wan.py``); the generic path runs the diffusers class itself. Text stays
+knobs in ``models/wan.py``); the generic path runs the diffusers class itself. Text stays
 whole on every rank (cross-attention needs no communication).
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family
+from sporch.orchestrator.models.families.base import Family
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
 
-#: Parameters of the published pipelines' other parts (plan/pipeline.py's memory estimate): sizes,
+#: Parameters of the published pipelines' other parts (plan/pipeline_estimate.py's memory estimate): sizes,
 #: the text encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the
 #: VAE's widest decoder channels, frames per causal chunk, and diffusers' tile size (``enable_tiling``).
 #: Wan2.1 T2V and Wan2.2 A14B: umT5-XXL and the Wan2.1 VAE.

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.contract.estimates_section import BusiestRank, Estimates, PipelineEstimate, PipelinePart
-from sporch.orchestrator.contract.families import get_family
+from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 from sporch.orchestrator.plan.estimates import memory_totals
 
 #: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
-#: family: ``Family.pipeline_parts(preset)`` in contract/families/ (wan.PARTS, flux.PARTS).
+#: family: ``Family.pipeline_parts(preset)`` in models/families/ (wan.PARTS, flux.PARTS).
 IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
@@ -31,14 +31,6 @@ VAE_BYTES = 4  # the VAE decodes in float32
 #: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
 #: (4/3)^2 of the frames) and then the blended frames.
 TILED_OUTPUT_COPIES = 2.8
-
-
-def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
-    """A relative file path of the job (``workload.prompt_file``, ``workload.image``,
-    ``model.lora[].path``) is relative to the job file's folder."""
-    if path and source and not Path(path).expanduser().is_absolute():
-        return str(Path(source).parent / path)
-    return path
 
 
 def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:

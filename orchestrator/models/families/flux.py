@@ -1,7 +1,7 @@
 """Flux.1 (diffusers ``FluxTransformer2DModel``, which carries its own ``_cp_plan``).
 
 sporch also runs Flux on its hand-built path (``runtime/model/mmdit.py``; presets and checkpoint
-tables in ``contract/models/flux.py``); the generic path runs the diffusers class itself, text and
+tables in ``models/flux.py``); the generic path runs the diffusers class itself, text and
 image tokens both split (joint attention is sequence-parallel over both).
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family
+from sporch.orchestrator.models.families.base import Family
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 
-#: Parameters of Flux.1's other parts (plan/pipeline.py's memory estimate; the keys as wan.PARTS):
+#: Parameters of Flux.1's other parts (plan/pipeline_estimate.py's memory estimate; the keys as wan.PARTS):
 #: T5-XXL and CLIP-L text encoders, the 16-channel AutoencoderKL.
 PARTS: dict[str, Any] = {
     "text_encoder": "T5-XXL encoder + CLIP-L text", "text_encoder_parameters": 4_760_000_000 + 123_000_000,

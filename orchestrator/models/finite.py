@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
-from .checkpoint_files import DTYPE_SIZES, TensorInfo
+from sporch.orchestrator.models.checkpoint_files import DTYPE_SIZES, TensorInfo
 
 #: dtype -> (byte, mask) pairs: an element is non-finite when ``byte & mask == mask`` for every pair
 #: (its exponent all ones). float8_e4m3fn has no inf and one NaN pattern (S.1111.111); E8M0's NaN is 0xFF.

@@ -1,9 +1,11 @@
-"""Per-stage figures of a generate run: seconds and peak memory of text encoding, loading the
-transformer, denoising, decoding and saving (``result.json`` ``stages``; docs/generate.md).
+"""Per-phase figures of a generate run: seconds and peak memory of text encoding, loading the
+transformer, denoising, decoding and saving (``result.json``'s ``metrics.stages``, a key kept as
+it was for the reports and older result files; docs/generate.md). "Stage" in sporch means weight
+staging (``model.stage``, runtime/stage.py).
 
-On a GPU each stage's peak is the most memory allocated while it ran (the peak counter is reset
-when a stage starts); on the CPU it is the process's peak resident set when the stage ended
-(which only grows). A stage entered several times (one denoising per prompt batch) adds up.
+On a GPU each phase's peak is the most memory allocated while it ran (the peak counter is reset
+when a phase starts); on the CPU it is the process's peak resident set when the phase ended
+(which only grows). A phase entered several times (one denoising per prompt batch) adds up.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from sporch.runtime.measure import peak_memory_bytes, sync
 
 
-class Stages:
+class PhaseTimer:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.seen: dict[str, dict[str, Any]] = {}
@@ -40,7 +42,7 @@ class Stages:
         return float(self.seen.get(name, {}).get("s", 0.0))
 
     def record(self, steps: int = 0) -> dict[str, Any]:
-        """``{stage: {s, peak_memory_bytes}}``; denoise adds ``steps`` and ``s_per_step``."""
+        """``{phase: {s, peak_memory_bytes}}``; denoise adds ``steps`` and ``s_per_step``."""
         out = {k: {"s": round(v["s"], 6), "peak_memory_bytes": int(v["peak_memory_bytes"])}
                for k, v in self.seen.items()}
         if "denoise" in out and steps:

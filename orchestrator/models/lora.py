@@ -30,17 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
+from sporch.orchestrator.models.checkpoint_files import (CheckpointError, TensorInfo, _load_json, kind, open_file, read_header,
                                read_safetensors)
-from ..finite import count_nonfinite
-from . import flux, wan
-from .keymap import Rule, Table
+from sporch.orchestrator.models.finite import count_nonfinite
+from sporch.orchestrator.contract.vocab import LORA_EXPERTS
+from sporch.orchestrator.models import flux, wan
+from sporch.orchestrator.models.keymap import Rule, Table
 
 #: Name tables by family, as the model's attention kind selects them.
 FAMILIES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
 
 #: Which transformer of a two-expert model (Wan2.2 A14B) an entry of ``model.lora`` adapts.
-EXPERTS = ("both", "transformer", "transformer_2")
+EXPERTS = LORA_EXPERTS
 
 #: Prefixes a module name may carry (stripped); the kohya ones mark underscored names.
 DOTTED_PREFIXES = ("base_model.model.", "transformer.", "diffusion_model.", "model.diffusion_model.")

@@ -1,4 +1,5 @@
-"""The generate settings, read from the Plan here and nowhere else in runtime/pipelines/.
+"""The generate parameters (:class:`GenerateParams`), read from the Plan here and nowhere else in
+runtime/pipelines/. ("Spec" in sporch means what a user's file says: JobSpec, ClusterSpec.)
 
 (``plan.model`` / ``plan.workload`` / ``plan.sequence`` are the Plan's typed sections,
 sporch.orchestrator.contract.sections.)
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sporch.orchestrator.contract.families import get_family
-from sporch.orchestrator.contract.generate_inputs import generate_family, image_embeds, read_prompts
+from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.generate_inputs import generate_family, image_embeds, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 
 @dataclass(frozen=True)
-class GenerateSpec:
+class GenerateParams:
     family: str  # plan.model.family: "wan" (video, MP4) | "flux" (image, PNG); runtime/pipelines/families.py
     model: dict  # plan.model, for build_model / ModelConfig
     root: str  # the diffusers pipeline folder (model.weights)
@@ -58,7 +59,7 @@ class GenerateSpec:
         return get_family(self.family).video
 
 
-def generate_spec(plan: Plan) -> GenerateSpec:
+def generate_params(plan: Plan) -> GenerateParams:
     """The one place plan fields are read for a generate job."""
     model, wl, seq = plan.model, plan.workload, plan.sequence
     family = generate_family(model)
@@ -70,7 +71,7 @@ def generate_spec(plan: Plan) -> GenerateSpec:
         raise ValueError("workload.kind=generate needs workload.prompt or workload.prompt_file")
     frames = wl.frames or 1
     fmt = wl.output_format or ("mp4" if family.video else "png")
-    return GenerateSpec(
+    return GenerateParams(
         family=family.name, model=model.to_dict(), root=model.weights or "", tiny_weights=wl.tiny_weights,
         prompts=prompts, negative_prompt=wl.negative_prompt, seed=wl.seed, steps=wl.steps,
         guidance_scale=wl.guidance_scale, cfg=wl.cfg_enabled, shift=wl.shift, scheduler=wl.scheduler, output_format=fmt,

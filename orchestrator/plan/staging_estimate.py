@@ -14,7 +14,7 @@ from typing import Optional
 from sporch.orchestrator.contract.estimates_section import StagingEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection, WorkloadSection
 from sporch.orchestrator.plan.estimates import parameter_count
-from sporch.orchestrator.plan.pipeline import VAE_BYTES, known_parts
+from sporch.orchestrator.plan.pipeline_estimate import VAE_BYTES, known_parts
 
 CHECKPOINT_BYTES = 2  # bfloat16, as published
 

@@ -14,8 +14,8 @@ models' facts.
 
 from __future__ import annotations
 
-from .keymap import Table, rule
-from .preset import ModelPreset
+from sporch.orchestrator.models.keymap import Table, rule
+from sporch.orchestrator.models.preset import ModelPreset
 
 #: What every Wan2.1 transformer has: sinusoidal timestep embedding 256 wide, norms' eps 1e-6.
 KNOBS = {"freq_dim": 256, "eps": 1e-6}

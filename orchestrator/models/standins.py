@@ -8,7 +8,7 @@ single-stream depth used when a job switches the preset to ``attention: joint`` 
 
 from __future__ import annotations
 
-from .preset import ModelPreset
+from sporch.orchestrator.models.preset import ModelPreset
 
 PRESETS = {
     # mmdit-video-12b: HunyuanVideo's shapes (20 dual-stream + 40 single-stream blocks, 3072);

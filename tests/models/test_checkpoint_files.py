@@ -1,4 +1,4 @@
-"""The checkpoint pre-check (contract/checkpoint_files.py) refuses what the safetensors loader
+"""The checkpoint pre-check (models/checkpoint_files.py) refuses what the safetensors loader
 would refuse, with one line, before any rank starts (docs/model.md promises exit 2 then)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sporch.orchestrator.contract.checkpoint_files import CheckpointError, open_checkpoint, read_header
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint, read_header
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "examples" / "tiny.yaml"

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..checkpoint_files import CheckpointError
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
 TRANSFORMS = ("copy", "cat", "conv_as_linear", "rows_channel_last_to_first", "swap_halves")
 
@@ -52,19 +52,22 @@ class Table:
     rules: list[Rule]
     #: format -> {config.json key: ModelConfig attribute} (checked when config.json is present)
     config_keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: the rules' patterns, compiled on the first lookup (not at import: the CLI loads these
+    #: tables for every job file, and most commands never look a name up)
     _compiled: list[tuple[re.Pattern, Rule]] = field(default_factory=list, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        for r in self.rules:
-            pat = re.escape(r.ours).replace(re.escape("{i}"), r"(?P<i>\d+)")
-            self._compiled.append((re.compile(pat + r"(?:\.(?P<leaf>\w+))?$"), r))
+    def _patterns(self) -> list[tuple[re.Pattern, Rule]]:
+        if not self._compiled:
+            self._compiled = [(re.compile(re.escape(r.ours).replace(re.escape("{i}"), r"(?P<i>\d+)")
+                                          + r"(?:\.(?P<leaf>\w+))?$"), r) for r in self.rules]
+        return self._compiled
 
     @property
     def formats(self) -> list[str]:
         return sorted({f for r in self.rules for f in r.sources})
 
     def rule_for(self, name: str) -> tuple[Rule, dict[str, str]]:
-        for pat, r in self._compiled:
+        for pat, r in self._patterns():
             m = pat.match(name)
             if m:
                 return r, {k: v for k, v in m.groupdict().items() if v is not None}

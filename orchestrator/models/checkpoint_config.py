@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from ..checkpoint_files import CheckpointError, kind, read_file
-from ..families import family_of_class, supported_classes
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, read_file
+from sporch.orchestrator.models.families import family_of_class, supported_classes
 
 #: Text tokens when the transformer's config does not say (the family's text encoder's).
 WAN_TEXT_LEN = 512
@@ -54,7 +54,7 @@ class CheckpointModel:
     knobs: Mapping[str, Any] = field(default_factory=dict)
     #: which config key set each field or knob (for messages)
     keys: Mapping[str, str] = field(default_factory=dict)
-    #: contract/families name ("wan", "flux", "qwen-image", ...)
+    #: models/families name ("wan", "flux", "qwen-image", ...)
     family_key: Optional[str] = None
     #: the diffusers class the generic path runs (None: sporch's hand-built Wan / Flux)
     diffusers_class: Optional[str] = None

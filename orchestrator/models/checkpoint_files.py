@@ -27,14 +27,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Optional
 
-from .safe_files import NotAFileError, open_regular
+from sporch.orchestrator.contract.results import BadInputError
+from sporch.orchestrator.safe_files import NotAFileError, open_regular
 
 #: A safetensors header larger than this is not a header (corrupt length prefix).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message is one line naming what is wrong."""
+class CheckpointError(BadInputError):
+    """A checkpoint that cannot be loaded; the message is one line naming what is wrong (a rank
+    that fails with one records it as the job's bad input: contract.results)."""
 
 
 @dataclass(frozen=True)

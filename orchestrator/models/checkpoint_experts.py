@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..checkpoint_files import CheckpointError, kind
-from .checkpoint_config import model_from_config, read_json_object
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind
+from sporch.orchestrator.models.checkpoint_config import model_from_config, read_json_object
 
 #: The low-noise expert's subfolder in a diffusers pipeline folder.
 SECOND = "transformer_2"

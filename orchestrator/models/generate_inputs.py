@@ -10,9 +10,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from .families import Family, get_family
-from .models.wan import PRESETS as WAN_PRESETS
-from .safe_files import NotAFileError, read_regular
+from sporch.orchestrator.models.families import Family, get_family
+from sporch.orchestrator.models.wan import PRESETS as WAN_PRESETS
+from sporch.orchestrator.safe_files import NotAFileError, read_regular
 
 PRESET_KNOBS = {name: dict(p.knobs) for name, p in WAN_PRESETS.items()}
 

@@ -1,4 +1,7 @@
-"""The models sporch knows by name (standard library only; both sides read it).
+"""The models sporch knows, and the readers of their files (standard library only; both sides
+read it: the orchestrator on a login node or a laptop, the runtime on every rank).
+
+The named models:
 
 One module per published family holds everything about it: wan.py (Wan2.1), flux.py
 (Flux.1): each model's shape and knobs (:class:`~.preset.ModelPreset`) and the family's
@@ -7,16 +10,23 @@ checkpoint name table (``TABLE``, :mod:`.keymap`). standins.py holds the shape-o
 
 The orchestrator plans with a preset's shape and knobs (sporch.orchestrator.config.presets);
 the runtime's ModelConfig takes the knobs by preset name and loads checkpoints with the
-family's table (sporch.runtime.model.config, sporch.runtime.model.keymaps).
+family's table (sporch.runtime.model.config, sporch.runtime.model.keymaps). :mod:`.families`
+holds every family fact (one module per family, one registry).
+
+The readers, no tensor loaded: :mod:`.checkpoint_files` (where a checkpoint's tensors are:
+safetensors headers, index), :mod:`.checkpoint_config` (the model a config.json describes),
+:mod:`.checkpoint_experts` (a pipeline folder's two experts), :mod:`.lora` (a LoRA file's format
+and targets), :mod:`.finite` (NaN/inf counted from a tensor's bytes), :mod:`.generate_inputs`
+(what a generate job needs on disk: pipeline folders, prompts).
 """
 
 from __future__ import annotations
 
-from .. import families
-from . import flux, standins, wan
-from .preset import ModelPreset
+from sporch.orchestrator.models import families
+from sporch.orchestrator.models import flux, standins, wan
+from sporch.orchestrator.models.preset import ModelPreset
 
-#: The generic path's published presets (contract/families: one module per family).
+#: The generic path's published presets (models/families: one module per family).
 GENERIC_PRESETS: dict[str, ModelPreset] = {
     p.name: ModelPreset(shape=fam.shape(p.config)) for fam in families.FAMILIES if not fam.hand_built
     for p in fam.presets}
@@ -25,7 +35,7 @@ PRESETS: dict[str, ModelPreset] = {**wan.PRESETS, **flux.PRESETS, **GENERIC_PRES
 
 
 def preset_family(name: str | None) -> str | None:
-    """The family (contract/families name) of preset ``name``; None for a stand-in."""
+    """The family (models/families name) of preset ``name``; None for a stand-in."""
     key = str(name or "").strip().lower()
     if key in wan.PRESETS:
         return "wan"
