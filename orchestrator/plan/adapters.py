@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sporch.orchestrator.config.job import job_relative
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.models.lora import map_deltas, map_targets, module_names, read_lora

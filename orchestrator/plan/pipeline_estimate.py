@@ -13,7 +13,6 @@ runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by til
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.contract.estimates_section import BusiestRank, Estimates, PipelineEstimate, PipelinePart
