@@ -39,7 +39,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.contract.families import standin_family
+from sporch.orchestrator.contract.families import get_family, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -249,14 +249,45 @@ def check_attention_precision(job: JobSpec, layout: Layout) -> None:
 GENERIC_WORKLOADS = ("verify", "benchmark")
 
 
+def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
+    """The workloads the generic path runs for ``model``: verify and benchmark, and generate where
+    the family names the diffusers pipeline it runs (``Family.pipeline_class``)."""
+    fam = get_family(model.family) if model.family else None
+    return GENERIC_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
+
+
+def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
+    """The generic generate runs the family's diffusers pipeline as it is, on every rank of a
+    replica (runtime/pipelines/generic.py): what it cannot honour is refused in one line each."""
+    w, p = job.workload, job.pipeline
+    if layout.cfg > 1:
+        raise SporchError(f"parallel.cfg={layout.cfg} is not built for generate on {what}: its diffusers pipeline "
+                          "runs both CFG passes itself on every rank; set parallel.cfg=1")
+    for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas), ("workload.scheduler", w.scheduler),
+                       ("workload.image", w.image)):
+        if value is not None:
+            raise SporchError(f"{key} is not supported for generate on {what} (the pipeline folder's scheduler "
+                              f"and text-to-image/video only); remove {key}")
+    if w.batch != 1:
+        raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt at a time; "
+                          "set workload.batch=1 (use parallel.dp for throughput)")
+    for key, value in (("pipeline.text_encoder", p.text_encoder), ("pipeline.vae", p.vae)):
+        if value not in ("auto", "leader"):
+            raise SporchError(f"{key}={value} is not supported for generate on {what} (every rank encodes, the "
+                              f"leader decodes, with diffusers' pipeline); set {key}=leader")
+
+
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
     """What the generic path does not do yet is refused here, in one line each."""
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
-    if job.workload.kind not in GENERIC_WORKLOADS:
+    kinds = generic_workloads(model)
+    if job.workload.kind not in kinds:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
-                          f"use one of: {', '.join(GENERIC_WORKLOADS)}")
+                          f"use one of: {', '.join(kinds)}")
+    if job.workload.kind == "generate":
+        check_generic_generate(job, what, layout)
     if job.workload.cache.method != "none":
         raise SporchError(f"workload.cache is not supported for {what} yet; set workload.cache.method=none")
     if job.parallel.shard_weights not in ("none", "auto"):
