@@ -1,0 +1,189 @@
+"""`workload.kind: generate` on the generic path against diffusers' own pipelines.
+
+Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
+family's real component classes, seeded weights, the word-level tokenizer) are generated from
+with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (Qwen-Image U2R2,
+SD3.5 U4 with 345 tokens: uneven chunks), and the decoded frames are compared with
+``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` loaded from the same folder, same prompt,
+seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("imageio_ffmpeg")
+
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.errors import SporchError  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
+FAMILIES = ("qwen-image", "sd3")
+PROMPT = "a red fox running in snow"
+NEGATIVE = "blurry low quality"
+SEED, STEPS, GUIDANCE = 7, 3, 4.0
+WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
+                guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
+#: the 4-rank layout of each family
+LAYOUTS = {"qwen-image": {"ulysses": 2, "ring": 2}, "sd3": {"ulysses": 4, "ring": 1}}
+
+
+def _plan(folder: Path, parallel: dict, gpus: int = 4):
+    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": WORKLOAD,
+                         "parallel": {"cfg": 1, **parallel}})
+    return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+
+    root = tmp_path_factory.mktemp("generic-pipelines")
+    return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
+
+
+def _reference(folder: Path, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
+    """[1, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    cfg = ({"true_cfg_scale": guidance} if type(pipe).__name__ == "QwenImagePipeline" else {"guidance_scale": guidance})
+    return pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS, output_type="np",
+                generator=torch.Generator().manual_seed(seed), **cfg).images
+
+
+@pytest.fixture(scope="module")
+def references(folders):
+    return {fam: _reference(folders[fam]) for fam in FAMILIES}
+
+
+def _world(cases, wrong: str):
+    """Each case's generate on these ranks; then ``wrong``'s pipeline with every attention kept on
+    the rank's own chunk (a wrong shard: what the comparison must catch)."""
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.model.generic.plans import split_plan
+    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
+    from sporch.runtime.pipelines.generic import load_pipeline, pipeline_arguments
+    from sporch.runtime.pipelines.spec import generate_spec
+
+    out = {}
+    for name, plan_json, folder in cases:
+        plan = Plan.from_json(plan_json)
+        ctx = ParallelContext.from_plan(plan)
+        frames = {}
+        metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
+                               frames_sink=lambda i, f: frames.__setitem__(i, f))
+        out[name] = {**metrics, "frames": frames}
+        if name == wrong:
+            spec = generate_spec(plan)
+            pipe = load_pipeline(spec, plan_pipeline(plan), torch.device("cpu"))
+            with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
+                                                   local_attention=("transformer_blocks",)):
+                img = pipe(**pipeline_arguments(spec, plan_pipeline(plan), PROMPT, SEED), output_type="np").images
+            out["wrong-shard"] = img
+        ctx.close()
+    return out
+
+
+def plan_pipeline(plan) -> str:
+    from sporch.orchestrator.contract.families import get_family
+
+    return get_family(plan.model.family).pipeline_class
+
+
+@pytest.fixture(scope="module")
+def four_ranks(folders):
+    cases = []
+    for fam in FAMILIES:
+        out = folders["root"] / "out" / fam
+        out.mkdir(parents=True)
+        cases.append((fam, _plan(folders[fam], LAYOUTS[fam]).to_json(), str(out)))
+    return run_distributed(_world, 4, cases, "sd3", timeout=600)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tmp_path):
+    """One process (no ParallelContext): the frames and the PNG equal the pipeline's."""
+    from sporch.runtime.pipelines.generate import run_generate
+    from sporch.runtime.pipelines.media import read, to_uint8
+
+    plan = _plan(folders[fam], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
+    assert (plan.model.family, plan.layout.world_size) == (fam, 1)
+    frames = {}
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
+    ref = references[fam]
+    assert ref.shape == (1, 64, 48, 3) and ref.std() > 0.02  # not a flat image: the comparison means something
+    err = float(np.abs(frames[0][0] - ref[0]).max())
+    print(f"{fam} world 1: max |frames - {metrics['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    (row,) = metrics["outputs"]
+    assert (row["seed"], row["prompt"], row["format"], row["height"], row["width"]) == (SEED, PROMPT, "png", 64, 48)
+    assert np.array_equal(read(Path(row["path"]))[0], to_uint8(ref[0]))
+    assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["pipeline"]["s"] > 0
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """4 gloo ranks (Qwen-Image U2R2, SD3.5 U4): the leader's frames equal the pipeline's; the other
+    ranks decode nothing and write nothing."""
+    ref = references[fam]
+    leader = four_ranks[0][fam]
+    err = float(np.abs(leader["frames"][0][0] - ref[0]).max())
+    print(f"{fam} {LAYOUTS[fam]}: max |frames - {leader['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
+    for rank in four_ranks[1:]:
+        assert rank[fam]["frames"] == {} and rank[fam]["outputs"] == [] and rank[fam]["roles"] == ["text_encoder"]
+        assert len(rank[fam]["step_ms"]) == STEPS
+
+
+def test_comparison_can_fail(folders, references, four_ranks):
+    """A wrong shard (every rank attending to its own chunk only), another seed or no guidance
+    move the frames far beyond the tolerance."""
+    ref = references["sd3"]
+    wrong = float(np.abs(four_ranks[0]["wrong-shard"][0] - ref[0]).max())
+    other_seed = float(np.abs(_reference(folders["sd3"], seed=SEED + 1) - ref).max())
+    no_cfg = float(np.abs(_reference(folders["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
+    print(f"wrong shard {wrong:.3g}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}")
+    assert min(wrong, other_seed, no_cfg) > 100 * FRAME_TOL
+
+
+@pytest.mark.parametrize("parallel, workload, pipeline, match", [
+    ({"cfg": 2, "ulysses": 2}, {}, {}, "parallel.cfg=2 is not built for generate"),
+    ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
+    ({}, {"batch": 2}, {}, "workload.batch=2"),
+    ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
+])
+def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
+    job = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, **workload},
+                         "parallel": parallel, **({"pipeline": pipeline} if pipeline else {})})
+    with pytest.raises(SporchError, match=match) as exc:
+        make_plan(find_cluster("local"), job)
+    assert "\n" not in str(exc.value) and "SD3Transformer2DModel" in str(exc.value)
+
+
+def test_family_without_a_generic_pipeline_is_refused(tmp_path):
+    """A generic-path folder of a family with no generate pipeline yet: generate refused at plan
+    time, naming the class and what runs."""
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.families import family_module
+
+    random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
+                     seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
+    job = job_from_dict({"name": "g", "model": {"weights": str(tmp_path / "m")},
+                         "workload": {**WORKLOAD, "negative_prompt": None, "guidance_scale": 1.0}})
+    with pytest.raises(SporchError, match="workload.kind generate is not built for HunyuanVideoTransformer3DModel"):
+        make_plan(find_cluster("local"), job)
