@@ -45,6 +45,11 @@ from .stages import Stages
 
 __all__ = ["load_pipeline", "pipeline_arguments", "run_generic_generate"]
 
+#: Pipelines whose text length is the family's ``text_len`` (the transformer's ``max_text_seq_length``:
+#: CogVideoX pads every prompt to it); the others keep their default (SD3: 77 CLIP + 256 T5 tokens,
+#: Qwen-Image: the prompt's own length, at most 1024), which is what the family's ``text_len`` records.
+TEXT_LENGTH_EXACT = ("CogVideoXPipeline",)
+
 
 def load_pipeline(spec: GenerateSpec, class_name: str, device: torch.device):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
@@ -61,7 +66,8 @@ def load_pipeline(spec: GenerateSpec, class_name: str, device: torch.device):
 def pipeline_arguments(spec: GenerateSpec, class_name: str, prompt: str, seed: int) -> dict[str, Any]:
     """The keyword arguments of the pipeline's call for ``prompt`` (the same a user would pass to
     diffusers to get the same output): size, steps, guidance and negative prompt, the
-    prompt's generator; the text length is the pipeline's default (the family's ``text_len``). CFG off (``spec.cfg`` False) passes a guidance scale of 1 (no second pass)."""
+    prompt's generator; the text length as :data:`TEXT_LENGTH_EXACT` says. CFG off (``spec.cfg``
+    False) passes a guidance scale of 1 (no second pass)."""
     kw: dict[str, Any] = dict(prompt=prompt, height=spec.height, width=spec.width, num_inference_steps=spec.steps,
                               generator=torch.Generator().manual_seed(seed))
     if class_name == "QwenImagePipeline":  # true CFG: needs a negative prompt ("" when none is given)
@@ -71,6 +77,8 @@ def pipeline_arguments(spec: GenerateSpec, class_name: str, prompt: str, seed: i
         kw.update(guidance_scale=spec.guidance_scale if spec.cfg else 1.0, negative_prompt=spec.negative_prompt)
     if spec.video:
         kw["num_frames"] = spec.frames
+    if class_name in TEXT_LENGTH_EXACT:
+        kw["max_sequence_length"] = spec.text_len
     return kw
 
 

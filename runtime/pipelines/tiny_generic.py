@@ -97,8 +97,31 @@ def tiny_sd3_pipeline(seed: int = 0):
                                     text_encoder_3=t5, tokenizer_3=tiny_tokenizer(256))
 
 
+def tiny_cogvideox_pipeline(seed: int = 0):
+    """CogVideoXPipeline: a T5 encoder 16 wide (the transformer's text_embed_dim), AutoencoderKLCogVideoX
+    (4 latent channels, 8 x 8 pixels and 4 frames per latent), the CogVideoX DDIM scheduler
+    (v-prediction, zero terminal SNR, as CogVideoX-5b's)."""
+    from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline
+    from transformers import T5Config, T5EncoderModel
+
+    config = family_module("cogvideox").TINY
+    transformer = random_diffusers("CogVideoXTransformer3DModel", dict(config), seed=seed)
+    t5 = randomize(T5EncoderModel(_t5_config(T5Config, VOCAB, config["text_embed_dim"])), seed + 1)
+    vae = randomize(AutoencoderKLCogVideoX(
+        block_out_channels=(8, 8, 8, 8), latent_channels=config["in_channels"], layers_per_block=1, norm_num_groups=4,
+        temporal_compression_ratio=config["temporal_compression_ratio"], sample_height=64, sample_width=64,
+        scaling_factor=0.7), seed + 2)
+    scheduler = CogVideoXDDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
+                                       prediction_type="v_prediction", rescale_betas_zero_snr=True,
+                                       timestep_spacing="trailing", set_alpha_to_one=True, snr_shift_scale=1.0,
+                                       clip_sample=False)
+    return CogVideoXPipeline(tokenizer=tiny_tokenizer(int(config["max_text_seq_length"])), text_encoder=t5, vae=vae,
+                             transformer=transformer, scheduler=scheduler)
+
+
 #: family name (plan.model.family) -> its tiny pipeline's builder
-TINY_GENERIC: dict[str, Callable] = {"qwen-image": tiny_qwenimage_pipeline, "sd3": tiny_sd3_pipeline}
+TINY_GENERIC: dict[str, Callable] = {"qwen-image": tiny_qwenimage_pipeline, "sd3": tiny_sd3_pipeline,
+                                     "cogvideox": tiny_cogvideox_pipeline}
 
 
 def save_tiny_generic(family: str, root: str | Path, seed: int = 0) -> Path:

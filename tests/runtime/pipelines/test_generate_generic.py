@@ -2,10 +2,10 @@
 
 Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
 family's real component classes, seeded weights, the word-level tokenizer) are generated from
-with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (Qwen-Image U2R2,
-SD3.5 U4 with 345 tokens: uneven chunks), and the decoded frames are compared with
-``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` loaded from the same folder, same prompt,
-seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
+with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U2R2; SD3.5's
+12 image + 333 text tokens make uneven chunks), and the decoded frames are compared with
+``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline`` loaded from the same
+folder, same prompt, seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
 """
 
 from __future__ import annotations
@@ -28,18 +28,20 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
-FAMILIES = ("qwen-image", "sd3")
+FAMILIES = ("qwen-image", "sd3", "cogvideox")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
 WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
                 guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
-#: the 4-rank layout of each family
-LAYOUTS = {"qwen-image": {"ulysses": 2, "ring": 2}, "sd3": {"ulysses": 4, "ring": 1}}
+U2R2 = {"ulysses": 2, "ring": 2}
+#: a video family's frames (9: 3 latent frames)
+FRAMES = {"cogvideox": 9}
 
 
-def _plan(folder: Path, parallel: dict, gpus: int = 4):
-    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": WORKLOAD,
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
+    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
+    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
                          "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
 
@@ -52,20 +54,32 @@ def folders(tmp_path_factory):
     return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
 
 
-def _reference(folder: Path, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
-    """[1, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+@pytest.fixture(scope="module")
+def pipes(folders):
+    """Each folder's pipeline, loaded once by diffusers itself."""
     from diffusers import DiffusionPipeline
 
-    pipe = DiffusionPipeline.from_pretrained(folder, dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
-    cfg = ({"true_cfg_scale": guidance} if type(pipe).__name__ == "QwenImagePipeline" else {"guidance_scale": guidance})
-    return pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS, output_type="np",
-                generator=torch.Generator().manual_seed(seed), **cfg).images
+    out = {}
+    for fam in FAMILIES:
+        out[fam] = DiffusionPipeline.from_pretrained(folders[fam], dtype=torch.float32)
+        out[fam].set_progress_bar_config(disable=True)
+    return out
+
+
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
+    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+    name = type(pipe).__name__
+    kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
+    if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
+        kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
+    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS, output_type="np",
+               generator=torch.Generator().manual_seed(seed), **kw)
+    return np.asarray(out.frames) if name == "CogVideoXPipeline" else out.images[:, None]
 
 
 @pytest.fixture(scope="module")
-def references(folders):
-    return {fam: _reference(folders[fam]) for fam in FAMILIES}
+def references(pipes):
+    return {fam: _reference(pipes[fam]) for fam in FAMILIES}
 
 
 def _world(cases, wrong: str):
@@ -93,7 +107,7 @@ def _world(cases, wrong: str):
             with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
                                                    local_attention=("transformer_blocks",)):
                 img = pipe(**pipeline_arguments(spec, plan_pipeline(plan), PROMPT, SEED), output_type="np").images
-            out["wrong-shard"] = img
+            out["wrong-shard"] = img[:, None]
         ctx.close()
     return out
 
@@ -110,7 +124,7 @@ def four_ranks(folders):
     for fam in FAMILIES:
         out = folders["root"] / "out" / fam
         out.mkdir(parents=True)
-        cases.append((fam, _plan(folders[fam], LAYOUTS[fam]).to_json(), str(out)))
+        cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
     return run_distributed(_world, 4, cases, "sd3", timeout=600)
 
 
@@ -120,29 +134,35 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     from sporch.runtime.pipelines.generate import run_generate
     from sporch.runtime.pipelines.media import read, to_uint8
 
-    plan = _plan(folders[fam], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
+    plan = _plan(fam, folders[fam], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
     assert (plan.model.family, plan.layout.world_size) == (fam, 1)
     frames = {}
     metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
     ref = references[fam]
-    assert ref.shape == (1, 64, 48, 3) and ref.std() > 0.02  # not a flat image: the comparison means something
-    err = float(np.abs(frames[0][0] - ref[0]).max())
+    nf = FRAMES.get(fam, 1)
+    assert ref.shape == (1, nf, 64, 48, 3) and ref.std() > 0.02  # not flat: the comparison means something
+    err = float(np.abs(frames[0] - ref[0]).max())
     print(f"{fam} world 1: max |frames - {metrics['pipeline']}| = {err:.3g}")
     assert err <= FRAME_TOL, (fam, err)
     (row,) = metrics["outputs"]
-    assert (row["seed"], row["prompt"], row["format"], row["height"], row["width"]) == (SEED, PROMPT, "png", 64, 48)
-    assert np.array_equal(read(Path(row["path"]))[0], to_uint8(ref[0]))
+    fmt = "mp4" if fam in FRAMES else "png"
+    assert (row["seed"], row["prompt"], row["format"], row["frames"], row["height"], row["width"]) == (
+        SEED, PROMPT, fmt, nf, 64, 48)
+    saved = read(Path(row["path"]))
+    assert saved.shape == (nf, 64, 48, 3)
+    if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
+        assert np.array_equal(saved, to_uint8(ref[0]))
     assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["pipeline"]["s"] > 0
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
-    """4 gloo ranks (Qwen-Image U2R2, SD3.5 U4): the leader's frames equal the pipeline's; the other
-    ranks decode nothing and write nothing."""
+    """4 gloo ranks, U2R2: the leader's frames equal the pipeline's; the other ranks decode nothing
+    and write nothing."""
     ref = references[fam]
     leader = four_ranks[0][fam]
-    err = float(np.abs(leader["frames"][0][0] - ref[0]).max())
-    print(f"{fam} {LAYOUTS[fam]}: max |frames - {leader['pipeline']}| = {err:.3g}")
+    err = float(np.abs(leader["frames"][0] - ref[0]).max())
+    print(f"{fam} U2R2: max |frames - {leader['pipeline']}| = {err:.3g}")
     assert err <= FRAME_TOL, (fam, err)
     assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
     for rank in four_ranks[1:]:
@@ -150,13 +170,13 @@ def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, 
         assert len(rank[fam]["step_ms"]) == STEPS
 
 
-def test_comparison_can_fail(folders, references, four_ranks):
+def test_comparison_can_fail(pipes, references, four_ranks):
     """A wrong shard (every rank attending to its own chunk only), another seed or no guidance
     move the frames far beyond the tolerance."""
     ref = references["sd3"]
-    wrong = float(np.abs(four_ranks[0]["wrong-shard"][0] - ref[0]).max())
-    other_seed = float(np.abs(_reference(folders["sd3"], seed=SEED + 1) - ref).max())
-    no_cfg = float(np.abs(_reference(folders["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
+    wrong = float(np.abs(four_ranks[0]["wrong-shard"] - ref).max())
+    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - ref).max())
+    no_cfg = float(np.abs(_reference(pipes["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
     print(f"wrong shard {wrong:.3g}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}")
     assert min(wrong, other_seed, no_cfg) > 100 * FRAME_TOL
 
