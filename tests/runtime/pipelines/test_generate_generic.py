@@ -155,6 +155,20 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["pipeline"]["s"] > 0
 
 
+def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tmp_path):
+    """What a rank runs for the plan (runtime/workloads.py): the generic generate, not the generic
+    verify/benchmark; its PNG is the pipeline's image in 8 bits."""
+    from sporch.runtime.pipelines.media import read, to_uint8
+    from sporch.runtime.progress import Progress
+    from sporch.runtime.workloads import run_workload
+
+    plan = _plan("sd3", folders["sd3"], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
+    metrics = run_workload(plan, None, torch.device("cpu"), Progress(tmp_path, 0))
+    assert (metrics["kind"], metrics["path"], metrics["pipeline"]) == ("generate", "generic", "StableDiffusion3Pipeline")
+    (row,) = metrics["outputs"]
+    assert np.array_equal(read(Path(row["path"])), to_uint8(references["sd3"][0]))
+
+
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
     """4 gloo ranks, U2R2: the leader's frames equal the pipeline's; the other ranks decode nothing
