@@ -257,8 +257,9 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
 
 
 def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
-    """The generic generate runs the family's diffusers pipeline as it is, on every rank of a
-    replica (runtime/pipelines/generic.py): what it cannot honour is refused in one line each."""
+    """The generic generate runs the family's diffusers pipeline as it is on every rank of a
+    replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
+    is refused in one line each."""
     w, p = job.workload, job.pipeline
     if layout.cfg > 1:
         raise SporchError(f"parallel.cfg={layout.cfg} is not built for generate on {what}: its diffusers pipeline "
@@ -271,10 +272,12 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     if w.batch != 1:
         raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt at a time; "
                           "set workload.batch=1 (use parallel.dp for throughput)")
-    for key, value in (("pipeline.text_encoder", p.text_encoder), ("pipeline.vae", p.vae)):
-        if value not in ("auto", "leader"):
-            raise SporchError(f"{key}={value} is not supported for generate on {what} (every rank encodes, the "
-                              f"leader decodes, with diffusers' pipeline); set {key}=leader")
+    if p.text_encoder not in ("auto", "leader", "cpu"):
+        raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
+                          "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
+    if p.vae not in ("auto", "leader"):
+        raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
+                          "diffusers' pipeline, whole); set pipeline.vae=leader")
 
 
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:

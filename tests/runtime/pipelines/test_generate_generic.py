@@ -90,7 +90,7 @@ def _world(cases, wrong: str):
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
     from sporch.runtime.parallel import ParallelContext
     from sporch.runtime.pipelines.generate import run_generate
-    from sporch.runtime.pipelines.generic import load_pipeline, pipeline_arguments
+    from sporch.runtime.pipelines.generic import encode, load_pipeline, pipeline_arguments
     from sporch.runtime.pipelines.spec import generate_spec
 
     out = {}
@@ -102,11 +102,12 @@ def _world(cases, wrong: str):
                                frames_sink=lambda i, f: frames.__setitem__(i, f))
         out[name] = {**metrics, "frames": frames}
         if name == wrong:
-            spec = generate_spec(plan)
-            pipe = load_pipeline(spec, plan_pipeline(plan), torch.device("cpu"))
+            spec, cls, cpu = generate_spec(plan), plan_pipeline(plan), torch.device("cpu")
+            pipe = load_pipeline(spec, cls, cpu)
             with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
                                                    local_attention=("transformer_blocks",)):
-                img = pipe(**pipeline_arguments(spec, plan_pipeline(plan), PROMPT, SEED), output_type="np").images
+                kw = {**encode(pipe, spec, cls, PROMPT, cpu), **pipeline_arguments(spec, cls, SEED)}
+                img = pipe(**kw, output_type="np").images
             out["wrong-shard"] = img[:, None]
         ctx.close()
     return out
@@ -152,7 +153,7 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     assert saved.shape == (nf, 64, 48, 3)
     if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
         assert np.array_equal(saved, to_uint8(ref[0]))
-    assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["pipeline"]["s"] > 0
+    assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["denoise"]["steps"] == STEPS
 
 
 def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tmp_path):
@@ -171,8 +172,8 @@ def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tm
 
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
-    """4 gloo ranks, U2R2: the leader's frames equal the pipeline's; the other ranks decode nothing
-    and write nothing."""
+    """4 gloo ranks, U2R2: the leader's frames equal the pipeline's; the other ranks encode,
+    decode and write nothing (the leader's prompt embeddings reach them)."""
     ref = references[fam]
     leader = four_ranks[0][fam]
     err = float(np.abs(leader["frames"][0] - ref[0]).max())
@@ -180,7 +181,8 @@ def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, 
     assert err <= FRAME_TOL, (fam, err)
     assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
     for rank in four_ranks[1:]:
-        assert rank[fam]["frames"] == {} and rank[fam]["outputs"] == [] and rank[fam]["roles"] == ["text_encoder"]
+        assert rank[fam]["frames"] == {} and rank[fam]["outputs"] == [] and rank[fam]["roles"] == []
+        assert "encode" not in rank[fam]["stages"]
         assert len(rank[fam]["step_ms"]) == STEPS
 
 
@@ -200,6 +202,7 @@ def test_comparison_can_fail(pipes, references, four_ranks):
     ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
+    ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
     job = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, **workload},
