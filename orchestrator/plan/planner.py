@@ -269,9 +269,9 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
         if value is not None:
             raise SporchError(f"{key} is not supported for generate on {what} (the pipeline folder's scheduler "
                               f"and text-to-image/video only); remove {key}")
-    if w.batch != 1:
-        raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt at a time; "
-                          "set workload.batch=1 (use parallel.dp for throughput)")
+    if w.batch != layout.dp:
+        raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
+                          f"replica; set workload.batch={layout.dp} (parallel.dp)")
     if p.text_encoder not in ("auto", "leader", "cpu"):
         raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
                           "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
