@@ -198,7 +198,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             sync(device)
             now = time.perf_counter()
             step_ms.append((now - clock["t"]) * 1e3)
-            clock["t"] = now
+            clock["t"] = clock["last_step"] = now
             say(ctx, f"prompt {k + 1}/{len(mine)} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
             return {}
 
@@ -212,10 +212,18 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                                      local_attention=family.local_attention) if sharded else contextlib.nullcontext())
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
-            with stages("denoise"), torch.no_grad(), attached:  # on the leader: and the pipeline's decode
+            with torch.no_grad(), attached:
+                sync(device)
+                began = clock["last_step"] = time.perf_counter()
                 result = pipe(**kw, output_type="np" if leader else "latent", callback_on_step_end=on_step)
+                sync(device)
+                ended = time.perf_counter()
         finally:
             handle.remove()
+        # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
+        stages.add("denoise", clock["last_step"] - began)
+        if leader:
+            stages.add("decode", ended - clock["last_step"])
         if not leader:
             continue
         frames = _frames(result, spec.video)

@@ -154,6 +154,7 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
         assert np.array_equal(saved, to_uint8(ref[0]))
     assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["denoise"]["steps"] == STEPS
+    assert {"load", "encode", "denoise", "decode", "save"} <= set(metrics["stages"])
 
 
 def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tmp_path):
