@@ -74,11 +74,9 @@ def load_pipeline(spec: GenerateSpec, class_name: str, device: torch.device, *, 
     skip = {} if text else {name: None for name in _components(spec.root) if _is_text_part(name)}
     pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)
-    pipe = pipe.to(device)
-    if text and text_device is not None and text_device != device:
-        for name, part in pipe.components.items():
-            if _is_text_part(name) and isinstance(part, torch.nn.Module):
-                part.to(text_device)
+    for name, part in pipe.components.items():  # each part straight to where it runs
+        if isinstance(part, torch.nn.Module):
+            part.to(text_device if (_is_text_part(name) and text_device is not None) else device)
     return pipe
 
 
@@ -222,10 +220,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             handle.remove()
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", clock["last_step"] - began)
-        if leader:
-            stages.add("decode", ended - clock["last_step"])
         if not leader:
             continue
+        stages.add("decode", ended - clock["last_step"])
         frames = _frames(result, spec.video)
         check_output(torch.from_numpy(frames), "generate (decoded frames)")
         with stages("save"):
