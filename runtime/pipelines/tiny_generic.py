@@ -55,7 +55,8 @@ def tiny_qwenimage_pipeline(seed: int = 0):
                                  latents_mean=(0.2 * torch.randn(z, generator=g)).tolist(),
                                  latents_std=(1.0 + 0.5 * torch.rand(z, generator=g)).tolist()).eval()
     scheduler = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9,
-                                                base_image_seq_len=256, max_image_seq_len=8192, time_shift_type="exponential")
+                                                base_image_seq_len=256, max_image_seq_len=8192,
+                                                time_shift_type="exponential")
     return QwenImagePipeline(scheduler=scheduler, vae=vae, text_encoder=encoder, tokenizer=tiny_tokenizer(1024),
                              transformer=transformer)
 
