@@ -88,7 +88,8 @@ def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progre
         result = resolve_entrypoint(entrypoint)(ctx, plan)
         return {"entrypoint": entrypoint, **(result or {})}
     kind = plan.workload.kind
-    if plan.model.diffusers_class:  # the generic path (runtime/model/generic); the planner refused the rest
+    if plan.model.diffusers_class and kind != "generate":  # the generic path (runtime/model/generic); the planner
+        # refused the rest; generate: runtime/pipelines/generic.py
         return run_generic(plan, ctx, device, compile_model=lambda model: _compile(plan, model, device, generic=True))
     if kind == "verify":
         return _verify(plan, ctx, device)

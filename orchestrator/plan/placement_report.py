@@ -60,7 +60,7 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
     m = resolve_model(ModelSpec(**model))
     if m.attention not in WORKLOADS:
         raise SporchError(f"no standard workload for attention {m.attention!r}")
-    if m.diffusers_class:  # the generic path: a benchmark (no generate yet), parameters whole
+    if m.diffusers_class:  # the generic path: a benchmark (its text encoder and VAE sizes unknown), parameters whole
         workload = {"kind": "benchmark", "dtype": "bfloat16", **WORKLOADS[m.attention], "guidance_scale": 1.0}
     else:
         workload = {"kind": "generate", "prompt": "inspect", "dtype": "bfloat16", **WORKLOADS[m.attention]}

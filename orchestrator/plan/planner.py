@@ -40,7 +40,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import require_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import get_family, require_family, sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -252,19 +252,62 @@ def check_attention_precision(job: JobSpec, layout: Layout) -> None:
 GENERIC_WORKLOADS = ("verify", "benchmark")
 
 
+def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
+    """The workloads the generic path runs for ``model``: verify and benchmark, and generate where
+    the family names the diffusers pipeline it runs (``Family.pipeline_class``)."""
+    fam = get_family(model.family) if model.family else None
+    return GENERIC_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
+
+
+def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
+    """The generic generate runs the family's diffusers pipeline as it is on every rank of a
+    replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
+    is refused in one line each."""
+    w, p = job.workload, job.pipeline
+    if layout.cfg > 1:
+        raise SporchError(f"parallel.cfg={layout.cfg} is not built for generate on {what}: its diffusers pipeline "
+                          "runs both CFG passes itself on every rank; set parallel.cfg=1")
+    for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas), ("workload.scheduler", w.scheduler),
+                       ("workload.image", w.image)):
+        if value is not None:
+            raise SporchError(f"{key} is not supported for generate on {what} (the pipeline folder's scheduler "
+                              f"and text-to-image/video only); remove {key}")
+    if w.batch != layout.dp:
+        raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
+                          f"replica; set workload.batch={layout.dp} (parallel.dp)")
+    if p.text_encoder not in ("auto", "leader", "cpu"):
+        raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
+                          "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
+    if p.vae not in ("auto", "leader"):
+        raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
+                          "diffusers' pipeline, whole); set pipeline.vae=leader")
+    if job.model.lora:  # generic/lora.py merges adapters for verify and benchmark; generic.py does not call it yet
+        raise SporchError(f"model.lora is not applied by generate on {what} yet (verify and benchmark apply it); "
+                          "remove model.lora")
+    if w.compile:  # generic.py runs the pipeline's transformer eagerly
+        raise SporchError(f"workload.compile=true is not built for generate on {what} yet (it runs eagerly); "
+                          "remove workload.compile or set it to false")
+
+
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
     """What the generic path does not do yet is refused here, in one line each."""
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    kinds = generic_workloads(model)
+    if job.workload.kind not in kinds:
+        raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
+                          f"use one of: {', '.join(kinds)}")
+    if job.workload.kind == "generate":
+        check_generic_generate(job, what, layout)
     method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
     caches = require_family(model.diffusers_class).step_cache
     if method != "none" and method not in caches:
         raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
                           f"{' or '.join((*caches, 'none'))}")
-    if job.workload.kind not in GENERIC_WORKLOADS:
-        raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
-                          f"use one of: {', '.join(GENERIC_WORKLOADS)}")
+    if method != "none":  # runtime/model/generic/cache.py is built; the generic generate does not apply it yet
+        raise SporchError(f"workload.cache is not applied by the generic generate for {what} yet; "
+                          "set workload.cache.method=none")
     if job.parallel.shard_weights not in ("none", "auto"):
         raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
                           "(its parameters are whole on every rank); set parallel.shard_weights=none")

@@ -51,6 +51,7 @@ from .phase_timing import PhaseTimer
 from .experts import Experts, build_experts
 from .image_condition import image_condition, image_tokens
 from .first_frame import FirstFrame
+from .generic import run_generic_generate
 from .text import encode_for_replica
 from .tiny import save_tiny_pipeline
 from .vae import Decoder
@@ -100,6 +101,8 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     A batch a requeued run was denoising resumes from its last finished step (:mod:`.resume`;
     ``progress`` carries the USR2 stop request)."""
     require_pipelines()
+    if plan.model.diffusers_class:  # the generic path: the family's diffusers pipeline (generic.py)
+        return run_generic_generate(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink)
     params = generate_params(plan)
     ensure_weights(params, ctx)
     dtype = resolve_dtype(params.dtype)

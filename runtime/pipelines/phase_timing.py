@@ -38,6 +38,13 @@ class PhaseTimer:
             rec["s"] += time.perf_counter() - start
             rec["peak_memory_bytes"] = max(rec["peak_memory_bytes"], peak_memory_bytes(self.device))
 
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to stage ``name``, timed by the caller (a stage inside a call sporch does
+        not split, e.g. a diffusers pipeline's decode after its last step); its peak is now's."""
+        rec = self.seen.setdefault(name, {"s": 0.0, "peak_memory_bytes": 0})
+        rec["s"] += seconds
+        rec["peak_memory_bytes"] = max(rec["peak_memory_bytes"], peak_memory_bytes(self.device))
+
     def seconds(self, name: str) -> float:
         return float(self.seen.get(name, {}).get("s", 0.0))
 

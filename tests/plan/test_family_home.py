@@ -49,16 +49,18 @@ def test_a_stand_in_in_a_generate_job_records_the_pipeline_family(attention, fam
 def test_generate_refuses_a_family_without_a_pipeline_in_one_line():
     """A joint-attention family without a generate pipeline is not taken for Flux (as deciding by
     attention kind did): its own family says it has none."""
-    plan = _plan({"preset": "sd3.5-medium"}, kind="benchmark")
-    model = dataclasses.replace(plan.model, weights="/nonexistent/sd3")
+    plan = _plan({"preset": "hunyuanvideo"}, kind="benchmark")
+    model = dataclasses.replace(plan.model, weights="/nonexistent/hunyuan")
     problems = check_generate(model, plan.workload)
-    assert [p for p in problems if "got preset 'sd3.5-medium' attention 'joint'" in p and "\n" not in p]
+    assert [p for p in problems if "got preset 'hunyuanvideo' attention 'joint'" in p and "\n" not in p]
 
 
 def test_every_family_fact_comes_from_its_module():
     assert standin_family("cross") is get_family("wan") and standin_family("self") is None
     with_pipeline = {f.name for f in FAMILIES if f.pipeline_folders}
-    assert with_pipeline == {"wan", "flux"}
+    assert with_pipeline == {"wan", "flux", "qwen-image", "sd3", "cogvideox"}
+    # the generic generate's: the diffusers pipeline it runs
+    assert {f.name for f in FAMILIES if f.pipeline_class} == {"qwen-image", "sd3", "cogvideox"}
     assert get_family("wan").video and not get_family("flux").video
     # the memory facts by preset: the TI2V-5B VAE, the I2V CLIP encoder, none for a checkpoint without a preset
     assert known_parts(_plan({"preset": "wan2.2-ti2v-5b"}, kind="benchmark").model)["vae_channels"] == 64
@@ -71,7 +73,11 @@ def test_the_runtime_has_one_pipeline_record_per_pipeline_family():
     from sporch.runtime.pipelines.families import pipeline_family
     from sporch.runtime.pipelines.tiny import TINY_PIPELINES
 
-    names = {f.name for f in FAMILIES if f.pipeline_folders}
+    from sporch.runtime.pipelines.tiny_generic import TINY_GENERIC
+
+    names = {f.name for f in FAMILIES if f.pipeline_folders and not f.pipeline_class}  # hand-built pipelines
     assert {pipeline_family(n).name for n in names} == names == set(TINY_PIPELINES)
+    generic = {f.name for f in FAMILIES if f.pipeline_class}  # the generic generate: one tiny pipeline each
+    assert generic == set(TINY_GENERIC)
     with pytest.raises(KeyError, match="no generate pipeline for family 'sd3'"):
         pipeline_family("sd3")

@@ -78,6 +78,9 @@ class Family:
     pipeline_folders: tuple[str, ...] = ()
     video: bool = False
     standin_attention: Optional[str] = None
+    #: The generic path's generate (runtime/pipelines/generic.py): the diffusers pipeline class it
+    #: runs around the sequence-parallel transformer (None: no generic generate for this family)
+    pipeline_class: Optional[str] = None
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts

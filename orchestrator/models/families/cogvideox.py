@@ -22,6 +22,9 @@ COGVIDEOX_PLAN = {
     "proj_out": GatherOutput(gather_dim=1, expected_dims=3),
 }
 
+#: The generate workload's pipeline folder (CogVideoXPipeline, text encoder T5): its sub-folders.
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
 #: THUDM/CogVideoX-5b transformer/config.json (Hugging Face).
 COGVIDEOX_5B = {"num_attention_heads": 48, "attention_head_dim": 64, "in_channels": 16, "out_channels": 16,
                 "time_embed_dim": 512, "text_embed_dim": 4096, "num_layers": 42, "sample_width": 90,
@@ -49,4 +52,5 @@ FAMILY = Family(
     split_plans={"CogVideoXTransformer3DModel": COGVIDEOX_PLAN},
     presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True,
 )

@@ -16,6 +16,8 @@ QWEN_IMAGE_20B = {
     "num_attention_heads": 24, "joint_attention_dim": 3584, "guidance_embeds": False,
     "axes_dims_rope": [16, 56, 56],
 }
+#: The generate workload's pipeline folder (QwenImagePipeline, text encoder Qwen2.5-VL): its sub-folders.
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
 TEXT_LEN = 1024  # the pipeline's prompt length bound (max_sequence_length 1024 in QwenImagePipeline)
 
 
@@ -39,4 +41,5 @@ FAMILY = Family(
     presets=(FamilyPreset("qwen-image", QWEN_IMAGE_20B,
                           "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline",
 )

@@ -30,6 +30,9 @@ SD35_MEDIUM = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_laye
                "num_attention_heads": 24, "joint_attention_dim": 4096, "caption_projection_dim": 1536,
                "pooled_projection_dim": 2048, "out_channels": 16, "pos_embed_max_size": 384, "qk_norm": "rms_norm",
                "dual_attention_layers": list(range(13))}
+#: The generate workload's pipeline folder (StableDiffusion3Pipeline): two CLIP text encoders and T5
+#: (text_encoder_3/ may be absent from a folder: diffusers then uses zeros for the T5 part).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's default max_sequence_length)
 
 
@@ -55,4 +58,5 @@ FAMILY = Family(
              FamilyPreset("sd3.5-medium", SD35_MEDIUM, "huggingface.co/stabilityai/stable-diffusion-3.5-medium "
                           "transformer/config.json (2.5B)",
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline",
 )

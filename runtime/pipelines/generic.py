@@ -1,0 +1,242 @@
+"""The generate workload on the generic path: the family's diffusers pipeline, run as it is around
+the sequence-parallel transformer (docs/generate.md, "Generic families").
+
+Every rank of a dp replica loads the pipeline folder (``plan.model.weights``): the transformer with
+the generic path's strict loader (:func:`sporch.runtime.model.generic.load_diffusers`), the
+scheduler and VAE with diffusers' ``from_pretrained``; the replica's leader also loads the text
+encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cpu``), encodes every
+prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
+embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. Then, per
+prompt, every rank calls the pipeline with those embeddings while
+:class:`~sporch.runtime.model.generic.SequenceParallel` is attached to its transformer: each
+transformer call splits the tokens over the replica's sequence group at the split plan's modules,
+routes attention through USP and gathers the output, so the pipeline sees an unsharded model
+returning the whole output on every rank, and its scheduler steps, CFG (both passes on every rank:
+``parallel.cfg=2`` is refused at plan time) and latent handling stay diffusers'.
+
+Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` (the noise diffusers'
+pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
+decode and post-processing), the others stop at the latents. The leader writes one PNG/MP4 per
+prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.contract.plan import Plan
+from sporch.runtime.measure import peak_memory_bytes, sync
+from sporch.runtime.model import resolve_dtype
+from sporch.runtime.model.finite import check_output
+from sporch.runtime.model.generic.build import load_diffusers
+from sporch.runtime.model.generic.plans import split_plan
+from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+from sporch.runtime.model.sharded import replica_rows
+from sporch.runtime.parallel import ParallelContext
+
+from .media import output_name, write
+from .replica import is_leader, share_from_leader
+from .params import GenerateParams, generate_params
+from .phase_timing import PhaseTimer
+
+__all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate"]
+
+#: Pipelines whose text length is the family's ``text_len`` (the transformer's ``max_text_seq_length``:
+#: CogVideoX pads every prompt to it); the others keep their default (SD3: 77 CLIP + 256 T5 tokens,
+#: Qwen-Image: the prompt's own length, at most 1024), which is what the family's ``text_len`` records.
+TEXT_LENGTH_EXACT = ("CogVideoXPipeline",)
+
+
+def _is_text_part(name: str) -> bool:
+    """A pipeline component only prompt encoding needs (text encoders, tokenizers)."""
+    return name.startswith(("text_encoder", "tokenizer"))
+
+
+def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
+                  text_device: torch.device | None = None):
+    """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
+    generic path's loader (strict: every tensor of the folder, none missing). ``text``: load the
+    text encoders and tokenizers too (on ``text_device``, default ``device``); without them the
+    pipeline runs from prompt embeddings only."""
+    import diffusers
+
+    cls = getattr(diffusers, class_name)
+    dtype = resolve_dtype(spec.dtype)
+    transformer = load_diffusers(spec.root, dtype=dtype, device=device)
+    skip = {} if text else {name: None for name in _components(spec.root) if _is_text_part(name)}
+    pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
+    pipe.set_progress_bar_config(disable=True)
+    for name, part in pipe.components.items():  # each part straight to where it runs
+        if isinstance(part, torch.nn.Module):
+            part.to(text_device if (_is_text_part(name) and text_device is not None) else device)
+    return pipe
+
+
+def _components(root: str) -> list[str]:
+    import json
+
+    index = json.loads((Path(root) / "model_index.json").read_text(encoding="utf-8"))
+    return [k for k, v in index.items() if not k.startswith("_") and isinstance(v, list)]
+
+
+def _max_length(pipe, spec: GenerateParams, class_name: str) -> int:
+    """The text length the pipeline's call would use: the family's ``text_len`` where it is exact
+    (:data:`TEXT_LENGTH_EXACT`), else the call's default."""
+    if class_name in TEXT_LENGTH_EXACT:
+        return spec.text_len
+    return int(inspect.signature(type(pipe).__call__).parameters["max_sequence_length"].default)
+
+
+def encode(pipe, spec: GenerateParams, class_name: str, prompt: str, device: torch.device) -> dict[str, Any]:
+    """The prompt (and, with CFG, the negative prompt) encoded by the pipeline's own
+    ``encode_prompt`` as its call would encode them: the call's embedding arguments, on the CPU."""
+    n = _max_length(pipe, spec, class_name)
+    neg = spec.negative_prompt
+    if class_name == "QwenImagePipeline":
+        pe, pm = pipe.encode_prompt(prompt=prompt, device=device, num_images_per_prompt=1, max_sequence_length=n)
+        out = {"prompt_embeds": pe, "prompt_embeds_mask": pm}
+        if spec.cfg:
+            npe, npm = pipe.encode_prompt(prompt=neg or "", device=device, num_images_per_prompt=1,
+                                          max_sequence_length=n)
+            out.update(negative_prompt_embeds=npe, negative_prompt_embeds_mask=npm)
+    elif class_name == "StableDiffusion3Pipeline":
+        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None, negative_prompt=neg,
+                                                do_classifier_free_guidance=spec.cfg, device=device,
+                                                num_images_per_prompt=1, max_sequence_length=n)
+        out = {"prompt_embeds": pe, "pooled_prompt_embeds": ppe, "negative_prompt_embeds": npe,
+               "negative_pooled_prompt_embeds": nppe}
+    elif class_name == "CogVideoXPipeline":
+        pe, npe = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
+                                     device=device)
+        out = {"prompt_embeds": pe, "negative_prompt_embeds": npe}
+    else:
+        raise ValueError(f"no prompt encoding for {class_name}")
+    return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}
+
+
+def pipeline_arguments(spec: GenerateParams, class_name: str, seed: int) -> dict[str, Any]:
+    """The keyword arguments of the pipeline's call besides the prompt's embeddings (the same a
+    user would pass to diffusers to get the same output): size, frames, steps, guidance, the
+    prompt's generator, the text length (:func:`_max_length`). CFG off (``spec.cfg`` False)
+    passes a guidance scale of 1 (no second pass)."""
+    kw: dict[str, Any] = dict(height=spec.height, width=spec.width, num_inference_steps=spec.steps,
+                              generator=torch.Generator().manual_seed(seed))
+    if class_name == "QwenImagePipeline":  # true CFG: runs when negative embeddings are given
+        kw["true_cfg_scale"] = spec.guidance_scale if spec.cfg else 1.0
+    else:
+        kw["guidance_scale"] = spec.guidance_scale if spec.cfg else 1.0
+    if spec.video:
+        kw["num_frames"] = spec.frames
+    if class_name in TEXT_LENGTH_EXACT:
+        kw["max_sequence_length"] = spec.text_len
+    return kw
+
+
+def _frames(out, video: bool) -> np.ndarray:
+    """[B, F, H, W, 3] float frames in [0, 1] from a pipeline output with ``output_type="np"``."""
+    if video:
+        return np.asarray(out.frames, dtype=np.float32)
+    return np.asarray(out.images, dtype=np.float32)[:, None]
+
+
+def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
+                         log: Callable[[ParallelContext | None, str], None] | None = None,
+                         frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
+    """Run the generate workload of a generic-path ``plan`` on this rank (see the module docstring);
+    ``frames_sink(index, frames)`` (tests) also receives each prompt's float frames [F, H, W, 3] on
+    the leader."""
+    spec = generate_params(plan)
+    family = get_family(plan.model.family)
+    class_name = family.pipeline_class
+    if not class_name:  # the planner refuses this; a hand-edited plan gets one line
+        raise ValueError(f"family {family.name} has no generic generate pipeline")
+    say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
+    mine = replica_rows(len(spec.prompts), ctx)
+    leader = is_leader(ctx)
+    out: dict[str, Any] = {"kind": "generate", "path": "generic", "family": family.name,
+                           "diffusers_class": plan.model.diffusers_class, "pipeline": class_name,
+                           "prompts": len(mine), "steps": spec.steps,
+                           "roles": ["text_encoder", "vae"] if leader and len(mine) else []}
+    if not len(mine):
+        out["peak_memory_bytes"] = peak_memory_bytes(device)
+        return out
+    stages = PhaseTimer(device)
+    text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
+    with stages("load"):
+        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device)
+    prompts = [spec.prompts[i] for i in mine]
+
+    def encode_all():
+        with stages("encode"), torch.no_grad():
+            return [encode(pipe, spec, class_name, p, text_device) for p in prompts]
+
+    embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
+    if leader:  # the text encoders are done: freed before the transformer runs (placement leader/cpu)
+        for name in list(pipe.components):
+            if _is_text_part(name):
+                setattr(pipe, name, None)
+        say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
+    sharded = ctx is not None and ctx.sequence_size > 1
+    step_ms: list[float] = []
+    outputs: list[dict[str, Any]] = []
+    for k, index in enumerate(mine):
+        seed = spec.seed + index
+        clock = {"t": time.perf_counter()}
+        start = len(step_ms)
+
+        def on_step(p, i, t, kwargs):  # diffusers' callback_on_step_end: after each scheduler step
+            sync(device)
+            now = time.perf_counter()
+            step_ms.append((now - clock["t"]) * 1e3)
+            clock["t"] = clock["last_step"] = now
+            say(ctx, f"prompt {k + 1}/{len(mine)} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
+            return {}
+
+        def first_call(module, args, kwargs):  # the first step starts at the first transformer call
+            if not step_ms[start:]:
+                clock["t"] = time.perf_counter()
+
+        kw = {**pipeline_arguments(spec, class_name, seed),
+              **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds[k].items()}}
+        attached = (SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
+                                     local_attention=family.local_attention) if sharded else contextlib.nullcontext())
+        handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
+        try:
+            with torch.no_grad(), attached:
+                sync(device)
+                began = clock["last_step"] = time.perf_counter()
+                result = pipe(**kw, output_type="np" if leader else "latent", callback_on_step_end=on_step)
+                sync(device)
+                ended = time.perf_counter()
+        finally:
+            handle.remove()
+        # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
+        stages.add("denoise", clock["last_step"] - began)
+        if not leader:
+            continue
+        stages.add("decode", ended - clock["last_step"])
+        frames = _frames(result, spec.video)
+        check_output(torch.from_numpy(frames), "generate (decoded frames)")
+        with stages("save"):
+            path = write(Path(output_dir) / output_name(index, spec.prompts[index], spec.output_format), frames[0],
+                         spec.output_format, spec.fps)
+        f, h, w = frames[0].shape[:3]
+        outputs.append({"index": index, "prompt": spec.prompts[index], "seed": seed, "file": path.name,
+                        "path": str(path), "format": spec.output_format, "frames": int(f), "height": int(h),
+                        "width": int(w)})
+        say(ctx, f"wrote {path}")
+        if frames_sink is not None:
+            frames_sink(index, frames[0])
+    out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
+               encode_s=stages.seconds("encode"),
+               denoised_prompts=len(mine), parameters=sum(p.numel() for p in pipe.transformer.parameters()),
+               peak_memory_bytes=peak_memory_bytes(device))
+    return out

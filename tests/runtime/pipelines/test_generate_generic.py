@@ -1,0 +1,228 @@
+"""`workload.kind: generate` on the generic path against diffusers' own pipelines.
+
+Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
+family's real component classes, seeded weights, the word-level tokenizer) are generated from
+with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U2R2; SD3.5's
+12 image + 333 text tokens make uneven chunks), and the decoded frames are compared with
+``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline`` loaded from the same
+folder, same prompt, seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("diffusers")
+pytest.importorskip("imageio_ffmpeg")
+
+from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.errors import SporchError  # noqa: E402
+from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from sporch.runtime.testing import run_distributed  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
+FAMILIES = ("qwen-image", "sd3", "cogvideox")
+PROMPT = "a red fox running in snow"
+NEGATIVE = "blurry low quality"
+SEED, STEPS, GUIDANCE = 7, 3, 4.0
+WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
+                guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
+U2R2 = {"ulysses": 2, "ring": 2}
+#: a video family's frames (9: 3 latent frames)
+FRAMES = {"cogvideox": 9}
+
+
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
+    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
+    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
+                         "parallel": {"cfg": 1, **parallel}})
+    return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+
+    root = tmp_path_factory.mktemp("generic-pipelines")
+    return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
+
+
+@pytest.fixture(scope="module")
+def pipes(folders):
+    """Each folder's pipeline, loaded once by diffusers itself."""
+    from diffusers import DiffusionPipeline
+
+    out = {}
+    for fam in FAMILIES:
+        out[fam] = DiffusionPipeline.from_pretrained(folders[fam], dtype=torch.float32)
+        out[fam].set_progress_bar_config(disable=True)
+    return out
+
+
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
+    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+    name = type(pipe).__name__
+    kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
+    if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
+        kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
+    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS,
+               output_type="np", generator=torch.Generator().manual_seed(seed), **kw)
+    return np.asarray(out.frames) if name == "CogVideoXPipeline" else out.images[:, None]
+
+
+@pytest.fixture(scope="module")
+def references(pipes):
+    return {fam: _reference(pipes[fam]) for fam in FAMILIES}
+
+
+def _world(cases, wrong: str):
+    """Each case's generate on these ranks; then ``wrong``'s pipeline with every attention kept on
+    the rank's own chunk (a wrong shard: what the comparison must catch)."""
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.model.generic.plans import split_plan
+    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.parallel import ParallelContext
+    from sporch.runtime.pipelines.generate import run_generate
+    from sporch.runtime.pipelines.generic import encode, load_pipeline, pipeline_arguments
+    from sporch.runtime.pipelines.params import generate_params
+
+    out = {}
+    for name, plan_json, folder in cases:
+        plan = Plan.from_json(plan_json)
+        ctx = ParallelContext.from_plan(plan)
+        frames = {}
+        metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
+                               frames_sink=lambda i, f: frames.__setitem__(i, f))
+        out[name] = {**metrics, "frames": frames}
+        if name == wrong:
+            spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
+            pipe = load_pipeline(spec, cls, cpu)
+            with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
+                                                   local_attention=("transformer_blocks",)):
+                kw = {**encode(pipe, spec, cls, PROMPT, cpu), **pipeline_arguments(spec, cls, SEED)}
+                img = pipe(**kw, output_type="np").images
+            out["wrong-shard"] = img[:, None]
+        ctx.close()
+    return out
+
+
+def plan_pipeline(plan) -> str:
+    from sporch.orchestrator.models.families import get_family
+
+    return get_family(plan.model.family).pipeline_class
+
+
+@pytest.fixture(scope="module")
+def four_ranks(folders):
+    cases = []
+    for fam in FAMILIES:
+        out = folders["root"] / "out" / fam
+        out.mkdir(parents=True)
+        cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
+    return run_distributed(_world, 4, cases, "sd3", timeout=600)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tmp_path):
+    """One process (no ParallelContext): the frames and the PNG equal the pipeline's."""
+    from sporch.runtime.pipelines.generate import run_generate
+    from sporch.runtime.pipelines.media import read, to_uint8
+
+    plan = _plan(fam, folders[fam], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
+    assert (plan.model.family, plan.layout.world_size) == (fam, 1)
+    frames = {}
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
+    ref = references[fam]
+    nf = FRAMES.get(fam, 1)
+    assert ref.shape == (1, nf, 64, 48, 3) and ref.std() > 0.02  # not flat: the comparison means something
+    err = float(np.abs(frames[0] - ref[0]).max())
+    print(f"{fam} world 1: max |frames - {metrics['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    (row,) = metrics["outputs"]
+    fmt = "mp4" if fam in FRAMES else "png"
+    assert (row["seed"], row["prompt"], row["format"], row["frames"], row["height"], row["width"]) == (
+        SEED, PROMPT, fmt, nf, 64, 48)
+    saved = read(Path(row["path"]))
+    assert saved.shape == (nf, 64, 48, 3)
+    if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
+        assert np.array_equal(saved, to_uint8(ref[0]))
+    assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["denoise"]["steps"] == STEPS
+    assert {"load", "encode", "denoise", "decode", "save"} <= set(metrics["stages"])
+
+
+def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tmp_path):
+    """What a rank runs for the plan (runtime/workloads.py): the generic generate, not the generic
+    verify/benchmark; its PNG is the pipeline's image in 8 bits."""
+    from sporch.runtime.pipelines.media import read, to_uint8
+    from sporch.runtime.progress import Progress
+    from sporch.runtime.workloads import run_workload
+
+    plan = _plan("sd3", folders["sd3"], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
+    metrics = run_workload(plan, None, torch.device("cpu"), Progress(tmp_path, 0))
+    assert (metrics["kind"], metrics["path"]) == ("generate", "generic")
+    assert metrics["pipeline"] == "StableDiffusion3Pipeline"
+    (row,) = metrics["outputs"]
+    assert np.array_equal(read(Path(row["path"])), to_uint8(references["sd3"][0]))
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """4 gloo ranks, U2R2: the leader's frames equal the pipeline's; the other ranks encode,
+    decode and write nothing (the leader's prompt embeddings reach them)."""
+    ref = references[fam]
+    leader = four_ranks[0][fam]
+    err = float(np.abs(leader["frames"][0] - ref[0]).max())
+    print(f"{fam} U2R2: max |frames - {leader['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
+    for rank in four_ranks[1:]:
+        assert rank[fam]["frames"] == {} and rank[fam]["outputs"] == [] and rank[fam]["roles"] == []
+        assert "encode" not in rank[fam]["stages"]
+        assert len(rank[fam]["step_ms"]) == STEPS
+
+
+def test_comparison_can_fail(pipes, references, four_ranks):
+    """A wrong shard (every rank attending to its own chunk only), another seed or no guidance
+    move the frames far beyond the tolerance."""
+    ref = references["sd3"]
+    wrong = float(np.abs(four_ranks[0]["wrong-shard"] - ref).max())
+    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - ref).max())
+    no_cfg = float(np.abs(_reference(pipes["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
+    print(f"wrong shard {wrong:.3g}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}")
+    assert min(wrong, other_seed, no_cfg) > 100 * FRAME_TOL
+
+
+@pytest.mark.parametrize("parallel, workload, pipeline, match", [
+    ({"cfg": 2, "ulysses": 2}, {}, {}, "parallel.cfg=2 is not built for generate"),
+    ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
+    ({}, {"batch": 2}, {}, "workload.batch=2"),
+    ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
+    ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
+])
+def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
+    job = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, **workload},
+                         "parallel": parallel, **({"pipeline": pipeline} if pipeline else {})})
+    with pytest.raises(SporchError, match=match) as exc:
+        make_plan(find_cluster("local"), job)
+    assert "\n" not in str(exc.value) and "SD3Transformer2DModel" in str(exc.value)
+
+
+def test_family_without_a_generic_pipeline_is_refused(tmp_path):
+    """A generic-path folder of a family with no generate pipeline yet: generate refused at plan
+    time, naming the class and what runs."""
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.families import family_module
+
+    random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
+                     seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
+    job = job_from_dict({"name": "g", "model": {"weights": str(tmp_path / "m")},
+                         "workload": {**WORKLOAD, "negative_prompt": None, "guidance_scale": 1.0}})
+    with pytest.raises(SporchError, match="workload.kind generate is not built for HunyuanVideoTransformer3DModel"):
+        make_plan(find_cluster("local"), job)
