@@ -205,6 +205,8 @@ def test_comparison_can_fail(pipes, references, four_ranks):
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
     ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
+    ({}, {"compile": True}, {}, "workload.compile=true is not built for generate"),
+    ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
     job = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, **workload},
