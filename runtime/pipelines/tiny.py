@@ -176,6 +176,12 @@ def save_tiny_pipeline(family: str, root: str | Path, model: Any, seed: int = 0)
     with torch.random.fork_rng(devices=[]):  # constructors draw initial weights from the global RNG
         torch.manual_seed(seed)
         pipe = TINY_PIPELINES[family](model, seed)
+    return save_atomically(pipe, root)
+
+
+def save_atomically(pipe: Any, root: str | Path) -> Path:
+    """``pipe.save_pretrained`` into a temporary folder beside ``root``, then a rename: ``root``
+    holds a whole pipeline or nothing."""
     root = Path(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))

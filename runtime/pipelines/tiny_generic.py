@@ -13,8 +13,6 @@ token grid (``contract/families``: ``vae_stride``) is the pipeline's.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +21,7 @@ import torch
 from sporch.runtime.model.generic.build import random_diffusers
 from sporch.runtime.model.generic.families import family_module
 
-from .tiny import WORDS, _t5_config, randomize, tiny_tokenizer
+from .tiny import WORDS, _t5_config, randomize, save_atomically, tiny_tokenizer
 
 __all__ = ["TINY_GENERIC", "save_tiny_generic", "tiny_qwenimage_pipeline", "tiny_sd3_pipeline",
            "tiny_cogvideox_pipeline"]
@@ -131,13 +129,4 @@ def save_tiny_generic(family: str, root: str | Path, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         pipe = TINY_GENERIC[family](seed)
-    root = Path(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
-        pipe.save_pretrained(tmp)
-        tmp.rename(root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return root
+    return save_atomically(pipe, root)
