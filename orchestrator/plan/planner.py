@@ -294,17 +294,17 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
+    caches = require_family(model.diffusers_class).step_cache
+    if method != "none" and method not in caches:
+        raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
+                          f"{' or '.join((*caches, 'none'))}")
     kinds = generic_workloads(model)
     if job.workload.kind not in kinds:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
         check_generic_generate(job, what, layout)
-    method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
-    caches = require_family(model.diffusers_class).step_cache
-    if method != "none" and method not in caches:
-        raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
-                          f"{' or '.join((*caches, 'none'))}")
     if method != "none":  # runtime/model/generic/cache.py is built; the generic generate does not apply it yet
         raise SporchError(f"workload.cache is not applied by the generic generate for {what} yet; "
                           "set workload.cache.method=none")
