@@ -117,6 +117,11 @@ def encode(pipe, spec: GenerateParams, class_name: str, prompt: str, device: tor
         pe, npe = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
                                      device=device)
         out = {"prompt_embeds": pe, "negative_prompt_embeds": npe}
+    elif class_name == "LTXPipeline":  # T5 padded to n tokens; the mask drops the padding's keys
+        pe, pm, npe, npm = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
+                                              device=device)
+        out = {"prompt_embeds": pe, "prompt_attention_mask": pm, "negative_prompt_embeds": npe,
+               "negative_prompt_attention_mask": npm}
     else:
         raise ValueError(f"no prompt encoding for {class_name}")
     return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}

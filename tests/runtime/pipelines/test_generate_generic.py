@@ -3,9 +3,11 @@
 Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
 family's real component classes, seeded weights, the word-level tokenizer) are generated from
 with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U2R2; SD3.5's
-12 image + 333 text tokens make uneven chunks), and the decoded frames are compared with
-``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline`` loaded from the same
-folder, same prompt, seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
+12 image + 333 text tokens make uneven chunks; LTX-Video's 7-token prompt padded to 128 with a mask
+that drops the padding's keys puts every kept text key on the first rank's chunk), and the decoded
+frames are compared with ``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline``
+/ ``LTXPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
+test_generate's FRAME_TOL (1e-4).
 """
 
 from __future__ import annotations
@@ -28,19 +30,28 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
-FAMILIES = ("qwen-image", "sd3", "cogvideox")
+FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
 WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
                 guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
 U2R2 = {"ulysses": 2, "ring": 2}
-#: a video family's frames (9: 3 latent frames)
-FRAMES = {"cogvideox": 9}
+#: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
+FRAMES = {"cogvideox": 9, "ltx-video": 9}
+#: height x width where 64 x 48 does not fit the family's VAE (LTX-Video: 32 x 32 pixels per latent)
+SIZE = {"ltx-video": (64, 96)}
+#: the families whose pipeline is also run with every attention kept on the rank's own chunk
+WRONG = ("sd3", "ltx-video")
+
+
+def _size(fam: str) -> tuple[int, int]:
+    return SIZE.get(fam, (64, 48))
 
 
 def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
-    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
+    h, w = _size(fam)
+    workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
     job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
                          "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
@@ -66,15 +77,20 @@ def pipes(folders):
     return out
 
 
-def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
-    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> np.ndarray:
+    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it
+    (``embeds``: the prompt's embeddings instead of the prompt)."""
     name = type(pipe).__name__
     kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
     if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
         kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
-    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS,
-               output_type="np", generator=torch.Generator().manual_seed(seed), **kw)
-    return np.asarray(out.frames) if name == "CogVideoXPipeline" else out.images[:, None]
+    if name == "LTXPipeline":
+        kw.update(num_frames=FRAMES["ltx-video"])
+    h, w = SIZE["ltx-video"] if name == "LTXPipeline" else _size("")
+    kw.update(embeds or {"prompt": PROMPT, "negative_prompt": NEGATIVE})
+    out = pipe(height=h, width=w, num_inference_steps=STEPS, output_type="np",
+               generator=torch.Generator().manual_seed(seed), **kw)
+    return np.asarray(out.frames) if name in ("CogVideoXPipeline", "LTXPipeline") else out.images[:, None]
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +98,9 @@ def references(pipes):
     return {fam: _reference(pipes[fam]) for fam in FAMILIES}
 
 
-def _world(cases, wrong: str):
-    """Each case's generate on these ranks; then ``wrong``'s pipeline with every attention kept on
-    the rank's own chunk (a wrong shard: what the comparison must catch)."""
+def _world(cases, wrong: tuple[str, ...]):
+    """Each case's generate on these ranks; then each of ``wrong``'s pipelines with every attention
+    kept on the rank's own chunk (a wrong shard: what the comparison must catch)."""
     from sporch.orchestrator.contract.plan import Plan
     from sporch.runtime.model.generic.plans import split_plan
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
@@ -101,14 +117,14 @@ def _world(cases, wrong: str):
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
                                frames_sink=lambda i, f: frames.__setitem__(i, f))
         out[name] = {**metrics, "frames": frames}
-        if name == wrong:
+        if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
             pipe = load_pipeline(spec, cls, cpu)
             with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
                                                    local_attention=("transformer_blocks",)):
                 kw = {**encode(pipe, spec, cls, PROMPT, cpu), **pipeline_arguments(spec, cls, SEED)}
-                img = pipe(**kw, output_type="np").images
-            out["wrong-shard"] = img[:, None]
+                res = pipe(**kw, output_type="np")
+            out[f"wrong-shard {name}"] = np.asarray(res.frames) if spec.video else res.images[:, None]
         ctx.close()
     return out
 
@@ -126,7 +142,7 @@ def four_ranks(folders):
         out = folders["root"] / "out" / fam
         out.mkdir(parents=True)
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
-    return run_distributed(_world, 4, cases, "sd3", timeout=600)
+    return run_distributed(_world, 4, cases, WRONG, timeout=600)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -140,17 +156,17 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     frames = {}
     metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
     ref = references[fam]
-    nf = FRAMES.get(fam, 1)
-    assert ref.shape == (1, nf, 64, 48, 3) and ref.std() > 0.02  # not flat: the comparison means something
+    nf, (h, w) = FRAMES.get(fam, 1), _size(fam)
+    assert ref.shape == (1, nf, h, w, 3) and ref.std() > 0.02  # not flat: the comparison means something
     err = float(np.abs(frames[0] - ref[0]).max())
     print(f"{fam} world 1: max |frames - {metrics['pipeline']}| = {err:.3g}")
     assert err <= FRAME_TOL, (fam, err)
     (row,) = metrics["outputs"]
     fmt = "mp4" if fam in FRAMES else "png"
     assert (row["seed"], row["prompt"], row["format"], row["frames"], row["height"], row["width"]) == (
-        SEED, PROMPT, fmt, nf, 64, 48)
+        SEED, PROMPT, fmt, nf, h, w)
     saved = read(Path(row["path"]))
-    assert saved.shape == (nf, 64, 48, 3)
+    assert saved.shape == (nf, h, w, 3)
     if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
         assert np.array_equal(saved, to_uint8(ref[0]))
     assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["denoise"]["steps"] == STEPS
@@ -189,14 +205,21 @@ def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, 
 
 
 def test_comparison_can_fail(pipes, references, four_ranks):
-    """A wrong shard (every rank attending to its own chunk only), another seed or no guidance
-    move the frames far beyond the tolerance."""
-    ref = references["sd3"]
-    wrong = float(np.abs(four_ranks[0]["wrong-shard"] - ref).max())
-    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - ref).max())
+    """A wrong shard (every rank attending to its own chunk only), another seed, no guidance or
+    LTX-Video's padded text keys kept (its mask ignored) move the frames far beyond the tolerance."""
+    wrong = {fam: float(np.nan_to_num(np.abs(four_ranks[0][f"wrong-shard {fam}"] - references[fam]), nan=1.0).max())
+             for fam in WRONG}
+    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - references["sd3"]).max())
     no_cfg = float(np.abs(_reference(pipes["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
-    print(f"wrong shard {wrong:.3g}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}")
-    assert min(wrong, other_seed, no_cfg) > 100 * FRAME_TOL
+    ltx = pipes["ltx-video"]
+    with torch.no_grad():
+        pe, pm, npe, npm = ltx.encode_prompt(PROMPT, NEGATIVE, True, device="cpu")
+    assert 0 < pm.sum() < pm.numel() and 0 < npm.sum() < npm.numel()  # the mask does drop keys
+    unmasked = _reference(ltx, prompt_embeds=pe, prompt_attention_mask=torch.ones_like(pm), negative_prompt_embeds=npe,
+                          negative_prompt_attention_mask=torch.ones_like(npm))
+    no_mask = float(np.abs(unmasked - references["ltx-video"]).max())
+    print(f"wrong shard {wrong}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}, LTX mask ignored {no_mask:.3g}")
+    assert min(*wrong.values(), other_seed, no_cfg, no_mask) > 100 * FRAME_TOL
 
 
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
