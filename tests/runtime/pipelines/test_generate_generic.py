@@ -30,7 +30,7 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
-FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video")
+FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
@@ -38,7 +38,9 @@ WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height
                 guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
 U2R2 = {"ulysses": 2, "ring": 2}
 #: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
-FRAMES = {"cogvideox": 9, "ltx-video": 9}
+FRAMES = {"cogvideox": 9, "ltx-video": 9, "hunyuanvideo": 9}
+#: guidance-distilled families: guidance_scale is embedded, no negative prompt
+DISTILLED = ("hunyuanvideo",)
 #: height x width where 64 x 48 does not fit the family's VAE (LTX-Video: 32 x 32 pixels per latent)
 SIZE = {"ltx-video": (64, 96)}
 #: the families whose pipeline is also run with every attention kept on the rank's own chunk
@@ -51,7 +53,8 @@ def _size(fam: str) -> tuple[int, int]:
 
 def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
     h, w = _size(fam)
-    workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
+    workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
+                **({"negative_prompt": None} if fam in DISTILLED else {})}
     job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
                          "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
@@ -86,11 +89,14 @@ def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> 
         kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
     if name == "LTXPipeline":
         kw.update(num_frames=FRAMES["ltx-video"])
+    if name == "HunyuanVideoPipeline":  # embedded guidance, no negative prompt
+        kw.update(num_frames=FRAMES["hunyuanvideo"])
     h, w = SIZE["ltx-video"] if name == "LTXPipeline" else _size("")
-    kw.update(embeds or {"prompt": PROMPT, "negative_prompt": NEGATIVE})
+    kw.update(embeds or {"prompt": PROMPT, **({} if name == "HunyuanVideoPipeline" else {"negative_prompt": NEGATIVE})})
     out = pipe(height=h, width=w, num_inference_steps=STEPS, output_type="np",
                generator=torch.Generator().manual_seed(seed), **kw)
-    return np.asarray(out.frames) if name in ("CogVideoXPipeline", "LTXPipeline") else out.images[:, None]
+    return np.asarray(out.frames) if name in ("CogVideoXPipeline", "LTXPipeline", "HunyuanVideoPipeline") \
+        else out.images[:, None]
 
 
 @pytest.fixture(scope="module")
