@@ -210,22 +210,35 @@ def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, 
         assert len(rank[fam]["step_ms"]) == STEPS
 
 
+def _unmasked(pipe) -> dict:
+    """The prompt's embeddings as the pipeline encodes them, with its text mask all ones (the
+    padding's keys kept); checks that the mask does drop keys."""
+    with torch.no_grad():
+        if type(pipe).__name__ == "LTXPipeline":
+            pe, pm, npe, npm = pipe.encode_prompt(PROMPT, NEGATIVE, True, device="cpu")
+            masks = (pm, npm)
+            out = dict(prompt_embeds=pe, negative_prompt_embeds=npe, prompt_attention_mask=torch.ones_like(pm),
+                       negative_prompt_attention_mask=torch.ones_like(npm))
+        else:  # HunyuanVideoPipeline
+            pe, ppe, pm = pipe.encode_prompt(PROMPT, device="cpu")
+            masks = (pm,)
+            out = dict(prompt_embeds=pe, pooled_prompt_embeds=ppe, prompt_attention_mask=torch.ones_like(pm))
+    assert all(0 < m.sum() < m.numel() for m in masks)  # the mask does drop keys
+    return out
+
+
 def test_comparison_can_fail(pipes, references, four_ranks):
     """A wrong shard (every rank attending to its own chunk only), another seed, no guidance or
-    LTX-Video's padded text keys kept (its mask ignored) move the frames far beyond the tolerance."""
+    LTX-Video's / HunyuanVideo's padded text keys kept (the mask ignored) move the frames far beyond
+    the tolerance."""
     wrong = {fam: float(np.nan_to_num(np.abs(four_ranks[0][f"wrong-shard {fam}"] - references[fam]), nan=1.0).max())
              for fam in WRONG}
     other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - references["sd3"]).max())
     no_cfg = float(np.abs(_reference(pipes["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
-    ltx = pipes["ltx-video"]
-    with torch.no_grad():
-        pe, pm, npe, npm = ltx.encode_prompt(PROMPT, NEGATIVE, True, device="cpu")
-    assert 0 < pm.sum() < pm.numel() and 0 < npm.sum() < npm.numel()  # the mask does drop keys
-    unmasked = _reference(ltx, prompt_embeds=pe, prompt_attention_mask=torch.ones_like(pm), negative_prompt_embeds=npe,
-                          negative_prompt_attention_mask=torch.ones_like(npm))
-    no_mask = float(np.abs(unmasked - references["ltx-video"]).max())
-    print(f"wrong shard {wrong}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}, LTX mask ignored {no_mask:.3g}")
-    assert min(*wrong.values(), other_seed, no_cfg, no_mask) > 100 * FRAME_TOL
+    no_mask = {fam: float(np.abs(_reference(pipes[fam], **_unmasked(pipes[fam])) - references[fam]).max())
+               for fam in ("ltx-video", "hunyuanvideo")}
+    print(f"wrong shard {wrong}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}, mask ignored {no_mask}")
+    assert min(*wrong.values(), other_seed, no_cfg, *no_mask.values()) > 100 * FRAME_TOL
 
 
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
@@ -245,15 +258,18 @@ def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, paral
     assert "\n" not in str(exc.value) and "SD3Transformer2DModel" in str(exc.value)
 
 
-def test_family_without_a_generic_pipeline_is_refused(tmp_path):
-    """A generic-path folder of a family with no generate pipeline yet: generate refused at plan
-    time, naming the class and what runs."""
+def test_a_workload_the_generic_path_does_not_run_is_refused(tmp_path):
+    """Every generic family generates now (none is left without a pipeline); a workload kind the
+    generic path does not run (inference) is refused at plan time, naming the class and the kinds
+    that run."""
     from sporch.runtime.model.generic import random_diffusers
     from sporch.runtime.model.generic.families import family_module
 
     random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
                      seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
     job = job_from_dict({"name": "g", "model": {"weights": str(tmp_path / "m")},
-                         "workload": {**WORKLOAD, "negative_prompt": None, "guidance_scale": 1.0}})
-    with pytest.raises(SporchError, match="workload.kind generate is not built for HunyuanVideoTransformer3DModel"):
+                         "workload": {**WORKLOAD, "kind": "inference", "negative_prompt": None, "frames": 9}})
+    with pytest.raises(SporchError, match="workload.kind inference is not built for HunyuanVideoTransformer3DModel "
+                                          r".*; use one of: verify, benchmark, generate$") as exc:
         make_plan(find_cluster("local"), job)
+    assert "\n" not in str(exc.value)
