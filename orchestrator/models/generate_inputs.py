@@ -102,8 +102,9 @@ def generate_family(model: Any) -> Family:
     fam = get_family(model.family) if model.family else None
     if fam is None or not fam.pipeline_folders:
         raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V/I2V, Wan2.2 A14B T2V/I2V, "
-                         f"TI2V-5B, attention cross; CogVideoX) or text-to-image (Flux.1, attention joint; Qwen-Image, "
-                         f"SD3.5) model, got preset {model.preset!r} attention {model.attention!r}")
+                         f"TI2V-5B, attention cross; CogVideoX, LTX-Video, HunyuanVideo) or text-to-image (Flux.1, "
+                         f"attention joint; Qwen-Image, SD3.5) model, got preset {model.preset!r} attention "
+                         f"{model.attention!r}")
     return fam
 
 

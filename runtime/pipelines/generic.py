@@ -54,6 +54,10 @@ __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generat
 #: Qwen-Image: the prompt's own length, at most 1024), which is what the family's ``text_len`` records.
 TEXT_LENGTH_EXACT = ("CogVideoXPipeline",)
 
+#: Pipelines of guidance-distilled models: ``guidance_scale`` is the transformer's embedded guidance
+#: input (one pass per step), passed as the job gives it.
+GUIDANCE_EMBEDDED = ("HunyuanVideoPipeline",)
+
 
 def _is_text_part(name: str) -> bool:
     """A pipeline component only prompt encoding needs (text encoders, tokenizers)."""
@@ -117,6 +121,14 @@ def encode(pipe, spec: GenerateParams, class_name: str, prompt: str, device: tor
         pe, npe = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
                                      device=device)
         out = {"prompt_embeds": pe, "negative_prompt_embeds": npe}
+    elif class_name == "LTXPipeline":  # T5 padded to n tokens; the mask drops the padding's keys
+        pe, pm, npe, npm = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
+                                              device=device)
+        out = {"prompt_embeds": pe, "prompt_attention_mask": pm, "negative_prompt_embeds": npe,
+               "negative_prompt_attention_mask": npm}
+    elif class_name == "HunyuanVideoPipeline":  # guidance-distilled: no negative; Llama's mask drops the padding
+        pe, ppe, pm = pipe.encode_prompt(prompt=prompt, device=device, max_sequence_length=n)
+        out = {"prompt_embeds": pe, "pooled_prompt_embeds": ppe, "prompt_attention_mask": pm}
     else:
         raise ValueError(f"no prompt encoding for {class_name}")
     return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}
@@ -131,6 +143,8 @@ def pipeline_arguments(spec: GenerateParams, class_name: str, seed: int) -> dict
                               generator=torch.Generator().manual_seed(seed))
     if class_name == "QwenImagePipeline":  # true CFG: runs when negative embeddings are given
         kw["true_cfg_scale"] = spec.guidance_scale if spec.cfg else 1.0
+    elif class_name in GUIDANCE_EMBEDDED:
+        kw["guidance_scale"] = spec.guidance_scale
     else:
         kw["guidance_scale"] = spec.guidance_scale if spec.cfg else 1.0
     if spec.video:

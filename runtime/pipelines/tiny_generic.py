@@ -1,4 +1,5 @@
-"""Tiny random pipelines of the generic-path families (Qwen-Image, SD3.5, CogVideoX), in the
+"""Tiny random pipelines of the generic-path families (Qwen-Image, SD3.5, CogVideoX, LTX-Video,
+HunyuanVideo), in the
 publishers' diffusers layout, built offline from tiny configs: the family's real component classes
 (its diffusers transformer, VAE, scheduler and pipeline; transformers' text encoders), every weight
 seeded, the word-level tokenizer of :mod:`.tiny`.
@@ -7,7 +8,8 @@ seeded, the word-level tokenizer of :mod:`.tiny`.
 
 Each transformer is the generic path's tiny config of the family (``runtime/model/generic/families``:
 ``TINY``) with the text widths matched to the tiny encoders; each VAE downsamples 8 x 8 pixels per
-latent (and 4 frames per latent frame for CogVideoX), as the published ones do, so the planner's
+latent (and 4 frames per latent frame for CogVideoX and HunyuanVideo; LTX-Video's 32 x 32 pixels and 8 frames), as the
+published ones do, so the planner's
 token grid (``contract/families``: ``vae_stride``) is the pipeline's.
 """
 
@@ -24,7 +26,7 @@ from sporch.runtime.model.generic.families import family_module
 from .tiny import WORDS, _t5_config, randomize, save_atomically, tiny_tokenizer
 
 __all__ = ["TINY_GENERIC", "save_tiny_generic", "tiny_qwenimage_pipeline", "tiny_sd3_pipeline",
-           "tiny_cogvideox_pipeline"]
+           "tiny_cogvideox_pipeline", "tiny_ltx_pipeline", "tiny_hunyuanvideo_pipeline"]
 
 VOCAB = len(WORDS) + 3
 
@@ -118,9 +120,60 @@ def tiny_cogvideox_pipeline(seed: int = 0):
                              transformer=transformer, scheduler=scheduler)
 
 
+def tiny_ltx_pipeline(seed: int = 0):
+    """LTXPipeline: a T5 encoder 16 wide (the transformer's caption_channels), AutoencoderKLLTXVideo
+    (8 latent channels, 8 wide; patch 4 then three 2 x 2 x 2 scalings: 32 x 32 pixels and 8 frames
+    per latent, as LTX-Video's; random latent statistics), the flow-matching Euler scheduler with
+    LTX-Video's dynamic shift. The tokenizer pads every prompt to the pipeline's 128 tokens and its
+    mask drops the padding's keys."""
+    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline
+    from transformers import T5Config, T5EncoderModel
+
+    config = family_module("ltx-video").TINY
+    transformer = random_diffusers("LTXVideoTransformer3DModel", dict(config), seed=seed)
+    t5 = randomize(T5EncoderModel(_t5_config(T5Config, VOCAB, config["caption_channels"])), seed + 1)
+    z = int(config["in_channels"])
+    vae = randomize(AutoencoderKLLTXVideo(latent_channels=z, block_out_channels=(8, 8, 8, 8),
+                                          decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+                                          decoder_layers_per_block=(1, 1, 1, 1, 1)), seed + 2)
+    g = torch.Generator().manual_seed(seed + 3)
+    vae.latents_mean.copy_(0.2 * torch.randn(z, generator=g))
+    vae.latents_std.copy_(1.0 + 0.5 * torch.rand(z, generator=g))
+    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
+                                                base_image_seq_len=1024, max_image_seq_len=4096, shift_terminal=0.1)
+    return LTXPipeline(scheduler=scheduler, vae=vae, text_encoder=t5, tokenizer=tiny_tokenizer(128),
+                       transformer=transformer)
+
+
+def tiny_hunyuanvideo_pipeline(seed: int = 0):
+    """HunyuanVideoPipeline: a tiny Llama (two layers, 16 wide: the transformer's text_embed_dim; the
+    pipeline takes its third-last hidden states), a CLIP text encoder whose pooled output is 8 wide
+    (pooled_projection_dim), AutoencoderKLHunyuanVideo (4 latent channels, 8 x 8 pixels and 4
+    frames per latent), the flow-matching Euler scheduler with HunyuanVideo's shift 7. The Llama
+    tokenizer pads every prompt (after the pipeline's template) to 256 tokens and its mask drops the
+    padding's keys."""
+    from diffusers import AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
+    from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
+
+    config = family_module("hunyuanvideo").TINY
+    transformer = random_diffusers("HunyuanVideoTransformer3DModel", dict(config), seed=seed)
+    llama = randomize(LlamaModel(LlamaConfig(
+        vocab_size=VOCAB, hidden_size=config["text_embed_dim"], intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512, pad_token_id=0)), seed + 1)
+    clip = randomize(CLIPTextModel(CLIPTextConfig(
+        vocab_size=VOCAB, hidden_size=config["pooled_projection_dim"], intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, max_position_embeddings=77, pad_token_id=0, bos_token_id=1, eos_token_id=1)), seed + 2)
+    vae = randomize(AutoencoderKLHunyuanVideo(latent_channels=config["in_channels"], block_out_channels=(8, 8, 8, 8),
+                                              layers_per_block=1, norm_num_groups=4), seed + 3)
+    return HunyuanVideoPipeline(text_encoder=llama, tokenizer=tiny_tokenizer(512), transformer=transformer, vae=vae,
+                                scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0), text_encoder_2=clip,
+                                tokenizer_2=tiny_tokenizer(77))
+
+
 #: family name (plan.model.family) -> its tiny pipeline's builder
 TINY_GENERIC: dict[str, Callable] = {"qwen-image": tiny_qwenimage_pipeline, "sd3": tiny_sd3_pipeline,
-                                     "cogvideox": tiny_cogvideox_pipeline}
+                                     "cogvideox": tiny_cogvideox_pipeline, "ltx-video": tiny_ltx_pipeline,
+                                     "hunyuanvideo": tiny_hunyuanvideo_pipeline}
 
 
 def save_tiny_generic(family: str, root: str | Path, seed: int = 0) -> Path:

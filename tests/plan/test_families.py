@@ -71,7 +71,6 @@ def test_unsupported_class_is_refused_at_plan_time(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("over, needle", [
-    (dict(workload=dict(VERIFY, kind="generate", prompt="a cat")), "workload.kind generate is not built"),
     (dict(workload=dict(VERIFY, kind="inference", cache={"method": "fbcache", "threshold": 0.1})),
      "workload.kind inference is not built"),
     (dict(parallel={"shard_weights": "world", "ulysses": 4}), "parallel.shard_weights=world is not supported"),

@@ -46,21 +46,23 @@ def test_a_stand_in_in_a_generate_job_records_the_pipeline_family(attention, fam
     assert _plan({"preset": "tiny", "attention": attention}, kind="benchmark").model.family is None
 
 
-def test_generate_refuses_a_family_without_a_pipeline_in_one_line():
-    """A joint-attention family without a generate pipeline is not taken for Flux (as deciding by
-    attention kind did): its own family says it has none."""
-    plan = _plan({"preset": "hunyuanvideo"}, kind="benchmark")
-    model = dataclasses.replace(plan.model, weights="/nonexistent/hunyuan")
+def test_generate_refuses_a_model_without_a_pipeline_in_one_line():
+    """Every family has a generate pipeline now; a stand-in of self-attention (no family) is not
+    taken for another family's: generate is refused, naming the model and the families that run."""
+    plan = _plan({"preset": "tiny", "attention": "self"}, kind="benchmark")
+    assert plan.model.family is None
+    model = dataclasses.replace(plan.model, weights="/nonexistent/tiny")
     problems = check_generate(model, plan.workload)
-    assert [p for p in problems if "got preset 'hunyuanvideo' attention 'joint'" in p and "\n" not in p]
+    assert [p for p in problems if "got preset 'tiny' attention 'self'" in p and "HunyuanVideo" in p and "\n" not in p]
 
 
 def test_every_family_fact_comes_from_its_module():
     assert standin_family("cross") is get_family("wan") and standin_family("self") is None
     with_pipeline = {f.name for f in FAMILIES if f.pipeline_folders}
-    assert with_pipeline == {"wan", "flux", "qwen-image", "sd3", "cogvideox"}
+    assert with_pipeline == {"wan", "flux", "qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo"}
     # the generic generate's: the diffusers pipeline it runs
-    assert {f.name for f in FAMILIES if f.pipeline_class} == {"qwen-image", "sd3", "cogvideox"}
+    assert {f.name for f in FAMILIES if f.pipeline_class} == {"qwen-image", "sd3", "cogvideox", "ltx-video",
+                                                              "hunyuanvideo"}
     assert get_family("wan").video and not get_family("flux").video
     # the memory facts by preset: the TI2V-5B VAE, the I2V CLIP encoder, none for a checkpoint without a preset
     assert known_parts(_plan({"preset": "wan2.2-ti2v-5b"}, kind="benchmark").model)["vae_channels"] == 64

@@ -48,8 +48,8 @@ def test_a_generic_lora_that_cannot_apply_is_refused(tmp_path, entry, needle):
 
 
 @pytest.mark.parametrize("config, cache, needle", [
-    # fbcache itself is planned for LTX-Video; the generic path's generate is what is missing yet
-    (LTX, {"method": "fbcache", "threshold": 0.1}, "workload.kind generate is not built"),
+    # fbcache itself is planned for LTX-Video; the generic generate does not apply it yet
+    (LTX, {"method": "fbcache", "threshold": 0.1}, "workload.cache is not applied by the generic generate"),
     (LTX, {"method": "teacache", "threshold": 0.1}, "workload.cache.method=teacache is not built"),
     (SD3, {"method": "fbcache", "threshold": 0.1}, "workload.cache.method=fbcache is not built for SD3Transformer2DModel"),
 ])

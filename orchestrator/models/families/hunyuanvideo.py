@@ -37,6 +37,9 @@ HUNYUAN_VIDEO_13B = {"in_channels": 16, "out_channels": 16, "num_attention_heads
                      "rope_axes_dim": [16, 56, 56]}
 TEXT_LEN = 256  # HunyuanVideoPipeline's max_sequence_length
 
+#: The generate workload's pipeline folder (HunyuanVideoPipeline: Llama and CLIP text encoders).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
+
 
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
@@ -59,4 +62,5 @@ FAMILY = Family(
                           "huggingface.co/hunyuanvideo-community/HunyuanVideo transformer/config.json (13B)",
                           parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
 )

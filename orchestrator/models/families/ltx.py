@@ -19,6 +19,9 @@ LTX_VIDEO_2B = {
 LTX_VIDEO_13B = {**LTX_VIDEO_2B, "attention_head_dim": 128, "cross_attention_dim": 4096, "num_layers": 48}
 TEXT_LEN = 128  # LTXPipeline's max_sequence_length
 
+#: The generate workload's pipeline folder (LTXPipeline, text encoder T5): its sub-folders.
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
 
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 32)), int(config.get("attention_head_dim", 64))
@@ -41,4 +44,5 @@ FAMILY = Family(
                           "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "
                           "cross_attention_dim 4096)",
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True,
 )

@@ -3,9 +3,11 @@
 Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
 family's real component classes, seeded weights, the word-level tokenizer) are generated from
 with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U2R2; SD3.5's
-12 image + 333 text tokens make uneven chunks), and the decoded frames are compared with
-``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline`` loaded from the same
-folder, same prompt, seed and guidance, float32, within test_generate's FRAME_TOL (1e-4).
+12 image + 333 text tokens make uneven chunks; LTX-Video's 7-token prompt padded to 128 with a mask
+that drops the padding's keys puts every kept text key on the first rank's chunk), and the decoded
+frames are compared with ``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline``
+/ ``LTXPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
+test_generate's FRAME_TOL (1e-4).
 """
 
 from __future__ import annotations
@@ -28,19 +30,31 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
-FAMILIES = ("qwen-image", "sd3", "cogvideox")
+FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
 WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
                 guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
 U2R2 = {"ulysses": 2, "ring": 2}
-#: a video family's frames (9: 3 latent frames)
-FRAMES = {"cogvideox": 9}
+#: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
+FRAMES = {"cogvideox": 9, "ltx-video": 9, "hunyuanvideo": 9}
+#: guidance-distilled families: guidance_scale is embedded, no negative prompt
+DISTILLED = ("hunyuanvideo",)
+#: height x width where 64 x 48 does not fit the family's VAE (LTX-Video: 32 x 32 pixels per latent)
+SIZE = {"ltx-video": (64, 96)}
+#: the families whose pipeline is also run with every attention kept on the rank's own chunk
+WRONG = ("sd3", "ltx-video")
+
+
+def _size(fam: str) -> tuple[int, int]:
+    return SIZE.get(fam, (64, 48))
 
 
 def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
-    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {})}
+    h, w = _size(fam)
+    workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
+                **({"negative_prompt": None} if fam in DISTILLED else {})}
     job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
                          "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
@@ -66,15 +80,23 @@ def pipes(folders):
     return out
 
 
-def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
-    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> np.ndarray:
+    """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it
+    (``embeds``: the prompt's embeddings instead of the prompt)."""
     name = type(pipe).__name__
     kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
     if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
         kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
-    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS,
-               output_type="np", generator=torch.Generator().manual_seed(seed), **kw)
-    return np.asarray(out.frames) if name == "CogVideoXPipeline" else out.images[:, None]
+    if name == "LTXPipeline":
+        kw.update(num_frames=FRAMES["ltx-video"])
+    if name == "HunyuanVideoPipeline":  # embedded guidance, no negative prompt
+        kw.update(num_frames=FRAMES["hunyuanvideo"])
+    h, w = SIZE["ltx-video"] if name == "LTXPipeline" else _size("")
+    kw.update(embeds or {"prompt": PROMPT, **({} if name == "HunyuanVideoPipeline" else {"negative_prompt": NEGATIVE})})
+    out = pipe(height=h, width=w, num_inference_steps=STEPS, output_type="np",
+               generator=torch.Generator().manual_seed(seed), **kw)
+    return np.asarray(out.frames) if name in ("CogVideoXPipeline", "LTXPipeline", "HunyuanVideoPipeline") \
+        else out.images[:, None]
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +104,9 @@ def references(pipes):
     return {fam: _reference(pipes[fam]) for fam in FAMILIES}
 
 
-def _world(cases, wrong: str):
-    """Each case's generate on these ranks; then ``wrong``'s pipeline with every attention kept on
-    the rank's own chunk (a wrong shard: what the comparison must catch)."""
+def _world(cases, wrong: tuple[str, ...]):
+    """Each case's generate on these ranks; then each of ``wrong``'s pipelines with every attention
+    kept on the rank's own chunk (a wrong shard: what the comparison must catch)."""
     from sporch.orchestrator.contract.plan import Plan
     from sporch.runtime.model.generic.plans import split_plan
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
@@ -101,14 +123,14 @@ def _world(cases, wrong: str):
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
                                frames_sink=lambda i, f: frames.__setitem__(i, f))
         out[name] = {**metrics, "frames": frames}
-        if name == wrong:
+        if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
             pipe = load_pipeline(spec, cls, cpu)
             with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
                                                    local_attention=("transformer_blocks",)):
                 kw = {**encode(pipe, spec, cls, PROMPT, cpu), **pipeline_arguments(spec, cls, SEED)}
-                img = pipe(**kw, output_type="np").images
-            out["wrong-shard"] = img[:, None]
+                res = pipe(**kw, output_type="np")
+            out[f"wrong-shard {name}"] = np.asarray(res.frames) if spec.video else res.images[:, None]
         ctx.close()
     return out
 
@@ -126,7 +148,7 @@ def four_ranks(folders):
         out = folders["root"] / "out" / fam
         out.mkdir(parents=True)
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
-    return run_distributed(_world, 4, cases, "sd3", timeout=600)
+    return run_distributed(_world, 4, cases, WRONG, timeout=600)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -140,17 +162,17 @@ def test_world1_frames_equal_the_diffusers_pipeline(folders, references, fam, tm
     frames = {}
     metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
     ref = references[fam]
-    nf = FRAMES.get(fam, 1)
-    assert ref.shape == (1, nf, 64, 48, 3) and ref.std() > 0.02  # not flat: the comparison means something
+    nf, (h, w) = FRAMES.get(fam, 1), _size(fam)
+    assert ref.shape == (1, nf, h, w, 3) and ref.std() > 0.02  # not flat: the comparison means something
     err = float(np.abs(frames[0] - ref[0]).max())
     print(f"{fam} world 1: max |frames - {metrics['pipeline']}| = {err:.3g}")
     assert err <= FRAME_TOL, (fam, err)
     (row,) = metrics["outputs"]
     fmt = "mp4" if fam in FRAMES else "png"
     assert (row["seed"], row["prompt"], row["format"], row["frames"], row["height"], row["width"]) == (
-        SEED, PROMPT, fmt, nf, 64, 48)
+        SEED, PROMPT, fmt, nf, h, w)
     saved = read(Path(row["path"]))
-    assert saved.shape == (nf, 64, 48, 3)
+    assert saved.shape == (nf, h, w, 3)
     if fmt == "png":  # lossless: exactly the pipeline's image in 8 bits
         assert np.array_equal(saved, to_uint8(ref[0]))
     assert len(metrics["step_ms"]) == STEPS and metrics["stages"]["denoise"]["steps"] == STEPS
@@ -188,15 +210,35 @@ def test_four_ranks_frames_equal_the_diffusers_pipeline(four_ranks, references, 
         assert len(rank[fam]["step_ms"]) == STEPS
 
 
+def _unmasked(pipe) -> dict:
+    """The prompt's embeddings as the pipeline encodes them, with its text mask all ones (the
+    padding's keys kept); checks that the mask does drop keys."""
+    with torch.no_grad():
+        if type(pipe).__name__ == "LTXPipeline":
+            pe, pm, npe, npm = pipe.encode_prompt(PROMPT, NEGATIVE, True, device="cpu")
+            masks = (pm, npm)
+            out = dict(prompt_embeds=pe, negative_prompt_embeds=npe, prompt_attention_mask=torch.ones_like(pm),
+                       negative_prompt_attention_mask=torch.ones_like(npm))
+        else:  # HunyuanVideoPipeline
+            pe, ppe, pm = pipe.encode_prompt(PROMPT, device="cpu")
+            masks = (pm,)
+            out = dict(prompt_embeds=pe, pooled_prompt_embeds=ppe, prompt_attention_mask=torch.ones_like(pm))
+    assert all(0 < m.sum() < m.numel() for m in masks)  # the mask does drop keys
+    return out
+
+
 def test_comparison_can_fail(pipes, references, four_ranks):
-    """A wrong shard (every rank attending to its own chunk only), another seed or no guidance
-    move the frames far beyond the tolerance."""
-    ref = references["sd3"]
-    wrong = float(np.abs(four_ranks[0]["wrong-shard"] - ref).max())
-    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - ref).max())
+    """A wrong shard (every rank attending to its own chunk only), another seed, no guidance or
+    LTX-Video's / HunyuanVideo's padded text keys kept (the mask ignored) move the frames far beyond
+    the tolerance."""
+    wrong = {fam: float(np.nan_to_num(np.abs(four_ranks[0][f"wrong-shard {fam}"] - references[fam]), nan=1.0).max())
+             for fam in WRONG}
+    other_seed = float(np.abs(_reference(pipes["sd3"], seed=SEED + 1) - references["sd3"]).max())
     no_cfg = float(np.abs(_reference(pipes["qwen-image"], guidance=1.0) - references["qwen-image"]).max())
-    print(f"wrong shard {wrong:.3g}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}")
-    assert min(wrong, other_seed, no_cfg) > 100 * FRAME_TOL
+    no_mask = {fam: float(np.abs(_reference(pipes[fam], **_unmasked(pipes[fam])) - references[fam]).max())
+               for fam in ("ltx-video", "hunyuanvideo")}
+    print(f"wrong shard {wrong}, other seed {other_seed:.3g}, no CFG {no_cfg:.3g}, mask ignored {no_mask}")
+    assert min(*wrong.values(), other_seed, no_cfg, *no_mask.values()) > 100 * FRAME_TOL
 
 
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
@@ -216,15 +258,18 @@ def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, paral
     assert "\n" not in str(exc.value) and "SD3Transformer2DModel" in str(exc.value)
 
 
-def test_family_without_a_generic_pipeline_is_refused(tmp_path):
-    """A generic-path folder of a family with no generate pipeline yet: generate refused at plan
-    time, naming the class and what runs."""
+def test_a_workload_the_generic_path_does_not_run_is_refused(tmp_path):
+    """Every generic family generates now (none is left without a pipeline); a workload kind the
+    generic path does not run (inference) is refused at plan time, naming the class and the kinds
+    that run."""
     from sporch.runtime.model.generic import random_diffusers
     from sporch.runtime.model.generic.families import family_module
 
     random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
                      seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
     job = job_from_dict({"name": "g", "model": {"weights": str(tmp_path / "m")},
-                         "workload": {**WORKLOAD, "negative_prompt": None, "guidance_scale": 1.0}})
-    with pytest.raises(SporchError, match="workload.kind generate is not built for HunyuanVideoTransformer3DModel"):
+                         "workload": {**WORKLOAD, "kind": "inference", "negative_prompt": None, "frames": 9}})
+    with pytest.raises(SporchError, match="workload.kind inference is not built for HunyuanVideoTransformer3DModel "
+                                          r".*; use one of: verify, benchmark, generate$") as exc:
         make_plan(find_cluster("local"), job)
+    assert "\n" not in str(exc.value)
