@@ -281,12 +281,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     if p.vae not in ("auto", "leader"):
         raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
                           "diffusers' pipeline, whole); set pipeline.vae=leader")
-    if job.model.lora:  # generic/lora.py merges adapters for verify and benchmark; generic.py does not call it yet
-        raise SporchError(f"model.lora is not applied by generate on {what} yet (verify and benchmark apply it); "
-                          "remove model.lora")
-    if w.compile:  # generic.py runs the pipeline's transformer eagerly
-        raise SporchError(f"workload.compile=true is not built for generate on {what} yet (it runs eagerly); "
-                          "remove workload.compile or set it to false")
+    # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:

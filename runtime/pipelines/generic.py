@@ -26,17 +26,18 @@ import contextlib
 import inspect
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.families import get_family, require_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.generic.build import load_diffusers
+from sporch.runtime.model.generic.lora import apply_lora
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
 from sporch.runtime.model.sharded import replica_rows
@@ -61,16 +62,21 @@ def _is_text_part(name: str) -> bool:
 
 
 def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
-                  text_device: torch.device | None = None):
+                  text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
-    generic path's loader (strict: every tensor of the folder, none missing). ``text``: load the
-    text encoders and tokenizers too (on ``text_device``, default ``device``); without them the
-    pipeline runs from prompt embeddings only."""
+    generic path's loader (strict: every tensor of the folder, none missing) with the adapters
+    ``lora`` (``plan.model.lora``) merged into it as verify/benchmark merge them
+    (:func:`sporch.runtime.model.generic.lora.apply_lora`: the family's diffusers LoRA loader,
+    fused at their scales, PEFT layers unloaded). ``text``: load the text encoders and tokenizers
+    too (on ``text_device``, default ``device``); without them the pipeline runs from prompt
+    embeddings only."""
     import diffusers
 
     cls = getattr(diffusers, class_name)
     dtype = resolve_dtype(spec.dtype)
     transformer = load_diffusers(spec.root, dtype=dtype, device=device)
+    if lora:
+        apply_lora(transformer, lora, require_family(type(transformer).__name__).lora_loader)
     skip = {} if text else {name: None for name in _components(spec.root) if _is_text_part(name)}
     pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)
@@ -149,10 +155,14 @@ def _frames(out, video: bool) -> np.ndarray:
 
 def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                          log: Callable[[ParallelContext | None, str], None] | None = None,
-                         frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
+                         frames_sink: Callable[[int, Any], None] | None = None,
+                         compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
     """Run the generate workload of a generic-path ``plan`` on this rank (see the module docstring);
     ``frames_sink(index, frames)`` (tests) also receives each prompt's float frames [F, H, W, 3] on
-    the leader."""
+    the leader. ``compile_model(transformer)``: compiles the transformer's blocks where the plan
+    says so (runtime/workloads.py, the rule verify/benchmark follow) and returns the
+    ``CompileInfo``; None: eager. The first denoising step includes the compiling
+    (``compile.first_call_s``)."""
     spec = generate_params(plan)
     family = get_family(plan.model.family)
     class_name = family.pipeline_class
@@ -171,7 +181,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device)
+        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora)
+    compiled = compile_model(pipe.transformer) if compile_model is not None else None
     prompts = [spec.prompts[i] for i in mine]
 
     def encode_all():
@@ -235,6 +246,11 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         say(ctx, f"wrote {path}")
         if frames_sink is not None:
             frames_sink(index, frames[0])
+    if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
+        compiled.first_call_s = step_ms[0] / 1e3
+    steady = sorted(step_ms[1:])
+    out.update(lora_adapters=len(plan.model.lora or []),
+               compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
                encode_s=stages.seconds("encode"),
                denoised_prompts=len(mine), parameters=sum(p.numel() for p in pipe.transformer.parameters()),
