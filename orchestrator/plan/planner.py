@@ -300,9 +300,7 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if method != "none" and method not in caches:
         raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
                           f"{' or '.join((*caches, 'none'))}")
-    if method != "none":  # runtime/model/generic/cache.py is built; the generic generate does not apply it yet
-        raise SporchError(f"workload.cache is not applied by the generic generate for {what} yet; "
-                          "set workload.cache.method=none")
+    # method in the family's step_cache: applied by the generic generate (runtime/model/generic/cache.py)
     if job.parallel.shard_weights not in ("none", "auto"):
         raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
                           "(its parameters are whole on every rank); set parallel.shard_weights=none")

@@ -37,6 +37,7 @@ from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.generic.build import load_diffusers
+from sporch.runtime.model.generic.cache import apply_step_cache
 from sporch.runtime.model.generic.lora import apply_lora
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
@@ -146,6 +147,14 @@ def pipeline_arguments(spec: GenerateParams, class_name: str, seed: int) -> dict
     return kw
 
 
+def _reset_step_cache(transformer: torch.nn.Module) -> None:
+    """A new denoising run: every stateful diffusers hook of ``transformer`` (the step cache's
+    residuals, step counts and records) back to its start."""
+    from diffusers.hooks import HookRegistry
+
+    HookRegistry.check_if_exists_or_initialize(transformer).reset_stateful_hooks(recurse=True)
+
+
 def _frames(out, video: bool) -> np.ndarray:
     """[B, F, H, W, 3] float frames in [0, 1] from a pipeline output with ``output_type="np"``."""
     if video:
@@ -183,6 +192,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     with stages("load"):
         pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora)
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
+    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
+    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
+    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps)
+    step_cache: list[dict[str, Any]] = []
     prompts = [spec.prompts[i] for i in mine]
 
     def encode_all():
@@ -199,6 +212,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     step_ms: list[float] = []
     outputs: list[dict[str, Any]] = []
     for k, index in enumerate(mine):
+        cache_now: dict[str, Any] = {}
+        if head_hook is not None:
+            _reset_step_cache(pipe.transformer)
         seed = spec.seed + index
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
@@ -209,6 +225,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             step_ms.append((now - clock["t"]) * 1e3)
             clock["t"] = clock["last_step"] = now
             say(ctx, f"prompt {k + 1}/{len(mine)} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
+            if head_hook is not None:  # read now: the pipeline resets its stateful hooks when the call ends
+                cache_now.update({name: rec.record() for name, rec in head_hook.records.items()})
             return {}
 
         def first_call(module, args, kwargs):  # the first step starts at the first transformer call
@@ -229,6 +247,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                 ended = time.perf_counter()
         finally:
             handle.remove()
+        if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
+            step_cache.append({"index": index, **cache_now})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", clock["last_step"] - began)
         if not leader:
@@ -249,6 +269,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
         compiled.first_call_s = step_ms[0] / 1e3
     steady = sorted(step_ms[1:])
+    if head_hook is not None:
+        out["step_cache"] = step_cache
     out.update(lora_adapters=len(plan.model.lora or []),
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),

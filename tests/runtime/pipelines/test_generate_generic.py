@@ -11,7 +11,10 @@ The options the generic generate applies: ``model.lora`` (a PEFT-format adapter 
 Qwen-Image transformer at load, against diffusers' pipeline with ``load_lora_weights`` +
 ``set_adapters``, unfused) and ``workload.compile: true`` (SD3.5's blocks through ``torch.compile``
 with backend ``eager``, Dynamo's graph capture without Inductor's C++ build, as
-tests/runtime/model/test_generic_levers.py), at world 1 and in the same 4-rank world.
+tests/runtime/model/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen-Image, 6 steps:
+the steps computed per cache context and the frames against diffusers' own First Block Cache on
+the unsharded pipeline, its last step forced computed as sporch's step policy does), at world 1
+and in the same 4-rank world (where the fbcache case is compiled too).
 """
 
 from __future__ import annotations
@@ -45,11 +48,15 @@ U2R2 = {"ulysses": 2, "ring": 2}
 FRAMES = {"cogvideox": 9}
 LORA_FAMILY, LORA_SCALE, LORA_RANK = "qwen-image", 0.7, 3
 COMPILE_FAMILY = "sd3"
+#: fbcache: the family, steps and a threshold between the tiny model's changes (0.67-0.80 skipped,
+#: 1.01-1.32 computed), so some steps are skipped and some computed in both of its cache contexts
+CACHE_FAMILY, CACHE_STEPS, CACHE_THRESHOLD = "qwen-image", 6, 0.9
+CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CACHE_THRESHOLD}}
 
 
-def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, compile: bool = False):
-    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
-                **({"compile": True} if compile else {})}
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, **extra):
+    """The generate plan of ``fam``'s folder; ``extra``: more workload keys."""
+    workload = {**WORKLOAD, **({"frames": FRAMES[fam]} if fam in FRAMES else {}), **extra}
     model = {"weights": str(folder), **({"lora": [{"path": lora, "scale": LORA_SCALE}]} if lora else {})}
     job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
@@ -99,14 +106,14 @@ def pipes(folders):
     return out
 
 
-def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE) -> np.ndarray:
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, steps: int = STEPS, **call) -> np.ndarray:
     """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it."""
     name = type(pipe).__name__
     kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
     if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
         kw.update(num_frames=FRAMES["cogvideox"], max_sequence_length=pipe.transformer.config.max_text_seq_length)
-    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=STEPS,
-               output_type="np", generator=torch.Generator().manual_seed(seed), **kw)
+    out = pipe(prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, num_inference_steps=steps,
+               output_type="np", generator=torch.Generator().manual_seed(seed), **kw, **call)
     return np.asarray(out.frames) if name == "CogVideoXPipeline" else out.images[:, None]
 
 
@@ -126,6 +133,38 @@ def lora_reference(folders):
     pipe.load_lora_weights(folders["lora"], adapter_name="ref")
     pipe.set_adapters(["ref"], adapter_weights=[LORA_SCALE])
     return _reference(pipe)
+
+
+@pytest.fixture(scope="module")
+def cache_reference(pipes):
+    """diffusers' own First Block Cache on the unsharded pipeline (``enable_cache``), CACHE_STEPS
+    steps at CACHE_THRESHOLD, its last step forced computed (sporch's step policy computes the last
+    step): (frames, the steps computed per cache context, frames without the cache)."""
+    from diffusers.hooks import FirstBlockCacheConfig, HookRegistry
+
+    pipe = pipes[CACHE_FAMILY]
+    plain = _reference(pipe, steps=CACHE_STEPS)
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=CACHE_THRESHOLD))
+    head = HookRegistry.check_if_exists_or_initialize(pipe.transformer.transformer_blocks[0])
+    theirs = head.get_hook("fbc_leader_block_hook")
+    computed: dict[str, list[int]] = {}
+
+    def seen(module, args, kwargs, output):  # after each transformer call: did it run the other blocks?
+        steps = computed.setdefault(theirs.state_manager.context.name, [])
+        steps.append(len(steps) if theirs.state_manager.get_state().should_compute else -1)
+
+    def last_step_computed(p, i, t, kw):
+        if i == CACHE_STEPS - 2:
+            theirs.threshold = -1.0
+        return {}
+
+    handle = pipe.transformer.register_forward_hook(seen, with_kwargs=True)
+    try:
+        frames = _reference(pipe, steps=CACHE_STEPS, callback_on_step_end=last_step_computed)
+    finally:
+        handle.remove()
+        pipe.transformer.disable_cache()
+    return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}, plain
 
 
 def _eager_compile(model):
@@ -191,7 +230,8 @@ def four_ranks(folders):
         out.mkdir(parents=True)
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
     for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
-                       ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True))):
+                       ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
+                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, compile=True, **CACHE))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, "sd3", timeout=600)
@@ -343,3 +383,30 @@ def test_family_without_a_generic_pipeline_is_refused(tmp_path):
                          "workload": {**WORKLOAD, "negative_prompt": None, "guidance_scale": 1.0}})
     with pytest.raises(SporchError, match="workload.kind generate is not built for HunyuanVideoTransformer3DModel"):
         make_plan(find_cluster("local"), job)
+
+
+def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(folders, cache_reference, four_ranks,
+                                                                          tmp_path):
+    """workload.cache fbcache on generate: the steps computed in each of the pipeline's cache
+    contexts ("cond", "uncond") are diffusers' First Block Cache's on the unsharded pipeline, and
+    the frames equal its frames, at world 1 and on every rank of U2R2; the cache skips steps and
+    moves the frames (else the comparison proves nothing)."""
+    from sporch.runtime.pipelines.generate import run_generate
+
+    ref, ref_computed, plain = cache_reference
+    plan = _plan(CACHE_FAMILY, folders[CACHE_FAMILY], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1, **CACHE)
+    frames = {}
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
+    effect = float(np.abs(ref - plain).max())
+    world1 = float(np.abs(frames[0] - ref[0]).max())
+    u2r2 = float(np.abs(four_ranks[0]["cache"]["frames"][0] - ref[0]).max())
+    print(f"fbcache {CACHE_FAMILY}: diffusers computed {ref_computed}, effect {effect:.3g}, world 1 {world1:.3g}, "
+          f"U2R2 {u2r2:.3g}")
+    assert set(ref_computed) == {"cond", "uncond"}
+    assert all(2 <= len(c) < CACHE_STEPS for c in ref_computed.values()), ref_computed  # skips and computes
+    assert effect > 100 * FRAME_TOL, effect
+    assert all(rank["cache"]["compile"]["enabled"] for rank in four_ranks)  # U2R2 runs it compiled too
+    for res in (metrics, *(rank["cache"] for rank in four_ranks)):
+        (rec,) = res["step_cache"]
+        assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
+    assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
