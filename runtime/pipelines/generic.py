@@ -18,6 +18,12 @@ Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` 
 pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
 decode and post-processing), the others stop at the latents. The leader writes one PNG/MP4 per
 prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
+
+The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
+transformer at load (:func:`load_pipeline`), its blocks compiled by the caller's
+``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
+(fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
+decision is agreed over the replica; the pipelines open the cache contexts themselves.
 """
 
 from __future__ import annotations
