@@ -98,7 +98,8 @@ def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progre
     if kind == "inference":
         return _inference(plan, ctx, device, progress)
     if kind == "generate":
-        return run_generate(plan, ctx, device, progress.output_dir, progress=progress)
+        return run_generate(plan, ctx, device, progress.output_dir, progress=progress,  # compile: the generic path's
+                            compile_model=lambda model: _compile(plan, model, device, generic=True))
     if kind == "preflight":
         return run_preflight(ctx, plan)
     raise ValueError(f"unknown workload kind {kind!r} (inference | benchmark | verify | generate | preflight)")

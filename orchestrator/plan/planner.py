@@ -281,12 +281,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     if p.vae not in ("auto", "leader"):
         raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
                           "diffusers' pipeline, whole); set pipeline.vae=leader")
-    if job.model.lora:  # generic/lora.py merges adapters for verify and benchmark; generic.py does not call it yet
-        raise SporchError(f"model.lora is not applied by generate on {what} yet (verify and benchmark apply it); "
-                          "remove model.lora")
-    if w.compile:  # generic.py runs the pipeline's transformer eagerly
-        raise SporchError(f"workload.compile=true is not built for generate on {what} yet (it runs eagerly); "
-                          "remove workload.compile or set it to false")
+    # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
@@ -299,15 +294,13 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if method != "none" and method not in caches:
         raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
                           f"{' or '.join((*caches, 'none'))}")
+    # method in the family's step_cache: applied by the generic generate (runtime/model/generic/cache.py)
     kinds = generic_workloads(model)
     if job.workload.kind not in kinds:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
         check_generic_generate(job, what, layout)
-    if method != "none":  # runtime/model/generic/cache.py is built; the generic generate does not apply it yet
-        raise SporchError(f"workload.cache is not applied by the generic generate for {what} yet; "
-                          "set workload.cache.method=none")
     if job.parallel.shard_weights not in ("none", "auto"):
         raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
                           "(its parameters are whole on every rank); set parallel.shard_weights=none")

@@ -92,17 +92,20 @@ def ensure_weights(params: GenerateParams, ctx: ParallelContext | None) -> None:
 def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                  log: Callable[[ParallelContext | None, str], None] = _say,
                  frames_sink: Callable[[int, Any], None] | None = None,
-                 progress: Progress | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None,
+                 compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
     """Run the generate workload of ``plan`` on this rank; ``frames_sink(index, frames)``
     (tests) also receives each prompt's decoded float frames [F, H, W, 3].
 
     Prompts whose latents an earlier run of the job saved (:mod:`.latents`) are decoded
     without denoising; when every prompt of the replica has them, nothing is encoded either.
     A batch a requeued run was denoising resumes from its last finished step (:mod:`.resume`;
-    ``progress`` carries the USR2 stop request)."""
+    ``progress`` carries the USR2 stop request). ``compile_model``: passed to the generic path
+    (:func:`.generic.run_generic_generate`); the hand-built pipelines run eagerly."""
     require_pipelines()
     if plan.model.diffusers_class:  # the generic path: the family's diffusers pipeline (generic.py)
-        return run_generic_generate(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink)
+        return run_generic_generate(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink,
+                                    compile_model=compile_model)
     params = generate_params(plan)
     ensure_weights(params, ctx)
     dtype = resolve_dtype(params.dtype)

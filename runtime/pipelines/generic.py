@@ -18,6 +18,12 @@ Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` 
 pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
 decode and post-processing), the others stop at the latents. The leader writes one PNG/MP4 per
 prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
+
+The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
+transformer at load (:func:`load_pipeline`), its blocks compiled by the caller's
+``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
+(fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
+decision is agreed over the replica; the pipelines open the cache contexts themselves.
 """
 
 from __future__ import annotations
@@ -26,17 +32,19 @@ import contextlib
 import inspect
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.families import get_family, require_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.generic.build import load_diffusers
+from sporch.runtime.model.generic.cache import apply_step_cache
+from sporch.runtime.model.generic.lora import apply_lora
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
 from sporch.runtime.model.sharded import replica_rows
@@ -65,16 +73,21 @@ def _is_text_part(name: str) -> bool:
 
 
 def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
-                  text_device: torch.device | None = None):
+                  text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
-    generic path's loader (strict: every tensor of the folder, none missing). ``text``: load the
-    text encoders and tokenizers too (on ``text_device``, default ``device``); without them the
-    pipeline runs from prompt embeddings only."""
+    generic path's loader (strict: every tensor of the folder, none missing) with the adapters
+    ``lora`` (``plan.model.lora``) merged into it as verify/benchmark merge them
+    (:func:`sporch.runtime.model.generic.lora.apply_lora`: the family's diffusers LoRA loader,
+    fused at their scales, PEFT layers unloaded). ``text``: load the text encoders and tokenizers
+    too (on ``text_device``, default ``device``); without them the pipeline runs from prompt
+    embeddings only."""
     import diffusers
 
     cls = getattr(diffusers, class_name)
     dtype = resolve_dtype(spec.dtype)
     transformer = load_diffusers(spec.root, dtype=dtype, device=device)
+    if lora:
+        apply_lora(transformer, lora, require_family(type(transformer).__name__).lora_loader)
     skip = {} if text else {name: None for name in _components(spec.root) if _is_text_part(name)}
     pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)
@@ -154,6 +167,14 @@ def pipeline_arguments(spec: GenerateParams, class_name: str, seed: int) -> dict
     return kw
 
 
+def _reset_step_cache(transformer: torch.nn.Module) -> None:
+    """A new denoising run: every stateful diffusers hook of ``transformer`` (the step cache's
+    residuals, step counts and records) back to its start."""
+    from diffusers.hooks import HookRegistry
+
+    HookRegistry.check_if_exists_or_initialize(transformer).reset_stateful_hooks(recurse=True)
+
+
 def _frames(out, video: bool) -> np.ndarray:
     """[B, F, H, W, 3] float frames in [0, 1] from a pipeline output with ``output_type="np"``."""
     if video:
@@ -163,10 +184,14 @@ def _frames(out, video: bool) -> np.ndarray:
 
 def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                          log: Callable[[ParallelContext | None, str], None] | None = None,
-                         frames_sink: Callable[[int, Any], None] | None = None) -> dict[str, Any]:
+                         frames_sink: Callable[[int, Any], None] | None = None,
+                         compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
     """Run the generate workload of a generic-path ``plan`` on this rank (see the module docstring);
     ``frames_sink(index, frames)`` (tests) also receives each prompt's float frames [F, H, W, 3] on
-    the leader."""
+    the leader. ``compile_model(transformer)``: compiles the transformer's blocks where the plan
+    says so (runtime/workloads.py, the rule verify/benchmark follow) and returns the
+    ``CompileInfo``; None: eager. The first denoising step includes the compiling
+    (``compile.first_call_s``)."""
     spec = generate_params(plan)
     family = get_family(plan.model.family)
     class_name = family.pipeline_class
@@ -185,7 +210,12 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device)
+        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora)
+    compiled = compile_model(pipe.transformer) if compile_model is not None else None
+    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
+    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
+    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps)
+    step_cache: list[dict[str, Any]] = []
     prompts = [spec.prompts[i] for i in mine]
 
     def encode_all():
@@ -202,6 +232,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     step_ms: list[float] = []
     outputs: list[dict[str, Any]] = []
     for k, index in enumerate(mine):
+        cache_now: dict[str, Any] = {}
+        if head_hook is not None:
+            _reset_step_cache(pipe.transformer)
         seed = spec.seed + index
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
@@ -212,6 +245,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             step_ms.append((now - clock["t"]) * 1e3)
             clock["t"] = clock["last_step"] = now
             say(ctx, f"prompt {k + 1}/{len(mine)} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
+            if head_hook is not None:  # read now: the pipeline resets its stateful hooks when the call ends
+                cache_now.update({name: rec.record() for name, rec in head_hook.records.items()})
             return {}
 
         def first_call(module, args, kwargs):  # the first step starts at the first transformer call
@@ -232,6 +267,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                 ended = time.perf_counter()
         finally:
             handle.remove()
+        if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
+            step_cache.append({"index": index, **cache_now})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", clock["last_step"] - began)
         if not leader:
@@ -249,6 +286,13 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         say(ctx, f"wrote {path}")
         if frames_sink is not None:
             frames_sink(index, frames[0])
+    if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
+        compiled.first_call_s = step_ms[0] / 1e3
+    steady = sorted(step_ms[1:])
+    if head_hook is not None:
+        out["step_cache"] = step_cache
+    out.update(lora_adapters=len(plan.model.lora or []),
+               compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
                encode_s=stages.seconds("encode"),
                denoised_prompts=len(mine), parameters=sum(p.numel() for p in pipe.transformer.parameters()),

@@ -8,6 +8,15 @@ that drops the padding's keys puts every kept text key on the first rank's chunk
 frames are compared with ``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline``
 / ``LTXPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
 test_generate's FRAME_TOL (1e-4).
+
+The options the generic generate applies: ``model.lora`` (a PEFT-format adapter merged into the
+Qwen-Image transformer at load, against diffusers' pipeline with ``load_lora_weights`` +
+``set_adapters``, unfused) and ``workload.compile: true`` (SD3.5's blocks through ``torch.compile``
+with backend ``eager``, Dynamo's graph capture without Inductor's C++ build, as
+tests/runtime/model/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen-Image, 6 steps:
+the steps computed per cache context and the frames against diffusers' own First Block Cache on
+the unsharded pipeline, its last step forced computed as sporch's step policy does), at world 1
+and in the same 4-rank world.
 """
 
 from __future__ import annotations
@@ -45,19 +54,48 @@ DISTILLED = ("hunyuanvideo",)
 SIZE = {"ltx-video": (64, 96)}
 #: the families whose pipeline is also run with every attention kept on the rank's own chunk
 WRONG = ("sd3", "ltx-video")
+LORA_FAMILY, LORA_SCALE, LORA_RANK = "qwen-image", 0.7, 3
+COMPILE_FAMILY = "sd3"
+#: fbcache: the family, steps and a threshold between the tiny model's changes (0.67-0.80 skipped,
+#: 1.01-1.32 computed), so some steps are skipped and some computed in both of its cache contexts
+CACHE_FAMILY, CACHE_STEPS, CACHE_THRESHOLD = "qwen-image", 6, 0.9
+CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CACHE_THRESHOLD}}
 
 
 def _size(fam: str) -> tuple[int, int]:
     return SIZE.get(fam, (64, 48))
 
 
-def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4):
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, **extra):
+    """The generate plan of ``fam``'s folder; ``extra``: more workload keys."""
     h, w = _size(fam)
     workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
-                **({"negative_prompt": None} if fam in DISTILLED else {})}
-    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": workload,
-                         "parallel": {"cfg": 1, **parallel}})
+                **({"negative_prompt": None} if fam in DISTILLED else {}), **extra}
+    model = {"weights": str(folder), **({"lora": [{"path": lora, "scale": LORA_SCALE}]} if lora else {})}
+    job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel}})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
+
+
+def _lora_file(folder: Path, path: Path) -> str:
+    """A PEFT-format adapter (``transformer.<module>.lora_A/B.weight``, rank 3, alpha in the header
+    as diffusers' save_lora_weights writes it) on every Linear of the folder's transformer blocks."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from sporch.runtime.model.generic import load_diffusers
+
+    model = load_diffusers(str(folder))
+    g = torch.Generator().manual_seed(11)
+    sd = {}
+    for name, lin in model.named_modules():
+        if isinstance(lin, torch.nn.Linear) and name.startswith("transformer_blocks."):
+            sd[f"transformer.{name}.lora_A.weight"] = torch.randn(LORA_RANK, lin.in_features, generator=g) * 0.4
+            sd[f"transformer.{name}.lora_B.weight"] = torch.randn(lin.out_features, LORA_RANK, generator=g) * 0.4
+    meta = {"lora_adapter_metadata": json.dumps({"transformer.r": LORA_RANK, "transformer.lora_alpha": 2.0,
+            "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd})})}
+    save_file(sd, str(path), metadata=meta)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +103,9 @@ def folders(tmp_path_factory):
     from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
 
     root = tmp_path_factory.mktemp("generic-pipelines")
-    return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
+    out = {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
+    out["lora"] = _lora_file(out[LORA_FAMILY], root / "adapter.safetensors")
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +120,9 @@ def pipes(folders):
     return out
 
 
-def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> np.ndarray:
+def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, steps: int = STEPS, **call) -> np.ndarray:
     """[1, F, H, W, 3]: the family's diffusers pipeline on the folder, as a user would call it
-    (``embeds``: the prompt's embeddings instead of the prompt)."""
+    (``call``: more of the call's arguments; with ``prompt_embeds`` among them, no prompt is passed)."""
     name = type(pipe).__name__
     kw = {"true_cfg_scale": guidance} if name == "QwenImagePipeline" else {"guidance_scale": guidance}
     if name == "CogVideoXPipeline":  # its frames, and every prompt padded to the transformer's text length
@@ -92,9 +132,10 @@ def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> 
     if name == "HunyuanVideoPipeline":  # embedded guidance, no negative prompt
         kw.update(num_frames=FRAMES["hunyuanvideo"])
     h, w = SIZE["ltx-video"] if name == "LTXPipeline" else _size("")
-    kw.update(embeds or {"prompt": PROMPT, **({} if name == "HunyuanVideoPipeline" else {"negative_prompt": NEGATIVE})})
-    out = pipe(height=h, width=w, num_inference_steps=STEPS, output_type="np",
-               generator=torch.Generator().manual_seed(seed), **kw)
+    if "prompt_embeds" not in call:
+        kw.update({"prompt": PROMPT, **({} if name == "HunyuanVideoPipeline" else {"negative_prompt": NEGATIVE})})
+    out = pipe(height=h, width=w, num_inference_steps=steps, output_type="np",
+               generator=torch.Generator().manual_seed(seed), **kw, **call)
     return np.asarray(out.frames) if name in ("CogVideoXPipeline", "LTXPipeline", "HunyuanVideoPipeline") \
         else out.images[:, None]
 
@@ -102,6 +143,63 @@ def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, **embeds) -> 
 @pytest.fixture(scope="module")
 def references(pipes):
     return {fam: _reference(pipes[fam]) for fam in FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def lora_reference(folders):
+    """The LoRA family's diffusers pipeline with the adapter loaded by diffusers itself
+    (``load_lora_weights``, ``set_adapters`` at the scale; PEFT layers in the forward, not fused)."""
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(folders[LORA_FAMILY], dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.load_lora_weights(folders["lora"], adapter_name="ref")
+    pipe.set_adapters(["ref"], adapter_weights=[LORA_SCALE])
+    return _reference(pipe)
+
+
+@pytest.fixture(scope="module")
+def cache_reference(pipes):
+    """diffusers' own First Block Cache on the unsharded pipeline (``enable_cache``), CACHE_STEPS
+    steps at CACHE_THRESHOLD, its last step forced computed (sporch's step policy computes the last
+    step): (frames, the steps computed per cache context)."""
+    from diffusers.hooks import FirstBlockCacheConfig, HookRegistry
+
+    pipe = pipes[CACHE_FAMILY]
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=CACHE_THRESHOLD))
+    head = HookRegistry.check_if_exists_or_initialize(pipe.transformer.transformer_blocks[0])
+    theirs = head.get_hook("fbc_leader_block_hook")
+    computed: dict[str, list[int]] = {}
+
+    def seen(module, args, kwargs, output):  # after each transformer call: did it run the other blocks?
+        steps = computed.setdefault(theirs.state_manager.context.name, [])
+        steps.append(len(steps) if theirs.state_manager.get_state().should_compute else -1)
+
+    def last_step_computed(p, i, t, kw):
+        if i == CACHE_STEPS - 2:
+            theirs.threshold = -1.0
+        return {}
+
+    handle = pipe.transformer.register_forward_hook(seen, with_kwargs=True)
+    try:
+        frames = _reference(pipe, steps=CACHE_STEPS, callback_on_step_end=last_step_computed)
+    finally:
+        handle.remove()
+        pipe.transformer.disable_cache()
+    return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}
+
+
+def _eager_compile(model):
+    """workload.compile's callback with Dynamo's ``eager`` backend (graph capture, no Inductor build)."""
+    from sporch.runtime.compile import compile_blocks
+
+    return compile_blocks(model, backend="eager", swap_attention=False)
+
+
+def _graphs() -> int:
+    import torch._dynamo
+
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 def _world(cases, wrong: tuple[str, ...]):
@@ -115,14 +213,19 @@ def _world(cases, wrong: tuple[str, ...]):
     from sporch.runtime.pipelines.generic import encode, load_pipeline, pipeline_arguments
     from sporch.runtime.pipelines.params import generate_params
 
+    import torch._dynamo
+
     out = {}
     for name, plan_json, folder in cases:
         plan = Plan.from_json(plan_json)
         ctx = ParallelContext.from_plan(plan)
         frames = {}
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
-                               frames_sink=lambda i, f: frames.__setitem__(i, f))
-        out[name] = {**metrics, "frames": frames}
+                               frames_sink=lambda i, f: frames.__setitem__(i, f),
+                               compile_model=_eager_compile if plan.workload.compile else None)
+        out[name] = {**metrics, "frames": frames, "graphs": _graphs()}
         if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
             pipe = load_pipeline(spec, cls, cpu)
@@ -148,6 +251,11 @@ def four_ranks(folders):
         out = folders["root"] / "out" / fam
         out.mkdir(parents=True)
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
+    for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
+                       ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
+                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE))):
+        (folders["root"] / "out" / name).mkdir(parents=True)
+        cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
 
 
@@ -192,6 +300,54 @@ def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tm
     assert metrics["pipeline"] == "StableDiffusion3Pipeline"
     (row,) = metrics["outputs"]
     assert np.array_equal(read(Path(row["path"])), to_uint8(references["sd3"][0]))
+    # workload.compile's rule reached the generic generate (unset on a CPU: off, and why)
+    assert metrics["compile"]["enabled"] is False and metrics["compile"]["reason"] == "off (workload.compile)"
+
+
+def test_lora_frames_equal_the_diffusers_pipeline_with_the_adapter(folders, references, lora_reference, four_ranks,
+                                                                 tmp_path):
+    """model.lora on generate: the adapter merged into the transformer at load gives the frames of
+    diffusers' pipeline with ``load_lora_weights`` at the same scale, at world 1 and on U2R2; the
+    adapter moves the frames far beyond the tolerance (else the comparison proves nothing)."""
+    from sporch.runtime.pipelines.generate import run_generate
+
+    plan = _plan(LORA_FAMILY, folders[LORA_FAMILY], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1, lora=folders["lora"])
+    assert plan.model.lora[0]["scale"] == LORA_SCALE
+    frames = {}
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
+    effect = float(np.abs(lora_reference - references[LORA_FAMILY]).max())
+    world1 = float(np.abs(frames[0] - lora_reference[0]).max())
+    u2r2 = float(np.abs(four_ranks[0]["lora"]["frames"][0] - lora_reference[0]).max())
+    print(f"LoRA {LORA_FAMILY}: effect {effect:.3g}, world 1 {world1:.3g}, U2R2 {u2r2:.3g}")
+    assert effect > 100 * FRAME_TOL, effect
+    assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
+    assert metrics["lora_adapters"] == 1 and four_ranks[0]["lora"]["lora_adapters"] == 1
+
+
+def test_compiled_generate_frames_equal_the_diffusers_pipeline(folders, references, four_ranks, tmp_path):
+    """workload.compile: true on generate: the transformer's blocks compiled (Dynamo captured
+    graphs), the frames still the eager diffusers pipeline's, at world 1 and on U2R2."""
+    import torch._dynamo
+
+    from sporch.runtime.pipelines.generate import run_generate
+
+    plan = _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1, compile=True)
+    frames = {}
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f),
+                           compile_model=_eager_compile)
+    graphs = _graphs()
+    ref = references[COMPILE_FAMILY][0]
+    world1 = float(np.abs(frames[0] - ref).max())
+    sharded = four_ranks[0]["compile"]
+    u2r2 = float(np.abs(sharded["frames"][0] - ref).max())
+    print(f"compiled {COMPILE_FAMILY}: world 1 {world1:.3g} ({graphs} graphs), U2R2 {u2r2:.3g} ({sharded['graphs']} graphs)")
+    for res, n in ((metrics, graphs), *((rank["compile"], rank["compile"]["graphs"]) for rank in four_ranks)):
+        info = res["compile"]
+        assert info["enabled"] and info["blocks"] >= 2 and info["backend"] == "eager" and n >= 1, (info, n)
+        assert info["first_call_s"] is not None
+    assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -247,7 +403,6 @@ def test_comparison_can_fail(pipes, references, four_ranks):
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
     ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
-    ({}, {"compile": True}, {}, "workload.compile=true is not built for generate"),
     ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
@@ -273,3 +428,27 @@ def test_a_workload_the_generic_path_does_not_run_is_refused(tmp_path):
                                           r".*; use one of: verify, benchmark, generate$") as exc:
         make_plan(find_cluster("local"), job)
     assert "\n" not in str(exc.value)
+
+
+def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(folders, cache_reference, four_ranks,
+                                                                          tmp_path):
+    """workload.cache fbcache on generate: the steps computed in each of the pipeline's cache
+    contexts ("cond", "uncond") are diffusers' First Block Cache's on the unsharded pipeline, and
+    the frames equal its frames, at world 1 and on every rank of U2R2; the cache both skips and
+    computes steps (else the comparison proves nothing: without the cache every step computes)."""
+    from sporch.runtime.pipelines.generate import run_generate
+
+    ref, ref_computed = cache_reference
+    plan = _plan(CACHE_FAMILY, folders[CACHE_FAMILY], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1, **CACHE)
+    frames = {}
+    metrics = run_generate(plan, None, torch.device("cpu"), tmp_path, frames_sink=lambda i, f: frames.__setitem__(i, f))
+    world1 = float(np.abs(frames[0] - ref[0]).max())
+    u2r2 = float(np.abs(four_ranks[0]["cache"]["frames"][0] - ref[0]).max())
+    print(f"fbcache {CACHE_FAMILY}: diffusers computed {ref_computed}, world 1 {world1:.3g}, "
+          f"U2R2 {u2r2:.3g}")
+    assert set(ref_computed) == {"cond", "uncond"}
+    assert all(2 <= len(c) < CACHE_STEPS for c in ref_computed.values()), ref_computed  # skips and computes
+    for res in (metrics, *(rank["cache"] for rank in four_ranks)):
+        (rec,) = res["step_cache"]
+        assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
+    assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
