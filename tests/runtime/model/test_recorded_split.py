@@ -59,7 +59,7 @@ def test_runtime_follows_the_recorded_split_and_refuses_a_wrong_one():
     res = run_distributed(_rank, 2, timeout=120)
     r0, r1 = sorted(res, key=lambda r: r["rank"])
     assert r0["planned"] == (5, [3, 3])
-    assert r0["followed"] == r1["followed"] == (6, [4, 2])
+    assert (r0["followed"], r1["followed"], r1["qkv_bytes"] == 2 * r0["qkv_bytes"]) == ((6, [4, 2]), (6, [4, 2]), True)
     assert max(r0["verify"], r1["verify"]) <= 1e-5
     # rank 0 sends rank 1's 2 heads (q, k, v); rank 1 sends rank 0's 4: twice the bytes,
     # where the contract's even split [3, 3] would send the same from both
