@@ -241,13 +241,18 @@ class ParallelContext:
         return wd.collective(name, self._group_ranks[dim], kind=kind, group=dim, layer=layer)
 
     # -- sequence sharding -----------------------------------------------------------
-    def shard_sequence(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    def shard_sequence(self, x: torch.Tensor, dim: int = 1, local_len: int | None = None) -> torch.Tensor:
         """This rank's contiguous chunk of ``x`` along ``dim`` (chunk index = ``sequence_rank``),
-        the tail zero-padded to ``ceil(len / sequence_size)`` tokens per rank. Local, no comm."""
+        the tail zero-padded to ``local_len`` tokens per rank: the Plan's record
+        (``plan.sequence.tokens_per_rank``) where the caller has one, else
+        ``ceil(len / sequence_size)``. Local, no comm."""
         with self.guard():
             dim = dim % x.dim()
             n = x.shape[dim]
-            local = self.local_len(n)
+            local = self.local_len(n) if local_len is None else int(local_len)
+            if local * self.sequence_size < n:
+                raise ValueError(f"{local} tokens per rank over {self.sequence_size} sequence ranks cannot hold "
+                                 f"the {n} tokens of the sequence")
             start = self.sequence_rank * local
             stop = min(start + local, n)
             piece = x.narrow(dim, min(start, n), max(0, stop - start))

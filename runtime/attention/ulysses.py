@@ -12,6 +12,8 @@ Internal layout after the exchange is ``[B, H_local, S, D]`` (what the kernels t
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.distributed as dist
 
@@ -23,11 +25,20 @@ __all__ = ["head_ranges", "qkv_in", "out_back", "exchange_heads", "gather_seq_sc
            "gather_heads_scatter_seq"]
 
 
-def head_ranges(num_heads: int, num_kv_heads: int, parts: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """``(q_ranges, kv_ranges)``: the query heads and the KV heads each of ``parts`` ranks owns."""
+def head_ranges(num_heads: int, num_kv_heads: int, parts: int,
+                counts: Sequence[int] | None = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """``(q_ranges, kv_ranges)``: the query heads and the KV heads each of ``parts`` ranks owns.
+    ``counts``: the query heads per rank a Plan recorded (``plan.heads.q_heads_per_rank``), used
+    as recorded; None (no Plan): :func:`~sporch.orchestrator.contract.parallel.head_split`."""
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    counts = head_split(num_heads, parts)
+    if counts is None:
+        counts = head_split(num_heads, parts)
+    elif len(counts) != parts or sum(counts) != num_heads:
+        raise ValueError(f"plan.heads records query heads per Ulysses rank {list(counts)} ({sum(counts)} heads over "
+                         f"{len(counts)} ranks), but the attention has {num_heads} heads over {parts} ranks: "
+                         "re-plan the job (sporch plan) for this model and layout")
+    counts = [int(c) for c in counts]
     if min(counts) == 0:
         raise ValueError(f"{num_heads} heads cannot be split over {parts} Ulysses ranks (a rank would get none)")
     g = num_heads // num_kv_heads

@@ -57,7 +57,8 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
                   causal: bool = False, joint_q: torch.Tensor | None = None, joint_k: torch.Tensor | None = None,
                   joint_v: torch.Tensor | None = None, backend: str = "auto", scale: float | None = None,
                   stats: CommStats | None = None, merge: str = "auto", layer: int | None = None,
-                  key_lens: Sequence[int] | None = None, key_mask: torch.Tensor | None = None):
+                  key_lens: Sequence[int] | None = None, key_mask: torch.Tensor | None = None,
+                  head_counts: Sequence[int] | None = None):
     """Exact attention over the sequence sharded across ``ctx``'s sequence group.
 
     ``q [B, S_local, H, D]``, ``k, v [B, S_local, H_kv, D]`` are this rank's sequence chunk
@@ -81,6 +82,10 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
     every query attends to (padding and keys an attention mask drops are False): the general form
     of ``key_lens`` (which is ``key_mask[r, :key_lens[r]]``), for masks that drop keys anywhere;
     the same for every row of the batch (callers with per-row masks call once per row).
+
+    ``head_counts``: the query heads each Ulysses rank owns as the Plan recorded them
+    (``plan.heads.q_heads_per_rank``); refused in one line when they do not add up to ``H`` over
+    ``ulysses`` ranks. None: split by ``contract.parallel.head_split`` (callers without a Plan).
 
     ``layer``: the model's block calling (for the collective watchdog's record, ``ctx.collective``).
 
@@ -110,7 +115,7 @@ def usp_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: Parall
             scale = 1.0 / math.sqrt(D)
         _, kernel = resolve_backend(backend, q.device, q.dtype)
 
-        q_ranges, kv_ranges = head_ranges(H, Hkv, U)
+        q_ranges, kv_ranges = head_ranges(H, Hkv, U, head_counts)
         qs, qe = q_ranges[me]
         ks, ke = kv_ranges[me]
         g = H // Hkv

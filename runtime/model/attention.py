@@ -11,6 +11,7 @@ serves ``H // H_kv`` consecutive query heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +43,14 @@ class SequenceAttention:
 
     ``ctx``: the ParallelContext, or None (unsharded). ``seq_len``: the
     unpadded global number of sharded tokens (keys past it are padding and masked).
-    ``backend`` is passed through to usp_attention / local_attention.
+    ``backend`` is passed through to usp_attention / local_attention. ``head_counts``: the
+    query heads per Ulysses rank the Plan recorded (``plan.heads.q_heads_per_rank``), or None.
     """
 
     ctx: ParallelContext | None = None
     seq_len: int | None = None
     backend: str = "auto"
+    head_counts: Sequence[int] | None = None
     #: Sequence attentions run so far in this forward: the block index (the watchdog's ``layer``).
     calls: int = 0
 
@@ -66,10 +69,10 @@ class SequenceAttention:
             stats = getattr(self.ctx, "comm_stats", None)  # bytes sent, when someone counts
             if joint_q is None:
                 return usp_attention(q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
-                                     layer=layer)
+                                     layer=layer, head_counts=self.head_counts)
             return usp_attention(
                 q, k, v, self.ctx, seq_len=self.seq_len, backend=self.backend, stats=stats,
-                joint_q=joint_q, joint_k=joint_k, joint_v=joint_v, layer=layer,
+                joint_q=joint_q, joint_k=joint_k, joint_v=joint_v, layer=layer, head_counts=self.head_counts,
             )
         # unsharded: the same kernel (``backend``) as the sharded path
         if joint_q is None:

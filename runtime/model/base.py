@@ -129,6 +129,7 @@ class DiTBase(nn.Module):
         backend: str = "auto",
         guidance: float | torch.Tensor | None = None,
         step_cache: StepCache | None = None,
+        head_counts: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Token-level forward. Unsharded: ``tokens`` are all f*h*w tokens. Sharded: this
         rank's chunk, ``token_index`` its global indices (padding indices >= seq_len allowed)
@@ -136,7 +137,9 @@ class DiTBase(nn.Module):
         of the whole sequence, Wan2.2 TI2V; each rank takes its tokens' with ``token_index``).
         ``guidance``: the embedded guidance scale of a guidance-distilled model (Flux.1-dev).
         ``step_cache``: a :class:`~sporch.runtime.model.cache.StepCache` that may skip the blocks
-        this step. Returns [B, N, patch_out] in the model dtype."""
+        this step. ``head_counts``: the query heads per Ulysses rank the Plan recorded
+        (``plan.heads.q_heads_per_rank``; None: split by the contract's rule). Returns
+        [B, N, patch_out] in the model dtype."""
         n = tokens.shape[1]
         f, h, w = (int(g) for g in grid)
         if seq_len is None:
@@ -147,7 +150,7 @@ class DiTBase(nn.Module):
         cfg = self.cfg
         cos, sin = rope_cos_sin(token_index, (f, h, w), cfg.head_dim, seq_len, cfg.rope_theta, cfg.rope_axes)
         rope = (cos.to(device), sin.to(device))
-        attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend)
+        attn = SequenceAttention(ctx=ctx, seq_len=seq_len, backend=backend, head_counts=head_counts)
         b = tokens.shape[0]
         whole = batch_timesteps(timestep, b).to(device)
         if whole.dim() == 2:  # one per token of the whole sequence: this rank's tokens' (padding: any valid one)

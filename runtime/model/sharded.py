@@ -52,6 +52,32 @@ def cfg_combine(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch
     return uncond + scale * (cond - uncond)
 
 
+def recorded_split(ctx: ParallelContext, grid: Sequence[int], cfg) -> tuple[int, tuple[int, ...]] | None:
+    """The sequence padding and head split the planner recorded for this run, as
+    ``(tokens_per_rank, q_heads_per_rank)`` from ``plan.sequence`` and ``plan.heads`` of the
+    context's Plan (None for a context without one). The runtime follows the record rather than
+    deciding again; a record that does not describe this model, grid and layout (a hand-edited
+    or stale plan.json) is refused in one line."""
+    plan = ctx.plan
+    if plan is None:
+        return None
+    seq, heads = plan.sequence, plan.heads
+    seq_len = int(grid[0]) * int(grid[1]) * int(grid[2])
+    if (list(seq.grid) != list(grid) or seq.seq_len != seq_len or seq.split != "padded"
+            or seq.degree != ctx.sequence_size or seq.tokens_per_rank * seq.degree < seq_len):
+        raise ValueError(f"plan.sequence records {seq.seq_len} tokens (grid {list(seq.grid)}, split {seq.split!r}) "
+                         f"as {seq.tokens_per_rank} per rank over {seq.degree} ranks, but this run pads grid "
+                         f"{list(grid)} ({seq_len} tokens) over {ctx.sequence_size} sequence ranks: re-plan the job "
+                         "(sporch plan)")
+    counts = tuple(int(c) for c in heads.q_heads_per_rank)
+    if (heads.num_heads, heads.num_kv_heads) != (cfg.num_heads, cfg.num_kv_heads) or len(counts) != ctx.ulysses \
+            or sum(counts) != cfg.num_heads or min(counts) < 1:
+        raise ValueError(f"plan.heads records {heads.num_heads} query / {heads.num_kv_heads} KV heads split "
+                         f"{list(counts)} over Ulysses ranks, but this model has {cfg.num_heads} / "
+                         f"{cfg.num_kv_heads} over ulysses={ctx.ulysses}: re-plan the job (sporch plan)")
+    return seq.tokens_per_rank, counts
+
+
 class ShardedDiT:
     """A model bound to a ParallelContext (or None) and one latent token grid.
 
@@ -71,11 +97,17 @@ class ShardedDiT:
         if ctx is not None and ctx.cfg == 2 and not self.cfg.uses_cfg:
             raise ValueError(f"model {self.cfg.preset or ''} is guidance-distilled (one pass per step, "
                              "guidance_scale is its guidance input): set parallel.cfg=1")
+        #: query heads per Ulysses rank as the Plan recorded them (None: no Plan, the contract's rule)
+        self.head_counts: tuple[int, ...] | None = None
         if ctx is None:
             self.local_len = self.seq_len
             self.token_index = torch.arange(self.seq_len)
         else:
-            self.local_len = ctx.local_len(self.seq_len)
+            recorded = recorded_split(ctx, self.grid, model.cfg)
+            if recorded is None:  # a context without a Plan (tests, tools): the contract's rule
+                self.local_len = ctx.local_len(self.seq_len)
+            else:
+                self.local_len, self.head_counts = recorded
             start = ctx.sequence_rank * self.local_len
             self.token_index = torch.arange(start, start + self.local_len)
 
@@ -88,7 +120,7 @@ class ShardedDiT:
         """Full tokens [B, S, F] -> this rank's chunk [B, local_len, F]."""
         if self.ctx is None:
             return tokens
-        return self.ctx.shard_sequence(tokens, dim=1)
+        return self.ctx.shard_sequence(tokens, dim=1, local_len=self.local_len)
 
     def gather(self, local: torch.Tensor) -> torch.Tensor:
         """This rank's chunk -> full tokens [B, S, F] (padding removed), on every rank."""
@@ -113,7 +145,7 @@ class ShardedDiT:
         return self.model.forward_tokens(
             x_local, timestep, cond, grid=self.grid, token_index=self.token_index,
             seq_len=self.seq_len, ctx=self.ctx, backend=self.backend, guidance=guidance,
-            step_cache=step_cache,
+            step_cache=step_cache, head_counts=self.head_counts,
         )
 
     @torch.no_grad()
