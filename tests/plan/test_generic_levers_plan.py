@@ -48,8 +48,6 @@ def test_a_generic_lora_that_cannot_apply_is_refused(tmp_path, entry, needle):
 
 
 @pytest.mark.parametrize("config, cache, needle", [
-    # fbcache itself is planned for LTX-Video; the generic generate does not apply it yet
-    (LTX, {"method": "fbcache", "threshold": 0.1}, "workload.cache is not applied by the generic generate"),
     (LTX, {"method": "teacache", "threshold": 0.1}, "workload.cache.method=teacache is not built"),
     (SD3, {"method": "fbcache", "threshold": 0.1}, "workload.cache.method=fbcache is not built for SD3Transformer2DModel"),
 ])
@@ -61,6 +59,14 @@ def test_step_cache_the_generic_path_cannot_run_is_one_line(run_cli, tmp_path, c
     code, out, err = run_cli("plan", "--cluster", "local", job, f"model.weights={root}", "parallel.ulysses=2",
                              "parallel.ring=2")
     one_line_error(code, out, err, needle)
+
+
+def test_fbcache_on_a_generic_generate_is_planned_and_recorded(tmp_path):
+    """fbcache, a method LTX-Video's family lists, plans for generate and is recorded (the generic
+    generate applies it: tests/runtime/pipelines/test_generate_generic.py against diffusers')."""
+    workload = {**VERIFY, "kind": "generate", "prompt": "a cat", "cache": {"method": "fbcache", "threshold": 0.1}}
+    p = plan({"weights": str(folder(tmp_path, LTX)), "text_len": 7}, workload, parallel={"ulysses": 2, "ring": 2})
+    assert (p.workload.kind, p.workload.cache.method, p.workload.cache.threshold) == ("generate", "fbcache", 0.1)
 
 
 def test_compile_on_the_generic_path_is_planned(tmp_path):
