@@ -21,6 +21,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from sporch.orchestrator.contract.sections import dataclass_of
+
 
 
 class Record:
@@ -284,13 +286,6 @@ def _load(cls: type, data: Any, where: str, flat: tuple[str, ...] = ()) -> Any:
     return cls(**kw)
 
 
-def _dataclass_of(hint: Any) -> Optional[type]:
-    """The dataclass ``hint`` names (also inside Optional), else None."""
-    if dataclasses.is_dataclass(hint):
-        return hint  # type: ignore[return-value]
-    return next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), None)
-
-
 def _value(hint: Any, value: Any, where: str) -> Any:
     if value is None:
         return None
@@ -299,7 +294,7 @@ def _value(hint: Any, value: Any, where: str) -> Any:
             raise ValueError(f"{where} must be a list, got {type(value).__name__}")
         item = typing.get_args(hint)[0]
         return tuple(_value(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    sub = _dataclass_of(hint)
+    sub = dataclass_of(hint)
     if sub is not None:
         return _load(sub, value, where)
     return value

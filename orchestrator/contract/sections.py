@@ -44,12 +44,13 @@ def build(cls: type, data: Any, where: str) -> Any:
     hints = typing.get_type_hints(cls)
     kw = {}
     for key, value in data.items():
-        sub = _dataclass_of(hints[key])
+        sub = dataclass_of(hints[key])
         kw[key] = build(sub, value, f"{where}.{key}") if sub is not None and value is not None else value
     return cls(**kw)
 
 
-def _dataclass_of(hint: Any) -> Optional[type]:
+def dataclass_of(hint: Any) -> Optional[type]:
+    """The dataclass ``hint`` names (also inside Optional), else None."""
     if dataclasses.is_dataclass(hint):
         return hint
     for arg in typing.get_args(hint):  # Optional[X]
