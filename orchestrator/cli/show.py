@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
-from sporch.orchestrator.plan.cost import TERMS
+from sporch.orchestrator.plan.cost import TERMS, cluster_constants
 from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
@@ -18,6 +18,7 @@ from sporch.orchestrator.contract.estimates_section import (
     PredictedTime,
 )
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
 FULL_RANK_TABLE = 32
@@ -62,8 +63,31 @@ def summary_lines(plan: Plan) -> list[str]:
     ] + ([f"experts   {_expert_words(m, plan.placement, w.kind)}"] if m.boundary_ratio is not None else []) \
       + ([f"timesteps one per token{_first_frame_words(w)}"] if m.expand_timesteps else []) \
       + ([f"pipeline  {_pipeline_words(plan.placement)}"] if w.kind == "generate" else []) \
+      + [f"links     {links_words(c)}"] \
       + ([f"container {describe_container(c.container)}"] if c.container is not None else []) \
       + ([f"lossy     {'; '.join(lossy_options(plan))}"] if lossy_options(plan) else [])
+
+
+def links_words(c: Any) -> str:
+    """Where the plan's link figures come from, in one line: the ones a preflight measured (when,
+    where, the calibration file: ``cluster.measured_links``), the rest the descriptor's rates and
+    the cost model's latencies."""
+    consts = cluster_constants(c)[0]
+    words = {"intra_node_gb_per_s": f"intra-node {c.intra_node.gb_per_s:.4g} GB/s",
+             "inter_node_gb_per_s": f"inter-node {c.inter_node.gb_per_s:.4g} GB/s",
+             "a2a_latency_s": f"a2a latency {consts['a2a_latency_s'] * 1e6:.3g} us",
+             "p2p_latency_s": f"hop latency {consts['p2p_latency_s'] * 1e6:.3g} us"}
+    m = c.measured_links
+    measured = m.figures if m is not None else []
+    rest = [k for k in MEASURABLE_LINK_FIGURES if k not in measured]
+    rates = [words[k] for k in rest if k.endswith("gb_per_s")]
+    lats = [words[k] for k in rest if k.endswith("latency_s")]
+    unmeasured = "; ".join(([f"descriptor's {', '.join(rates)}"] if rates else [])
+                           + ([f"model's {', '.join(lats)}"] if lats else []))
+    if m is None:
+        return f"none measured: {unmeasured} (measure: `sporch preflight`, `sporch calibrate --links`)"
+    return (f"measured {m.measured_at or '(date not recorded)'} by preflight {m.preflight} ({m.backend}, calibration "
+            f"{m.calibration}): {', '.join(words[k] for k in measured)}" + (f"; {unmeasured}" if unmeasured else ""))
 
 
 def lossy_options(plan: Plan) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.contract.results import ResultFileError, read_bounded_text
+from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES, MeasuredLinksSpec
 from sporch.orchestrator.errors import SporchError
 
 #: Version of the calibration file (its ``sporch_calibration`` key).
@@ -52,9 +53,11 @@ def load_constants(path: str | Path, where: Optional[str] = None) -> dict[str, f
 LINK_RATES = ("intra_node_gb_per_s", "inter_node_gb_per_s")
 
 
-def load_calibration(path: str | Path, where: Optional[str] = None) -> tuple[dict[str, float], dict[str, float]]:
-    """(constants, link rates) of a calibration file: the rates are the ``links`` section's
-    :data:`LINK_RATES` (none where the file has no link measurements)."""
+def load_calibration(path: str | Path, where: Optional[str] = None
+                     ) -> tuple[dict[str, float], dict[str, float], Optional[MeasuredLinksSpec]]:
+    """(constants, link rates, measured links) of a calibration file: the rates are the ``links``
+    section's :data:`LINK_RATES`, the record says which figures the preflight measured, where and
+    when (no rates and None where the file has no link measurements)."""
     import yaml
 
     p = Path(path)
@@ -73,7 +76,7 @@ def load_calibration(path: str | Path, where: Optional[str] = None) -> tuple[dic
     constants = check_constants(doc["constants"], f"{p}: constants")
     links = doc.get("links")
     if links is None:
-        return constants, {}
+        return constants, {}, None
     if not isinstance(links, dict):
         raise SporchError(f"{p}: 'links' must be a mapping (written by `sporch calibrate --links`)")
     rates = {}
@@ -84,4 +87,16 @@ def load_calibration(path: str | Path, where: Optional[str] = None) -> tuple[dic
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise SporchError(f"{p}: links.{k} must be a number > 0 (GB/s), got {v!r}")
         rates[k] = float(v)
-    return constants, rates
+    return constants, rates, _measured(links, rates, constants, p)
+
+
+def _measured(links: dict, rates: dict[str, float], constants: dict[str, float], p: Path) -> MeasuredLinksSpec:
+    """The ``links`` section's record of what was measured: the figures its ``measured`` names
+    (a file without it: the rates and the latencies it ``sets``), where and when."""
+    measured = links.get("measured")
+    names = set(measured) if isinstance(measured, dict) else {*rates, *(links.get("sets") or ())}
+    figures = [k for k in MEASURABLE_LINK_FIGURES if k in names and (k in rates or k in constants)]
+    when = links.get("measured_at")
+    return MeasuredLinksSpec(calibration=str(p.resolve()), preflight=str(links.get("preflight") or "?"),
+                             measured_at=when if isinstance(when, str) else None,
+                             backend=str(links.get("backend") or "?"), figures=figures)

@@ -145,11 +145,19 @@ def load_cluster_file(path: str | Path) -> ClusterSpec:
     _split_jump_string(cfg)
     spec = to_typed(ClusterSpec, [(cfg, str(p))])
     spec = dataclasses.replace(spec, source=str(p.resolve()))
+    if spec.measured_links is not None:
+        raise SporchError(f"{p}: 'measured_links' is filled in from the calibration file (`sporch calibrate "
+                          "--links`); remove it and reference the file with 'calibration: FILE'")
     if spec.calibration:
         cal = (p.parent / Path(spec.calibration).expanduser()).resolve()
-        file_constants, rates = load_calibration(cal, f"{p}: 'calibration'")
+        file_constants, rates, measured = load_calibration(cal, f"{p}: 'calibration'")
         constants = {**file_constants, **spec.calibration_constants}
-        spec = dataclasses.replace(spec, calibration=str(cal), calibration_constants=constants)
+        if measured is not None:
+            # a latency the descriptor's own calibration_constants set is no longer the measured one
+            measured = dataclasses.replace(measured, figures=[k for k in measured.figures
+                                                              if k not in spec.calibration_constants])
+        spec = dataclasses.replace(spec, calibration=str(cal), calibration_constants=constants,
+                                   measured_links=measured if measured is not None and measured.figures else None)
         # link rates a preflight measured (`sporch calibrate --links`) replace the descriptor's
         if "intra_node_gb_per_s" in rates:
             spec = dataclasses.replace(spec, intra_node=dataclasses.replace(spec.intra_node,

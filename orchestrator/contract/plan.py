@@ -38,9 +38,11 @@ from sporch.orchestrator.contract.sections import (
 
 #: 2: typed sections (model.weights, workload.shift added; unknown keys refused).
 #: 3: ``estimates`` typed too (contract/estimates_section.py): the same JSON keys, now checked.
-SCHEMA_VERSION = 3
+#: 4: ``cluster.measured_links``: which link figures a preflight measured (a plan of version 2 or 3
+#: has none: its figures were the descriptor's, or the record was not kept).
+SCHEMA_VERSION = 4
 #: Versions :meth:`Plan.from_dict` still reads (migrated to SCHEMA_VERSION on load).
-READABLE_VERSIONS = (2, SCHEMA_VERSION)
+READABLE_VERSIONS = (2, 3, SCHEMA_VERSION)
 #: Estimates keys a schema-2 plan may lack (written before they were added): the value the cost
 #: model then took for the ones it reads, a neutral one for the display-only ones (weight_quant,
 #: weight_gather_s_per_step_ideal). Any other missing key refuses the plan in one line.
@@ -228,6 +230,7 @@ class Plan:
         d = dict(d)
         if version == 2:
             d = _from_v2(d)
+        d["schema_version"] = SCHEMA_VERSION  # 2 and 3 lack only what has a default (cluster.measured_links)
         d["layout"] = Layout(**d["layout"])
         d["ranks"] = tuple(RankInfo(**r) for r in d["ranks"])
         d["warnings"] = tuple(d.get("warnings", ()))

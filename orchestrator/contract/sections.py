@@ -314,6 +314,25 @@ class InterNodeSpec(Section):
 
 
 @dataclass(frozen=True)
+class MeasuredLinksSpec(Section):
+    """Which of the cluster's link figures a preflight measured (``sporch calibrate --links``):
+    filled in by the descriptor's loader from its calibration file's ``links`` section, never
+    written in a descriptor. The figures' values are where the plan reads them (``intra_node`` /
+    ``inter_node.gb_per_s``, ``calibration_constants``); the figures not named here are the
+    descriptor's rates and the cost model's latencies."""
+
+    calibration: str  # the calibration file (absolute)
+    preflight: str  # the preflight job's folder the figures were measured in
+    measured_at: Optional[str]  # when the preflight finished, ISO 8601 UTC (None: a file that does not say)
+    backend: str  # the preflight's process-group backend (nccl | gloo)
+    figures: List[str]  # MEASURABLE_LINK_FIGURES measured and in force
+
+
+#: The link figures a preflight can measure, in display order (rates in GB/s, latencies in s).
+MEASURABLE_LINK_FIGURES = ("intra_node_gb_per_s", "inter_node_gb_per_s", "a2a_latency_s", "p2p_latency_s")
+
+
+@dataclass(frozen=True)
 class SlurmSpec(Section):
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -385,6 +404,9 @@ class ClusterSpec(Section):
     # given inline win over the file's.
     calibration: Optional[str] = None
     calibration_constants: Dict[str, float] = field(default_factory=dict)
+    # The link figures the calibration file's preflight measured (filled in by the loader; None:
+    # every link figure is the descriptor's, every latency the cost model's).
+    measured_links: Optional[MeasuredLinksSpec] = None
     # Weights staged per node (model.stage: node; runtime/stage.py): the node-local folder
     # ("{node}" = the node's name), what happens to the copy at the job's end (keep | end), and
     # the shared file system's read bandwidth (GB/s, all nodes together) for the plan's estimate.

@@ -87,6 +87,7 @@ def links_section(links: LinkFigures) -> dict[str, Any]:
                 for k, f in links.figures().items() if f is not None}
     return {
         "preflight": links.source, "cluster": links.cluster, "backend": links.backend, "nodes": links.nodes,
+        **({"measured_at": links.measured_at} if links.measured_at else {}),
         **{k: float(f"{v:.6g}") for k, v in links.rates().items()},
         "sets": sorted(links.constants()),
         "measured": measured,

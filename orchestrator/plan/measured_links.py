@@ -21,8 +21,11 @@ from an older sporch: no latencies) is None and the descriptor's (or the fit's) 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import statistics
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -53,6 +56,7 @@ class LinkFigures:
     inter_node_gb_per_s: Optional[Figure]
     a2a_latency_s: Optional[Figure]
     p2p_latency_s: Optional[Figure]
+    measured_at: Optional[str] = None  # when the preflight finished, ISO 8601 UTC
 
     def rates(self) -> dict[str, float]:
         """The descriptor figures the measurement replaces (GB/s)."""
@@ -156,7 +160,18 @@ def read_preflight(path: str | Path) -> LinkFigures:
     if not isinstance(gpn, int) or gpn < 1:
         raise SporchError(f"--links: {folder}/plan.json has no gpus_per_node; is it a sporch job folder?")
     figures = from_preflight(data, cluster=str(cluster.get("name") or "?"), gpus_per_node=gpn, source=str(folder.resolve()))
+    figures = dataclasses.replace(figures, measured_at=_finished_at(result, result_file(folder)))
     if not figures.rates():
         raise SporchError(f"--links: the preflight in {folder} measured no link (one rank per group); run it on "
                           "the nodes the jobs use")
     return figures
+
+
+def _finished_at(result: dict[str, Any], path: Path) -> str:
+    """When the preflight finished (its result's ``provenance.finished_at``, else the file's
+    time), ISO 8601 UTC to the second."""
+    prov = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
+    t = prov.get("finished_at")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t < 1e11:
+        t = path.stat().st_mtime
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -219,3 +219,62 @@ def test_a_real_preflight_becomes_the_calibrations_link_figures(tmp_path):
     got = measured["predicted"]["breakdown_s_per_step"]["all_to_all"]
     assert got == pytest.approx(want, rel=1e-4)
     assert got != pytest.approx(nominal["predicted"]["breakdown_s_per_step"]["all_to_all"], rel=1e-3)
+
+
+def test_the_plan_says_which_link_figures_were_measured(tmp_path, run_cli, monkeypatch):
+    """`plan` (terminal and --json) records which link figures a preflight measured, where and
+    when (``cluster.measured_links``), and which are the descriptor's and the model's."""
+    from datetime import datetime, timezone
+
+    from sporch.orchestrator.contract.plan import Plan
+
+    job = ROOT / "examples" / "tiny.yaml"
+    lab = (ROOT / "clusters" / "slurmlab.yaml").read_text()
+    (tmp_path / "slurmlab.yaml").write_text(lab)
+    # one node measured: the all-to-all inside it (rate and latency), nothing between nodes
+    pf = _write_preflight(tmp_path / "preflight", "slurmlab", 2, _preflight_data(2, 1, 0.011, 0.0, 0.003, 0.0))
+    finished = 1795000000.0  # 2026-11-18T11:06:40Z
+    result = json.loads((pf / "result.json").read_text())
+    (pf / "result.json").write_text(json.dumps({**result, "provenance": {"finished_at": finished}}))
+    cal = tmp_path / "cal.yaml"
+    code, _, err = run_cli("calibrate", "--links", pf, "--cluster", tmp_path / "slurmlab.yaml", "--out", cal)
+    assert code == 0, err
+    when = datetime.fromtimestamp(finished, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert when == "2026-11-18T11:06:40Z" and yaml.safe_load(cal.read_text())["links"]["measured_at"] == when
+    desc = tmp_path / "lab-cal.yaml"
+    desc.write_text(lab + f"calibration: {cal}\n")
+
+    def planned(cluster, *extra):
+        code, out, err = run_cli("plan", "--cluster", cluster, job, *extra)
+        assert code == 0, err
+        return out
+
+    plan = json.loads(planned(desc, "--json"))
+    assert plan["schema_version"] == 4
+    assert plan["cluster"]["measured_links"] == {
+        "calibration": str(cal.resolve()), "preflight": str(pf.resolve()), "measured_at": when, "backend": "gloo",
+        "figures": ["intra_node_gb_per_s", "a2a_latency_s"]}
+    intra = 0.5 * 4 * 2**20 / 0.008 / 1e9
+    assert plan["cluster"]["intra_node"]["gb_per_s"] == pytest.approx(intra, rel=1e-5)
+    assert Plan.from_dict(plan).cluster.measured_links.figures == ["intra_node_gb_per_s", "a2a_latency_s"]
+    monkeypatch.setenv("COLUMNS", "400")  # the line unwrapped (rich reads COLUMNS when it prints)
+    (line,) = [row for row in planned(desc).splitlines() if row.startswith("links ")]
+    (nominal,) = [row for row in planned(tmp_path / "slurmlab.yaml").splitlines() if row.startswith("links ")]
+    assert line == (f"links     measured {when} by preflight {pf.resolve()} (gloo, calibration {cal.resolve()}): "
+                    f"intra-node {intra:.4g} GB/s, a2a latency 3e+03 us; descriptor's inter-node 1 GB/s; "
+                    "model's hop latency 200 us"), line
+    assert nominal.startswith("links     none measured: descriptor's intra-node 5 GB/s, inter-node 1 GB/s; "
+                              "model's a2a latency 200 us, hop latency 200 us"), nominal
+    assert json.loads(planned(tmp_path / "slurmlab.yaml", "--json"))["cluster"]["measured_links"] is None
+    # a latency the descriptor sets itself is not the measured one any more
+    inline = tmp_path / "lab-inline.yaml"
+    inline.write_text(lab + f"calibration: {cal}\ncalibration_constants: {{a2a_latency_s: 0.0004}}\n")
+    assert json.loads(planned(inline, "--json"))["cluster"]["measured_links"]["figures"] == ["intra_node_gb_per_s"]
+    # a plan of schema 3 (before the record) still loads, with none; a descriptor may not write it
+    plan3 = {**plan, "schema_version": 3, "cluster": {k: v for k, v in plan["cluster"].items() if k != "measured_links"}}
+    old = Plan.from_dict(plan3)
+    assert old.cluster.measured_links is None and old.schema_version == 4
+    forged = tmp_path / "forged.yaml"
+    forged.write_text(lab + "measured_links: {calibration: x, preflight: y, measured_at: null, backend: nccl, figures: []}\n")
+    code, _, err = run_cli("plan", "--cluster", forged, job)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'measured_links' is filled in from the calibration" in err, err

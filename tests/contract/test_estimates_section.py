@@ -60,7 +60,7 @@ def test_the_section_round_trips_with_the_keys_plan_json_always_had(plans):
     bench, gen, staged = plans["benchmark"], plans["generate"], plans["staged"]
     for p in (bench, gen, staged):
         again = Plan.from_json(p.to_json())
-        assert again == p and again.schema_version == SCHEMA_VERSION == 3
+        assert again == p and again.schema_version == SCHEMA_VERSION == 4
         assert isinstance(again.estimates, Estimates) and isinstance(again.estimates.predicted, PredictedTime)
     assert set(json.loads(bench.to_json())["estimates"]) == DIT_KEYS | {"layout_choice"}
     assert bench.estimates.layout_choice.startswith("auto chose")
