@@ -23,6 +23,7 @@ CAMPAIGNS = {
     "diffusers-flux-l20.yaml": ("flux-dev-1024-l20-diffusers", 0.15, {4}),
     "wan21-t2v-14b-h800.yaml": ("wan21-t2v-14b-720p-h800", 0.25, {1, 2, 4, 8}),
     "xdit-hunyuanvideo-h100.yaml": ("hunyuanvideo-720p-h100", 0.25, {1, 2, 4, 8}),
+    "xdit-issue416-flux-h100x8-eager.yaml": ("flux-dev-1024-h100x8-xdit-issue416", 0.25, {8}),
 }
 #: The real model a campaign runs where published.yaml plans the table with a stand-in of its shapes.
 REAL_MODEL = {"mmdit-video-12b": "hunyuanvideo"}
