@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, read_file
-from sporch.orchestrator.models.families import family_of_class, supported_classes
+from sporch.orchestrator.models.families import family_of_class, get_family, supported_classes
 
 #: Text tokens when the transformer's config does not say (the family's text encoder's).
 WAN_TEXT_LEN = 512
@@ -86,22 +86,21 @@ def read_checkpoint_model(weights: str | Path) -> Optional[CheckpointModel]:
 
 
 def with_vae_stride(model: CheckpointModel) -> CheckpointModel:
-    """A Wan transformer in a diffusers pipeline folder takes its latent strides from the
-    folder's ``vae/config.json`` (AutoencoderKLWan's ``scale_factor_temporal`` /
-    ``scale_factor_spatial``: Wan2.1 4 x 8 x 8, the Wan2.2 VAE of TI2V-5B 4 x 16 x 16)."""
+    """A transformer in a diffusers pipeline folder takes its latent strides from the folder's
+    ``vae/config.json`` where its family reads them (``Family.vae_stride_from``: Wan's)."""
+    fam = get_family(model.family_key) if model.family_key else None
     vae = model.config_file.parent.parent / "vae" / "config.json"
-    if model.family != "Wan2.1" or model.config_file.parent.name != "transformer" or kind(vae) is None:
+    if (fam is None or fam.vae_stride_from is None or model.config_file.parent.name != "transformer"
+            or kind(vae) is None):
         return model
-    config = read_json_object(vae)
-    if config.get("_class_name") != "AutoencoderKLWan":
+    try:
+        stride = fam.vae_stride_from(read_json_object(vae))
+    except ValueError as exc:
+        raise CheckpointError(f"{vae}: {exc}") from None
+    if stride is None:
         return model
-    st, sh = config.get("scale_factor_temporal"), config.get("scale_factor_spatial")
-    st, sh = 4 if st is None else st, 8 if sh is None else sh
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 64 for v in (st, sh)):
-        raise CheckpointError(f"{vae}: scale_factor_temporal {st!r} / scale_factor_spatial {sh!r} must be integers "
-                              "from 1 to 64")
-    return replace(model, fields={**model.fields, "vae_stride": [st, sh, sh]},
-                               keys={**model.keys, "vae_stride": "vae/config.json scale_factor_*"})
+    return replace(model, fields={**model.fields, "vae_stride": list(stride)},
+                   keys={**model.keys, "vae_stride": "vae/config.json scale_factor_*"})
 
 
 def read_json_object(path: Path) -> dict:

@@ -93,6 +93,11 @@ class Family:
     #: (runtime/model/generic/cache.py: diffusers' First Block Cache, the decision agreed over the
     #: ranks); it needs diffusers' cache contexts (``CacheMixin``) on the class
     step_cache: tuple[str, ...] = ("fbcache",)
+    #: a pipeline folder's ``vae/config.json`` -> the latent strides (frames, height, width) its
+    #: VAE gives the transformer beside it, or None for a VAE class it does not read (the shape's
+    #: ``vae_stride`` stands; a ValueError, one line, for strides out of range); None: the family's
+    #: strides do not depend on the folder's VAE
+    vae_stride_from: Optional[Callable[[Mapping[str, Any]], Optional[list]]] = None
 
     def split_plan_source(self, class_name: str) -> str:
         return "shipped table" if class_name in self.split_plans else "the class's _cp_plan"

@@ -47,6 +47,19 @@ def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
     return None
 
 
+def vae_stride(vae_config: Mapping[str, Any]) -> Optional[list]:
+    """The latent strides of a Wan pipeline folder's VAE (``AutoencoderKLWan``'s
+    ``scale_factor_temporal`` / ``scale_factor_spatial``: Wan2.1 4 x 8 x 8, the Wan2.2 VAE of
+    TI2V-5B 4 x 16 x 16), or None for another VAE class; a ValueError for strides out of range."""
+    if vae_config.get("_class_name") != "AutoencoderKLWan":
+        return None
+    st, sh = vae_config.get("scale_factor_temporal"), vae_config.get("scale_factor_spatial")
+    st, sh = 4 if st is None else st, 8 if sh is None else sh
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 64 for v in (st, sh)):
+        raise ValueError(f"scale_factor_temporal {st!r} / scale_factor_spatial {sh!r} must be integers from 1 to 64")
+    return [st, sh, sh]
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 40)), int(config.get("attention_head_dim", 128))
     patch = [int(p) for p in config.get("patch_size", (1, 2, 2))]
@@ -63,4 +76,4 @@ FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DM
                 lora_loader="WanLoraLoaderMixin",
                 hand_built=True, text_split=False, pipeline_folders=PIPELINE_FOLDERS, video=True,
                 standin_attention="cross",
-                pipeline_parts=pipeline_parts)
+                pipeline_parts=pipeline_parts, vae_stride_from=vae_stride)
