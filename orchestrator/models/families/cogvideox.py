@@ -9,7 +9,7 @@ the first block, and the RoPE tables (one row per video token) at every block.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
@@ -32,6 +32,24 @@ COGVIDEOX_5B = {"num_attention_heads": 48, "attention_head_dim": 64, "in_channel
                 "max_text_seq_length": 226, "use_rotary_positional_embeddings": True}
 
 
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/THUDM/CogVideoX-5b text_encoder/config.json: T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096,
+#: FFN 10240, vocabulary 32128), vae/config.json: AutoencoderKLCogVideoX (block_out_channels [128, 256, 256,
+#: 512]: 128 decoder channels at full resolution; it decodes 2 latent frames, 8 video frames, at a time:
+#: ``num_latent_frames_batch_size``). Counted with those configs on the meta device (transformers, diffusers
+#: 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKLCogVideoX", "vae_parameters": 215_583_907, "vae_channels": 128, "vae_chunk_frames": 8,
+    "vae_tile_pixels": 480 * 720}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published CogVideoX-5b pipeline's text encoder and VAE."""
+    return PARTS if preset == "cogvideox-5b" else None
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 30)), int(config.get("attention_head_dim", 64))
     hidden = heads * hd
@@ -52,5 +70,5 @@ FAMILY = Family(
     split_plans={"CogVideoXTransformer3DModel": COGVIDEOX_PLAN},
     presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True,
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True, pipeline_parts=pipeline_parts,
 )

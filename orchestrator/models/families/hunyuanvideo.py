@@ -11,7 +11,7 @@ text tokens dropped) is cut at every block the same way, so each rank masks its 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
@@ -41,6 +41,26 @@ TEXT_LEN = 256  # HunyuanVideoPipeline's max_sequence_length
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 
 
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/hunyuanvideo-community/HunyuanVideo text_encoder/config.json: LlamaModel (llava-llama-3-8b's
+#: language model: 32 layers x 4096, GQA 8 KV heads, FFN 14336, vocabulary 128320, no LM head),
+#: text_encoder_2/config.json: CLIPTextModel (CLIP-L: 12 layers x 768), vae/config.json:
+#: AutoencoderKLHunyuanVideo (block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
+#: resolution; framewise decoding, on by default, decodes 16 frames at a time). Counted with those configs on
+#: the meta device (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Llama-3-8B (llava-llama-3-8b LlamaModel) + CLIP-L text",
+    "text_encoder_parameters": 7_505_186_816 + 123_060_480, "text_encoder_layers": 32 + 12,
+    "text_encoder_embedding": 128_320 * 4096,
+    "vae": "AutoencoderKLHunyuanVideo", "vae_parameters": 246_478_803, "vae_channels": 128, "vae_chunk_frames": 16,
+    "vae_tile_pixels": 256 * 256}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published HunyuanVideo pipeline's text encoders and VAE."""
+    return PARTS if preset == "hunyuanvideo" else None
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
     hidden = heads * hd
@@ -63,4 +83,5 @@ FAMILY = Family(
                           parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
+    pipeline_parts=pipeline_parts,
 )

@@ -7,7 +7,7 @@ compresses 8 frames x 32 x 32 pixels into one 128-channel latent token (patch 1 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount
 
@@ -21,6 +21,28 @@ TEXT_LEN = 128  # LTXPipeline's max_sequence_length
 
 #: The generate workload's pipeline folder (LTXPipeline, text encoder T5): its sub-folders.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+
+#: The published pipelines' other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS).
+#: huggingface.co/Lightricks/LTX-Video text_encoder/config.json: T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096,
+#: FFN 10240, vocabulary 32128), the same for 2B and 13B. vae/config.json: AutoencoderKLLTXVideo; 2B (0.9.1):
+#: block_out_channels [128, 256, 512, 512], decoder_layers_per_block [4, 3, 3, 3, 4], timestep_conditioning;
+#: 13B (0.9.7, the VAE of 0.9.5 on): decoder_block_out_channels [256, 512, 1024], decoder_layers_per_block
+#: [5, 5, 5, 5], decoder noise injection. Its decoder ends at 1/4 of the resolution (patch 4: 16 pixels per
+#: position), so per output pixel it holds 128 / 16 = 8 (2B) or 256 / 16 = 16 (13B) channels, for every frame
+#: at once (no framewise decoding by default). Counted with those configs on the meta device (transformers,
+#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS_2B: dict[str, Any] = {
+    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKLLTXVideo (0.9.1)", "vae_parameters": 439_557_682, "vae_channels": 8,
+    "vae_chunk_frames": 1 << 16, "vae_tile_pixels": 512 * 512}
+PARTS_13B = {**PARTS_2B, "vae": "AutoencoderKLLTXVideo (0.9.5+)", "vae_parameters": 750_924_722, "vae_channels": 16}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published LTX-Video pipelines' text encoder and VAE, by preset."""
+    return {"ltx-video-2b": PARTS_2B, "ltx-video-13b": PARTS_13B}.get(preset or "")
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -44,5 +66,5 @@ FAMILY = Family(
                           "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "
                           "cross_attention_dim 4096)",
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True,
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True, pipeline_parts=pipeline_parts,
 )

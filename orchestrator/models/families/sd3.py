@@ -8,7 +8,7 @@ sequence-parallel like the joint one. Latents: 16 channels, 8 x 8 pixels each, p
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount
 from .plan_format import GatherOutput, SplitInput
@@ -35,6 +35,25 @@ SD35_MEDIUM = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_laye
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's default max_sequence_length)
 
+#: The published pipelines' other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS), the
+#: same in stabilityai/stable-diffusion-3.5-large and -medium: text_encoder/ CLIPTextModelWithProjection (CLIP-L:
+#: 12 layers x 768), text_encoder_2/ CLIPTextModelWithProjection (OpenCLIP bigG: 32 layers x 1280),
+#: text_encoder_3/ T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096, FFN 10240, vocabulary 32128), vae/
+#: AutoencoderKL (16 latent channels, block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
+#: resolution, sample_size 1024). Counted with those config.json files on the meta device (transformers,
+#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "CLIP-L + CLIP-G (CLIPTextModelWithProjection) + T5-XXL encoder",
+    "text_encoder_parameters": 123_650_304 + 694_659_840 + 4_762_310_656, "text_encoder_layers": 12 + 32 + 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKL (16 channels)", "vae_parameters": 83_819_683, "vae_channels": 128, "vae_chunk_frames": 1,
+    "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published SD3.5 pipelines' text encoders and VAE (Large and Medium share them)."""
+    return PARTS if (preset or "").startswith("sd3.5-") else None
+
 
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 64))
@@ -58,5 +77,5 @@ FAMILY = Family(
              FamilyPreset("sd3.5-medium", SD35_MEDIUM, "huggingface.co/stabilityai/stable-diffusion-3.5-medium "
                           "transformer/config.json (2.5B)",
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline",
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline", pipeline_parts=pipeline_parts,
 )
