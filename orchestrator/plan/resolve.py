@@ -227,7 +227,9 @@ def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str,
     """``family``, ``diffusers_class``, ``diffusers_config`` of ``plan.model``: decided here, once,
     from the checkpoint's config.json or the preset (models/families)."""
     if ckpt is not None and ckpt.family_key:
-        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": None}
+        # the folder's config.json (the runtime loads the folder; the planner counts its parameters from it)
+        config = dict(ckpt.config) if ckpt.diffusers_class and ckpt.config is not None else None
+        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": config}
         return {**out, **_guidance(ckpt.family_key, ckpt.diffusers_class, ckpt.config or {})}
     found = generic_preset(spec.preset) if spec.preset else None
     if found is not None:

@@ -20,7 +20,7 @@ from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -98,6 +98,24 @@ def counted_parameters(model: Any) -> Optional[ParameterCount]:
     ``parameter_parts``) applies."""
     found = published_preset(model)
     return found[1].parameters if found is not None else None
+
+
+#: shape fields no parameter depends on (a job may set them on a folder's model: ``text_len``)
+UNCOUNTED = ("text_len", "vae_stride")
+
+
+def config_parameters(model: Any) -> Optional[ParameterCount]:
+    """The parameters of a generic-path ``model`` (``plan.model``) from its diffusers config
+    (``diffusers_config``: the preset's, or the checkpoint folder's config.json) by its family's
+    formula (``Family.count_parameters``), when that config describes the model's shape; None
+    otherwise (no config, a family without a formula, fields overridden on a preset)."""
+    cls, config = getattr(model, "diffusers_class", None), getattr(model, "diffusers_config", None)
+    fam = family_of_class(cls) if cls else None
+    if fam is None or fam.count_parameters is None or config is None:
+        return None
+    if not _same_shape({k: v for k, v in fam.shape(config).items() if k not in UNCOUNTED}, model):
+        return None
+    return fam.count_parameters(config)
 
 
 def _same_shape(shape: dict, model: Any) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -57,6 +57,30 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """LTXVideoTransformer3DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): blocks (self-attention, cross-attention to the projected caption
+    with ``cross_attention_dim``-wide keys and values, q/k norms across heads, FFN, a 6-way scale/shift
+    table) and the root (input projection, timestep MLP and its 6-way modulation, caption projection,
+    output table and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 32)), int(config.get("attention_head_dim", 64))
+    h = heads * hd
+    cross = int(config.get("cross_attention_dim", 2048))
+    bias, out_bias = bool(config.get("attention_bias", True)), bool(config.get("attention_out_bias", True))
+    norm = 2 * qk_norm_parameters(config.get("qk_norm", "rms_norm_across_heads"), h)
+    affine = h if config.get("norm_elementwise_affine", False) else 0
+    block = (6 * h + 2 * affine
+             + norm + 3 * linear(h, h, bias) + linear(h, h, out_bias)  # self-attention
+             + norm + linear(h, h, bias) + 2 * linear(cross, h, bias) + linear(h, h, out_bias)  # cross-attention
+             + feed_forward(h, 4 * h))
+    c_in = int(config.get("in_channels", 128))
+    c_out = int(config.get("out_channels", 128) or c_in)
+    root = (2 * h + linear(c_in, h) + linear(256, h) + linear(h, h) + linear(h, 6 * h)
+            + linear(int(config.get("caption_channels", 4096)), h) + linear(h, h) + linear(h, c_out))
+    depth = int(config.get("num_layers", 28))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
     lora_loader="LTXVideoLoraLoaderMixin",
@@ -67,4 +91,5 @@ FAMILY = Family(
                           "cross_attention_dim 4096)",
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True, pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {
@@ -52,6 +52,23 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """QwenImageTransformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): dual-stream blocks (an image and a text stream, each with its
+    modulation, q/k/v/out projections and FFN, RMS q/k norms) and the root (timestep MLP, text norm and
+    projections, output norm and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
+    h, p = heads * hd, int(config.get("patch_size", 2))
+    c_in = int(config.get("in_channels", 64))
+    c_out = int(config.get("out_channels", 16) or c_in)
+    text = int(config.get("joint_attention_dim", 3584))
+    block = 2 * linear(h, 6 * h) + 8 * linear(h, h) + 4 * hd + 2 * feed_forward(h, 4 * h)
+    root = (linear(256, h) + linear(h, h) + (2 * h if config.get("use_additional_t_cond") else 0)
+            + text + linear(c_in, h) + linear(text, h) + linear(h, 2 * h) + linear(h, p * p * c_out))
+    depth = int(config.get("num_layers", 60))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="qwen-image", title="Qwen-Image", classes=("QwenImageTransformer2DModel",), shape=shape,
     lora_loader="QwenImageLoraLoaderMixin",
@@ -59,4 +76,5 @@ FAMILY = Family(
                           "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline", pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )
