@@ -41,15 +41,23 @@ TILED_OUTPUT_COPIES = 2.8
 
 
 def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:
-    """The published text encoder and VAE of ``model`` (its family's, by preset; on the generic path
-    also for a checkpoint folder of a published preset's shape), or None (sizes unknown)."""
+    """The text encoder and VAE of ``model``: its family's published ones (by preset; on the generic
+    path also for a checkpoint folder of a published preset's shape), with a pipeline folder's own
+    classes and sizes (``model.pipeline_sizes``, read from its headers) in their place; the decode's
+    facts (channels, frames per chunk) stay the family's, its first preset's for a folder of
+    another shape. None: sizes unknown."""
     if not model.family:
         return None
+    fam = get_family(model.family)
     preset = model.preset
     if preset is None and model.diffusers_class:
         found = published_preset(model)
         preset = found[1].name if found is not None else None
-    return get_family(model.family).pipeline_parts(preset)
+    parts = fam.pipeline_parts(preset)
+    if model.pipeline_sizes:
+        template = parts or (fam.pipeline_parts(fam.presets[0].name) if fam.presets else None)
+        return {**template, **model.pipeline_sizes} if template is not None else None
+    return parts
 
 
 def sharded_encoder_bytes(known: Mapping[str, Any], b: int, degree: int) -> int:
