@@ -1,7 +1,8 @@
 """``make_plan(cluster, job) -> Plan``.
 
 The only files the planner reads are the checkpoint's metadata: ``model.weights``' config.json
-(and its pipeline folder's model_index.json and vae/config.json) and the LoRA adapters' safetensors
+(and its pipeline folder's model_index.json and vae/config.json; on the generic path its text
+encoders' and VAE's safetensors headers, models/pipeline_sizes.py) and the LoRA adapters' safetensors
 headers. :func:`resolve_job_model` reads them, once per plan, into the plain ``plan.model`` section;
 everything after it is pure (no I/O, no clock, no randomness) and takes that section.
 
