@@ -112,6 +112,11 @@ class ModelSection(Section):
     # The generic path's diffusers config (config.json's keys) when no model.weights folder
     # holds it (a generic-path preset with seeded random weights)
     diffusers_config: Optional[Dict[str, Any]] = None
+    # A generic-path pipeline folder's text encoders and VAE as its safetensors headers size them
+    # (models/pipeline_sizes.py: classes, parameters, layers, largest embedding), read once by the
+    # planner for the generate memory estimate; None: not a pipeline folder (the family's published
+    # sizes apply for a preset, or none are known)
+    pipeline_sizes: Optional[Dict[str, Any]] = None
     # vocab.QUANT_MODES: the blocks' linear weights quantised per rank after load (torchao;
     # docs/performance.md, "Low-bit weights"); "none": the workload dtype
     quant: str = "none"

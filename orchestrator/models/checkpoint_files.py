@@ -196,7 +196,7 @@ def _shard(index: Path, file: Any) -> Path:
     return index.parent / rel
 
 
-def _read_index(index: Path) -> dict[str, Path]:
+def read_index(index: Path) -> dict[str, Path]:
     try:
         data = _load_json(read_file(index), f"broken index {index}")
         weight_map = data["weight_map"]
@@ -248,7 +248,7 @@ def open_checkpoint(path: str | Path) -> CheckpointFiles:
     root, files, index = locate(path)
     tensors: dict[str, TensorInfo] = {}
     if index is not None:
-        weight_map = _read_index(index)
+        weight_map = read_index(index)
         files = sorted(set(weight_map.values()))
         headers = {}
         for f in files:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
-from sporch.orchestrator.models.families import counted_parameters
+from sporch.orchestrator.models.families import config_parameters, counted_parameters
 from sporch.orchestrator.models import preset_knobs
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.estimates_section import (
@@ -45,8 +45,9 @@ def parameter_count(model: ModelSection) -> int:
 def parameter_parts(model: ModelSection) -> dict[str, int]:
     """The DiT's parameters by FSDP unit kind: ``blocks`` (all of them), ``largest_block`` (the
     biggest one unit gathers), ``root`` (embeddings and head: the root unit). A generic-path
-    preset's are counted (contract/families ``counted_parameters``); the rest follow the shape."""
-    counted = counted_parameters(model)
+    preset's are counted (models/families ``counted_parameters``); another generic-path model's follow
+    its family's formula of its diffusers config (``config_parameters``); the rest follow the shape."""
+    counted = counted_parameters(model) or config_parameters(model)
     if counted is not None:
         return counted.as_parts()
     h, f = model.hidden, model.ffn_dim

@@ -8,6 +8,14 @@ transformer. So the busiest rank holds ``max(text encoder, transformer + VAE + d
 ``pipeline.text_encoder: sharded`` spreads the encoder over each sequence group (FSDP2), ``cpu``
 runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by tile (diffusers),
 ``parallel`` splits the latent's rows over the leader's sequence group.
+
+The generic path's generate (``plan.model.diffusers_class`` set; runtime/pipelines/generic.py) loads
+the family's diffusers pipeline whole, every part in the workload dtype, the transformer first:
+its leader encodes with the transformer and the VAE already on the GPU (``pipeline.text_encoder:
+cpu`` keeps the encoders in host memory), frees the encoders, then denoises and decodes. So its
+busiest rank holds ``max(transformer parameters + text encoders + VAE, transformer + VAE + decode)``.
+The encoders' and VAE's sizes are the family's (``Family.pipeline_parts``: the published ones, for
+its preset or a checkpoint folder of a preset's shape).
 """
 
 from __future__ import annotations
@@ -16,25 +24,40 @@ from dataclasses import replace
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.contract.estimates_section import BusiestRank, Estimates, PipelineEstimate, PipelinePart
-from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.families import get_family, published_preset
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import ModelSection, WorkloadSection
 from sporch.orchestrator.plan.estimates import memory_totals
 
 #: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
-#: family: ``Family.pipeline_parts(preset)`` in models/families/ (wan.PARTS, flux.PARTS).
+#: family: ``Family.pipeline_parts(preset)`` in models/families/ (wan.PARTS, flux.PARTS, qwenimage.PARTS, ...).
 IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
-VAE_BYTES = 4  # the VAE decodes in float32
+VAE_BYTES = 4  # the hand-built pipelines' VAE decodes in float32 (the generic path's: the workload dtype)
 #: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
 #: (4/3)^2 of the frames) and then the blended frames.
 TILED_OUTPUT_COPIES = 2.8
 
 
 def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:
-    """The published text encoder and VAE of ``model`` (its family's, by preset), or None (sizes unknown)."""
-    return get_family(model.family).pipeline_parts(model.preset) if model.family else None
+    """The text encoder and VAE of ``model``: its family's published ones (by preset; on the generic
+    path also for a checkpoint folder of a published preset's shape), with a pipeline folder's own
+    classes and sizes (``model.pipeline_sizes``, read from its headers) in their place; the decode's
+    facts (channels, frames per chunk) stay the family's, its first preset's for a folder of
+    another shape. None: sizes unknown."""
+    if not model.family:
+        return None
+    fam = get_family(model.family)
+    preset = model.preset
+    if preset is None and model.diffusers_class:
+        found = published_preset(model)
+        preset = found[1].name if found is not None else None
+    parts = fam.pipeline_parts(preset)
+    if model.pipeline_sizes:
+        template = parts or (fam.pipeline_parts(fam.presets[0].name) if fam.presets else None)
+        return {**template, **model.pipeline_sizes} if template is not None else None
+    return parts
 
 
 def sharded_encoder_bytes(known: Mapping[str, Any], b: int, degree: int) -> int:
@@ -48,11 +71,12 @@ def sharded_encoder_bytes(known: Mapping[str, Any], b: int, degree: int) -> int:
 
 
 def decode_bytes(known: Mapping[str, Any], workload: WorkloadSection, vae: str, degree: int,
-                 vae_stride: list[int]) -> dict[str, int]:
-    """The VAE decode's working set on the busiest decoding rank, and the decoded frames it holds."""
+                 vae_stride: list[int], vae_bytes: int = VAE_BYTES) -> dict[str, int]:
+    """The VAE decode's working set on the busiest decoding rank (its tensors ``vae_bytes`` per
+    element), and the decoded frames it holds."""
     height, width = workload.height or 0, workload.width or 0
     frames = min(workload.frames or 1, known["vae_chunk_frames"])
-    per_pixel = frames * known["vae_channels"] * VAE_BYTES * VAE_LIVE_TENSORS
+    per_pixel = frames * known["vae_channels"] * vae_bytes * VAE_LIVE_TENSORS
     out = (workload.frames or 1) * height * width * 3 * VAE_BYTES  # one sample's frames, float32
     if vae == "tiled":
         return {"working": int(min(height * width, known["vae_tile_pixels"]) * per_pixel),
@@ -76,6 +100,8 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
                    for r in range(layout.ring) for u in range(layout.ulysses))  # every leader's sequence group
     known = known_parts(model)
     b = int(dit.compute.dtype_bytes)
+    generic = bool(model.diffusers_class)  # the diffusers pipeline, whole, in the workload dtype
+    vae_b = b if generic else VAE_BYTES
     enc_ranks = tuple(range(layout.world_size)) if text_encoder == "sharded" and seq > 1 else leaders
     unknown = "the folder's (size unknown)"
     enc = PipelinePart(ranks=enc_ranks, placement=text_encoder, what=known["text_encoder"] if known else unknown)
@@ -90,14 +116,16 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
         enc_full = known["text_encoder_parameters"] * b
         enc_gpu = (0 if text_encoder == "cpu" else sharded_encoder_bytes(known, b, seq)
                    if text_encoder == "sharded" and seq > 1 else enc_full)
-        vae_bytes = known["vae_parameters"] * VAE_BYTES
-        decoded = decode_bytes(known, workload, vae, seq, model.vae_stride)
+        vae_bytes = known["vae_parameters"] * vae_b
+        decoded = decode_bytes(known, workload, vae, seq, model.vae_stride, vae_b)
         work, frames = decoded["working"], decoded["frames"]
         enc = replace(enc, bytes=enc_full, bytes_per_rank=enc_gpu, host_bytes=enc_full if text_encoder == "cpu" else 0)
         dec = replace(dec, bytes=vae_bytes, decode_bytes=work, frames_bytes=frames)
     mem = dit.memory
     reserved = int(mem.reserved_bytes_per_gpu)
     encode_phase = max(enc_gpu, image_gpu) + reserved  # one encoder at a time
+    if generic:  # the transformer and the VAE are loaded before the encoders run
+        encode_phase += int(mem.parameter_bytes_per_gpu) + vae_bytes
     decode_phase = mem.memory_bytes_per_gpu + vae_bytes + work + frames
     return PipelineEstimate(
         text_encoder=enc, vae=dec, transformer=PipelinePart(ranks=tuple(range(layout.world_size))),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Mapping, Optional
 
 from sporch.orchestrator.contract.estimates_section import Estimates, MemoryOption
 from sporch.orchestrator.contract.plan import Layout
@@ -51,8 +51,8 @@ def shard_degree(mode: str, layout: Layout) -> int:
 
 
 def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: EstimateFor, *,
-                     lockstep: bool = True, generate: bool = False,
-                     experts: bool = False) -> tuple[PlacementSection, Estimates]:
+                     lockstep: bool = True, generate: bool = False, experts: bool = False,
+                     choices: Optional[Mapping[str, tuple[str, ...]]] = None) -> tuple[PlacementSection, Estimates]:
     """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae,
     experts: an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a
     VAE to place (otherwise both stay ``leader``); ``experts``: and two experts (otherwise
@@ -60,12 +60,17 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
 
     ``lockstep``: every dp replica runs the same number of forwards (benchmark, verify,
     inference; not generate, where replicas run their own prompts): ``world`` needs it, since
-    every rank takes part in every gather."""
+    every rank takes part in every gather.
+
+    ``choices``: the only options ``auto`` may try for some keys (the generic path's generate runs
+    its text encoders on the leader or its CPU and decodes on the leader: planner.GENERIC_PLACEMENTS)."""
     if modes["shard_weights"] == "world" and not lockstep and layout.dp > 1:
         raise SporchError(f"parallel.shard_weights=world needs every rank to run the same forwards, but the "
                           f"{layout.dp} dp replicas of a generate job run their own prompts: use "
                           "parallel.shard_weights=sequence (or auto)")
     options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate, experts) for key in COST}
+    for key, allowed in (choices or {}).items():
+        options[key] = [o for o in options[key] if o in allowed] or options[key]
     combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
                     key=lambda c: (sum(COST[k][v] for k, v in c.items()), *(COST[k][c[k]] for k in COST)))
     tried: list[tuple[dict[str, str], Estimates]] = []

@@ -1,7 +1,8 @@
 """``make_plan(cluster, job) -> Plan``.
 
 The only files the planner reads are the checkpoint's metadata: ``model.weights``' config.json
-(and its pipeline folder's model_index.json and vae/config.json) and the LoRA adapters' safetensors
+(and its pipeline folder's model_index.json and vae/config.json; on the generic path its text
+encoders' and VAE's safetensors headers, models/pipeline_sizes.py) and the LoRA adapters' safetensors
 headers. :func:`resolve_job_model` reads them, once per plan, into the plain ``plan.model`` section;
 everything after it is pure (no I/O, no clock, no randomness) and takes that section.
 
@@ -259,6 +260,11 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
     return GENERIC_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
 
 
+#: The placements the generic path's generate runs (runtime/pipelines/generic.py: the leader encodes
+#: with the diffusers pipeline's encoders on its GPU or its CPU, and decodes whole): what ``auto`` may choose
+GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"), "vae": ("leader",)}
+
+
 def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
@@ -275,10 +281,10 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     if w.batch != layout.dp:
         raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
                           f"replica; set workload.batch={layout.dp} (parallel.dp)")
-    if p.text_encoder not in ("auto", "leader", "cpu"):
+    if p.text_encoder not in ("auto", *GENERIC_PLACEMENTS["text_encoder"]):
         raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
                           "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
-    if p.vae not in ("auto", "leader"):
+    if p.vae not in ("auto", *GENERIC_PLACEMENTS["vae"]):
         raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
                           "diffusers' pipeline, whole); set pipeline.vae=leader")
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
@@ -381,7 +387,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     modes = {"shard_weights": "none" if model.diffusers_class else job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
-                                      experts=model.experts > 1)
+                                      experts=model.experts > 1,
+                                      choices=GENERIC_PLACEMENTS if model.diffusers_class else None)
     check_quant(job, model, cluster, placement)
     check_attention_precision(job, layout)
     est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),

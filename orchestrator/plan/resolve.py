@@ -24,6 +24,7 @@ from sporch.orchestrator.models import find_preset, preset_family
 from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
 from sporch.orchestrator.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
                                                                 read_checkpoint_model)
+from sporch.orchestrator.models.pipeline_sizes import read_pipeline_sizes
 from sporch.orchestrator.contract.sections import ModelSection
 
 SHAPE_KEYS = (
@@ -227,7 +228,10 @@ def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str,
     """``family``, ``diffusers_class``, ``diffusers_config`` of ``plan.model``: decided here, once,
     from the checkpoint's config.json or the preset (models/families)."""
     if ckpt is not None and ckpt.family_key:
-        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": None}
+        # the folder's config.json (the runtime loads the folder; the planner counts its parameters from it)
+        config = dict(ckpt.config) if ckpt.diffusers_class and ckpt.config is not None else None
+        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": config,
+               "pipeline_sizes": folder_pipeline_sizes(ckpt)}
         return {**out, **_guidance(ckpt.family_key, ckpt.diffusers_class, ckpt.config or {})}
     found = generic_preset(spec.preset) if spec.preset else None
     if found is not None:
@@ -235,6 +239,19 @@ def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str,
         out = {"family": fam.name, "diffusers_class": fam.classes[0], "diffusers_config": dict(preset.config)}
         return {**out, **_guidance(fam.name, fam.classes[0], preset.config)}
     return {"family": preset_family(spec.preset), "diffusers_class": None, "diffusers_config": None}
+
+
+def folder_pipeline_sizes(ckpt: CheckpointModel) -> Optional[dict[str, Any]]:
+    """A generic-path pipeline folder's text encoders and VAE sized from their safetensors headers
+    (models/pipeline_sizes.py), for the generate memory estimate; None: the transformer's folder
+    alone, a family without a generate pipeline, or parts it cannot size."""
+    fam = get_family(ckpt.family_key) if ckpt.diffusers_class and ckpt.family_key else None
+    if fam is None or not fam.pipeline_class or ckpt.config_file.parent.name != "transformer":
+        return None
+    try:
+        return read_pipeline_sizes(ckpt.config_file.parent.parent)
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
 
 
 def _guidance(family: str, diffusers_class: Optional[str], config: dict) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "counted_parameters", "sequence_split", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -73,13 +73,11 @@ def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
     return None
 
 
-def counted_parameters(model: Any) -> Optional[ParameterCount]:
-    """The counted parameters (``FamilyPreset.parameters``) of the generic-path preset ``model``
-    (``plan.model``: its ``preset``, ``diffusers_class`` and shape fields) is: that preset with
-    its shape unchanged, or, for a checkpoint folder (no preset), the preset of its class with
-    the same shape (a published checkpoint's folder). None otherwise (another preset, a folder of
-    another shape, a preset with fields overridden): the planner's shape formula
-    (plan/estimates.py ``parameter_parts``) applies."""
+def published_preset(model: Any) -> Optional[tuple[Family, FamilyPreset]]:
+    """The generic-path preset ``model`` (``plan.model``: its ``preset``, ``diffusers_class`` and
+    shape fields) is: that preset with its shape unchanged, or, for a checkpoint folder (no
+    preset), the preset of its class with the same shape (a published checkpoint's folder). None
+    otherwise (another preset, a folder of another shape, a preset with fields overridden)."""
     found = generic_preset(getattr(model, "preset", None) or "")
     if found is not None:
         candidates = [found]
@@ -89,9 +87,35 @@ def counted_parameters(model: Any) -> Optional[ParameterCount]:
     else:
         candidates = []
     for fam, preset in candidates:
-        if preset.parameters is not None and _same_shape(fam.shape(preset.config), model):
-            return preset.parameters
+        if _same_shape(fam.shape(preset.config), model):
+            return fam, preset
     return None
+
+
+def counted_parameters(model: Any) -> Optional[ParameterCount]:
+    """The counted parameters (``FamilyPreset.parameters``) of the published preset ``model`` is
+    (:func:`published_preset`), or None: the planner's shape formula (plan/estimates.py
+    ``parameter_parts``) applies."""
+    found = published_preset(model)
+    return found[1].parameters if found is not None else None
+
+
+#: shape fields no parameter depends on (a job may set them on a folder's model: ``text_len``)
+UNCOUNTED = ("text_len", "vae_stride")
+
+
+def config_parameters(model: Any) -> Optional[ParameterCount]:
+    """The parameters of a generic-path ``model`` (``plan.model``) from its diffusers config
+    (``diffusers_config``: the preset's, or the checkpoint folder's config.json) by its family's
+    formula (``Family.count_parameters``), when that config describes the model's shape; None
+    otherwise (no config, a family without a formula, fields overridden on a preset)."""
+    cls, config = getattr(model, "diffusers_class", None), getattr(model, "diffusers_config", None)
+    fam = family_of_class(cls) if cls else None
+    if fam is None or fam.count_parameters is None or config is None:
+        return None
+    if not _same_shape({k: v for k, v in fam.shape(config).items() if k not in UNCOUNTED}, model):
+        return None
+    return fam.count_parameters(config)
 
 
 def _same_shape(shape: dict, model: Any) -> bool:

@@ -37,6 +37,22 @@ class ParameterCount:
         return {"blocks": self.blocks, "largest_block": self.largest_block, "root": self.root}
 
 
+def linear(n_in: int, n_out: int, bias: bool = True) -> int:
+    """Parameters of ``nn.Linear(n_in, n_out, bias)`` (the families' parameter formulas)."""
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def feed_forward(dim: int, inner: int) -> int:
+    """Parameters of diffusers' ``FeedForward(dim, inner_dim=inner)`` (GELU: in and out linears, biases)."""
+    return linear(dim, inner) + linear(inner, dim)
+
+
+def qk_norm_parameters(kind: Optional[str], width: int) -> int:
+    """Parameters of one of an attention's q/k norms (``qk_norm`` of diffusers' Attention) over ``width``."""
+    return {None: 0, "": 0, "rms_norm": width, "rms_norm_across_heads": width, "layer_norm": 2 * width,
+            "layer_norm_across_heads": 2 * width}[kind]
+
+
 @dataclass(frozen=True)
 class FamilyPreset:
     """A published checkpoint's transformer config (the keys of its config.json that set the
@@ -84,6 +100,11 @@ class Family:
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
+    #: config.json -> the transformer's parameters (blocks, largest block, root): a pure formula of
+    #: the diffusers class's layers, for a config of a shape no preset has (plan/estimates.py
+    #: ``parameter_parts``; tests/runtime/model/test_generic_parameters.py checks it against the class
+    #: built on the meta device); None: the planner's generic shape formula
+    count_parameters: Optional[Callable[[Mapping[str, Any]], ParameterCount]] = None
     notes: str = ""
     #: diffusers' LoRA loader mixin of the family's pipelines (``FluxLoraLoaderMixin``): its
     #: ``lora_state_dict`` converts the adapter formats it knows (kohya, the original release's

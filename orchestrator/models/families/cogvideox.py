@@ -9,9 +9,9 @@ the first block, and the RoPE tables (one row per video token) at every block.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
 from .plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
@@ -32,6 +32,24 @@ COGVIDEOX_5B = {"num_attention_heads": 48, "attention_head_dim": 64, "in_channel
                 "max_text_seq_length": 226, "use_rotary_positional_embeddings": True}
 
 
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/THUDM/CogVideoX-5b text_encoder/config.json: T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096,
+#: FFN 10240, vocabulary 32128), vae/config.json: AutoencoderKLCogVideoX (block_out_channels [128, 256, 256,
+#: 512]: 128 decoder channels at full resolution; it decodes 2 latent frames, 8 video frames, at a time:
+#: ``num_latent_frames_batch_size``). Counted with those configs on the meta device (transformers, diffusers
+#: 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKLCogVideoX", "vae_parameters": 215_583_907, "vae_channels": 128, "vae_chunk_frames": 8,
+    "vae_tile_pixels": 480 * 720}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published CogVideoX-5b pipeline's text encoder and VAE."""
+    return PARTS if preset == "cogvideox-5b" else None
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 30)), int(config.get("attention_head_dim", 64))
     hidden = heads * hd
@@ -46,11 +64,35 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """CogVideoXTransformer3DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): blocks (two adaptive LayerNorms fed by the ``time_embed_dim``-wide
+    timestep embedding, q/k/v/out with LayerNorm q/k norms, FFN) and the root (patch and text
+    projections, timestep and ``ofs`` MLPs, final norms, output projection)."""
+    heads, hd = int(config.get("num_attention_heads", 30)), int(config.get("attention_head_dim", 64))
+    h, p, pt = heads * hd, int(config.get("patch_size", 2)), config.get("patch_size_t")
+    temb, affine = int(config.get("time_embed_dim", 512)), bool(config.get("norm_elementwise_affine", True))
+    c_in, c_out = int(config.get("in_channels", 16)), int(config.get("out_channels", 16))
+    norm = 2 * h if affine else 0
+    block = (2 * (linear(temb, 6 * h) + norm) + 4 * hd + 3 * linear(h, h, bool(config.get("attention_bias", True)))
+             + linear(h, h) + feed_forward(h, 4 * h))
+    if pt is None:  # CogVideoX 1.0: a 2-D convolution per frame
+        patch, out = c_in * p * p * h + (h if config.get("patch_bias", True) else 0), p * p * c_out
+    else:  # CogVideoX 1.5: a linear over pt x p x p patches
+        patch, out = linear(c_in * p * p * int(pt), h), p * p * int(pt) * c_out
+    ofs = int(config.get("ofs_embed_dim") or 0)
+    root = (patch + linear(int(config.get("text_embed_dim", 4096)), h) + linear(h, temb) + linear(temb, temb)
+            + (linear(ofs, ofs) * 2 if ofs else 0) + norm + linear(temb, 2 * h) + norm + linear(h, out))
+    depth = int(config.get("num_layers", 30))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="cogvideox", title="CogVideoX", classes=("CogVideoXTransformer3DModel",), shape=shape,
     lora_loader="CogVideoXLoraLoaderMixin",
     split_plans={"CogVideoXTransformer3DModel": COGVIDEOX_PLAN},
     presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True,
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True, pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )

@@ -11,9 +11,9 @@ text tokens dropped) is cut at every block the same way, so each rank masks its 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 from .plan_format import GatherOutput, SplitInput
 
 #: the key mask [B, 1, 1, video + text] the forward builds from ``encoder_attention_mask``
@@ -41,6 +41,26 @@ TEXT_LEN = 256  # HunyuanVideoPipeline's max_sequence_length
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 
 
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/hunyuanvideo-community/HunyuanVideo text_encoder/config.json: LlamaModel (llava-llama-3-8b's
+#: language model: 32 layers x 4096, GQA 8 KV heads, FFN 14336, vocabulary 128320, no LM head),
+#: text_encoder_2/config.json: CLIPTextModel (CLIP-L: 12 layers x 768), vae/config.json:
+#: AutoencoderKLHunyuanVideo (block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
+#: resolution; framewise decoding, on by default, decodes 16 frames at a time). Counted with those configs on
+#: the meta device (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Llama-3-8B (llava-llama-3-8b LlamaModel) + CLIP-L text",
+    "text_encoder_parameters": 7_505_186_816 + 123_060_480, "text_encoder_layers": 32 + 12,
+    "text_encoder_embedding": 128_320 * 4096,
+    "vae": "AutoencoderKLHunyuanVideo", "vae_parameters": 246_478_803, "vae_channels": 128, "vae_chunk_frames": 16,
+    "vae_tile_pixels": 256 * 256}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published HunyuanVideo pipeline's text encoders and VAE."""
+    return PARTS if preset == "hunyuanvideo" else None
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
     hidden = heads * hd
@@ -54,6 +74,35 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """HunyuanVideoTransformer3DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): dual-stream blocks (video and text modulation, joint q/k/v/out,
+    both FFNs of ``mlp_ratio``), single-stream blocks (q/k/v, a 3-way modulation, the FFN's input and one
+    output projection over [attention, FFN]) and the root (patch embedding, the token refiner with its
+    own timestep and text MLPs and blocks of FFN ratio 4, the timestep / pooled-text / guidance MLPs,
+    output norm and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
+    h = heads * hd
+    f = int(h * float(config.get("mlp_ratio", 4.0)))
+    p, pt = int(config.get("patch_size", 2)), int(config.get("patch_size_t", 1))
+    c_in = int(config.get("in_channels", 16))
+    c_out = int(config.get("out_channels", 16) or c_in)
+    text, pooled = int(config.get("text_embed_dim", 4096)), int(config.get("pooled_projection_dim", 768))
+    norm = qk_norm_parameters(config.get("qk_norm", "rms_norm"), hd)
+    dual = 2 * linear(h, 6 * h) + 8 * linear(h, h) + 4 * norm + 2 * feed_forward(h, f)
+    single = 3 * linear(h, h) + 2 * norm + linear(h, 3 * h) + linear(h, f) + linear(h + f, h)
+    refiner = 2 * (2 * h) + 4 * linear(h, h) + feed_forward(h, 4 * h) + linear(h, 2 * h)
+    mlp = linear(256, h) + linear(h, h)  # a timestep (or guidance) embedding
+    root = (c_in * pt * p * p * h + h  # patch embedding (3-D convolution)
+            + mlp + linear(text, h) + linear(h, h) + linear(text, h)  # refiner's timestep, pooled text, input
+            + int(config.get("num_refiner_layers", 2)) * refiner
+            + mlp + linear(pooled, h) + linear(h, h) + (mlp if config.get("guidance_embeds", True) else 0)
+            + linear(h, 2 * h) + linear(h, pt * p * p * c_out))
+    depth, single_depth = int(config.get("num_layers", 20)), int(config.get("num_single_layers", 40))
+    largest = max(dual if depth else 0, single if single_depth else 0)
+    return ParameterCount(blocks=depth * dual + single_depth * single, largest_block=largest, root=root)
+
+
 FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     lora_loader="HunyuanVideoLoraLoaderMixin",
@@ -63,4 +112,5 @@ FAMILY = Family(
                           parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
+    pipeline_parts=pipeline_parts, count_parameters=count_parameters,
 )

@@ -7,9 +7,9 @@ compresses 8 frames x 32 x 32 pixels into one 128-channel latent token (patch 1 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -21,6 +21,28 @@ TEXT_LEN = 128  # LTXPipeline's max_sequence_length
 
 #: The generate workload's pipeline folder (LTXPipeline, text encoder T5): its sub-folders.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+
+#: The published pipelines' other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS).
+#: huggingface.co/Lightricks/LTX-Video text_encoder/config.json: T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096,
+#: FFN 10240, vocabulary 32128), the same for 2B and 13B. vae/config.json: AutoencoderKLLTXVideo; 2B (0.9.1):
+#: block_out_channels [128, 256, 512, 512], decoder_layers_per_block [4, 3, 3, 3, 4], timestep_conditioning;
+#: 13B (0.9.7, the VAE of 0.9.5 on): decoder_block_out_channels [256, 512, 1024], decoder_layers_per_block
+#: [5, 5, 5, 5], decoder noise injection. Its decoder ends at 1/4 of the resolution (patch 4: 16 pixels per
+#: position), so per output pixel it holds 128 / 16 = 8 (2B) or 256 / 16 = 16 (13B) channels, for every frame
+#: at once (no framewise decoding by default). Counted with those configs on the meta device (transformers,
+#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS_2B: dict[str, Any] = {
+    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKLLTXVideo (0.9.1)", "vae_parameters": 439_557_682, "vae_channels": 8,
+    "vae_chunk_frames": 1 << 16, "vae_tile_pixels": 512 * 512}
+PARTS_13B = {**PARTS_2B, "vae": "AutoencoderKLLTXVideo (0.9.5+)", "vae_parameters": 750_924_722, "vae_channels": 16}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published LTX-Video pipelines' text encoder and VAE, by preset."""
+    return {"ltx-video-2b": PARTS_2B, "ltx-video-13b": PARTS_13B}.get(preset or "")
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -35,6 +57,30 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """LTXVideoTransformer3DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): blocks (self-attention, cross-attention to the projected caption
+    with ``cross_attention_dim``-wide keys and values, q/k norms across heads, FFN, a 6-way scale/shift
+    table) and the root (input projection, timestep MLP and its 6-way modulation, caption projection,
+    output table and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 32)), int(config.get("attention_head_dim", 64))
+    h = heads * hd
+    cross = int(config.get("cross_attention_dim", 2048))
+    bias, out_bias = bool(config.get("attention_bias", True)), bool(config.get("attention_out_bias", True))
+    norm = 2 * qk_norm_parameters(config.get("qk_norm", "rms_norm_across_heads"), h)
+    affine = h if config.get("norm_elementwise_affine", False) else 0
+    block = (6 * h + 2 * affine
+             + norm + 3 * linear(h, h, bias) + linear(h, h, out_bias)  # self-attention
+             + norm + linear(h, h, bias) + 2 * linear(cross, h, bias) + linear(h, h, out_bias)  # cross-attention
+             + feed_forward(h, 4 * h))
+    c_in = int(config.get("in_channels", 128))
+    c_out = int(config.get("out_channels", 128) or c_in)
+    root = (2 * h + linear(c_in, h) + linear(256, h) + linear(h, h) + linear(h, 6 * h)
+            + linear(int(config.get("caption_channels", 4096)), h) + linear(h, h) + linear(h, c_out))
+    depth = int(config.get("num_layers", 28))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
     lora_loader="LTXVideoLoraLoaderMixin",
@@ -44,5 +90,6 @@ FAMILY = Family(
                           "huggingface.co/Lightricks/LTX-Video ltxv-13b-0.9.7-dev (transformer config: 32 heads x 128, 48 layers, "
                           "cross_attention_dim 4096)",
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True,
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True, pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )

@@ -6,9 +6,9 @@ per latent, 16 channels) packed 2 x 2 into 64 channels; text from Qwen2.5-VL-7B 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {
@@ -19,6 +19,23 @@ QWEN_IMAGE_20B = {
 #: The generate workload's pipeline folder (QwenImagePipeline, text encoder Qwen2.5-VL): its sub-folders.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
 TEXT_LEN = 1024  # the pipeline's prompt length bound (max_sequence_length 1024 in QwenImagePipeline)
+
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/Qwen/Qwen-Image text_encoder/config.json: Qwen2_5_VLForConditionalGeneration, Qwen2.5-VL-7B
+#: (language model 28 layers x 3584, GQA 4 KV heads, FFN 18944, vocabulary 152064, embedding and LM head
+#: untied; vision tower 32 layers x 1280), and vae/config.json: AutoencoderKLQwenImage (base_dim 96, z_dim 16,
+#: dim_mult [1, 2, 4, 4]: 96 decoder channels at full resolution). Counted with those configs on the meta
+#: device (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Qwen2.5-VL-7B (Qwen2_5_VLForConditionalGeneration)", "text_encoder_parameters": 8_292_166_656,
+    "text_encoder_layers": 28 + 32, "text_encoder_embedding": 152_064 * 3584,
+    "vae": "AutoencoderKLQwenImage", "vae_parameters": 126_892_531, "vae_channels": 96, "vae_chunk_frames": 1,
+    "vae_tile_pixels": 256 * 256}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published Qwen-Image pipeline's text encoder and VAE (its one preset)."""
+    return PARTS if preset == "qwen-image" else None
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -35,11 +52,29 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """QwenImageTransformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): dual-stream blocks (an image and a text stream, each with its
+    modulation, q/k/v/out projections and FFN, RMS q/k norms) and the root (timestep MLP, text norm and
+    projections, output norm and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
+    h, p = heads * hd, int(config.get("patch_size", 2))
+    c_in = int(config.get("in_channels", 64))
+    c_out = int(config.get("out_channels", 16) or c_in)
+    text = int(config.get("joint_attention_dim", 3584))
+    block = 2 * linear(h, 6 * h) + 8 * linear(h, h) + 4 * hd + 2 * feed_forward(h, 4 * h)
+    root = (linear(256, h) + linear(h, h) + (2 * h if config.get("use_additional_t_cond") else 0)
+            + text + linear(c_in, h) + linear(text, h) + linear(h, 2 * h) + linear(h, p * p * c_out))
+    depth = int(config.get("num_layers", 60))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="qwen-image", title="Qwen-Image", classes=("QwenImageTransformer2DModel",), shape=shape,
     lora_loader="QwenImageLoraLoaderMixin",
     presets=(FamilyPreset("qwen-image", QWEN_IMAGE_20B,
                           "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline",
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline", pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )

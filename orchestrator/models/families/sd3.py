@@ -8,9 +8,9 @@ sequence-parallel like the joint one. Latents: 16 channels, 8 x 8 pixels each, p
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
@@ -35,6 +35,25 @@ SD35_MEDIUM = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "num_laye
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
 TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's default max_sequence_length)
 
+#: The published pipelines' other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS), the
+#: same in stabilityai/stable-diffusion-3.5-large and -medium: text_encoder/ CLIPTextModelWithProjection (CLIP-L:
+#: 12 layers x 768), text_encoder_2/ CLIPTextModelWithProjection (OpenCLIP bigG: 32 layers x 1280),
+#: text_encoder_3/ T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096, FFN 10240, vocabulary 32128), vae/
+#: AutoencoderKL (16 latent channels, block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
+#: resolution, sample_size 1024). Counted with those config.json files on the meta device (transformers,
+#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+PARTS: dict[str, Any] = {
+    "text_encoder": "CLIP-L + CLIP-G (CLIPTextModelWithProjection) + T5-XXL encoder",
+    "text_encoder_parameters": 123_650_304 + 694_659_840 + 4_762_310_656, "text_encoder_layers": 12 + 32 + 24,
+    "text_encoder_embedding": 32_128 * 4096,
+    "vae": "AutoencoderKL (16 channels)", "vae_parameters": 83_819_683, "vae_channels": 128, "vae_chunk_frames": 1,
+    "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published SD3.5 pipelines' text encoders and VAE (Large and Medium share them)."""
+    return PARTS if (preset or "").startswith("sd3.5-") else None
+
 
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 64))
@@ -48,6 +67,35 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """SD3Transformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the class's
+    defaults for absent keys): joint blocks (image and text modulation, joint q/k/v/out, both FFNs; the
+    last block's text stream ends at its attention: no text output projection or FFN, a 2-way norm), the
+    second, image-only attention and 9-way modulation of ``dual_attention_layers`` (SD3.5 Medium), and the
+    root (patch embedding, timestep and pooled-text MLPs, text projection, output norm and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 18)), int(config.get("attention_head_dim", 64))
+    h, p = heads * hd, int(config.get("patch_size", 2))
+    c_in = int(config.get("in_channels", 16))
+    c_out = int(config.get("out_channels") or c_in) if config.get("out_channels", 16) is not None else c_in
+    depth = int(config.get("num_layers", 18))
+    dual = {int(i) for i in (config.get("dual_attention_layers") or ())}
+    norm = qk_norm_parameters(config.get("qk_norm"), hd)
+    blocks = []
+    for i in range(depth):
+        last = i == depth - 1
+        block = linear(h, (9 if i in dual else 6) * h) + linear(h, (2 if last else 6) * h)
+        block += 7 * linear(h, h) + (0 if last else linear(h, h)) + 4 * norm  # joint q/k/v (x2), out (+ text out)
+        block += feed_forward(h, 4 * h) * (1 if last else 2)
+        if i in dual:
+            block += 4 * linear(h, h) + 2 * norm
+        blocks.append(block)
+    caption = int(config.get("caption_projection_dim", 1152))
+    root = (c_in * p * p * h + h + linear(256, h) + linear(h, h) + linear(int(config.get("pooled_projection_dim", 2048)), h)
+            + linear(h, h) + linear(int(config.get("joint_attention_dim", 4096)), caption) + linear(h, 2 * h)
+            + linear(h, p * p * c_out))
+    return ParameterCount(blocks=sum(blocks), largest_block=max(blocks, default=0), root=root)
+
+
 FAMILY = Family(
     name="sd3", title="Stable Diffusion 3.5", classes=("SD3Transformer2DModel",), shape=shape,
     lora_loader="SD3LoraLoaderMixin", step_cache=(),  # SD3Transformer2DModel has no CacheMixin
@@ -58,5 +106,6 @@ FAMILY = Family(
              FamilyPreset("sd3.5-medium", SD35_MEDIUM, "huggingface.co/stabilityai/stable-diffusion-3.5-medium "
                           "transformer/config.json (2.5B)",
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
-    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline",
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline", pipeline_parts=pipeline_parts,
+    count_parameters=count_parameters,
 )

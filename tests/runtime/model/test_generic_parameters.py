@@ -42,6 +42,7 @@ def test_planner_parameters_equal_the_diffusers_class_on_meta(fam, preset):
     model = resolve_model(ModelSpec(preset=preset.name))
     assert parameter_parts(model) == ref
     assert parameter_count(model) == ref["blocks"] + ref["root"]
+    assert fam.count_parameters(preset.config) == preset.parameters  # the family's formula agrees
 
 
 def test_a_preset_with_its_shape_changed_falls_back_to_the_formula():
@@ -66,3 +67,65 @@ def test_a_published_checkpoint_folder_counts_as_its_preset(tmp_path):
         assert model.preset is None and model.diffusers_class == fam.classes[0]
         expected = preset.parameters if name == "published" else None
         assert counted_parameters(model) == expected
+        assert parameter_parts(model) == meta_parts(fam.classes[0], config)  # the deeper one: the family's formula
+
+
+#: Shapes no preset has, per family (tiny and mid-sized, options the presets leave at their defaults
+#: switched on): the family's formula of the config (``Family.count_parameters``) == the class on meta.
+OTHER_SHAPES = {
+    "qwen-image": [
+        {"num_layers": 2, "num_attention_heads": 3, "attention_head_dim": 16, "joint_attention_dim": 24,
+         "in_channels": 16, "out_channels": 4, "patch_size": 2, "axes_dims_rope": [4, 6, 6]},
+        {"num_layers": 12, "num_attention_heads": 16, "attention_head_dim": 96, "joint_attention_dim": 2048,
+         "in_channels": 64, "out_channels": 16, "use_additional_t_cond": True, "axes_dims_rope": [16, 40, 40]}],
+    "sd3": [
+        {"sample_size": 16, "num_layers": 3, "num_attention_heads": 2, "attention_head_dim": 8, "joint_attention_dim": 24,
+         "caption_projection_dim": 16, "pooled_projection_dim": 12, "in_channels": 4, "out_channels": None,
+         "patch_size": 2, "pos_embed_max_size": 24, "dual_attention_layers": [0]},
+        {"num_layers": 12, "num_attention_heads": 12, "attention_head_dim": 64, "joint_attention_dim": 4096,
+         "caption_projection_dim": 768, "pooled_projection_dim": 2048, "in_channels": 16, "out_channels": 16,
+         "pos_embed_max_size": 96, "qk_norm": "rms_norm", "dual_attention_layers": [0, 1, 2, 3, 4, 5]}],
+    "cogvideox": [
+        {"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 8, "text_embed_dim": 24, "time_embed_dim": 12,
+         "in_channels": 4, "out_channels": 5, "patch_size": 2, "sample_width": 8, "sample_height": 8, "sample_frames": 5,
+         "use_rotary_positional_embeddings": True},
+        {"num_layers": 30, "num_attention_heads": 30, "attention_head_dim": 64, "text_embed_dim": 4096,
+         "time_embed_dim": 512, "in_channels": 16, "out_channels": 16, "use_rotary_positional_embeddings": False},
+        {"num_layers": 4, "num_attention_heads": 8, "attention_head_dim": 64, "in_channels": 32, "out_channels": 16,
+         "patch_size": 2, "patch_size_t": 2, "ofs_embed_dim": 512, "use_rotary_positional_embeddings": True,
+         "sample_frames": 81}],
+    "ltx-video": [
+        {"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 8, "cross_attention_dim": 16,
+         "caption_channels": 24, "in_channels": 4, "out_channels": 5},
+        {"num_layers": 8, "num_attention_heads": 16, "attention_head_dim": 64, "cross_attention_dim": 1024,
+         "caption_channels": 4096, "in_channels": 128, "norm_elementwise_affine": True}],
+    "hunyuanvideo": [
+        {"num_layers": 2, "num_single_layers": 2, "num_refiner_layers": 2, "num_attention_heads": 2,
+         "attention_head_dim": 8, "text_embed_dim": 24, "pooled_projection_dim": 12, "in_channels": 4,
+         "out_channels": 5, "patch_size": 2, "patch_size_t": 1, "rope_axes_dim": [2, 2, 4], "mlp_ratio": 3.0},
+        {"num_layers": 4, "num_single_layers": 8, "num_refiner_layers": 1, "num_attention_heads": 16,
+         "attention_head_dim": 64, "text_embed_dim": 2048, "pooled_projection_dim": 768, "guidance_embeds": False,
+         "rope_axes_dim": [16, 24, 24]}],
+}
+SHAPES = [(fam, i, config) for fam in FAMILIES if fam.count_parameters is not None
+          for i, config in enumerate(OTHER_SHAPES[fam.name])]
+
+
+def test_every_generic_family_has_a_formula_and_other_shapes():
+    assert {f.name for f in FAMILIES if not f.hand_built} == {f.name for f in FAMILIES if f.count_parameters}
+    assert set(OTHER_SHAPES) == {f.name for f in FAMILIES if f.count_parameters}
+
+
+@pytest.mark.parametrize("fam, i, config", SHAPES, ids=[f"{f.name}-{i}" for f, i, _ in SHAPES])
+def test_the_family_formula_equals_the_class_on_meta_for_a_folder_of_another_shape(tmp_path, fam, i, config):
+    """A checkpoint folder whose shape no preset has: the planner's parameters (its config.json
+    recorded in plan.model.diffusers_config, counted by the family's formula) == diffusers on meta."""
+    import json
+
+    where = tmp_path / "transformer"
+    where.mkdir()
+    (where / "config.json").write_text(json.dumps({"_class_name": fam.classes[0], **config}))
+    model = resolve_model(ModelSpec(weights=str(tmp_path)))
+    assert counted_parameters(model) is None  # no preset of this shape: the formula counts
+    ref = meta_parts(fam.classes[0], {k: v for k, v in config.items()})
+    assert parameter_parts(model) == ref

@@ -1,0 +1,87 @@
+"""A generate plan on the generic path counts its family's text encoders and VAE (the published sizes
+the family module declares: models/families/*.py ``PARTS``) in the busiest rank's memory, and the
+placement moves them: ``pipeline.text_encoder: cpu`` takes the encoders off the GPU, ``auto`` tries only
+what the generic generate runs (leader or cpu; the VAE on the leader)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.models.families import FAMILIES
+from sporch.orchestrator.models.families import qwenimage
+from sporch.orchestrator.plan.planner import make_plan
+
+#: each generic preset's usual size (frames, height, width) and guidance
+USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 1024, 1024, 3.5), "sd3.5-medium": (1, 1024, 1024, 4.0),
+         "cogvideox-5b": (49, 480, 720, 6.0), "ltx-video-2b": (121, 512, 768, 3.0), "ltx-video-13b": (121, 512, 768, 3.0),
+         "hunyuanvideo": (129, 720, 1280, 6.0)}
+GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets]
+
+
+def _plan(preset: str, cluster: str = "a100x32", model: dict | None = None, **pipeline):
+    frames, height, width, guidance = USUAL.get(preset, (1, 1024, 1024, 4.0))
+    job = {"name": "mem", "model": model or {"preset": preset},
+           "workload": {"kind": "generate", "prompt": "a fox", "frames": frames, "height": height, "width": width,
+                        "steps": 30, "guidance_scale": guidance, "dtype": "bfloat16"},
+           "parallel": {"cfg": 1, "dp": 1}, "pipeline": pipeline}
+    return make_plan(find_cluster(cluster), job_from_dict(job, "<test>"))
+
+
+def test_every_generic_preset_is_covered():
+    assert {name for _, name in GENERIC} == set(USUAL)
+
+
+@pytest.mark.parametrize("fam, preset", GENERIC, ids=[n for _, n in GENERIC])
+def test_a_generic_generate_plan_counts_the_family_encoders_and_vae(fam, preset):
+    parts = fam.pipeline_parts(preset)
+    assert parts is not None, f"{fam.name} declares no text encoder / VAE for {preset}"
+    p = _plan(preset)
+    pipe, b = p.estimates.pipeline, 2  # bfloat16: the generic pipeline loads every part in the workload dtype
+    assert pipe.text_encoder.what == parts["text_encoder"] and pipe.vae.what == parts["vae"]
+    assert pipe.text_encoder.bytes == parts["text_encoder_parameters"] * b
+    assert pipe.busiest_rank.text_encoder == parts["text_encoder_parameters"] * b
+    assert pipe.busiest_rank.vae == parts["vae_parameters"] * b and pipe.busiest_rank.vae_decode > 0
+
+
+def test_qwen_image_on_a100x32_holds_encoder_vae_and_transformer_and_cpu_removes_the_encoder():
+    leader = _plan("qwen-image", text_encoder="leader")
+    enc, vae = (qwenimage.PARTS["text_encoder_parameters"] * 2, qwenimage.PARTS["vae_parameters"] * 2)
+    mem, pipe = leader.estimates.memory, leader.estimates.pipeline
+    # the generic pipeline encodes with the transformer and the VAE already loaded
+    assert pipe.busiest_rank.peak_stage == "encode"
+    assert mem.memory_bytes_per_gpu == mem.parameter_bytes_per_gpu + enc + vae + mem.reserved_bytes_per_gpu
+    assert leader.placement.text_encoder == "leader"
+
+    cpu = _plan("qwen-image", text_encoder="cpu")
+    cmem, cpipe = cpu.estimates.memory, cpu.estimates.pipeline
+    assert cpu.placement.text_encoder == "cpu"
+    assert cpipe.busiest_rank.text_encoder == 0 and cpipe.text_encoder.host_bytes == enc
+    assert cpipe.busiest_rank.peak_stage == "denoise + decode"
+    assert cmem.memory_bytes_per_gpu == (cmem.dit_memory_bytes_per_gpu + vae + cpipe.busiest_rank.vae_decode)
+    assert cmem.memory_bytes_per_gpu < mem.memory_bytes_per_gpu
+
+
+def test_auto_moves_the_generic_encoder_to_the_cpu_and_never_picks_what_the_generic_generate_cannot_run():
+    """On 40 GiB GPUs Qwen-Image's 38 GiB transformer leaves no room for its 15 GiB encoder: auto takes
+    the CPU (never the sharded encoder or a parallel/tiled decode the generic generate does not run)."""
+    p = _plan("qwen-image", cluster="a100-40gx32")
+    assert (p.placement.text_encoder, p.placement.vae) == ("cpu", "leader")
+    tried = {(o.text_encoder, o.vae) for o in p.estimates.memory.memory_options}
+    assert tried <= {("leader", "leader"), ("cpu", "leader")}
+
+
+def test_a_published_checkpoint_folder_has_its_preset_parts_another_shape_none(tmp_path):
+    preset = qwenimage.FAMILY.presets[0]
+    for name, config in (("published", preset.config), ("smaller", {**preset.config, "num_layers": 2})):
+        where = tmp_path / name / "transformer"
+        where.mkdir(parents=True)
+        (where / "config.json").write_text(json.dumps({"_class_name": qwenimage.FAMILY.classes[0], **config}))
+        pipe = _plan("qwen-image", model={"weights": str(tmp_path / name)}).estimates.pipeline
+        if name == "published":
+            assert pipe.text_encoder.bytes == qwenimage.PARTS["text_encoder_parameters"] * 2
+        else:
+            assert pipe.text_encoder.bytes is None and "size unknown" in pipe.text_encoder.what
