@@ -221,6 +221,8 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     ckpt = checkpoint_model(spec)  # config.json read once (tests/plan/test_planner_reads_once.py)
     section = _one_transformer(spec, ckpt)
     section = dataclasses.replace(section, **family_fields(spec, ckpt))
+    if ckpt is None:
+        check_generic_preset_shape(spec, section)
     return dataclasses.replace(section, boundary_ratio=boundary_ratio(spec), expand_timesteps=expand_timesteps(spec))
 
 
@@ -239,6 +241,22 @@ def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str,
         out = {"family": fam.name, "diffusers_class": fam.classes[0], "diffusers_config": dict(preset.config)}
         return {**out, **_guidance(fam.name, fam.classes[0], preset.config)}
     return {"family": preset_family(spec.preset), "diffusers_class": None, "diffusers_config": None}
+
+
+def check_generic_preset_shape(spec: ModelSpec, section: ModelSection) -> None:
+    """A generic-path preset is built from its diffusers config (``plan.model.diffusers_config``),
+    so a shape field set besides it (``model.depth=10``) would plan one model and run another:
+    refused in one line, naming each field and the preset's value."""
+    found = generic_preset(spec.preset) if spec.preset else None
+    if found is None:
+        return
+    fam, preset = found
+    changed = [f"model.{k}={getattr(section, k)!r} (the preset's: {v!r})" for k, v in fam.shape(preset.config).items()
+               if (list(v) != list(getattr(section, k)) if isinstance(v, (list, tuple)) else v != getattr(section, k))]
+    if changed:
+        raise SporchError(f"{', '.join(changed)}: preset {preset.name} runs diffusers' {fam.classes[0]} with its published "
+                          "config, so its shape cannot be changed here; drop the override, or point model.weights at a "
+                          "folder whose config.json has the shape you want")
 
 
 def folder_pipeline_sizes(ckpt: CheckpointModel) -> Optional[dict[str, Any]]:
