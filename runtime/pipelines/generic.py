@@ -47,6 +47,7 @@ from sporch.runtime.model.generic.cache import apply_step_cache
 from sporch.runtime.model.generic.placed import build_transformer
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
 
@@ -215,6 +216,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     with stages("load"):
         pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
+    out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none",
+               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt

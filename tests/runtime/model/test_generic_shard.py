@@ -7,6 +7,8 @@ path (runtime/model/generic/placed.py), 4 gloo ranks, float32, from planned tiny
   model loaded from the folder, max abs error <= 1e-5; its resident parameter bytes per rank
   (measured: the local shards FSDP2 holds) about a quarter of the unsharded model's. ``run_generic``
   runs verify on the world-sharded plan and benchmark on a ``sequence``-sharded one (dp 2 x U2).
+* the head split: the generic attention takes ``plan.heads.q_heads_per_rank`` (an edited record is
+  followed, a wrong one refused in one line), as the hand-built runtime does.
 * model.quant int8_weight on Qwen-Image: the quantised model run on U2R2, on U4 and unsharded gives
   the same output (<= 1e-5), which differs from the float model's (nonzero) but is close (relative
   error and PSNR recorded).
@@ -122,6 +124,48 @@ def _quant_outputs(plans, ctxs):
             "weight_bytes_int8": qbytes, "weight_bytes_float": weight_bytes(flt)}
 
 
+def _recorded_heads(plan):
+    """The generic attention follows ``plan.heads.q_heads_per_rank``: an edited record ([3, 1] for
+    4 heads on U2 where the rule says [2, 2]) is followed (still exact; the Ulysses exchange sends by
+    it), a record that does not describe the layout or the sequence is refused in one line."""
+    import dataclasses
+
+    import torch
+
+    from sporch.runtime.attention import CommStats
+    from sporch.runtime.model.generic import GenericSharded
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.generic.workload import build_from_plan, inputs_from_plan
+    from sporch.runtime.parallel import ParallelContext
+
+    cpu = torch.device("cpu")
+    model, config = build_from_plan(plan, cpu)  # no context: whole
+    inputs = inputs_from_plan(plan, config, cpu)
+    batched = family_module(plan.model.family).BATCHED
+    with torch.no_grad():
+        want = model(**inputs)[0]
+    edited = dataclasses.replace(plan, heads=dataclasses.replace(plan.heads, q_heads_per_rank=[3, 1], even=False))
+    ctx = ParallelContext.from_plan(edited)
+    ctx.comm_stats = CommStats()
+    got = GenericSharded(model, ctx, batched=batched).forward(**inputs)
+    out = {"planned": list(plan.heads.q_heads_per_rank), "err": float((got - want).abs().max()),
+           "ulysses_rank": ctx.ulysses_rank, "qkv_bytes": ctx.comm_stats.as_dict().get("ulysses_qkv", 0)}
+    ctx.close()
+    refused = {}
+    for what, bad in (("heads", dataclasses.replace(plan, heads=dataclasses.replace(plan.heads, q_heads_per_rank=[4]))),
+                      ("sequence", dataclasses.replace(plan, sequence=dataclasses.replace(plan.sequence,
+                                                                                          tokens_per_rank=5)))):
+        c = ParallelContext.from_plan(bad)
+        try:
+            GenericSharded(model, c, batched=batched).forward(**inputs)
+            refused[what] = None
+        except ValueError as exc:
+            refused[what] = str(exc)
+        c.close()
+    out["refused"] = refused
+    return out
+
+
 def _world(plan_dicts):
     import torch
 
@@ -136,6 +180,7 @@ def _world(plan_dicts):
         res = run_generic(plans[n], ctxs[n], torch.device("cpu"))
         out[f"run {n}"] = {k: res.get(k) for k in ("kind", "ok", "max_abs_err", "shard_weights",
                                                   "resident_parameter_bytes", "steps_timed")}
+    out["heads"] = _recorded_heads(plans["qwen-world-U2R2"])
     out["quant"] = _quant_outputs({n: plans[n] for n in ("qwen-int8-U2R2", "qwen-int8-U4")}, ctxs)
     for c in ctxs.values():
         c.close()
@@ -179,3 +224,19 @@ def test_int8_weights_agree_across_layouts_and_stay_close_to_float(world):
         assert q["quant_vs_float_max_abs"] > 1000 * TOL, q  # the weights really are quantised
         assert q["quant_vs_float_rel"] < 0.05 and q["psnr_db"] > 30, q
         assert q["weight_bytes_int8"] < 0.6 * q["weight_bytes_float"], q
+
+
+def test_generic_attention_follows_the_recorded_head_split(world):
+    for w in world:
+        h = w["heads"]
+        assert h["planned"] == [2, 2] and h["err"] <= TOL, h
+        assert h["refused"]["heads"] and h["refused"]["heads"].startswith("plan.heads records"), h
+        assert h["refused"]["sequence"] and h["refused"]["sequence"].startswith("plan.sequence records"), h
+        assert all("\n" not in line for line in h["refused"].values())
+    # Ulysses rank 0 sends rank 1's 1 head (q, k, v), rank 1 sends rank 0's 3: three times the bytes,
+    # where the rule's [2, 2] would send the same from both
+    by_rank = {}
+    for w in world:
+        by_rank.setdefault(w["heads"]["ulysses_rank"], set()).add(w["heads"]["qkv_bytes"])
+    (r0,), (r1,) = by_rank[0], by_rank[1]
+    assert r0 > 0 and r1 == 3 * r0, by_rank
