@@ -84,3 +84,19 @@ def test_lora_with_sharded_parameters_is_one_line(run_cli, tmp_path):
     with pytest.raises(SporchError, match="model.lora"):  # the same from the planner's API
         plan({"weights": str(root), "text_len": 7, "lora": [{"path": str(lora)}]},
              parallel={"ulysses": 4, "shard_weights": "world"})
+
+
+def test_inspect_lists_the_sharded_placement_of_a_generic_folder(run_cli, tmp_path):
+    """`sporch inspect` on a generic-path folder: the memory rows are plain and shard_weights=world
+    (the benchmark places no text encoder or VAE), sharding needing less per GPU."""
+    from tests.plan.test_families import QWEN
+
+    root = folder(tmp_path, {**QWEN, "num_layers": 16, "attention_head_dim": 128})  # blocks outweigh the gathers
+    header = json.dumps({"img_in.weight": {"dtype": "F32", "shape": [48, 16], "data_offsets": [0, 3072]}}).encode()
+    (root / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(3072))
+    code, out, err = run_cli("inspect", root, "--json", "--gpus", "4")
+    assert code == 0, err
+    rows = {r["option"]: r["per_gpu"] for r in json.loads(out)["placements"]["rows"]}
+    assert list(rows) == ["plain", "shard_weights=world"], rows
+    assert rows["shard_weights=world"]["4"]["gib"] < rows["plain"]["4"]["gib"], rows
