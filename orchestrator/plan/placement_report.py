@@ -60,14 +60,14 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
     m = resolve_model(ModelSpec(**model))
     if m.attention not in WORKLOADS:
         raise SporchError(f"no standard workload for attention {m.attention!r}")
-    if m.diffusers_class:  # the generic path: a benchmark (its text encoder and VAE sizes unknown), parameters whole
+    if m.diffusers_class:  # the generic path: a benchmark (its text encoder and VAE sizes unknown)
         workload = {"kind": "benchmark", "dtype": "bfloat16", **WORKLOADS[m.attention], "guidance_scale": 1.0}
     else:
         workload = {"kind": "generate", "prompt": "inspect", "dtype": "bfloat16", **WORKLOADS[m.attention]}
     two = m.experts > 1
     rows = options(known_parts(m) is not None, two)
-    if m.diffusers_class:
-        rows = rows[:1]
+    if m.diffusers_class:  # a benchmark places no text encoder or VAE: plain and the parameters sharded
+        rows = [r for r in rows if r[0] in ("plain", "shard_weights=world")]
     gpn = cluster.gpus_per_node
     usable = [n for n in gpus if n <= cluster.nodes * gpn and (n <= gpn or n % gpn == 0)]
     out_rows = [{"option": label, "settings": {k: v for k, v in s.items() if two or k != "experts"}, "per_gpu": {}}

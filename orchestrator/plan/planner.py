@@ -106,9 +106,6 @@ def resolve_job_model(job: JobSpec) -> sections.ModelSection:
     built: its ``model.weights`` are only checked for readability on every node (whatever model
     they hold), so its checkpoint is not read as the model's definition."""
     model = job_model(job)
-    if model.diffusers_class and job.model.quant != "none":
-        raise SporchError(f"model.quant is not supported for {model.diffusers_class} (family {model.family}, the "
-                          "generic path) yet; set model.quant: none")
     return dataclasses.replace(with_lora(model, job.model.lora, job.source), quant=job.model.quant)
 
 
@@ -307,12 +304,19 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
         check_generic_generate(job, what, layout)
-    if job.parallel.shard_weights not in ("none", "auto"):
-        raise SporchError(f"parallel.shard_weights={job.parallel.shard_weights} is not supported for {what} yet "
-                          "(its parameters are whole on every rank); set parallel.shard_weights=none")
     if layout.cfg > 1 and not cfg_on(model, job.workload):
         raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
                           f"({what}); set parallel.cfg=1")
+
+
+def check_generic_lora(model: sections.ModelSection, placement: sections.PlacementSection) -> None:
+    """The generic path merges LoRA adapters with diffusers' loader into whole weights
+    (runtime/model/generic/lora.py): not with sharded parameters (as ``check_quant`` for
+    ``model.quant``)."""
+    if model.diffusers_class and model.lora and placement.shard_weights != "none":
+        raise SporchError(f"model.lora on {model.diffusers_class} (the generic path) is merged into whole weights, but "
+                          f"the plan shards the parameters (parallel.shard_weights={placement.shard_weights}: "
+                          f"{placement.reason or 'asked'}); set parallel.shard_weights=none or remove model.lora")
 
 
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
@@ -384,12 +388,13 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
             return est
         return with_pipeline(with_experts(est, model, cluster_s, experts), model, workload, layout, text_encoder, vae)
 
-    modes = {"shard_weights": "none" if model.diffusers_class else job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
+    modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1,
                                       choices=GENERIC_PLACEMENTS if model.diffusers_class else None)
     check_quant(job, model, cluster, placement)
+    check_generic_lora(model, placement)
     check_attention_precision(job, layout)
     est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),
                               staging=staging_estimate(model, workload, cluster, ctx.nodes),

@@ -44,8 +44,11 @@ def shard_group(ctx: ParallelContext, mode: str):
     raise ValueError(f"shard_weights must be one of {', '.join(MODES[1:])} here, got {mode!r}")
 
 
-def shard_model(model: DiTBase, mesh) -> DiTBase:
-    """Apply FSDP2 to ``model`` in place: one unit per block, then the root."""
+def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = "forward_tokens") -> torch.nn.Module:
+    """Apply FSDP2 to ``model`` in place: one unit per block (``base.block_lists``: the direct
+    ``*blocks`` module lists, a diffusers transformer's too), then the root. ``forward_method``:
+    the model's entry point other than ``forward`` that runs the root's gather (the hand-built
+    models' ``forward_tokens``; None for a diffusers model, called through ``forward``)."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     lists = block_lists(model)
@@ -57,7 +60,8 @@ def shard_model(model: DiTBase, mesh) -> DiTBase:
     fully_shard(model, mesh=mesh, reshard_after_forward=True)
     for block, following in zip(order, order[1:]):
         block.set_modules_to_forward_prefetch([following])  # gather the next block while this one runs
-    register_fsdp_forward_method(model, "forward_tokens")
+    if forward_method is not None:
+        register_fsdp_forward_method(model, forward_method)
     return model
 
 

@@ -2,7 +2,7 @@
 the sequence-parallel transformer (docs/generate.md, "Generic families").
 
 Every rank of a dp replica loads the pipeline folder (``plan.model.weights``): the transformer with
-the generic path's strict loader (:func:`sporch.runtime.model.generic.load_diffusers`), the
+the generic path's strict loader (:func:`sporch.runtime.model.generic.load_diffusers`, or sharded), the
 scheduler and VAE with diffusers' ``from_pretrained``; the replica's leader also loads the text
 encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cpu``), encodes every
 prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
@@ -20,7 +20,8 @@ decode and post-processing), the others stop at the latents. The leader writes o
 prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
 
 The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
-transformer at load (:func:`load_pipeline`), its blocks compiled by the caller's
+transformer at load (:func:`load_pipeline`), its parameters sharded (``parallel.shard_weights``) or
+quantised (``model.quant``) as the plan places them, its blocks compiled by the caller's
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
 (fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
 decision is agreed over the replica; the pipelines open the cache contexts themselves.
@@ -37,16 +38,16 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from sporch.orchestrator.models.families import get_family, require_family
+from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
-from sporch.runtime.model.generic.build import load_diffusers
 from sporch.runtime.model.generic.cache import apply_step_cache
-from sporch.runtime.model.generic.lora import apply_lora
+from sporch.runtime.model.generic.placed import build_transformer
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
 
@@ -73,26 +74,29 @@ def _is_text_part(name: str) -> bool:
 
 
 def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
-                  text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None):
+                  text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
+                  ctx: ParallelContext | None = None, shard_weights: str = "none", quant: str | None = None):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
     generic path's loader (strict: every tensor of the folder, none missing) with the adapters
     ``lora`` (``plan.model.lora``) merged into it as verify/benchmark merge them
     (:func:`sporch.runtime.model.generic.lora.apply_lora`: the family's diffusers LoRA loader,
     fused at their scales, PEFT layers unloaded). ``text``: load the text encoders and tokenizers
     too (on ``text_device``, default ``device``); without them the pipeline runs from prompt
-    embeddings only."""
+    embeddings only. ``shard_weights`` (over ``ctx``) and ``quant``: the plan's placement of the
+    transformer's parameters (``plan.placement.shard_weights``: FSDP2, each rank reading its rows;
+    ``model.quant``), built by :func:`sporch.runtime.model.generic.placed.build_transformer` as
+    verify/benchmark build it."""
     import diffusers
 
     cls = getattr(diffusers, class_name)
     dtype = resolve_dtype(spec.dtype)
-    transformer = load_diffusers(spec.root, dtype=dtype, device=device)
-    if lora:
-        apply_lora(transformer, lora, require_family(type(transformer).__name__).lora_loader)
+    transformer = build_transformer(weights=spec.root, class_name="", config=None, ctx=ctx, shard_weights=shard_weights,
+                                    quant=quant, lora=lora, dtype=dtype, device=device)
     skip = {} if text else {name: None for name in _components(spec.root) if _is_text_part(name)}
     pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)
     for name, part in pipe.components.items():  # each part straight to where it runs
-        if isinstance(part, torch.nn.Module):
+        if isinstance(part, torch.nn.Module) and part is not transformer:  # built on ``device`` (maybe sharded)
             part.to(text_device if (_is_text_part(name) and text_device is not None) else device)
     return pipe
 
@@ -210,7 +214,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora)
+        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora,
+                             ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
+    out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none",
+               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt

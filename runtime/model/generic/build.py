@@ -45,7 +45,7 @@ def diffusers_class(class_name: str) -> type:
     return getattr(diffusers, class_name)
 
 
-def _prepared(model: torch.nn.Module) -> torch.nn.Module:
+def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
     model.eval().requires_grad_(False)
     model.set_attention_backend("native")  # the processors dispatch to torch's SDPA, which sporch routes
     return model
@@ -77,7 +77,7 @@ def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
             raise CheckpointError(f"{folder}: {key} has shape {tuple(t.shape)}, {cls.__name__} needs "
                                   f"{tuple(expected[key].shape)}")
     model.load_state_dict(state, assign=True, strict=True)
-    return _prepared(model.to(device))
+    return prepare_model(model.to(device))
 
 
 def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -92,4 +92,4 @@ def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: tor
                 p.data.normal_(1.0, 0.2)
             else:
                 p.data.normal_(0, 0.2)
-    return _prepared(model.to(dtype))
+    return prepare_model(model.to(dtype))

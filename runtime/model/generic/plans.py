@@ -9,7 +9,7 @@ from typing import Any
 from sporch.orchestrator.models.families import family_of_class
 from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan
 
-__all__ = ["split_plan", "from_cp_plan"]
+__all__ = ["split_plan", "from_cp_plan", "diffusers_type"]
 
 
 def _record(x: Any):
@@ -32,9 +32,22 @@ def from_cp_plan(cp_plan: dict) -> SplitPlan:
     return out
 
 
+def diffusers_type(model_cls: type) -> type:
+    """The diffusers class of ``model_cls``: itself, or the class FSDP2's ``fully_shard`` derived
+    a ``FSDP<Name>`` class from (sharded parameters, ``parallel.shard_weights``)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return model_cls
+    if issubclass(model_cls, FSDPModule):
+        return next(b for b in model_cls.__bases__ if not issubclass(b, FSDPModule))
+    return model_cls
+
+
 def split_plan(model_cls: type) -> SplitPlan:
     """Where ``model_cls`` splits and gathers: the family's shipped table, else the class's own
     ``_cp_plan``. A class with neither raises ValueError naming it."""
+    model_cls = diffusers_type(model_cls)
     family = family_of_class(model_cls.__name__)
     shipped = family.split_plans.get(model_cls.__name__) if family is not None else None
     if shipped is not None:

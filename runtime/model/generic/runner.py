@@ -18,7 +18,7 @@ from sporch.orchestrator.models.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
 from ..finite import check_output
-from .plans import split_plan
+from .plans import diffusers_type, split_plan
 from .sequence_parallel import SequenceParallel
 
 __all__ = ["GenericSharded", "verify_generic"]
@@ -37,7 +37,7 @@ class GenericSharded:
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext | None, *, backend: str = "auto",
                  batched: tuple[str, ...] = ()) -> None:
         self.model, self.ctx, self.backend, self.batched = model, ctx, backend, tuple(batched)
-        self.family = require_family(type(model).__name__)
+        self.family = require_family(diffusers_type(type(model)).__name__)
         self.plan = split_plan(type(model))
 
     @torch.no_grad()

@@ -14,6 +14,13 @@
   model's own attention mask where it drops keys (a short prompt's padded text tokens): the
   ranks' key masks are gathered so each ring block drops the right keys (``key_keep``).
 
+The head split and the sequence cut are the Plan's record where the context has a Plan
+(``ctx.plan``): the query heads per Ulysses rank are ``plan.heads.q_heads_per_rank``, passed to
+``usp_attention(head_counts=)`` (an attention whose head count the record does not describe is
+refused in one line), and ``plan.sequence`` is checked against this run's cut
+(:func:`split.check_recorded_split`). A context without a Plan (tests, tools) splits by the
+contract's rules (``contract.parallel``).
+
 Which attention calls are sequence-parallel: those of modules inside the split region (after
 the first split of a forward, before its gather), except where the module attends to text that
 stays whole on every rank (a cross-attention, ``encoder_hidden_states`` given, when the plan does
@@ -38,7 +45,8 @@ from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitI
 from sporch.runtime.attention import usp_attention
 from sporch.runtime.parallel import ParallelContext
 
-from .split import all_lengths, gather_uneven, split_local
+from .plans import diffusers_type
+from .split import all_lengths, check_recorded_split, gather_uneven, split_local
 
 __all__ = ["SequenceParallel", "modules_named"]
 
@@ -86,6 +94,7 @@ class SequenceParallel:
         self.model, self.ctx, self.plan, self.backend = model, ctx, plan, backend
         self.local_attention = tuple(local_attention)
         self.text_split = splits_text(plan)
+        self.head_counts = recorded_heads(ctx, plan, diffusers_type(type(model)).__name__)
         self.state = _State()
         self._stack: ExitStack | None = None
 
@@ -244,12 +253,27 @@ class SequenceParallel:
         stats = getattr(ctx, "comm_stats", None)
         if len(masks) == 1:  # one mask for the whole batch (or none)
             out = usp_attention(q, k, v, ctx, backend=self.backend, scale=scale, key_mask=masks[0], stats=stats,
-                                layer=layer)
+                                layer=layer, head_counts=self.head_counts)
         else:  # rows that drop different keys: one call per row (every rank loops alike)
             out = torch.cat([usp_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], ctx, backend=self.backend,
-                                           scale=scale, key_mask=m, stats=stats, layer=layer)
+                                           scale=scale, key_mask=m, stats=stats, layer=layer,
+                                           head_counts=self.head_counts)
                              for i, m in enumerate(masks)], dim=0)
         return out[:, :lq].transpose(1, 2)
+
+
+def recorded_heads(ctx: ParallelContext, plan: SplitPlan, class_name: str) -> tuple[int, ...] | None:
+    """The query heads per Ulysses rank the context's Plan recorded (``plan.heads``), after checking
+    its ``plan.sequence`` against this run (:func:`split.check_recorded_split`); None without a Plan."""
+    record = getattr(ctx, "plan", None)
+    if record is None:
+        return None
+    check_recorded_split(record.sequence, plan, class_name, degree=ctx.sequence_size)
+    counts = tuple(int(c) for c in record.heads.q_heads_per_rank)
+    if len(counts) != ctx.ulysses:
+        raise ValueError(f"plan.heads records query heads per Ulysses rank {list(counts)}, but this run has "
+                         f"ulysses={ctx.ulysses}: re-plan the job (sporch plan)")
+    return counts
 
 
 #: A float attention mask's value at or below which a key counts as dropped: its softmax weight,

@@ -25,16 +25,23 @@ def chunk_sizes(n: int, parts: int) -> list[int]:
     return sequence_chunks(n, parts)
 
 
-def check_recorded_split(sequence, plan: SplitPlan, class_name: str) -> None:
+def check_recorded_split(sequence, plan: SplitPlan, class_name: str, degree: int | None = None) -> None:
     """The plan's record of how this path cuts the sequence (``plan.sequence``: ``split`` and
     ``text_len``, which its memory and time lines assume) against what the split plan does:
     unpadded chunks, the text cut with the image's exactly when the split plan cuts it. A plan
-    made for another path raises ValueError naming both."""
+    made for another path raises ValueError naming both. ``degree``: this run's sequence ranks,
+    which the record's ``degree`` and longest chunk (``tokens_per_rank``) must describe (the chunks
+    :func:`split_local` cuts are ``plan.sequence.chunks()``)."""
     text = bool(getattr(sequence, "text_len", 0))
     if getattr(sequence, "split", "padded") != "uneven" or text != splits_text(plan):
         raise ValueError(f"plan.sequence records split {getattr(sequence, 'split', None)!r} with text_len "
                          f"{getattr(sequence, 'text_len', None)}, but the generic path cuts {class_name} unpadded "
                          f"(uneven) with its text {'cut' if splits_text(plan) else 'whole'}: re-plan the job")
+    if degree is not None and (sequence.degree != degree
+                               or sequence.tokens_per_rank != max(chunk_sizes(sequence.seq_len, degree))):
+        raise ValueError(f"plan.sequence records {sequence.seq_len} tokens over {sequence.degree} ranks "
+                         f"({sequence.tokens_per_rank} on the longest), but this run cuts them over {degree} "
+                         f"sequence ranks as {chunk_sizes(sequence.seq_len, degree)}: re-plan the job (sporch plan)")
 
 
 def split_local(x: torch.Tensor, dim: int, ctx: ParallelContext) -> torch.Tensor:

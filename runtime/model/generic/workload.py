@@ -4,7 +4,8 @@ The model: ``plan.model.weights`` (a diffusers folder: config.json + safetensors
 weights, the class built from ``plan.model.diffusers_config`` with seeded random weights. Inputs:
 the family's ``inputs`` (runtime/model/generic/families) for the plan's token grid, text length and
 batch (doubled when CFG is on: both passes as one batch), drawn from ``workload.seed`` identically
-on every rank. The plan's LoRA adapters are merged at build (``lora.py``), the attention kernel is
+on every rank. The model is built as the plan places it (``placed.py``: LoRA adapters merged,
+``model.quant``, parameters sharded per ``parallel.shard_weights``), the attention kernel is
 the hand-built path's choice for ``workload.attention_precision`` (``kernel_choice``), and the
 blocks are compiled where ``workload.compile`` says so (the caller's ``compile_model``:
 runtime/workloads.py, since compiling sits above the model layer).
@@ -19,17 +20,17 @@ from typing import Any, Callable
 import torch
 
 from sporch.orchestrator.benchstats import step_summary
-from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext
 
 from ..finite import check_output
-from .build import load_diffusers, random_diffusers, read_config
+from ..shard_weights import resident_parameter_bytes
+from .build import read_config
 from .families import family_module
+from .placed import build_transformer
 from .plans import split_plan
-from .lora import apply_lora
 from .runner import GenericSharded, verify_generic
 from .split import check_recorded_split
 
@@ -40,15 +41,15 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
-def build_from_plan(plan: Plan, device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """The plan's diffusers transformer, its LoRA adapters merged (generic/lora.py)."""
-    m, dtype = plan.model, _DTYPES[plan.workload.dtype]
-    if m.weights:
-        model, config = load_diffusers(m.weights, dtype=dtype, device=device), read_config(m.weights)
-    else:
-        config = dict(m.diffusers_config or {})
-        model = random_diffusers(m.diffusers_class, config, seed=plan.workload.seed, dtype=dtype).to(device)
-    apply_lora(model, m.lora, require_family(m.diffusers_class).lora_loader)
+def build_from_plan(plan: Plan, device: torch.device, ctx: ParallelContext | None = None) -> tuple[torch.nn.Module, dict]:
+    """The plan's diffusers transformer placed as the plan says (generic/placed.py: its LoRA
+    adapters merged, ``model.quant``, its parameters sharded over ``ctx`` per
+    ``plan.placement.shard_weights``; no ``ctx``: whole)."""
+    m = plan.model
+    config = read_config(m.weights) if m.weights else dict(m.diffusers_config or {})
+    model = build_transformer(weights=m.weights, class_name=m.diffusers_class, config=config, ctx=ctx,
+                              shard_weights=plan.placement.shard_weights, quant=m.quant, lora=m.lora,
+                              seed=plan.workload.seed, dtype=_DTYPES[plan.workload.dtype], device=device)
     return model, config
 
 
@@ -75,14 +76,16 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device,
     """verify / benchmark of the plan. ``compile_model(model)``: compiles the blocks where the
     plan says so (runtime/workloads.py, by the hand-built path's rule) and returns the
     ``CompileInfo`` (``enabled``, ``first_call_s``, ``record()``); None: eager."""
-    model, config = build_from_plan(plan, device)
-    check_recorded_split(plan.sequence, split_plan(type(model)), type(model).__name__)
+    model, config = build_from_plan(plan, device, ctx)
+    check_recorded_split(plan.sequence, split_plan(type(model)), plan.model.diffusers_class)
     inputs = inputs_from_plan(plan, config, device)
     wl = plan.workload
     kernel = kernel_choice(plan, ctx, device)
     batched = family_module(plan.model.family).BATCHED
     base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic",
-            "attention_kernel": kernel.kernel, "attention_choice": kernel.reason, "lora_adapters": len(plan.model.lora or [])}
+            "attention_kernel": kernel.kernel, "attention_choice": kernel.reason, "lora_adapters": len(plan.model.lora or []),
+            "shard_weights": plan.placement.shard_weights, "quant": plan.model.quant or "none",
+            "resident_parameter_bytes": resident_parameter_bytes(model)}
     if wl.kind == "verify":
         compiled: list = []  # the unsharded reference runs eager, then the blocks compile
         out = verify_generic(model, ctx, inputs, backend=kernel.kernel, batched=batched,

@@ -35,7 +35,10 @@ TABLES: dict[str, Table] = {"cross": wan.TABLE, "joint": flux.TABLE}
 
 
 def table_for(model: nn.Module) -> Table | None:
-    return TABLES.get(model.cfg.attention)
+    """The name table of a hand-built model's family; None for a model in its own names (a
+    diffusers transformer on the generic path: its checkpoint's names are its state dict's)."""
+    cfg = getattr(model, "cfg", None)
+    return TABLES.get(cfg.attention) if cfg is not None else None
 
 
 def detect_format(ckpt: CheckpointFiles, own: list[str], table: Table | None) -> tuple[str, dict]:
@@ -90,7 +93,7 @@ def load_checkpoint(model: nn.Module, path: str | Path, table: Table | None = No
         for name, (srcs, transform, leaf) in plan.items():
             param = own_state[name]
             local, rows = local_rows(param)
-            value = _read(handles, ckpt, srcs, transform, leaf, model.cfg, rows, name, tuple(param.shape), where)
+            value = _read(handles, ckpt, srcs, transform, leaf, getattr(model, "cfg", None), rows, name, tuple(param.shape), where)
             cast = value.to(local.dtype)
             if nonfinite_weight(cast):  # checked per tensor as it is read
                 raise _nonfinite(where, srcs[0], name, value, local.dtype)

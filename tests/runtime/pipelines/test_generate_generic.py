@@ -60,6 +60,8 @@ COMPILE_FAMILY = "sd3"
 #: 1.01-1.32 computed), so some steps are skipped and some computed in both of its cache contexts
 CACHE_FAMILY, CACHE_STEPS, CACHE_THRESHOLD = "qwen-image", 6, 0.9
 CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CACHE_THRESHOLD}}
+#: generate with the transformer's parameters sharded over the 4 ranks (parallel.shard_weights: world)
+SHARD_FAMILY = "hunyuanvideo"
 
 
 def _size(fam: str) -> tuple[int, int]:
@@ -253,7 +255,8 @@ def four_ranks(folders):
         cases.append((fam, _plan(fam, folders[fam], U2R2).to_json(), str(out)))
     for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
                        ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
-                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE))):
+                       ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE)),
+                       ("sharded", _plan(SHARD_FAMILY, folders[SHARD_FAMILY], {**U2R2, "shard_weights": "world"}))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -452,3 +455,19 @@ def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(fold
         (rec,) = res["step_cache"]
         assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
     assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
+
+
+def test_sharded_parameters_generate_frames_equal_the_diffusers_pipeline(four_ranks, references):
+    """``parallel.shard_weights: world`` (FSDP2 over the 4 ranks, each reading its rows of the
+    folder's transformer), U2R2: the leader's frames equal the unsharded diffusers pipeline's, and
+    each rank holds about a quarter of the transformer's parameter bytes (measured)."""
+    ref = references[SHARD_FAMILY]
+    sharded, plain = four_ranks[0]["sharded"], four_ranks[0][SHARD_FAMILY]
+    err = float(np.abs(sharded["frames"][0] - ref[0]).max())
+    print(f"{SHARD_FAMILY} U2R2 shard_weights=world: max |frames - {sharded['pipeline']}| = {err:.3g}, resident "
+          f"{sharded['resident_parameter_bytes']} of {plain['resident_parameter_bytes']} bytes")
+    assert err <= FRAME_TOL, err
+    for rank in four_ranks:
+        r = rank["sharded"]
+        assert r["shard_weights"] == "world" and plain["shard_weights"] == "none", r
+        assert r["resident_parameter_bytes"] <= 0.3 * plain["resident_parameter_bytes"], r

@@ -1,0 +1,115 @@
+"""The generic path's transformer as the plan places it: sharded parameters (``parallel.shard_weights``)
+and low-bit weights (``model.quant``), with the hand-built path's machinery.
+
+:func:`build_transformer` is the one builder the generic verify, benchmark and generate call:
+
+* unsharded (``shard_weights`` none, or no ParallelContext): the folder's weights
+  (:func:`.build.load_diffusers`) or the config with seeded random weights, the plan's LoRA adapters
+  merged (``lora.py``), then ``model.quant`` applied to the block linears by
+  :func:`sporch.runtime.model.quant.quantize_weights` (torchao, as on the hand-built path);
+* sharded (``sequence`` / ``world``): the diffusers class built with its parameters on the meta device,
+  FSDP2 applied by :func:`sporch.runtime.model.shard_weights.shard_model` (one unit per ``*blocks``
+  entry, then the root: what the hand-built models get), this rank's shard allocated, and each
+  parameter's rows read from the folder's memory-mapped safetensors by
+  :func:`sporch.runtime.model.keymaps.load_checkpoint` (the hand-built loader: a slice of the mapped
+  file per parameter, never the whole model; strict, non-finite weights refused). The buffers the
+  config derives (RoPE tables) are built real and kept. Without weights (a plan of a config with
+  random weights: tests, tiny runs) the seeded random model is built whole, then sharded: the same
+  values as unsharded.
+
+Refused (:class:`PlacementError`, one line; the planner refuses both first): ``model.quant`` with
+sharded parameters (quantised weights are whole tensors, as on the hand-built path), and LoRA with
+sharded parameters (diffusers' loader fuses adapters into whole weights).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from sporch.orchestrator.models.families import require_family
+from sporch.runtime.parallel import ParallelContext
+
+from ..keymaps import load_checkpoint
+from ..quant import QuantError, quantize_weights
+from ..shard_weights import shard_group, shard_model
+from .build import prepare_model, diffusers_class, load_diffusers, random_diffusers, read_config, transformer_folder
+from .lora import apply_lora
+
+__all__ = ["PlacementError", "build_transformer", "load_sharded"]
+
+
+class PlacementError(ValueError):
+    """A placement the generic path cannot build (one line: what and what to do)."""
+
+
+def _meta_model(cls: type, config: dict, dtype: torch.dtype) -> torch.nn.Module:
+    """``cls`` from ``config`` with its parameters on the meta device in ``dtype``; buffers real."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        model = cls.from_config(config)
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and p.dtype != dtype and p.is_floating_point():
+                module._parameters[name] = torch.nn.Parameter(p.to(dtype), requires_grad=False)
+    return model
+
+
+def _buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
+
+
+def _restore_buffers(model: torch.nn.Module, saved: Mapping[str, torch.Tensor], device: torch.device) -> None:
+    for name, value in saved.items():
+        owner, _, leaf = name.rpartition(".")
+        model.get_submodule(owner)._buffers[leaf] = value.to(device)
+
+
+def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The diffusers transformer of the folder ``path`` with its parameters sharded (FSDP2) over
+    ``shard_group(ctx, mode)``, each rank reading only its rows (see the module docstring)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    device = torch.device(device)
+    folder = transformer_folder(path)
+    config = read_config(folder)
+    model = _meta_model(diffusers_class(str(config.get("_class_name") or "")), config, dtype)
+    buffers = _buffers(model)
+    shard_model(model, DeviceMesh.from_group(shard_group(ctx, mode), device.type), forward_method=None)
+    model = model.to_empty(device=device)  # this rank's shard of every parameter (and empty buffers)
+    _restore_buffers(model, buffers, device)
+    load_checkpoint(model, folder)  # its rows, from the memory-mapped files
+    return prepare_model(model)
+
+
+def build_transformer(*, weights: str | None, class_name: str, config: Mapping[str, Any] | None, ctx: ParallelContext | None,
+                      shard_weights: str = "none", quant: str | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
+                      seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The plan's transformer: ``weights`` (a diffusers folder) or ``class_name`` + ``config`` with
+    seeded random weights; placed as ``shard_weights`` (over ``ctx``) and ``quant`` say, with the
+    adapters ``lora`` merged. See the module docstring."""
+    device = torch.device(device)
+    sharded = (shard_weights or "none") != "none" and ctx is not None
+    if sharded and (quant or "none") != "none":
+        raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={shard_weights} "
+                         "shards them: set parallel.shard_weights=none or model.quant=none")
+    if sharded and lora:
+        raise PlacementError(f"model.lora is merged into whole weights on the generic path, but "
+                             f"parallel.shard_weights={shard_weights} shards them: set parallel.shard_weights=none "
+                             "or remove model.lora")
+    if sharded and weights:
+        return load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device)
+    if weights:
+        model = load_diffusers(weights, dtype=dtype, device=device)
+    else:
+        model = random_diffusers(class_name, dict(config or {}), seed=seed, dtype=dtype).to(device)
+    if sharded:  # random weights: built whole (the same values as unsharded), then sharded
+        from torch.distributed.device_mesh import DeviceMesh
+
+        return shard_model(model, DeviceMesh.from_group(shard_group(ctx, shard_weights), device.type),
+                           forward_method=None)
+    apply_lora(model, lora, require_family(type(model).__name__).lora_loader)
+    return quantize_weights(model, quant, device)  # after load and LoRA, as on the hand-built path
