@@ -22,12 +22,12 @@ USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 1024, 1024, 3.5)
 GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets]
 
 
-def _plan(preset: str, cluster: str = "a100x32", model: dict | None = None, **pipeline):
+def _plan(preset: str, cluster: str = "a100x32", model: dict | None = None, shard: str = "auto", **pipeline):
     frames, height, width, guidance = USUAL.get(preset, (1, 1024, 1024, 4.0))
     job = {"name": "mem", "model": model or {"preset": preset},
            "workload": {"kind": "generate", "prompt": "a fox", "frames": frames, "height": height, "width": width,
                         "steps": 30, "guidance_scale": guidance, "dtype": "bfloat16"},
-           "parallel": {"cfg": 1, "dp": 1}, "pipeline": pipeline}
+           "parallel": {"cfg": 1, "dp": 1, "shard_weights": shard}, "pipeline": pipeline}
     return make_plan(find_cluster(cluster), job_from_dict(job, "<test>"))
 
 
@@ -67,11 +67,14 @@ def test_qwen_image_on_a100x32_holds_encoder_vae_and_transformer_and_cpu_removes
 
 def test_auto_moves_the_generic_encoder_to_the_cpu_and_never_picks_what_the_generic_generate_cannot_run():
     """On 40 GiB GPUs Qwen-Image's 38 GiB transformer leaves no room for its 15 GiB encoder: auto takes
-    the CPU (never the sharded encoder or a parallel/tiled decode the generic generate does not run)."""
-    p = _plan("qwen-image", cluster="a100-40gx32")
+    the CPU (never the sharded encoder or a parallel/tiled decode the generic generate does not run).
+    With shard_weights=auto the transformer is sharded instead, and the encoder stays on the leader."""
+    p = _plan("qwen-image", cluster="a100-40gx32", shard="none")
     assert (p.placement.text_encoder, p.placement.vae) == ("cpu", "leader")
     tried = {(o.text_encoder, o.vae) for o in p.estimates.memory.memory_options}
     assert tried <= {("leader", "leader"), ("cpu", "leader")}
+    sharded = _plan("qwen-image", cluster="a100-40gx32")
+    assert sharded.placement.shard_weights != "none" and sharded.placement.text_encoder == "leader"
 
 
 def test_a_published_checkpoint_folder_has_its_preset_parts_another_shape_none(tmp_path):
