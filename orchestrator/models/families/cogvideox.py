@@ -53,4 +53,5 @@ FAMILY = Family(
     presets=(FamilyPreset("cogvideox-5b", COGVIDEOX_5B, "huggingface.co/THUDM/CogVideoX-5b transformer/config.json",
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True,
+    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
 )

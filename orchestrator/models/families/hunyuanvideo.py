@@ -63,4 +63,5 @@ FAMILY = Family(
                           parameters=ParameterCount(12_460_298_240, 339_831_296, 360_714_304)),),
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
+    pipeline_cfg_batched=False,  # true CFG (true_cfg_scale): a cond and an uncond call per step
 )

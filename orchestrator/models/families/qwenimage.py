@@ -42,4 +42,5 @@ FAMILY = Family(
                           "huggingface.co/Qwen/Qwen-Image transformer/config.json (20B)",
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline",
+    pipeline_cfg_batched=False,  # true CFG: a cond and an uncond transformer call per step
 )

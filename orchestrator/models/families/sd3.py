@@ -59,4 +59,5 @@ FAMILY = Family(
                           "transformer/config.json (2.5B)",
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline",
+    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
 )
