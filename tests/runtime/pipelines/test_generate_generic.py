@@ -69,6 +69,10 @@ COMPILE_FAMILY = "sd3"
 #: 1.01-1.32 computed), so some steps are skipped and some computed in both of its cache contexts
 CACHE_FAMILY, CACHE_STEPS, CACHE_THRESHOLD = "qwen-image", 6, 0.9
 CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CACHE_THRESHOLD}}
+#: fbcache with parallel.cfg=2: LTX-Video's one "cond_uncond" context, a threshold between its tiny
+#: model's changes (0.27-0.37 skipped, 0.45 computed)
+CFG_CACHE_FAMILY, CFG_CACHE_THRESHOLD = "ltx-video", 0.42
+CFG_CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CFG_CACHE_THRESHOLD}}
 
 
 def _size(fam: str) -> tuple[int, int]:
@@ -167,15 +171,13 @@ def lora_reference(folders):
     return _reference(pipe)
 
 
-@pytest.fixture(scope="module")
-def cache_reference(pipes):
+def _fbc_reference(pipe, threshold: float) -> tuple[np.ndarray, dict[str, list[int]]]:
     """diffusers' own First Block Cache on the unsharded pipeline (``enable_cache``), CACHE_STEPS
-    steps at CACHE_THRESHOLD, its last step forced computed (sporch's step policy computes the last
+    steps at ``threshold``, its last step forced computed (sporch's step policy computes the last
     step): (frames, the steps computed per cache context)."""
     from diffusers.hooks import FirstBlockCacheConfig, HookRegistry
 
-    pipe = pipes[CACHE_FAMILY]
-    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=CACHE_THRESHOLD))
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=threshold))
     head = HookRegistry.check_if_exists_or_initialize(pipe.transformer.transformer_blocks[0])
     theirs = head.get_hook("fbc_leader_block_hook")
     computed: dict[str, list[int]] = {}
@@ -196,6 +198,16 @@ def cache_reference(pipes):
         handle.remove()
         pipe.transformer.disable_cache()
     return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}
+
+
+@pytest.fixture(scope="module")
+def cache_reference(pipes):
+    return _fbc_reference(pipes[CACHE_FAMILY], CACHE_THRESHOLD)
+
+
+@pytest.fixture(scope="module")
+def cfg_cache_reference(pipes):
+    return _fbc_reference(pipes[CFG_CACHE_FAMILY], CFG_CACHE_THRESHOLD)
 
 
 def _eager_compile(model):
@@ -274,7 +286,8 @@ def four_ranks(folders):
     for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
                        ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
                        ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE)),
-                       *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES)):
+                       *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES),
+                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -525,3 +538,19 @@ def test_pipeline_cfg_batched_is_the_pipelines_own_cfg():
         per_pass = 'cache_context("uncond")' in src
         assert batched != per_pass, fam.name
         assert fam.pipeline_cfg_batched == batched, (fam.name, fam.pipeline_class)
+
+
+def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg_cache_reference, four_ranks):
+    """fbcache on cfg 2 x U2 (LTX-Video): each cfg rank holds one row of the [uncond, cond] batch,
+    and the skip decision, agreed over the sequence and cfg groups, is diffusers' on the whole
+    batch: the same steps computed on every rank, the frames diffusers' First Block Cache's; the
+    cache both skips and computes steps."""
+    ref, ref_computed = cfg_cache_reference
+    u2 = float(np.abs(four_ranks[0]["cfg2 cache"]["frames"][0] - ref[0]).max())
+    print(f"fbcache {CFG_CACHE_FAMILY} cfg2xU2: diffusers computed {ref_computed}, max |frames - diffusers| {u2:.3g}")
+    assert set(ref_computed) == {"cond_uncond"} and 2 <= len(ref_computed["cond_uncond"]) < CACHE_STEPS
+    for rank in four_ranks:
+        (rec,) = rank["cfg2 cache"]["step_cache"]
+        assert rec["cond_uncond"]["computed"] == ref_computed["cond_uncond"], rec
+        assert rank["cfg2 cache"]["rows"] == [1] * CACHE_STEPS
+    assert u2 <= FRAME_TOL, u2
