@@ -96,7 +96,22 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         seq_len=seq_len,
         distilled=(model.preset or "this model") if model.distilled else None,
         split=sequence_split(model)[0],
+        cfg_unsplit=cfg_unsplit(model, job.workload),
     )
+
+
+def cfg_unsplit(model: sections.ModelSection, w: WorkloadSpec) -> Optional[str]:
+    """Why ``parallel.cfg=2`` cannot split this job's two CFG passes, or None where it can: the
+    generic generate runs the family's diffusers pipeline as it is, so it splits them only where
+    that pipeline batches both into one transformer call (``Family.pipeline_cfg_batched``)."""
+    if w.kind != "generate" or not model.diffusers_class or not model.family:
+        return None
+    fam = get_family(model.family)
+    if not fam.pipeline_class or fam.pipeline_cfg_batched:
+        return None
+    return (f"generate on {model.diffusers_class} (family {fam.name}, the generic path) runs {fam.pipeline_class}, "
+            "which calls the transformer twice per step for CFG (conditional, then unconditional), so there is "
+            "no batch of both passes to split over the cfg ranks")
 
 
 def resolve_job_model(job: JobSpec) -> sections.ModelSection:
@@ -267,9 +282,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
     is refused in one line each."""
     w, p = job.workload, job.pipeline
-    if layout.cfg > 1:
-        raise SporchError(f"parallel.cfg={layout.cfg} is not built for generate on {what}: its diffusers pipeline "
-                          "runs both CFG passes itself on every rank; set parallel.cfg=1")
+    # parallel.cfg=2: refused by the layout check where the family's pipeline does not batch CFG (cfg_unsplit)
     for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas), ("workload.scheduler", w.scheduler),
                        ("workload.image", w.image)):
         if value is not None:

@@ -11,8 +11,13 @@ prompt, every rank calls the pipeline with those embeddings while
 :class:`~sporch.runtime.model.generic.SequenceParallel` is attached to its transformer: each
 transformer call splits the tokens over the replica's sequence group at the split plan's modules,
 routes attention through USP and gathers the output, so the pipeline sees an unsharded model
-returning the whole output on every rank, and its scheduler steps, CFG (both passes on every rank:
-``parallel.cfg=2`` is refused at plan time) and latent handling stay diffusers'.
+returning the whole output on every rank, and its scheduler steps, CFG and latent handling stay
+diffusers'. With ``parallel.cfg=2`` (planned only for a family whose pipeline batches both CFG
+passes into one transformer call, ``Family.pipeline_cfg_batched``: SD3, CogVideoX, LTX-Video)
+:class:`~sporch.runtime.model.generic.cfg_parallel.CfgParallel` is attached too: each cfg rank's
+transformer computes its half of that ``[uncond, cond]`` batch (the family module's ``BATCHED``
+arguments) on its sequence group and the halves are all-gathered over the cfg group, so every rank
+still gets the whole noise prediction and steps its scheduler identically.
 
 Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` (the noise diffusers'
 pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
@@ -38,12 +43,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.families import Family, get_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
 from sporch.runtime.model.generic.cache import apply_step_cache
+from sporch.runtime.model.generic.cfg_parallel import CfgParallel
+from sporch.runtime.model.generic.families import family_module
 from sporch.runtime.model.generic.placed import build_transformer
 from sporch.runtime.model.generic.plans import split_plan
 from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
@@ -186,6 +193,31 @@ def _frames(out, video: bool) -> np.ndarray:
     return np.asarray(out.images, dtype=np.float32)[:, None]
 
 
+def _cfg_batched(family: Family, ctx: ParallelContext | None) -> tuple[str, ...]:
+    """The transformer arguments CFG parallel splits (the family module's ``BATCHED``) under a
+    ``parallel.cfg=2`` context, () without one; a family whose pipeline calls the transformer once
+    per CFG pass is refused at plan time (a hand-edited plan gets one line here)."""
+    if ctx is None or ctx.cfg == 1:
+        return ()
+    if not family.pipeline_cfg_batched:
+        raise ValueError(f"parallel.cfg={ctx.cfg} is not built for generate on family {family.name}: "
+                         f"{family.pipeline_class} calls the transformer once per CFG pass; plan with parallel.cfg=1")
+    return tuple(family_module(family.name).BATCHED)
+
+
+def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family, batched: tuple[str, ...]):
+    """The hooks that run ``transformer`` over ``ctx``: sequence-parallel over the sequence group
+    (a group of more than one rank), then (inside it) CFG-parallel over the cfg group where
+    ``batched`` names the arguments to split."""
+    with contextlib.ExitStack() as stack:
+        if ctx is not None and ctx.sequence_size > 1:
+            stack.enter_context(SequenceParallel(transformer, ctx, split_plan(type(transformer)),
+                                                 local_attention=family.local_attention))
+        if batched:
+            stack.enter_context(CfgParallel(transformer, ctx, batched))
+        return stack.pop_all()
+
+
 def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                          log: Callable[[ParallelContext | None, str], None] | None = None,
                          frames_sink: Callable[[int, Any], None] | None = None,
@@ -201,6 +233,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     class_name = family.pipeline_class
     if not class_name:  # the planner refuses this; a hand-edited plan gets one line
         raise ValueError(f"family {family.name} has no generic generate pipeline")
+    batched = _cfg_batched(family, ctx)
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)
     leader = is_leader(ctx)
@@ -235,7 +268,6 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             if _is_text_part(name):
                 setattr(pipe, name, None)
         say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
-    sharded = ctx is not None and ctx.sequence_size > 1
     step_ms: list[float] = []
     outputs: list[dict[str, Any]] = []
     for k, index in enumerate(mine):
@@ -262,11 +294,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
 
         kw = {**pipeline_arguments(spec, class_name, seed),
               **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds[k].items()}}
-        attached = (SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
-                                     local_attention=family.local_attention) if sharded else contextlib.nullcontext())
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
-            with torch.no_grad(), attached:
+            with torch.no_grad(), _attach(pipe.transformer, ctx, family, batched):
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
                 result = pipe(**kw, output_type="np" if leader else "latent", callback_on_step_end=on_step)

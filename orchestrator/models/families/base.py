@@ -97,6 +97,13 @@ class Family:
     #: The generic path's generate (runtime/pipelines/generic.py): the diffusers pipeline class it
     #: runs around the sequence-parallel transformer (None: no generic generate for this family)
     pipeline_class: Optional[str] = None
+    #: How that pipeline runs classifier-free guidance: True when it batches both passes into one
+    #: transformer call per step ([uncond, cond] along the batch: SD3, CogVideoX, LTX-Video), which
+    #: ``parallel.cfg=2`` splits over the cfg group (runtime/model/generic/cfg_parallel.py); False
+    #: when it calls the transformer twice per step (true CFG: Qwen-Image, HunyuanVideo), so there is
+    #: no batch to split and the planner refuses ``parallel.cfg=2`` for its generate.
+    #: tests/runtime/pipelines/test_generate_generic.py checks it against the pipeline's source.
+    pipeline_cfg_batched: bool = False
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts

@@ -95,4 +95,5 @@ FAMILY = Family(
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True, pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
+    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
 )

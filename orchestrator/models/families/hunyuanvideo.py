@@ -113,4 +113,5 @@ FAMILY = Family(
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
     pipeline_parts=pipeline_parts, count_parameters=count_parameters,
+    pipeline_cfg_batched=False,  # true CFG (true_cfg_scale): a cond and an uncond call per step
 )

@@ -92,4 +92,5 @@ FAMILY = Family(
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True, pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
+    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
 )

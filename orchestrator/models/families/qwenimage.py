@@ -77,4 +77,5 @@ FAMILY = Family(
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
+    pipeline_cfg_batched=False,  # true CFG: a cond and an uncond transformer call per step
 )

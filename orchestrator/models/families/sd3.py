@@ -108,4 +108,5 @@ FAMILY = Family(
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
+    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
 )

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 
 from sporch.orchestrator.models.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
 from ..finite import check_output
+from .cfg_parallel import gather_halves, keep_half
 from .plans import diffusers_type, split_plan
 from .sequence_parallel import SequenceParallel
 
@@ -55,19 +55,7 @@ class GenericSharded:
             return _first(self.model(**kwargs))
 
     def _cfg_parallel(self, kwargs) -> torch.Tensor:
-        ctx = self.ctx
-        batch = kwargs["hidden_states"].shape[0]
-        if batch % 2 or not self.batched:
-            raise ValueError(f"CFG parallel needs an even batch (conditional then unconditional rows) and the "
-                             f"family's batched arguments; got batch {batch}")
-        half, me = batch // 2, ctx.cfg_rank
-        mine = {k: (v[me * half:(me + 1) * half] if k in self.batched and v is not None else v)
-                for k, v in kwargs.items()}
-        out = self._sequence(mine).contiguous()
-        parts = [torch.empty_like(out) for _ in range(2)]
-        with ctx.guard(), ctx.collective("cfg_gather", "cfg", kind="all_gather"):
-            dist.all_gather(parts, out, group=ctx.cfg_group)
-        return torch.cat(parts, dim=0)
+        return gather_halves(self._sequence(keep_half(kwargs, self.batched, self.ctx)), self.ctx)
 
 
 @torch.no_grad()

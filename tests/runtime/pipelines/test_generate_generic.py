@@ -9,6 +9,12 @@ frames are compared with ``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / 
 / ``LTXPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
 test_generate's FRAME_TOL (1e-4).
 
+``parallel.cfg=2`` (cfg 2 x U2, the same 4-rank world) for the families whose pipeline batches
+both CFG passes into one transformer call (SD3, CogVideoX, LTX-Video): each rank's transformer
+computes one row of the [uncond, cond] batch, the halves are gathered over the cfg group, and the
+frames still equal the pipeline's; the families' ``pipeline_cfg_batched`` is checked against their
+pipelines' source.
+
 The options the generic generate applies: ``model.lora`` (a PEFT-format adapter merged into the
 Qwen-Image transformer at load, against diffusers' pipeline with ``load_lora_weights`` +
 ``set_adapters``, unfused) and ``workload.compile: true`` (SD3.5's blocks through ``torch.compile``
@@ -46,6 +52,9 @@ SEED, STEPS, GUIDANCE = 7, 3, 4.0
 WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height=64, width=48, steps=STEPS,
                 guidance_scale=GUIDANCE, dtype="float32", seed=SEED)
 U2R2 = {"ulysses": 2, "ring": 2}
+CFG2U2 = {"cfg": 2, "ulysses": 2, "ring": 1}
+#: the families whose pipeline batches [uncond, cond] into one transformer call (parallel.cfg=2 runs)
+CFG_FAMILIES = ("sd3", "cogvideox", "ltx-video")
 #: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
 FRAMES = {"cogvideox": 9, "ltx-video": 9, "hunyuanvideo": 9}
 #: guidance-distilled families: guidance_scale is embedded, no negative prompt
@@ -62,6 +71,10 @@ CACHE_FAMILY, CACHE_STEPS, CACHE_THRESHOLD = "qwen-image", 6, 0.9
 CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CACHE_THRESHOLD}}
 #: generate with the transformer's parameters sharded over the 4 ranks (parallel.shard_weights: world)
 SHARD_FAMILY = "hunyuanvideo"
+#: fbcache with parallel.cfg=2: LTX-Video's one "cond_uncond" context, a threshold between its tiny
+#: model's changes (0.27-0.37 skipped, 0.45 computed)
+CFG_CACHE_FAMILY, CFG_CACHE_THRESHOLD = "ltx-video", 0.42
+CFG_CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CFG_CACHE_THRESHOLD}}
 
 
 def _size(fam: str) -> tuple[int, int]:
@@ -160,15 +173,13 @@ def lora_reference(folders):
     return _reference(pipe)
 
 
-@pytest.fixture(scope="module")
-def cache_reference(pipes):
+def _fbc_reference(pipe, threshold: float) -> tuple[np.ndarray, dict[str, list[int]]]:
     """diffusers' own First Block Cache on the unsharded pipeline (``enable_cache``), CACHE_STEPS
-    steps at CACHE_THRESHOLD, its last step forced computed (sporch's step policy computes the last
+    steps at ``threshold``, its last step forced computed (sporch's step policy computes the last
     step): (frames, the steps computed per cache context)."""
     from diffusers.hooks import FirstBlockCacheConfig, HookRegistry
 
-    pipe = pipes[CACHE_FAMILY]
-    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=CACHE_THRESHOLD))
+    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=threshold))
     head = HookRegistry.check_if_exists_or_initialize(pipe.transformer.transformer_blocks[0])
     theirs = head.get_hook("fbc_leader_block_hook")
     computed: dict[str, list[int]] = {}
@@ -191,6 +202,16 @@ def cache_reference(pipes):
     return frames, {name: [i for i in steps if i >= 0] for name, steps in computed.items()}
 
 
+@pytest.fixture(scope="module")
+def cache_reference(pipes):
+    return _fbc_reference(pipes[CACHE_FAMILY], CACHE_THRESHOLD)
+
+
+@pytest.fixture(scope="module")
+def cfg_cache_reference(pipes):
+    return _fbc_reference(pipes[CFG_CACHE_FAMILY], CFG_CACHE_THRESHOLD)
+
+
 def _eager_compile(model):
     """workload.compile's callback with Dynamo's ``eager`` backend (graph capture, no Inductor build)."""
     from sporch.runtime.compile import compile_blocks
@@ -202,6 +223,17 @@ def _graphs() -> int:
     import torch._dynamo
 
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def _rows_seen(rows: list):
+    """A ``compile_model`` stand-in (it is handed the pipeline's transformer once, before the
+    denoising): records the batch rows of every transformer call as the model receives them (after
+    CFG parallel's pre-hook, which goes first), compiles nothing."""
+    def attach(model):
+        model.register_forward_pre_hook(lambda m, args, kw: rows.append(int(kw["hidden_states"].shape[0])),
+                                        with_kwargs=True)
+
+    return attach
 
 
 def _world(cases, wrong: tuple[str, ...]):
@@ -221,13 +253,13 @@ def _world(cases, wrong: tuple[str, ...]):
     for name, plan_json, folder in cases:
         plan = Plan.from_json(plan_json)
         ctx = ParallelContext.from_plan(plan)
-        frames = {}
+        frames, rows = {}, []
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
+        seam = _eager_compile if plan.workload.compile else _rows_seen(rows) if plan.layout.cfg == 2 else None
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
-                               frames_sink=lambda i, f: frames.__setitem__(i, f),
-                               compile_model=_eager_compile if plan.workload.compile else None)
-        out[name] = {**metrics, "frames": frames, "graphs": _graphs()}
+                               frames_sink=lambda i, f: frames.__setitem__(i, f), compile_model=seam)
+        out[name] = {**metrics, "frames": frames, "graphs": _graphs(), "rows": rows}
         if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
             pipe = load_pipeline(spec, cls, cpu)
@@ -256,7 +288,9 @@ def four_ranks(folders):
     for name, plan in (("lora", _plan(LORA_FAMILY, folders[LORA_FAMILY], U2R2, lora=folders["lora"])),
                        ("compile", _plan(COMPILE_FAMILY, folders[COMPILE_FAMILY], U2R2, compile=True)),
                        ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE)),
-                       ("sharded", _plan(SHARD_FAMILY, folders[SHARD_FAMILY], {**U2R2, "shard_weights": "world"}))):
+                       ("sharded", _plan(SHARD_FAMILY, folders[SHARD_FAMILY], {**U2R2, "shard_weights": "world"})),
+                       *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES),
+                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -401,7 +435,6 @@ def test_comparison_can_fail(pipes, references, four_ranks):
 
 
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
-    ({"cfg": 2, "ulysses": 2}, {}, {}, "parallel.cfg=2 is not built for generate"),
     ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
@@ -471,3 +504,72 @@ def test_sharded_parameters_generate_frames_equal_the_diffusers_pipeline(four_ra
         r = rank["sharded"]
         assert r["shard_weights"] == "world" and plain["shard_weights"] == "none", r
         assert r["resident_parameter_bytes"] <= 0.3 * plain["resident_parameter_bytes"], r
+
+
+@pytest.mark.parametrize("fam", CFG_FAMILIES)
+def test_cfg2_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """cfg 2 x U2 (4 gloo ranks), guidance 4 with a negative prompt: the leader's frames equal the
+    pipeline's; every rank's transformer computed one row per call, its half of the pipeline's
+    two-row [uncond, cond] batch (the other half on the other cfg rank), at every step."""
+    leader = four_ranks[0][f"cfg2 {fam}"]
+    err = float(np.abs(leader["frames"][0] - references[fam][0]).max())
+    print(f"{fam} cfg2xU2: max |frames - {leader['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
+    for rank in four_ranks:
+        assert rank[f"cfg2 {fam}"]["rows"] == [1] * STEPS, rank[f"cfg2 {fam}"]["rows"]
+    for rank in four_ranks[1:]:
+        assert rank[f"cfg2 {fam}"]["outputs"] == [] and len(rank[f"cfg2 {fam}"]["step_ms"]) == STEPS
+
+
+def test_cfg2_comparison_can_fail(pipes, references):
+    """The two CFG halves swapped (the gather in the wrong order) or guidance off move the frames
+    of the batched-CFG pipelines far beyond the tolerance."""
+    def swap(module, args, output):  # noise_pred's [uncond, cond] rows exchanged
+        return (torch.cat(output[0].chunk(2)[::-1]), *output[1:])
+
+    swapped = {}
+    for fam in ("sd3", "ltx-video"):
+        handle = pipes[fam].transformer.register_forward_hook(swap)
+        try:
+            swapped[fam] = float(np.nan_to_num(np.abs(_reference(pipes[fam]) - references[fam]), nan=1.0).max())
+        finally:
+            handle.remove()
+    no_cfg = float(np.abs(_reference(pipes["ltx-video"], guidance=1.0) - references["ltx-video"]).max())
+    print(f"cfg halves swapped {swapped}, LTX-Video without CFG {no_cfg:.3g}")
+    assert min(*swapped.values(), no_cfg) > 100 * FRAME_TOL
+
+
+def test_pipeline_cfg_batched_is_the_pipelines_own_cfg():
+    """``Family.pipeline_cfg_batched`` (what the planner reads to plan or refuse parallel.cfg=2)
+    against each family's diffusers pipeline call: True where it concatenates the latents of both
+    passes into one batch, False where it calls the transformer in a "cond" and an "uncond" cache
+    context (true CFG)."""
+    import inspect
+
+    import diffusers
+
+    from sporch.orchestrator.models.families import FAMILIES
+
+    for fam in (f for f in FAMILIES if f.pipeline_class):
+        src = inspect.getsource(getattr(diffusers, fam.pipeline_class).__call__)
+        batched = "torch.cat([latents] * 2)" in src
+        per_pass = 'cache_context("uncond")' in src
+        assert batched != per_pass, fam.name
+        assert fam.pipeline_cfg_batched == batched, (fam.name, fam.pipeline_class)
+
+
+def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg_cache_reference, four_ranks):
+    """fbcache on cfg 2 x U2 (LTX-Video): each cfg rank holds one row of the [uncond, cond] batch,
+    and the skip decision, agreed over the sequence and cfg groups, is diffusers' on the whole
+    batch: the same steps computed on every rank, the frames diffusers' First Block Cache's; the
+    cache both skips and computes steps."""
+    ref, ref_computed = cfg_cache_reference
+    u2 = float(np.abs(four_ranks[0]["cfg2 cache"]["frames"][0] - ref[0]).max())
+    print(f"fbcache {CFG_CACHE_FAMILY} cfg2xU2: diffusers computed {ref_computed}, max |frames - diffusers| {u2:.3g}")
+    assert set(ref_computed) == {"cond_uncond"} and 2 <= len(ref_computed["cond_uncond"]) < CACHE_STEPS
+    for rank in four_ranks:
+        (rec,) = rank["cfg2 cache"]["step_cache"]
+        assert rec["cond_uncond"]["computed"] == ref_computed["cond_uncond"], rec
+        assert rank["cfg2 cache"]["rows"] == [1] * CACHE_STEPS
+    assert u2 <= FRAME_TOL, u2
