@@ -16,6 +16,7 @@ caller takes the OmegaConf path: its result and its error messages are unchanged
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from pathlib import Path
@@ -97,6 +98,7 @@ _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+@functools.lru_cache(maxsize=1)
 def _plain_loader() -> type:
     """PyYAML's safe loader (libyaml's where PyYAML has it, as OmegaConf's loader uses), made to
     refuse what OmegaConf's loader reads otherwise: plain scalars whose type its extra float form
@@ -174,7 +176,8 @@ def plain_typed(schema: type[T], data: dict, source: str) -> Optional[T]:
     """``data`` (from :func:`read_plain`, defaults filled in) as the dataclass ``schema``, as
     :func:`to_typed` would type it, or None where OmegaConf might convert, resolve or refuse
     something (a ``${...}`` or ``???`` string, a key the schema lacks, a value not already of its
-    key's type but for an int where a float or a string goes). Checked like :func:`to_typed` (:func:`check_values`)."""
+    key's type but for an int where a float or a string goes). Checked like :func:`to_typed`
+    (:func:`check_values`)."""
     try:
         obj = _typed(schema, data)
     except _NotPlain:
