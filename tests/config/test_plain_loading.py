@@ -151,3 +151,36 @@ def test_cluster_documents_read_as_omegaconf_reads_them(tmp_path, text):
     path = tmp_path / "c.yaml"
     path.write_text(text)
     assert outcome(load_cluster_file, path) == outcome(cluster_by_omegaconf, path)
+
+
+# -- random documents: any mix of the keys and scalars above, and strings of YAML's odd characters
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ODD_TEXT = st.text(alphabet="0123456789_.eE+-:xo ~${}?'\"#&*!abn", min_size=1, max_size=8)
+
+
+def document(items) -> str:
+    """``name: j`` and each (key, scalar) of ``items`` in its section (``workload: {steps: 4, shift: 1e-3}``)."""
+    sections: dict[str, list[str]] = {}
+    for key, scalar in items:
+        section, _, rest = KEYS[key].partition(": ")
+        sections.setdefault(section, []).append(rest[1:-1] % scalar)  # "{steps: %s}" -> "steps: 4"
+    return "name: j\n" + "".join(f"{section}: {{{', '.join(parts)}}}\n" for section, parts in sections.items())
+
+
+@settings(max_examples=250, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=st.lists(st.tuples(st.sampled_from(sorted(KEYS)), st.one_of(st.sampled_from(SCALARS), ODD_TEXT)),
+                      min_size=1, max_size=3, unique_by=lambda kv: kv[0]))
+def test_random_documents_read_as_omegaconf_reads_them(tmp_path, items):
+    path = tmp_path / "random.yaml"
+    path.write_text(document(items))
+    plain = outcome(plain_job, path)
+    if plain != ("ok", typed(None)):
+        assert plain == outcome(omegaconf_job, path), document(items)
+
+
+def test_document_puts_keys_in_their_sections():
+    assert document([("workload.steps", "4"), ("model.patch", "2"), ("workload.shift", "1e-3")]) == (
+        "name: j\nworkload: {steps: 4, shift: 1e-3}\nmodel: {patch: 2}\n")
