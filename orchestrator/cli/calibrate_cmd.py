@@ -21,7 +21,7 @@ from sporch.orchestrator.plan.measured_links import LinkFigures, read_preflight
 CALIBRATION_FILE = "calibration.yaml"
 
 
-@click.command("calibrate")
+@click.command("calibrate", short_help="Fit the cost model to a campaign's measured points.")
 @click.argument("directory", metavar="[CAMPAIGN_DIR]", required=False, type=click.Path(file_okay=False))
 @click.option("--links", "links_dir", default=None, metavar="PREFLIGHT_DIR", type=click.Path(),
               help="A `sporch preflight` job's folder: its measured link rates and latencies become the "

@@ -31,7 +31,7 @@ from sporch.orchestrator.plan.layouts import compact
 EXIT_FAILED = 1
 
 
-@click.group("campaign")
+@click.group("campaign", short_help="Benchmark campaigns: plan a sweep, report, compare.")
 def campaign() -> None:
     """Benchmark campaigns: one YAML sweep -> job arrays -> report (docs/campaigns.md)."""
 

@@ -12,7 +12,7 @@ from sporch.orchestrator.jobs.status import poll, record_host
 from sporch.orchestrator.submit.registry import get_backend
 
 
-@click.command("cancel")
+@click.command("cancel", short_help="Cancel submitted jobs (scancel).")
 @click.argument("jobs", nargs=-1, required=True, metavar="JOB...")
 def cancel(jobs: tuple) -> None:
     """Cancel JOBs (sporch id, Slurm job id or name). Finished jobs are left alone."""

@@ -16,7 +16,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import descriptor_yaml, discover_cluster
 
 
-@click.group("clusters")
+@click.group("clusters", short_help="List and show cluster descriptors.")
 def clusters() -> None:
     """List and show cluster descriptors."""
 

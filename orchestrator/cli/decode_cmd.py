@@ -19,7 +19,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.errors import SporchError
 
 
-@click.command("decode")
+@click.command("decode", short_help="Decode a generate job's kept latents (no denoising).")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default=None,
               help="Where the VAE runs (default: cuda when available).")

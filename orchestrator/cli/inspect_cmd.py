@@ -19,7 +19,8 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.3f} GiB" if n >= 2**24 else f"{n / 2**20:.2f} MiB"
 
 
-@click.command("inspect")
+@click.command("inspect",
+               short_help="What a checkpoint (presets, memory per GPU by placement) or a LoRA file (targets) is.")
 @click.argument("path")
 @click.option("--gpus", default="1,2,4,8", show_default=True,
               help="GPU counts to show the memory per GPU for (sharded weights, placement options).")

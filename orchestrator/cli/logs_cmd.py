@@ -34,7 +34,7 @@ def _emit(text: str, err_stream: bool) -> None:
         out.flush()
 
 
-@click.command("logs")
+@click.command("logs", short_help="Print a job's batch or rank log (-f: follow).")
 @click.argument("job", metavar="JOB")
 @click.option("--rank", "-r", type=int, default=None, help="This rank's log (default: the batch script's).")
 @click.option("--stream", type=click.Choice(["out", "err", "both"]), default="both", show_default=True,

@@ -1,8 +1,10 @@
 """``sporch``: click group with lazily imported commands and one-line errors.
 
 Adding a command: write ``orchestrator/cli/<name>_cmd.py`` exposing a click command (or
-group) and add one line to ``COMMANDS``. Nothing else is imported until that command runs,
-so ``sporch --help`` and the dry-run stay fast (and never import torch).
+group) with a ``short_help``, and add one line to ``COMMANDS`` with the same line (``sporch
+--help`` prints it without importing the command; tests/cli/test_cli_commands.py holds the two
+equal). Nothing else is imported until that command runs, so ``sporch --help`` and the dry-run
+stay fast (and never import torch).
 """
 
 from __future__ import annotations

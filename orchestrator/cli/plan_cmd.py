@@ -16,7 +16,7 @@ from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feas
 from sporch.orchestrator.plan.ranking import pick
 
 
-@click.command("plan")
+@click.command("plan", short_help="Show the layout, rank/group map and estimates of a job.")
 @cluster_option
 @job_arguments
 @click.option("--json", "as_json", is_flag=True, help="Print the Plan as JSON (the runtime's input).")

@@ -11,7 +11,7 @@ from sporch.orchestrator.plan.published_report import published_report
 from sporch.orchestrator.plan.validation import leave_one_table_out, with_defaults
 
 
-@click.command("predict")
+@click.command("predict", short_help="The cost model against the published tables: predicted vs published seconds.")
 @click.argument("cases", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--validate", is_flag=True,

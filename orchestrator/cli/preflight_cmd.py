@@ -52,7 +52,8 @@ def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_
     }, source="<preflight>")
 
 
-@click.command("preflight")
+@click.command("preflight",
+               short_help="Check every node (GPUs, versions, weights) and the plan's links; name the slow one.")
 @cluster_option
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes to check (default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Run here: nodes x GPUs-per-node CPU ranks, nodes emulated.")

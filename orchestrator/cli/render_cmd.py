@@ -16,7 +16,7 @@ from sporch.orchestrator.submit.request import build_request
 from sporch.orchestrator.submit.submitter import prepare, remove_job_dir, write_files
 
 
-@click.command("render")
+@click.command("render", short_help="Print the Slurm batch script of a job.")
 @cluster_option
 @job_arguments
 @click.option("--job-dir", default=None, help="Job folder on the cluster (default: <output_dir>/<name>/<time>).")

@@ -33,7 +33,7 @@ from sporch.orchestrator.submit.request import default_job_dir
 from sporch.orchestrator.submit.submitter import command_line, prepare, submit
 
 
-@click.command("run")
+@click.command("run", short_help="Run a job on this machine (--local: one CPU process per rank).")
 @cluster_option
 @job_arguments
 @click.option("--local", "local", is_flag=True, help="Run on this machine: nodes x GPUs-per-node CPU ranks (gloo).")

@@ -30,7 +30,7 @@ def _records(refs, show_all: bool, last: int):
     return recs if show_all else recs[-last:]
 
 
-@click.command("status")
+@click.command("status", short_help="States of submitted jobs (failed rank and error line).")
 @click.argument("jobs", nargs=-1, metavar="[JOB]...")
 @click.option("--all", "show_all", is_flag=True, help="Every known job (default: the latest --last).")
 @click.option("--last", default=20, show_default=True, help="How many of the latest jobs to show.")

@@ -18,7 +18,7 @@ from sporch.orchestrator.submit.backend import remote_backend_error
 from sporch.orchestrator.submit.request import build_request
 
 
-@click.command("submit")
+@click.command("submit", short_help="Submit a job (--dry-run: show what would run where).")
 @cluster_option
 @job_arguments
 @click.option("--dry-run", is_flag=True, help="Show what would run where; submit nothing.")

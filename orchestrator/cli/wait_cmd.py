@@ -105,7 +105,7 @@ def wait_for(record, *, timeout: Optional[float], interval: float = 2.0, quiet: 
     return st.exit_status()
 
 
-@click.command("wait")
+@click.command("wait", short_help="Wait for a job to end; exit code from the job.")
 @click.argument("job", metavar="JOB")
 @click.option("--timeout", type=POSITIVE_SECONDS, default=None, help="Give up after this many seconds (exit 124).")
 @click.option("--interval", type=POSITIVE_SECONDS, default=2.0, show_default=True, help="Seconds between polls.")

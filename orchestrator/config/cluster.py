@@ -20,9 +20,10 @@ import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import Optional
 
 from sporch.orchestrator.config.calibration_file import check_constants, load_calibration
-from sporch.orchestrator.config.loading import read_yaml, to_typed
+from sporch.orchestrator.config.loading import plain_typed, read_plain, read_yaml, to_typed
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.paths import clusters_dir
@@ -137,13 +138,32 @@ def _split_jump_string(cfg) -> None:
             login["proxy_jump"] = [p.strip() for p in value.split(",")] if value.strip() else None
 
 
-def load_cluster_file(path: str | Path) -> ClusterSpec:
-    p = Path(path).expanduser()
+def omegaconf_cluster(p: Path) -> ClusterSpec:
+    """The descriptor ``p`` typed by OmegaConf. Calibration not applied, not validated yet."""
     cfg = read_yaml(p)
     if "name" not in cfg:
         cfg["name"] = p.stem
     _split_jump_string(cfg)
-    spec = to_typed(ClusterSpec, [(cfg, str(p))])
+    return to_typed(ClusterSpec, [(cfg, str(p))])
+
+
+def plain_cluster(p: Path) -> Optional[ClusterSpec]:
+    """The descriptor ``p`` typed without OmegaConf (config/loading.py, "the plain path"), or
+    None where OmegaConf must read it. Calibration not applied, not validated yet."""
+    data = read_plain(p)
+    if data is None:
+        return None
+    data.setdefault("name", p.stem)
+    login = data.get("login")
+    if isinstance(login, dict) and isinstance(login.get("proxy_jump"), str):  # as _split_jump_string
+        value = login["proxy_jump"]
+        login["proxy_jump"] = [part.strip() for part in value.split(",")] if value.strip() else None
+    return plain_typed(ClusterSpec, data, str(p))
+
+
+def load_cluster_file(path: str | Path) -> ClusterSpec:
+    p = Path(path).expanduser()
+    spec = plain_cluster(p) or omegaconf_cluster(p)
     spec = dataclasses.replace(spec, source=str(p.resolve()))
     if spec.measured_links is not None:
         raise SporchError(f"{p}: 'measured_links' is filled in from the calibration file (`sporch calibrate "

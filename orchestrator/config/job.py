@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from sporch.orchestrator.config.loading import parse_overrides, read_yaml, to_plain, to_typed
+from sporch.orchestrator.config.loading import parse_overrides, plain_typed, read_plain, read_yaml, to_plain, to_typed
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.container import check_container
 from sporch.orchestrator.slurm.directives import check_directive_path
@@ -201,15 +201,30 @@ def job_relative(path: Optional[str], source: Optional[str]) -> Optional[str]:
 def load_job(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read ``path``, apply dotlist ``overrides`` (``parallel.ring=2``), type-check, validate."""
     p = Path(path)
+    job = (None if overrides else plain_job(p)) or omegaconf_job(p, overrides)
+    job.source = str(p.resolve())
+    return validate_job(job, str(p))
+
+
+def omegaconf_job(p: Path, overrides: Sequence[str] = ()) -> JobSpec:
+    """The job file ``p`` with ``overrides``, typed by OmegaConf. Not validated yet."""
     cfg = read_yaml(p)
     if "name" not in cfg:
         cfg["name"] = p.stem
     layers = [(cfg, str(p))]
     if overrides:
         layers.append((parse_overrides(overrides), "command-line override"))
-    job = to_typed(JobSpec, layers)
-    job.source = str(p.resolve())
-    return validate_job(job, str(p))
+    return to_typed(JobSpec, layers)
+
+
+def plain_job(p: Path) -> Optional[JobSpec]:
+    """The job file ``p`` typed without OmegaConf (config/loading.py, "the plain path"), or None
+    where OmegaConf must read it. Not validated yet."""
+    data = read_plain(p)
+    if data is None:
+        return None
+    data.setdefault("name", p.stem)
+    return plain_typed(JobSpec, data, str(p))
 
 
 def job_from_dict(data: dict[str, Any], source: str = "<dict>") -> JobSpec:

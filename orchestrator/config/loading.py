@@ -1,15 +1,26 @@
-"""OmegaConf plumbing shared by cluster and job loading.
+"""OmegaConf plumbing shared by cluster and job loading, and the plain path that skips it.
 
 Everything that can go wrong while reading user YAML (syntax, unknown key, wrong type,
 broken interpolation, malformed override) becomes a one-line :class:`SporchError` that
 names the file and the key.
+
+Importing OmegaConf is most of the CLI's start-up (~50 ms of a ~200 ms dry run). A file that
+needs none of it -- no interpolation, no override, every value already of its key's type --
+is read by :func:`read_plain` and :func:`plain_typed` instead, to the same typed record (what
+OmegaConf would build; tests/config/test_plain_loading.py holds the two equal). Whatever the plain
+path cannot vouch for (a ``${...}``, a value OmegaConf would convert or refuse, an unknown key,
+a YAML feature OmegaConf reads its own way, a syntax error) makes it answer ``None``, and the
+caller takes the OmegaConf path: its result and its error messages are unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import typing
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, Optional, Sequence, TypeVar
 
 from sporch.orchestrator.safe_files import NotAFileError, read_regular
 from sporch.orchestrator.errors import SporchError
@@ -66,6 +77,179 @@ def read_yaml(path: str | Path) -> Any:
     if not isinstance(cfg, DictConfig):
         raise SporchError(f"{p}: expected a mapping of keys at the top level, got a {type(cfg).__name__}")
     return cfg
+
+
+# -- the plain path: no OmegaConf ---------------------------------------------------------------
+class _NotPlain(Exception):
+    """The plain path cannot vouch for this document: take the OmegaConf path."""
+
+
+#: A plain scalar starting with one of these may be read differently by OmegaConf's YAML loader:
+#: it drops YAML 1.1's timestamps and adds, after PyYAML's own forms, a YAML 1.2 float form
+#: (``1e-3``, ``1_000.5``) for scalars starting with them ...
+_OMEGACONF_RESOLVED_FIRST = frozenset("-+0123456789.")
+#: ... written with these characters only (or an ``.inf``/``.nan`` spelling): a scalar PyYAML
+#: leaves a string and that has another character stays a string for OmegaConf too.
+_FLOAT_FORM_CHARS = frozenset("0123456789_.eE+-:")
+#: Documents bigger than this go to OmegaConf (which limits how many nodes a document expands to).
+_MAX_PLAIN_NODES = 1000
+_STR_TAG = "tag:yaml.org,2002:str"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@functools.lru_cache(maxsize=1)
+def _plain_loader() -> type:
+    """PyYAML's safe loader (libyaml's where PyYAML has it, as OmegaConf's loader uses), made to
+    refuse what OmegaConf's loader reads otherwise: plain scalars whose type its extra float form
+    or its missing timestamps would change, duplicate keys (OmegaConf refuses them), merge keys."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class PlainLoader(base):  # type: ignore[misc, valid-type]
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            tag = super().resolve(kind, value, implicit)
+            if kind is yaml.ScalarNode and implicit[0] and value[:1] in _OMEGACONF_RESOLVED_FIRST and value:
+                floatish = set(value) <= _FLOAT_FORM_CHARS or value.lower().lstrip("+-") in (".inf", ".nan")
+                if tag == _TIMESTAMP_TAG or (tag == _STR_TAG and floatish):
+                    raise _NotPlain(f"plain scalar {value!r}")
+            return tag
+
+        def flatten_mapping(self, node: Any) -> Any:
+            keys = [k.value for k, _ in node.value]
+            if len(set(keys)) != len(keys) or any(k.tag == _MERGE_TAG for k, _ in node.value):
+                raise _NotPlain("duplicate or merge key")
+            return super().flatten_mapping(node)
+
+    return PlainLoader
+
+
+def _count_tree(node: Any) -> int:
+    """Nodes of a composed document; an anchor used twice (an alias) is refused."""
+    import yaml
+
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            raise _NotPlain("alias")
+        seen.add(id(n))
+        if len(seen) > _MAX_PLAIN_NODES:
+            raise _NotPlain("large document")
+        if isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.extend((k, v))
+    return len(seen)
+
+
+def read_plain(path: str | Path) -> Optional[dict]:
+    """The top-level mapping of the YAML file ``path`` as plain Python values, exactly as
+    OmegaConf's YAML loader reads it, or None (read it with :func:`read_yaml`: the file is
+    missing or not a regular file, not UTF-8, not valid YAML, not a mapping, or holds something
+    the two loaders might read differently)."""
+    if os.environ.get("OMEGACONF_MAX_YAML_EXPANDED_NODES") is not None:
+        return None  # OmegaConf's own document-size limit, changed: let it apply it
+    try:
+        text = read_regular(Path(path)).decode("utf-8")
+    except (OSError, NotAFileError, UnicodeDecodeError):
+        return None
+    try:
+        loader = _plain_loader()(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _count_tree(node)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except Exception:  # _NotPlain, yaml.YAMLError: OmegaConf's path says it its way
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def plain_typed(schema: type[T], data: dict, source: str) -> Optional[T]:
+    """``data`` (from :func:`read_plain`, defaults filled in) as the dataclass ``schema``, as
+    :func:`to_typed` would type it, or None where OmegaConf might convert, resolve or refuse
+    something (a ``${...}`` or ``???`` string, a key the schema lacks, a value not already of its
+    key's type but for an int where a float or a string goes). Checked like :func:`to_typed`
+    (:func:`check_values`)."""
+    try:
+        obj = _typed(schema, data)
+    except _NotPlain:
+        return None
+    check_values(obj, source)
+    return obj
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise _NotPlain("not a mapping")
+        fields = {f.name: f for f in dataclasses.fields(hint)}
+        hints = typing.get_type_hints(hint)
+        kw = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or key not in fields or not fields[key].init:
+                raise _NotPlain(f"key {key!r}")
+            kw[key] = _typed(hints[key], item)
+        return hint(**kw)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _typed(options[0], value)
+        if set(options) == {int, str} and type(value) in (int, str):
+            return _typed(type(value), value)
+        raise _NotPlain("union")
+    if origin is list:
+        if not isinstance(value, list):
+            raise _NotPlain("not a list")
+        return [_typed(args[0], v) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict) or args[0] is not str:
+            raise _NotPlain("not a mapping")
+        return {_plain_str(k): _typed(args[1], v) for k, v in value.items()}
+    if hint is Any:
+        return _any(value)
+    if hint is str and type(value) is str:
+        return _plain_str(value)
+    if hint is str and type(value) is int and abs(value) < 10**18:  # OmegaConf: str(value) (``mem: 0``)
+        return str(value)
+    if hint is bool and type(value) is bool:
+        return value
+    if hint is int and type(value) is int:
+        return value
+    if hint is float and type(value) is float:
+        return value
+    if hint is float and type(value) is int and abs(value) <= 2**53:  # OmegaConf: float(value)
+        return float(value)
+    raise _NotPlain(f"{value!r} as {hint}")
+
+
+def _plain_str(value: Any) -> str:
+    if type(value) is not str or "${" in value or value == "???":  # interpolation, OmegaConf's MISSING
+        raise _NotPlain(f"string {value!r}")
+    return value
+
+
+def _any(value: Any) -> Any:
+    """A value of an ``Any`` key: kept as it is (copied), if OmegaConf keeps it as it is."""
+    if isinstance(value, dict):
+        return {_plain_str(k): _any(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_any(v) for v in value]
+    if type(value) is str:
+        return _plain_str(value)
+    if value is None or type(value) in (int, float, bool):
+        return value
+    raise _NotPlain(f"{type(value).__name__} value")
 
 
 def parse_overrides(overrides: Sequence[str]) -> Any:

@@ -17,7 +17,7 @@ from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSp
 from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import compiles, gpu_entry, inputs_from_plan
+from sporch.orchestrator.plan.cost import compiles, gpu_entry, inputs_from_plan, read_data_table
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
 
@@ -27,10 +27,7 @@ MEASUREMENTS_FILE = Path(__file__).resolve().parent / "data" / "published.yaml"
 
 @functools.lru_cache(maxsize=1)
 def cases() -> tuple[dict[str, Any], ...]:
-    import yaml
-
-    with open(MEASUREMENTS_FILE, encoding="utf-8") as fh:
-        return tuple(yaml.safe_load(fh)["cases"])
+    return tuple(read_data_table(MEASUREMENTS_FILE)["cases"])
 
 
 def checked_cases() -> tuple[dict[str, Any], ...]:

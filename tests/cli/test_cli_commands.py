@@ -208,6 +208,24 @@ def test_commands_are_registered_lazily():
         assert module.startswith("sporch.orchestrator.cli.") and attr
 
 
+def test_lazy_command_list_is_the_commands_own_help():
+    """``sporch --help`` lists the commands from ``COMMANDS`` without importing them; each line
+    must be what the command itself says (its ``short_help``), i.e. what click prints when it
+    loads every command to list them."""
+    import click
+
+    from sporch.orchestrator.cli.main import COMMANDS, cli
+
+    ctx = click.Context(cli, info_name="sporch")
+    for name, (_target, line) in sorted(COMMANDS.items()):
+        assert cli.get_command(ctx, name).get_short_help_str(limit=10_000) == line, name
+    for width in (80, 200):
+        lazy, eager = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+        cli.format_commands(ctx, lazy)
+        click.Group.format_commands(cli, ctx, eager)  # loads each command and asks it
+        assert lazy.getvalue() == eager.getvalue()
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
 def test_grace_environment_variable_refuses_what_the_option_refuses(run_cli, tmp_path, monkeypatch, value):
     from sporch.orchestrator.jobs.retry import default_grace

@@ -57,6 +57,17 @@ def test_top_level_help_loads_no_command(tmp_path):
     assert found == []
 
 
+#: What a plain job and cluster file no longer need (config/loading.py, "the plain path"): OmegaConf
+#: and what it imports (its grammar's antlr4 runtime, attrs) are most of the dry run's start-up.
+OMEGACONF = ("omegaconf", "antlr4", "attr")
+
+
 def test_dry_run_loads_no_submitting_machinery(tmp_path):
     argv = ["submit", "--dry-run", "--cluster", "a100x32", str(EXAMPLES / "wan14b-720p.yaml")]
-    assert loaded(tmp_path, argv, HEAVY + SUBMITTING) == []
+    assert loaded(tmp_path, argv, HEAVY + SUBMITTING + OMEGACONF) == []
+
+
+def test_overrides_still_load_omegaconf(tmp_path):
+    """The probe can see OmegaConf: a KEY=VALUE override takes the OmegaConf path."""
+    argv = ["submit", "--dry-run", "--cluster", "a100x32", str(EXAMPLES / "wan14b-720p.yaml"), "workload.steps=4"]
+    assert "omegaconf" in loaded(tmp_path, argv, OMEGACONF)
