@@ -23,6 +23,7 @@ from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_his
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.show import links_words
 from sporch.orchestrator.benchstats import ideal_ms_per_step
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
@@ -64,6 +65,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                             "ideal_ms_per_step": _ideal_ms(p.plan),
                             "predicted_ms_per_step": _predicted_ms(p.plan),
                             "band": p.plan.estimates.predicted.band,
+                            "measured_links": p.plan.cluster.measured_links is not None,
                             "memory_gib_per_gpu": p.plan.estimates.memory.memory_gib_per_gpu} for p in g.points],
             } for g in groups],
             "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
@@ -96,6 +98,8 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                       (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
                       f"{p.plan.estimates.memory.memory_gib_per_gpu:.1f}")
         con.print(t)
+        for name, cluster in {p.plan.cluster.name: p.plan.cluster for p in g.points}.items():  # the predictions' links
+            con.print(f"links ({shown(name)}): {shown(links_words(cluster))}", soft_wrap=True)
     if exp.skipped:
         t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
         for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):

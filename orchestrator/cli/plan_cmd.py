@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, json_text, load
-from sporch.orchestrator.cli.show import print_plan, ranking_table
+from sporch.orchestrator.cli.show import links_words, print_plan, ranking_table
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.config.cluster import available_clusters, find_cluster
 from sporch.orchestrator.errors import SporchError
@@ -105,6 +105,7 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
         click.echo(json_text({
             "cluster": cluster.name, "world_size": ctx.world_size, "auto": compact(chosen.layout), "reason": reason,
             "requested": compact(requested) if requested else None,
+            "measured_links": cluster.measured_links.to_dict() if cluster.measured_links is not None else None,
             "layouts": [{"layout": r.layout.sizes(), "compact": compact(r.layout), "fits": r.fits,
                          "memory_gib_per_gpu": r.plan.estimates.memory.memory_gib_per_gpu,
                          "shard_weights": r.plan.placement.shard_weights,
@@ -116,6 +117,7 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
     con = console()
     con.print(ranking_table(ranked, chosen.layout, requested, wide=wide))
     con.print(f"[cyan]note[/cyan] {shown(reason)}", soft_wrap=True)
+    con.print(f"[cyan]links[/cyan] {shown(links_words(cluster))}", soft_wrap=True)
     close = _too_close(ranked)
     if close:
         con.print(f"[cyan]note[/cyan] {shown(close)}", soft_wrap=True)

@@ -266,6 +266,10 @@ def test_the_plan_says_which_link_figures_were_measured(tmp_path, run_cli, monke
     assert nominal.startswith("links     none measured: descriptor's intra-node 5 GB/s, inter-node 1 GB/s; "
                               "model's a2a latency 200 us, hop latency 200 us"), nominal
     assert json.loads(planned(tmp_path / "slurmlab.yaml", "--json"))["cluster"]["measured_links"] is None
+    # plan --rank says it too, under its table (and in its JSON)
+    (ranked,) = [row for row in planned(desc, "--rank").splitlines() if row.startswith("links ")]
+    assert ranked == "links " + line[len("links     "):], ranked
+    assert json.loads(planned(desc, "--rank", "--json"))["measured_links"] == plan["cluster"]["measured_links"]
     # a latency the descriptor sets itself is not the measured one any more
     inline = tmp_path / "lab-inline.yaml"
     inline.write_text(lab + f"calibration: {cal}\ncalibration_constants: {{a2a_latency_s: 0.0004}}\n")

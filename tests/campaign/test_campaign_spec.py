@@ -184,7 +184,7 @@ def test_plan_command_text_and_json(run_cli):
     assert doc["points"] == 4 and len(doc["groups"]) == 2 and doc["skipped"] == []
     assert sorted(len(g["points"]) for g in doc["groups"]) == [2, 2]
     point = doc["groups"][0]["points"][0]
-    assert point["predicted_ms_per_step"] > 0 and "band" in point
+    assert point["predicted_ms_per_step"] > 0 and "band" in point and point["measured_links"] is False
     code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     assert code == 0 and "27 points in 3 group(s)" in out and "exceeds the 4 nodes of a100x32" in out
     # the predicted time with its band (issue 35), not the peak-rate "ideal"
@@ -192,6 +192,9 @@ def test_plan_command_text_and_json(run_cli):
 
     band = f"±{fitted_table()['bands']['*']['compiled']:.0%}"  # A100: no compiled A100 table (follows a refit)
     assert "predicted ms/step" in out and "ideal ms/step" not in out and band in out
+    # where the predictions' link figures come from, once per group's cluster
+    links = [row for row in out.splitlines() if row.startswith("links (a100x32): ")]
+    assert len(links) == 3 and "none measured: descriptor's intra-node" in links[0], links
 
 
 # -- references ------------------------------------------------------------------------
