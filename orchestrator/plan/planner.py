@@ -41,7 +41,8 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import get_family, require_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import (Family, get_family, require_family, sequence_split,
+                                                 standin_family)
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -273,11 +274,30 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
 
 
 #: The placements the generic path's generate runs (runtime/pipelines/generic.py: the leader encodes
-#: with the diffusers pipeline's encoders on its GPU or its CPU, and decodes whole): what ``auto`` may choose
-GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"), "vae": ("leader",)}
+#: with the diffusers pipeline's encoders on its GPU or its CPU, and decodes whole, or in tiles with
+#: diffusers' ``enable_tiling`` where the family's VAE has it): what ``auto`` may choose
+GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"), "vae": ("leader", "tiled")}
 
 
-def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
+def generic_placements(family: Family) -> dict[str, tuple[str, ...]]:
+    """:data:`GENERIC_PLACEMENTS` for ``family``: ``vae: tiled`` only where its VAE has a tiled
+    decode (``Family.vae_tiling``)."""
+    vae = GENERIC_PLACEMENTS["vae"] if family.vae_tiling else ("leader",)
+    return {**GENERIC_PLACEMENTS, "vae": vae}
+
+
+def check_generic_vae(family: Family, vae: str, what: str) -> None:
+    """``pipeline.vae`` on the generic generate: leader, or tiled where the family's VAE has a tiled
+    decode; parallel is refused (sporch's exact row-split decode is built for the Wan VAE only)."""
+    if vae == "parallel":
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: sporch's exact parallel "
+                          "decode is built for the Wan VAE only; set pipeline.vae=tiled or leader")
+    if vae not in ("auto", *generic_placements(family)["vae"]):
+        raise SporchError(f"pipeline.vae={vae} is not supported for generate on {what}: the family's VAE has no "
+                          "tiled decode sporch runs (Family.vae_tiling); set pipeline.vae=leader")
+
+
+def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
     is refused in one line each."""
@@ -294,9 +314,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout) -> None:
     if p.text_encoder not in ("auto", *GENERIC_PLACEMENTS["text_encoder"]):
         raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
                           "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
-    if p.vae not in ("auto", *GENERIC_PLACEMENTS["vae"]):
-        raise SporchError(f"pipeline.vae={p.vae} is not supported for generate on {what} (the leader decodes with "
-                          "diffusers' pipeline, whole); set pipeline.vae=leader")
+    check_generic_vae(family, p.vae, what)
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
@@ -316,7 +334,7 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
-        check_generic_generate(job, what, layout)
+        check_generic_generate(job, what, layout, get_family(model.family))
     if layout.cfg > 1 and not cfg_on(model, job.workload):
         raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
                           f"({what}); set parallel.cfg=1")
@@ -403,9 +421,9 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
+    choices = generic_placements(get_family(model.family)) if model.diffusers_class else None
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
-                                      experts=model.experts > 1,
-                                      choices=GENERIC_PLACEMENTS if model.diffusers_class else None)
+                                      experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)
     check_generic_lora(model, placement)
     check_attention_precision(job, layout)

@@ -21,7 +21,11 @@ still gets the whole noise prediction and steps its scheduler identically.
 
 Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` (the noise diffusers'
 pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
-decode and post-processing), the others stop at the latents. The leader writes one PNG/MP4 per
+decode and post-processing), the others stop at the latents. ``plan.placement.vae``: ``leader``
+decodes whole; ``tiled`` (planned where the family's VAE has a tiled decode, ``Family.vae_tiling``)
+calls the VAE's ``enable_tiling()`` with no arguments first: diffusers' default tile sizes of that
+class, as the hand-built path's ``tiled`` (runtime/pipelines/vae.py). ``parallel`` is refused (the
+planner does; sporch's exact row-split decode is built for the Wan VAE only). The leader writes one PNG/MP4 per
 prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
 
 The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
@@ -205,6 +209,15 @@ def _cfg_batched(family: Family, ctx: ParallelContext | None) -> tuple[str, ...]
     return tuple(family_module(family.name).BATCHED)
 
 
+def _tiled_decode(family: Family, vae: str) -> bool:
+    """Whether the leader decodes in tiles (``plan.placement.vae``); a placement the generic
+    generate does not run is refused at plan time (a hand-edited plan gets one line here)."""
+    if vae == "leader" or (vae == "tiled" and family.vae_tiling):
+        return vae == "tiled"
+    raise ValueError(f"pipeline.vae={vae} is not built for generate on family {family.name} (the generic path): "
+                     "plan with pipeline.vae=leader" + (" or tiled" if family.vae_tiling else ""))
+
+
 def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family, batched: tuple[str, ...]):
     """The hooks that run ``transformer`` over ``ctx``: sequence-parallel over the sequence group
     (a group of more than one rank), then (inside it) CFG-parallel over the cfg group where
@@ -234,6 +247,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if not class_name:  # the planner refuses this; a hand-edited plan gets one line
         raise ValueError(f"family {family.name} has no generic generate pipeline")
     batched = _cfg_batched(family, ctx)
+    tiled = _tiled_decode(family, plan.placement.vae)
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)
     leader = is_leader(ctx)
@@ -249,7 +263,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     with stages("load"):
         pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
-    out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none",
+    if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
+        pipe.vae.enable_tiling()
+    out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
                resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the

@@ -104,6 +104,12 @@ class Family:
     #: no batch to split and the planner refuses ``parallel.cfg=2`` for its generate.
     #: tests/runtime/pipelines/test_generate_generic.py checks it against the pipeline's source.
     pipeline_cfg_batched: bool = False
+    #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
+    #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
+    #: sizes (as the hand-built path's ``tiled``, runtime/pipelines/vae.py); the planner's tiled
+    #: decode estimate uses the PARTS fact ``vae_tile_pixels`` (those defaults for the published VAE).
+    #: False: only ``pipeline.vae: leader`` is planned for its generic generate.
+    vae_tiling: bool = False
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts

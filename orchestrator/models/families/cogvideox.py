@@ -42,7 +42,7 @@ PARTS: dict[str, Any] = {
     "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
     "text_encoder_embedding": 32_128 * 4096,
     "vae": "AutoencoderKLCogVideoX", "vae_parameters": 215_583_907, "vae_channels": 128, "vae_chunk_frames": 8,
-    "vae_tile_pixels": 480 * 720}
+    "vae_tile_pixels": 240 * 360}  # enable_tiling's default: half the VAE's sample_height x sample_width (480 x 720)
 
 
 def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
@@ -96,4 +96,5 @@ FAMILY = Family(
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True, pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
     pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
+    vae_tiling=True,  # AutoencoderKLCogVideoX.enable_tiling: half the sample size (240 x 360 for CogVideoX-5b)
 )

@@ -114,4 +114,5 @@ FAMILY = Family(
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
     pipeline_parts=pipeline_parts, count_parameters=count_parameters,
     pipeline_cfg_batched=False,  # true CFG (true_cfg_scale): a cond and an uncond call per step
+    vae_tiling=True,  # AutoencoderKLHunyuanVideo.enable_tiling: 256 x 256-pixel tiles
 )

@@ -78,4 +78,5 @@ FAMILY = Family(
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
     pipeline_cfg_batched=False,  # true CFG: a cond and an uncond transformer call per step
+    vae_tiling=True,  # AutoencoderKLQwenImage.enable_tiling: 256 x 256-pixel tiles
 )
