@@ -65,6 +65,7 @@ def _autoencoder_kl(latent_channels: int, seed: int):
     from diffusers import AutoencoderKL
 
     blocks = [8, 8, 8, 8]  # three downsamples: 8 x 8 pixels per latent
+    # sample_size 32: enable_tiling's default tiles, 32 pixels (4 x 4 latents, stride 3), split a 64 x 48 image
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
                         up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=blocks, layers_per_block=1,
                         latent_channels=latent_channels, norm_num_groups=4, sample_size=32, scaling_factor=1.5305,
@@ -101,7 +102,9 @@ def tiny_sd3_pipeline(seed: int = 0):
 def tiny_cogvideox_pipeline(seed: int = 0):
     """CogVideoXPipeline: a T5 encoder 16 wide (the transformer's text_embed_dim), AutoencoderKLCogVideoX
     (4 latent channels, 8 x 8 pixels and 4 frames per latent), the CogVideoX DDIM scheduler
-    (v-prediction, zero terminal SNR, as CogVideoX-5b's)."""
+    (v-prediction, zero terminal SNR, as CogVideoX-5b's). Its sample size 96 x 80 sets ``enable_tiling``'s
+    default tiles to half of it, 48 x 40 pixels (6 x 5 latents: strides 5 x 4 latents, 40 x 32 pixels, as
+    the blend keeps; CogVideoX-5b's 240 x 360 keep them too), so a 64 x 48 image is decoded in 2 x 2 tiles."""
     from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline
     from transformers import T5Config, T5EncoderModel
 
@@ -110,7 +113,7 @@ def tiny_cogvideox_pipeline(seed: int = 0):
     t5 = randomize(T5EncoderModel(_t5_config(T5Config, VOCAB, config["text_embed_dim"])), seed + 1)
     vae = randomize(AutoencoderKLCogVideoX(
         block_out_channels=(8, 8, 8, 8), latent_channels=config["in_channels"], layers_per_block=1, norm_num_groups=4,
-        temporal_compression_ratio=config["temporal_compression_ratio"], sample_height=64, sample_width=64,
+        temporal_compression_ratio=config["temporal_compression_ratio"], sample_height=96, sample_width=80,
         scaling_factor=0.7), seed + 2)
     scheduler = CogVideoXDDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
                                        prediction_type="v_prediction", rescale_betas_zero_snr=True,
