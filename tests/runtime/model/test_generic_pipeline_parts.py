@@ -45,7 +45,7 @@ QWEN25_VL_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers
                                        fullatt_block_indexes=[7, 15, 23, 31]))
 SD3_VAE = dict(in_channels=3, out_channels=3, latent_channels=16, block_out_channels=[128, 256, 512, 512],
                down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
-               layers_per_block=2, use_quant_conv=False, use_post_quant_conv=False)
+               layers_per_block=2, use_quant_conv=False, use_post_quant_conv=False, sample_size=1024)
 LTX_091_VAE = dict(timestep_conditioning=True, decoder_causal=False)
 LTX_095_VAE = dict(block_out_channels=(128, 256, 512, 512), decoder_block_out_channels=(256, 512, 1024),
                    layers_per_block=(4, 6, 6, 2, 2), decoder_layers_per_block=(5, 5, 5, 5),
@@ -79,3 +79,17 @@ def test_declared_encoder_and_vae_parameters_equal_the_classes_on_meta(name):
     assert parts["text_encoder_parameters"] == sum(count(m) for m in built)
     assert parts["text_encoder_embedding"] == max(m.get_input_embeddings().weight.numel() for m in built)
     assert parts["vae_parameters"] == count(build(vae_cls, vae_lib, **vae_config))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_declared_tile_is_the_vae_class_default_tile(name):
+    """``vae_tile_pixels`` (the planner's tiled decode estimate) is the tile ``enable_tiling()`` with no
+    arguments sets on the published VAE (what ``pipeline.vae: tiled`` runs on the generic path)."""
+    parts, _, (vae_cls, vae_lib, vae_config) = CASES[name]
+    vae = build(vae_cls, vae_lib, **vae_config)
+    vae.enable_tiling()
+    if hasattr(vae, "tile_sample_min_height"):
+        tile = vae.tile_sample_min_height * vae.tile_sample_min_width
+    else:  # AutoencoderKL: square tiles of the config's sample_size
+        tile = vae.tile_sample_min_size ** 2
+    assert parts["vae_tile_pixels"] == tile, (name, tile)
