@@ -30,6 +30,12 @@ quantised (``model.quant``) as the plan places them, its blocks compiled by the 
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
 (fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
 decision is agreed over the replica; the pipelines open the cache contexts themselves.
+
+A USR2 stop is agreed over the replica at a step boundary (``callback_on_step_end``); each rank's
+step file (:mod:`.resume`'s format) lets the requeued run resume the prompt from that step through
+the same pipeline call (:mod:`.generic_resume`: the finished steps' transformer calls skipped, the
+latents and scheduler state put back at the boundary), where the folder's scheduler is one checked
+exact; otherwise the prompt restarts.
 """
 
 from __future__ import annotations
