@@ -105,7 +105,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     require_pipelines()
     if plan.model.diffusers_class:  # the generic path: the family's diffusers pipeline (generic.py)
         return run_generic_generate(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink,
-                                    compile_model=compile_model)
+                                    compile_model=compile_model, progress=progress)
     params = generate_params(plan)
     ensure_weights(params, ctx)
     dtype = resolve_dtype(params.dtype)

@@ -34,6 +34,12 @@ quantised (``model.quant``) as the plan places them, its blocks compiled by the 
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
 (fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
 decision is agreed over the replica; the pipelines open the cache contexts themselves.
+
+A USR2 stop is agreed over the replica at a step boundary (``callback_on_step_end``); each rank's
+step file (:mod:`.resume`'s format) lets the requeued run resume the prompt from that step through
+the same pipeline call (:mod:`.generic_resume`: the finished steps' transformer calls skipped, the
+latents and scheduler state put back at the boundary), where the folder's scheduler is one checked
+exact; otherwise the prompt restarts.
 """
 
 from __future__ import annotations
@@ -61,11 +67,14 @@ from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
 from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 
+from .generic_resume import SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
+from .resume import DenoiseCheckpoint, restore_scheduler
 
 __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate"]
 
@@ -234,13 +243,16 @@ def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: F
 def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, output_dir: Path,
                          log: Callable[[ParallelContext | None, str], None] | None = None,
                          frames_sink: Callable[[int, Any], None] | None = None,
-                         compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
+                         compile_model: Callable[[torch.nn.Module], Any] | None = None,
+                         progress: Progress | None = None) -> dict[str, Any]:
     """Run the generate workload of a generic-path ``plan`` on this rank (see the module docstring);
     ``frames_sink(index, frames)`` (tests) also receives each prompt's float frames [F, H, W, 3] on
     the leader. ``compile_model(transformer)``: compiles the transformer's blocks where the plan
     says so (runtime/workloads.py, the rule verify/benchmark follow) and returns the
     ``CompileInfo``; None: eager. The first denoising step includes the compiling
-    (``compile.first_call_s``)."""
+    (``compile.first_call_s``). ``progress`` carries the USR2 stop request: it is agreed over the
+    replica at a step boundary, each rank's step file of that step is kept (:mod:`.generic_resume`)
+    and :class:`RequeueRequested` raised; a requeued run resumes the prompt from that step."""
     spec = generate_params(plan)
     family = get_family(plan.model.family)
     class_name = family.pipeline_class
@@ -286,6 +298,12 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
     step_ms: list[float] = []
     outputs: list[dict[str, Any]] = []
+    ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
+                             else (lambda: False))
+    refusal = resume_refusal(pipe.scheduler, head_hook is not None)  # the same on every rank: same folder, plan
+    if refusal is not None:
+        say(ctx, f"a requeued prompt restarts its denoising: {refusal}")
+    resumed: dict[str, int] = {}
     for k, index in enumerate(mine):
         cache_now: dict[str, Any] = {}
         if head_hook is not None:
@@ -293,8 +311,24 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         seed = spec.seed + index
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
+        got = ckpt.resume(k, device) if refusal is None else None  # collective over the replica
+        done, saved = got if got is not None else (0, None)
+        prompt_ms: list[float] = list(saved["step_ms"]) if saved is not None else []
+        skip = SkipTransformer(pipe.transformer)
+        attached = contextlib.ExitStack()
+        if done:
+            resumed[str(k)] = done
+            say(ctx, f"prompt {k + 1}/{len(mine)}: resuming after step {done}/{spec.steps} (requeued)")
 
         def on_step(p, i, t, kwargs):  # diffusers' callback_on_step_end: after each scheduler step
+            if i + 1 < done:  # a finished step replayed: its transformer call was skipped
+                return {}
+            if i + 1 == done:  # the boundary: the saved step's scheduler state and latents
+                restore_scheduler(p.scheduler, saved["scheduler"], device)
+                skip.detach()
+                attached.enter_context(_attach(pipe.transformer, ctx, family, batched))
+                clock["t"] = clock["last_step"] = time.perf_counter()
+                return {"latents": saved["x"].to(dtype=kwargs["latents"].dtype)}
             sync(device)
             now = time.perf_counter()
             step_ms.append((now - clock["t"]) * 1e3)
@@ -302,6 +336,15 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             say(ctx, f"prompt {k + 1}/{len(mine)} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
             if head_hook is not None:  # read now: the pipeline resets its stateful hooks when the call ends
                 cache_now.update({name: rec.record() for name, rec in head_hook.records.items()})
+            prompt_ms.append(step_ms[-1])
+            if refusal is None:
+                ckpt.save(k, i + 1, kwargs["latents"], p.scheduler, prompt_ms)
+            if i + 1 < spec.steps and ckpt.stop_agreed():
+                if leader:
+                    requeue_self()
+                raise RequeueRequested(f"stopped after step {i + 1}/{spec.steps} of prompt {k + 1}/{len(mine)} on "
+                                       "USR2; " + ("the step is kept" if refusal is None else "the prompt restarts")
+                                       + " and the job requeued")
             return {}
 
         def first_call(module, args, kwargs):  # the first step starts at the first transformer call
@@ -312,7 +355,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
               **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds[k].items()}}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
-            with torch.no_grad(), _attach(pipe.transformer, ctx, family, batched):
+            with torch.no_grad(), attached, skip if done else contextlib.nullcontext():
+                if not done:
+                    attached.enter_context(_attach(pipe.transformer, ctx, family, batched))
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
                 result = pipe(**kw, output_type="np" if leader else "latent", callback_on_step_end=on_step)
@@ -320,6 +365,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                 ended = time.perf_counter()
         finally:
             handle.remove()
+        ckpt.finish(k)  # the prompt is denoised: its step files are not needed any more
         if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
             step_cache.append({"index": index, **cache_now})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
@@ -346,7 +392,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         out["step_cache"] = step_cache
     out.update(lora_adapters=len(plan.model.lora or []),
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
-    out.update(step_ms=step_ms, outputs=outputs, stages=stages.record(steps=len(step_ms)),
+    out.update(step_ms=step_ms, outputs=outputs, resumed=resumed, stages=stages.record(steps=len(step_ms)),
                encode_s=stages.seconds("encode"),
                denoised_prompts=len(mine), parameters=sum(p.numel() for p in pipe.transformer.parameters()),
                peak_memory_bytes=peak_memory_bytes(device))
