@@ -58,7 +58,7 @@ def _tiny(cls):
     return dict(family_module(require_family(cls).name).TINY)
 
 
-def peft_file(path, model, keep, seed, *, alpha=None, rank_of=lambda name: 3, bias=False):
+def peft_file(path, model, keep, seed, *, alpha=None, rank_of=lambda name: 3, bias=False, meta=None):
     """diffusers/PEFT keys ``transformer.<module>.lora_A/B.weight`` (and ``lora_B.bias``) on every
     kept Linear, of rank ``rank_of(name)``; with ``alpha``, lora_alpha in the header metadata as
     diffusers' save_lora_weights writes it."""
@@ -77,10 +77,11 @@ def peft_file(path, model, keep, seed, *, alpha=None, rank_of=lambda name: 3, bi
         sd[f"transformer.{name}.lora_B.weight"] = torch.randn(lin.out_features, r, generator=g) * 0.4
         if bias:
             sd[f"transformer.{name}.lora_B.bias"] = torch.randn(lin.out_features, generator=g) * 0.4
-    meta = None if alpha is None else {"lora_adapter_metadata": json.dumps(
-        {"transformer.r": 3, "transformer.lora_alpha": alpha,
+    header = None if alpha is None else {"lora_adapter_metadata": json.dumps(
+        {"transformer.r": 3, "transformer.lora_alpha": alpha, **{f"transformer.{k}": v for k, v in (meta or {}).items()},
+         "transformer.lora_bias": bias,
          "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd})})}
-    save_file(sd, str(path), metadata=meta)
+    save_file(sd, str(path), metadata=header)
     return str(path)
 
 
@@ -328,3 +329,35 @@ def test_generic_attention_follows_the_recorded_head_split(world):
         by_rank.setdefault(w["heads"]["ulysses_rank"], set()).add(w["heads"]["qkv_bytes"])
     (r0,), (r1,) = by_rank[0], by_rank[1]
     assert r0 > 0 and r1 == 3 * r0, by_rank
+
+
+def test_row_merge_scales_as_peft_fuses(tmp_path):
+    """One process, whole parameters: ``merge_lora_rows`` == ``apply_lora`` (diffusers' loader, PEFT
+    fused) for what the world's plans cannot carry (the planner refuses ``lora_B`` biases): rsLoRA,
+    an ``alpha_pattern``, a bias, two adapters; and a module the model lacks is named."""
+    import torch
+
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.lora import LoraError, apply_lora, merge_lora_rows
+
+    cfg = _tiny(QWEN)
+    base = random_diffusers(QWEN, cfg, seed=1)
+    odd = next(n for n, m in base.named_modules() if n.endswith("attn.to_k"))
+    files = [
+        peft_file(tmp_path / "rs.safetensors", base, lambda n: ".attn." in n, 7, alpha=5.0, bias=True,
+                  meta={"use_rslora": True}),
+        peft_file(tmp_path / "ap.safetensors", base, lambda n: "img_mlp" in n or n == odd, 8, alpha=2.0,
+                  meta={"alpha_pattern": {odd: 9.0}}),
+    ]
+    adapters = [{"path": f, "scale": s} for f, s in zip(files, (0.6, 1.4))]
+    ours, theirs = random_diffusers(QWEN, cfg, seed=1), random_diffusers(QWEN, cfg, seed=1)
+    n = merge_lora_rows(ours, adapters, "QwenImageLoraLoaderMixin")
+    assert n == apply_lora(theirs, adapters, "QwenImageLoraLoaderMixin") > 0
+    want, got, plain = theirs.state_dict(), ours.state_dict(), base.state_dict()
+    err = max(float((got[k] - want[k]).abs().max()) for k in want)
+    moved = max(float((want[k] - plain[k]).abs().max()) for k in want)
+    assert moved > 1000 * TOL and err <= TOL, (err, moved)
+    other = peft_file(tmp_path / "h.safetensors", random_diffusers(HUNYUAN, _tiny(HUNYUAN), seed=1),
+                      lambda n: "token_refiner" in n, 9)
+    with pytest.raises(LoraError, match=r"not in QwenImageTransformer2DModel \(first: context_embedder|token_refiner"):
+        merge_lora_rows(ours, [{"path": other, "scale": 1.0}], "QwenImageLoraLoaderMixin")
