@@ -97,6 +97,12 @@ def make_adapters(root, models) -> dict:
     }
 
 
+def _family_tiny(fam):
+    from sporch.runtime.model.generic.families import family_module
+
+    return family_module(fam).TINY
+
+
 def make_plans(root) -> dict:
     """A tiny folder per class under ``root`` and each case's plan (as a dict)."""
     from sporch.orchestrator.config.cluster import find_cluster
@@ -334,7 +340,8 @@ def test_generic_attention_follows_the_recorded_head_split(world):
 def test_row_merge_scales_as_peft_fuses(tmp_path):
     """One process, whole parameters: ``merge_lora_rows`` == ``apply_lora`` (diffusers' loader, PEFT
     fused) for what the world's plans cannot carry (the planner refuses ``lora_B`` biases): rsLoRA,
-    an ``alpha_pattern``, a bias, two adapters; and a module the model lacks is named."""
+    an ``alpha_pattern``, a bias, two adapters; on Flux a kohya file (the loader's conversion) and
+    one with per-module alphas (returned apart); and a module the model lacks is named."""
     import torch
 
     from sporch.runtime.model.generic import random_diffusers
@@ -357,6 +364,26 @@ def test_row_merge_scales_as_peft_fuses(tmp_path):
     err = max(float((got[k] - want[k]).abs().max()) for k in want)
     moved = max(float((want[k] - plain[k]).abs().max()) for k in want)
     assert moved > 1000 * TOL and err <= TOL, (err, moved)
+    # a kohya file with Flux's original names: the loader's conversion and its alphas (network_alphas)
+    from tests.runtime.model.test_generic_levers import kohya_flux_file
+
+    # and a diffusers-named Flux file with per-module ``.alpha`` tensors (two values), which Flux's
+    # loader returns apart (network_alphas -> lora_alpha + alpha_pattern)
+    from safetensors.torch import load_file, save_file
+
+    flux_cfg = dict(_family_tiny("flux"))
+    f_base, f_ours, f_theirs = (random_diffusers("FluxTransformer2DModel", flux_cfg, seed=2) for _ in range(3))
+    alphas = load_file(peft_file(tmp_path / "fa.safetensors", f_base, lambda n: ".attn." in n, 4))
+    for key in [k for k in alphas if k.endswith(".lora_A.weight")]:
+        alphas[key.replace(".lora_A.weight", ".alpha")] = torch.tensor(1.5 if "single" in key else 6.0)
+    save_file(alphas, str(tmp_path / "fa.safetensors"))
+    kohya = [{"path": kohya_flux_file(tmp_path / "fk.safetensors", flux_cfg, 3), "scale": 0.8},
+             {"path": str(tmp_path / "fa.safetensors"), "scale": 1.2}]
+    assert merge_lora_rows(f_ours, kohya, "FluxLoraLoaderMixin") == apply_lora(f_theirs, kohya, "FluxLoraLoaderMixin") > 0
+    want, got, plain = f_theirs.state_dict(), f_ours.state_dict(), f_base.state_dict()
+    err = max(float((got[k] - want[k]).abs().max()) for k in want)
+    moved = max(float((want[k] - plain[k]).abs().max()) for k in want)
+    assert moved > 1000 * TOL and err <= TOL, ("flux", err, moved)
     other = peft_file(tmp_path / "h.safetensors", random_diffusers(HUNYUAN, _tiny(HUNYUAN), seed=1),
                       lambda n: "token_refiner" in n, 9)
     with pytest.raises(LoraError, match=r"not in QwenImageTransformer2DModel \(first: context_embedder|token_refiner"):
