@@ -32,6 +32,10 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from ..finite import nonfinite_weight
+from ..lora import add_low_rank_rows
+from ..shards import local_rows
+
 __all__ = ["LoraError", "apply_lora", "adapted_modules", "merge_lora_rows"]
 
 
@@ -141,10 +145,6 @@ def merge_lora_rows(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]
 
     import diffusers.loaders
     from peft.utils.other import get_pattern_key
-
-    from ..finite import nonfinite_weight
-    from ..lora import add_low_rank_rows
-    from ..shards import local_rows
 
     loader = getattr(diffusers.loaders, loader_name)
     modules = dict(model.named_modules())
