@@ -340,16 +340,6 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
                           f"({what}); set parallel.cfg=1")
 
 
-def check_generic_lora(model: sections.ModelSection, placement: sections.PlacementSection) -> None:
-    """The generic path merges LoRA adapters with diffusers' loader into whole weights
-    (runtime/model/generic/lora.py): not with sharded parameters (as ``check_quant`` for
-    ``model.quant``)."""
-    if model.diffusers_class and model.lora and placement.shard_weights != "none":
-        raise SporchError(f"model.lora on {model.diffusers_class} (the generic path) is merged into whole weights, but "
-                          f"the plan shards the parameters (parallel.shard_weights={placement.shard_weights}: "
-                          f"{placement.reason or 'asked'}); set parallel.shard_weights=none or remove model.lora")
-
-
 def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
     c = w.cache
     if c.method == "none":
@@ -425,7 +415,6 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)
-    check_generic_lora(model, placement)
     check_attention_precision(job, layout)
     est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),
                               staging=staging_estimate(model, workload, cluster, ctx.nodes),

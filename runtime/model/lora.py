@@ -89,10 +89,21 @@ def _add_delta(param: torch.Tensor, d: DeltaTarget, f, scale: float, cfg, where:
     local.copy_((local.float() + scale * part).to(local.dtype))
 
 
+def add_low_rank_rows(param: torch.Tensor, up: torch.Tensor, down: torch.Tensor, factor: float, offset: int = 0) -> None:
+    """``param[offset : offset + len(up)] += factor x up @ down`` (a 2-D weight), computing only the
+    rows this rank holds (all of them when ``param`` is not sharded): its rows of ``up``, times
+    ``down``, in float32, added in the weight's dtype."""
+    local, rows = local_rows(param)
+    start, stop = (0, param.shape[0]) if rows is None else (rows.start, rows.stop)
+    lo, hi = max(offset, start), min(offset + up.shape[0], stop)
+    if lo < hi:
+        rows_of = local[lo - start: hi - start]
+        rows_of.copy_((rows_of.float() + factor * (up[lo - offset: hi - offset] @ down)).to(local.dtype))
+
+
 def _merge_one(param: torch.Tensor, targets: list[Target], f, scale: float, cfg, name: str, where: str) -> None:
     local, rows = local_rows(param)
     full_rows, cols = param.shape[0], math.prod(param.shape[1:])
-    start, stop = (0, full_rows) if rows is None else (rows.start, rows.stop)
     for t in targets:
         m = t.module
         up = f.get_tensor(m.up).to(local.device, torch.float32)  # computed where the weight lives
@@ -102,10 +113,7 @@ def _merge_one(param: torch.Tensor, targets: list[Target], f, scale: float, cfg,
             offset = t.part * cfg.hidden if t.transform == "cat" else 0
             if m.shape[1] != cols or offset + m.shape[0] > full_rows or (t.transform == "copy" and m.shape[0] != full_rows):
                 raise _shape_error(where, m, name, param.shape)
-            lo, hi = max(offset, start), min(offset + m.shape[0], stop)
-            if lo < hi:  # this rank's rows of the update: its rows of up, times down
-                rows_of = local[lo - start: hi - start]
-                rows_of.copy_((rows_of.float() + factor * (up[lo - offset: hi - offset] @ down)).to(local.dtype))
+            add_low_rank_rows(param, up, down, factor, offset)
             continue
         try:  # a row permutation (or reshape) of the whole update, then this rank's rows
             delta = TRANSFORMS[t.transform]([up @ down], cfg, "weight")

@@ -100,7 +100,8 @@ def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *
     generic path's loader (strict: every tensor of the folder, none missing) with the adapters
     ``lora`` (``plan.model.lora``) merged into it as verify/benchmark merge them
     (:func:`sporch.runtime.model.generic.lora.apply_lora`: the family's diffusers LoRA loader,
-    fused at their scales, PEFT layers unloaded). ``text``: load the text encoders and tokenizers
+    fused at their scales, PEFT layers unloaded; with sharded parameters
+    :func:`~sporch.runtime.model.generic.lora.merge_lora_rows`, each rank its rows). ``text``: load the text encoders and tokenizers
     too (on ``text_device``, default ``device``); without them the pipeline runs from prompt
     embeddings only. ``shard_weights`` (over ``ctx``) and ``quant``: the plan's placement of the
     transformer's parameters (``plan.placement.shard_weights``: FSDP2, each rank reading its rows;

@@ -1,7 +1,7 @@
 """Sharded parameters and low-bit weights on the generic path, planner side (torch-free): a generic
 model's ``parallel.shard_weights`` is planned as a hand-built one's (the memory estimate per
 option, what ``auto`` picks), ``model.quant`` is planned and shrinks the estimate, and what the
-runtime cannot combine (quant + sharding, LoRA + sharding) is one line, exit 2."""
+runtime cannot combine (quant + sharding) is one line, exit 2; LoRA + sharding is planned."""
 
 from __future__ import annotations
 
@@ -74,16 +74,20 @@ def test_quant_with_sharded_parameters_is_one_line(run_cli, tmp_path):
     one_line_error(code, out, err, "model.quant=int8_weight", "parallel.shard_weights=world")
 
 
-def test_lora_with_sharded_parameters_is_one_line(run_cli, tmp_path):
+def test_lora_with_sharded_parameters_is_planned(run_cli, tmp_path):
+    """The generic path merges adapters into sharded parameters row by row (runtime/model/generic/lora.py
+    ``merge_lora_rows``): the planner keeps both, from the CLI and from its API."""
     root = folder(tmp_path, LTX)
     lora = lora_file(tmp_path / "l.safetensors")
     code, out, err = run_cli("plan", "--cluster", "local",
                              _job(tmp_path, {"text_len": 7, "lora": [{"path": str(lora)}]}),
                              f"model.weights={root}", "parallel.ulysses=4", "parallel.shard_weights=sequence")
-    one_line_error(code, out, err, "model.lora on LTXVideoTransformer3DModel", "parallel.shard_weights=sequence")
-    with pytest.raises(SporchError, match="model.lora"):  # the same from the planner's API
-        plan({"weights": str(root), "text_len": 7, "lora": [{"path": str(lora)}]},
-             parallel={"ulysses": 4, "shard_weights": "world"})
+    assert code == 0, (out, err)
+    for shard in ("sequence", "world"):
+        p = plan({"weights": str(root), "text_len": 7, "lora": [{"path": str(lora)}]},
+                 parallel={"ulysses": 4, "shard_weights": shard})
+        assert (p.model.diffusers_class, p.placement.shard_weights, len(p.model.lora)) == (
+            "LTXVideoTransformer3DModel", shard, 1), p
 
 
 def test_inspect_lists_the_sharded_placement_of_a_generic_folder(run_cli, tmp_path):

@@ -14,6 +14,16 @@ For each adapter (``{"path", "scale", "expert"}``, as the planner records it):
    weights (W += scale x alpha/r x B A) and ``unload_lora`` removes the PEFT layers, so the
    model is plain diffusers modules again: the split/gather hooks, compile and the attention
    routing see the same module tree as without LoRA, at no extra cost per step.
+
+With sharded parameters (``parallel.shard_weights``: FSDP2 rows on dim 0) :func:`merge_lora_rows`
+merges the same adapters without PEFT layers (which need whole weights): the tensors come from the
+same ``lora_state_dict`` (its conversion), each module's rank and alpha from the ``LoraConfig``
+diffusers' ``load_lora_adapter`` would build (``_create_lora_config``, PEFT's ``get_pattern_key``
+for ``rank_pattern`` / ``alpha_pattern``), so each module gets what ``set_adapters`` + ``fuse_lora``
+adds, ``W += scale x alpha / r x B A`` (``alpha / sqrt(r)`` with rsLoRA; a ``lora_B`` bias:
+``b += scale x alpha / r x bias``), each rank computing only its rows of ``B`` times ``A``
+(``sporch.runtime.model.lora.add_low_rank_rows``, the hand-built path's row-wise merge). Linear
+modules only; DoRA and LoKr adapters are refused there in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +32,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-__all__ = ["LoraError", "apply_lora", "adapted_modules"]
+from ..finite import nonfinite_weight
+from ..lora import add_low_rank_rows
+from ..shards import local_rows
+
+__all__ = ["LoraError", "apply_lora", "adapted_modules", "merge_lora_rows"]
 
 
 class LoraError(ValueError):
@@ -95,4 +109,97 @@ def apply_lora(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]] | N
     model.set_adapters(names, weights=scales)
     model.fuse_lora(adapter_names=names)
     model.unload_lora()
+    return len(changed)
+
+
+def _peft_pairs(loader: type, sd: Mapping[str, Any], alphas: Mapping[str, Any] | None, meta: Mapping[str, Any] | None):
+    """(the transformer's keys without the prefix, in PEFT form; the ``LoraConfig`` diffusers'
+    ``load_lora_adapter`` builds for them): the same steps, without injecting anything."""
+    from diffusers.utils.peft_utils import _create_lora_config
+    from diffusers.utils.state_dict_utils import convert_unet_state_dict_to_peft
+
+    prefix = loader.transformer_name + "."
+    sd = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+    if meta is not None:
+        meta = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
+    if any(".lokr_" in k for k in sd):
+        raise ValueError("a LoKr adapter (Kronecker factors, not LoRA pairs)")
+    if sd and "lora_A" not in next(iter(sd)):
+        sd = convert_unet_state_dict_to_peft(sd)
+    rank = {f"^{k}": v.shape[1] for k, v in sd.items() if "lora_B" in k and v.ndim > 1}
+    if alphas:
+        alphas = {k[len(prefix):]: v for k, v in alphas.items() if k.startswith(prefix)}
+    config = _create_lora_config(sd, alphas, meta, rank, adapter_name="sporch")
+    return sd, config
+
+
+@torch.no_grad()
+def merge_lora_rows(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]] | None, loader_name: str | None) -> int:
+    """Merge ``adapters`` into ``model`` whose parameters may be FSDP2 shards (dim-0 rows), each rank
+    only its rows (see the module docstring); returns how many modules changed."""
+    if not adapters:
+        return 0
+    if not loader_name:
+        raise LoraError(f"{type(model).__name__}: its family names no diffusers LoRA loader; remove model.lora")
+    import math
+
+    import diffusers.loaders
+    from peft.utils.other import get_pattern_key
+
+    loader = getattr(diffusers.loaders, loader_name)
+    modules = dict(model.named_modules())
+    changed = set()
+    for i, entry in enumerate(adapters):
+        path, scale = str(entry["path"]), float(entry.get("scale", 1.0))
+        where = f"model.lora[{i}] {path}"
+        try:
+            sd, alphas, meta = _read(loader, path)
+            sd, config = _peft_pairs(loader, sd, alphas, meta)
+        except (ValueError, KeyError) as exc:
+            raise LoraError(f"{where}: {loader_name} cannot read it ({exc})".splitlines()[0]) from None
+        wanted = sorted(adapted_modules(sd, loader.transformer_name))
+        if not wanted:
+            raise LoraError(f"{where}: no LoRA pairs for the transformer after {loader_name}'s "
+                            "conversion (an adapter for the text encoder only?)")
+        if config.use_dora:
+            raise LoraError(f"{where}: a DoRA adapter; with parallel.shard_weights sporch merges plain LoRA only: "
+                            "set parallel.shard_weights=none")
+        lacking = [n for n in wanted if n not in modules]
+        if lacking:
+            raise LoraError(f"{where}: {len(lacking)} adapted module(s) are not in {type(model).__name__} "
+                            f"(first: {', '.join(lacking[:3])}); an adapter for another model or size?")
+        other = sorted(k for k in sd if not k.startswith(tuple(f"{n}.lora_" for n in wanted)))
+        if other:
+            raise LoraError(f"{where}: keys beside LoRA pairs ({', '.join(other[:3])}); with parallel.shard_weights "
+                            "sporch merges LoRA pairs only: set parallel.shard_weights=none")
+        for name in wanted:
+            module = modules[name]
+            if not isinstance(module, torch.nn.Linear):
+                raise LoraError(f"{where}: {name} is a {type(module).__name__}; with parallel.shard_weights sporch "
+                                "merges LoRA into Linear modules only: set parallel.shard_weights=none")
+            r = config.rank_pattern.get(get_pattern_key(config.rank_pattern.keys(), name), config.r)
+            alpha = config.alpha_pattern.get(get_pattern_key(config.alpha_pattern.keys(), name), config.lora_alpha)
+            factor = scale * alpha / (math.sqrt(r) if config.use_rslora else r)  # PEFT's set_scale
+            weight = module.weight
+            down = sd[f"{name}.lora_A.weight"].to(device=local_rows(weight)[0].device, dtype=torch.float32)
+            up = sd[f"{name}.lora_B.weight"].to(device=down.device, dtype=torch.float32)
+            if down.shape[0] != r or tuple(up.shape) != (weight.shape[0], r) or down.shape[1] != weight.shape[1]:
+                raise LoraError(f"{where}: LoRA of {name} is {list(up.shape)} x {list(down.shape)} (rank {r}), but "
+                                f"the weight is {list(weight.shape)}; an adapter for another model size?")
+            add_low_rank_rows(weight, up, down, factor)
+            bias = sd.get(f"{name}.lora_B.bias")
+            if bias is not None and module.bias is None:
+                raise LoraError(f"{where}: {name} has a LoRA bias but the module has none; an adapter for another "
+                                "model?")
+            if bias is not None:
+                local, rows = local_rows(module.bias)
+                part = bias.to(local.device, torch.float32)
+                part = part if rows is None else part[rows]
+                local.copy_((local.float() + factor * part).to(local.dtype))
+            for p in (weight, module.bias):
+                bad = p is not None and nonfinite_weight(local_rows(p)[0])
+                if bad:
+                    raise LoraError(f"{where}: merged with scale {scale:g}, {name}: {bad} (the adapter's update "
+                                    "overflows); lower model.lora[].scale or use a wider workload.dtype")
+            changed.add(name)
     return len(changed)

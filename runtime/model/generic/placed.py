@@ -17,9 +17,12 @@ and low-bit weights (``model.quant``), with the hand-built path's machinery.
   random weights: tests, tiny runs) the seeded random model is built whole, then sharded: the same
   values as unsharded.
 
-Refused (:class:`PlacementError`, one line; the planner refuses both first): ``model.quant`` with
-sharded parameters (quantised weights are whole tensors, as on the hand-built path), and LoRA with
-sharded parameters (diffusers' loader fuses adapters into whole weights).
+The plan's LoRA adapters are merged after loading: whole parameters by diffusers' loader and PEFT
+(``lora.apply_lora``), sharded ones row by row, each rank its rows (``lora.merge_lora_rows``).
+
+Refused (:class:`~sporch.runtime.model.quant.QuantError`, one line; the planner refuses it first):
+``model.quant`` with sharded parameters (quantised weights are whole tensors, as on the hand-built
+path).
 """
 
 from __future__ import annotations
@@ -35,13 +38,9 @@ from ..keymaps import load_checkpoint
 from ..quant import QuantError, quantize_weights
 from ..shard_weights import shard_group, shard_model
 from .build import prepare_model, diffusers_class, load_diffusers, random_diffusers, read_config, transformer_folder
-from .lora import apply_lora
+from .lora import apply_lora, merge_lora_rows
 
-__all__ = ["PlacementError", "build_transformer", "load_sharded"]
-
-
-class PlacementError(ValueError):
-    """A placement the generic path cannot build (one line: what and what to do)."""
+__all__ = ["build_transformer", "load_sharded"]
 
 
 def _meta_model(cls: type, config: dict, dtype: torch.dtype) -> torch.nn.Module:
@@ -85,6 +84,17 @@ def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dty
     return prepare_model(model)
 
 
+def _lora_loader(model: torch.nn.Module, lora) -> str | None:
+    """The family's diffusers LoRA loader mixin (looked up only when there are adapters), by the
+    model's diffusers class (FSDP2 wraps a sharded model's class in ``FSDP<class>``)."""
+    if not lora:
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+    return require_family(cls.__name__).lora_loader
+
+
 def build_transformer(*, weights: str | None, class_name: str, config: Mapping[str, Any] | None, ctx: ParallelContext | None,
                       shard_weights: str = "none", quant: str | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
                       seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.nn.Module:
@@ -96,12 +106,10 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
     if sharded and (quant or "none") != "none":
         raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={shard_weights} "
                          "shards them: set parallel.shard_weights=none or model.quant=none")
-    if sharded and lora:
-        raise PlacementError(f"model.lora is merged into whole weights on the generic path, but "
-                             f"parallel.shard_weights={shard_weights} shards them: set parallel.shard_weights=none "
-                             "or remove model.lora")
     if sharded and weights:
-        return load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device)
+        model = load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device)
+        merge_lora_rows(model, lora, _lora_loader(model, lora))
+        return model
     if weights:
         model = load_diffusers(weights, dtype=dtype, device=device)
     else:
@@ -109,7 +117,9 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
     if sharded:  # random weights: built whole (the same values as unsharded), then sharded
         from torch.distributed.device_mesh import DeviceMesh
 
-        return shard_model(model, DeviceMesh.from_group(shard_group(ctx, shard_weights), device.type),
-                           forward_method=None)
-    apply_lora(model, lora, require_family(type(model).__name__).lora_loader)
+        model = shard_model(model, DeviceMesh.from_group(shard_group(ctx, shard_weights), device.type),
+                            forward_method=None)
+        merge_lora_rows(model, lora, _lora_loader(model, lora))  # each rank its rows, as from a folder
+        return model
+    apply_lora(model, lora, _lora_loader(model, lora))
     return quantize_weights(model, quant, device)  # after load and LoRA, as on the hand-built path

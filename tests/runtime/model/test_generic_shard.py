@@ -9,6 +9,12 @@ path (runtime/model/generic/placed.py), 4 gloo ranks, float32, from planned tiny
   runs verify on the world-sharded plan and benchmark on a ``sequence``-sharded one (dp 2 x U2).
 * the head split: the generic attention takes ``plan.heads.q_heads_per_rank`` (an edited record is
   followed, a wrong one refused in one line), as the hand-built runtime does.
+* LoRA with sharded parameters: Qwen-Image (U2R2, two PEFT-format adapters, one with alpha in its
+  header metadata, one with mixed ranks) and HunyuanVideo (U4, mixed ranks and a ``lora_B`` bias)
+  planned with ``model.lora`` and ``shard_weights: world``; the adapters merged row by row into each
+  rank's shards (``generic/lora.merge_lora_rows``) == the unsharded path's merge by diffusers'
+  loader + PEFT (``apply_lora``, itself checked against diffusers in test_generic_levers.py), max
+  abs error <= 1e-5, the adapters moving the output by far more.
 * model.quant int8_weight on Qwen-Image: the quantised model run on U2R2, on U4 and unsharded gives
   the same output (<= 1e-5), which differs from the float model's (nonzero) but is close (relative
   error and PSNR recorded).
@@ -36,6 +42,10 @@ PLANS = {
     "qwen-sequence-dp2U2-benchmark": (QWEN, dict(dp=2, ulysses=2, shard_weights="sequence"),
                                       dict(frames=1, height=48, width=80, kind="benchmark", batch=2, warmup=0,
                                            repeat=1), {}),
+    "qwen-lora-world-U2R2": (QWEN, dict(ulysses=2, ring=2, shard_weights="world"), dict(frames=1, height=48, width=80),
+                             dict(lora=[("qwen_alpha", 0.7), ("qwen_ranks", 1.3)])),
+    "hunyuan-lora-world-U4": (HUNYUAN, dict(ulysses=4, shard_weights="world"), dict(frames=5, height=32, width=48),
+                              dict(lora=[("hunyuan_ranks", 0.9)])),
     "qwen-int8-U2R2": (QWEN, dict(ulysses=2, ring=2), dict(frames=1, height=48, width=80), dict(quant="int8_weight")),
     "qwen-int8-U4": (QWEN, dict(ulysses=4), dict(frames=1, height=48, width=80), dict(quant="int8_weight")),
 }
@@ -48,6 +58,51 @@ def _tiny(cls):
     return dict(family_module(require_family(cls).name).TINY)
 
 
+def peft_file(path, model, keep, seed, *, alpha=None, rank_of=lambda name: 3, bias=False, meta=None):
+    """diffusers/PEFT keys ``transformer.<module>.lora_A/B.weight`` (and ``lora_B.bias``) on every
+    kept Linear, of rank ``rank_of(name)``; with ``alpha``, lora_alpha in the header metadata as
+    diffusers' save_lora_weights writes it."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for name, lin in model.named_modules():
+        if not isinstance(lin, torch.nn.Linear) or not keep(name):
+            continue
+        r = rank_of(name)
+        sd[f"transformer.{name}.lora_A.weight"] = torch.randn(r, lin.in_features, generator=g) * 0.4
+        sd[f"transformer.{name}.lora_B.weight"] = torch.randn(lin.out_features, r, generator=g) * 0.4
+        if bias:
+            sd[f"transformer.{name}.lora_B.bias"] = torch.randn(lin.out_features, generator=g) * 0.4
+    header = None if alpha is None else {"lora_adapter_metadata": json.dumps(
+        {"transformer.r": 3, "transformer.lora_alpha": alpha, **{f"transformer.{k}": v for k, v in (meta or {}).items()},
+         "transformer.lora_bias": bias,
+         "transformer.target_modules": sorted({k.split(".lora_")[0].split(".", 1)[1] for k in sd})})}
+    save_file(sd, str(path), metadata=header)
+    return str(path)
+
+
+def make_adapters(root, models) -> dict:
+    """The adapter files of the LoRA cases, under ``root``."""
+    qwen, hunyuan = models[QWEN], models[HUNYUAN]
+    return {
+        "qwen_alpha": peft_file(root / "qa.safetensors", qwen, lambda n: ".attn." in n, 1, alpha=6.0),
+        "qwen_ranks": peft_file(root / "qr.safetensors", qwen, lambda n: "transformer_blocks" in n, 2,
+                                rank_of=lambda n: 2 if ".img_mlp." in n else 4),
+        "hunyuan_ranks": peft_file(root / "hr.safetensors", hunyuan, lambda n: "transformer_blocks" in n, 3,
+                                  rank_of=lambda n: 2 if "single" in n else 3),
+    }
+
+
+def _family_tiny(fam):
+    from sporch.runtime.model.generic.families import family_module
+
+    return family_module(fam).TINY
+
+
 def make_plans(root) -> dict:
     """A tiny folder per class under ``root`` and each case's plan (as a dict)."""
     from sporch.orchestrator.config.cluster import find_cluster
@@ -55,12 +110,16 @@ def make_plans(root) -> dict:
     from sporch.orchestrator.plan.planner import make_plan
     from sporch.runtime.model.generic import random_diffusers
 
-    folders = {}
+    folders, models = {}, {}
     for i, cls in enumerate((QWEN, HUNYUAN)):
         folders[cls] = root / cls
-        random_diffusers(cls, _tiny(cls), seed=i + 1).save_pretrained(str(folders[cls] / "transformer"))
+        models[cls] = random_diffusers(cls, _tiny(cls), seed=i + 1)
+        models[cls].save_pretrained(str(folders[cls] / "transformer"))
+    adapters = make_adapters(root, models)
     out = {}
     for name, (cls, parallel, workload, model) in PLANS.items():
+        if "lora" in model:
+            model = {**model, "lora": [{"path": adapters[k], "scale": s} for k, s in model["lora"]]}
         job = {"name": name, "model": {"weights": str(folders[cls]), "text_len": 5, **model}, "parallel": parallel,
                "workload": {**VERIFY, **workload}}
         plan = make_plan(find_cluster("local"), job_from_dict(job, "<test>"))
@@ -89,6 +148,29 @@ def _sharded_vs_diffusers(plan, ctx):
             "dtensors": sum(isinstance(p, DTensor) for p in model.parameters()),
             "parameters": sum(1 for _ in model.parameters()),
             "resident": resident_parameter_bytes(model), "resident_unsharded": resident_parameter_bytes(ref)}
+
+
+def _lora_sharded_vs_unsharded(plan, ctx):
+    """The plan's model with the adapters merged into its shards, run sequence-parallel, vs the
+    unsharded path's (diffusers' loader + PEFT, fused) and vs the folder's own model."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from sporch.runtime.model.generic import GenericSharded, load_diffusers
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.generic.workload import build_from_plan, inputs_from_plan
+
+    cpu = torch.device("cpu")
+    model, config = build_from_plan(plan, cpu, ctx)
+    whole, _ = build_from_plan(plan, cpu)  # no context: whole parameters, apply_lora
+    inputs = inputs_from_plan(plan, config, cpu)
+    got = GenericSharded(model, ctx, batched=family_module(plan.model.family).BATCHED).forward(**inputs)
+    with torch.no_grad():
+        want = whole(**inputs)[0]
+        plain = load_diffusers(plan.model.weights)(**inputs)[0]
+    return {"max_abs_err": float((got - want).abs().max()), "lora_effect": float((want - plain).abs().max()),
+            "ref_max_abs": float(want.abs().max()), "dtensors": sum(isinstance(p, DTensor) for p in model.parameters()),
+            "peft_left": sum("lora" in n for n, _ in whole.named_modules())}
 
 
 def _quant_outputs(plans, ctxs):
@@ -180,6 +262,8 @@ def _world(plan_dicts):
         res = run_generic(plans[n], ctxs[n], torch.device("cpu"))
         out[f"run {n}"] = {k: res.get(k) for k in ("kind", "ok", "max_abs_err", "shard_weights",
                                                   "resident_parameter_bytes", "steps_timed")}
+    for n in ("qwen-lora-world-U2R2", "hunyuan-lora-world-U4"):
+        out[n] = _lora_sharded_vs_unsharded(plans[n], ctxs[n])
     out["heads"] = _recorded_heads(plans["qwen-world-U2R2"])
     out["quant"] = _quant_outputs({n: plans[n] for n in ("qwen-int8-U2R2", "qwen-int8-U4")}, ctxs)
     for c in ctxs.values():
@@ -202,6 +286,17 @@ def test_sharded_parameters_equal_the_unsharded_diffusers_model(world, name):
         assert r["max_abs_err"] <= TOL, f"{name} rank {rank}: max abs error {r['max_abs_err']:.3g} > {TOL}"
         # world = 4 ranks: each holds about a quarter (rows round up per parameter)
         assert r["resident"] <= 0.3 * r["resident_unsharded"], r
+
+
+@pytest.mark.parametrize("name", ["qwen-lora-world-U2R2", "hunyuan-lora-world-U4"])
+def test_lora_merged_into_sharded_parameters_equals_the_unsharded_merge(world, name):
+    for rank, w in enumerate(world):
+        r = w[name]
+        print(f"{name} rank {rank}: max abs err {r['max_abs_err']:.3g} vs unsharded LoRA (ref max "
+              f"{r['ref_max_abs']:.3g}), LoRA moves the output by {r['lora_effect']:.3g}")
+        assert r["dtensors"] > 0 and r["peft_left"] == 0, r
+        assert r["lora_effect"] > 1000 * TOL, f"{name}: the adapters barely move the output; the test proves nothing"
+        assert r["max_abs_err"] <= TOL, f"{name} rank {rank}: max abs error {r['max_abs_err']:.3g} > {TOL}"
 
 
 def test_run_generic_verifies_and_benchmarks_sharded_plans(world):
@@ -240,3 +335,56 @@ def test_generic_attention_follows_the_recorded_head_split(world):
         by_rank.setdefault(w["heads"]["ulysses_rank"], set()).add(w["heads"]["qkv_bytes"])
     (r0,), (r1,) = by_rank[0], by_rank[1]
     assert r0 > 0 and r1 == 3 * r0, by_rank
+
+
+def test_row_merge_scales_as_peft_fuses(tmp_path):
+    """One process, whole parameters: ``merge_lora_rows`` == ``apply_lora`` (diffusers' loader, PEFT
+    fused) for what the world's plans cannot carry (the planner refuses ``lora_B`` biases): rsLoRA,
+    an ``alpha_pattern``, a bias, two adapters; on Flux a kohya file (the loader's conversion) and
+    one with per-module alphas (returned apart); and a module the model lacks is named."""
+    import torch
+
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.lora import LoraError, apply_lora, merge_lora_rows
+
+    cfg = _tiny(QWEN)
+    base = random_diffusers(QWEN, cfg, seed=1)
+    odd = next(n for n, m in base.named_modules() if n.endswith("attn.to_k"))
+    files = [
+        peft_file(tmp_path / "rs.safetensors", base, lambda n: ".attn." in n, 7, alpha=5.0, bias=True,
+                  meta={"use_rslora": True}),
+        peft_file(tmp_path / "ap.safetensors", base, lambda n: "img_mlp" in n or n == odd, 8, alpha=2.0,
+                  meta={"alpha_pattern": {odd: 9.0}}),
+    ]
+    adapters = [{"path": f, "scale": s} for f, s in zip(files, (0.6, 1.4))]
+    ours, theirs = random_diffusers(QWEN, cfg, seed=1), random_diffusers(QWEN, cfg, seed=1)
+    n = merge_lora_rows(ours, adapters, "QwenImageLoraLoaderMixin")
+    assert n == apply_lora(theirs, adapters, "QwenImageLoraLoaderMixin") > 0
+    want, got, plain = theirs.state_dict(), ours.state_dict(), base.state_dict()
+    err = max(float((got[k] - want[k]).abs().max()) for k in want)
+    moved = max(float((want[k] - plain[k]).abs().max()) for k in want)
+    assert moved > 1000 * TOL and err <= TOL, (err, moved)
+    # a kohya file with Flux's original names: the loader's conversion and its alphas (network_alphas)
+    from tests.runtime.model.test_generic_levers import kohya_flux_file
+
+    # and a diffusers-named Flux file with per-module ``.alpha`` tensors (two values), which Flux's
+    # loader returns apart (network_alphas -> lora_alpha + alpha_pattern)
+    from safetensors.torch import load_file, save_file
+
+    flux_cfg = dict(_family_tiny("flux"))
+    f_base, f_ours, f_theirs = (random_diffusers("FluxTransformer2DModel", flux_cfg, seed=2) for _ in range(3))
+    alphas = load_file(peft_file(tmp_path / "fa.safetensors", f_base, lambda n: ".attn." in n, 4))
+    for key in [k for k in alphas if k.endswith(".lora_A.weight")]:
+        alphas[key.replace(".lora_A.weight", ".alpha")] = torch.tensor(1.5 if "single" in key else 6.0)
+    save_file(alphas, str(tmp_path / "fa.safetensors"))
+    kohya = [{"path": kohya_flux_file(tmp_path / "fk.safetensors", flux_cfg, 3), "scale": 0.8},
+             {"path": str(tmp_path / "fa.safetensors"), "scale": 1.2}]
+    assert merge_lora_rows(f_ours, kohya, "FluxLoraLoaderMixin") == apply_lora(f_theirs, kohya, "FluxLoraLoaderMixin") > 0
+    want, got, plain = f_theirs.state_dict(), f_ours.state_dict(), f_base.state_dict()
+    err = max(float((got[k] - want[k]).abs().max()) for k in want)
+    moved = max(float((want[k] - plain[k]).abs().max()) for k in want)
+    assert moved > 1000 * TOL and err <= TOL, ("flux", err, moved)
+    other = peft_file(tmp_path / "h.safetensors", random_diffusers(HUNYUAN, _tiny(HUNYUAN), seed=1),
+                      lambda n: "token_refiner" in n, 9)
+    with pytest.raises(LoraError, match=r"not in QwenImageTransformer2DModel \(first: context_embedder|token_refiner"):
+        merge_lora_rows(ours, [{"path": other, "scale": 1.0}], "QwenImageLoraLoaderMixin")
