@@ -45,7 +45,7 @@ from .media import output_name, write
 from .schedulers import load_scheduler, timesteps
 from .params import GenerateParams, generate_params
 from .latents import LatentStore, cache_label
-from .resume import DenoiseCheckpoint, restore_scheduler
+from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
 from .replica import is_leader, share_from_leader
 from .phase_timing import PhaseTimer
 from .experts import Experts, build_experts
@@ -124,7 +124,7 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
     saved = set(share_from_leader(ctx, lambda: [i for i in mine if store.has(i)], "reading saved latents"))
     phases = PhaseTimer(device)
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
-                             else (lambda: False))
+                             else (lambda: False), key=plan_key(plan))
     resumed: dict[int, int] = {}
     batches = [list(range(k, min(k + per_pass, len(mine)))) for k in range(0, len(mine), per_pass)]
     todo = [rows for rows in batches if not all(mine[r] in saved for r in rows)]

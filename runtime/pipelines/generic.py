@@ -74,7 +74,7 @@ from .media import output_name, write
 from .replica import is_leader, share_from_leader
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
-from .resume import DenoiseCheckpoint, restore_scheduler
+from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
 
 __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate"]
 
@@ -300,7 +300,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     step_ms: list[float] = []
     outputs: list[dict[str, Any]] = []
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
-                             else (lambda: False))
+                             else (lambda: False), key=plan_key(plan))
     refusal = resume_refusal(pipe.scheduler, head_hook is not None)  # the same on every rank: same folder, plan
     if refusal is not None:
         say(ctx, f"a requeued prompt restarts its denoising: {refusal}")

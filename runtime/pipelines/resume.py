@@ -14,11 +14,17 @@ run finds, per rank, the newest step of the batch it was denoising; the replica 
 oldest of them (a rank killed between two files has one step less), every rank loads that
 step's file, puts the scheduler's state back and carries on: the latents it ends with are the
 uninterrupted run's, bit for bit.
+
+Each file carries the key of the run that wrote it (:func:`plan_key`: the Plan's model, workload,
+layout, sequence, heads and placement, hashed): a file another plan wrote (the job file changed
+and was run again into the same folder) is never resumed from; the batch restarts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -34,6 +40,18 @@ from sporch.runtime.parallel import ParallelContext
 _STEP = re.compile(r"\.s(\d+)\.pt$")
 #: Scheduler attributes that are configuration, not state.
 _SKIP = ("config", "_internal_dict")
+
+
+#: The Plan's parts that decide a denoising run's step states (not its job's name, time or
+#: estimates: a requeue or an identical job run again resumes).
+KEY_SECTIONS = ("layout", "model", "workload", "sequence", "heads", "placement")
+
+
+def plan_key(plan: Any) -> str:
+    """What decides the step files' contents, hashed from the Plan (a plain JSON dict)."""
+    doc = plan.to_dict()
+    text = json.dumps({k: doc.get(k) for k in KEY_SECTIONS}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _plain(value: Any) -> bool:
@@ -82,11 +100,12 @@ class DenoiseCheckpoint:
     """This rank's step files, and the replica-wide agreement on stopping and resuming."""
 
     def __init__(self, output_dir: str | os.PathLike, ctx: ParallelContext | None,
-                 stop_requested: Callable[[], bool] = lambda: False) -> None:
+                 stop_requested: Callable[[], bool] = lambda: False, key: str = "") -> None:
         self.folder = Path(JobFiles(str(output_dir)).checkpoint)
         self.ctx = ctx
         self.rank = ctx.rank if ctx is not None else 0
         self.stop_requested = stop_requested
+        self.key = key  # plan_key of this run: a file written under another is not resumed from
 
     def _path(self, batch: int, step: int) -> Path:
         return self.folder / f"generate_rank{self.rank}.b{batch}.s{step}.pt"
@@ -100,22 +119,25 @@ class DenoiseCheckpoint:
         """After finished step ``step`` (1-based) of prompt batch ``batch``."""
         buf = io.BytesIO()
         torch.save({"x": x_local.detach().to("cpu").clone(), "scheduler": scheduler_state(scheduler),
-                    "step_ms": list(step_ms)}, buf)
+                    "step_ms": list(step_ms), "key": self.key}, buf)
         write_atomic(self._path(batch, step), buf.getvalue(), fsync=False)
         # the two newest stay: a rank one step behind its replica still finds the agreed step
         self._path(batch, step - 2).unlink(missing_ok=True)
 
     def resume(self, batch: int, device: torch.device) -> tuple[int, dict[str, Any]] | None:
         """(finished step, saved state) to resume ``batch`` from, the same step on every rank
-        of the replica; None when any rank of it has nothing (collective over the replica)."""
+        of the replica; None when any rank of it has nothing, or a file another plan wrote
+        (its key differs: the batch restarts; collective over the replica)."""
         steps = self._mine(batch)
         newest = steps[-1] if steps else 0
         agreed = self._replica_reduce(newest, dist.ReduceOp.MIN)
+        if agreed <= 0:
+            return None
         # ranks of a replica meet in every step, so they are at most one step apart and each
         # keeps its two newest files: all have the agreed one unless something removed it
-        if agreed <= 0 or not self._replica_reduce(int(agreed in steps), dist.ReduceOp.MIN):
+        state = torch.load(self._path(batch, agreed), map_location="cpu", weights_only=True) if agreed in steps else None
+        if not self._replica_reduce(int(state is not None and state.get("key") == self.key), dist.ReduceOp.MIN):
             return None
-        state = torch.load(self._path(batch, agreed), map_location="cpu", weights_only=True)
         state["x"] = state["x"].to(device)
         return agreed, state
 

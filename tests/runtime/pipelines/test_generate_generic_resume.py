@@ -219,3 +219,24 @@ def test_two_ranks_stop_is_agreed_and_the_resume_is_exact(folders, tmp_path):
             assert rec["kept"] == [f"generate_rank{r}.b0.s{s}.pt" for s in (STOP_AFTER - 1, STOP_AFTER)], rec["kept"]
             assert rec["resumed"] == {"0": STOP_AFTER}
             assert rec["calls"] == (STEPS - STOP_AFTER) * per_step and rec["ref_calls"] == STEPS * per_step
+
+
+def test_step_files_of_another_plan_are_not_resumed_from(folders, uninterrupted, tmp_path):
+    """The job changed (another guidance scale) and ran again into the folder a stopped run left
+    its step files in: its key differs, so the prompt restarts (every transformer call computed,
+    nothing resumed) and the frames are the new plan's own, not a mix of the two."""
+    from sporch.runtime.progress import RequeueRequested
+
+    fam = "ltx-video"
+    out = tmp_path / "run"
+    with pytest.raises(RequeueRequested):
+        _generate(_plan(fam, folders[fam]), None, out, progress=StopAfter(STOP_AFTER))
+    assert _step_files(out)
+    changed = _plan(fam, folders[fam])
+    changed = dataclasses.replace(changed, workload=dataclasses.replace(changed.workload, guidance_scale=3.0))
+    metrics, frames, calls = _generate(changed, None, out)
+    fresh = _generate(changed, None, tmp_path / "fresh")
+    print(f"another plan's step files: resumed {metrics['resumed']}, block calls {calls}, "
+          f"max |frames - a fresh run| = {float(np.abs(frames - fresh[1]).max()):.3g}")
+    assert metrics["resumed"] == {} and calls == STEPS * CALLS[fam]
+    assert float(np.abs(frames - fresh[1]).max()) <= TOL
