@@ -65,6 +65,20 @@ def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = "forw
     return model
 
 
+def refuse_quant(quant: str | None, mode: str) -> None:
+    """``model.quant`` with sharded parameters: a one-line QuantError (quantised weights are whole tensors)."""
+    if (quant or "none") != "none":
+        raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={mode} shards them: "
+                         "set parallel.shard_weights=none or model.quant=none")
+
+
+def shard_mesh(ctx: ParallelContext, mode: str, device: torch.device) -> Any:
+    """The device mesh of ``shard_group(ctx, mode)`` that FSDP2 shards over."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    return DeviceMesh.from_group(shard_group(ctx, mode), device.type)
+
+
 def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
                   dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
                   weights: str | None = None, cache: Any = None, lora: Any = None,
@@ -76,18 +90,12 @@ def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: i
     if mode == "none" or ctx is None:
         built = build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache, lora=lora)
         return quantize_weights(built, quant, device)  # model.quant: after load and LoRA (runtime/model/quant.py)
-    if (quant or "none") != "none":
-        raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={mode} shards them: "
-                         "set parallel.shard_weights=none or model.quant=none")
-    from torch.distributed.device_mesh import DeviceMesh
-
+    refuse_quant(quant, mode)
     cfg = as_config(model)
     dtype = resolve_dtype(dtype)
     device = torch.device(device)
-    group = shard_group(ctx, mode)
-    mesh = DeviceMesh.from_group(group, device.type)
     m = model_class(cfg.attention)(cfg, device=torch.device("meta"), dtype=dtype)
-    shard_model(m, mesh)
+    shard_model(m, shard_mesh(ctx, mode, device))
     m = m.to_empty(device=device)  # this rank's shard only
     if weights:
         load_safetensors(m, weights)

@@ -37,6 +37,14 @@ class ParameterCount:
         return {"blocks": self.blocks, "largest_block": self.largest_block, "root": self.root}
 
 
+#: T5 v1.1 XXL's encoder (24 layers x 4096, FFN 10240, vocabulary 32128; transformers' T5EncoderModel
+#: counted on the meta device): the text encoder several generic families' pipelines share, in the
+#: PARTS keys (plan/pipeline_estimate.py)
+T5_XXL_PARAMETERS, T5_XXL_LAYERS, T5_XXL_EMBEDDING = 4_762_310_656, 24, 32_128 * 4096
+T5_XXL_ENCODER: dict[str, Any] = {"text_encoder": "T5-XXL encoder", "text_encoder_parameters": T5_XXL_PARAMETERS,
+                                  "text_encoder_layers": T5_XXL_LAYERS, "text_encoder_embedding": T5_XXL_EMBEDDING}
+
+
 def linear(n_in: int, n_out: int, bias: bool = True) -> int:
     """Parameters of ``nn.Linear(n_in, n_out, bias)`` (the families' parameter formulas)."""
     return n_in * n_out + (n_out if bias else 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
+from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, feed_forward, linear
 from .plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
@@ -39,8 +39,7 @@ COGVIDEOX_5B = {"num_attention_heads": 48, "attention_head_dim": 64, "in_channel
 #: ``num_latent_frames_batch_size``). Counted with those configs on the meta device (transformers, diffusers
 #: 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
-    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
-    "text_encoder_embedding": 32_128 * 4096,
+    **T5_XXL_ENCODER,
     "vae": "AutoencoderKLCogVideoX", "vae_parameters": 215_583_907, "vae_channels": 128, "vae_chunk_frames": 8,
     "vae_tile_pixels": 240 * 360}  # enable_tiling's default: half the VAE's sample_height x sample_width (480 x 720)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -33,8 +33,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transforme
 #: at once (no framewise decoding by default). Counted with those configs on the meta device (transformers,
 #: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
 PARTS_2B: dict[str, Any] = {
-    "text_encoder": "T5-XXL encoder", "text_encoder_parameters": 4_762_310_656, "text_encoder_layers": 24,
-    "text_encoder_embedding": 32_128 * 4096,
+    **T5_XXL_ENCODER,
     "vae": "AutoencoderKLLTXVideo (0.9.1)", "vae_parameters": 439_557_682, "vae_channels": 8,
     "vae_chunk_frames": 1 << 16, "vae_tile_pixels": 512 * 512}
 PARTS_13B = {**PARTS_2B, "vae": "AutoencoderKLLTXVideo (0.9.5+)", "vae_parameters": 750_924_722, "vae_channels": 16}

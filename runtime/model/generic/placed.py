@@ -35,10 +35,11 @@ from sporch.orchestrator.models.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
 from ..keymaps import load_checkpoint
-from ..quant import QuantError, quantize_weights
-from ..shard_weights import shard_group, shard_model
+from ..quant import quantize_weights
+from ..shard_weights import refuse_quant, shard_mesh, shard_model
 from .build import prepare_model, diffusers_class, load_diffusers, random_diffusers, read_config, transformer_folder
 from .lora import apply_lora, merge_lora_rows
+from .plans import diffusers_type
 
 __all__ = ["build_transformer", "load_sharded"]
 
@@ -70,14 +71,12 @@ def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dty
                  device: torch.device | str = "cpu") -> torch.nn.Module:
     """The diffusers transformer of the folder ``path`` with its parameters sharded (FSDP2) over
     ``shard_group(ctx, mode)``, each rank reading only its rows (see the module docstring)."""
-    from torch.distributed.device_mesh import DeviceMesh
-
     device = torch.device(device)
     folder = transformer_folder(path)
     config = read_config(folder)
     model = _meta_model(diffusers_class(str(config.get("_class_name") or "")), config, dtype)
     buffers = _buffers(model)
-    shard_model(model, DeviceMesh.from_group(shard_group(ctx, mode), device.type), forward_method=None)
+    shard_model(model, shard_mesh(ctx, mode, device), forward_method=None)
     model = model.to_empty(device=device)  # this rank's shard of every parameter (and empty buffers)
     _restore_buffers(model, buffers, device)
     load_checkpoint(model, folder)  # its rows, from the memory-mapped files
@@ -87,12 +86,7 @@ def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dty
 def _lora_loader(model: torch.nn.Module, lora) -> str | None:
     """The family's diffusers LoRA loader mixin (looked up only when there are adapters), by the
     model's diffusers class (FSDP2 wraps a sharded model's class in ``FSDP<class>``)."""
-    if not lora:
-        return None
-    from torch.distributed.fsdp import FSDPModule
-
-    cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
-    return require_family(cls.__name__).lora_loader
+    return require_family(diffusers_type(type(model)).__name__).lora_loader if lora else None
 
 
 def build_transformer(*, weights: str | None, class_name: str, config: Mapping[str, Any] | None, ctx: ParallelContext | None,
@@ -103,9 +97,8 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
     adapters ``lora`` merged. See the module docstring."""
     device = torch.device(device)
     sharded = (shard_weights or "none") != "none" and ctx is not None
-    if sharded and (quant or "none") != "none":
-        raise QuantError(f"model.quant={quant} quantises whole weights, but parallel.shard_weights={shard_weights} "
-                         "shards them: set parallel.shard_weights=none or model.quant=none")
+    if sharded:
+        refuse_quant(quant, shard_weights)
     if sharded and weights:
         model = load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device)
         merge_lora_rows(model, lora, _lora_loader(model, lora))
@@ -115,10 +108,7 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
     else:
         model = random_diffusers(class_name, dict(config or {}), seed=seed, dtype=dtype).to(device)
     if sharded:  # random weights: built whole (the same values as unsharded), then sharded
-        from torch.distributed.device_mesh import DeviceMesh
-
-        model = shard_model(model, DeviceMesh.from_group(shard_group(ctx, shard_weights), device.type),
-                            forward_method=None)
+        model = shard_model(model, shard_mesh(ctx, shard_weights, device), forward_method=None)
         merge_lora_rows(model, lora, _lora_loader(model, lora))  # each rank its rows, as from a folder
         return model
     apply_lora(model, lora, _lora_loader(model, lora))
