@@ -16,7 +16,8 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.families import FAMILIES, get_family
-from sporch.orchestrator.plan.planner import check_generic_vae, generic_placements, make_plan
+from sporch.orchestrator.plan.generic_checks import check_generic_vae, generic_placements
+from sporch.orchestrator.plan.planner import make_plan
 
 GIB = 1024**3
 #: each generic preset at its usual size (frames, height, width) and guidance; SD3.5 at 2048 x 2048:
