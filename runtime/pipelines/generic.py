@@ -45,7 +45,6 @@ exact; otherwise the prompt restarts.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -77,16 +76,6 @@ from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
 
 __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate"]
-
-#: Pipelines whose text length is the family's ``text_len`` (the transformer's ``max_text_seq_length``:
-#: CogVideoX pads every prompt to it); the others keep their default (SD3: 77 CLIP + 256 T5 tokens,
-#: Qwen-Image: the prompt's own length, at most 1024), which is what the family's ``text_len`` records.
-TEXT_LENGTH_EXACT = ("CogVideoXPipeline",)
-
-#: Pipelines of guidance-distilled models: ``guidance_scale`` is the transformer's embedded guidance
-#: input (one pass per step), passed as the job gives it.
-GUIDANCE_EMBEDDED = ("HunyuanVideoPipeline",)
-
 
 def _is_text_part(name: str) -> bool:
     """A pipeline component only prompt encoding needs (text encoders, tokenizers)."""
@@ -129,66 +118,26 @@ def _components(root: str) -> list[str]:
     return [k for k, v in index.items() if not k.startswith("_") and isinstance(v, list)]
 
 
-def _max_length(pipe, spec: GenerateParams, class_name: str) -> int:
-    """The text length the pipeline's call would use: the family's ``text_len`` where it is exact
-    (:data:`TEXT_LENGTH_EXACT`), else the call's default."""
-    if class_name in TEXT_LENGTH_EXACT:
-        return spec.text_len
-    return int(inspect.signature(type(pipe).__call__).parameters["max_sequence_length"].default)
-
-
-def encode(pipe, spec: GenerateParams, class_name: str, prompt: str, device: torch.device) -> dict[str, Any]:
+def encode(pipe, spec: GenerateParams, family: Family, prompt: str, device: torch.device) -> dict[str, Any]:
     """The prompt (and, with CFG, the negative prompt) encoded by the pipeline's own
-    ``encode_prompt`` as its call would encode them: the call's embedding arguments, on the CPU."""
-    n = _max_length(pipe, spec, class_name)
-    neg = spec.negative_prompt
-    if class_name == "QwenImagePipeline":
-        pe, pm = pipe.encode_prompt(prompt=prompt, device=device, num_images_per_prompt=1, max_sequence_length=n)
-        out = {"prompt_embeds": pe, "prompt_embeds_mask": pm}
-        if spec.cfg:
-            npe, npm = pipe.encode_prompt(prompt=neg or "", device=device, num_images_per_prompt=1,
-                                          max_sequence_length=n)
-            out.update(negative_prompt_embeds=npe, negative_prompt_embeds_mask=npm)
-    elif class_name == "StableDiffusion3Pipeline":
-        pe, npe, ppe, nppe = pipe.encode_prompt(prompt=prompt, prompt_2=None, prompt_3=None, negative_prompt=neg,
-                                                do_classifier_free_guidance=spec.cfg, device=device,
-                                                num_images_per_prompt=1, max_sequence_length=n)
-        out = {"prompt_embeds": pe, "pooled_prompt_embeds": ppe, "negative_prompt_embeds": npe,
-               "negative_pooled_prompt_embeds": nppe}
-    elif class_name == "CogVideoXPipeline":
-        pe, npe = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
-                                     device=device)
-        out = {"prompt_embeds": pe, "negative_prompt_embeds": npe}
-    elif class_name == "LTXPipeline":  # T5 padded to n tokens; the mask drops the padding's keys
-        pe, pm, npe, npm = pipe.encode_prompt(prompt, neg, spec.cfg, num_videos_per_prompt=1, max_sequence_length=n,
-                                              device=device)
-        out = {"prompt_embeds": pe, "prompt_attention_mask": pm, "negative_prompt_embeds": npe,
-               "negative_prompt_attention_mask": npm}
-    elif class_name == "HunyuanVideoPipeline":  # guidance-distilled: no negative; Llama's mask drops the padding
-        pe, ppe, pm = pipe.encode_prompt(prompt=prompt, device=device, max_sequence_length=n)
-        out = {"prompt_embeds": pe, "pooled_prompt_embeds": ppe, "prompt_attention_mask": pm}
-    else:
-        raise ValueError(f"no prompt encoding for {class_name}")
+    ``encode_prompt`` as its call would encode them (the family module's ``encode``): the call's
+    embedding arguments, on the CPU."""
+    out = family_module(family.name).encode(pipe, prompt, negative=spec.negative_prompt, cfg=spec.cfg,
+                                            text_len=spec.text_len, device=device)
     return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}
 
 
-def pipeline_arguments(spec: GenerateParams, class_name: str, seed: int) -> dict[str, Any]:
+def pipeline_arguments(spec: GenerateParams, family: Family, seed: int) -> dict[str, Any]:
     """The keyword arguments of the pipeline's call besides the prompt's embeddings (the same a
-    user would pass to diffusers to get the same output): size, frames, steps, guidance, the
-    prompt's generator, the text length (:func:`_max_length`). CFG off (``spec.cfg`` False)
-    passes a guidance scale of 1 (no second pass)."""
+    user would pass to diffusers to get the same output): size, frames, steps, the prompt's
+    generator, and the family module's ``call_arguments`` (guidance; CFG off, ``spec.cfg`` False,
+    runs one pass per step)."""
     kw: dict[str, Any] = dict(height=spec.height, width=spec.width, num_inference_steps=spec.steps,
                               generator=torch.Generator().manual_seed(seed))
-    if class_name == "QwenImagePipeline":  # true CFG: runs when negative embeddings are given
-        kw["true_cfg_scale"] = spec.guidance_scale if spec.cfg else 1.0
-    elif class_name in GUIDANCE_EMBEDDED:
-        kw["guidance_scale"] = spec.guidance_scale
-    else:
-        kw["guidance_scale"] = spec.guidance_scale if spec.cfg else 1.0
     if spec.video:
         kw["num_frames"] = spec.frames
-    if class_name in TEXT_LENGTH_EXACT:
-        kw["max_sequence_length"] = spec.text_len
+    kw.update(family_module(family.name).call_arguments(guidance_scale=spec.guidance_scale, cfg=spec.cfg,
+                                                        text_len=spec.text_len))
     return kw
 
 
@@ -289,7 +238,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
 
     def encode_all():
         with stages("encode"), torch.no_grad():
-            return [encode(pipe, spec, class_name, p, text_device) for p in prompts]
+            return [encode(pipe, spec, family, p, text_device) for p in prompts]
 
     embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
     if leader:  # the text encoders are done: freed before the transformer runs (placement leader/cpu)
@@ -352,7 +301,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             if not step_ms[start:]:
                 clock["t"] = time.perf_counter()
 
-        kw = {**pipeline_arguments(spec, class_name, seed),
+        kw = {**pipeline_arguments(spec, family, seed),
               **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds[k].items()}}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:

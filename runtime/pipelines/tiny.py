@@ -27,49 +27,7 @@ from typing import Any, Mapping
 import torch
 
 from sporch.runtime.model import ModelConfig
-
-WORDS = ("a an the of in on at with and under over red green blue white black small big cat dog fox "
-         "bird fish horse car boat tree river sea sky sun moon snow rain city street forest mountain field "
-         "running flying walking swimming sitting playing night day morning sunset slow fast camera shot "
-         "blurry low quality bright dark").split()
-
-
-def tiny_tokenizer(model_max_length: int):
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
-    from tokenizers.models import WordLevel
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
-    tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    tok.normalizer = normalizers.Lowercase()
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                       special_tokens=[("</s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   model_max_length=model_max_length)
-
-
-@torch.no_grad()
-def randomize(module: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Every parameter random (diffusers zero-initialises some): scaled normal weights, norm
-    scales near 1, small biases."""
-    g = torch.Generator().manual_seed(seed)
-    for name, p in module.named_parameters():
-        r = torch.randn(p.shape, generator=g)
-        if p.dim() >= 2:
-            p.copy_(r / math.sqrt(p.shape[-1] if "scale_shift_table" in name else p[0].numel()))
-        elif name.endswith("weight") or name.endswith("scale"):
-            p.copy_(1.0 + 0.2 * r)
-        else:
-            p.copy_(0.1 * r)
-    return module.eval()
-
-
-def _t5_config(cls, vocab: int, d_model: int):
-    return cls(vocab_size=vocab, d_model=d_model, d_kv=8, d_ff=2 * d_model, num_layers=1, num_heads=4,
-               relative_attention_num_buckets=8, relative_attention_max_distance=16, pad_token_id=0,
-               eos_token_id=1, decoder_start_token_id=0)
-
+from sporch.runtime.model.tiny_parts import WORDS, randomize, t5_config, tiny_tokenizer
 
 def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     """A WanPipeline whose transformer has the shapes of ``model`` (attention cross); two
@@ -93,7 +51,7 @@ def tiny_wan_pipeline(model: Mapping[str, Any], seed: int = 0):
     transformer = expert(seed)
     boundary = model.get("boundary_ratio")
     two = {} if boundary is None else {"transformer_2": expert(seed + 7), "boundary_ratio": float(boundary)}
-    text_encoder = UMT5EncoderModel(_t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
+    text_encoder = UMT5EncoderModel(t5_config(UMT5Config, len(WORDS) + 3, int(model["text_dim"]))).eval()
     st, sh, _ = (int(s) for s in model["vae_stride"])
     # the Wan2.2 VAE (TI2V-5B) folds 2 x 2 pixels into channels first, then downsamples
     wan22 = {"is_residual": True, "patch_size": 2, "in_channels": 12, "out_channels": 12} if cfg.expand_timesteps else {}
@@ -150,7 +108,7 @@ def tiny_flux_pipeline(model: Mapping[str, Any], seed: int = 0):
     clip = CLIPTextModel(CLIPTextConfig(vocab_size=vocab, hidden_size=cfg.pooled_dim, intermediate_size=64,
                                         num_hidden_layers=1, num_attention_heads=4, max_position_embeddings=77,
                                         pad_token_id=0, bos_token_id=1, eos_token_id=1)).eval()
-    t5 = T5EncoderModel(_t5_config(T5Config, vocab, cfg.text_dim)).eval()
+    t5 = T5EncoderModel(t5_config(T5Config, vocab, cfg.text_dim)).eval()
     sh = int(model["vae_stride"][1])
     blocks = [8 * 2 ** i for i in range(int(math.log2(sh)) + 1)]
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * len(blocks),

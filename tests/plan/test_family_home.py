@@ -75,11 +75,15 @@ def test_the_runtime_has_one_pipeline_record_per_pipeline_family():
     from sporch.runtime.pipelines.families import pipeline_family
     from sporch.runtime.pipelines.tiny import TINY_PIPELINES
 
-    from sporch.runtime.pipelines.tiny_generic import TINY_GENERIC
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.pipelines.tiny_generic import tiny_generic_families
 
     names = {f.name for f in FAMILIES if f.pipeline_folders and not f.pipeline_class}  # hand-built pipelines
     assert {pipeline_family(n).name for n in names} == names == set(TINY_PIPELINES)
     generic = {f.name for f in FAMILIES if f.pipeline_class}  # the generic generate: one tiny pipeline each
-    assert generic == set(TINY_GENERIC)
+    assert generic == set(tiny_generic_families())
+    for name in generic:  # the generic generate's calls and tiny pipeline: in the family's own module
+        module = family_module(name)
+        assert all(callable(getattr(module, f, None)) for f in ("encode", "call_arguments", "tiny_pipeline")), name
     with pytest.raises(KeyError, match="no generate pipeline for family 'sd3'"):
         pipeline_family("sd3")

@@ -40,6 +40,7 @@ pytest.importorskip("imageio_ffmpeg")
 from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
 from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.errors import SporchError  # noqa: E402
+from sporch.orchestrator.models.families import get_family  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
@@ -262,10 +263,11 @@ def _world(cases, wrong: tuple[str, ...]):
         out[name] = {**metrics, "frames": frames, "graphs": _graphs(), "rows": rows}
         if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
+            fam = get_family(plan.model.family)
             pipe = load_pipeline(spec, cls, cpu)
             with torch.no_grad(), SequenceParallel(pipe.transformer, ctx, split_plan(type(pipe.transformer)),
                                                    local_attention=("transformer_blocks",)):
-                kw = {**encode(pipe, spec, cls, PROMPT, cpu), **pipeline_arguments(spec, cls, SEED)}
+                kw = {**encode(pipe, spec, fam, PROMPT, cpu), **pipeline_arguments(spec, fam, SEED)}
                 res = pipe(**kw, output_type="np")
             out[f"wrong-shard {name}"] = np.asarray(res.frames) if spec.video else res.images[:, None]
         ctx.close()

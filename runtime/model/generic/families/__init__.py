@@ -6,6 +6,16 @@ folders), ``BATCHED`` (the forward arguments with one row per sample) and
 ``inputs(config, batch=, grid=, text_len=, generator=)``: the forward keyword
 arguments of a random job (latents of the token grid [f, h, w], random text embeddings of the
 config's text width, the family's other conditioning), whole on every rank.
+
+A family whose diffusers pipeline the generic generate runs (``Family.pipeline_class``) also has
+what runtime/pipelines/generic.py calls around it:
+
+* ``encode(pipe, prompt, negative=, cfg=, text_len=, device=)``: the pipeline's own
+  ``encode_prompt`` as its call would run it, returned as the call's embedding keyword arguments;
+* ``call_arguments(guidance_scale=, cfg=, text_len=)``: the call's guidance (and text length)
+  arguments for the job's scale, CFG on or off;
+* ``tiny_pipeline(seed)``: a tiny random pipeline of the family's real component classes (tests,
+  runtime/pipelines/tiny_generic.py).
 """
 
 from __future__ import annotations
@@ -24,3 +34,8 @@ def family_module(name: str) -> ModuleType:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"no generic-path runtime for family {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def generate_families() -> tuple[str, ...]:
+    """The families whose module carries the generic generate's pipeline calls (``encode``)."""
+    return tuple(name for name, module in _BY_NAME.items() if hasattr(module, "encode"))
