@@ -34,7 +34,7 @@ from sporch.orchestrator.models.checkpoint_files import (CheckpointError, Tensor
                                read_safetensors)
 from sporch.orchestrator.models.finite import count_nonfinite
 from sporch.orchestrator.contract.vocab import LORA_EXPERTS
-from sporch.orchestrator.models import flux, wan
+from sporch.orchestrator.models import flux, preset_knobs, wan
 from sporch.orchestrator.models.keymap import Rule, Table
 
 #: Name tables by family, as the model's attention kind selects them.
@@ -421,11 +421,9 @@ def module_names(model: Mapping[str, Any]) -> set[str]:
     table = FAMILIES.get(model.get("attention", ""))
     if table is None:
         return set()
-    knobs = dict(model.get("knobs") or {})
-    preset = model.get("preset") or ""
-    image = bool(knobs.get("image_dim")) or preset.startswith("wan2.1-i2v")
-    guidance = bool(model.get("guidance_embed")) if model.get("guidance_embed") is not None else \
-        preset == "flux.1-dev"
+    knobs = {**preset_knobs(model.get("preset")), **dict(model.get("knobs") or {})}  # as plan/estimates.py reads them
+    image = bool(knobs.get("image_dim"))
+    guidance = bool(model.get("guidance_embed"))  # the planner records it for every preset and checkpoint
     counts = {"blocks.": model.get("depth", 0), "double_blocks.": model.get("depth", 0),
               "single_blocks.": model.get("single_depth", 0)}
     names = set()
