@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("sporch.orchestrator.cli.inspect_cmd:inspect",
                 "What a checkpoint (presets, memory per GPU by placement) or a LoRA file (targets) is."),
     "logs": ("sporch.orchestrator.cli.logs_cmd:logs", "Print a job's batch or rank log (-f: follow)."),
+    "models": ("sporch.orchestrator.cli.models_cmd:models",
+               "The model families: classes, presets, workloads, placements, cache, LoRA."),
     "plan": ("sporch.orchestrator.cli.plan_cmd:plan", "Show the layout, rank/group map and estimates of a job."),
     "predict": ("sporch.orchestrator.cli.predict_cmd:predict",
                 "The cost model against the published tables: predicted vs published seconds."),

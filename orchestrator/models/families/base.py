@@ -90,8 +90,6 @@ class Family:
     #: checks it against the runtime's split plan of every class.
     text_split: bool = True
     presets: tuple[FamilyPreset, ...] = ()
-    #: workloads the generic path runs for this family (generate needs the pipeline parts)
-    workloads: tuple[str, ...] = ("verify", "benchmark", "inference")
     #: hand-built sporch path (Wan, Flux) besides the generic one
     hand_built: bool = False
     cfg: bool = True  # classifier-free guidance applies (False: guidance-distilled)

@@ -1,0 +1,50 @@
+"""``sporch models``: one row per family of the registry, read from the family records and the
+planner's rules (orchestrator/plan/family_table.py), fitting the terminal; docs/model.md's family
+table lists the same families in the same order."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from sporch.orchestrator.models.families import FAMILIES
+from tests.testutil import ROOT
+
+
+def test_models_json_rows_follow_the_records(run_cli):
+    code, out, err = run_cli("models", "--json")
+    assert code == 0, err
+    rows = {r["family"]: r for r in json.loads(out)}
+    assert list(rows) == [f.name for f in FAMILIES]
+    # hand-built: every workload and placement; its diffusers class on the generic path too
+    assert rows["wan"]["path"] == "hand-built + generic" and "generate" in rows["wan"]["workloads"]
+    assert "wan2.1-i2v-14b-720p" in rows["wan"]["presets"] and rows["wan"]["vae"] == ["leader", "tiled", "parallel"]
+    assert rows["flux"]["cfg"] == "none"  # guidance-distilled
+    # generic: verify and benchmark, and generate through the family's diffusers pipeline
+    assert rows["qwen-image"]["workloads"] == ["verify", "benchmark", "generate"]
+    assert rows["qwen-image"]["pipeline"] == "QwenImagePipeline" and "inference" not in rows["sd3"]["workloads"]
+    assert rows["sd3"]["cache"] == [] and rows["cogvideox"]["cache"] == ["fbcache"]  # SD3's class has no cache contexts
+    assert rows["ltx-video"]["cfg"] == "1/2" and rows["hunyuanvideo"]["cfg"] == "none"
+    assert rows["sd3"]["split_plan"] == "SD3Transformer2DModel: shipped table"
+    assert rows["ltx-video"]["split_plan"].endswith("the class's _cp_plan")
+    assert all(len(set(r["presets"])) == len(r["presets"]) for r in rows.values())
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_models_table_fits_the_terminal(run_cli, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = run_cli("models")
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= columns
+    for fam in FAMILIES:
+        assert fam.name in out
+    assert "…" not in out  # folded, never cut
+
+
+def test_docs_family_table_lists_the_registry():
+    text = (ROOT / "docs" / "model.md").read_text(encoding="utf-8")
+    header = text.index("| family | classes | split plan |")
+    rows = re.findall(r"^\| `([a-z0-9.-]+)` \|", text[header:].split("\n\n")[0], flags=re.M)
+    assert rows == [f.name for f in FAMILIES]
