@@ -54,6 +54,9 @@ def test_generate_refuses_a_model_without_a_pipeline_in_one_line():
     model = dataclasses.replace(plan.model, weights="/nonexistent/tiny")
     problems = check_generate(model, plan.workload)
     assert [p for p in problems if "got preset 'tiny' attention 'self'" in p and "HunyuanVideo" in p and "\n" not in p]
+    # every family that generates is named, from the registry (a new family needs no edit of the message)
+    (line,) = [p for p in problems if "got preset 'tiny' attention 'self'" in p]
+    assert all(f.title in line for f in FAMILIES if f.pipeline_folders), line
 
 
 def test_every_family_fact_comes_from_its_module():
