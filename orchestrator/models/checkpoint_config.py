@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, read_file
-from sporch.orchestrator.models.families import family_of_class, get_family, supported_classes
+from sporch.orchestrator.models.families import config_class, family_of_class, get_family, supported_classes
 
 #: Text tokens when the transformer's config does not say (the family's text encoder's).
 WAN_TEXT_LEN = 512
@@ -118,7 +118,7 @@ def read_json_object(path: Path) -> dict:
 
 
 def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
-    cls = str(config.get("_class_name") or "")
+    cls = config_class(config)
     if cls == "WanTransformer3DModel":
         return replace(_read(config, path, "Wan2.1", "diffusers", WAN_DIFFUSERS), family_key="wan")
     if cls == "FluxTransformer2DModel":

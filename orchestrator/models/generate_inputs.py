@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from sporch.orchestrator.models.families import Family, get_family
+from sporch.orchestrator.models.families import FAMILIES, Family, get_family
 from sporch.orchestrator.models.wan import PRESETS as WAN_PRESETS
 from sporch.orchestrator.safe_files import NotAFileError, read_regular
 
@@ -98,13 +98,15 @@ def takes_image(model: Any) -> bool:
 
 def generate_family(model: Any) -> Family:
     """The family recorded in ``plan.model.family`` when it has a generate pipeline (its module's
-    ``pipeline_folders``), else ValueError (one line)."""
+    ``pipeline_folders``), else ValueError (one line, listing the families that generate from the
+    registry, so a new family is named without an edit here)."""
     fam = get_family(model.family) if model.family else None
     if fam is None or not fam.pipeline_folders:
-        raise ValueError(f"workload.kind=generate needs a text- or image-to-video (Wan2.1 T2V/I2V, Wan2.2 A14B T2V/I2V, "
-                         f"TI2V-5B, attention cross; CogVideoX, LTX-Video, HunyuanVideo) or text-to-image (Flux.1, "
-                         f"attention joint; Qwen-Image, SD3.5) model, got preset {model.preset!r} attention "
-                         f"{model.attention!r}")
+        video = ", ".join(f.title for f in FAMILIES if f.pipeline_folders and f.video)
+        image = ", ".join(f.title for f in FAMILIES if f.pipeline_folders and not f.video)
+        raise ValueError(f"workload.kind=generate needs a model of a family with a generate pipeline: video "
+                         f"({video}; a stand-in of attention cross) or image ({image}; a stand-in of attention "
+                         f"joint), got preset {model.preset!r} attention {model.attention!r}")
     return fam
 
 

@@ -35,7 +35,9 @@ quantised (``model.quant``) as the plan places them, its blocks compiled by the 
 (fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
 decision is agreed over the replica; the pipelines open the cache contexts themselves.
 
-A USR2 stop is agreed over the replica at a step boundary (``callback_on_step_end``); each rank's
+A USR2 stop is agreed over the replica at a step boundary (the pipeline's step callback:
+``callback_on_step_end``, or the older ``callback`` where a pipeline has only that,
+:func:`step_end_arguments`); each rank's
 step file (:mod:`.resume`'s format) lets the requeued run resume the prompt from that step through
 the same pipeline call (:mod:`.generic_resume`: the finished steps' transformer calls skipped, the
 latents and scheduler state put back at the boundary), where the folder's scheduler is one checked
@@ -45,6 +47,7 @@ exact; otherwise the prompt restarts.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -75,7 +78,7 @@ from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
 
-__all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate"]
+__all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate", "step_end_arguments"]
 
 def _is_text_part(name: str) -> bool:
     """A pipeline component only prompt encoding needs (text encoders, tokenizers)."""
@@ -139,6 +142,29 @@ def pipeline_arguments(spec: GenerateParams, family: Family, seed: int) -> dict[
     kw.update(family_module(family.name).call_arguments(guidance_scale=spec.guidance_scale, cfg=spec.cfg,
                                                         text_len=spec.text_len))
     return kw
+
+
+def step_end_arguments(pipe, on_step: Callable[[Any, int, Any, dict], dict]) -> dict[str, Any]:
+    """The pipeline call's arguments that run ``on_step`` after every scheduler step (diffusers'
+    ``callback_on_step_end(pipe, i, t, kwargs) -> dict``, its returned ``latents`` replacing the
+    loop's): that argument where ``pipe``'s ``__call__`` takes it; else diffusers' older
+    ``callback(step, t, latents)`` with ``callback_steps=1`` (PixArt's pipelines have only that one,
+    and their ``**kwargs`` would swallow ``callback_on_step_end`` unused), ``on_step`` given
+    ``{"latents": latents}`` and any latents it returns copied into the loop's tensor in place (the
+    older API returns nothing); a ValueError, one line, for a call with neither."""
+    params = inspect.signature(type(pipe).__call__).parameters
+    if "callback_on_step_end" in params:
+        return {"callback_on_step_end": on_step}
+    if "callback" not in params or "callback_steps" not in params:
+        raise ValueError(f"{type(pipe).__name__}'s call takes no step callback (callback_on_step_end or "
+                         "callback/callback_steps): sporch cannot time, stop or resume its steps")
+
+    def legacy(step: int, t, latents: torch.Tensor) -> None:
+        new = on_step(pipe, step, t, {"latents": latents}) or {}
+        if new.get("latents") is not None:
+            latents.copy_(new["latents"])
+
+    return {"callback": legacy, "callback_steps": 1}
 
 
 def _reset_step_cache(transformer: torch.nn.Module) -> None:
@@ -310,7 +336,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                     attached.enter_context(_attach(pipe.transformer, ctx, family, batched))
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
-                result = pipe(**kw, output_type="np" if leader else "latent", callback_on_step_end=on_step)
+                result = pipe(**kw, output_type="np" if leader else "latent", **step_end_arguments(pipe, on_step))
                 sync(device)
                 ended = time.perf_counter()
         finally:

@@ -54,15 +54,18 @@ def test_generate_refuses_a_model_without_a_pipeline_in_one_line():
     model = dataclasses.replace(plan.model, weights="/nonexistent/tiny")
     problems = check_generate(model, plan.workload)
     assert [p for p in problems if "got preset 'tiny' attention 'self'" in p and "HunyuanVideo" in p and "\n" not in p]
+    # every family that generates is named, from the registry (a new family needs no edit of the message)
+    (line,) = [p for p in problems if "got preset 'tiny' attention 'self'" in p]
+    assert all(f.title in line for f in FAMILIES if f.pipeline_folders), line
 
 
 def test_every_family_fact_comes_from_its_module():
     assert standin_family("cross") is get_family("wan") and standin_family("self") is None
     with_pipeline = {f.name for f in FAMILIES if f.pipeline_folders}
-    assert with_pipeline == {"wan", "flux", "qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo"}
+    assert with_pipeline == {"wan", "flux", "qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo", "pixart"}
     # the generic generate's: the diffusers pipeline it runs
     assert {f.name for f in FAMILIES if f.pipeline_class} == {"qwen-image", "sd3", "cogvideox", "ltx-video",
-                                                              "hunyuanvideo"}
+                                                              "hunyuanvideo", "pixart"}
     assert get_family("wan").video and not get_family("flux").video
     # the memory facts by preset: the TI2V-5B VAE, the I2V CLIP encoder, none for a checkpoint without a preset
     assert known_parts(_plan({"preset": "wan2.2-ti2v-5b"}, kind="benchmark").model)["vae_channels"] == 64

@@ -30,11 +30,11 @@ REFUSAL = ("cfg 2: generate on QwenImageTransformer2DModel (family qwen-image, t
 
 
 def test_every_generic_generate_family_records_how_its_pipeline_runs_cfg():
-    """The record the planner reads: batched for SD3, LTX-Video, CogVideoX; per pass for
-    Qwen-Image and HunyuanVideo (true CFG)."""
+    """The record the planner reads: batched for SD3, LTX-Video, CogVideoX, PixArt-Sigma; per pass
+    for Qwen-Image and HunyuanVideo (true CFG)."""
     batched = {f.name: f.pipeline_cfg_batched for f in FAMILIES if f.pipeline_class}
     assert batched == {"qwen-image": False, "ltx-video": True, "sd3": True, "cogvideox": True,
-                       "hunyuanvideo": False}
+                       "hunyuanvideo": False, "pixart": True}
 
 
 @pytest.mark.parametrize("config, text_len", [(SD3, 7), (LTX, 7)])

@@ -18,7 +18,8 @@ from sporch.orchestrator.plan.planner import make_plan
 #: each generic preset's usual size (frames, height, width) and guidance
 USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 1024, 1024, 3.5), "sd3.5-medium": (1, 1024, 1024, 4.0),
          "cogvideox-5b": (49, 480, 720, 6.0), "ltx-video-2b": (121, 512, 768, 3.0), "ltx-video-13b": (121, 512, 768, 3.0),
-         "hunyuanvideo": (129, 720, 1280, 6.0)}
+         "hunyuanvideo": (129, 720, 1280, 6.0), "pixart-sigma-xl-2-512-ms": (1, 512, 512, 4.5),
+         "pixart-sigma-xl-2-1024-ms": (1, 1024, 1024, 4.5), "pixart-sigma-xl-2-2k-ms": (1, 2048, 2048, 4.5)}
 GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets]
 
 

@@ -24,7 +24,7 @@ GIB = 1024**3
 #: its VAE's default tile is 1024 pixels (the config's sample_size), the usual image one tile
 USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 2048, 2048, 3.5), "cogvideox-5b": (49, 480, 720, 6.0),
          "ltx-video-2b": (121, 512, 768, 3.0), "ltx-video-13b": (121, 512, 768, 3.0),
-         "hunyuanvideo": (129, 720, 1280, 6.0)}
+         "hunyuanvideo": (129, 720, 1280, 6.0), "pixart-sigma-xl-2-1024-ms": (1, 1024, 1024, 4.5)}
 GENERIC = [f for f in FAMILIES if f.pipeline_class]
 
 
@@ -41,9 +41,11 @@ def _plan(preset: str, cluster: str = "a100x32", **pipeline):
 
 
 def test_every_generic_family_declares_its_tiled_decode():
-    """The five generic families' diffusers VAEs (AutoencoderKL, AutoencoderKLQwenImage,
-    AutoencoderKLCogVideoX, AutoencoderKLLTXVideo, AutoencoderKLHunyuanVideo) all have enable_tiling."""
-    assert {f.name for f in GENERIC if f.vae_tiling} == {"qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo"}
+    """The six generic families' diffusers VAEs (AutoencoderKL for SD3 and PixArt-Sigma,
+    AutoencoderKLQwenImage, AutoencoderKLCogVideoX, AutoencoderKLLTXVideo, AutoencoderKLHunyuanVideo)
+    all have enable_tiling."""
+    assert {f.name for f in GENERIC if f.vae_tiling} == {"qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo",
+                                                         "pixart"}
     for fam in GENERIC:
         assert generic_placements(fam)["vae"] == ("leader", "tiled")
 

@@ -6,21 +6,22 @@ a class without ``_cp_plan`` (``plan_format.py``), the attention modules that ru
 tensors, how its config.json maps to the plan's model shape, its latent geometry, its text
 encoder's length and width, and its presets (published sizes, with their sources).
 
-``family_of_class(name)`` is the one lookup; ``plan.model.family`` records the answer.
+``family_of_class(name)`` is the one lookup (``config_class(config)``: the class a config.json
+builds, older shared class names resolved); ``plan.model.family`` records the answer.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, UnsupportedClass
-from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
+from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
-                                cogvideox.FAMILY, hunyuanvideo.FAMILY)
+                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
 
-__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
+__all__ = ["Family", "FamilyPreset", "ParameterCount", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]
 
 
@@ -30,6 +31,18 @@ def family_of_class(class_name: str) -> Optional[Family]:
         if class_name in fam.classes:
             return fam
     return None
+
+
+def config_class(config: Mapping[str, Any]) -> str:
+    """The diffusers class a transformer config.json builds: its ``_class_name``, or, for an older
+    shared name a family lists in ``legacy_classes`` with the config values that select its class
+    (diffusers' own remapping at load), that class; "" when the config names none."""
+    name = str(config.get("_class_name") or "")
+    for fam in FAMILIES:
+        target = fam.legacy_classes.get(name)
+        if target is not None and all(config.get(k) == v for k, v in target[1].items()):
+            return target[0]
+    return name
 
 
 def require_family(class_name: str, where: str = "") -> Family:

@@ -80,6 +80,12 @@ class Family:
     #: config.json -> plan.model shape fields (attention, depth, single_depth, hidden, num_heads,
     #: num_kv_heads, head_dim, ffn_dim, patch, in_channels, vae_stride, text_len, text_dim, qk_norm)
     shape: Callable[[Mapping[str, Any]], dict]
+    #: diffusers' older, shared class names a published config.json may still carry for one of
+    #: ``classes``, with the config values that select it: legacy ``_class_name`` -> (class, {key:
+    #: value}), the remapping diffusers' loader applies itself (``model_loading_utils``
+    #: ``_CLASS_REMAPPING_DICT``: ``Transformer2DModel`` with ``norm_type: ada_norm_single`` is built as
+    #: ``PixArtTransformer2DModel``); read through ``families.config_class``
+    legacy_classes: Mapping[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     #: class -> the split plan sporch ships (classes without a ``_cp_plan``); absent: the class's own
     split_plans: Mapping[str, SplitPlan] = field(default_factory=dict)
     #: module-name prefixes whose attention runs on whole (unsplit) tensors

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from sporch.orchestrator.models.families import require_family
+from sporch.orchestrator.models.families import config_class, require_family
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
 __all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers"]
@@ -56,7 +56,7 @@ def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
 
     folder = transformer_folder(path)
     config = read_config(folder)
-    cls = diffusers_class(str(config.get("_class_name") or ""))
+    cls = diffusers_class(config_class(config))
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):  # parameters on meta; derived buffers (RoPE tables) real

@@ -23,6 +23,7 @@ batch's output, in the rows of the call's input.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -30,7 +31,7 @@ import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
 
-__all__ = ["CfgParallel", "gather_halves", "keep_half"]
+__all__ = ["CfgParallel", "by_name", "gather_halves", "keep_half"]
 
 
 def _rows(value: Any) -> int | None:
@@ -64,6 +65,20 @@ def keep_half(kwargs: Mapping[str, Any], batched: Sequence[str], ctx: ParallelCo
     return out
 
 
+def by_name(module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments, each by its name in ``module.forward``'s signature (a pipeline that passes
+    the latents positionally, as PixArt's and other older diffusers pipelines do, is split like one
+    that names them); ValueError for more positional arguments than the signature names."""
+    if not args:
+        return dict(kwargs)
+    names = [n for n, p in inspect.signature(module.forward).parameters.items()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(names):
+        raise ValueError(f"CFG parallel: {type(module).__name__} was called with {len(args)} positional arguments; "
+                         f"its forward names {len(names)}")
+    return {**dict(zip(names, args)), **kwargs}
+
+
 def gather_halves(out: torch.Tensor, ctx: ParallelContext) -> torch.Tensor:
     """This cfg rank's output rows and the other's, concatenated in cfg-rank order (the input's rows)."""
     out = out.contiguous()
@@ -74,9 +89,10 @@ def gather_halves(out: torch.Tensor, ctx: ParallelContext) -> torch.Tensor:
 
 
 class CfgParallel:
-    """Torch forward hooks on ``model`` (the transformer) while entered: its calls (by keyword)
-    take this cfg rank's half of ``batched`` (:func:`keep_half`) and return the whole batch's
-    output (:func:`gather_halves` on the first element of a tuple output, or on ``.sample``)."""
+    """Torch forward hooks on ``model`` (the transformer) while entered: its calls (by keyword, or
+    positionally: :func:`by_name` names them) take this cfg rank's half of ``batched``
+    (:func:`keep_half`) and return the whole batch's output (:func:`gather_halves` on the first
+    element of a tuple output, or on ``.sample``)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext, batched: Sequence[str]) -> None:
         if ctx.cfg != 2:
@@ -96,10 +112,7 @@ class CfgParallel:
         self._handles = []
 
     def _split(self, module, args, kwargs):
-        if args:
-            raise ValueError(f"CFG parallel reads {type(module).__name__}'s arguments by name; it was called with "
-                             f"{len(args)} positional argument(s)")
-        return args, keep_half(kwargs, self.batched, self.ctx)
+        return (), keep_half(by_name(module, args, kwargs), self.batched, self.ctx)
 
     def _gather(self, module, args, output):
         if isinstance(output, (tuple, list)):

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from sporch.orchestrator.models.families import require_family
+from sporch.orchestrator.models.families import config_class, require_family
 from sporch.runtime.parallel import ParallelContext
 
 from ..keymaps import load_checkpoint
@@ -74,7 +74,7 @@ def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dty
     device = torch.device(device)
     folder = transformer_folder(path)
     config = read_config(folder)
-    model = _meta_model(diffusers_class(str(config.get("_class_name") or "")), config, dtype)
+    model = _meta_model(diffusers_class(config_class(config)), config, dtype)
     buffers = _buffers(model)
     shard_model(model, shard_mesh(ctx, mode, device), forward_method=None)
     model = model.to_empty(device=device)  # this rank's shard of every parameter (and empty buffers)

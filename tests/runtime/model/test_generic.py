@@ -51,13 +51,23 @@ CASES = [
     ("hunyuanvideo", "HunyuanVideoTransformer3DModel", {}, dict(ulysses=2, ring=2), (2, 3, 5), 7, 1),
     ("hunyuanvideo", "HunyuanVideoTransformer3DModel", dict(num_attention_heads=3), dict(dp=2, ulysses=2), (1, 3, 3),
      5, 1),
+    # PixArt-Sigma: image tokens split after the patch embedding, cross-attention to the whole text local
+    ("pixart", "PixArtTransformer2DModel", {}, dict(ulysses=4), (1, 4, 4), 8, 1),
+    ("pixart", "PixArtTransformer2DModel", {}, dict(ring=4), (1, 3, 3), 5, 2),
+    ("pixart", "PixArtTransformer2DModel", {}, dict(ulysses=2, ring=2), (1, 3, 5), 7, 1),
+    ("pixart", "PixArtTransformer2DModel", dict(num_attention_heads=3, cross_attention_dim=24), dict(dp=2, ulysses=2),
+     (1, 3, 3), 5, 1),
+    ("pixart", "PixArtTransformer2DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
+    # PixArt-Alpha 1024's resolution / aspect-ratio conditions (added_cond_kwargs; a width 3 divides), 15 tokens, U4
+    ("pixart", "PixArtTransformer2DModel", dict(use_additional_conditions=True, attention_head_dim=6,
+                                                cross_attention_dim=24), dict(ulysses=4), (1, 3, 5), 6, 1),
 ]
 
 
 def label(case) -> str:
     fam, _, over, layout, grid, text, batch = case
     lay = "".join(f"{k[0].upper()}{v}" for k, v in layout.items())
-    heads = f"-{over['num_attention_heads']}heads" if over else ""
+    heads = f"-{over['num_attention_heads']}heads" if "num_attention_heads" in over else "-added-cond" if over else ""
     return f"{fam}-{lay}{heads}-{'x'.join(map(str, grid))}+{text}"
 
 

@@ -38,3 +38,26 @@ def test_each_cfg_rank_keeps_its_half_of_the_batched_arguments(rank):
 def test_a_call_that_is_not_two_cfg_halves_is_refused(call, needle):
     with pytest.raises(ValueError, match=needle):
         keep_half(call, BATCHED, SimpleNamespace(cfg_rank=0))
+
+
+class _Model(torch.nn.Module):
+    def forward(self, hidden_states, encoder_hidden_states=None, timestep=None, return_dict=True):
+        return hidden_states
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_call_passing_the_latents_positionally_is_split_by_name(rank):
+    """PixArtSigmaPipeline calls ``transformer(latents, encoder_hidden_states=..., ...)``: CfgParallel's
+    pre-hook names the positional arguments by the forward's signature and cuts them like keywords."""
+    from sporch.runtime.model.generic.cfg_parallel import CfgParallel
+
+    call = _call()
+    hook = CfgParallel(_Model(), SimpleNamespace(cfg=2, cfg_rank=rank), BATCHED)
+    args, mine = hook._split(hook.model, (call["hidden_states"], call["encoder_hidden_states"]),
+                             {"timestep": call["timestep"], "return_dict": False})
+    assert args == ()
+    assert torch.equal(mine["hidden_states"], call["hidden_states"][rank:rank + 1])
+    assert torch.equal(mine["encoder_hidden_states"], call["encoder_hidden_states"][rank:rank + 1])
+    assert mine["timestep"].shape == (1,) and mine["return_dict"] is False
+    with pytest.raises(ValueError, match="5 positional arguments; its forward names 4"):
+        hook._split(hook.model, (call["hidden_states"],) * 5, {})

@@ -32,7 +32,7 @@ def meta_parts(class_name: str, config: dict) -> dict[str, int]:
 def test_every_generic_preset_is_listed():
     names = {p.name for _, p in PRESETS}
     assert {"qwen-image", "ltx-video-2b", "ltx-video-13b", "sd3.5-large", "sd3.5-medium", "cogvideox-5b",
-            "hunyuanvideo"} <= names
+            "hunyuanvideo", "pixart-sigma-xl-2-512-ms", "pixart-sigma-xl-2-1024-ms", "pixart-sigma-xl-2-2k-ms"} <= names
     assert all(p.parameters is not None for _, p in PRESETS), "a generic preset without its counted parameters"
 
 
@@ -50,6 +50,33 @@ def test_a_preset_with_its_shape_changed_falls_back_to_the_formula():
     assert counted_parameters(model) is not None
     deeper = dataclasses.replace(model, depth=model.depth + 1)
     assert counted_parameters(deeper) is None
+
+
+def test_a_published_pixart_sigma_folder_naming_transformer2dmodel_plans_as_its_preset(tmp_path):
+    """The published PixArt-Sigma transformer/config.json names diffusers' older ``Transformer2DModel``
+    (``norm_type: ada_norm_single``), which diffusers' loader builds as ``PixArtTransformer2DModel``:
+    sporch plans the folder as that class (family pixart, the preset's parameters) and its loader
+    builds it, where it was refused as an unsupported class."""
+    import json
+
+    from sporch.orchestrator.models.families import config_class, get_family
+    from sporch.runtime.model.generic import load_diffusers, random_diffusers
+    from sporch.runtime.model.generic.families import family_module
+
+    fam = get_family("pixart")
+    preset = fam.presets[0]
+    where = tmp_path / "published" / "transformer"
+    where.mkdir(parents=True)
+    (where / "config.json").write_text(json.dumps({"_class_name": "Transformer2DModel", **preset.config}))
+    model = resolve_model(ModelSpec(weights=str(tmp_path / "published")))
+    assert (model.family, model.diffusers_class) == ("pixart", "PixArtTransformer2DModel")
+    assert counted_parameters(model) == preset.parameters
+    assert config_class({"_class_name": "Transformer2DModel", "norm_type": "ada_norm_zero"}) == "Transformer2DModel"
+    tiny = tmp_path / "tiny" / "transformer"
+    random_diffusers("PixArtTransformer2DModel", family_module("pixart").TINY, seed=1).save_pretrained(str(tiny))
+    config = json.loads((tiny / "config.json").read_text())
+    (tiny / "config.json").write_text(json.dumps({**config, "_class_name": "Transformer2DModel"}))
+    assert type(load_diffusers(str(tmp_path / "tiny"))).__name__ == "PixArtTransformer2DModel"
 
 
 def test_a_published_checkpoint_folder_counts_as_its_preset(tmp_path):
@@ -106,6 +133,12 @@ OTHER_SHAPES = {
         {"num_layers": 4, "num_single_layers": 8, "num_refiner_layers": 1, "num_attention_heads": 16,
          "attention_head_dim": 64, "text_embed_dim": 2048, "pooled_projection_dim": 768, "guidance_embeds": False,
          "rope_axes_dim": [16, 24, 24]}],
+    "pixart": [  # PixArt-Alpha 1024 (sample_size 128: resolution / aspect-ratio embeddings), affine norms, no bias
+        {"num_layers": 2, "num_attention_heads": 3, "attention_head_dim": 8, "cross_attention_dim": 24,
+         "caption_channels": 12, "in_channels": 4, "out_channels": None, "sample_size": 128, "patch_size": 2,
+         "norm_elementwise_affine": True, "attention_bias": False},
+        {"num_layers": 12, "num_attention_heads": 16, "attention_head_dim": 64, "cross_attention_dim": 1024,
+         "caption_channels": 4096, "in_channels": 4, "out_channels": 8, "sample_size": 64, "patch_size": 2}],
 }
 SHAPES = [(fam, i, config) for fam in FAMILIES if fam.count_parameters is not None
           for i, config in enumerate(OTHER_SHAPES[fam.name])]

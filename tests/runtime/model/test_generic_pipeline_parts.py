@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 
-from sporch.orchestrator.models.families import cogvideox, hunyuanvideo, ltx, qwenimage, sd3  # noqa: E402
+from sporch.orchestrator.models.families import cogvideox, hunyuanvideo, ltx, pixart, qwenimage, sd3  # noqa: E402
 
 
 def count(module) -> int:
@@ -46,6 +46,10 @@ QWEN25_VL_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers
 SD3_VAE = dict(in_channels=3, out_channels=3, latent_channels=16, block_out_channels=[128, 256, 512, 512],
                down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
                layers_per_block=2, use_quant_conv=False, use_post_quant_conv=False, sample_size=1024)
+#: huggingface.co/PixArt-alpha/PixArt-Sigma-XL-2-1024-MS vae/config.json (the SDXL VAE: 4 latent channels)
+PIXART_SIGMA_VAE = dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=[128, 256, 512, 512],
+                        down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+                        layers_per_block=2, norm_num_groups=32, sample_size=512, scaling_factor=0.13025)
 LTX_091_VAE = dict(timestep_conditioning=True, decoder_causal=False)
 LTX_095_VAE = dict(block_out_channels=(128, 256, 512, 512), decoder_block_out_channels=(256, 512, 1024),
                    layers_per_block=(4, 6, 6, 2, 2), decoder_layers_per_block=(5, 5, 5, 5),
@@ -69,6 +73,7 @@ CASES = {
     "hunyuanvideo": (hunyuanvideo.PARTS, [("LlamaModel", transformers, LLAVA_LLAMA3_8B),
                                           ("CLIPTextModel", transformers, CLIP_L)],
                      ("AutoencoderKLHunyuanVideo", diffusers, {})),
+    "pixart-sigma": (pixart.PARTS, [T5], ("AutoencoderKL", diffusers, PIXART_SIGMA_VAE)),
 }
 
 

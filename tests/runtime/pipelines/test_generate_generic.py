@@ -6,11 +6,12 @@ with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U
 12 image + 333 text tokens make uneven chunks; LTX-Video's 7-token prompt padded to 128 with a mask
 that drops the padding's keys puts every kept text key on the first rank's chunk), and the decoded
 frames are compared with ``QwenImagePipeline`` / ``StableDiffusion3Pipeline`` / ``CogVideoXPipeline``
-/ ``LTXPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
+/ ``LTXPipeline`` / ``HunyuanVideoPipeline`` / ``PixArtSigmaPipeline`` loaded from the same folder, same prompt, seed and guidance, float32, within
 test_generate's FRAME_TOL (1e-4).
 
 ``parallel.cfg=2`` (cfg 2 x U2, the same 4-rank world) for the families whose pipeline batches
-both CFG passes into one transformer call (SD3, CogVideoX, LTX-Video): each rank's transformer
+both CFG passes into one transformer call (SD3, CogVideoX, LTX-Video, PixArt-Sigma, whose pipeline
+passes the latents positionally and has only diffusers' older step callback): each rank's transformer
 computes one row of the [uncond, cond] batch, the halves are gathered over the cfg group, and the
 frames still equal the pipeline's; the families' ``pipeline_cfg_batched`` is checked against their
 pipelines' source.
@@ -46,7 +47,7 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 FRAME_TOL = 1e-4  # as test_generate.py: 1/40 of an 8-bit level
-FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo")
+FAMILIES = ("qwen-image", "sd3", "cogvideox", "ltx-video", "hunyuanvideo", "pixart")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
@@ -55,7 +56,7 @@ WORKLOAD = dict(kind="generate", prompt=PROMPT, negative_prompt=NEGATIVE, height
 U2R2 = {"ulysses": 2, "ring": 2}
 CFG2U2 = {"cfg": 2, "ulysses": 2, "ring": 1}
 #: the families whose pipeline batches [uncond, cond] into one transformer call (parallel.cfg=2 runs)
-CFG_FAMILIES = ("sd3", "cogvideox", "ltx-video")
+CFG_FAMILIES = ("sd3", "cogvideox", "ltx-video", "pixart")
 #: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
 FRAMES = {"cogvideox": 9, "ltx-video": 9, "hunyuanvideo": 9}
 #: guidance-distilled families: guidance_scale is embedded, no negative prompt
@@ -147,6 +148,8 @@ def _reference(pipe, seed: int = SEED, guidance: float = GUIDANCE, steps: int = 
         kw.update(num_frames=FRAMES["ltx-video"])
     if name == "HunyuanVideoPipeline":  # embedded guidance, no negative prompt
         kw.update(num_frames=FRAMES["hunyuanvideo"])
+    if name == "PixArtSigmaPipeline":  # the size asked for (its default bins it to the nearest trained aspect ratio)
+        kw.update(use_resolution_binning=False)
     h, w = SIZE["ltx-video"] if name == "LTXPipeline" else _size("")
     if "prompt_embeds" not in call:
         kw.update({"prompt": PROMPT, **({} if name == "HunyuanVideoPipeline" else {"negative_prompt": NEGATIVE})})

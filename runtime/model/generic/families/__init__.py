@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import cogvideox, flux, hunyuanvideo, ltx, qwenimage, sd3, wan
+from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
 
 _BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3,
                                    "cogvideox": cogvideox,
-                                   "hunyuanvideo": hunyuanvideo}
+                                   "hunyuanvideo": hunyuanvideo, "pixart": pixart}
 
 
 def family_module(name: str) -> ModuleType:
