@@ -41,7 +41,9 @@ A USR2 stop is agreed over the replica at a step boundary (the pipeline's step c
 step file (:mod:`.resume`'s format) lets the requeued run resume the prompt from that step through
 the same pipeline call (:mod:`.generic_resume`: the finished steps' transformer calls skipped, the
 latents and scheduler state put back at the boundary), where the folder's scheduler is one checked
-exact; otherwise the prompt restarts.
+exact; otherwise the prompt restarts. A prompt an earlier run of the same plan finished (its file
+written and recorded, :class:`.generic_resume.FinishedPrompts`) is not denoised again: its recorded
+result row is listed (``reused_outputs``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from sporch.runtime.model.sharded import replica_rows
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 
-from .generic_resume import SkipTransformer, resume_refusal
+from .generic_resume import FinishedPrompts, SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
 from .params import GenerateParams, generate_params
@@ -246,6 +248,17 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
+    # prompts an earlier run of this plan finished (output written and recorded): not denoised again
+    finished = FinishedPrompts(output_dir, plan_key(plan))
+    reused = finished.agreed(ctx, {i: Path(output_dir) / output_name(i, spec.prompts[i], spec.output_format)
+                                   for i in mine})
+    out["reused_outputs"] = sorted(reused)
+    if reused:
+        say(ctx, f"{len(reused)} prompt(s) already written by an earlier run of this job: not denoised again")
+    if len(reused) == len(mine):  # nothing left: neither the pipeline nor the encoders are loaded
+        out.update(outputs=[reused[i] for i in mine] if leader else [], denoised_prompts=0, step_ms=[], resumed={},
+                   roles=[], peak_memory_bytes=peak_memory_bytes(device))
+        return out
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
@@ -260,13 +273,13 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
     head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps)
     step_cache: list[dict[str, Any]] = []
-    prompts = [spec.prompts[i] for i in mine]
+    prompts = [spec.prompts[i] for i in mine if i not in reused]
 
     def encode_all():
         with stages("encode"), torch.no_grad():
             return [encode(pipe, spec, family, p, text_device) for p in prompts]
 
-    embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
+    embeds = iter(share_from_leader(ctx, encode_all, "encoding the prompts"))  # in the order of ``prompts``
     if leader:  # the text encoders are done: freed before the transformer runs (placement leader/cpu)
         for name in list(pipe.components):
             if _is_text_part(name):
@@ -281,6 +294,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         say(ctx, f"a requeued prompt restarts its denoising: {refusal}")
     resumed: dict[str, int] = {}
     for k, index in enumerate(mine):
+        if index in reused:  # its row as the run that wrote it recorded it
+            if leader:
+                outputs.append(reused[index])
+            continue
         cache_now: dict[str, Any] = {}
         if head_hook is not None:
             _reset_step_cache(pipe.transformer)
@@ -328,7 +345,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                 clock["t"] = time.perf_counter()
 
         kw = {**pipeline_arguments(spec, family, seed),
-              **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds[k].items()}}
+              **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in next(embeds).items()}}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
             with torch.no_grad(), attached, skip if done else contextlib.nullcontext():
@@ -358,6 +375,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         outputs.append({"index": index, "prompt": spec.prompts[index], "seed": seed, "file": path.name,
                         "path": str(path), "format": spec.output_format, "frames": int(f), "height": int(h),
                         "width": int(w)})
+        finished.record(outputs[-1], path)  # after the file: a requeued run skips this prompt
         say(ctx, f"wrote {path}")
         if frames_sink is not None:
             frames_sink(index, frames[0])
@@ -370,6 +388,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=outputs, resumed=resumed, stages=stages.record(steps=len(step_ms)),
                encode_s=stages.seconds("encode"),
-               denoised_prompts=len(mine), parameters=sum(p.numel() for p in pipe.transformer.parameters()),
+               denoised_prompts=len(mine) - len(reused),
+               parameters=sum(p.numel() for p in pipe.transformer.parameters()),
                peak_memory_bytes=peak_memory_bytes(device))
     return out

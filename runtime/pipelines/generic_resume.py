@@ -17,15 +17,32 @@ latents and the scheduler object: :data:`RESUMABLE_SCHEDULERS` lists the schedul
 ``CogVideoXDPMScheduler`` carries ``old_pred_original_sample`` in a local variable of its loop that
 no callback sees, and the step cache (``workload.cache``) keeps residuals in its hooks: for those
 :func:`resume_refusal` says why, no step files are written and a requeued prompt restarts.
+
+A prompt the job already finished is not denoised again (:class:`FinishedPrompts`): once the
+leader has written a prompt's PNG/MP4 it records the result row with the file's SHA-256 and the
+run's :func:`~.resume.plan_key` (``checkpoint/generate_done.<index>.json``); a later run of the
+same plan into the same folder (a requeue, the job run again) skips every prompt whose record
+matches and whose file is still the one recorded, agreed over the replica by its leader, and
+lists the recorded row in its result as if it had written it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
 
 import torch
 
-__all__ = ["RESUMABLE_SCHEDULERS", "resume_refusal", "SkipTransformer"]
+from sporch.orchestrator.contract.job_files import JobFiles
+from sporch.orchestrator.safe_files import NotAFileError, read_regular, write_atomic
+from sporch.runtime.parallel import ParallelContext
+
+from .replica import share_from_leader
+
+__all__ = ["RESUMABLE_SCHEDULERS", "resume_refusal", "SkipTransformer", "FinishedPrompts"]
 
 #: Scheduler classes whose whole step state is the scheduler object's plain attributes and whose
 #: pipelines (Qwen-Image, SD3, CogVideoX, LTX-Video, HunyuanVideo) carry nothing else between
@@ -89,3 +106,47 @@ class SkipTransformer:
 
     def __exit__(self, *exc) -> None:
         self.detach()
+
+
+class FinishedPrompts:
+    """The prompts of this job whose output an earlier run wrote: one record per prompt,
+    ``checkpoint/generate_done.<index>.json`` (written by the replica's leader after the output
+    file, atomically): the run's key (:func:`~.resume.plan_key`), the output file's SHA-256 and
+    the result row. A record counts only for the same key, the same file name and an unchanged
+    file: another plan, a deleted or replaced output denoises the prompt again."""
+
+    def __init__(self, output_dir: str | os.PathLike, key: str) -> None:
+        self.folder = Path(JobFiles(str(output_dir)).checkpoint)
+        self.key = key
+
+    def _path(self, index: int) -> Path:
+        return self.folder / f"generate_done.{index:05d}.json"
+
+    def record(self, row: Mapping[str, Any], output: Path) -> None:
+        """Prompt ``row["index"]`` is finished: its output ``output`` is written (leader)."""
+        doc = {"key": self.key, "sha256": _digest(output), "row": dict(row)}
+        write_atomic(self._path(int(row["index"])), json.dumps(doc, indent=1, sort_keys=True) + "\n", fsync=False)
+
+    def row(self, index: int, output: Path) -> dict[str, Any] | None:
+        """The recorded result row of prompt ``index`` (its path the one given) when an earlier
+        run of this plan finished it and ``output`` is still the file it wrote; else None."""
+        try:
+            doc = json.loads(read_regular(self._path(index)))
+            row = doc["row"]
+            ok = (doc.get("key") == self.key and row.get("index") == index and row.get("file") == output.name
+                  and doc.get("sha256") == _digest(output))
+        except (OSError, NotAFileError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # none, unreadable or another format: the prompt is denoised
+        return {**row, "path": str(output)} if ok else None
+
+    def agreed(self, ctx: ParallelContext | None, outputs: Mapping[int, Path]) -> dict[int, dict[str, Any]]:
+        """{index: recorded row} of the prompts ``outputs`` ({index: its output file}) that are
+        finished, as the replica's leader reads them, on every rank of the replica (collective)."""
+        def read() -> dict[int, dict[str, Any]]:
+            rows = {i: self.row(i, path) for i, path in outputs.items()}
+            return {i: r for i, r in rows.items() if r is not None}
+        return share_from_leader(ctx, read, "reading the finished prompts' records")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(read_regular(path)).hexdigest()
