@@ -97,22 +97,7 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         seq_len=seq_len,
         distilled=(model.preset or "this model") if model.distilled else None,
         split=sequence_split(model)[0],
-        cfg_unsplit=cfg_unsplit(model, job.workload),
     )
-
-
-def cfg_unsplit(model: sections.ModelSection, w: WorkloadSpec) -> Optional[str]:
-    """Why ``parallel.cfg=2`` cannot split this job's two CFG passes, or None where it can: the
-    generic generate runs the family's diffusers pipeline as it is, so it splits them only where
-    that pipeline batches both into one transformer call (``Family.pipeline_cfg_batched``)."""
-    if w.kind != "generate" or not model.diffusers_class or not model.family:
-        return None
-    fam = get_family(model.family)
-    if not fam.pipeline_class or fam.pipeline_cfg_batched:
-        return None
-    return (f"generate on {model.diffusers_class} (family {fam.name}, the generic path) runs {fam.pipeline_class}, "
-            "which calls the transformer twice per step for CFG (conditional, then unconditional), so there is "
-            "no batch of both passes to split over the cfg ranks")
 
 
 def resolve_job_model(job: JobSpec) -> sections.ModelSection:
