@@ -42,7 +42,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import get_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -322,8 +322,10 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     choices = generic_placements(get_family(model.family)) if model.diffusers_class else None
-    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
-                                      experts=model.experts > 1, choices=choices)
+    # the generic generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
+    two_calls = generate and bool(model.diffusers_class) and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS
+    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, cfg_lockstep=not two_calls,
+                                      generate=generate, experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)
     check_attention_precision(job, layout)
     est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),

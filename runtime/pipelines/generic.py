@@ -163,16 +163,22 @@ def _frames(out, video: bool) -> np.ndarray:
     return np.asarray(out.images, dtype=np.float32)[:, None]
 
 
-def _cfg_split(family: Family, ctx: ParallelContext | None) -> PipelineCfg | None:
+def _cfg_split(family: Family, ctx: ParallelContext | None, shard_weights: str) -> PipelineCfg | None:
     """How ``parallel.cfg=2`` splits the two CFG passes (the family's ``pipeline_cfg``: one batched
-    call, or two calls), None without a cfg group; a family whose pipeline applies no CFG
-    (guidance-distilled) is refused at plan time (a hand-edited plan gets one line here)."""
+    call, or two calls), None without a cfg group. Refused at plan time, and here in one line for a
+    hand-edited plan: a family whose pipeline applies no CFG (guidance-distilled), and parameters
+    sharded over the world (``shard_weights``) with the two calls split (the cfg ranks' forwards, and
+    so their FSDP gathers, do not run together)."""
     if ctx is None or ctx.cfg == 1:
         return None
     if family.pipeline_cfg is PipelineCfg.NONE:
         raise ValueError(f"parallel.cfg={ctx.cfg} is not built for generate on family {family.name}: "
                          f"{family.pipeline_class} runs one transformer pass per step (no CFG to split); plan with "
                          "parallel.cfg=1")
+    if family.pipeline_cfg is PipelineCfg.TWO_CALLS and shard_weights == "world":
+        raise ValueError(f"parallel.shard_weights=world with parallel.cfg={ctx.cfg} is not built for generate on family "
+                         f"{family.name}: its two CFG calls per step run one on each cfg rank; plan with "
+                         "parallel.shard_weights=sequence")
     return family.pipeline_cfg
 
 
@@ -219,7 +225,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     class_name = family.pipeline_class
     if not class_name:  # the planner refuses this; a hand-edited plan gets one line
         raise ValueError(f"family {family.name} has no generic generate pipeline")
-    split = _cfg_split(family, ctx)
+    split = _cfg_split(family, ctx, plan.placement.shard_weights)
     tiled = _tiled_decode(family, plan.placement.vae)
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)

@@ -86,3 +86,41 @@ def test_auto_considers_cfg2_for_a_two_call_pipeline(tmp_path):
     assert cfgs(QWEN, GENERATE, text_len=5) == {1, 2}
     assert cfgs(SD3, GENERATE, text_len=5) == {1, 2}
     assert cfgs(HUNYUAN, DISTILLED) == {1}
+
+
+def test_world_sharding_is_refused_where_the_two_calls_are_split(tmp_path):
+    """With Qwen-Image's two CFG calls split over cfg 2 the cfg ranks' forwards (and their FSDP2
+    gathers) do not run together: ``shard_weights: world`` is refused in one line, ``sequence``
+    (each cfg rank's own sequence group) is planned; SD3's batched call keeps ``world``."""
+    qwen = {"weights": str(folder(tmp_path, QWEN)), "text_len": 5}
+    with pytest.raises(SporchError, match="parallel.shard_weights=world needs every rank to run the same forwards, "
+                                          "but with parallel.cfg=2 this pipeline's two CFG calls per step run one on "
+                                          "each cfg rank.*use parallel.shard_weights=sequence") as exc:
+        plan(qwen, GENERATE, parallel={**CFG2U2, "shard_weights": "world"})
+    assert "\n" not in str(exc.value)
+    p = plan(qwen, GENERATE, parallel={**CFG2U2, "shard_weights": "sequence"})
+    assert (p.placement.shard_weights, p.placement.shard_degree, p.layout.cfg) == ("sequence", 2, 2)
+    sd3 = plan({"weights": str(folder(tmp_path, SD3)), "text_len": 7}, GENERATE,
+               parallel={**CFG2U2, "shard_weights": "world"})
+    assert (sd3.placement.shard_weights, sd3.placement.shard_degree) == ("world", 4)
+
+
+def test_auto_never_shards_over_the_world_where_the_two_calls_are_split(tmp_path):
+    """``auto`` where only a world-wide shard fits (degree 4 on cfg 2 x U2): taken for a batched
+    pipeline, not where the two calls are split (the sequence group's shard, the least memory)."""
+    from sporch.orchestrator.contract.plan import Layout
+    from sporch.orchestrator.plan.placement import choose_placement
+
+    base = plan({"weights": str(folder(tmp_path, QWEN)), "text_len": 5}, GENERATE, parallel=CFG2U2).estimates
+
+    def estimate(degree, text, vae, experts):
+        gib = 100.0 / degree
+        return dataclasses.replace(base, memory=dataclasses.replace(
+            base.memory, fits=degree >= 4, memory_bytes_per_gpu=int(gib * 1024**3), memory_gib_per_gpu=gib))
+
+    modes = {"shard_weights": "auto", "text_encoder": "leader", "vae": "leader", "experts": "resident"}
+    layout = Layout(dp=1, cfg=2, ring=1, ulysses=2)
+    batched, _ = choose_placement(modes, layout, estimate, lockstep=False, generate=True)
+    split, _ = choose_placement(modes, layout, estimate, lockstep=False, cfg_lockstep=False, generate=True)
+    assert (batched.shard_weights, batched.shard_degree) == ("world", 4)
+    assert (split.shard_weights, split.shard_degree) == ("sequence", 2)
