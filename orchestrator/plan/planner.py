@@ -323,7 +323,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     choices = generic_placements(get_family(model.family)) if model.diffusers_class else None
     # the generic generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
-    two_calls = generate and bool(model.diffusers_class) and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS
+    two_calls = (generate and bool(model.diffusers_class)
+                 and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS)
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, cfg_lockstep=not two_calls,
                                       generate=generate, experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)

@@ -63,6 +63,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
+from sporch.runtime.model.cache.decision import REDUCED_OVER
 from sporch.runtime.model.generic.cache import apply_step_cache
 from sporch.runtime.model.generic.cfg_parallel import CfgParallel
 from sporch.runtime.model.generic.cfg_two_calls import CfgTwoCalls, share_over_cfg
@@ -176,8 +177,8 @@ def _cfg_split(family: Family, ctx: ParallelContext | None, shard_weights: str) 
                          f"{family.pipeline_class} runs one transformer pass per step (no CFG to split); plan with "
                          "parallel.cfg=1")
     if family.pipeline_cfg is PipelineCfg.TWO_CALLS and shard_weights == "world":
-        raise ValueError(f"parallel.shard_weights=world with parallel.cfg={ctx.cfg} is not built for generate on family "
-                         f"{family.name}: its two CFG calls per step run one on each cfg rank; plan with "
+        raise ValueError(f"parallel.shard_weights=world with parallel.cfg={ctx.cfg} is not built for generate on "
+                         f"family {family.name}: its two CFG calls per step run one on each cfg rank; plan with "
                          "parallel.shard_weights=sequence")
     return family.pipeline_cfg
 
@@ -252,7 +253,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     # With the two calls split each cfg rank computes one context: agreed over its sequence group only
     two_calls = split is PipelineCfg.TWO_CALLS
     head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps,
-                                 **({"groups": ("sequence",)} if two_calls else {}))
+                                 groups=("sequence",) if two_calls else REDUCED_OVER)
     step_cache: list[dict[str, Any]] = []
     prompts = [spec.prompts[i] for i in mine]
 

@@ -652,8 +652,8 @@ def test_the_two_call_source_check_can_fail():
     uncond_call = 'if do_true_cfg:\n                    with self.transformer.cache_context("uncond"):'
     cond_end = ")[0]\n\n                if do_true_cfg:"
     assert _two_call_problem(src) is None and uncond_call in src and cond_end in src
-    swapped = src.replace('cache_context("cond")', "<cond>").replace('cache_context("uncond")', 'cache_context("cond")') \
-        .replace("<cond>", 'cache_context("uncond")')
+    cond, uncond = 'cache_context("cond")', 'cache_context("uncond")'
+    swapped = src.replace(cond, "<cond>").replace(uncond, cond).replace("<cond>", uncond)
     read_early = src.replace(uncond_call, "noise_pred = noise_pred.float()\n                " + uncond_call)
     copied = src.replace(cond_end, ")[0].clone()\n\n                if do_true_cfg:")
     problems = [_two_call_problem(s) for s in (swapped, read_early, copied)]
