@@ -69,14 +69,12 @@ def _as_output(prediction: torch.Tensor, return_dict: bool) -> Any:
 class CfgTwoCalls:
     """While entered, the transformer's ``"cond"`` calls run on cfg rank 0 and its ``"uncond"``
     calls on cfg rank 1, each pair's predictions exchanged at the end of the second call (module
-    docstring). ``passes``: the calls this rank computed; ``calls``: every call it saw."""
+    docstring)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext) -> None:
         if ctx.cfg != 2:
             raise ValueError(f"CfgTwoCalls runs the two CFG calls on a cfg group of 2; this context has cfg {ctx.cfg}")
         self.model, self.ctx = model, ctx
-        self.passes = 0
-        self.calls = 0
         self._cond: torch.Tensor | None = None  # this step's "cond" prediction (or placeholder) until "uncond"
         self._attached = False
 
@@ -126,7 +124,6 @@ class CfgTwoCalls:
 
     # -- one transformer call ----------------------------------------------------------------
     def _call(self, module, states, forward: Callable[..., Any], args, kwargs) -> Any:
-        self.calls += 1
         name = self._context_name(module, states)
         if args or "hidden_states" not in kwargs:
             raise ValueError(f"CFG parallel over two calls reads {type(module).__name__}'s arguments by name; it was "
@@ -140,7 +137,6 @@ class CfgTwoCalls:
                                  "parallel.cfg=1")
             if me == computes:
                 out = forward(*args, **kwargs)
-                self.passes += 1
                 self._cond = _prediction(out)
                 return out
             self._cond = torch.full_like(kwargs["hidden_states"], float("nan"))
@@ -151,12 +147,10 @@ class CfgTwoCalls:
         cond, self._cond = self._cond, None
         if me == computes:
             out = forward(*args, **kwargs)
-            self.passes += 1
-            mine = _prediction(out)
-            parts = self._exchange(mine, placeholder=cond)
+            parts = self._exchange(_prediction(out), like=cond)
             cond.copy_(parts[0])
             return out
-        parts = self._exchange(cond, placeholder=torch.empty_like(kwargs["hidden_states"]))
+        parts = self._exchange(cond, like=kwargs["hidden_states"])
         return _as_output(parts[1], return_dict)
 
     @staticmethod
@@ -170,15 +164,15 @@ class CfgTwoCalls:
                              f"pipeline's cache_context(\"cond\") or (\"uncond\"); this call's context is {name!r}")
         return name
 
-    def _exchange(self, mine: torch.Tensor, placeholder: torch.Tensor) -> list[torch.Tensor]:
+    def _exchange(self, mine: torch.Tensor, like: torch.Tensor) -> list[torch.Tensor]:
         """[cond, uncond]: this rank's computed prediction and the other cfg rank's, all-gathered
-        in cfg-rank order; ``placeholder`` (what the other rank's prediction replaces) must have
-        its shape and dtype (checked on both ranks alike before the collective)."""
-        if (mine.shape, mine.dtype) != (placeholder.shape, placeholder.dtype):
+        in cfg-rank order. ``like``: the other call's placeholder or hidden states, whose shape and
+        dtype the placeholders have; the prediction must have them too (checked on both ranks alike
+        before the collective)."""
+        if (mine.shape, mine.dtype) != (like.shape, like.dtype):
             raise ValueError(f"CFG parallel over two calls: the transformer's prediction {tuple(mine.shape)} "
-                             f"{mine.dtype} is not shaped like its hidden_states {tuple(placeholder.shape)} "
-                             f"{placeholder.dtype}, which the other cfg rank's placeholder was; plan with "
-                             "parallel.cfg=1")
+                             f"{mine.dtype} is not shaped like its hidden_states {tuple(like.shape)} {like.dtype}, "
+                             "as the other cfg rank's placeholder is; plan with parallel.cfg=1")
         mine = mine.contiguous()
         parts = [torch.empty_like(mine) for _ in range(2)]
         with self.ctx.guard(), self.ctx.collective("cfg_gather", "cfg", kind="all_gather"):
