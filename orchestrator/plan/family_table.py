@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from sporch.orchestrator.contract.vocab import (CACHE_METHODS, TEXT_ENCODER_PLACEMENTS, VAE_PLACEMENTS,
                                                WORKLOAD_KINDS)
 from sporch.orchestrator.models import PRESETS, preset_family
-from sporch.orchestrator.models.families import FAMILIES, Family
+from sporch.orchestrator.models.families import FAMILIES, Family, PipelineCfg
 
 from .generic_checks import GENERIC_WORKLOADS, generic_placements
 
@@ -49,11 +49,11 @@ def _presets(family: Family) -> tuple[str, ...]:
 
 
 def _cfg(family: Family, hand_built: bool) -> str:
-    """``parallel.cfg`` values generate runs: "1/2" (cfg 2: one CFG pass per cfg rank), "1" (the
-    pipeline calls the transformer once per pass: nothing to split), "none" (guidance-distilled)."""
+    """``parallel.cfg`` values generate runs: "1/2" (cfg 2: one CFG pass per cfg rank, however the
+    pipeline applies CFG, ``Family.pipeline_cfg``), "none" (guidance-distilled)."""
     if not family.cfg:
         return "none"
-    return "1/2" if hand_built or family.pipeline_cfg_batched else "1"
+    return "1/2" if hand_built or family.pipeline_cfg is not PipelineCfg.NONE else "1"
 
 
 def _row(family: Family) -> FamilyRow:

@@ -52,7 +52,8 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
     is refused in one line each."""
     w, p = job.workload, job.pipeline
-    # parallel.cfg=2: refused by the layout check where the family's pipeline does not batch CFG (cfg_unsplit)
+    # parallel.cfg=2 runs however the pipeline applies CFG (Family.pipeline_cfg: batched or two_calls); one that
+    # applies none belongs to a guidance-distilled family, whose cfg 2 the layout check's distilled rule refuses
     for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas), ("workload.scheduler", w.scheduler),
                        ("workload.image", w.image)):
         if value is not None:

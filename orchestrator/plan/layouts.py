@@ -40,9 +40,6 @@ class LayoutContext:
     seq_len: int
     distilled: Optional[str] = None  # the model's name when it is guidance-distilled (no CFG branch)
     split: str = "padded"  # how the sequence is cut (vocab.SEQUENCE_SPLITS; plan.sequence.split)
-    #: why this job's two CFG passes cannot be split over ``parallel.cfg=2`` although CFG runs
-    #: (the generic generate of a family whose pipeline calls the transformer once per pass); None: they can
-    cfg_unsplit: Optional[str] = None
 
     @property
     def world_size(self) -> int:
@@ -101,8 +98,6 @@ def check_errors(ctx: LayoutContext, lay: Layout) -> list[str]:
             "cfg 2 needs classifier-free guidance, but workload.guidance_scale <= 1 (CFG off); "
             "set workload.guidance_scale > 1 or parallel.cfg=1"
         )
-    elif lay.cfg == 2 and ctx.cfg_unsplit:
-        errs.append(f"cfg 2: {ctx.cfg_unsplit}; set parallel.cfg=1")
     if ctx.batch % lay.dp:
         errs.append(
             f"dp {lay.dp} does not divide the global batch {ctx.batch}; "

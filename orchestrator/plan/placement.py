@@ -51,7 +51,7 @@ def shard_degree(mode: str, layout: Layout) -> int:
 
 
 def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: EstimateFor, *,
-                     lockstep: bool = True, generate: bool = False, experts: bool = False,
+                     lockstep: bool = True, cfg_lockstep: bool = True, generate: bool = False, experts: bool = False,
                      choices: Optional[Mapping[str, tuple[str, ...]]] = None) -> tuple[PlacementSection, Estimates]:
     """(placement, its estimate) for the settings ``modes`` (shard_weights, text_encoder, vae,
     experts: an option or ``auto``) on ``layout``. ``generate``: the job has a text encoder and a
@@ -60,7 +60,10 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
 
     ``lockstep``: every dp replica runs the same number of forwards (benchmark, verify,
     inference; not generate, where replicas run their own prompts): ``world`` needs it, since
-    every rank takes part in every gather.
+    every rank takes part in every gather. ``cfg_lockstep``: the cfg ranks of a replica run each
+    forward together (False: a generic generate whose pipeline's two CFG calls per step run one on
+    each cfg rank, at different times, runtime/model/generic/cfg_two_calls.py): ``world`` needs that
+    too with ``parallel.cfg=2``.
 
     ``choices``: the only options ``auto`` may try for some keys (the generic path's generate runs
     its text encoders on the leader or its CPU and decodes on the leader, or in tiles where the family's
@@ -69,7 +72,12 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
         raise SporchError(f"parallel.shard_weights=world needs every rank to run the same forwards, but the "
                           f"{layout.dp} dp replicas of a generate job run their own prompts: use "
                           "parallel.shard_weights=sequence (or auto)")
-    options = {key: _options(key, modes.get(key, "auto"), layout, lockstep, generate, experts) for key in COST}
+    if modes["shard_weights"] == "world" and not cfg_lockstep and layout.cfg > 1:
+        raise SporchError("parallel.shard_weights=world needs every rank to run the same forwards, but with "
+                          f"parallel.cfg={layout.cfg} this pipeline's two CFG calls per step run one on each cfg rank, "
+                          "at different times: use parallel.shard_weights=sequence (or auto)")
+    world = (lockstep or layout.dp == 1) and (cfg_lockstep or layout.cfg == 1)
+    options = {key: _options(key, modes.get(key, "auto"), layout, world, generate, experts) for key in COST}
     for key, allowed in (choices or {}).items():
         options[key] = [o for o in options[key] if o in allowed] or options[key]
     combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
@@ -88,8 +96,9 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
     return _section(combo, layout, reason), est
 
 
-def _options(key: str, mode: str, layout: Layout, lockstep: bool, generate: bool, experts: bool) -> list[str]:
-    """The options ``auto`` may try for ``key`` (or the one the job names)."""
+def _options(key: str, mode: str, layout: Layout, world: bool, generate: bool, experts: bool) -> list[str]:
+    """The options ``auto`` may try for ``key`` (or the one the job names); ``world``: every rank
+    runs the same forwards together, so ``world`` sharding is among them."""
     if key == "experts":
         return (["resident", "offload"] if mode == "auto" else [mode]) if generate and experts else ["resident"]
     if key != "shard_weights" and not generate:
@@ -97,7 +106,7 @@ def _options(key: str, mode: str, layout: Layout, lockstep: bool, generate: bool
     if mode != "auto":
         return [mode]
     if key == "shard_weights":
-        modes = ["none", "sequence"] + (["world"] if lockstep or layout.dp == 1 else [])
+        modes = ["none", "sequence"] + (["world"] if world else [])
         out: list[str] = []
         for m in modes:  # a degree no bigger than the one before it adds nothing
             if not out or shard_degree(m, layout) > shard_degree(out[-1], layout):

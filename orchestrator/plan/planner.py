@@ -42,7 +42,7 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import get_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split, standin_family
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 
@@ -97,22 +97,7 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
         seq_len=seq_len,
         distilled=(model.preset or "this model") if model.distilled else None,
         split=sequence_split(model)[0],
-        cfg_unsplit=cfg_unsplit(model, job.workload),
     )
-
-
-def cfg_unsplit(model: sections.ModelSection, w: WorkloadSpec) -> Optional[str]:
-    """Why ``parallel.cfg=2`` cannot split this job's two CFG passes, or None where it can: the
-    generic generate runs the family's diffusers pipeline as it is, so it splits them only where
-    that pipeline batches both into one transformer call (``Family.pipeline_cfg_batched``)."""
-    if w.kind != "generate" or not model.diffusers_class or not model.family:
-        return None
-    fam = get_family(model.family)
-    if not fam.pipeline_class or fam.pipeline_cfg_batched:
-        return None
-    return (f"generate on {model.diffusers_class} (family {fam.name}, the generic path) runs {fam.pipeline_class}, "
-            "which calls the transformer twice per step for CFG (conditional, then unconditional), so there is "
-            "no batch of both passes to split over the cfg ranks")
 
 
 def resolve_job_model(job: JobSpec) -> sections.ModelSection:
@@ -337,8 +322,11 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
     choices = generic_placements(get_family(model.family)) if model.diffusers_class else None
-    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
-                                      experts=model.experts > 1, choices=choices)
+    # the generic generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
+    two_calls = (generate and bool(model.diffusers_class)
+                 and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS)
+    placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, cfg_lockstep=not two_calls,
+                                      generate=generate, experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)
     check_attention_precision(job, layout)
     est = dataclasses.replace(est, weights=dataclasses.replace(est.weights, shard_weights=placement.shard_weights),

@@ -12,12 +12,16 @@ prompt, every rank calls the pipeline with those embeddings while
 transformer call splits the tokens over the replica's sequence group at the split plan's modules,
 routes attention through USP and gathers the output, so the pipeline sees an unsharded model
 returning the whole output on every rank, and its scheduler steps, CFG and latent handling stay
-diffusers'. With ``parallel.cfg=2`` (planned only for a family whose pipeline batches both CFG
-passes into one transformer call, ``Family.pipeline_cfg_batched``: SD3, CogVideoX, LTX-Video)
-:class:`~sporch.runtime.model.generic.cfg_parallel.CfgParallel` is attached too: each cfg rank's
+diffusers'. With ``parallel.cfg=2`` the two CFG passes are split over the cfg group as the
+family's pipeline applies CFG (``Family.pipeline_cfg``): where it batches both passes into one
+transformer call (``batched``: SD3, CogVideoX, LTX-Video)
+:class:`~sporch.runtime.model.generic.cfg_parallel.CfgParallel` is attached: each cfg rank's
 transformer computes its half of that ``[uncond, cond]`` batch (the family module's ``BATCHED``
-arguments) on its sequence group and the halves are all-gathered over the cfg group, so every rank
-still gets the whole noise prediction and steps its scheduler identically.
+arguments) on its sequence group and the halves are all-gathered over the cfg group; where it calls
+the transformer twice per step (``two_calls``: Qwen-Image's true CFG, "cond" then "uncond")
+:class:`~sporch.runtime.model.generic.cfg_two_calls.CfgTwoCalls` is: cfg rank 0 computes the
+"cond" call, cfg rank 1 the "uncond" call, and the two predictions are exchanged at the end of the
+second. Either way every rank gets the whole noise prediction and steps its scheduler identically.
 
 Prompt ``i`` is denoised alone with ``torch.Generator().manual_seed(seed + i)`` (the noise diffusers'
 pipeline draws for that call). Only the leader decodes (``output_type="np"``: the pipeline's own VAE
@@ -33,7 +37,9 @@ transformer at load (:func:`load_pipeline`), its parameters sharded (``parallel.
 quantised (``model.quant``) as the plan places them, its blocks compiled by the caller's
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
 (fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
-decision is agreed over the replica; the pipelines open the cache contexts themselves.
+decision is agreed over the replica (over each cfg rank's sequence group where the two calls are
+split: each cfg rank's cache holds the one context it computes, and the records are shared over the
+cfg group after each prompt); the pipelines open the cache contexts themselves.
 
 A USR2 stop is agreed over the replica at a step boundary (the pipeline's step callback:
 ``callback_on_step_end``, or the older ``callback`` where a pipeline has only that,
@@ -57,13 +63,15 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from sporch.orchestrator.models.families import Family, get_family
+from sporch.orchestrator.models.families import Family, PipelineCfg, get_family
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes, sync
 from sporch.runtime.model import resolve_dtype
 from sporch.runtime.model.finite import check_output
+from sporch.runtime.model.cache.decision import REDUCED_OVER
 from sporch.runtime.model.generic.cache import apply_step_cache
 from sporch.runtime.model.generic.cfg_parallel import CfgParallel
+from sporch.runtime.model.generic.cfg_two_calls import CfgTwoCalls, share_over_cfg
 from sporch.runtime.model.generic.families import family_module
 from sporch.runtime.model.generic.placed import build_transformer
 from sporch.runtime.model.generic.plans import split_plan
@@ -184,16 +192,23 @@ def _frames(out, video: bool) -> np.ndarray:
     return np.asarray(out.images, dtype=np.float32)[:, None]
 
 
-def _cfg_batched(family: Family, ctx: ParallelContext | None) -> tuple[str, ...]:
-    """The transformer arguments CFG parallel splits (the family module's ``BATCHED``) under a
-    ``parallel.cfg=2`` context, () without one; a family whose pipeline calls the transformer once
-    per CFG pass is refused at plan time (a hand-edited plan gets one line here)."""
+def _cfg_split(family: Family, ctx: ParallelContext | None, shard_weights: str) -> PipelineCfg | None:
+    """How ``parallel.cfg=2`` splits the two CFG passes (the family's ``pipeline_cfg``: one batched
+    call, or two calls), None without a cfg group. Refused at plan time, and here in one line for a
+    hand-edited plan: a family whose pipeline applies no CFG (guidance-distilled), and parameters
+    sharded over the world (``shard_weights``) with the two calls split (the cfg ranks' forwards, and
+    so their FSDP gathers, do not run together)."""
     if ctx is None or ctx.cfg == 1:
-        return ()
-    if not family.pipeline_cfg_batched:
+        return None
+    if family.pipeline_cfg is PipelineCfg.NONE:
         raise ValueError(f"parallel.cfg={ctx.cfg} is not built for generate on family {family.name}: "
-                         f"{family.pipeline_class} calls the transformer once per CFG pass; plan with parallel.cfg=1")
-    return tuple(family_module(family.name).BATCHED)
+                         f"{family.pipeline_class} runs one transformer pass per step (no CFG to split); plan with "
+                         "parallel.cfg=1")
+    if family.pipeline_cfg is PipelineCfg.TWO_CALLS and shard_weights == "world":
+        raise ValueError(f"parallel.shard_weights=world with parallel.cfg={ctx.cfg} is not built for generate on "
+                         f"family {family.name}: its two CFG calls per step run one on each cfg rank; plan with "
+                         "parallel.shard_weights=sequence")
+    return family.pipeline_cfg
 
 
 def _tiled_decode(family: Family, vae: str) -> bool:
@@ -205,16 +220,19 @@ def _tiled_decode(family: Family, vae: str) -> bool:
                      "plan with pipeline.vae=leader" + (" or tiled" if family.vae_tiling else ""))
 
 
-def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family, batched: tuple[str, ...]):
+def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family, split: PipelineCfg | None):
     """The hooks that run ``transformer`` over ``ctx``: sequence-parallel over the sequence group
-    (a group of more than one rank), then (inside it) CFG-parallel over the cfg group where
-    ``batched`` names the arguments to split."""
+    (a group of more than one rank), then (inside it) CFG-parallel over the cfg group as ``split``
+    says: the family module's ``BATCHED`` arguments' rows (``batched``) or the two calls
+    (``two_calls``)."""
     with contextlib.ExitStack() as stack:
         if ctx is not None and ctx.sequence_size > 1:
             stack.enter_context(SequenceParallel(transformer, ctx, split_plan(type(transformer)),
                                                  local_attention=family.local_attention))
-        if batched:
-            stack.enter_context(CfgParallel(transformer, ctx, batched))
+        if split is PipelineCfg.BATCHED:
+            stack.enter_context(CfgParallel(transformer, ctx, tuple(family_module(family.name).BATCHED)))
+        elif split is PipelineCfg.TWO_CALLS:
+            stack.enter_context(CfgTwoCalls(transformer, ctx))
         return stack.pop_all()
 
 
@@ -236,7 +254,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     class_name = family.pipeline_class
     if not class_name:  # the planner refuses this; a hand-edited plan gets one line
         raise ValueError(f"family {family.name} has no generic generate pipeline")
-    batched = _cfg_batched(family, ctx)
+    split = _cfg_split(family, ctx, plan.placement.shard_weights)
     tiled = _tiled_decode(family, plan.placement.vae)
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)
@@ -270,8 +288,11 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
-    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
-    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps)
+    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt.
+    # With the two calls split each cfg rank computes one context: agreed over its sequence group only
+    two_calls = split is PipelineCfg.TWO_CALLS
+    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps,
+                                 groups=("sequence",) if two_calls else REDUCED_OVER)
     step_cache: list[dict[str, Any]] = []
     prompts = [spec.prompts[i] for i in mine if i not in reused]
 
@@ -319,7 +340,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             if i + 1 == done:  # the boundary: the saved step's scheduler state and latents
                 restore_scheduler(p.scheduler, saved["scheduler"], device)
                 skip.detach()
-                attached.enter_context(_attach(pipe.transformer, ctx, family, batched))
+                attached.enter_context(_attach(pipe.transformer, ctx, family, split))
                 clock["t"] = clock["last_step"] = time.perf_counter()
                 return {"latents": saved["x"].to(dtype=kwargs["latents"].dtype)}
             sync(device)
@@ -350,7 +371,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         try:
             with torch.no_grad(), attached, skip if done else contextlib.nullcontext():
                 if not done:
-                    attached.enter_context(_attach(pipe.transformer, ctx, family, batched))
+                    attached.enter_context(_attach(pipe.transformer, ctx, family, split))
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
                 result = pipe(**kw, output_type="np" if leader else "latent", **step_end_arguments(pipe, on_step))
@@ -360,7 +381,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             handle.remove()
         ckpt.finish(k)  # the prompt is denoised: its step files are not needed any more
         if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
-            step_cache.append({"index": index, **cache_now})
+            step_cache.append({"index": index, **(share_over_cfg(cache_now, ctx) if two_calls else cache_now)})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", clock["last_step"] - began)
         if not leader:

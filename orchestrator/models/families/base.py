@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
@@ -61,6 +62,28 @@ def qk_norm_parameters(kind: Optional[str], width: int) -> int:
             "layer_norm_across_heads": 2 * width}[kind]
 
 
+class PipelineCfg(str, Enum):
+    """How a family's diffusers pipeline (``Family.pipeline_class``) applies classifier-free
+    guidance as the generic generate calls it, i.e. what ``parallel.cfg=2`` has to split.
+
+    * ``BATCHED``: one transformer call per step on ``[uncond, cond]`` concatenated along the
+      batch (SD3, CogVideoX, LTX-Video): each cfg rank computes its half of the rows
+      (runtime/model/generic/cfg_parallel.py);
+    * ``TWO_CALLS``: true CFG, two transformer calls per step, the prompt's in
+      ``cache_context("cond")`` then the negative prompt's in ``cache_context("uncond")``, neither
+      output read before the second returns (Qwen-Image): cfg rank 0 computes the first, cfg rank 1
+      the second, and the two are exchanged (runtime/model/generic/cfg_two_calls.py);
+    * ``NONE``: one pass per step (guidance-distilled, ``Family.cfg`` False: HunyuanVideo's
+      embedded guidance), nothing to split.
+
+    tests/runtime/pipelines/test_generate_generic.py checks each family's value against its
+    pipeline's ``__call__`` source."""
+
+    BATCHED = "batched"
+    TWO_CALLS = "two_calls"
+    NONE = "none"
+
+
 @dataclass(frozen=True)
 class FamilyPreset:
     """A published checkpoint's transformer config (the keys of its config.json that set the
@@ -109,13 +132,11 @@ class Family:
     #: The generic path's generate (runtime/pipelines/generic.py): the diffusers pipeline class it
     #: runs around the sequence-parallel transformer (None: no generic generate for this family)
     pipeline_class: Optional[str] = None
-    #: How that pipeline runs classifier-free guidance: True when it batches both passes into one
-    #: transformer call per step ([uncond, cond] along the batch: SD3, CogVideoX, LTX-Video), which
-    #: ``parallel.cfg=2`` splits over the cfg group (runtime/model/generic/cfg_parallel.py); False
-    #: when it calls the transformer twice per step (true CFG: Qwen-Image, HunyuanVideo), so there is
-    #: no batch to split and the planner refuses ``parallel.cfg=2`` for its generate.
-    #: tests/runtime/pipelines/test_generate_generic.py checks it against the pipeline's source.
-    pipeline_cfg_batched: bool = False
+    #: How that pipeline applies classifier-free guidance (:class:`PipelineCfg`: one batched call,
+    #: two calls, or none), which decides how ``parallel.cfg=2`` splits its generate: the planner
+    #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
+    #: runtime/pipelines/generic.py attaches the matching hooks.
+    pipeline_cfg: PipelineCfg = PipelineCfg.NONE
     #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
     #: sizes (as the hand-built path's ``tiled``, runtime/pipelines/vae.py); the planner's tiled
@@ -144,6 +165,11 @@ class Family:
     #: ``vae_stride`` stands; a ValueError, one line, for strides out of range); None: the family's
     #: strides do not depend on the folder's VAE
     vae_stride_from: Optional[Callable[[Mapping[str, Any]], Optional[list]]] = None
+
+    def __post_init__(self) -> None:
+        if self.pipeline_class and (self.pipeline_cfg is PipelineCfg.NONE) == self.cfg:
+            raise ValueError(f"family {self.name}: pipeline_cfg {self.pipeline_cfg.value} with cfg {self.cfg}: a "
+                             "pipeline applies CFG (batched or two_calls) exactly when the family has a CFG branch")
 
     def split_plan_source(self, class_name: str) -> str:
         return "shipped table" if class_name in self.split_plans else "the class's _cp_plan"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, feed_forward, linear
+from .base import T5_XXL_ENCODER, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear
 from .plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
@@ -94,6 +94,6 @@ FAMILY = Family(
                           parameters=ParameterCount(5_552_300_544, 132_197_632, 17_982_528)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="CogVideoXPipeline", video=True, pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
-    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
+    pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLCogVideoX.enable_tiling: half the sample size (240 x 360 for CogVideoX-5b)
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .base import Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 from .plan_format import GatherOutput, SplitInput
 
 #: the key mask [B, 1, 1, video + text] the forward builds from ``encoder_attention_mask``
@@ -113,6 +113,6 @@ FAMILY = Family(
     cfg=False,  # guidance-distilled: the guidance scale is an embedded input
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="HunyuanVideoPipeline", video=True,
     pipeline_parts=pipeline_parts, count_parameters=count_parameters,
-    pipeline_cfg_batched=False,  # true CFG (true_cfg_scale): a cond and an uncond call per step
+    pipeline_cfg=PipelineCfg.NONE,  # guidance-distilled: sporch calls it with embedded guidance, one pass
     vae_tiling=True,  # AutoencoderKLHunyuanVideo.enable_tiling: 256 x 256-pixel tiles
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .base import T5_XXL_ENCODER, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -91,6 +91,6 @@ FAMILY = Family(
                           parameters=ParameterCount(12_889_423_872, 268_529_664, 153_145_472))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="LTXPipeline", video=True, pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
-    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
+    pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLLTXVideo.enable_tiling: 512 x 512-pixel tiles
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, feed_forward, linear
+from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the 2-D sin-cos position table), whole
@@ -134,6 +134,6 @@ FAMILY = Family(
                           parameters=ParameterCount(595_155_456, 21_255_552, 15_700_640))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="PixArtSigmaPipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
-    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
+    pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (512 for PixArt-Sigma's)
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
+from .base import Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {
@@ -77,6 +77,6 @@ FAMILY = Family(
                           parameters=ParameterCount(20_389_877_760, 339_831_296, 40_523_328)),),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="QwenImagePipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
-    pipeline_cfg_batched=False,  # true CFG: a cond and an uncond transformer call per step
+    pipeline_cfg=PipelineCfg.TWO_CALLS,  # true CFG: a "cond" then an "uncond" call per step, one per cfg rank
     vae_tiling=True,  # AutoencoderKLQwenImage.enable_tiling: 256 x 256-pixel tiles
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import T5_XXL_EMBEDDING, T5_XXL_LAYERS, T5_XXL_PARAMETERS, Family, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .base import T5_XXL_EMBEDDING, T5_XXL_LAYERS, T5_XXL_PARAMETERS, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
@@ -108,6 +108,6 @@ FAMILY = Family(
                           parameters=ParameterCount(2_223_694_976, 101_506_944, 19_476_544))),
     pipeline_folders=PIPELINE_FOLDERS, pipeline_class="StableDiffusion3Pipeline", pipeline_parts=pipeline_parts,
     count_parameters=count_parameters,
-    pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
+    pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (1024 for SD3.5's)
 )

@@ -26,11 +26,17 @@ from sporch.runtime.parallel import ParallelContext
 from .agreement import StepCacheDisagreement
 
 
-def reduced_sums(parts: torch.Tensor, ctx: ParallelContext | None) -> torch.Tensor:
-    """``parts`` (float64 sums on this rank) summed over the sequence and CFG groups."""
+#: the groups a replica's step-cache sums are reduced over: the sequence's chunks and the CFG rows
+REDUCED_OVER = ("sequence", "cfg")
+
+
+def reduced_sums(parts: torch.Tensor, ctx: ParallelContext | None,
+                 groups: tuple[str, ...] = REDUCED_OVER) -> torch.Tensor:
+    """``parts`` (float64 sums on this rank) summed over ``groups`` (the sequence and CFG groups;
+    the sequence group alone where the cfg ranks compute different calls)."""
     if ctx is None:
         return parts
-    for dim in ("sequence", "cfg"):
+    for dim in groups:
         if ctx.size(dim) > 1:
             with ctx.guard(), ctx.collective("step_cache", dim, kind="all_reduce"):
                 dist.all_reduce(parts, group=ctx.group(dim))
@@ -38,13 +44,13 @@ def reduced_sums(parts: torch.Tensor, ctx: ParallelContext | None) -> torch.Tens
 
 
 def relative_l1(now: torch.Tensor, before: torch.Tensor, valid: torch.Tensor,
-                ctx: ParallelContext | None) -> float:
+                ctx: ParallelContext | None, groups: tuple[str, ...] = REDUCED_OVER) -> float:
     """``sum|now - before| / sum|before|`` over the valid tokens ([B, N, D] tensors, ``valid``
-    a [N] bool mask), reduced over the groups (ctx=None: this process's tokens only)."""
+    a [N] bool mask), reduced over ``groups`` (ctx=None: this process's tokens only)."""
     m = valid.to(now.device)[None, :, None]
     diff = ((now.double() - before.double()).abs() * m).sum()
     base = (before.double().abs() * m).sum()
-    sums = reduced_sums(torch.stack([diff, base]), ctx)
+    sums = reduced_sums(torch.stack([diff, base]), ctx, groups)
     return float(sums[0] / sums[1]) if float(sums[1]) > 0 else float("inf")
 
 

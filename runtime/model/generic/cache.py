@@ -13,7 +13,10 @@ Under sequence parallelism each rank holds a chunk of the residual, so diffusers
 differ between ranks, and ranks that take different branches hang in the next collective. Here
 the two sums are all-reduced over the sequence and CFG groups (the hand-built path's
 ``cache.decision.relative_l1``, float64), so every rank of a replica takes the same branch, and
-it is the decision the unsharded model takes over all tokens and rows. On top of diffusers'
+it is the decision the unsharded model takes over all tokens and rows. Where the cfg ranks
+compute different calls (``groups=("sequence",)``: a pipeline's "cond" and "uncond" calls split
+over the cfg ranks, :mod:`.cfg_two_calls`) each cfg rank's cache sees one context only, and the
+sums are reduced over its sequence group: diffusers' decision for that context. On top of diffusers'
 rule, sporch's step policy (``cache.decision.StepPolicy``: the first ``warmup_steps`` and the
 last step computed, at most ``max_consecutive`` skips in a row) applies, as on the hand-built
 path; each step's change and branch are recorded (:meth:`StepCacheRecord.record`, result.json's
@@ -35,7 +38,7 @@ import torch
 from sporch.orchestrator.contract.sections import CacheSection
 from sporch.runtime.parallel import ParallelContext
 
-from ..cache.decision import StepPolicy, relative_l1
+from ..cache.decision import REDUCED_OVER, StepPolicy, relative_l1
 
 __all__ = ["GENERIC_CACHE_METHODS", "StepCacheRecord", "apply_step_cache"]
 
@@ -72,9 +75,10 @@ def _head_hook_class():
         """diffusers' head-block hook whose decision is reduced over the replica's ranks and
         follows sporch's step policy (module docstring)."""
 
-        def __init__(self, state_manager, threshold: float, ctx: ParallelContext | None, policy: StepPolicy) -> None:
+        def __init__(self, state_manager, threshold: float, ctx: ParallelContext | None, policy: StepPolicy,
+                     groups: tuple[str, ...] = REDUCED_OVER) -> None:
             super().__init__(state_manager, threshold)
-            self.ctx, self.policy = ctx, policy
+            self.ctx, self.policy, self.groups = ctx, policy, groups
             self.records: dict[str, StepCacheRecord] = {}
 
         def reset_state(self, module):
@@ -89,7 +93,7 @@ def _head_hook_class():
             if state.head_block_residual is not None and state.tail_block_residuals is not None:
                 r = hidden_states_residual
                 valid = torch.ones(r.shape[1], dtype=torch.bool)  # the generic split pads nothing
-                change = relative_l1(r, state.head_block_residual, valid, self.ctx)
+                change = relative_l1(r, state.head_block_residual, valid, self.ctx, self.groups)
             skip = change <= self.threshold and self.policy.may_skip(rec.step, rec.run_of_skips)
             rec.note(skip, change)
             return not skip
@@ -98,9 +102,10 @@ def _head_hook_class():
 
 
 def apply_step_cache(model: torch.nn.Module, section: CacheSection | None, ctx: ParallelContext | None, *,
-                     num_steps: int):
+                     num_steps: int, groups: tuple[str, ...] = REDUCED_OVER):
     """Apply ``workload.cache`` (method fbcache) to ``model``; returns the head-block hook (its
-    ``records``: one :class:`StepCacheRecord` per cache context), or None for method none."""
+    ``records``: one :class:`StepCacheRecord` per cache context), or None for method none.
+    ``groups``: the context's groups the skip decision is agreed over (module docstring)."""
     if section is None or section.method == "none":
         return None
     if section.method not in GENERIC_CACHE_METHODS:
@@ -121,6 +126,6 @@ def apply_step_cache(model: torch.nn.Module, section: CacheSection | None, ctx: 
     registry.remove_hook(_FBC_LEADER_BLOCK_HOOK)
     policy = StepPolicy(num_steps=num_steps, threshold=threshold, warmup_steps=int(section.warmup_steps),
                         max_consecutive=int(section.max_consecutive))
-    ours = _head_hook_class()(theirs.state_manager, threshold, ctx, policy)
+    ours = _head_hook_class()(theirs.state_manager, threshold, ctx, policy, groups)
     registry.register_hook(ours, _FBC_LEADER_BLOCK_HOOK)
     return ours

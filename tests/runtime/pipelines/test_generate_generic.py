@@ -13,8 +13,11 @@ test_generate's FRAME_TOL (1e-4).
 both CFG passes into one transformer call (SD3, CogVideoX, LTX-Video, PixArt-Sigma, whose pipeline
 passes the latents positionally and has only diffusers' older step callback): each rank's transformer
 computes one row of the [uncond, cond] batch, the halves are gathered over the cfg group, and the
-frames still equal the pipeline's; the families' ``pipeline_cfg_batched`` is checked against their
-pipelines' source.
+frames still equal the pipeline's; and for Qwen-Image, whose pipeline calls the transformer twice
+per step ("cond", then "uncond"): each cfg rank computes one of the two calls (one pass per step,
+counted at its first block), the predictions are exchanged, and the frames equal the pipeline's,
+with fbcache too. The families' ``pipeline_cfg`` is checked against their pipelines' source (for
+two calls: the loop's shape that makes the split exact).
 
 The options the generic generate applies: ``model.lora`` (a PEFT-format adapter merged into the
 Qwen-Image transformer at load, against diffusers' pipeline with ``load_lora_weights`` +
@@ -57,6 +60,9 @@ U2R2 = {"ulysses": 2, "ring": 2}
 CFG2U2 = {"cfg": 2, "ulysses": 2, "ring": 1}
 #: the families whose pipeline batches [uncond, cond] into one transformer call (parallel.cfg=2 runs)
 CFG_FAMILIES = ("sd3", "cogvideox", "ltx-video", "pixart")
+#: the family whose pipeline calls the transformer twice per step for CFG ("cond", then "uncond"):
+#: parallel.cfg=2 computes one of the two calls on each cfg rank and exchanges the predictions
+TWO_CALL_FAMILY = "qwen-image"
 #: a video family's frames (9: 3 latent frames of CogVideoX, 2 of LTX-Video)
 FRAMES = {"cogvideox": 9, "ltx-video": 9, "hunyuanvideo": 9}
 #: guidance-distilled families: guidance_scale is embedded, no negative prompt
@@ -229,13 +235,15 @@ def _graphs() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
-def _rows_seen(rows: list):
+def _rows_seen(rows: list, passes: list):
     """A ``compile_model`` stand-in (it is handed the pipeline's transformer once, before the
     denoising): records the batch rows of every transformer call as the model receives them (after
-    CFG parallel's pre-hook, which goes first), compiles nothing."""
+    CFG parallel's pre-hook, which goes first) and each pass that runs the transformer's blocks (its
+    first block's pre-hook: a call computed on the other cfg rank runs none here), compiles nothing."""
     def attach(model):
         model.register_forward_pre_hook(lambda m, args, kw: rows.append(int(kw["hidden_states"].shape[0])),
                                         with_kwargs=True)
+        model.transformer_blocks[0].register_forward_pre_hook(lambda m, args: passes.append(1))
 
     return attach
 
@@ -257,13 +265,13 @@ def _world(cases, wrong: tuple[str, ...]):
     for name, plan_json, folder in cases:
         plan = Plan.from_json(plan_json)
         ctx = ParallelContext.from_plan(plan)
-        frames, rows = {}, []
+        frames, rows, passes = {}, [], []
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
-        seam = _eager_compile if plan.workload.compile else _rows_seen(rows) if plan.layout.cfg == 2 else None
+        seam = _eager_compile if plan.workload.compile else _rows_seen(rows, passes) if plan.layout.cfg == 2 else None
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
                                frames_sink=lambda i, f: frames.__setitem__(i, f), compile_model=seam)
-        out[name] = {**metrics, "frames": frames, "graphs": _graphs(), "rows": rows}
+        out[name] = {**metrics, "frames": frames, "graphs": _graphs(), "rows": rows, "passes": len(passes)}
         if name in wrong:
             spec, cls, cpu = generate_params(plan), plan_pipeline(plan), torch.device("cpu")
             fam = get_family(plan.model.family)
@@ -295,7 +303,9 @@ def four_ranks(folders):
                        ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE)),
                        ("sharded", _plan(SHARD_FAMILY, folders[SHARD_FAMILY], {**U2R2, "shard_weights": "world"})),
                        *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES),
-                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE))):
+                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE)),
+                       ("cfg2 two-call", _plan(TWO_CALL_FAMILY, folders[TWO_CALL_FAMILY], CFG2U2)),
+                       ("cfg2 two-call cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], CFG2U2, **CACHE))):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -528,8 +538,9 @@ def test_cfg2_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
 
 
 def test_cfg2_comparison_can_fail(pipes, references):
-    """The two CFG halves swapped (the gather in the wrong order) or guidance off move the frames
-    of the batched-CFG pipelines far beyond the tolerance."""
+    """The two CFG halves swapped (the gather in the wrong order; for Qwen-Image the two calls'
+    predictions exchanged the wrong way round) or guidance off move the frames far beyond the
+    tolerance."""
     def swap(module, args, output):  # noise_pred's [uncond, cond] rows exchanged
         return (torch.cat(output[0].chunk(2)[::-1]), *output[1:])
 
@@ -540,28 +551,156 @@ def test_cfg2_comparison_can_fail(pipes, references):
             swapped[fam] = float(np.nan_to_num(np.abs(_reference(pipes[fam]) - references[fam]), nan=1.0).max())
         finally:
             handle.remove()
+    held: list = []
+
+    def exchange_swapped(module, args, output):  # Qwen-Image's "cond" / "uncond" predictions exchanged
+        if not held:
+            held.append(output[0])
+            return output
+        cond = held.pop()
+        was = cond.clone()
+        cond.copy_(output[0])
+        return (was, *output[1:])
+
+    handle = pipes[TWO_CALL_FAMILY].transformer.register_forward_hook(exchange_swapped)
+    try:
+        swapped[TWO_CALL_FAMILY] = float(np.abs(_reference(pipes[TWO_CALL_FAMILY]) - references[TWO_CALL_FAMILY]).max())
+    finally:
+        handle.remove()
     no_cfg = float(np.abs(_reference(pipes["ltx-video"], guidance=1.0) - references["ltx-video"]).max())
     print(f"cfg halves swapped {swapped}, LTX-Video without CFG {no_cfg:.3g}")
     assert min(*swapped.values(), no_cfg) > 100 * FRAME_TOL
 
 
-def test_pipeline_cfg_batched_is_the_pipelines_own_cfg():
-    """``Family.pipeline_cfg_batched`` (what the planner reads to plan or refuse parallel.cfg=2)
-    against each family's diffusers pipeline call: True where it concatenates the latents of both
-    passes into one batch, False where it calls the transformer in a "cond" and an "uncond" cache
-    context (true CFG)."""
+def _two_call_problem(src: str) -> str | None:
+    """Why a pipeline ``__call__``'s source (``src``) is not one that CFG parallel over two calls
+    (runtime/model/generic/cfg_two_calls.py) runs exactly, or None: its denoising loop calls the
+    transformer exactly twice, first inside ``cache_context("cond")`` then inside
+    ``cache_context("uncond")``, each call's output (or its ``[0]``) bound as it is to a name (cfg rank
+    1's "cond" placeholder is filled in place later, so a copy would keep the placeholder), and the
+    "cond" prediction is not read before the "uncond" call has returned (so neither the second
+    call's inputs nor anything else sees the placeholder)."""
+    import ast
+    import textwrap
+
+    def transformer_calls(node) -> list:
+        return [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "transformer"]
+
+    def context(node) -> str | None:
+        for item in node.items if isinstance(node, ast.With) else ():
+            c = item.context_expr
+            if isinstance(c, ast.Call) and getattr(c.func, "attr", None) == "cache_context" and c.args:
+                return getattr(c.args[0], "value", None)
+        return None
+
+    loops = [n for n in ast.walk(ast.parse(textwrap.dedent(src))) if isinstance(n, ast.For) and transformer_calls(n)]
+    if len(loops) != 1:
+        return f"{len(loops)} loops call the transformer"
+    (loop,) = loops
+    if len(transformer_calls(loop)) != 2:
+        return f"{len(transformer_calls(loop))} transformer calls per step, not 2"
+    withs = {context(n): n for n in ast.walk(loop) if context(n)}
+    if set(withs) != {"cond", "uncond"}:
+        return f"cache contexts {sorted(withs)}, not cond and uncond"
+    cond, uncond = withs["cond"], withs["uncond"]
+    if cond.end_lineno >= uncond.lineno:
+        return "the uncond call comes before the cond call returns"
+    for name, w in (("cond", cond), ("uncond", uncond)):
+        (stmt, *more) = w.body
+        value = getattr(stmt, "value", None)
+        bare = value.value if isinstance(value, ast.Subscript) and getattr(value.slice, "value", None) == 0 else value
+        if more or not isinstance(stmt, ast.Assign) or not isinstance(stmt.targets[0], ast.Name) \
+                or bare not in transformer_calls(stmt):
+            return f"the {name} context does not bind the transformer's output as it is to a name"
+    first = cond.body[0].targets[0].id
+    early = sorted(n.lineno for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id == first
+                   and isinstance(n.ctx, ast.Load) and n.lineno <= uncond.end_lineno)
+    if early:
+        return f"{first} (the cond prediction) is read before the uncond call returns"
+    return None
+
+
+def test_pipeline_cfg_is_the_pipelines_own_cfg():
+    """``Family.pipeline_cfg`` (what the planner reads to plan parallel.cfg=2 and the runtime to
+    split it) against each family's diffusers pipeline call: ``batched`` where it concatenates the
+    latents of both passes into one batch; ``two_calls`` where its loop has the shape CFG parallel
+    over two calls needs (:func:`_two_call_problem`: a future diffusers that reorders the calls or
+    reads the first prediction early fails here); ``none`` only for a guidance-distilled family."""
     import inspect
 
     import diffusers
 
-    from sporch.orchestrator.models.families import FAMILIES
+    from sporch.orchestrator.models.families import FAMILIES, PipelineCfg
 
     for fam in (f for f in FAMILIES if f.pipeline_class):
         src = inspect.getsource(getattr(diffusers, fam.pipeline_class).__call__)
         batched = "torch.cat([latents] * 2)" in src
-        per_pass = 'cache_context("uncond")' in src
-        assert batched != per_pass, fam.name
-        assert fam.pipeline_cfg_batched == batched, (fam.name, fam.pipeline_class)
+        if fam.pipeline_cfg is PipelineCfg.BATCHED:
+            assert batched and 'cache_context("uncond")' not in src, fam.name
+        elif fam.pipeline_cfg is PipelineCfg.TWO_CALLS:
+            assert not batched and _two_call_problem(src) is None, (fam.name, _two_call_problem(src))
+        else:
+            assert not fam.cfg, fam.name
+
+
+def test_the_two_call_source_check_can_fail():
+    """QwenImagePipeline's loop with its calls' contexts swapped, the cond prediction read before
+    the uncond call, or copied as it is bound: each is refused by the source check."""
+    import inspect
+
+    from diffusers import QwenImagePipeline
+
+    src = inspect.getsource(QwenImagePipeline.__call__)
+    uncond_call = 'if do_true_cfg:\n                    with self.transformer.cache_context("uncond"):'
+    cond_end = ")[0]\n\n                if do_true_cfg:"
+    assert _two_call_problem(src) is None and uncond_call in src and cond_end in src
+    cond, uncond = 'cache_context("cond")', 'cache_context("uncond")'
+    swapped = src.replace(cond, "<cond>").replace(uncond, cond).replace("<cond>", uncond)
+    read_early = src.replace(uncond_call, "noise_pred = noise_pred.float()\n                " + uncond_call)
+    copied = src.replace(cond_end, ")[0].clone()\n\n                if do_true_cfg:")
+    problems = [_two_call_problem(s) for s in (swapped, read_early, copied)]
+    print(problems)
+    assert "before the cond call" in problems[0] and "read before the uncond call" in problems[1]
+    assert "does not bind the transformer's output as it is" in problems[2]
+
+
+def test_cfg2_two_calls_frames_equal_the_diffusers_pipeline(four_ranks, references):
+    """cfg 2 x U2 (4 gloo ranks) on Qwen-Image (true CFG, ``true_cfg_scale`` 4 with a negative
+    prompt): the leader's frames equal QwenImagePipeline's; the pipeline still calls every rank's
+    transformer twice per step, but each rank's blocks run once per step (one pass: its cfg rank's
+    call), the other call computed on the other cfg rank (without the split: two passes per step,
+    the same frames)."""
+    leader = four_ranks[0]["cfg2 two-call"]
+    err = float(np.abs(leader["frames"][0] - references[TWO_CALL_FAMILY][0]).max())
+    calls = [(len(rank["cfg2 two-call"]["rows"]), rank["cfg2 two-call"]["passes"]) for rank in four_ranks]
+    print(f"{TWO_CALL_FAMILY} cfg2xU2: max |frames - {leader['pipeline']}| = {err:.3g}; (transformer calls, passes) "
+          f"per rank over {STEPS} steps: {calls}")
+    assert err <= FRAME_TOL, err
+    assert calls == [(2 * STEPS, STEPS)] * 4, calls
+    assert len(leader["outputs"]) == 1 and leader["roles"] == ["text_encoder", "vae"]
+    for rank in four_ranks[1:]:
+        assert rank["cfg2 two-call"]["outputs"] == [] and len(rank["cfg2 two-call"]["step_ms"]) == STEPS
+
+
+def test_fbcache_with_two_call_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cache_reference, four_ranks):
+    """fbcache on cfg 2 x U2 (Qwen-Image, two calls): each cfg rank's cache holds the one context it
+    computes, its decision agreed over its sequence group: the steps computed per context are diffusers'
+    First Block Cache's, the frames its frames, and each context's measured changes that context's own
+    (those of the U2R2 run, which computes both on every rank; the two contexts' differ, so a decision
+    mixed over the cfg ranks would not match), on every rank (the records shared over the cfg group)."""
+    ref, ref_computed = cache_reference
+    err = float(np.abs(four_ranks[0]["cfg2 two-call cache"]["frames"][0] - ref[0]).max())
+    print(f"fbcache {CACHE_FAMILY} cfg2xU2 (two calls): diffusers computed {ref_computed}, max |frames - diffusers| "
+          f"{err:.3g}")
+    for rank in four_ranks:
+        (rec,) = rank["cfg2 two-call cache"]["step_cache"]
+        (whole,) = rank["cache"]["step_cache"]
+        assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
+        for name in ref_computed:
+            np.testing.assert_allclose(rec[name]["changes"][1:], whole[name]["changes"][1:], rtol=1e-5)
+    assert max(abs(c - u) for c, u in zip(whole["cond"]["changes"][1:], whole["uncond"]["changes"][1:])) > 1e-3
+    assert err <= FRAME_TOL, err
 
 
 def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg_cache_reference, four_ranks):

@@ -7,8 +7,8 @@ calls per step, norm rescaling), LTX-Video (FlowMatchEuler; both CFG passes batc
 packed video latents) and CogVideoX (CogVideoXDDIMScheduler; batched CFG). A stand-in for the launcher's Progress answers "stop" after step k; the run raises
 RequeueRequested and keeps its step files; the next run in the same folder resumes: its
 transformer blocks run only for the steps left (counted), its frames equal the uninterrupted
-run's. Then the same on 2 gloo ranks, Qwen-Image on U2 and SD3.5 on cfg 2, where the sequence- and
-CFG-parallel hooks are attached only at the boundary step. CogVideoX with CogVideoXDPMScheduler (its pipeline keeps
+run's. Then the same on 2 gloo ranks, Qwen-Image on U2, SD3.5 on cfg 2 and Qwen-Image on cfg 2 (its
+two calls split), where the sequence- and CFG-parallel hooks are attached only at the boundary step. CogVideoX with CogVideoXDPMScheduler (its pipeline keeps
 ``old_pred_original_sample`` outside the scheduler) writes no step files and restarts.
 """
 
@@ -199,12 +199,13 @@ def _two_ranks(cases: list, out: str):
 
 
 #: 2-rank cases: (name, family, parallel, transformer calls per step on each rank)
-TWO_RANKS = (("U2", "qwen-image", {"ulysses": 2}, 2), ("cfg2", "sd3", {"cfg": 2}, 1))
+TWO_RANKS = (("U2", "qwen-image", {"ulysses": 2}, 2), ("cfg2", "sd3", {"cfg": 2}, 1),
+             ("cfg2 two calls", "qwen-image", {"cfg": 2}, 1))
 
 
 def test_two_ranks_stop_is_agreed_and_the_resume_is_exact(folders, tmp_path):
-    """2 gloo ranks: Qwen-Image on U2 and SD3.5 on cfg 2 (each rank one half of the batched CFG
-    call); only rank 1 gets USR2, both stop after the same step and keep their files; the resumed
+    """2 gloo ranks: Qwen-Image on U2, SD3.5 on cfg 2 (each rank one half of the batched CFG
+    call) and Qwen-Image on cfg 2 (each rank one of the step's two calls); only rank 1 gets USR2, both stop after the same step and keep their files; the resumed
     run (the sequence- / CFG-parallel hooks attached at the boundary step) gives the uninterrupted
     2-rank run's frames on the leader, and skipped the finished steps on both ranks."""
     cases = [(name, _plan(fam, folders[fam], gpus=2, **par).to_json()) for name, fam, par, _ in TWO_RANKS]
