@@ -85,4 +85,9 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
-        check_generic_generate(job, what, layout, get_family(model.family))
+        family = get_family(model.family)
+        why = family.generate_refusal(model.diffusers_config or {}) if family.generate_refusal else None
+        if why:
+            raise SporchError(f"workload.kind generate is not built for {what}: {why}; use workload.kind verify "
+                              "or benchmark")
+        check_generic_generate(job, what, layout, family)

@@ -125,3 +125,24 @@ def test_auto_never_shards_over_the_world_where_the_two_calls_are_split(tmp_path
     split, _ = choose_placement(modes, layout, estimate, lockstep=False, cfg_lockstep=False, generate=True)
     assert (batched.shard_weights, batched.shard_degree) == ("world", 4)
     assert (split.shard_weights, split.shard_degree) == ("sequence", 2)
+
+
+#: a PixArt transformer config (runtime/model/generic/families/pixart.py's TINY), PixArt-Alpha 1024's conditions on
+PIXART_ALPHA = {"_class_name": "PixArtTransformer2DModel", "num_attention_heads": 4, "attention_head_dim": 8,
+                "in_channels": 4, "out_channels": 8, "num_layers": 2, "cross_attention_dim": 32,
+                "caption_channels": 16, "sample_size": 128, "patch_size": 2, "norm_type": "ada_norm_single",
+                "num_embeds_ada_norm": 1000}
+
+
+def test_a_model_its_familys_pipeline_cannot_run_is_refused_for_generate(tmp_path):
+    """PixArt-Alpha 1024 (sample_size 128, use_additional_conditions unset: on) embeds resolution and
+    aspect ratio, which PixArtSigmaPipeline does not pass: generate is refused at plan time in one
+    line (``Family.generate_refusal``); verify plans; with the conditions off, generate plans."""
+    alpha = folder(tmp_path / "alpha", PIXART_ALPHA)
+    with pytest.raises(SporchError, match="use_additional_conditions.*PixArtSigmaPipeline does not pass") as e:
+        plan({"weights": str(alpha)}, GENERATE)
+    assert "\n" not in str(e.value)
+    assert plan({"weights": str(alpha)}, {**GENERATE, "kind": "verify", "prompt": None,
+                                          "negative_prompt": None}).model.family == "pixart"
+    sigma = folder(tmp_path / "sigma", {**PIXART_ALPHA, "use_additional_conditions": False})
+    assert plan({"weights": str(sigma)}, GENERATE).workload.kind == "generate"

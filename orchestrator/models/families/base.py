@@ -165,6 +165,10 @@ class Family:
     #: ``vae_stride`` stands; a ValueError, one line, for strides out of range); None: the family's
     #: strides do not depend on the folder's VAE
     vae_stride_from: Optional[Callable[[Mapping[str, Any]], Optional[list]]] = None
+    #: a config.json -> why the family's generic generate pipeline cannot run that model (one
+    #: line, the planner refuses generate with it), or None where it can; None: every config of
+    #: the family's classes runs in its pipeline
+    generate_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 
     def __post_init__(self) -> None:
         if self.pipeline_class and (self.pipeline_cfg is PipelineCfg.NONE) == self.cfg:

@@ -76,6 +76,14 @@ def additional_conditions(config: Mapping[str, Any]) -> bool:
     return bool(value) if value is not None else int(config.get("sample_size", 128)) == 128
 
 
+def generate_refusal(config: Mapping[str, Any]) -> Optional[str]:
+    """PixArtSigmaPipeline passes no resolution conditions, which PixArt-Alpha's 1024 px model needs."""
+    if additional_conditions(config):
+        return ("the model embeds resolution and aspect ratio (use_additional_conditions: PixArt-Alpha 1024), "
+                "which PixArtSigmaPipeline does not pass")
+    return None
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 16)), int(config.get("attention_head_dim", 72))
     hidden = heads * hd
@@ -136,4 +144,5 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (512 for PixArt-Sigma's)
+    generate_refusal=generate_refusal,
 )

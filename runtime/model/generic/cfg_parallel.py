@@ -45,23 +45,29 @@ def _rows(value: Any) -> int | None:
 
 def keep_half(kwargs: Mapping[str, Any], batched: Sequence[str], ctx: ParallelContext) -> dict[str, Any]:
     """``kwargs`` with each of ``batched`` given (not None) cut to this cfg rank's half of the
-    batch (``hidden_states``' rows); the rest as they are. Raises ValueError for an odd batch or a
+    batch (``hidden_states``' rows; a mapping argument: each of its entries); the rest as they are. Raises ValueError for an odd batch or a
     batched argument of another row count (the call is not two CFG passes of one batch)."""
     batch = _rows(kwargs.get("hidden_states"))
     if batch is None or batch % 2 or not batched:
         raise ValueError(f"CFG parallel needs a call whose batch holds both CFG passes (an even number of "
                          f"hidden_states rows) and the family's batched arguments; got batch {batch}")
     half, me = batch // 2, ctx.cfg_rank
-    out = dict(kwargs)
-    for name in batched:
-        value = kwargs.get(name)
+
+    def cut(name: str, value: Any) -> Any:
         if value is None:
-            continue
+            return None
+        if isinstance(value, Mapping):  # a dict of per-sample conditions (PixArt's added_cond_kwargs)
+            return {k: cut(f"{name}[{k!r}]", v) for k, v in value.items()}
         rows = _rows(value)
         if rows != batch:
             raise ValueError(f"CFG parallel: {name} has {rows} rows, not the batch's {batch}; cannot split it "
                              "over the cfg ranks")
-        out[name] = value[me * half:(me + 1) * half]
+        return value[me * half:(me + 1) * half]
+
+    out = dict(kwargs)
+    for name in batched:
+        if kwargs.get(name) is not None:
+            out[name] = cut(name, kwargs[name])
     return out
 
 

@@ -58,9 +58,10 @@ CASES = [
     ("pixart", "PixArtTransformer2DModel", dict(num_attention_heads=3, cross_attention_dim=24), dict(dp=2, ulysses=2),
      (1, 3, 3), 5, 1),
     ("pixart", "PixArtTransformer2DModel", {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
-    # PixArt-Alpha 1024's resolution / aspect-ratio conditions (added_cond_kwargs; a width 3 divides), 15 tokens, U4
+    # PixArt-Alpha 1024's resolution / aspect-ratio conditions (added_cond_kwargs, a dict CFG parallel cuts entry by
+    # entry; a width 3 divides), 15 tokens, cfg 2 x U2
     ("pixart", "PixArtTransformer2DModel", dict(use_additional_conditions=True, attention_head_dim=6,
-                                                cross_attention_dim=24), dict(ulysses=4), (1, 3, 5), 6, 1),
+                                                cross_attention_dim=24), dict(cfg=2, ulysses=2), (1, 3, 5), 6, 2),
 ]
 
 

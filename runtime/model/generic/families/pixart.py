@@ -19,9 +19,9 @@ TINY = dict(num_attention_heads=4, attention_head_dim=8, in_channels=4, out_chan
             num_embeds_ada_norm=1000, use_additional_conditions=False)
 
 #: forward arguments with one row per sample (CFG parallel splits the doubled batch by them);
-#: ``added_cond_kwargs`` is a dict (its tensors are not cut: PixArt-Alpha's conditions with cfg 2 are
-#: not supported, PixArt-Sigma passes None in it)
-BATCHED = ("hidden_states", "encoder_hidden_states", "timestep", "encoder_attention_mask")
+#: ``added_cond_kwargs`` is a dict whose tensors (PixArt-Alpha's resolution and aspect ratio) are cut
+#: entry by entry (PixArt-Sigma passes None in it)
+BATCHED = ("hidden_states", "encoder_hidden_states", "timestep", "encoder_attention_mask", "added_cond_kwargs")
 
 
 def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
