@@ -1,7 +1,8 @@
 """The cost model's leave-one-table-out validation on the published tables, and the shipped fit.
 
     python bench/published_validation.py [--write-fit]
-    python bench/published_validation.py [--error log] [--loss huber --delta 0.1] [--table-weight 1] [--ratios-only]
+    python bench/published_validation.py [--error log] [--loss huber --delta 0.1] [--table-weight 1]
+                                         [--ratios-only --scale-rounds 6]
 
 Prints, per published table (orchestrator/plan/data/published.yaml), the pairs measured more than
 10% apart that a fit to all the *other* tables orders rightly and the largest step-time ratio
@@ -40,15 +41,18 @@ def main() -> None:
     ap.add_argument("--table-weight", type=float, default=DEFAULT_CHOICE.table_weight,
                     help="weight each point 1 / (points of its table) ** this (1: every table weighs the same)")
     ap.add_argument("--ratios-only", action="store_true", help="every table lends only its ratios (a free scale each)")
+    ap.add_argument("--scale-rounds", type=int, default=DEFAULT_CHOICE.scale_rounds,
+                    help="rounds of the alternation between the fit and the tables' free scales")
     args = ap.parse_args()
-    if not args.delta > 0:
-        print(f"error: --delta must be > 0 (got {args.delta})", file=sys.stderr)
+    if not args.delta > 0 or args.scale_rounds < 1:
+        print(f"error: --delta must be > 0 and --scale-rounds >= 1 (got {args.delta}, {args.scale_rounds})",
+              file=sys.stderr)
         sys.exit(2)
     choice = FitChoice(objective=Objective(args.error, args.loss, args.delta), table_weight=args.table_weight,
-                       ratios_only=args.ratios_only)
+                       ratios_only=args.ratios_only, scale_rounds=args.scale_rounds)
     if args.write_fit and choice != DEFAULT_CHOICE:
         print("error: --write-fit writes the shipped objective's fit only; drop --error/--loss/--delta/"
-              "--table-weight/--ratios-only", file=sys.stderr)
+              "--table-weight/--ratios-only/--scale-rounds", file=sys.stderr)
         sys.exit(2)
     print(f"{'table':34s} {'gpu':8s} {'mode':9s} {'ordered':>8s} {'max ratio err':>14s}")
     scores = leave_one_table_out(choice=choice)
