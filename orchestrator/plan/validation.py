@@ -87,9 +87,9 @@ SCALE_ROUNDS = 3
 class FitChoice:
     """How the tables enter the shared fit: ``objective`` (calibration.Objective); ``table_weight``:
     each observation weighted 1 / (points of its table) ** table_weight (0: every point weighs the
-    same; 1: every table does);
-    ``ratios_only``: every table lends only its ratios (a free scale each, as ``absolute: false``
-    tables); ``scale_rounds``: rounds of the alternation with the free scales."""
+    same; 1: every table does); ``ratios_only``: every table lends only its ratios (a free scale
+    each, as ``absolute: false`` tables); ``scale_rounds``: rounds of the alternation with the free
+    scales."""
 
     objective: Objective = RELATIVE_L2
     table_weight: float = 0.0

@@ -10,16 +10,19 @@ import math
 import pytest
 
 from sporch.orchestrator.plan.calibration import RELATIVE_L2, Objective, SharedFit, fit_shared, predicted_s
-from sporch.orchestrator.plan.cost import SHARED_FIT
-from sporch.orchestrator.plan.validation import DEFAULT_CHOICE, _tables, table_weights
+from sporch.orchestrator.plan import published
+from sporch.orchestrator.plan.cost import SHARED_FIT, prior_constants
+from sporch.orchestrator.plan.validation import DEFAULT_CHOICE, table_weights
 
 CASES = ["hunyuanvideo-720p-h100", "flux-dev-1024-h100-compiled", "flux-dev-1024-h100-eager"]
 
 
 @pytest.fixture(scope="module")
 def points():
-    tables = _tables(CASES)
-    return [o for _, os, _ in tables for o in os], [b for _, os, b in tables for _ in os]
+    cases = [published.case(name) for name in CASES]
+    obs = [o for c in cases for o in published.observations(c)]
+    bases = [prior_constants(c["gpu"]["model"]) for c in cases for _ in published.observations(c)]
+    return obs, bases
 
 
 def _objective_value(fit, objective, obs, bases, scales=None, values=None, weights=None):
