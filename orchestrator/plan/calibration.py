@@ -42,6 +42,8 @@ from sporch.orchestrator.plan.cost import (
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6
 MAX_ITERATIONS = 50
+#: An iterative objective's fit has converged when no parameter moved by more than this (relative).
+CONVERGED = 1e-6
 #: Measured times the fit accepts (seconds): a step takes more than a nanosecond and less than a day.
 MIN_MEASURED_S = 1e-9
 MAX_MEASURED_S = 86400.0
@@ -276,24 +278,89 @@ class SharedFit:
         return out
 
 
+#: The losses :class:`Objective` knows.
+LOSSES = ("l2", "huber", "soft_l1", "l4")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What :func:`fit_shared` minimises: sum over observations of weight x rho(residual).
+
+    ``error``: "relative" (predicted / measured - 1, the fit's since issue 13) or "log"
+    (log(predicted / measured): over- and under-prediction by the same factor cost the same; solved
+    by Gauss-Newton steps, the prediction linearised at the current constants). ``loss``: "l2"
+    (r^2, least squares), "huber" (r^2 within ``delta``, linear past it), "soft_l1"
+    (2 delta^2 (sqrt(1 + (r / delta)^2) - 1): r^2 near 0, linear far out) or "l4" (r^4 / delta^2:
+    leans towards the largest error); the last three by iteratively reweighted least squares
+    inside the alternation."""
+
+    error: str = "relative"
+    loss: str = "l2"
+    delta: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.error not in ("relative", "log") or self.loss not in LOSSES or not self.delta > 0:
+            raise ValueError(f"objective: error relative or log, loss one of {', '.join(LOSSES)}, delta > 0 "
+                             f"(got {self.error}, {self.loss}, {self.delta})")
+
+    def residual(self, predicted: float, measured: float) -> float:
+        return math.log(predicted / measured) if self.error == "log" else predicted / measured - 1
+
+    def rho(self, r: float) -> float:
+        a, d = abs(r), self.delta
+        if self.loss == "huber":
+            return r * r if a <= d else 2 * d * a - d * d
+        if self.loss == "soft_l1":
+            return 2 * d * d * (math.sqrt(1 + (r / d) ** 2) - 1)
+        if self.loss == "l4":
+            return r ** 4 / (d * d)
+        return r * r
+
+    def irls_weight(self, r: float) -> float:
+        """rho'(r) / (2 r): the weight of the residual in the next least-squares step."""
+        a, d = abs(r), self.delta
+        if self.loss == "huber":
+            return 1.0 if a <= d else d / a
+        if self.loss == "soft_l1":
+            return 1.0 / math.sqrt(1 + (r / d) ** 2)
+        if self.loss == "l4":
+            return 2 * max(a, 1e-3) ** 2 / (d * d)
+        return 1.0
+
+    @property
+    def iterative(self) -> bool:
+        """Whether one step's solution moves the next step's system (beyond the regimes)."""
+        return self.error != "relative" or self.loss != "l2"
+
+
+#: The shared fit's objective: relative errors, least squares.
+RELATIVE_L2 = Objective()
+
+
 def fit_shared(observations: Sequence[Observation], bases: Sequence[Mapping[str, float]],
-               names: Iterable[str] = FITTED) -> SharedFit:
+               names: Iterable[str] = FITTED, *, weights: Optional[Sequence[float]] = None,
+               objective: Objective = RELATIVE_L2) -> SharedFit:
     """Fit ``names`` to ``observations``, the i-th timed on a GPU whose prior constants are
     ``bases[i]``: INVERSE constants (efficiencies) as one multiplier of every GPU's prior, the
-    others as one shared value (relative errors, as :func:`fit`; bounds: an efficiency reaches 1
-    on no GPU, costs >= 0)."""
+    others as one shared value (``objective``: relative errors, least squares, as :func:`fit`;
+    ``weights``: one per observation, default 1; bounds: an efficiency reaches 1 on no GPU,
+    costs >= 0)."""
     obs, bases = tuple(observations), [dict(b) for b in bases]
     if not obs or len(obs) != len(bases):
         raise SporchError("calibration: no measured points to fit")
+    w = [1.0] * len(obs) if weights is None else [float(x) for x in weights]
+    if len(w) != len(obs):
+        raise SporchError("calibration: one weight per measured point")
     wanted = [k for k in FITTED if k in set(names)]
     # The alternating fit enters a regime only where its current constants predict it: from a
     # host floor of 0 no eager layer is ever host-bound. So it also starts from HOST_STARTS and
-    # keeps the start whose fit has the smallest relative errors.
+    # keeps the start whose fit has the smallest objective.
     starts: list[dict[str, float]] = [{}]
     if "eager_layer_s" in wanted and any(not o.inputs.compiled for o in obs):
         starts += [{"eager_layer_s": v} for v in HOST_STARTS]
-    fits = [_fit_shared(obs, bases, wanted, start) for start in starts]
-    return min(fits, key=lambda f: sum((p / o.measured_s - 1) ** 2 for p, o in zip(f.predictions, obs)))
+    fits = [_fit_shared(obs, bases, wanted, start, objective, w) for start in starts]
+    return min(fits, key=lambda f: sum(wi * objective.rho(objective.residual(p, o.measured_s))
+                                       for wi, p, o in zip(w, f.predictions, obs)))
 
 
 #: Host floors per eager layer (seconds) the shared fit also starts from (see fit_shared).
@@ -310,7 +377,7 @@ def host_starts(obs: Sequence[Observation]) -> list[float]:
 
 
 def _fit_shared(obs: tuple[Observation, ...], bases: list[dict[str, float]], wanted: list[str],
-                start: Mapping[str, float]) -> SharedFit:
+                start: Mapping[str, float], objective: Objective, weights: list[float]) -> SharedFit:
     # the prior of a shared value: the median of the GPUs' priors
     prior_values = {k: sorted(b[k] for b in bases)[len(bases) // 2] for k in wanted if k not in INVERSE}
     scales = {k: 1.0 for k in wanted if k in INVERSE}
@@ -332,14 +399,18 @@ def _fit_shared(obs: tuple[Observation, ...], bases: list[dict[str, float]], wan
             f = features(o.inputs, c, o.level)
             rows.append({k: (f[k] / b[k] if k in INVERSE else f[k]) for k in FITTED if k in f})
         active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
-        par = {k: (1.0 / scales[k] if k in scales else values[k]) for k in active}
-        wrows = [{k: r[k] / o.measured_s for k in active} for r, o in zip(rows, obs)]
-        targets = []
-        for r, o, c, b in zip(rows, obs, cs, bases):
+        # each residual linearised at the current prediction p0: relative, (p - m) / m exactly;
+        # log, log(p0 / m) + (p - p0) / p0; times sqrt(weight x IRLS weight)
+        wrows, targets = [], []
+        for r, o, c, wi in zip(rows, obs, cs, weights):
+            p0 = predicted_s(o, c)
+            denom, offset = (p0, math.log(p0 / o.measured_s) - 1.0) if objective.error == "log" else (o.measured_s, -1.0)
+            sw = math.sqrt(wi * objective.irls_weight(objective.residual(p0, o.measured_s)))
             full = features(o.inputs, c, o.level)
             pc = parameters(c)
             rest = sum(full[k] * pc[k] for k in FITTED if k not in active) + unfitted_s(o.inputs, o.level)
-            targets.append(1.0 - rest / o.measured_s)
+            wrows.append({k: sw * r[k] / denom for k in active})
+            targets.append(sw * (-offset - rest / denom))
         prior = {k: (1.0 if k in INVERSE else prior_values[k]) for k in active}
         solved = _least_squares(wrows, targets, active, prior) if active else {}
         out = {}
@@ -355,13 +426,16 @@ def _fit_shared(obs: tuple[Observation, ...], bases: list[dict[str, float]], wan
                 held.add(k)
                 (scales if kind == "scale" else values)[k] = v
             continue
+        moved = 0.0
         for k, v in solved.items():
+            old = 1.0 / scales[k] if k in INVERSE else values[k]
+            moved = max(moved, abs(v - old) / max(abs(v), abs(old), 1e-12))
             if k in INVERSE:
                 scales[k] = 1.0 / v
             else:
                 values[k] = v
         now = [_regime(predict(o.inputs, consts_of(i))) for i, o in enumerate(obs)]
-        if now == regimes:
+        if now == regimes and (not objective.iterative or moved < CONVERGED):
             break
         regimes = now
     result = SharedFit(scales=scales, values=values, held=tuple(sorted(held)), observations=obs)

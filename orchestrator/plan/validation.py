@@ -26,11 +26,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Optional, Sequence
 
 from sporch.orchestrator.plan import published
-from sporch.orchestrator.plan.calibration import Observation, SharedFit, fit_shared, predicted_s
+from sporch.orchestrator.plan.calibration import RELATIVE_L2, Objective, Observation, SharedFit, fit_shared, predicted_s
 from sporch.orchestrator.plan.cost import SHARED_FIT, default_constants, gpu_entry, prior_constants
 
 #: Measured pairs closer than this (relative) are ties the model is not asked to order.
 ORDER_MARGIN = 0.10
+#: A held-out table reaches the goal when every pair is ordered and every ratio error is within this.
+GOAL_RATIO_ERROR = 0.20
 
 
 @dataclass(frozen=True)
@@ -81,39 +83,65 @@ def _tables(names: Optional[Iterable[str]] = None) -> list[tuple[dict[str, Any],
 SCALE_ROUNDS = 3
 
 
-def _fit(tables, names: Sequence[str]) -> SharedFit:
+@dataclass(frozen=True)
+class FitChoice:
+    """How the tables enter the shared fit: ``objective`` (calibration.Objective); ``table_weight``:
+    each observation weighted 1 / (points of its table) ** table_weight (0: every point weighs the
+    same; 1: every table does); ``ratios_only``: every table lends only its ratios (a free scale
+    each, as ``absolute: false`` tables); ``scale_rounds``: rounds of the alternation with the free
+    scales."""
+
+    objective: Objective = RELATIVE_L2
+    table_weight: float = 0.0
+    ratios_only: bool = False
+    scale_rounds: int = SCALE_ROUNDS
+
+
+#: The shipped choice (docs/plan.md, "Fourth pass": the objectives tried).
+DEFAULT_CHOICE = FitChoice()
+
+
+def table_weights(sizes: Sequence[int], power: float) -> list[float]:
+    """One weight per point of tables of ``sizes`` points: 1 / (points of its table) ** ``power``,
+    scaled to a mean of 1 (power 1: each table's points weigh as much in all as another's)."""
+    raw = [n ** -power for n in sizes for _ in range(n)]
+    return [x * len(raw) / sum(raw) for x in raw]
+
+
+def _fit(tables, names: Sequence[str], choice: FitChoice = DEFAULT_CHOICE) -> SharedFit:
     """One shared fit to ``tables``. A table marked ``absolute: false`` (its source leaves the step
     count or size unsaid) lends only its ratios: its times are divided by a free factor, the
-    geometric mean of measured / predicted, refitted in turn (SCALE_ROUNDS)."""
+    geometric mean of measured / predicted, refitted in turn (``choice.scale_rounds``)."""
     bases = [b for _, os, b in tables for _ in os]
+    weights = table_weights([len(os) for _, os, _ in tables], choice.table_weight) if choice.table_weight else None
     scale = {c["name"]: 1.0 for c, _, _ in tables}
-    free = [c["name"] for c, _, _ in tables if c.get("absolute") is False]
-    for _ in range(SCALE_ROUNDS if free else 1):
+    free = [c["name"] for c, _, _ in tables if choice.ratios_only or c.get("absolute") is False]
+    for _ in range(choice.scale_rounds if free else 1):
         obs = [replace(o, measured_s=o.measured_s / scale[c["name"]]) for c, os, _ in tables for o in os]
-        fitted = fit_shared(obs, bases, names)
+        fitted = fit_shared(obs, bases, names, weights=weights, objective=choice.objective)
         if not free:
             break
-        i = 0
         for c, os, base in tables:
             if c["name"] in free:
                 consts = fitted.constants(base)
                 logs = [math.log(o.measured_s / predicted_s(o, consts)) for o in os]
                 scale[c["name"]] = math.exp(sum(logs) / len(logs))
-            i += len(os)
     return fitted
 
 
-def all_tables_fit(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None) -> SharedFit:
+def all_tables_fit(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None,
+                   choice: FitChoice = DEFAULT_CHOICE) -> SharedFit:
     """The shared constants fitted to every checked table (the shipped defaults' fit)."""
-    return _fit(_tables(cases), names)
+    return _fit(_tables(cases), names, choice)
 
 
-def leave_one_table_out(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None) -> list[TableScore]:
+def leave_one_table_out(names: Sequence[str] = SHARED_FIT, cases: Optional[Iterable[str]] = None,
+                        choice: FitChoice = DEFAULT_CHOICE) -> list[TableScore]:
     """Each checked table predicted by a fit to all the others."""
     tables = _tables(cases)
     out = []
     for i, (c, obs, base) in enumerate(tables):
-        fitted = _fit(tables[:i] + tables[i + 1:], names)
+        fitted = _fit(tables[:i] + tables[i + 1:], names, choice)
         consts = fitted.constants(base)
         out.append(score(c, obs, [predicted_s(o, consts) for o in obs]))
     return out
