@@ -71,6 +71,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .generic_resume import SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
+from .text import shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
@@ -213,22 +214,29 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)
     leader = is_leader(ctx)
+    # pipeline.text_encoder: sharded: every rank of the sequence group encodes (one rank: the leader alone)
+    sharded = spec.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1
+    roles = [r for r, on in (("text_encoder", leader or sharded), ("vae", leader)) if on]
     out: dict[str, Any] = {"kind": "generate", "path": "generic", "family": family.name,
                            "diffusers_class": plan.model.diffusers_class, "pipeline": class_name,
-                           "prompts": len(mine), "steps": spec.steps,
-                           "roles": ["text_encoder", "vae"] if leader and len(mine) else []}
+                           "prompts": len(mine), "steps": spec.steps, "roles": roles if len(mine) else []}
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora,
+        pipe = load_pipeline(spec, class_name, device, text=leader or sharded,
+                             text_device=torch.device("cpu") if sharded else text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
+        encoders = shard_text_encoders(pipe, ctx, device) if sharded else []
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
-               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
+               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
+    if sharded:  # what this rank holds of the encoders (its shards) against their whole size
+        out.update(text_encoder_resident_bytes=sum(resident_parameter_bytes(e) for e in encoders),
+                   text_encoder_bytes=sum(p.numel() * p.element_size() for e in encoders for p in e.parameters()))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
@@ -240,8 +248,13 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         with stages("encode"), torch.no_grad():
             return [encode(pipe, spec, family, p, text_device) for p in prompts]
 
-    embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
-    if leader:  # the text encoders are done: freed before the transformer runs (placement leader/cpu)
+    if sharded:  # the whole sequence group encodes with the sharded encoders: the same embeddings on every rank
+        with ctx.guard():
+            embeds = encode_all()
+    else:
+        embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
+    if leader or sharded:  # the text encoders are done: freed before the transformer runs
+        encoders.clear()
         for name in list(pipe.components):
             if _is_text_part(name):
                 setattr(pipe, name, None)
