@@ -229,14 +229,17 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         pipe = load_pipeline(spec, class_name, device, text=leader or sharded,
                              text_device=torch.device("cpu") if sharded else text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
-        encoders = shard_text_encoders(pipe, ctx, device) if sharded else []
+        if sharded:
+            shard_text_encoders(pipe, ctx, device)
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
                resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
-    if sharded:  # what this rank holds of the encoders (its shards) against their whole size
+    encoders = [part for name, part in pipe.components.items() if _is_text_part(name) and isinstance(part, torch.nn.Module)]
+    if encoders:  # what this rank holds of the text encoders (sharded: its shards) against their whole size
         out.update(text_encoder_resident_bytes=sum(resident_parameter_bytes(e) for e in encoders),
                    text_encoder_bytes=sum(p.numel() * p.element_size() for e in encoders for p in e.parameters()))
+    del encoders
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
@@ -254,7 +257,6 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     else:
         embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
     if leader or sharded:  # the text encoders are done: freed before the transformer runs
-        encoders.clear()
         for name in list(pipe.components):
             if _is_text_part(name):
                 setattr(pipe, name, None)
