@@ -6,7 +6,10 @@ the generic path's strict loader (:func:`sporch.runtime.model.generic.load_diffu
 scheduler and VAE with diffusers' ``from_pretrained``; the replica's leader also loads the text
 encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cpu``), encodes every
 prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
-embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. Then, per
+embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. With
+``pipeline.text_encoder: sharded`` every rank of the sequence group loads them into host memory,
+shards them over the group (:func:`.text.shard_text_encoders`, FSDP2 as the hand-built path) and
+the whole group encodes: every rank gets the same embeddings, no broadcast. Then, per
 prompt, every rank calls the pipeline with those embeddings while
 :class:`~sporch.runtime.model.generic.SequenceParallel` is attached to its transformer: each
 transformer call splits the tokens over the replica's sequence group at the split plan's modules,

@@ -15,9 +15,11 @@ Placement (``plan.placement.text_encoder``):
   leader's cfg group, then over every sequence group), never to other replicas.
 * ``cpu``: the same, but the leader runs the encoders on its CPU (host memory; no GPU memory).
 * ``sharded``: every rank of each sequence group loads the encoders into host memory, shards
-  them with FSDP2 over its sequence group (one unit per block and per embedding, the next block
-  prefetched, each resharded after its forward; only the shard goes to the GPU) and encodes
-  with the group: every rank ends with the same condition, no broadcast needed.
+  them with FSDP2 over its sequence group (:func:`shard_encoder`: one unit per layer, embedding
+  table and outside linear, the next layer prefetched, each resharded after its forward; only the
+  shard goes to the GPU) and encodes with the group: every rank ends with the same condition, no
+  broadcast needed. The generic path's generate (generic.py) shards any diffusers pipeline's
+  encoders the same way (:func:`shard_text_encoders`).
 """
 
 from __future__ import annotations
