@@ -85,7 +85,8 @@ def shard_encoder(encoder: torch.nn.Module, mesh) -> torch.nn.Module:
     layer of its list while it runs, and every unit is resharded after its forward, so a rank
     holds 1/n of the encoder plus the units running. A unit never called (Qwen2.5-VL's vision
     tower: the text-only prompt never reaches it) is never gathered. The gathered weights are the
-    whole weights: the encoding is the unsharded encoder's, exactly."""
+    whole weights, so the encoding is the unsharded encoder's to float rounding (a matmul on the
+    gathered copy may sum in another order: SD3's tiny CLIP projections 1.2e-7, the rest 0)."""
     from torch.distributed.fsdp import fully_shard
 
     lists, others = encoder_units(encoder)
