@@ -74,7 +74,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .generic_resume import SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
-from .text import shard_text_encoders
+from .text import EncoderPeak, shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
@@ -242,7 +242,6 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if encoders:  # what this rank holds of the text encoders (sharded: its shards) against their whole size
         out.update(text_encoder_resident_bytes=sum(resident_parameter_bytes(e) for e in encoders),
                    text_encoder_bytes=sum(p.numel() * p.element_size() for e in encoders for p in e.parameters()))
-    del encoders
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt
@@ -251,8 +250,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     prompts = [spec.prompts[i] for i in mine]
 
     def encode_all():
-        with stages("encode"), torch.no_grad():
-            return [encode(pipe, spec, family, p, text_device) for p in prompts]
+        with stages("encode"), torch.no_grad(), EncoderPeak(encoders) as peak:
+            got = [encode(pipe, spec, family, p, text_device) for p in prompts]
+        out["text_encoder_peak_bytes"] = peak.bytes  # the encoders' parameters held at the busiest moment
+        return got
 
     if sharded:  # the whole sequence group encodes with the sharded encoders: the same embeddings on every rank
         with ctx.guard():
@@ -260,6 +261,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     else:
         embeds = share_from_leader(ctx, encode_all, "encoding the prompts")
     if leader or sharded:  # the text encoders are done: freed before the transformer runs
+        encoders.clear()
         for name in list(pipe.components):
             if _is_text_part(name):
                 setattr(pipe, name, None)

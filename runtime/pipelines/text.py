@@ -94,6 +94,13 @@ def shard_encoder(encoder: torch.nn.Module, mesh) -> torch.nn.Module:
         raise ValueError(f"{type(encoder).__name__} has no list of layers to shard")
     for unit in [group if len(group) > 1 else group[0] for group in others] + [m for layers in lists for m in layers]:
         fully_shard(unit, mesh=mesh, reshard_after_forward=True)
+    for group in (g for g in others if len(g) > 1):
+        # FSDP2 reshards a unit of several modules once all of them have run, and the root's end
+        # finishes it when one never runs (T5EncoderModel calls ``encoder.embed_tokens``, never
+        # ``shared``): the table would stay whole through every layer. Each resharded after its
+        # own forward instead (FSDPModule.reshard; a later one of the group gathers it again).
+        for m in group:
+            m.register_forward_hook(lambda module, args, output: module.reshard())
     fully_shard(encoder, mesh=mesh, reshard_after_forward=True)
     for layers in lists:
         for layer, following in zip(layers, layers[1:]):
@@ -117,6 +124,37 @@ def _keep_output_capture(encoder: torch.nn.Module) -> None:
     for m in encoder.modules():
         if isinstance(m, PreTrainedModel):
             _CAN_RECORD_REGISTRY[m] = m._can_record_outputs
+
+
+class EncoderPeak:
+    """The most bytes of ``encoders``' parameters this rank held at the start and end of any of their
+    units' forwards (:func:`encoder_units`; after FSDP2's own pre-forward hook, so a gathered unit
+    and the prefetched next layer count whole) inside ``with EncoderPeak(encoders) as peak:``
+    (``peak.bytes``): what a sharded encoder holds at its busiest, against the planner's
+    :func:`~sporch.orchestrator.plan.pipeline_estimate.sharded_encoder_bytes`."""
+
+    def __init__(self, encoders: Sequence[torch.nn.Module]) -> None:
+        self.encoders = list(encoders)
+        self.bytes = 0
+        self._handles: list = []
+
+    def _sample(self, *_args, **_kwargs) -> None:
+        from sporch.runtime.model.shard_weights import resident_parameter_bytes
+
+        self.bytes = max(self.bytes, sum(resident_parameter_bytes(e) for e in self.encoders))
+
+    def __enter__(self) -> "EncoderPeak":
+        for encoder in self.encoders:
+            lists, others = encoder_units(encoder)
+            for unit in [m for layers in lists for m in layers] + [m for group in others for m in group]:
+                self._handles += [unit.register_forward_pre_hook(self._sample), unit.register_forward_hook(self._sample)]
+        self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
 
 
 def shard_text_encoders(pipe, ctx: ParallelContext, device: torch.device) -> list[torch.nn.Module]:
