@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from sporch.runtime.model.condition import Condition, cond_map
+from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.parallel import ParallelContext
 
 from .families import pipeline_family
@@ -139,8 +140,6 @@ class EncoderPeak:
         self._handles: list = []
 
     def _sample(self, *_args, **_kwargs) -> None:
-        from sporch.runtime.model.shard_weights import resident_parameter_bytes
-
         self.bytes = max(self.bytes, sum(resident_parameter_bytes(e) for e in self.encoders))
 
     def __enter__(self) -> "EncoderPeak":
