@@ -22,8 +22,9 @@ from sporch.orchestrator.models.checkpoint_config import read_json_object
 #: transformers' and diffusers' weight file names (one file, or an index of shards)
 WEIGHT_FILES = ("model.safetensors", "diffusion_pytorch_model.safetensors")
 INDEX_FILES = ("model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json")
-#: a numbered layer in a tensor name: ``encoder.block.3.``, ``model.layers.11.``, ``blocks.0.``
-_LAYER = re.compile(r"^(.*?\.(?:layers|layer|block|blocks))\.(\d+)\.")
+#: a numbered layer in a tensor name, the outermost: ``encoder.block.3.`` (of ``encoder.block.3.layer.1.``),
+#: ``model.layers.11.``, ``layers.0.`` (a LlamaModel's own), ``visual.blocks.0.``
+_LAYER = re.compile(r"^((?:.*?\.)??(?:layers|layer|block|blocks))\.(\d+)\.")
 
 
 def _shapes(folder: Path) -> Optional[dict[str, tuple[int, ...]]]:
@@ -51,9 +52,10 @@ def _class_name(entry: Any) -> Optional[str]:
 
 
 def read_pipeline_sizes(root: str | Path) -> Optional[dict[str, Any]]:
-    """``{text_encoder, text_encoder_parameters, text_encoder_layers, text_encoder_embedding, vae,
-    vae_parameters}`` (the keys of a family's ``PARTS``: classes joined by " + ", parameters summed,
-    numbered layers counted, the largest vocabulary embedding) of the pipeline folder ``root``'s text encoders and VAE,
+    """``{text_encoder, text_encoder_parameters, text_encoder_layers, text_encoder_embedding,
+    text_encoder_layer, vae, vae_parameters}`` (the keys of a family's ``PARTS``: classes joined by
+    " + ", parameters summed, numbered layers counted, the largest vocabulary embedding, the largest
+    layer's parameters) of the pipeline folder ``root``'s text encoders and VAE,
     or None (no model_index.json, no VAE or text encoder listed, or one without
     safetensors weights)."""
     root = Path(root)
@@ -74,12 +76,19 @@ def read_pipeline_sizes(root: str | Path) -> Optional[dict[str, Any]]:
             encoders.append((cls, shapes))
     if vae is None or not encoders:
         return None
-    layers = 0
+    layers, largest = 0, 0
     for _, shapes in encoders:
-        layers += len({m.groups() for m in map(_LAYER.match, shapes) if m})
+        sizes: dict[tuple[str, ...], int] = {}
+        for name, shape in shapes.items():
+            found = _LAYER.match(name)
+            if found:
+                sizes[found.groups()] = sizes.get(found.groups(), 0) + math.prod(shape)
+        layers += len(sizes)
+        largest = max(largest, *sizes.values(), 0)
     # the vocabulary embedding: each encoder's largest tensor (T5's ``shared``, CLIP's and Llama's token table)
     embeds = [max(math.prod(s) for s in shapes.values()) for _, shapes in encoders if shapes]
     return {"text_encoder": " + ".join(cls for cls, _ in encoders),
             "text_encoder_parameters": sum(math.prod(s) for _, shapes in encoders for s in shapes.values()),
             "text_encoder_layers": max(layers, 1), "text_encoder_embedding": max(embeds, default=0),
+            "text_encoder_layer": largest,
             "vae": vae[0], "vae_parameters": sum(math.prod(s) for s in vae[1].values())}

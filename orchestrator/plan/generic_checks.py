@@ -23,10 +23,12 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
     return GENERIC_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
 
 
-#: The placements the generic path's generate runs (runtime/pipelines/generic.py: the leader encodes
-#: with the diffusers pipeline's encoders on its GPU or its CPU, and decodes whole, or in tiles with
-#: diffusers' ``enable_tiling`` where the family's VAE has it): what ``auto`` may choose
-GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"), "vae": ("leader", "tiled")}
+#: The placements the generic path's generate runs (runtime/pipelines/generic.py: the diffusers
+#: pipeline's text encoders on the leader's GPU or its CPU, or sharded with FSDP2 over each sequence
+#: group, whose ranks all encode; the leader decodes whole, or in tiles with diffusers'
+#: ``enable_tiling`` where the family's VAE has it): what ``auto`` may choose
+GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "sharded", "cpu"),
+                                                  "vae": ("leader", "tiled")}
 
 
 def generic_placements(family: Family) -> dict[str, tuple[str, ...]]:
@@ -49,8 +51,9 @@ def check_generic_vae(family: Family, vae: str, what: str) -> None:
 
 def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
-    replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
-    is refused in one line each."""
+    replica, the leader (or, with ``pipeline.text_encoder: sharded``, each sequence group) encoding
+    and the leader decoding (runtime/pipelines/generic.py): what it cannot honour is refused in one
+    line each."""
     w, p = job.workload, job.pipeline
     # parallel.cfg=2 runs however the pipeline applies CFG (Family.pipeline_cfg: batched or two_calls); one that
     # applies none belongs to a guidance-distilled family, whose cfg 2 the layout check's distilled rule refuses
@@ -62,9 +65,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     if w.batch != layout.dp:
         raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
                           f"replica; set workload.batch={layout.dp} (parallel.dp)")
-    if p.text_encoder not in ("auto", *GENERIC_PLACEMENTS["text_encoder"]):
-        raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
-                          "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
+    # pipeline.text_encoder: every placement runs (GENERIC_PLACEMENTS: leader, sharded, cpu)
     check_generic_vae(family, p.vae, what)
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 

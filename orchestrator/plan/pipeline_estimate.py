@@ -61,11 +61,14 @@ def known_parts(model: ModelSection) -> Optional[Mapping[str, Any]]:
 
 
 def sharded_encoder_bytes(known: Mapping[str, Any], b: int, degree: int) -> int:
-    """GPU bytes per rank of a text encoder sharded over ``degree`` ranks (FSDP2: each block and
-    the embedding a unit): 1/degree of it, plus the biggest that is gathered at a time (the
-    embedding, or a block and the prefetched next one)."""
+    """GPU bytes per rank of the text encoders sharded over ``degree`` ranks (FSDP2,
+    runtime/pipelines/text.shard_encoder: each layer, each embedding table and linear outside the
+    layers a unit): 1/degree of them, plus the biggest that is gathered at a time (the largest
+    table, e.g. a vocabulary embedding or an LM head, or a layer and the prefetched next one). The
+    layer is the largest one where the family or the folder says (``text_encoder_layer``), else the
+    encoders' layers' mean."""
     params = known["text_encoder_parameters"]
-    block = (params - known["text_encoder_embedding"]) / known["text_encoder_layers"]
+    block = known.get("text_encoder_layer") or (params - known["text_encoder_embedding"]) / known["text_encoder_layers"]
     gathered = max(known["text_encoder_embedding"], 2 * block)
     return int((-(-params // degree) + gathered) * b)
 

@@ -129,7 +129,9 @@ def resident_parameter_bytes(model: torch.nn.Module) -> int:
 
 
 def _unit_groups(model: torch.nn.Module) -> list:
-    out = []
+    """Every FSDP2 parameter group in ``model``, once (a unit of several modules, e.g. a text
+    encoder's tied embedding tables, shares one state between them)."""
+    out: dict[int, Any] = {}
     for module in model.modules():
         get = getattr(module, "_get_fsdp_state", None)
         if get is None:
@@ -139,8 +141,8 @@ def _unit_groups(model: torch.nn.Module) -> list:
         if groups is None:
             one = getattr(state, "_fsdp_param_group", None)
             groups = [one] if one is not None else []
-        out.extend(g for g in groups if g is not None)
-    return out
+        out.update((id(g), g) for g in groups if g is not None)
+    return list(out.values())
 
 
 class ParameterPeak:

@@ -6,7 +6,10 @@ the generic path's strict loader (:func:`sporch.runtime.model.generic.load_diffu
 scheduler and VAE with diffusers' ``from_pretrained``; the replica's leader also loads the text
 encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cpu``), encodes every
 prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
-embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. Then, per
+embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. With
+``pipeline.text_encoder: sharded`` every rank of the sequence group loads them into host memory,
+shards them over the group (:func:`.text.shard_text_encoders`, FSDP2 as the hand-built path) and
+the whole group encodes: every rank gets the same embeddings, no broadcast. Then, per
 prompt, every rank calls the pipeline with those embeddings while
 :class:`~sporch.runtime.model.generic.SequenceParallel` is attached to its transformer: each
 transformer call splits the tokens over the replica's sequence group at the split plan's modules,
@@ -84,6 +87,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .generic_resume import FinishedPrompts, SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
+from .text import EncoderPeak, shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
@@ -259,10 +263,12 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
     mine = replica_rows(len(spec.prompts), ctx)
     leader = is_leader(ctx)
+    # pipeline.text_encoder: sharded: every rank of the sequence group encodes (one rank: the leader alone)
+    sharded = spec.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1
+    roles = [r for r, on in (("text_encoder", leader or sharded), ("vae", leader)) if on]
     out: dict[str, Any] = {"kind": "generate", "path": "generic", "family": family.name,
                            "diffusers_class": plan.model.diffusers_class, "pipeline": class_name,
-                           "prompts": len(mine), "steps": spec.steps,
-                           "roles": ["text_encoder", "vae"] if leader and len(mine) else []}
+                           "prompts": len(mine), "steps": spec.steps, "roles": roles if len(mine) else []}
     if not len(mine):
         out["peak_memory_bytes"] = peak_memory_bytes(device)
         return out
@@ -280,12 +286,19 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader, text_device=text_device, lora=plan.model.lora,
+        pipe = load_pipeline(spec, class_name, device, text=leader or sharded,
+                             text_device=torch.device("cpu") if sharded else text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
+        if sharded:
+            shard_text_encoders(pipe, ctx, device)
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
-               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer))
+               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
+    encoders = [part for name, part in pipe.components.items() if _is_text_part(name) and isinstance(part, torch.nn.Module)]
+    if encoders:  # what this rank holds of the text encoders (sharded: its shards) against their whole size
+        out.update(text_encoder_resident_bytes=sum(resident_parameter_bytes(e) for e in encoders),
+                   text_encoder_bytes=sum(p.numel() * p.element_size() for e in encoders for p in e.parameters()))
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
     # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt.
@@ -297,11 +310,18 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     prompts = [spec.prompts[i] for i in mine if i not in reused]
 
     def encode_all():
-        with stages("encode"), torch.no_grad():
-            return [encode(pipe, spec, family, p, text_device) for p in prompts]
+        with stages("encode"), torch.no_grad(), EncoderPeak(encoders) as peak:
+            got = [encode(pipe, spec, family, p, text_device) for p in prompts]
+        out["text_encoder_peak_bytes"] = peak.bytes  # the encoders' parameters held at the busiest moment
+        return got
 
-    embeds = iter(share_from_leader(ctx, encode_all, "encoding the prompts"))  # in the order of ``prompts``
-    if leader:  # the text encoders are done: freed before the transformer runs (placement leader/cpu)
+    if sharded:  # the whole sequence group encodes with the sharded encoders: the same embeddings on every rank
+        with ctx.guard():
+            embeds = iter(encode_all())  # in the order of ``prompts``
+    else:
+        embeds = iter(share_from_leader(ctx, encode_all, "encoding the prompts"))
+    if leader or sharded:  # the text encoders are done: freed before the transformer runs
+        encoders.clear()
         for name in list(pipe.components):
             if _is_text_part(name):
                 setattr(pipe, name, None)

@@ -52,8 +52,19 @@ def pipeline(root: Path, *, shards: bool = False, bin_vae: bool = False) -> Path
 def test_sizes_from_the_headers(tmp_path, shards):
     sizes = read_pipeline_sizes(pipeline(tmp_path / "p", shards=shards))
     assert sizes == {"text_encoder": "T5EncoderModel", "text_encoder_parameters": 1600 + 256 + 256 + 16,
-                     "text_encoder_layers": 2, "text_encoder_embedding": 1600,
+                     "text_encoder_layers": 2, "text_encoder_embedding": 1600, "text_encoder_layer": 256,
                      "vae": "AutoencoderKLLTXVideo", "vae_parameters": 256 + 96}
+
+
+def test_layers_at_the_top_of_the_names_are_counted(tmp_path):
+    """A LlamaModel's own tensors (HunyuanVideo's text encoder: ``layers.N.`` with no prefix) are layers
+    too, and the largest layer (what a sharded encoder gathers) is the biggest sum of a layer's tensors."""
+    root = pipeline(tmp_path / "p")
+    safetensors_file(root / "text_encoder" / "model.safetensors", {
+        "embed_tokens.weight": [100, 16], "layers.0.self_attn.q_proj.weight": [16, 16],
+        "layers.1.self_attn.q_proj.weight": [16, 16], "layers.1.mlp.up_proj.weight": [32, 16], "norm.weight": [16, 1]})
+    sizes = read_pipeline_sizes(root)
+    assert (sizes["text_encoder_layers"], sizes["text_encoder_layer"]) == (2, 256 + 512)
 
 
 def test_unknown_without_an_index_or_with_a_part_stored_another_way(tmp_path):

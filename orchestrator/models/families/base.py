@@ -42,8 +42,12 @@ class ParameterCount:
 #: counted on the meta device): the text encoder several generic families' pipelines share, in the
 #: PARTS keys (plan/pipeline_estimate.py)
 T5_XXL_PARAMETERS, T5_XXL_LAYERS, T5_XXL_EMBEDDING = 4_762_310_656, 24, 32_128 * 4096
+#: its largest layer (the first block: 4 attention projections, the gated FFN, 2 norms, the relative
+#: position bias), what a sharded encoder gathers at a time besides the embedding
+T5_XXL_LAYER = 192_948_224
 T5_XXL_ENCODER: dict[str, Any] = {"text_encoder": "T5-XXL encoder", "text_encoder_parameters": T5_XXL_PARAMETERS,
-                                  "text_encoder_layers": T5_XXL_LAYERS, "text_encoder_embedding": T5_XXL_EMBEDDING}
+                                  "text_encoder_layers": T5_XXL_LAYERS, "text_encoder_embedding": T5_XXL_EMBEDDING,
+                                  "text_encoder_layer": T5_XXL_LAYER}
 
 
 def linear(n_in: int, n_out: int, bias: bool = True) -> int:

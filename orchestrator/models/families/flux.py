@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.families.base import Family
+from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
@@ -19,6 +19,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"
 PARTS: dict[str, Any] = {
     "text_encoder": "T5-XXL encoder + CLIP-L text", "text_encoder_parameters": 4_760_000_000 + 123_000_000,
     "text_encoder_layers": 24 + 12, "text_encoder_embedding": 32_128 * 4096,
+    "text_encoder_layer": T5_XXL_LAYER,  # a T5 layer: what a sharded encoder gathers with the next one
     "vae": "AutoencoderKL", "vae_parameters": 84_000_000, "vae_channels": 128, "vae_chunk_frames": 1,
     "vae_tile_pixels": 1024 * 1024}
 

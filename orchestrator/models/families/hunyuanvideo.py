@@ -51,7 +51,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"
 PARTS: dict[str, Any] = {
     "text_encoder": "Llama-3-8B (llava-llama-3-8b LlamaModel) + CLIP-L text",
     "text_encoder_parameters": 7_505_186_816 + 123_060_480, "text_encoder_layers": 32 + 12,
-    "text_encoder_embedding": 128_320 * 4096,
+    "text_encoder_embedding": 128_320 * 4096, "text_encoder_layer": 218_112_000,  # a Llama layer
     "vae": "AutoencoderKLHunyuanVideo", "vae_parameters": 246_478_803, "vae_channels": 128, "vae_chunk_frames": 16,
     "vae_tile_pixels": 256 * 256}
 

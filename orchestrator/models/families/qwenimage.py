@@ -29,6 +29,7 @@ TEXT_LEN = 1024  # the pipeline's prompt length bound (max_sequence_length 1024 
 PARTS: dict[str, Any] = {
     "text_encoder": "Qwen2.5-VL-7B (Qwen2_5_VLForConditionalGeneration)", "text_encoder_parameters": 8_292_166_656,
     "text_encoder_layers": 28 + 32, "text_encoder_embedding": 152_064 * 3584,
+    "text_encoder_layer": 233_057_792,  # a language-model layer (a vision block: 39.4 M)
     "vae": "AutoencoderKLQwenImage", "vae_parameters": 126_892_531, "vae_channels": 96, "vae_chunk_frames": 1,
     "vae_tile_pixels": 256 * 256}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import T5_XXL_EMBEDDING, T5_XXL_LAYERS, T5_XXL_PARAMETERS, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .base import T5_XXL_EMBEDDING, T5_XXL_LAYER, T5_XXL_LAYERS, T5_XXL_PARAMETERS, Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear, qk_norm_parameters
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
@@ -45,7 +45,7 @@ TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's defaul
 PARTS: dict[str, Any] = {
     "text_encoder": "CLIP-L + CLIP-G (CLIPTextModelWithProjection) + T5-XXL encoder",
     "text_encoder_parameters": 123_650_304 + 694_659_840 + T5_XXL_PARAMETERS, "text_encoder_layers": 12 + 32 + T5_XXL_LAYERS,
-    "text_encoder_embedding": T5_XXL_EMBEDDING,
+    "text_encoder_embedding": T5_XXL_EMBEDDING, "text_encoder_layer": T5_XXL_LAYER,  # T5's (CLIP-G's: 19.7 M)
     "vae": "AutoencoderKL (16 channels)", "vae_parameters": 83_819_683, "vae_channels": 128, "vae_chunk_frames": 1,
     "vae_tile_pixels": 1024 * 1024}
 

@@ -1,6 +1,8 @@
 """The text encoders' and VAEs' parameter counts each generic family declares (models/families/*.py
 ``PARTS``, the planner's generate memory estimate) equal transformers' / diffusers' classes built on the
-meta device from the published config.json values the family module cites (no memory, a few seconds)."""
+meta device from the published config.json values the family module cites (no memory, a few seconds);
+the largest layer (``text_encoder_layer``, what a sharded encoder gathers with the next one) is the
+largest layer unit ``pipeline.text_encoder: sharded`` makes of them (runtime/pipelines/text.encoder_units)."""
 
 from __future__ import annotations
 
@@ -84,6 +86,16 @@ def test_declared_encoder_and_vae_parameters_equal_the_classes_on_meta(name):
     assert parts["text_encoder_parameters"] == sum(count(m) for m in built)
     assert parts["text_encoder_embedding"] == max(m.get_input_embeddings().weight.numel() for m in built)
     assert parts["vae_parameters"] == count(build(vae_cls, vae_lib, **vae_config))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_declared_largest_layer_is_the_largest_sharded_layer_unit(name):
+    from sporch.runtime.pipelines.text import encoder_units
+
+    parts, encoders, _ = CASES[name]
+    layers = [count(layer) for cls, lib, cfg in encoders for group in encoder_units(build(cls, lib, **cfg))[0]
+              for layer in group]
+    assert parts["text_encoder_layer"] == max(layers), (name, max(layers))
 
 
 @pytest.mark.parametrize("name", list(CASES))

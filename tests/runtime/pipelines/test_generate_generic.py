@@ -27,6 +27,10 @@ tests/runtime/model/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen
 the steps computed per cache context and the frames against diffusers' own First Block Cache on
 the unsharded pipeline, its last step forced computed as sporch's step policy does), at world 1
 and in the same 4-rank world.
+
+``pipeline.text_encoder: sharded`` (U2R2, the same world) for one family per kind of text encoders
+(HunyuanVideo's Llama + CLIP, SD3's two CLIPs + T5, Qwen-Image's Qwen2.5-VL): every rank holds about
+a quarter of the encoders' parameter bytes and the frames still equal the pipeline's.
 """
 
 from __future__ import annotations
@@ -83,19 +87,25 @@ SHARD_FAMILY = "hunyuanvideo"
 #: model's changes (0.27-0.37 skipped, 0.45 computed)
 CFG_CACHE_FAMILY, CFG_CACHE_THRESHOLD = "ltx-video", 0.42
 CFG_CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CFG_CACHE_THRESHOLD}}
+#: generate with pipeline.text_encoder: sharded (FSDP2 over the U2R2 sequence group), one family per kind of
+#: encoders: Llama + CLIP, two CLIPs with projection + T5, Qwen2.5-VL (its vision tower never called)
+TEXT_SHARDED = ("hunyuanvideo", "sd3", "qwen-image")
 
 
 def _size(fam: str) -> tuple[int, int]:
     return SIZE.get(fam, (64, 48))
 
 
-def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, **extra):
-    """The generate plan of ``fam``'s folder; ``extra``: more workload keys."""
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None,
+          pipeline: dict | None = None, **extra):
+    """The generate plan of ``fam``'s folder; ``pipeline``: the job's pipeline section; ``extra``: more
+    workload keys."""
     h, w = _size(fam)
     workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
                 **({"negative_prompt": None} if fam in DISTILLED else {}), **extra}
     model = {"weights": str(folder), **({"lora": [{"path": lora, "scale": LORA_SCALE}]} if lora else {})}
-    job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel}})
+    job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel},
+                         **({"pipeline": pipeline} if pipeline else {})})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
 
 
@@ -305,7 +315,9 @@ def four_ranks(folders):
                        *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES),
                        ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE)),
                        ("cfg2 two-call", _plan(TWO_CALL_FAMILY, folders[TWO_CALL_FAMILY], CFG2U2)),
-                       ("cfg2 two-call cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], CFG2U2, **CACHE))):
+                       ("cfg2 two-call cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], CFG2U2, **CACHE)),
+                       *((f"text sharded {fam}", _plan(fam, folders[fam], U2R2, pipeline={"text_encoder": "sharded"}))
+                         for fam in TEXT_SHARDED)):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -453,7 +465,6 @@ def test_comparison_can_fail(pipes, references, four_ranks):
     ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
-    ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
     ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
@@ -519,6 +530,28 @@ def test_sharded_parameters_generate_frames_equal_the_diffusers_pipeline(four_ra
         r = rank["sharded"]
         assert r["shard_weights"] == "world" and plain["shard_weights"] == "none", r
         assert r["resident_parameter_bytes"] <= 0.3 * plain["resident_parameter_bytes"], r
+
+
+@pytest.mark.parametrize("fam", TEXT_SHARDED)
+def test_sharded_text_encoders_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """``pipeline.text_encoder: sharded`` on U2R2: every rank loads the pipeline's text encoders,
+    keeps about a quarter of their parameter bytes (FSDP2 over its sequence group, measured after
+    sharding; the leader placement's leader holds all of them) and encodes with the group; the
+    leader's frames equal the unsharded diffusers pipeline's."""
+    got, plain = four_ranks[0][f"text sharded {fam}"], four_ranks[0][fam]
+    err = float(np.abs(got["frames"][0] - references[fam][0]).max())
+    print(f"{fam} U2R2 text_encoder=sharded: max |frames - {got['pipeline']}| = {err:.3g}; text encoder bytes per "
+          f"rank {[r[f'text sharded {fam}']['text_encoder_resident_bytes'] for r in four_ranks]} of "
+          f"{got['text_encoder_bytes']}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert (plain["text_encoder"], plain["text_encoder_resident_bytes"]) == ("leader", plain["text_encoder_bytes"])
+    total = plain["text_encoder_bytes"]
+    for rank in four_ranks:
+        r = rank[f"text sharded {fam}"]
+        assert r["text_encoder"] == "sharded" and "text_encoder" in r["roles"] and "encode" in r["stages"], r["roles"]
+        assert r["text_encoder_bytes"] == total
+        assert 0 < r["text_encoder_resident_bytes"] <= 0.3 * total, (fam, r["text_encoder_resident_bytes"], total)
+    assert sum(rank[f"text sharded {fam}"]["text_encoder_resident_bytes"] for rank in four_ranks) >= total
 
 
 @pytest.mark.parametrize("fam", CFG_FAMILIES)

@@ -56,3 +56,26 @@ def test_the_folder_text_encoders_and_vae_are_sized_from_their_headers(folders, 
     assert pipeline.busiest_rank.text_encoder == enc * 4 and pipeline.busiest_rank.vae == vae * 4  # float32
     cpu = _plan(fam, folders[fam], text_encoder="cpu").estimates.pipeline
     assert cpu.busiest_rank.text_encoder == 0 and cpu.text_encoder.host_bytes == enc * 4
+
+
+@pytest.mark.parametrize("fam", list(FAMILIES))
+def test_the_sharded_text_encoders_estimate_is_a_quarter_plus_the_largest_gathered_unit(folders, fam):
+    """``pipeline.text_encoder: sharded`` on U2R2: every rank holds a quarter of the folder's encoders
+    plus what is gathered at a time: the largest table (the largest tensor) or the largest layer
+    unit (read from the headers: the largest one ``shard_encoder`` makes) and the next one."""
+    from diffusers import DiffusionPipeline
+
+    from sporch.runtime.pipelines.text import encoder_units
+
+    pipe = DiffusionPipeline.from_pretrained(folders[fam], dtype=torch.float32)
+    encoders = [part for name, part in pipe.components.items() if name.startswith("text_encoder") and part is not None]
+    enc = sum(_count(e) for e in encoders)
+    layer = max(_count(m) for e in encoders for group in encoder_units(e)[0] for m in group)
+    table = max(p.numel() for e in encoders for p in e.parameters())
+    plan = _plan(fam, folders[fam], text_encoder="sharded")
+    assert plan.model.pipeline_sizes["text_encoder_layer"] == layer
+    est = plan.estimates.pipeline
+    assert (plan.placement.text_encoder, est.text_encoder.placement, est.text_encoder.ranks) == (
+        "sharded", "sharded", (0, 1, 2, 3))
+    assert est.busiest_rank.text_encoder == est.text_encoder.bytes_per_rank == (-(-enc // 4) + max(table, 2 * layer)) * 4
+    print(f"{fam}: encoders {enc * 4} B, sharded per rank {est.busiest_rank.text_encoder} B")
