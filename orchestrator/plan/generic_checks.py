@@ -25,29 +25,50 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
 
 #: The placements the generic path's generate runs (runtime/pipelines/generic.py: the leader encodes
 #: with the diffusers pipeline's encoders on its GPU or its CPU, and decodes whole, or in tiles with
-#: diffusers' ``enable_tiling`` where the family's VAE has it): what ``auto`` may choose
-GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"), "vae": ("leader", "tiled")}
+#: diffusers' ``enable_tiling`` where the family's VAE has it, or the leader's sequence group decodes
+#: the rows in parallel where the family's VAE decodes exactly so): what ``auto`` may choose
+GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "cpu"),
+                                                  "vae": ("leader", "parallel", "tiled")}
 
 
-def generic_placements(family: Family) -> dict[str, tuple[str, ...]]:
+def latent_rows(model: sections.ModelSection, height: int | None) -> int | None:
+    """The latent's rows for an image ``height`` (the VAE's spatial stride), None where unknown."""
+    stride = int(model.vae_stride[1]) if model.vae_stride else 0
+    return height // stride if height and stride else None
+
+
+def generic_placements(family: Family, rows: int | None = None, degree: int = 1) -> dict[str, tuple[str, ...]]:
     """:data:`GENERIC_PLACEMENTS` for ``family``: ``vae: tiled`` only where its VAE has a tiled
-    decode (``Family.vae_tiling``)."""
-    vae = GENERIC_PLACEMENTS["vae"] if family.vae_tiling else ("leader",)
-    return {**GENERIC_PLACEMENTS, "vae": vae}
+    decode (``Family.vae_tiling``), ``vae: parallel`` only where it decodes exactly by row bands
+    (``Family.vae_parallel``) and the latent's ``rows`` (when known) give each of the ``degree``
+    ranks of a sequence group one at least."""
+    spread = rows is None or rows >= degree
+    has = {"leader": True, "tiled": family.vae_tiling, "parallel": family.vae_parallel and spread}
+    return {**GENERIC_PLACEMENTS, "vae": tuple(v for v in GENERIC_PLACEMENTS["vae"] if has[v])}
 
 
-def check_generic_vae(family: Family, vae: str, what: str) -> None:
-    """``pipeline.vae`` on the generic generate: leader, or tiled where the family's VAE has a tiled
-    decode; parallel is refused (sporch's exact row-split decode is built for the Wan VAE only)."""
+def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = None, degree: int = 1) -> None:
+    """``pipeline.vae`` on the generic generate: leader; tiled where the family's VAE has a tiled
+    decode; parallel where it decodes exactly by row bands (``Family.vae_parallel``), over a
+    sequence group of ``degree`` ranks no larger than the latent's ``rows``."""
+    allowed = generic_placements(family, rows, degree)["vae"]
+    if vae in ("auto", *allowed):
+        return
+    others = " or ".join(allowed)
+    vae_class = family.vae_class or "the family's VAE"
+    if vae == "parallel" and family.vae_parallel:
+        raise SporchError(f"pipeline.vae=parallel splits the latent's {rows} rows over the {degree} ranks of a "
+                          f"sequence group, fewer rows than ranks: set pipeline.vae={others} or a larger height")
     if vae == "parallel":
-        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: sporch's exact parallel "
-                          "decode is built for the Wan VAE only; set pipeline.vae=tiled or leader")
-    if vae not in ("auto", *generic_placements(family)["vae"]):
-        raise SporchError(f"pipeline.vae={vae} is not supported for generate on {what}: the family's VAE has no "
-                          "tiled decode sporch runs (Family.vae_tiling); set pipeline.vae=leader")
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: {vae_class} is not "
+                          "decoded exactly by sporch's row-parallel decode (Family.vae_parallel); set "
+                          f"pipeline.vae={others}")
+    raise SporchError(f"pipeline.vae={vae} is not supported for generate on {what}: {vae_class} has no tiled "
+                      f"decode sporch runs (Family.vae_tiling); set pipeline.vae={others}")
 
 
-def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family) -> None:
+def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family,
+                           rows: int | None = None) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
     is refused in one line each."""
@@ -64,7 +85,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     if p.text_encoder not in ("auto", *GENERIC_PLACEMENTS["text_encoder"]):
         raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
                           "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
-    check_generic_vae(family, p.vae, what)
+    check_generic_vae(family, p.vae, what, rows, layout.sequence_degree)
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
@@ -84,4 +105,4 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
-        check_generic_generate(job, what, layout, get_family(model.family))
+        check_generic_generate(job, what, layout, get_family(model.family), latent_rows(model, job.workload.height))

@@ -118,6 +118,15 @@ class Family:
     #: decode estimate uses the PARTS fact ``vae_tile_pixels`` (those defaults for the published VAE).
     #: False: only ``pipeline.vae: leader`` is planned for its generic generate.
     vae_tiling: bool = False
+    #: The diffusers VAE class of the family's pipelines (``vae/config.json`` ``_class_name``).
+    vae_class: Optional[str] = None
+    #: ``pipeline.vae: parallel``: ``vae_class`` decodes exactly with sporch's row-parallel decode
+    #: (runtime/pipelines/vae_parallel.py: halo convolutions, whole-image group norms, attention on
+    #: the gathered rows), over the leader's sequence group; the generic generate runs the pipeline's
+    #: own decode tail around it (``row_parallel_vae``). False: the planner refuses it for the family
+    #: in one line. tests/runtime/pipelines/test_vae_parallel_families.py checks it against
+    #: ``parallelize_decoder`` on the family's tiny VAE and measures the decode against the whole one.
+    vae_parallel: bool = False
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts

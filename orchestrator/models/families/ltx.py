@@ -93,4 +93,6 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg_batched=True,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
     vae_tiling=True,  # AutoencoderKLLTXVideo.enable_tiling: 512 x 512-pixel tiles
+    vae_class="AutoencoderKLLTXVideo",
+    vae_parallel=True,  # a VAE injecting decoder noise (0.9.1's decoder_inject_noise) is refused at load
 )

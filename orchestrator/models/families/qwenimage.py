@@ -79,4 +79,5 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg_batched=False,  # true CFG: a cond and an uncond transformer call per step
     vae_tiling=True,  # AutoencoderKLQwenImage.enable_tiling: 256 x 256-pixel tiles
+    vae_class="AutoencoderKLQwenImage", vae_parallel=True,
 )
