@@ -57,8 +57,9 @@ def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = No
     others = " or ".join(allowed)
     vae_class = family.vae_class or "the family's VAE"
     if vae == "parallel" and family.vae_parallel:
-        raise SporchError(f"pipeline.vae=parallel splits the latent's {rows} rows over the {degree} ranks of a "
-                          f"sequence group, fewer rows than ranks: set pipeline.vae={others} or a larger height")
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what} at this size: it splits "
+                          f"the latent's {rows} rows over the {degree} ranks of a sequence group, fewer rows than "
+                          f"ranks; set pipeline.vae={others} or a larger workload.height")
     if vae == "parallel":
         raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: {vae_class} is not "
                           "decoded exactly by sporch's row-parallel decode (Family.vae_parallel); set "

@@ -76,19 +76,24 @@ SHARD_FAMILY = "hunyuanvideo"
 #: model's changes (0.27-0.37 skipped, 0.45 computed)
 CFG_CACHE_FAMILY, CFG_CACHE_THRESHOLD = "ltx-video", 0.42
 CFG_CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": CFG_CACHE_THRESHOLD}}
+#: pipeline.vae: parallel on U2R2 (the 4 ranks' sequence group decodes 2 latent rows each): Qwen-Image's
+#: cached causal convs and attention block, HunyuanVideo's replicate-padded causal convs and mid block
+VAE_PARALLEL_FAMILIES = ("qwen-image", "hunyuanvideo")
 
 
 def _size(fam: str) -> tuple[int, int]:
     return SIZE.get(fam, (64, 48))
 
 
-def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, **extra):
-    """The generate plan of ``fam``'s folder; ``extra``: more workload keys."""
+def _plan(fam: str, folder: Path, parallel: dict, gpus: int = 4, lora: str | None = None, pipeline: dict | None = None,
+          **extra):
+    """The generate plan of ``fam``'s folder; ``pipeline``: its pipeline section; ``extra``: more workload keys."""
     h, w = _size(fam)
     workload = {**WORKLOAD, "height": h, "width": w, **({"frames": FRAMES[fam]} if fam in FRAMES else {}),
                 **({"negative_prompt": None} if fam in DISTILLED else {}), **extra}
     model = {"weights": str(folder), **({"lora": [{"path": lora, "scale": LORA_SCALE}]} if lora else {})}
-    job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel}})
+    job = job_from_dict({"name": "g", "model": model, "workload": workload, "parallel": {"cfg": 1, **parallel},
+                         **({"pipeline": pipeline} if pipeline else {})})
     return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=gpus), job)
 
 
@@ -292,7 +297,9 @@ def four_ranks(folders):
                        ("cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], U2R2, **CACHE)),
                        ("sharded", _plan(SHARD_FAMILY, folders[SHARD_FAMILY], {**U2R2, "shard_weights": "world"})),
                        *((f"cfg2 {fam}", _plan(fam, folders[fam], CFG2U2)) for fam in CFG_FAMILIES),
-                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE))):
+                       ("cfg2 cache", _plan(CFG_CACHE_FAMILY, folders[CFG_CACHE_FAMILY], CFG2U2, **CFG_CACHE)),
+                       *((f"vae-parallel {fam}", _plan(fam, folders[fam], U2R2, pipeline={"vae": "parallel"}))
+                         for fam in VAE_PARALLEL_FAMILIES)):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -439,7 +446,8 @@ def test_comparison_can_fail(pipes, references, four_ranks):
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
     ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
-    ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
+    ({"ulysses": 4}, {"height": 16, "width": 128}, {"vae": "parallel"},
+     "pipeline.vae=parallel is not supported for generate .* splits the latent's 2 rows over the 4 ranks"),
     ({}, {}, {"text_encoder": "sharded"}, "pipeline.text_encoder=sharded is not supported for generate"),
     ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
@@ -575,3 +583,19 @@ def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg
         assert rec["cond_uncond"]["computed"] == ref_computed["cond_uncond"], rec
         assert rank["cfg2 cache"]["rows"] == [1] * CACHE_STEPS
     assert u2 <= FRAME_TOL, u2
+
+
+@pytest.mark.parametrize("fam", VAE_PARALLEL_FAMILIES)
+def test_parallel_vae_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """pipeline.vae: parallel on U2R2: every rank of the leader's sequence group (all 4) runs the
+    pipeline's decode tail with its band of the latent's rows through the row-parallel VAE; the
+    leader's frames equal the pipeline's whole decode; only the leader writes."""
+    name = f"vae-parallel {fam}"
+    leader = four_ranks[0][name]
+    err = float(np.abs(leader["frames"][0] - references[fam][0]).max())
+    print(f"{fam} U2R2 pipeline.vae=parallel: max |frames - {leader['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert leader["vae"] == "parallel" and leader["roles"] == ["text_encoder", "vae"] and len(leader["outputs"]) == 1
+    for rank in four_ranks[1:]:
+        assert rank[name]["roles"] == ["vae"] and "decode" in rank[name]["stages"], rank[name]["roles"]
+        assert rank[name]["outputs"] == [] and rank[name]["frames"] == {}
