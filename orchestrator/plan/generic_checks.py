@@ -9,6 +9,8 @@ from sporch.orchestrator.config.job import JobSpec
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.models.checkpoint_config import find_config, read_json_object
+from sporch.orchestrator.models.checkpoint_files import kind
 from sporch.orchestrator.models.families import Family, get_family, require_family
 
 
@@ -37,25 +39,46 @@ def latent_rows(model: sections.ModelSection, height: int | None) -> int | None:
     return height // stride if height and stride else None
 
 
-def generic_placements(family: Family, rows: int | None = None, degree: int = 1) -> dict[str, tuple[str, ...]]:
+def folder_vae_refusal(model: sections.ModelSection, family: Family) -> str | None:
+    """Why the pipeline folder's own VAE (``vae/config.json`` beside ``model.weights``' transformer)
+    does not decode exactly by rows although the family's class does (``Family.vae_parallel_refusal``);
+    None where it does or there is no such folder."""
+    if family.vae_parallel_refusal is None or not model.weights:
+        return None
+    config = find_config(model.weights)
+    vae = config.parent.parent / "vae" / "config.json" if config is not None else None
+    if vae is None or config.parent.name != "transformer" or kind(vae) is None:
+        return None
+    return family.vae_parallel_refusal(read_json_object(vae))
+
+
+def generic_placements(family: Family, rows: int | None = None, degree: int = 1,
+                       vae_refusal: str | None = None) -> dict[str, tuple[str, ...]]:
     """:data:`GENERIC_PLACEMENTS` for ``family``: ``vae: tiled`` only where its VAE has a tiled
     decode (``Family.vae_tiling``), ``vae: parallel`` only where it decodes exactly by row bands
-    (``Family.vae_parallel``) and the latent's ``rows`` (when known) give each of the ``degree``
-    ranks of a sequence group one at least."""
+    (``Family.vae_parallel``, and no ``vae_refusal`` for the folder's VAE: :func:`folder_vae_refusal`)
+    and the latent's ``rows`` (when known) give each of the ``degree`` ranks of a sequence group one
+    at least."""
     spread = rows is None or rows >= degree
-    has = {"leader": True, "tiled": family.vae_tiling, "parallel": family.vae_parallel and spread}
+    has = {"leader": True, "tiled": family.vae_tiling,
+           "parallel": family.vae_parallel and spread and vae_refusal is None}
     return {**GENERIC_PLACEMENTS, "vae": tuple(v for v in GENERIC_PLACEMENTS["vae"] if has[v])}
 
 
-def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = None, degree: int = 1) -> None:
+def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = None, degree: int = 1,
+                      vae_refusal: str | None = None) -> None:
     """``pipeline.vae`` on the generic generate: leader; tiled where the family's VAE has a tiled
-    decode; parallel where it decodes exactly by row bands (``Family.vae_parallel``), over a
-    sequence group of ``degree`` ranks no larger than the latent's ``rows``."""
-    allowed = generic_placements(family, rows, degree)["vae"]
+    decode; parallel where it decodes exactly by row bands (``Family.vae_parallel``; the folder's
+    VAE: no ``vae_refusal``), over a sequence group of ``degree`` ranks no larger than the latent's
+    ``rows``."""
+    allowed = generic_placements(family, rows, degree, vae_refusal)["vae"]
     if vae in ("auto", *allowed):
         return
     others = " or ".join(allowed)
     vae_class = family.vae_class or "the family's VAE"
+    if vae == "parallel" and family.vae_parallel and vae_refusal is not None:
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what} with this folder: "
+                          f"{vae_refusal}; set pipeline.vae={others}")
     if vae == "parallel" and family.vae_parallel:
         raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what} at this size: it splits "
                           f"the latent's {rows} rows over the {degree} ranks of a sequence group, fewer rows than "
@@ -69,7 +92,7 @@ def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = No
 
 
 def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family,
-                           rows: int | None = None) -> None:
+                           rows: int | None = None, vae_refusal: str | None = None) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader encoding and decoding (runtime/pipelines/generic.py): what it cannot honour
     is refused in one line each."""
@@ -86,7 +109,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     if p.text_encoder not in ("auto", *GENERIC_PLACEMENTS["text_encoder"]):
         raise SporchError(f"pipeline.text_encoder={p.text_encoder} is not supported for generate on {what} (the "
                           "leader encodes with diffusers' pipeline); set pipeline.text_encoder=leader or cpu")
-    check_generic_vae(family, p.vae, what, rows, layout.sequence_degree)
+    check_generic_vae(family, p.vae, what, rows, layout.sequence_degree, vae_refusal)
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
@@ -106,4 +129,6 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
-        check_generic_generate(job, what, layout, get_family(model.family), latent_rows(model, job.workload.height))
+        fam = get_family(model.family)
+        check_generic_generate(job, what, layout, fam, latent_rows(model, job.workload.height),
+                               folder_vae_refusal(model, fam))

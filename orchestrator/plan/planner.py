@@ -33,7 +33,7 @@ from sporch.orchestrator.plan.layouts import (
 )
 from sporch.orchestrator.plan.pipeline_estimate import with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
-from sporch.orchestrator.plan.generic_checks import check_generic, generic_placements, latent_rows
+from sporch.orchestrator.plan.generic_checks import check_generic, folder_vae_refusal, generic_placements, latent_rows
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging_estimate import staging_estimate
@@ -336,7 +336,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
-    choices = (generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree)
+    choices = (generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
+                                  folder_vae_refusal(model, get_family(model.family)))
                if model.diffusers_class else None)
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, generate=generate,
                                       experts=model.experts > 1, choices=choices)

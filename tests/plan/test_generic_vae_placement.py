@@ -126,3 +126,39 @@ def test_the_cli_plans_parallel_and_tiled_and_refuses_too_few_rows_with_exit_2(r
     code, out, err = run_cli("plan", "-c", "l40sx8", path, "pipeline.vae=parallel", "workload.height=48")
     assert code == 2 and "splits the latent's 6 rows over the 8 ranks" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _ltx_folder(root, inject_noise: bool) -> str:
+    """An LTX-Video 2B pipeline folder's configs: the published transformer's, and a VAE whose decoder
+    injects noise (LTX-Video 0.9.1's) or not (0.9.5's)."""
+    import json
+
+    from sporch.orchestrator.models.families import ltx
+
+    (root / "transformer").mkdir(parents=True)
+    (root / "vae").mkdir()
+    (root / "transformer" / "config.json").write_text(json.dumps({"_class_name": "LTXVideoTransformer3DModel",
+                                                                    **ltx.LTX_VIDEO_2B}))
+    (root / "vae" / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKLLTXVideo", "timestep_conditioning": True,
+                                                            "decoder_inject_noise": [inject_noise] * 3 + [False]}))
+    return str(root)
+
+
+def test_parallel_is_refused_for_a_folder_whose_vae_injects_decoder_noise(tmp_path):
+    """The family's class decodes by rows, but LTX-Video 0.9.1's VAE (decoder_inject_noise) draws noise
+    for the rows it has: refused in one line for that folder, and auto does not take it; the same
+    folder with 0.9.5's VAE plans it."""
+    def plan(folder, **pipeline):
+        job = _job("ltx-video-2b", **pipeline)
+        job["model"] = {"weights": folder}
+        return make_plan(find_cluster("a100x8"), job_from_dict(job, "<test>"))
+
+    noisy = _ltx_folder(tmp_path / "noisy", True)
+    with pytest.raises(SporchError, match="pipeline.vae=parallel is not supported for generate on "
+                                          "LTXVideoTransformer3DModel .* with this folder: its AutoencoderKLLTXVideo "
+                                          "injects decoder noise .*; set pipeline.vae=leader or tiled$") as exc:
+        plan(noisy, vae="parallel")
+    assert "\n" not in str(exc.value)
+    assert plan(noisy).placement.vae != "parallel"
+    assert all(o.vae != "parallel" for o in plan(noisy).estimates.memory.memory_options)
+    assert plan(_ltx_folder(tmp_path / "clean", False), vae="parallel").placement.vae == "parallel"
