@@ -179,8 +179,9 @@ def _tiled_decode(family: Family, vae: str) -> bool:
     generate does not run is refused at plan time (a hand-edited plan gets one line here)."""
     if vae == "leader" or (vae == "tiled" and family.vae_tiling) or (vae == "parallel" and family.vae_parallel):
         return vae == "tiled"
+    built = ["leader"] + ["parallel"] * family.vae_parallel + ["tiled"] * family.vae_tiling
     raise ValueError(f"pipeline.vae={vae} is not built for generate on family {family.name} (the generic path): "
-                     "plan with pipeline.vae=leader" + (" or tiled" if family.vae_tiling else ""))
+                     f"plan with pipeline.vae={' or '.join(built)}")
 
 
 def _parallel_decode(vae: str, ctx: ParallelContext | None) -> bool:
