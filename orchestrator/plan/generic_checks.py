@@ -9,6 +9,8 @@ from sporch.orchestrator.config.job import JobSpec
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.models.checkpoint_config import find_config, read_json_object
+from sporch.orchestrator.models.checkpoint_files import kind
 from sporch.orchestrator.models.families import Family, get_family, require_family
 
 
@@ -26,30 +28,72 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
 #: The placements the generic path's generate runs (runtime/pipelines/generic.py: the diffusers
 #: pipeline's text encoders on the leader's GPU or its CPU, or sharded with FSDP2 over each sequence
 #: group, whose ranks all encode; the leader decodes whole, or in tiles with diffusers'
-#: ``enable_tiling`` where the family's VAE has it): what ``auto`` may choose
+#: ``enable_tiling`` where the family's VAE has it, or the leader's sequence group decodes the rows in
+#: parallel where the family's VAE decodes exactly so): what ``auto`` may choose
 GENERIC_PLACEMENTS: dict[str, tuple[str, ...]] = {"text_encoder": ("leader", "sharded", "cpu"),
-                                                  "vae": ("leader", "tiled")}
+                                                  "vae": ("leader", "parallel", "tiled")}
 
 
-def generic_placements(family: Family) -> dict[str, tuple[str, ...]]:
+def latent_rows(model: sections.ModelSection, height: int | None) -> int | None:
+    """The latent's rows for an image ``height`` (the VAE's spatial stride), None where unknown."""
+    stride = int(model.vae_stride[1]) if model.vae_stride else 0
+    return height // stride if height and stride else None
+
+
+def folder_vae_refusal(model: sections.ModelSection, family: Family) -> str | None:
+    """Why the pipeline folder's own VAE (``vae/config.json`` beside ``model.weights``' transformer)
+    does not decode exactly by rows although the family's class does (``Family.vae_parallel_refusal``);
+    None where it does or there is no such folder."""
+    if family.vae_parallel_refusal is None or not model.weights:
+        return None
+    config = find_config(model.weights)
+    vae = config.parent.parent / "vae" / "config.json" if config is not None else None
+    if vae is None or config.parent.name != "transformer" or kind(vae) is None:
+        return None
+    return family.vae_parallel_refusal(read_json_object(vae))
+
+
+def generic_placements(family: Family, rows: int | None = None, degree: int = 1,
+                       vae_refusal: str | None = None) -> dict[str, tuple[str, ...]]:
     """:data:`GENERIC_PLACEMENTS` for ``family``: ``vae: tiled`` only where its VAE has a tiled
-    decode (``Family.vae_tiling``)."""
-    vae = GENERIC_PLACEMENTS["vae"] if family.vae_tiling else ("leader",)
-    return {**GENERIC_PLACEMENTS, "vae": vae}
+    decode (``Family.vae_tiling``), ``vae: parallel`` only where it decodes exactly by row bands
+    (``Family.vae_parallel``, and no ``vae_refusal`` for the folder's VAE: :func:`folder_vae_refusal`)
+    and the latent's ``rows`` (when known) give each of the ``degree`` ranks of a sequence group one
+    at least."""
+    spread = rows is None or rows >= degree
+    has = {"leader": True, "tiled": family.vae_tiling,
+           "parallel": family.vae_parallel and spread and vae_refusal is None}
+    return {**GENERIC_PLACEMENTS, "vae": tuple(v for v in GENERIC_PLACEMENTS["vae"] if has[v])}
 
 
-def check_generic_vae(family: Family, vae: str, what: str) -> None:
-    """``pipeline.vae`` on the generic generate: leader, or tiled where the family's VAE has a tiled
-    decode; parallel is refused (sporch's exact row-split decode is built for the Wan VAE only)."""
+def check_generic_vae(family: Family, vae: str, what: str, rows: int | None = None, degree: int = 1,
+                      vae_refusal: str | None = None) -> None:
+    """``pipeline.vae`` on the generic generate: leader; tiled where the family's VAE has a tiled
+    decode; parallel where it decodes exactly by row bands (``Family.vae_parallel``; the folder's
+    VAE: no ``vae_refusal``), over a sequence group of ``degree`` ranks no larger than the latent's
+    ``rows``."""
+    allowed = generic_placements(family, rows, degree, vae_refusal)["vae"]
+    if vae in ("auto", *allowed):
+        return
+    others = " or ".join(allowed)
+    vae_class = family.vae_class or "the family's VAE"
+    if vae == "parallel" and family.vae_parallel and vae_refusal is not None:
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what} with this folder: "
+                          f"{vae_refusal}; set pipeline.vae={others}")
+    if vae == "parallel" and family.vae_parallel:
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what} at this size: it splits "
+                          f"the latent's {rows} rows over the {degree} ranks of a sequence group, fewer rows than "
+                          f"ranks; set pipeline.vae={others} or a larger workload.height")
     if vae == "parallel":
-        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: sporch's exact parallel "
-                          "decode is built for the Wan VAE only; set pipeline.vae=tiled or leader")
-    if vae not in ("auto", *generic_placements(family)["vae"]):
-        raise SporchError(f"pipeline.vae={vae} is not supported for generate on {what}: the family's VAE has no "
-                          "tiled decode sporch runs (Family.vae_tiling); set pipeline.vae=leader")
+        raise SporchError(f"pipeline.vae=parallel is not supported for generate on {what}: {vae_class} is not "
+                          "decoded exactly by sporch's row-parallel decode (Family.vae_parallel); set "
+                          f"pipeline.vae={others}")
+    raise SporchError(f"pipeline.vae={vae} is not supported for generate on {what}: {vae_class} has no tiled "
+                      f"decode sporch runs (Family.vae_tiling); set pipeline.vae={others}")
 
 
-def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family) -> None:
+def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Family,
+                           rows: int | None = None, vae_refusal: str | None = None) -> None:
     """The generic generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader (or, with ``pipeline.text_encoder: sharded``, each sequence group) encoding
     and the leader decoding (runtime/pipelines/generic.py): what it cannot honour is refused in one
@@ -66,7 +110,7 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
         raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
                           f"replica; set workload.batch={layout.dp} (parallel.dp)")
     # pipeline.text_encoder: every placement runs (GENERIC_PLACEMENTS: leader, sharded, cpu)
-    check_generic_vae(family, p.vae, what)
+    check_generic_vae(family, p.vae, what, rows, layout.sequence_degree, vae_refusal)
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
@@ -91,4 +135,5 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         if why:
             raise SporchError(f"workload.kind generate is not built for {what}: {why}; use workload.kind verify "
                               "or benchmark")
-        check_generic_generate(job, what, layout, family)
+        check_generic_generate(job, what, layout, family, latent_rows(model, job.workload.height),
+                               folder_vae_refusal(model, family))

@@ -66,8 +66,9 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
     too with ``parallel.cfg=2``.
 
     ``choices``: the only options ``auto`` may try for some keys (the generic path's generate runs
-    its text encoders on the leader or its CPU and decodes on the leader, or in tiles where the family's
-    VAE has a tiled decode: generic_checks.generic_placements)."""
+    its text encoders on the leader or its CPU and decodes on the leader, in parallel over the leader's
+    sequence group where the family's VAE decodes exactly by rows, or in tiles where it has a tiled
+    decode: generic_checks.generic_placements)."""
     if modes["shard_weights"] == "world" and not lockstep and layout.dp > 1:
         raise SporchError(f"parallel.shard_weights=world needs every rank to run the same forwards, but the "
                           f"{layout.dp} dp replicas of a generate job run their own prompts: use "

@@ -33,7 +33,7 @@ from sporch.orchestrator.plan.layouts import (
 )
 from sporch.orchestrator.plan.pipeline_estimate import with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
-from sporch.orchestrator.plan.generic_checks import check_generic, generic_placements
+from sporch.orchestrator.plan.generic_checks import check_generic, folder_vae_refusal, generic_placements, latent_rows
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging_estimate import staging_estimate
@@ -321,7 +321,9 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
-    choices = generic_placements(get_family(model.family)) if model.diffusers_class else None
+    choices = (generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
+                                  folder_vae_refusal(model, get_family(model.family)))
+               if model.diffusers_class else None)
     # the generic generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
     two_calls = (generate and bool(model.diffusers_class)
                  and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS)

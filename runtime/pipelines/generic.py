@@ -31,8 +31,13 @@ pipeline draws for that call). Only the leader decodes (``output_type="np"``: th
 decode and post-processing), the others stop at the latents. ``plan.placement.vae``: ``leader``
 decodes whole; ``tiled`` (planned where the family's VAE has a tiled decode, ``Family.vae_tiling``)
 calls the VAE's ``enable_tiling()`` with no arguments first: diffusers' default tile sizes of that
-class, as the hand-built path's ``tiled`` (runtime/pipelines/vae.py). ``parallel`` is refused (the
-planner does; sporch's exact row-split decode is built for the Wan VAE only). The leader writes one PNG/MP4 per
+class, as the hand-built path's ``tiled`` (runtime/pipelines/vae.py). ``parallel`` (planned where the
+family's VAE decodes exactly by row bands, ``Family.vae_parallel``): every rank of the leader's
+sequence group (cfg rank 0) runs the pipeline to its end (``output_type="np"``) with the VAE
+replaced by :func:`.vae_parallel.row_parallel_vae`'s copy, whose decoder takes this rank's band of
+the latent's rows and returns the whole decoded tensor (gathered over the group), so the pipeline's
+own decode tail (latent un-normalisation and unpacking, the VAE's ``decode``, the image/video
+processor) runs unchanged around it; only the leader writes. The leader writes one PNG/MP4 per
 prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
 
 The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
@@ -91,6 +96,7 @@ from .text import EncoderPeak, shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
+from .vae_parallel import row_parallel_vae
 
 __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate", "step_end_arguments"]
 
@@ -218,10 +224,17 @@ def _cfg_split(family: Family, ctx: ParallelContext | None, shard_weights: str) 
 def _tiled_decode(family: Family, vae: str) -> bool:
     """Whether the leader decodes in tiles (``plan.placement.vae``); a placement the generic
     generate does not run is refused at plan time (a hand-edited plan gets one line here)."""
-    if vae == "leader" or (vae == "tiled" and family.vae_tiling):
+    if vae == "leader" or (vae == "tiled" and family.vae_tiling) or (vae == "parallel" and family.vae_parallel):
         return vae == "tiled"
+    built = ["leader"] + ["parallel"] * family.vae_parallel + ["tiled"] * family.vae_tiling
     raise ValueError(f"pipeline.vae={vae} is not built for generate on family {family.name} (the generic path): "
-                     "plan with pipeline.vae=leader" + (" or tiled" if family.vae_tiling else ""))
+                     f"plan with pipeline.vae={' or '.join(built)}")
+
+
+def _parallel_decode(vae: str, ctx: ParallelContext | None) -> bool:
+    """Whether this rank decodes its band of rows (``pipeline.vae: parallel``): every rank of the
+    leader's sequence group (cfg rank 0 of the replica), where the group has more than one rank."""
+    return vae == "parallel" and ctx is not None and ctx.sequence_size > 1 and ctx.cfg_rank == 0
 
 
 def _attach(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family, split: PipelineCfg | None):
@@ -265,7 +278,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     leader = is_leader(ctx)
     # pipeline.text_encoder: sharded: every rank of the sequence group encodes (one rank: the leader alone)
     sharded = spec.text_encoder == "sharded" and ctx is not None and ctx.sequence_size > 1
-    roles = [r for r, on in (("text_encoder", leader or sharded), ("vae", leader)) if on]
+    parallel = _parallel_decode(plan.placement.vae, ctx)
+    decodes = leader or parallel  # this rank runs the pipeline's decode tail
+    roles = [r for r, on in (("text_encoder", leader or sharded), ("vae", decodes)) if on]
     out: dict[str, Any] = {"kind": "generate", "path": "generic", "family": family.name,
                            "diffusers_class": plan.model.diffusers_class, "pipeline": class_name,
                            "prompts": len(mine), "steps": spec.steps, "roles": roles if len(mine) else []}
@@ -293,6 +308,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             shard_text_encoders(pipe, ctx, device)
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
+    if parallel:  # the VAE's decoder on this rank's rows, the whole output gathered (every rank of the group)
+        pipe.vae = row_parallel_vae(pipe.vae, ctx.sequence_group)
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
                resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
     encoders = [part for name, part in pipe.components.items() if _is_text_part(name) and isinstance(part, torch.nn.Module)]
@@ -394,7 +411,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                     attached.enter_context(_attach(pipe.transformer, ctx, family, split))
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
-                result = pipe(**kw, output_type="np" if leader else "latent", **step_end_arguments(pipe, on_step))
+                result = pipe(**kw, output_type="np" if decodes else "latent", **step_end_arguments(pipe, on_step))
                 sync(device)
                 ended = time.perf_counter()
         finally:
@@ -404,9 +421,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             step_cache.append({"index": index, **(share_over_cfg(cache_now, ctx) if two_calls else cache_now)})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", clock["last_step"] - began)
+        if decodes:
+            stages.add("decode", ended - clock["last_step"])
         if not leader:
             continue
-        stages.add("decode", ended - clock["last_step"])
         frames = _frames(result, spec.video)
         check_output(torch.from_numpy(frames), "generate (decoded frames)")
         with stages("save"):

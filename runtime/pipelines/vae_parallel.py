@@ -19,12 +19,17 @@ Method: module surgery on a copy of the VAE (no function or class is patched). I
   on their outer side, where the convolution's own padding applies as it does for the whole
   image. Every output row therefore sees exactly the input rows it sees in the whole image.
   ``WanCausalConv3d``'s cache of earlier frames (``cache_x``) is a band of the same rows and
-  is extended with it, in the same exchange.
+  is extended with it, in the same exchange. A causal convolution that pads its own input in
+  its forward before a padding-0 convolution (:func:`padding_in_forward`: Wan's and Qwen-Image's
+  ``_padding``, HunyuanVideo's ``time_causal_padding`` with replicate padding) is wrapped whole,
+  so its padding, of any mode, reaches only the image's edges and the cropped rows.
 * ``nn.GroupNorm`` becomes :class:`DistGroupNorm`: the mean and variance of each group are
   taken over the whole image (sums and counts all-reduced over the group, two passes,
   float64 accumulation), then the same affine.
 * an attention block (diffusers ``Attention`` in ``AutoencoderKL``'s mid block,
-  ``WanAttentionBlock`` in the Wan2.1 decoder) becomes :class:`GatherRows`: the whole tensor is
+  ``WanAttentionBlock`` in the Wan2.1 decoder, ``QwenImageAttentionBlock``, and
+  HunyuanVideo's whole mid block, whose attention mixes frames, rows and columns under one
+  frame-causal mask) becomes :class:`GatherRows`: the whole tensor is
   gathered, the block runs on it unchanged, and each rank keeps its own rows. Everything inside
   the block sees the whole tensor and is left alone.
 * what is per position (Wan's RMS norm over channels, activations, 1x1 and 1-row-high
@@ -33,8 +38,16 @@ Method: module surgery on a copy of the VAE (no function or class is patched). I
 
 A module the method cannot make exact (a strided, dilated or transposed convolution, a
 non-"same" height padding, pooling, batch/instance norm, diffusers' ``SpatialNorm``, an
-upsampling by a fractional factor or to a fixed size, an unknown attention block) makes
+upsampling by a fractional factor or to a fixed size, an unknown attention block, a block that
+injects noise drawn for its rows: LTX-Video 0.9.1's ``decoder_inject_noise``) makes
 :func:`parallelize_decoder` raise ``ValueError`` naming it, rather than decode wrongly.
+
+:func:`row_parallel_vae` hands a caller that decodes the whole latent itself (a diffusers
+pipeline's decode tail: the generic generate) a copy whose decoder takes this rank's band of
+rows and returns the whole output (:class:`RowBands`); everything around the decoder runs
+unchanged on every rank. Measured on every generic family's tiny VAE (SD3.5, CogVideoX,
+LTX-Video, Qwen-Image, HunyuanVideo; tests/runtime/pipelines/test_vae_parallel_families.py):
+within 7e-6 of the single decode, 2 and 4 ranks, uneven bands.
 
 Exactness: each rank computes the same sums as the single process for its rows (the same
 inputs, the same weights, the same kernels); only float rounding differs, where a library picks
@@ -84,7 +97,7 @@ from torch import nn
 from sporch.runtime.parallel import head_offsets  # the start of each part, given the sizes
 
 __all__ = ["split_rows", "HaloConv", "DistGroupNorm", "GatherRows", "parallelize_decoder", "decode_rows",
-           "attention_types", "gather_rows", "halo_rows"]
+           "attention_types", "gather_rows", "halo_rows", "padding_in_forward", "RowBands", "row_parallel_vae"]
 
 #: Modules that mix rows in a way a band cannot reproduce; refused anywhere in the decoder
 #: outside an attention block.
@@ -142,36 +155,68 @@ def gather_rows(x: torch.Tensor, group: dist.ProcessGroup | None, counts: list[i
 # convolutions
 # --------------------------------------------------------------------------------------
 
+def _is_conv(module: object) -> bool:
+    return isinstance(module, (nn.Conv2d, nn.Conv3d))
+
+
 def _height_axis(conv: nn.Module) -> int:
     """Index of the height axis in a conv's kernel_size/stride/... tuples."""
     return 0 if isinstance(conv, nn.Conv2d) else 1
 
 
-def _height_padding(conv: nn.Module) -> int | str:
-    """The zero rows the convolution adds above (and below) its input."""
-    pads = getattr(conv, "_padding", None)
-    if pads is not None and _is_wan_causal_conv(conv):
-        # WanCausalConv3d pads itself with F.pad: (w, w, h, h, 2t, 0); its .padding is (0, 0, 0).
-        if pads[2] != pads[3]:
-            raise ValueError(f"{type(conv).__name__} pads {pads[2]} rows above and {pads[3]} below: "
-                             "only the same padding on both sides is supported")
-        return int(pads[2])
+def padding_in_forward(module: nn.Module) -> tuple[int, int] | None:
+    """(rows above, rows below) with which ``module``, a causal convolution, pads its own input in
+    its ``forward`` (``F.pad``, any mode) before a convolution that pads no rows itself; None for a
+    module that does not. Two conventions of diffusers' causal 3-D convolutions, told by their
+    attributes (no class names, no diffusers import):
+
+    * an ``nn.Conv3d`` whose ``_padding`` holds the ``F.pad`` amounts (w, w, h, h, t, 0) and whose
+      own ``padding`` is zeroed: ``WanCausalConv3d``, ``QwenImageCausalConv3d``;
+    * a module holding ``time_causal_padding`` (the same order) and its convolution ``conv``
+      with no height padding: ``HunyuanVideoCausalConv3d`` (replicate padding),
+      ``CogVideoXCausalConv3d`` in its ``replicate`` mode (in its other modes its ``conv`` pads
+      the rows itself: a plain convolution here).
+    """
+    pads = getattr(module, "_padding", None)
+    if isinstance(module, nn.Conv3d) and isinstance(pads, tuple) and len(pads) == 6:
+        return int(pads[2]), int(pads[3])
+    pads = getattr(module, "time_causal_padding", None)
+    conv = getattr(module, "conv", None)
+    if isinstance(pads, tuple) and len(pads) == 6 and _is_conv(conv) and _plain_height_padding(conv) == 0:
+        return int(pads[2]), int(pads[3])
+    return None
+
+
+def _conv_of(module: nn.Module) -> nn.Module:
+    """The convolution doing ``module``'s work: itself, or its ``conv`` (a padding-in-forward wrapper)."""
+    return module if _is_conv(module) else module.conv
+
+
+def _plain_height_padding(conv: nn.Module) -> int | str:
     if isinstance(conv.padding, str):
         return conv.padding
     return int(conv.padding[_height_axis(conv)])
 
 
-def _is_wan_causal_conv(module: nn.Module) -> bool:
-    """diffusers' ``WanCausalConv3d`` (or a subclass), told by name: no diffusers import."""
-    return any(c.__name__ == "WanCausalConv3d" for c in type(module).__mro__)
+def _height_padding(module: nn.Module) -> int | str:
+    """The rows ``module`` pads above (and below) its input: in its forward, or its conv's padding."""
+    pads = padding_in_forward(module)
+    if pads is not None:
+        if pads[0] != pads[1]:
+            raise ValueError(f"{type(module).__name__} pads {pads[0]} rows above and {pads[1]} below: "
+                             "only the same padding on both sides is supported")
+        return pads[0]
+    return _plain_height_padding(module)
 
 
 def halo_rows(conv: nn.Module) -> int:
-    """Rows a band needs from each neighbour for ``conv`` (0 for a one-row-high kernel);
+    """Rows a band needs from each neighbour for ``conv`` (a convolution, or a causal convolution
+    that pads in its forward: :func:`padding_in_forward`; 0 for a one-row-high kernel);
     ``ValueError`` when the convolution cannot run on bands exactly."""
     name = type(conv).__name__
-    axis = _height_axis(conv)
-    k, stride, dilation = conv.kernel_size[axis], conv.stride[axis], conv.dilation[axis]
+    inner = _conv_of(conv)
+    axis = _height_axis(inner)
+    k, stride, dilation = inner.kernel_size[axis], inner.stride[axis], inner.dilation[axis]
     if stride != 1:
         raise ValueError(f"{name} has stride {stride} along the height: a strided convolution cannot be "
                          "decoded by row bands exactly (only stride 1 is supported)")
@@ -212,10 +257,12 @@ def _extend(x: torch.Tensor, above: torch.Tensor | None, below: torch.Tensor | N
 class HaloConv(nn.Module):
     """A convolution on a band of rows that gives the band of the whole image's output.
 
-    ``inner``: ``nn.Conv2d``, ``nn.Conv3d`` or diffusers' ``WanCausalConv3d`` (its
-    ``forward(x, cache_x=None)``: ``cache_x``, this band's earlier frames, is extended by
-    the same halo, in the same exchange). The inner convolution runs unchanged, its own
-    padding included; the ``p`` output rows from each side that was extended are cropped.
+    ``inner``: ``nn.Conv2d``, ``nn.Conv3d`` or a causal convolution that pads its input in its
+    forward (:func:`padding_in_forward`; ``WanCausalConv3d``'s and ``QwenImageCausalConv3d``'s
+    ``forward(x, cache_x=None)``: ``cache_x``, this band's earlier frames, is extended by the same
+    halo, in the same exchange). The inner module runs unchanged, its own padding included (any
+    mode: the padded rows only reach the output rows that are cropped); the ``p`` output rows
+    from each side that was extended are cropped.
     """
 
     def __init__(self, inner: nn.Module, group: dist.ProcessGroup | None) -> None:
@@ -242,6 +289,8 @@ class HaloConv(nn.Module):
         out = self.inner(x, cache_x) if cache_x is not None else self.inner(x)
         top = p if above is not None else 0
         bottom = p if below is not None else 0
+        if isinstance(out, tuple):  # (output, its frame cache): CogVideoXCausalConv3d's replicate mode
+            return (out[0][..., top:out[0].shape[-2] - bottom, :], *out[1:])
         return out[..., top:out.shape[-2] - bottom, :]
 
 
@@ -292,12 +341,17 @@ class DistGroupNorm(nn.Module):
 # --------------------------------------------------------------------------------------
 
 def attention_types() -> tuple[type, ...]:
-    """The attention blocks :class:`GatherRows` wraps: diffusers' ``Attention`` (the
-    ``AutoencoderKL`` mid block) and ``WanAttentionBlock`` (the Wan2.1 decoder)."""
+    """The blocks :class:`GatherRows` runs on the whole tensor: diffusers' ``Attention`` (the
+    ``AutoencoderKL`` mid block, on a [B, C, H, W] tensor), ``WanAttentionBlock`` (the Wan2.1
+    decoder) and its copy ``QwenImageAttentionBlock``, and ``HunyuanVideoMidBlock3D`` whole (its
+    attention flattens frames x rows x columns into one token axis under a frame-causal mask built
+    from the tensor's shape: a band's tokens are not a band of the rows)."""
     from diffusers.models.attention_processor import Attention
+    from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import HunyuanVideoMidBlock3D
+    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import QwenImageAttentionBlock
     from diffusers.models.autoencoders.autoencoder_kl_wan import WanAttentionBlock
 
-    return (Attention, WanAttentionBlock)
+    return (Attention, WanAttentionBlock, QwenImageAttentionBlock, HunyuanVideoMidBlock3D)
 
 
 class GatherRows(nn.Module):
@@ -311,6 +365,9 @@ class GatherRows(nn.Module):
         self.group = group
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if hidden_states.dim() < 4:
+            raise ValueError(f"{type(self.inner).__name__} got a {hidden_states.dim()}-D tensor: its dim -2 is not "
+                             "the image rows, so the parallel decode cannot gather it by rows")
         mine = torch.tensor([hidden_states.shape[-2]], dtype=torch.int64, device=hidden_states.device)
         counts = [int(c.item()) for c in _all_gather(mine, self.group)]
         whole = gather_rows(hidden_states, self.group, counts)
@@ -323,10 +380,6 @@ class GatherRows(nn.Module):
 # --------------------------------------------------------------------------------------
 # the surgery
 # --------------------------------------------------------------------------------------
-
-def _is_conv(module: nn.Module) -> bool:
-    return isinstance(module, (nn.Conv2d, nn.Conv3d))
-
 
 def _check_upsample(name: str, module: nn.Upsample) -> None:
     if module.size is not None:
@@ -344,6 +397,16 @@ def _replacement(name: str, module: nn.Module, group: dist.ProcessGroup | None,
     kind = type(module).__name__
     if isinstance(module, attention):
         return GatherRows(module, group)
+    noise = getattr(module, "per_channel_scale1", None)
+    if noise is not None:
+        raise ValueError(f"{name} is a {kind} that injects noise drawn in its forward for the rows it has "
+                         "(decoder_inject_noise): a band would draw other noise than the whole image")
+    if padding_in_forward(module) is not None:  # a causal conv padding itself: the halo around all of it
+        try:
+            p = halo_rows(module)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        return HaloConv(module, group) if p > 0 else None
     if isinstance(module, _REFUSED) or kind == "SpatialNorm":
         raise ValueError(f"{name} is a {kind}: the parallel decode cannot make it exact on row bands")
     if "Attention" in kind:
@@ -366,7 +429,8 @@ def _replacement(name: str, module: nn.Module, group: dist.ProcessGroup | None,
 def _replacements(root: nn.Module, prefix: str, group: dist.ProcessGroup | None,
                   attention: tuple[type, ...]) -> list[tuple[str, nn.Module]]:
     """(name in ``root``, replacement) for every module of ``root`` to replace; nothing
-    inside an attention block (it sees the whole tensor)."""
+    inside a replaced module (an attention block sees the whole tensor, a causal convolution's
+    own ``conv`` sees the band its halo extended)."""
     found: list[tuple[str, nn.Module]] = []
     inside: list[str] = []
     for name, module in root.named_modules(remove_duplicate=False):
@@ -375,8 +439,7 @@ def _replacements(root: nn.Module, prefix: str, group: dist.ProcessGroup | None,
         new = _replacement(f"{prefix}{name}" if name else prefix.rstrip("."), module, group, attention)
         if new is not None:
             found.append((name, new))
-            if isinstance(new, GatherRows):
-                inside.append(name)
+            inside.append(name)
     return found
 
 
@@ -394,19 +457,21 @@ def _copy_sharing_weights(vae: nn.Module) -> nn.Module:
 
 
 def parallelize_decoder(vae: nn.Module, group: dist.ProcessGroup | None = None,
-                        attention: tuple[type, ...] | None = None) -> nn.Module:
+                        attention: tuple[type, ...] | None = None,
+                        parts: tuple[str, ...] = ("post_quant_conv", "decoder")) -> nn.Module:
     """A copy of ``vae`` whose ``decoder`` and ``post_quant_conv`` run on row bands over
     ``group`` (``None``: the default group): halo convolutions, whole-image group norms,
     attention on the gathered tensor (see the module docstring). The encoder is left as it is.
     The copy shares the original's parameters and buffers; ``use_tiling`` is off in it.
 
-    ``attention``: the attention block classes (default :func:`attention_types`).
+    ``attention``: the attention block classes (default :func:`attention_types`); ``parts``:
+    the VAE's submodules made row-parallel (:func:`row_parallel_vae`: the decoder only).
     ``ValueError`` when the decoder holds something that cannot be exact on row bands.
     Decode with :func:`decode_rows`, on every rank of ``group``.
     """
     attention = attention_types() if attention is None else tuple(attention)
     pvae = _copy_sharing_weights(vae)
-    for part in ("post_quant_conv", "decoder"):
+    for part in parts:
         root = getattr(pvae, part, None)
         if root is None:
             continue
@@ -445,3 +510,47 @@ def decode_rows(pvae: nn.Module, latents: torch.Tensor, group: dist.ProcessGroup
         raise ValueError(f"the decoded band has {out.shape[-2]} rows for {counts[rank]} latent rows: "
                          "not a whole spatial scale factor")
     return gather_rows(out, group, [c * scale for c in counts])
+
+
+class RowBands(nn.Module):
+    """A row-parallel decoder (from :func:`parallelize_decoder`) called with the whole input on
+    every rank of ``group``: this rank's band of the input's rows (dim -2, :func:`split_rows`) goes
+    in, and the whole output, gathered along dim -2, comes out on every rank. Further arguments
+    go to ``inner`` as given (a frame cache of an earlier call is this rank's band already, as
+    ``inner`` returned it). ``inner`` may return ``(output, cache)``: the output is gathered, the
+    rest returned as it is."""
+
+    def __init__(self, inner: nn.Module, group: dist.ProcessGroup | None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.group = group
+
+    def forward(self, x: torch.Tensor, *args, **kwargs):
+        rank, n = _rank_and_size(self.group)
+        counts = split_rows(x.shape[-2], n)
+        start = head_offsets(counts)[rank]
+        out = self.inner(x[..., start:start + counts[rank], :], *args, **kwargs)
+        first = out[0] if isinstance(out, tuple) else out
+        scale, rest = divmod(first.shape[-2], counts[rank])
+        if rest:
+            raise ValueError(f"the decoded band has {first.shape[-2]} rows for {counts[rank]} latent rows: "
+                             "not a whole spatial scale factor")
+        whole = gather_rows(first, self.group, [c * scale for c in counts])
+        return (whole, *out[1:]) if isinstance(out, tuple) else whole
+
+
+def row_parallel_vae(vae: nn.Module, group: dist.ProcessGroup | None,
+                     attention: tuple[type, ...] | None = None) -> nn.Module:
+    """A copy of ``vae`` (sharing its weights) whose ``decode`` is called with the whole latent on
+    every rank of ``group`` and returns the whole decoded tensor on every rank, each rank decoding
+    only its band of rows: the copy's ``decoder`` is made row-parallel (:func:`parallelize_decoder`)
+    and wrapped in :class:`RowBands`. Everything around the decoder runs as it is on the whole
+    tensors, on every rank: the VAE's own ``decode`` (``post_quant_conv``, per position in the
+    VAEs sporch decodes; frame batches and their caches; the final clamp) and whatever calls it,
+    such as a diffusers pipeline's decode tail (latent un-normalisation and unpacking, the
+    image/video processor), so a pipeline given this VAE decodes exactly as with the original.
+    Every rank of ``group`` must make the same ``decode`` calls. ``ValueError`` (one line) where
+    the decoder cannot be exact on row bands, as :func:`parallelize_decoder`."""
+    pvae = parallelize_decoder(vae, group, attention, parts=("decoder",))
+    pvae.decoder = RowBands(pvae.decoder, group)
+    return pvae

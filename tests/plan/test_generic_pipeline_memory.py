@@ -1,7 +1,7 @@
 """A generate plan on the generic path counts its family's text encoders and VAE (the published sizes
 the family module declares: models/families/*.py ``PARTS``) in the busiest rank's memory, and the
 placement moves them: ``pipeline.text_encoder: cpu`` takes the encoders off the GPU, ``auto`` tries only
-what the generic generate runs (leader, sharded or cpu; the VAE on the leader or tiled)."""
+what the generic generate runs (leader, sharded or cpu; the VAE on the leader, parallel or tiled)."""
 
 from __future__ import annotations
 
@@ -68,14 +68,14 @@ def test_qwen_image_on_a100x32_holds_encoder_vae_and_transformer_and_cpu_removes
 
 def test_auto_moves_the_generic_encoder_to_the_cpu_and_never_picks_what_the_generic_generate_cannot_run():
     """On 40 GiB GPUs Qwen-Image's 38 GiB transformer leaves no room for its 15 GiB encoder: auto takes
-    the CPU and the tiled decode, the least memory, still too much (the sharded encoder, tried, needs
-    more; never a parallel decode, which the generic generate does not run). With shard_weights=auto the transformer is
-    sharded instead, and the encoder and VAE stay on the leader."""
+    the CPU and the parallel decode over the 32 sequence ranks, the least memory, still too much (the
+    sharded encoder, tried, needs more). With shard_weights=auto the transformer is sharded instead,
+    and the encoder and VAE stay on the leader."""
     p = _plan("qwen-image", cluster="a100-40gx32", shard="none")
-    assert (p.placement.text_encoder, p.placement.vae) == ("cpu", "tiled") and not p.estimates.memory.fits
+    assert (p.placement.text_encoder, p.placement.vae) == ("cpu", "parallel") and not p.estimates.memory.fits
     tried = {(o.text_encoder, o.vae) for o in p.estimates.memory.memory_options}
     assert ("sharded", "leader") in tried and tried <= {(t, v) for t in ("leader", "sharded", "cpu")
-                                                        for v in ("leader", "tiled")}
+                                                        for v in ("leader", "parallel", "tiled")}
     sharded = _plan("qwen-image", cluster="a100-40gx32")
     assert sharded.placement.shard_weights != "none" and sharded.placement.text_encoder == "leader"
 

@@ -147,6 +147,19 @@ class Family:
     #: decode estimate uses the PARTS fact ``vae_tile_pixels`` (those defaults for the published VAE).
     #: False: only ``pipeline.vae: leader`` is planned for its generic generate.
     vae_tiling: bool = False
+    #: The diffusers VAE class of the family's pipelines (``vae/config.json`` ``_class_name``).
+    vae_class: Optional[str] = None
+    #: ``pipeline.vae: parallel``: ``vae_class`` decodes exactly with sporch's row-parallel decode
+    #: (runtime/pipelines/vae_parallel.py: halo convolutions, whole-image group norms, attention on
+    #: the gathered rows), over the leader's sequence group; the generic generate runs the pipeline's
+    #: own decode tail around it (``row_parallel_vae``). False: the planner refuses it for the family
+    #: in one line. tests/runtime/pipelines/test_vae_parallel_families.py checks it against
+    #: ``parallelize_decoder`` on the family's tiny VAE and measures the decode against the whole one.
+    vae_parallel: bool = False
+    #: a pipeline folder's ``vae/config.json`` -> why that VAE does not decode exactly by rows although
+    #: its class does (one clause; LTX-Video 0.9.1's ``decoder_inject_noise``), or None: the planner
+    #: refuses ``pipeline.vae: parallel`` for that folder (``auto`` does not take it)
+    vae_parallel_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
     #: preset name -> the published text encoder / VAE / image encoder facts (plan/pipeline_estimate.py's
     #: memory estimate), or None where unknown
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts

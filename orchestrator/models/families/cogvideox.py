@@ -96,4 +96,5 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLCogVideoX.enable_tiling: half the sample size (240 x 360 for CogVideoX-5b)
+    vae_class="AutoencoderKLCogVideoX", vae_parallel=True,
 )

@@ -43,4 +43,5 @@ def shape(config: Mapping[str, Any]) -> dict:
 
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, hand_built=True,
                 lora_loader="FluxLoraLoaderMixin",
-                cfg=False, pipeline_folders=PIPELINE_FOLDERS, standin_attention="joint", pipeline_parts=pipeline_parts)
+                cfg=False, pipeline_folders=PIPELINE_FOLDERS, standin_attention="joint", pipeline_parts=pipeline_parts,
+                vae_class="AutoencoderKL", vae_parallel=True)

@@ -115,4 +115,6 @@ FAMILY = Family(
     pipeline_parts=pipeline_parts, count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.NONE,  # guidance-distilled: sporch calls it with embedded guidance, one pass
     vae_tiling=True,  # AutoencoderKLHunyuanVideo.enable_tiling: 256 x 256-pixel tiles
+    vae_class="AutoencoderKLHunyuanVideo",
+    vae_parallel=True,  # its mid block (frame-causal attention over all tokens) runs on the gathered rows
 )

@@ -80,6 +80,15 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
 
 
+def vae_parallel_refusal(vae_config: Mapping[str, Any]) -> Optional[str]:
+    """A decoder that injects noise drawn for the rows it has (``decoder_inject_noise``: LTX-Video
+    0.9.1's VAE) decodes other noise on a band than on the whole image."""
+    if any(vae_config.get("decoder_inject_noise") or ()):
+        return (f"its {vae_config.get('_class_name', 'VAE')} injects decoder noise drawn for the rows it has "
+                "(vae/config.json decoder_inject_noise), which a band of rows would draw differently")
+    return None
+
+
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
     lora_loader="LTXVideoLoraLoaderMixin",
@@ -93,4 +102,6 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLLTXVideo.enable_tiling: 512 x 512-pixel tiles
+    vae_class="AutoencoderKLLTXVideo",
+    vae_parallel=True, vae_parallel_refusal=vae_parallel_refusal,  # not a 0.9.1 VAE injecting decoder noise
 )

@@ -144,5 +144,6 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits it
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (512 for PixArt-Sigma's)
+    vae_class="AutoencoderKL", vae_parallel=True,  # the SDXL VAE: row bands exact, as SD3's AutoencoderKL
     generate_refusal=generate_refusal,
 )

@@ -80,4 +80,5 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.TWO_CALLS,  # true CFG: a "cond" then an "uncond" call per step, one per cfg rank
     vae_tiling=True,  # AutoencoderKLQwenImage.enable_tiling: 256 x 256-pixel tiles
+    vae_class="AutoencoderKLQwenImage", vae_parallel=True,
 )

@@ -110,4 +110,5 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (1024 for SD3.5's)
+    vae_class="AutoencoderKL", vae_parallel=True,
 )

@@ -76,4 +76,5 @@ FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DM
                 lora_loader="WanLoraLoaderMixin",
                 hand_built=True, text_split=False, pipeline_folders=PIPELINE_FOLDERS, video=True,
                 standin_attention="cross",
-                pipeline_parts=pipeline_parts, vae_stride_from=vae_stride)
+                pipeline_parts=pipeline_parts, vae_stride_from=vae_stride, vae_class="AutoencoderKLWan",
+                vae_parallel=True)

@@ -90,6 +90,9 @@ CFG_CACHE = {"steps": CACHE_STEPS, "cache": {"method": "fbcache", "threshold": C
 #: generate with pipeline.text_encoder: sharded (FSDP2 over the U2R2 sequence group), one family per kind of
 #: encoders: Llama + CLIP, two CLIPs with projection + T5, Qwen2.5-VL (its vision tower never called)
 TEXT_SHARDED = ("hunyuanvideo", "sd3", "qwen-image")
+#: pipeline.vae: parallel on U2R2 (the 4 ranks' sequence group decodes 2 latent rows each): Qwen-Image's
+#: cached causal convs and attention block, HunyuanVideo's replicate-padded causal convs and mid block
+VAE_PARALLEL_FAMILIES = ("qwen-image", "hunyuanvideo")
 
 
 def _size(fam: str) -> tuple[int, int]:
@@ -317,7 +320,9 @@ def four_ranks(folders):
                        ("cfg2 two-call", _plan(TWO_CALL_FAMILY, folders[TWO_CALL_FAMILY], CFG2U2)),
                        ("cfg2 two-call cache", _plan(CACHE_FAMILY, folders[CACHE_FAMILY], CFG2U2, **CACHE)),
                        *((f"text sharded {fam}", _plan(fam, folders[fam], U2R2, pipeline={"text_encoder": "sharded"}))
-                         for fam in TEXT_SHARDED)):
+                         for fam in TEXT_SHARDED),
+                       *((f"vae-parallel {fam}", _plan(fam, folders[fam], U2R2, pipeline={"vae": "parallel"}))
+                         for fam in VAE_PARALLEL_FAMILIES)):
         (folders["root"] / "out" / name).mkdir(parents=True)
         cases.append((name, plan.to_json(), str(folders["root"] / "out" / name)))
     return run_distributed(_world, 4, cases, WRONG, timeout=600)
@@ -464,7 +469,8 @@ def test_comparison_can_fail(pipes, references, four_ranks):
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
     ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
-    ({}, {}, {"vae": "parallel"}, "pipeline.vae=parallel is not supported for generate"),
+    ({"ulysses": 4}, {"height": 16, "width": 128}, {"vae": "parallel"},
+     "pipeline.vae=parallel is not supported for generate .* splits the latent's 2 rows over the 4 ranks"),
     ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
@@ -750,3 +756,19 @@ def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg
         assert rec["cond_uncond"]["computed"] == ref_computed["cond_uncond"], rec
         assert rank["cfg2 cache"]["rows"] == [1] * CACHE_STEPS
     assert u2 <= FRAME_TOL, u2
+
+
+@pytest.mark.parametrize("fam", VAE_PARALLEL_FAMILIES)
+def test_parallel_vae_frames_equal_the_diffusers_pipeline(four_ranks, references, fam):
+    """pipeline.vae: parallel on U2R2: every rank of the leader's sequence group (all 4) runs the
+    pipeline's decode tail with its band of the latent's rows through the row-parallel VAE; the
+    leader's frames equal the pipeline's whole decode; only the leader writes."""
+    name = f"vae-parallel {fam}"
+    leader = four_ranks[0][name]
+    err = float(np.abs(leader["frames"][0] - references[fam][0]).max())
+    print(f"{fam} U2R2 pipeline.vae=parallel: max |frames - {leader['pipeline']}| = {err:.3g}")
+    assert err <= FRAME_TOL, (fam, err)
+    assert leader["vae"] == "parallel" and leader["roles"] == ["text_encoder", "vae"] and len(leader["outputs"]) == 1
+    for rank in four_ranks[1:]:
+        assert rank[name]["roles"] == ["vae"] and "decode" in rank[name]["stages"], rank[name]["roles"]
+        assert rank[name]["outputs"] == [] and rank[name]["frames"] == {}
