@@ -32,8 +32,9 @@ from torch import nn  # noqa: E402
 
 from sporch.orchestrator.models.families import FAMILIES  # noqa: E402
 from sporch.runtime.pipelines.vae_parallel import (  # noqa: E402
-    GatherRows, HaloConv, decode_rows, parallelize_decoder, row_parallel_vae)
+    GatherRows, decode_rows, parallelize_decoder, row_parallel_vae)
 from sporch.runtime.testing import run_distributed  # noqa: E402
+from tests.runtime.pipelines.test_vae_parallel import plain_decode, without_halos  # noqa: E402
 
 GENERIC = tuple(f for f in FAMILIES if f.pipeline_class)
 TOL = 1e-5  # relative to max(1, the output's largest value)
@@ -57,29 +58,17 @@ def vaes() -> dict[str, nn.Module]:
     return {f.name: tiny_vae(f.name) for f in GENERIC}
 
 
-def _decode(vae: nn.Module, z: torch.Tensor) -> torch.Tensor:
-    return vae.decode(z, return_dict=False)[0]
-
-
-def _without_halos(pvae: nn.Module) -> nn.Module:
-    for name, module in list(pvae.named_modules()):
-        if isinstance(module, HaloConv):
-            parent, _, child = name.rpartition(".")
-            setattr(pvae.get_submodule(parent), child, module.inner)
-    return pvae
-
-
 @torch.no_grad()
 def _decode_everywhere(vaes: dict[str, nn.Module]) -> dict[str, dict[str, float]]:
     """On every rank, for every family: the row-parallel decodes against the whole decode."""
     out = {}
     for name, vae in vaes.items():
         z = torch.randn(tuple(ROWS if s is None else s for s in SHAPES[name]), generator=torch.Generator().manual_seed(2))
-        whole = _decode(vae, z)
+        whole = plain_decode(vae, z)
         pvae = parallelize_decoder(vae, None)
-        rows = decode_rows(pvae, z, None, _decode)
-        pipeline_side = _decode(row_parallel_vae(vae, None), z)
-        no_halo = decode_rows(_without_halos(pvae), z, None, _decode)
+        rows = decode_rows(pvae, z, None, plain_decode)
+        pipeline_side = plain_decode(row_parallel_vae(vae, None), z)
+        no_halo = decode_rows(without_halos(pvae), z, None, plain_decode)
         out[name] = {"decode_rows": (rows - whole).abs().max().item(),
                      "row_parallel_vae": (pipeline_side - whole).abs().max().item(),
                      "no_halo": (no_halo - whole).abs().max().item(), "scale": max(1.0, whole.abs().max().item())}
