@@ -19,7 +19,7 @@ is registered with FSDP so that its root all-gather runs there too.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -146,23 +146,27 @@ def _unit_groups(model: torch.nn.Module) -> list:
 
 
 class ParameterPeak:
-    """The most parameter bytes this rank held at any block start during the forwards run
+    """The most parameter bytes this rank held at any unit's start or end during the forwards run
     inside ``with ParameterPeak(model) as peak:`` (``peak.bytes``): the shard, the gathered
-    running and prefetched blocks, the root."""
+    running and prefetched blocks, the root. ``model`` may be several modules (their bytes summed);
+    ``units``: the modules whose forwards are sampled (default: every block of ``block_lists``)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: torch.nn.Module | Sequence[torch.nn.Module],
+                 units: Sequence[torch.nn.Module] | None = None) -> None:
+        self.models = [model] if isinstance(model, torch.nn.Module) else list(model)
+        self.units = units
         self.bytes = 0
         self._handles: list = []
 
     def _sample(self, *_args, **_kwargs) -> None:
-        self.bytes = max(self.bytes, resident_parameter_bytes(self.model))
+        self.bytes = max(self.bytes, sum(resident_parameter_bytes(m) for m in self.models))
 
     def __enter__(self) -> "ParameterPeak":
-        for _, blocks in block_lists(self.model):
-            for block in blocks:  # after FSDP's own pre-forward hook: the block is gathered
-                self._handles.append(block.register_forward_pre_hook(self._sample))
-                self._handles.append(block.register_forward_hook(self._sample))
+        units = self.units if self.units is not None else [
+            block for m in self.models for _, blocks in block_lists(m) for block in blocks]
+        for unit in units:  # after FSDP's own pre-forward hook: the unit is gathered
+            self._handles.append(unit.register_forward_pre_hook(self._sample))
+            self._handles.append(unit.register_forward_hook(self._sample))
         self._sample()
         return self
 

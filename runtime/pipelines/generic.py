@@ -92,7 +92,7 @@ from sporch.runtime.progress import Progress, RequeueRequested, requeue_self
 from .generic_resume import FinishedPrompts, SkipTransformer, resume_refusal
 from .media import output_name, write
 from .replica import is_leader, share_from_leader
-from .text import EncoderPeak, shard_text_encoders
+from .text import encoder_peak, shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
@@ -327,7 +327,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     prompts = [spec.prompts[i] for i in mine if i not in reused]
 
     def encode_all():
-        with stages("encode"), torch.no_grad(), EncoderPeak(encoders) as peak:
+        with stages("encode"), torch.no_grad(), encoder_peak(encoders) as peak:
             got = [encode(pipe, spec, family, p, text_device) for p in prompts]
         out["text_encoder_peak_bytes"] = peak.bytes  # the encoders' parameters held at the busiest moment
         return got

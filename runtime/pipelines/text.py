@@ -30,7 +30,7 @@ from typing import Sequence
 import torch
 
 from sporch.runtime.model.condition import Condition, cond_map
-from sporch.runtime.model.shard_weights import resident_parameter_bytes
+from sporch.runtime.model.shard_weights import ParameterPeak
 from sporch.runtime.parallel import ParallelContext
 
 from .families import pipeline_family
@@ -127,33 +127,17 @@ def _keep_output_capture(encoder: torch.nn.Module) -> None:
             _CAN_RECORD_REGISTRY[m] = m._can_record_outputs
 
 
-class EncoderPeak:
-    """The most bytes of ``encoders``' parameters this rank held at the start and end of any of their
+def encoder_peak(encoders: Sequence[torch.nn.Module]) -> ParameterPeak:
+    """The most bytes of ``encoders``' parameters this rank holds at the start and end of any of their
     units' forwards (:func:`encoder_units`; after FSDP2's own pre-forward hook, so a gathered unit
-    and the prefetched next layer count whole) inside ``with EncoderPeak(encoders) as peak:``
+    and the prefetched next layer count whole) inside ``with encoder_peak(encoders) as peak:``
     (``peak.bytes``): what a sharded encoder holds at its busiest, against the planner's
     :func:`~sporch.orchestrator.plan.pipeline_estimate.sharded_encoder_bytes`."""
-
-    def __init__(self, encoders: Sequence[torch.nn.Module]) -> None:
-        self.encoders = list(encoders)
-        self.bytes = 0
-        self._handles: list = []
-
-    def _sample(self, *_args, **_kwargs) -> None:
-        self.bytes = max(self.bytes, sum(resident_parameter_bytes(e) for e in self.encoders))
-
-    def __enter__(self) -> "EncoderPeak":
-        for encoder in self.encoders:
-            lists, others = encoder_units(encoder)
-            for unit in [m for layers in lists for m in layers] + [m for group in others for m in group]:
-                self._handles += [unit.register_forward_pre_hook(self._sample), unit.register_forward_hook(self._sample)]
-        self._sample()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    units = []
+    for encoder in encoders:
+        lists, others = encoder_units(encoder)
+        units += [m for layers in lists for m in layers] + [m for group in others for m in group]
+    return ParameterPeak(encoders, units)
 
 
 def shard_text_encoders(pipe, ctx: ParallelContext, device: torch.device) -> list[torch.nn.Module]:

@@ -2,7 +2,7 @@
 families use (T5 with its tied tables, Llama, CLIP with projection, Qwen2.5-VL with its vision tower),
 six layers, sharded over 4 gloo ranks with ``runtime/pipelines/text.shard_encoder``, encodes a prompt's
 ids as the unsharded encoder does (the hidden states the pipelines read), and the most parameter bytes
-a rank holds at any unit's start or end (``EncoderPeak``) stay within the planner's
+a rank holds at any unit's start or end (``encoder_peak``) stay within the planner's
 ``sharded_encoder_bytes``: 1/4 of the encoder plus the largest table or two of the largest layer.
 T5's tied ``shared`` / ``embed_tokens`` unit, which FSDP2 alone keeps gathered until the encoder's end
 (``shared`` never runs), is resharded after its own forward; Qwen2.5-VL's vision tower is never
@@ -53,7 +53,7 @@ def _shard_and_encode():
     from torch.distributed.device_mesh import DeviceMesh
 
     from sporch.runtime.model.shard_weights import resident_parameter_bytes
-    from sporch.runtime.pipelines.text import EncoderPeak, encoder_units, shard_encoder
+    from sporch.runtime.pipelines.text import encoder_peak, encoder_units, shard_encoder
 
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
     ids = torch.randint(3, 500, (1, 24), generator=torch.Generator().manual_seed(1))
@@ -68,7 +68,7 @@ def _shard_and_encode():
         with torch.no_grad():
             want = enc(input_ids=ids, output_hidden_states=True).hidden_states
             shard_encoder(enc, mesh)
-            with EncoderPeak([enc]) as peak:
+            with encoder_peak([enc]) as peak:
                 got = enc(input_ids=ids, output_hidden_states=True).hidden_states
         out[name] = {"err": max(float((a - b).abs().max()) for a, b in zip(got, want)), "states": len(got),
                      "scale": float(want[-1].abs().max()), "peak": peak.bytes,
