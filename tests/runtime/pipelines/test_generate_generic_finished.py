@@ -21,6 +21,7 @@ pytest.importorskip("diffusers")
 from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
 from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
+from tests.runtime.pipelines.test_generate_generic_resume import StopAfter as StopAt  # noqa: E402  ("stop" from the n-th read on)
 
 FAMILY = "sd3"
 STEPS = 4
@@ -29,18 +30,6 @@ STEPS = 4
 STOP_READ, STOPPED_AFTER = STEPS - 1 + 2, 2
 PROMPTS = ("a red fox running in snow", "a lighthouse at dusk")
 TOL = 1e-6
-
-
-class StopAt:
-    """The launcher's Progress as the generate sees it: "stop" from the ``n``-th read on."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.reads = n, 0
-
-    @property
-    def stop_requested(self) -> bool:
-        self.reads += 1
-        return self.reads >= self.n
 
 
 @pytest.fixture(scope="module")
