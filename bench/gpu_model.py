@@ -69,7 +69,8 @@ def run_model(name, job, goal, args, device, dtype_name):
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)
     grid = plan.sequence.grid
     if args.init == "device":  # random values drawn on the device: a 12 B model builds in seconds
-        model = fill_random(build_model(plan.model, device="meta").to_empty(device=device).to(getattr(torch, dtype_name)))
+        # built in the run's dtype on meta, as build_model places it (the norms it keeps in float32 stay so)
+        model = fill_random(build_model(plan.model, dtype=getattr(torch, dtype_name), device="meta").to_empty(device=device))
     else:  # sporch's seeded per-parameter values (drawn on the host: minutes for 12 B parameters)
         model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
     inputs = make_inputs(model, grid, 1, 0, None)

@@ -51,6 +51,9 @@ LAUNCHES = {
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=["launch", "fsdp"], default=None)
+    p.add_argument("--launches", nargs="+", choices=[k.replace(" ", "-") for k in LAUNCHES],
+                   default=[k.replace(" ", "-") for k in LAUNCHES],
+                   help="which launch rows to run, spaces as '-' (default: all)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per launch")
     p.add_argument("--cpu-smoke", action="store_true", help="the same paths on the CPU (gloo)")
     return p.parse_args(argv)
@@ -116,6 +119,8 @@ def launches(args) -> bool:
         cluster = one_gpu_cluster(tmp, args.cpu_smoke)
         print(f"{'path':<26} {'status':<14} {'s':>6}  detail")
         for i, (label, (example, overrides)) in enumerate(LAUNCHES.items()):
+            if label.replace(" ", "-") not in args.launches:
+                continue
             label, status, detail, secs = launch(label, example, overrides, cluster, tmp, args.timeout, 29600 + i)
             ok &= status == "completed"
             print(f"{label:<26} {status:<14} {secs:>6.1f}  {'; '.join(detail)}", flush=True)

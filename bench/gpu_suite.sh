@@ -2,16 +2,18 @@
 # Every GPU measurement of docs/performance.md in one run, each step with its own time bound,
 # for a GPU machine that starts bare:
 #   bash bench/gpu_suite.sh [OUT_DIR] [STEP ...]      # default OUT_DIR: $OUT, else a new temp folder
-# Steps, in order: env install tests attention wan-model wan-reference smoke flux-model flux-reference
-# (name some to run only those; install is always run). Writes OUT_DIR/suite.log (every step's
+# Steps, in priority order (the suite's deadline, SUITE_SECONDS, default 570, skips the tail): env
+# wan-model flux-model families families-compiled levers smoke wan-reference tests attention
+# wan-profile flux-reference (name some to run only those; install is always run). Variables:
+# COMPILED_FAMILIES (bench/gpu_families.py --families), SMOKE_ARGS and SMOKE_SECONDS (gpu_smoke.py). Writes OUT_DIR/suite.log (every step's
 # output), OUT_DIR/summary.json and OUT_DIR/summary.md (step, exit status, seconds, bound).
 #
 # Python packages the machine lacks are installed from wheels in .whl/ (if there) into
 # /tmp/sporch-site; sporch itself is put on the path from this checkout (no build). To fetch
 # the wheels on a machine with a package index:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
-#     diffusers==0.42.1 omegaconf==2.3.0 submitit importlib_metadata==8.7.0 ftfy wcwidth
-#   pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3
+#     diffusers==0.42.1 omegaconf==2.4.0 submitit importlib_metadata==8.7.0 ftfy wcwidth \
+#     torchao==0.16.0 sageattention==1.0.6 imageio-ffmpeg==0.6.0
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -78,14 +80,19 @@ export PYTHONPATH=/tmp/sporch-site:/tmp/sporch-ns${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 run_step install 40 install_deps
 run_step env 20 environment
-run_step tests 60 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -rs -k cuda \
+# in priority order: the suite's deadline skips the tail
+run_step wan-model 70 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3
+run_step flux-model 75 "$PY" bench/gpu_model.py --models flux --warmup 1 --repeat 3
+run_step families 70 "$PY" bench/gpu_families.py --no-compile
+run_step families-compiled 120 "$PY" bench/gpu_families.py --families ${COMPILED_FAMILIES:-qwen-image hunyuanvideo sd3}
+run_step levers 80 "$PY" bench/gpu_levers.py --warmup 1 --repeat 3
+run_step smoke ${SMOKE_SECONDS:-60} "$PY" bench/gpu_smoke.py --timeout 25 ${SMOKE_ARGS:-}
+run_step wan-reference 60 "$PY" bench/gpu_reference.py --models wan --warmup 1 --repeat 3
+run_step tests 40 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -rs -k cuda \
   tests/runtime/attention/test_runtime_kernels.py tests/runtime/attention/test_runtime_select.py
 run_step attention 60 "$PY" bench/gpu_attention.py --heads 24
-run_step wan-model 100 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 5 --profile
-run_step wan-reference 100 "$PY" bench/gpu_reference.py --models wan --warmup 1 --repeat 5
-run_step smoke 70 "$PY" bench/gpu_smoke.py --timeout 25
-run_step flux-model 80 "$PY" bench/gpu_model.py --models flux --warmup 1 --repeat 5
-run_step flux-reference 80 "$PY" bench/gpu_reference.py --models flux --warmup 1 --repeat 5
+run_step wan-profile 60 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3 --profile
+run_step flux-reference 80 "$PY" bench/gpu_reference.py --models flux --warmup 1 --repeat 3
 
 {
   echo "| step | exit | seconds | bound |"; echo "|---|---|---|---|"
