@@ -109,7 +109,6 @@ def run_case(family, args, device, ctx):
 
     from sporch.orchestrator.models.families import require_family
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model.generic.families import family_module
     from sporch.runtime.model.generic.plans import split_plan
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
     from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice

@@ -18,7 +18,7 @@ import argparse
 import math
 import sys
 
-from gpu_common import fill_random, machine_line, median_ms, one_gpu_plan, pick_device, sync
+from gpu_common import device_model, machine_line, median_ms, one_gpu_plan, pick_device, sync
 
 JOB = {"name": "levers", "model": {"preset": "wan2.1-t2v-1.3b"},
        "workload": {"kind": "inference", "frames": 81, "height": 480, "width": 832, "dtype": "bfloat16"}}
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     import torch
 
     from sporch.runtime.attention.select import run_choice
-    from sporch.runtime.model import ShardedDiT, build_model, euler_sample, flow_sigmas, make_inputs
+    from sporch.runtime.model import ShardedDiT, euler_sample, flow_sigmas, make_inputs
     from sporch.runtime.model.layers import NUM_TRAIN_TIMESTEPS
     from sporch.runtime.model.quant import QuantError, quantize_weights, weight_bytes
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     ref, ref_ms = None, None
     for name, quant, precision in ROWS:
         torch.manual_seed(0)  # the same weights in every row, drawn on the device (1.3 B in well under a second)
-        model = fill_random(build_model(plan.model, dtype=dtype, device="meta").to_empty(device=device))
+        model = device_model(plan.model, device, dtype)
         try:
             quantize_weights(model, quant, device)
         except QuantError as exc:

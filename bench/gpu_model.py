@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import (machine_line, median_ms, one_gpu_plan, peak_step_mib, fill_random, pick_device, profile_top,  # noqa: E402
+from bench.gpu_common import (device_model, machine_line, median_ms, one_gpu_plan, peak_step_mib, pick_device, profile_top,  # noqa: E402
                                sdpa_scope, sync)  # noqa: E402
 
 #: name -> (job, issue 13's goal in ms per step)
@@ -69,8 +69,7 @@ def run_model(name, job, goal, args, device, dtype_name):
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)
     grid = plan.sequence.grid
     if args.init == "device":  # random values drawn on the device: a 12 B model builds in seconds
-        # built in the run's dtype on meta, as build_model places it (the norms it keeps in float32 stay so)
-        model = fill_random(build_model(plan.model, dtype=getattr(torch, dtype_name), device="meta").to_empty(device=device))
+        model = device_model(plan.model, device, getattr(torch, dtype_name))
     else:  # sporch's seeded per-parameter values (drawn on the host: minutes for 12 B parameters)
         model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
     inputs = make_inputs(model, grid, 1, 0, None)

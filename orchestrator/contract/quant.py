@@ -41,10 +41,13 @@ def block_weight_bytes(quant: str, dtype_bytes: int) -> float:
 SCALE_BYTES = 5
 
 
-#: How much faster the blocks' matmuls run per mode, for the cost model: a float8 x float8 matmul
-#: has twice the dense bf16 peak on Ada/Hopper/Blackwell tensor cores; weight-only modes
-#: dequantise into the workload dtype and multiply at its rate (they save memory, not FLOPs).
-GEMM_SPEEDUP: dict[str, float] = {"fp8_dynamic": 2.0}
+#: How much faster the blocks' matmuls run per mode, for the cost model: none counted. A float8 x
+#: float8 matmul has twice the dense bf16 peak on Ada/Hopper/Blackwell tensor cores, but on an H100
+#: every mode made Wan2.1-1.3B's eager step slower, not faster (bf16 738 ms; int8_weight 825,
+#: fp8_weight 806, fp8_dynamic 913: docs/performance.md, "Speed levers on an H100"): the
+#: weight-only modes dequantise in every matmul and fp8_dynamic scales the activations in kernels
+#: of their own. The compiled rows are not measured, so no speed-up is claimed for them either.
+GEMM_SPEEDUP: dict[str, float] = {}
 
 
 def gemm_speedup(quant: str) -> float:

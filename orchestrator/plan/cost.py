@@ -225,7 +225,7 @@ def inputs_from_plan(plan: Any) -> CostInputs:
     # a schema-2 plan without token_parameters loads with every parameter per token (contract/plan.py)
     token_params = float(work.token_parameters or work.parameters)
     gemm = 2.0 * token_params * seq_total * samples / (R * U) + float(work.context_flops_per_sample or 0) * samples
-    gemm /= gemm_speedup(getattr(m, "quant", "none"))  # model.quant=fp8_dynamic: float8 matmuls
+    gemm /= gemm_speedup(getattr(m, "quant", "none"))  # model.quant: none counted (contract/quant.py)
     attention = 4.0 * seq_total * seq_total * m.head_dim * q_heads * layers * samples / R
     return CostInputs(
         peak_flops=float(plan.cluster.gpu.bf16_tflops) * 1e12,

@@ -39,9 +39,10 @@ def test_quant_reaches_the_plan_and_shrinks_the_parameters(run_cli, in_tmp):  # 
     full, small = plain["estimates"]["parameter_bytes_full"], quant["estimates"]["parameter_bytes_full"]
     # 14B parameters: bf16 about 28 GB; the blocks in one byte each about half of that
     assert 0.45 < small / full < 0.55, (small, full)
-    # float8 matmuls: the cost model's GEMM term halves
+    # no speed-up predicted: on an H100 every mode's eager step was slower than bf16's
+    # (docs/performance.md), and the compiled rows are not measured
     gemm = [p["estimates"]["predicted"]["breakdown_s_per_step"]["gemm"] for p in (plain, quant)]
-    assert gemm[1] < 0.55 * gemm[0], gemm
+    assert gemm[1] == gemm[0], gemm
 
 
 def test_plan_output_names_the_lossy_options(run_cli, in_tmp):  # noqa: F811
