@@ -170,17 +170,23 @@ def bands(scores: Sequence[TableScore]) -> dict[str, dict[str, float]]:
     return out
 
 
-def fitted_text(fit: SharedFit, scores: Sequence[TableScore]) -> str:
-    """``data/fitted.yaml``'s text for ``fit`` and the held-out ``scores``' :func:`bands`
-    (bench/published_validation.py --write-fit writes it)."""
+def fitted_text(fit: SharedFit, scores: Sequence[TableScore],
+                absolute: dict[str, dict[str, list[float]]] | None = None) -> str:
+    """``data/fitted.yaml``'s text for ``fit``, the held-out ``scores``' :func:`bands` and the
+    ``absolute`` error ranges of measured steps (absolute_check.ranges; bench/published_validation.py
+    --write-fit writes it)."""
     import yaml
 
     doc = {"scales": {k: float(f"{x:.4g}") for k, x in fit.scales.items()},
            "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()},
            "bands": bands(scores)}
+    if absolute:
+        doc["absolute"] = absolute
     head = ("# The cost model's constants fitted to every published table at once (plan/validation.py,\n"
             "# all_tables_fit; regenerate with `python bench/published_validation.py --write-fit`).\n"
             "# scales: multiply each GPU row's prior efficiency; values: one value for every GPU row but cpu.\n"
             "# bands: per GPU row and mode, the largest held-out ratio error (what `sporch plan` shows as +/-).\n"
+            "# absolute: per GPU row and mode, [lowest, highest] of measured / predicted - 1 over sporch's own\n"
+            "# steps in measured_steps.yaml (plan/absolute_check.py; `sporch plan` shows it beside the band).\n"
             f"# Held at a bound by the fit: {', '.join(fit.held) or 'none'}.\n")
     return head + yaml.safe_dump(doc, sort_keys=False)
