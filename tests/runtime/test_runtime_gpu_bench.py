@@ -1,5 +1,5 @@
-"""bench/gpu_attention.py and bench/gpu_model.py: the --cpu-smoke code path, and the one-line
-refusal without a GPU. (The GPU numbers themselves come from a GPU machine: docs/performance.md.)"""
+"""bench/gpu_attention.py, gpu_model.py, gpu_families.py and gpu_levers.py: the --cpu-smoke code
+path, and the one-line refusal without a GPU. (The GPU numbers themselves come from a GPU machine: docs/performance.md.)"""
 
 from __future__ import annotations
 
@@ -30,21 +30,12 @@ def test_cpu_smoke_prints_the_tables(script, rows):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-@pytest.mark.parametrize("script", ["gpu_attention.py", "gpu_model.py"])
+@pytest.mark.parametrize("script", ["gpu_attention.py", "gpu_model.py", "gpu_families.py", "gpu_levers.py"])
 def test_without_cuda_one_line_and_exit_2(script):
     res = _run(script)
     assert res.returncode == 2
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
     assert "no CUDA device here" in res.stderr and "--cpu-smoke" in res.stderr
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-@pytest.mark.parametrize("script", ["gpu_families.py", "gpu_levers.py"])
-def test_the_other_gpu_benches_refuse_without_cuda_too(script):
-    res = _run(script)
-    assert res.returncode == 2
-    assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
-    assert "no CUDA device here" in res.stderr
 
 
 def test_families_cpu_smoke_runs_sporch_and_diffusers_alike():
