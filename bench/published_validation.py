@@ -6,8 +6,9 @@
 
 Prints, per published table (orchestrator/plan/data/published.yaml), the pairs measured more than
 10% apart that a fit to all the *other* tables orders rightly and the largest step-time ratio
-error against the table's fastest point (the same table as ``sporch predict --validate``).
-``--write-fit`` writes the one fit to every table, the defaults every GPU row carries, to
+error against the table's fastest point (the same table as ``sporch predict --validate``), then
+the absolute check: each step measured on a GPU (plan/data/measured_steps.yaml) beside its
+prediction (plan/absolute_check.py). ``--write-fit`` writes the one fit to every table, the defaults every GPU row carries, to
 orchestrator/plan/data/fitted.yaml. The other options fit with another objective than the
 shipped one (docs/plan.md, "Fourth pass": what each gave held out); they cannot be written as
 the defaults. No GPU: the tables are public measurements.
@@ -64,6 +65,9 @@ def main() -> None:
     worst = max(scores, key=lambda s: s.max_ratio_error)
     print(f"at the goal: {len(at_goal)}/{len(scores)} tables; largest held-out ratio error "
           f"{worst.max_ratio_error:.1%} ({worst.name})")
+    print(f"\n{'measured step (absolute check)':40s} {'runtime':9s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    for m in measured_steps():
+        print(f"{m.name:40s} {m.runtime:9s} {m.measured_s * 1e3:8.1f}ms {m.predicted_s * 1e3:7.1f}ms {m.error:>+7.0%}")
     if args.write_fit:
         fit = all_tables_fit()
         FITTED_TABLE.write_text(fitted_text(fit, scores), encoding="utf-8")
