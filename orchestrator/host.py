@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.remote.ssh import connect
+from sporch.orchestrator.remote.pool import connect
 
 Command = Union[str, Sequence[str]]
 

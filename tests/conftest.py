@@ -35,7 +35,7 @@ import pytest
 
 DEFAULT_DIR = "/var/tmp/sporch-slurmlab"
 #: The variables naming where sporch writes under the user's home (orchestrator/jobs/store.py,
-#: orchestrator/campaign/history.py).
+#: orchestrator/campaign/history_store.py).
 HOME_VARIABLES = ("SPORCH_HOME", "SPORCH_HISTORY")
 
 

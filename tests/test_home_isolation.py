@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sporch.orchestrator.campaign.history import store_path
+from sporch.orchestrator.campaign.history_store import store_path
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.store import JobRecord, sporch_home
 from tests.conftest import real_store_paths, store_snapshot

@@ -14,6 +14,11 @@ Modules (each one job, torch-free; docs/campaigns.md describes the file and the 
 - :mod:`.collect`    rows of the report, from the result files alone
 - :mod:`.report`     table, CSV, plots (PNG + their data as JSON), the HTML page
 - :mod:`.compare`    regressions between two campaign directories
-- :mod:`.history`    every completed run in a SQLite store: trends, rolling baselines, rebuild
+- :mod:`.history_runs`     a campaign directory's completed runs (Run), read from its files
+- :mod:`.history_store`    every completed run in a SQLite store: where it lives, its schema, Store
+- :mod:`.history_record`   recording campaign directories into the store; its rebuild from files
+- :mod:`.history_trends`   a point's runs over time: rolling baselines, regressions, what changed
+- :mod:`.history_baseline` a campaign directory's runs against their baselines in the store
+- :mod:`.history_view`     a point's trend as plain data (history --json, the report), one-line texts
 - :mod:`.calibration_points` completed points as observations for the cost model's fit
 """

@@ -16,7 +16,7 @@
     <dir>/state.json, <dir>/.lock    the runner's state and lock (campaign run)
     <dir>/.state.lock                the state file's lock (runner shared, saving status exclusive)
     <dir>/report/                    campaign report: table.csv, *.png, plots.json, report.html,
-                                     history.json (campaign.history: runs of the points over time)
+                                     history.json (campaign.history_view: runs of the points over time)
 
 The report reads only ``points/*/point.json`` and ``points/*/result.json``.
 """

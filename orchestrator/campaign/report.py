@@ -16,7 +16,7 @@ Plots (data first, :func:`plot_data`, then drawn from that data, :func:`draw_plo
 
 Repeats of a point are combined by the median of their step medians.
 
-With a history (:mod:`.history`: points the store holds more than one run of), the page also
+With a history (:mod:`.history_store`: points the store holds more than one run of), the page also
 gets a history section: per point its runs' values, rolling baseline and ratio, and a small
 plot (:func:`draw_history`); ``history.json`` holds that data.
 """
@@ -348,7 +348,7 @@ def _draw(plt, name: str, d: dict[str, Any], out: Any) -> None:
 
 
 def draw_history(docs: Sequence[dict[str, Any]], out: Any, *, small: bool = False) -> None:
-    """Trends (:func:`.history.trend_doc`) as one PNG written to ``out`` (a path or a file
+    """Trends (:func:`.history_view.trend_doc`) as one PNG written to ``out`` (a path or a file
     object): one panel per point, its runs in time order (ticks: date and git revision), the
     rolling baseline dashed, runs worse than it by more than the threshold in red."""
     import matplotlib

@@ -46,7 +46,7 @@ from sporch.orchestrator.contract.durations import time_to_minutes
 from sporch.orchestrator.errors import SporchError, Unreachable
 from sporch.orchestrator.host import Host, host_for
 from sporch.orchestrator.jobs.retry import DEFAULT_GRACE_S, retry_unreachable
-from sporch.orchestrator.remote.ssh import login_dict
+from sporch.orchestrator.remote.login import login_dict
 from sporch.orchestrator.slurm.commands import sbatch
 from sporch.orchestrator.slurm.discover import partition_max_time
 from sporch.orchestrator.submit.local_run import supervise

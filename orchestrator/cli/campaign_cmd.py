@@ -13,7 +13,9 @@ from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.campaign.groups import group_points
 from sporch.orchestrator.campaign.packs import make_packs
-from sporch.orchestrator.campaign.history import DEFAULT_K, Store, compare_to_baseline, required_store_path
+from sporch.orchestrator.campaign.history_baseline import compare_to_baseline
+from sporch.orchestrator.campaign.history_store import Store, required_store_path
+from sporch.orchestrator.campaign.history_trends import DEFAULT_K
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.published_points import published_rows
 from sporch.orchestrator.campaign.reference_checks import checks, counts

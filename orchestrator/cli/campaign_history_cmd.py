@@ -1,5 +1,5 @@
 """``sporch campaign history``: a point's runs over time from the history store, and its rebuild
-(registered in campaign_cmd's group; the store: orchestrator/campaign/history.py)."""
+(registered in campaign_cmd's group; the store: orchestrator/campaign/history_store.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import click
 from sporch.orchestrator.campaign.collect import read_point, short_value
 from sporch.orchestrator.campaign.compare import parse_threshold
 from sporch.orchestrator.campaign.folder import POINT_FILE, CampaignDir
-from sporch.orchestrator.campaign.history import (DEFAULT_K, Run, Store, campaign_name, check_metric, describe,
-                                                  histories, rebuild, record_quietly, required_store_path,
-                                                  short_revision, store_path, trend_doc)
+from sporch.orchestrator.campaign.history_record import rebuild, record_quietly
+from sporch.orchestrator.campaign.history_runs import Run, campaign_name
+from sporch.orchestrator.campaign.history_store import Store, required_store_path, store_path
+from sporch.orchestrator.campaign.history_trends import DEFAULT_K, check_metric, histories
+from sporch.orchestrator.campaign.history_view import describe, short_revision, trend_doc
 from sporch.orchestrator.campaign.report import draw_history
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import visible

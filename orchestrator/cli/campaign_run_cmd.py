@@ -9,7 +9,7 @@ import click
 
 from sporch.orchestrator.campaign import runner
 from sporch.orchestrator.campaign.folder import CampaignDir, read_json
-from sporch.orchestrator.campaign.history import record_quietly
+from sporch.orchestrator.campaign.history_record import record_quietly
 from sporch.orchestrator.campaign.intents import reconcile
 from sporch.orchestrator.campaign.lock import try_state_lock
 from sporch.orchestrator.campaign.track import CampaignState, refresh

@@ -26,7 +26,7 @@ from sporch.orchestrator.host import LOCAL, Host, host_for
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.store import JobRecord
 from sporch.orchestrator.plan.planner import make_plan
-from sporch.orchestrator.remote.ssh import login_dict
+from sporch.orchestrator.remote.login import login_dict
 from sporch.orchestrator.slurm.query import TestOnlyResult, test_only
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.submit.backend import DEFAULT_BACKEND, Backend

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sporch.orchestrator.campaign.history import (STORE_FILE, Store, read_runs, record_dir, rolling_baseline,
-                                                  store_path)
+from sporch.orchestrator.campaign.history_record import record_dir
+from sporch.orchestrator.campaign.history_runs import read_runs
+from sporch.orchestrator.campaign.history_store import STORE_FILE, Store, store_path
+from sporch.orchestrator.campaign.history_trends import rolling_baseline
 
 DAY = 86400.0
 T0 = 1.75e9

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.remote.ssh import SshHost, load_known_hosts
+from sporch.orchestrator.remote.host_keys import load_known_hosts
+from sporch.orchestrator.remote.ssh import SshHost
 from tests.testutil import EXAMPLES, ROOT
 
 WAN_CONFIG = {"_class_name": "WanTransformer3DModel", "patch_size": [1, 2, 2], "num_attention_heads": 2,

@@ -32,8 +32,8 @@ HEAVY = ("torch", "sporch.runtime", "numpy", "safetensors", "matplotlib", "param
 CONFIG_AND_OUTPUT = ("omegaconf", "yaml", "jinja2", "rich")
 #: The submitting side: the job store, the ssh/Slurm command runners, the backends.
 SUBMITTING = ("sporch.orchestrator.jobs", "sporch.orchestrator.host", "sporch.orchestrator.remote.ssh",
-              "sporch.orchestrator.slurm.commands", "sporch.orchestrator.submit.submitter",
-              "sporch.orchestrator.submit.registry")
+              "sporch.orchestrator.remote.pool", "sporch.orchestrator.slurm.commands",
+              "sporch.orchestrator.submit.submitter", "sporch.orchestrator.submit.registry")
 
 
 def loaded(tmp_path, argv: list[str], names: tuple[str, ...]) -> list[str]:

@@ -141,7 +141,7 @@ def running_sshd(d: Path, *, name: str = "sshd", listen: str = "127.0.0.1", keys
             proc.kill()
             proc.wait(timeout=10)
         log.close()
-        from sporch.orchestrator.remote.ssh import close_all
+        from sporch.orchestrator.remote.pool import close_all
 
         close_all()
 

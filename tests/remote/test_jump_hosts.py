@@ -27,7 +27,9 @@ from sporch.orchestrator.remote.route import (
     parse_hop,
     resolve_route,
 )
-from sporch.orchestrator.remote.ssh import SshHost, close_all, login_dict
+from sporch.orchestrator.remote.login import login_dict
+from sporch.orchestrator.remote.pool import close_all
+from sporch.orchestrator.remote.ssh import SshHost
 
 from .conftest import running_sshd
 from .helpers import descendants, one_line_error

@@ -19,7 +19,7 @@ from sporch.orchestrator.errors import Unreachable
 from sporch.orchestrator.jobs.retry import retry_unreachable
 from sporch.orchestrator.jobs.status import poll
 from sporch.orchestrator.jobs.store import JobRecord
-from sporch.orchestrator.remote.ssh import close_all
+from sporch.orchestrator.remote.pool import close_all
 from .helpers import descendants
 
 SSHD = "/usr/sbin/sshd"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.remote.ssh import SshHost, login_dict
+from sporch.orchestrator.remote.login import login_dict
+from sporch.orchestrator.remote.ssh import SshHost
 from sporch.orchestrator.slurm.commands import SlurmCommandError, run_slurm, sbatch, scancel
 from sporch.orchestrator.slurm.query import squeue_states, test_only
 from .helpers import one_line_error
