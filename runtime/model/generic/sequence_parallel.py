@@ -83,10 +83,9 @@ class _RouteAttention(TorchFunctionMode):
         self.sp = sp
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is not F.scaled_dot_product_attention:
-            return func(*args, **kwargs)
-        return self.sp.attention(*args, **kwargs)
+        if func is F.scaled_dot_product_attention:
+            return self.sp.attention(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
 
 
 class SequenceParallel:
@@ -187,7 +186,9 @@ class SequenceParallel:
         for i, spec in enumerate(gathers):
             if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
                 continue
-            items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx)
+            # every split of this forward even: every rank holds as many tokens as this one (no all-gather of lengths)
+            sizes = [items[i].shape[spec.gather_dim]] * self.ctx.sequence_size if self.state.even else None
+            items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx, sizes=sizes)
         self.state.inside = False
         return items[0] if single else type(output)(items)
 
