@@ -39,6 +39,7 @@ them off. One ``SequenceParallel`` is entered on a model at a time.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -259,6 +260,7 @@ class _Hooks:
 
     def __init__(self, model: torch.nn.Module, plan: SplitPlan, local_attention: tuple[str, ...]) -> None:
         self.plan, self.local_attention = plan, local_attention
+        self.owner = weakref.ref(model)
         self.target: SequenceParallel | None = None
         handles = [model.register_forward_pre_hook(self._reset)]
         for name, entry in plan.items():
@@ -287,6 +289,9 @@ class _Hooks:
         """The hooks registered on ``model`` for this plan (registered now if there are none,
         or replacing those of another plan)."""
         hooks = model.__dict__.get(cls.ATTRIBUTE)
+        if hooks is not None and hooks.owner() is not model:  # copied with the model: its hooks call the original's
+            raise RuntimeError(f"this {type(model).__name__} is a copy of a model that had sequence-parallel hooks "
+                               "(they call the original's): SequenceParallel.remove(original) before copying it")
         if hooks is not None and (hooks.plan != plan or hooks.local_attention != local_attention):
             if hooks.target is not None:
                 raise RuntimeError(f"{type(model).__name__} is already sequence-parallel (a SequenceParallel is "

@@ -7,7 +7,8 @@ the ids of the hooks its call runs, so every forward recompiled PixArt's blocks 
 recompile limit left them eager). Here: no graph after the first forward, the same hooks on the
 model after every forward (and for a second runner on the same model), the outputs those of the
 eager sharded forward (exactly) and of the unsharded model (float32, <= 1e-5), and the model, the
-``with`` left, the unsharded model again (exactly)."""
+``with`` left, the unsharded model again (exactly); a second ``SequenceParallel`` entered on the
+model while one is entered is refused, and ``SequenceParallel.remove`` takes the hooks off."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def _world(cases, calls):
     from sporch.runtime.compile import compile_blocks
     from sporch.runtime.model.generic import GenericSharded, random_diffusers
     from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
     from sporch.runtime.parallel import ParallelContext
 
     graphs: list = []
@@ -70,6 +72,14 @@ def _world(cases, calls):
                     "second_runner_vs_eager": float((again - eager).abs().max()),
                     "sharded_vs_unsharded": float((eager - ref).abs().max()),
                     "plain_after_vs_before": float((plain - ref).abs().max())}
+        try:  # one SequenceParallel on a model at a time
+            with runner.sequence, GenericSharded(model, ctx).sequence:
+                pass
+            out[fam]["nested_refused"] = False
+        except RuntimeError:
+            out[fam]["nested_refused"] = True
+        SequenceParallel.remove(model)
+        out[fam]["hooks_removed"] = _hooks(model)
         torch._dynamo.reset()
     ctx.close()
     return out
@@ -94,6 +104,7 @@ def test_hooks_registered_once(results, fam):
     for rank in results:
         r = rank[fam]
         assert r["hooks_first"] > 0 and r["hooks_first"] == r["hooks_last"] == r["hooks_end"], r
+        assert r["nested_refused"] and r["hooks_removed"] == 0, r
 
 
 @pytest.mark.parametrize("fam", [c[0] for c in CASES])
