@@ -76,6 +76,9 @@ class _State:
     lengths: dict = field(default_factory=dict)
 
 
+_TENSOR_UNFLATTEN = torch.Tensor.unflatten
+
+
 class _RouteAttention(TorchFunctionMode):
     """Inside one attention module's forward: ``scaled_dot_product_attention`` -> USP."""
 
@@ -86,7 +89,9 @@ class _RouteAttention(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is F.scaled_dot_product_attention:
             return self.sp.attention(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+        # the same op: torch.Tensor.unflatten is Python that calls super().unflatten(), which Dynamo cannot
+        # trace under a mode (a graph break in every compiled processor that unflattens heads: LTX, Qwen-Image)
+        return (torch.unflatten if func is _TENSOR_UNFLATTEN else func)(*args, **(kwargs or {}))
 
 
 class SequenceParallel:
