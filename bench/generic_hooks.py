@@ -14,8 +14,10 @@ forward over and over, four ways:
   ``eager`` backend: its guards, graph breaks and recompiles, no code generation).
 
 Prints the median process CPU time per forward (ms; one thread, so other work on a shared machine
-does not inflate it), the graphs Dynamo built over ``--calls`` forwards and how many the last half
-of them added (0 when the compiled forward is stable), and the max abs difference between the
+does not inflate it much) and the Python function calls per forward (cProfile's count: the same on
+every run, where sub-millisecond times on a loaded machine are not), the graphs Dynamo built over
+``--calls`` forwards and how many of them after the first forward (``late``: recompiles; Dynamo
+stops at its recompile limit, 8 per function, and runs the rest eager), and the max abs difference between the
 hooked and plain outputs. Tiny models: the numbers are host overhead, not GPU time.
 """
 
@@ -41,6 +43,19 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, default=20, help="timed forwards per way (after 3 warm-up)")
     p.add_argument("--calls", type=int, default=12, help="compiled forwards over which graphs are counted")
     return p.parse_args(argv)
+
+
+def python_calls(step, forwards: int = 5) -> int:
+    """Python function calls per forward (cProfile's count: the same on every run, unlike time)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(forwards):
+        step()
+    prof.disable()
+    return pstats.Stats(prof).total_calls // forwards
 
 
 def cpu_ms(step, repeat: int) -> float:
@@ -92,17 +107,19 @@ def run_family(family: str, args, ctx) -> dict:
         row["diff"] = float((hooked() - ref).abs().max())
         row["plain"] = cpu_ms(plain, args.repeat)
         row["hooked"] = cpu_ms(hooked, args.repeat)
+        row["plain calls"], row["hooked calls"] = python_calls(plain), python_calls(hooked)
         for name, model, step in (("plain compiled", theirs, plain), ("hooked compiled", ours, hooked)):
             torch._dynamo.reset()
             graphs.clear()
             compile_blocks(model, backend=backend, swap_attention=False)
-            for i in range(args.calls):
-                if i == args.calls // 2:
-                    half = len(graphs)
+            step()
+            first = len(graphs)
+            for _ in range(args.calls - 1):
                 step()
             row[f"{name} graphs"] = len(graphs)
-            row[f"{name} late"] = len(graphs) - half
+            row[f"{name} late"] = len(graphs) - first
             row[name] = cpu_ms(step, args.repeat)
+            row[f"{name} calls"] = python_calls(step)
         row["diff compiled"] = float((hooked() - ref).abs().max())
         torch._dynamo.reset()
     return row
@@ -120,14 +137,19 @@ def main(argv=None) -> int:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     ctx = ParallelContext.from_layout()
     print(f"# torch {torch.__version__}, one thread, float32, tiny configs; median process CPU ms per forward of "
-          f"{args.repeat}; graphs over {args.calls} compiled forwards (late: added by the last {args.calls - args.calls // 2})")
-    header = (f"{'family':<11} {'plain':>7} {'hooked':>7} | {'plain c':>7} {'graphs':>6} {'late':>4} | "
-              f"{'hooked c':>8} {'graphs':>6} {'late':>4} | {'max diff':>8}")
+          f"{args.repeat} and Python function calls per forward; graphs over {args.calls} compiled forwards (late: "
+          "built after the first: recompiles)")
+    header = (f"{'family':<11} {'plain':>12} {'hooked':>12} | {'plain c':>12} {'graphs':>6} {'late':>4} | "
+              f"{'hooked c':>12} {'graphs':>6} {'late':>4} | {'max diff':>8}")
     print(header + "\n" + "-" * len(header), flush=True)
     for family in args.families:
         r = run_family(family, args, ctx)
-        print(f"{family:<11} {r['plain']:>7.2f} {r['hooked']:>7.2f} | {r['plain compiled']:>7.2f} "
-              f"{r['plain compiled graphs']:>6} {r['plain compiled late']:>4} | {r['hooked compiled']:>8.2f} "
+
+        def cell(name):
+            return f"{r[name]:>5.2f} {r[name + ' calls']:>6}"
+
+        print(f"{family:<11} {cell('plain')} {cell('hooked')} | {cell('plain compiled')} "
+              f"{r['plain compiled graphs']:>6} {r['plain compiled late']:>4} | {cell('hooked compiled')} "
               f"{r['hooked compiled graphs']:>6} {r['hooked compiled late']:>4} | "
               f"{max(r['diff'], r['diff compiled']):>8.1e}", flush=True)
     return 0
