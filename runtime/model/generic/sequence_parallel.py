@@ -379,15 +379,16 @@ def key_keep(mask: torch.Tensor, batch: int, keys: int) -> torch.Tensor:
         raise NotImplementedError(
             f"sequence-parallel attention got a mask of shape {tuple(mask.shape)} for {keys} local keys: the split "
             "plan must split the mask with the keys it covers (SplitInput on it, or segments for a concatenation)")
-    if m.dtype == torch.bool:
-        keep = m
-    else:
-        keep = m == 0
-        if not bool((keep | (m <= DROP_BIAS)).all()):
-            raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
-                                      f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
+    keep = m if m.dtype == torch.bool else m == 0
     row = keep[:, :1, :1, :]
-    if not bool((keep == row).all()):
+    checks = [(keep == row).all()]  # the same for every query and head
+    if m.dtype != torch.bool:  # 0 or a drop bias only
+        checks.insert(0, (keep | (m <= DROP_BIAS)).all())
+    ok = torch.stack(checks).tolist()  # one device-to-host copy for both checks (each layer calls this)
+    if not ok[0] and m.dtype != torch.bool:
+        raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
+                                  f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
+    if not ok[-1]:
         raise NotImplementedError("sequence-parallel attention takes masks that drop keys for every query and head "
                                   "alike; this one differs between queries or heads")
     return row[:, 0, 0, :]
@@ -397,6 +398,7 @@ def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.
     """The gathered key mask ``[B', sum(sizes)]`` (the ranks' keys in rank order) as
     ``usp_attention``'s ``key_mask`` ``[ranks, width]`` (each rank's chunk padded): one for all
     rows when they agree (None when nothing is dropped), else one per row."""
+    keep = keep.cpu()  # once: the comparisons below then copy nothing from the device
     rows = [keep[i] for i in range(keep.shape[0])]
     if all(torch.equal(r, rows[0]) for r in rows[1:]):
         rows = rows[:1]
@@ -406,7 +408,7 @@ def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.
             out.append(None)
             continue
         km = torch.zeros(len(sizes), width, dtype=torch.bool)
-        for rank, piece in enumerate(torch.split(r.cpu(), sizes)):
+        for rank, piece in enumerate(torch.split(r, sizes)):
             km[rank, :piece.numel()] = piece
         out.append(km)
     return out
