@@ -39,6 +39,10 @@ class GenericSharded:
         self.model, self.ctx, self.backend, self.batched = model, ctx, backend, tuple(batched)
         self.family = require_family(diffusers_type(type(model)).__name__)
         self.plan = split_plan(type(model))
+        # one set of hooks for the runner's lifetime, entered per forward (registered once per model)
+        self.sequence = (SequenceParallel(model, ctx, self.plan, local_attention=self.family.local_attention,
+                                          backend=backend)
+                         if ctx is not None and ctx.sequence_size > 1 else None)
 
     @torch.no_grad()
     def forward(self, **kwargs) -> torch.Tensor:
@@ -48,10 +52,9 @@ class GenericSharded:
         return self._sequence(kwargs)
 
     def _sequence(self, kwargs) -> torch.Tensor:
-        if self.ctx is None or self.ctx.sequence_size == 1:
+        if self.sequence is None:
             return _first(self.model(**kwargs))
-        with SequenceParallel(self.model, self.ctx, self.plan, local_attention=self.family.local_attention,
-                              backend=self.backend):
+        with self.sequence:
             return _first(self.model(**kwargs))
 
     def _cfg_parallel(self, kwargs) -> torch.Tensor:

@@ -27,13 +27,19 @@ stays whole on every rank (a cross-attention, ``encoder_hidden_states`` given, w
 not split the text) and modules under the family's ``local_attention`` prefixes (e.g. a text
 refiner that runs on the whole prompt). Those run plain local attention.
 
-Detaching (leaving the ``with``) removes every hook.
+The hooks are registered on the model once (the first time a ``SequenceParallel`` is entered on
+it) and stay for the model's lifetime; each calls the ``SequenceParallel`` entered now and does
+nothing while none is, so leaving the ``with`` leaves the model running as diffusers ships it.
+Keeping them is what lets compiled blocks compile once: Dynamo guards on the ids of the hooks a
+block's call runs, and hooks registered anew for each forward failed those guards every forward
+(PixArt's blocks hit the recompile limit and ran eager). :meth:`SequenceParallel.remove` takes
+them off. One ``SequenceParallel`` is entered on a model at a time.
 """
 
 from __future__ import annotations
 
 import inspect
-from contextlib import ExitStack
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -70,6 +76,9 @@ class _State:
     lengths: dict = field(default_factory=dict)
 
 
+_TENSOR_UNFLATTEN = torch.Tensor.unflatten
+
+
 class _RouteAttention(TorchFunctionMode):
     """Inside one attention module's forward: ``scaled_dot_product_attention`` -> USP."""
 
@@ -78,16 +87,18 @@ class _RouteAttention(TorchFunctionMode):
         self.sp = sp
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is not F.scaled_dot_product_attention:
-            return func(*args, **kwargs)
-        return self.sp.attention(*args, **kwargs)
+        if func is F.scaled_dot_product_attention:
+            return self.sp.attention(*args, **(kwargs or {}))
+        # the same op: torch.Tensor.unflatten is Python that calls super().unflatten(), which Dynamo cannot
+        # trace under a mode (a graph break in every compiled processor that unflattens heads: LTX, Qwen-Image)
+        return (torch.unflatten if func is _TENSOR_UNFLATTEN else func)(*args, **(kwargs or {}))
 
 
 class SequenceParallel:
     """Hooks that make ``model`` sequence-parallel over ``ctx``'s sequence group (see the module
     docstring). ``plan``: the split plan; ``local_attention``: module-name prefixes whose
-    attention runs whole; ``backend``: sporch's attention kernel name."""
+    attention runs whole; ``backend``: sporch's attention kernel name. Enter it for the forwards
+    that run sharded; an instance may be entered again for each forward (the runner does so)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext, plan: SplitPlan, *,
                  local_attention: tuple[str, ...] = (), backend: str = "auto") -> None:
@@ -96,45 +107,33 @@ class SequenceParallel:
         self.text_split = splits_text(plan)
         self.head_counts = recorded_heads(ctx, plan, diffusers_type(type(model)).__name__)
         self.state = _State()
-        self._stack: ExitStack | None = None
+        self._modes: list = []
+        self._hooks: _Hooks | None = None
 
     # -- attach / detach -------------------------------------------------------------------
     def __enter__(self) -> "SequenceParallel":
-        stack = ExitStack()
-        handles = []
-        root = self.model.register_forward_pre_hook(self._reset)
-        handles.append(root)
-        for name, entry in self.plan.items():
-            for m in modules_named(self.model, name):
-                if isinstance(entry, Mapping):
-                    names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
-                    outs = {k: s for k, s in entry.items() if _on_output(s)}
-                    if names:
-                        handles.append(m.register_forward_pre_hook(self._split_inputs(m, entry, names),
-                                                                   with_kwargs=True))
-                    if outs:
-                        handles.append(m.register_forward_hook(self._split_outputs(outs)))
-                else:
-                    gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
-                    handles.append(m.register_forward_hook(self._gather(gathers)))
-        for name, m in self.model.named_modules():
-            if _is_attention(m):
-                local = any(name == p or name.startswith(p + ".") for p in self.local_attention)
-                handles.append(m.register_forward_pre_hook(self._enter_attention(local), with_kwargs=True))
-                handles.append(m.register_forward_hook(self._leave_attention, always_call=True))
-        for h in handles:
-            stack.callback(h.remove)
-        self._stack = stack
-        self._modes: list = []
+        hooks = _Hooks.on(self.model, self.plan, self.local_attention)
+        if hooks.target is not None:
+            raise RuntimeError(f"{type(self.model).__name__} is already sequence-parallel (a SequenceParallel is "
+                               "entered on it): leave that one first")
+        hooks.target, self._hooks = self, hooks
+        self._modes = []
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._stack is not None:
-            self._stack.close()
-            self._stack = None
+        if self._hooks is not None:
+            self._hooks.target = None
+            self._hooks = None
+
+    @staticmethod
+    def remove(model: torch.nn.Module) -> None:
+        """Take the hooks off ``model`` (they stay registered, inert, after a ``with`` ends)."""
+        hooks = model.__dict__.pop(_Hooks.ATTRIBUTE, None)
+        if hooks is not None:
+            hooks.remove()
 
     # -- hooks -----------------------------------------------------------------------------
-    def _reset(self, module, args) -> None:
+    def _reset(self) -> None:
         self.state = _State()
 
     def _split(self, x: Any, spec: SplitInput, name: str | None = None) -> Any:
@@ -163,20 +162,16 @@ class SequenceParallel:
         pieces = torch.split(x, sizes, dim=dim)
         return torch.cat([split_local(p, dim, self.ctx) for p in pieces], dim=dim)
 
-    def _split_inputs(self, module, entry, names):
-        params = list(inspect.signature(module.forward).parameters)
-
-        def hook(mod, args, kwargs):
-            args = list(args)
-            for name in names:
-                spec = entry[name]
-                if name in kwargs:
-                    kwargs[name] = self._split_value(kwargs[name], spec, name)
-                elif name in params and params.index(name) < len(args):
-                    i = params.index(name)
-                    args[i] = self._split_value(args[i], spec, name)
-            return tuple(args), kwargs
-        return hook
+    def _split_inputs(self, args, kwargs, entry, names, params):
+        args = list(args)
+        for name in names:
+            spec = entry[name]
+            if name in kwargs:
+                kwargs[name] = self._split_value(kwargs[name], spec, name)
+            elif name in params and params.index(name) < len(args):
+                i = params.index(name)
+                args[i] = self._split_value(args[i], spec, name)
+        return tuple(args), kwargs
 
     def _split_value(self, value, spec, name: str | None = None):
         if isinstance(value, (list, tuple)):
@@ -184,39 +179,35 @@ class SequenceParallel:
             return type(value)(self._split(v, s) for v, s in zip(value, specs))
         return self._split(value, spec, name)
 
-    def _split_outputs(self, outs):
-        def hook(mod, args, output):
-            single = torch.is_tensor(output)
-            items = [output] if single else list(output)
-            for index, spec in outs.items():
-                items[index] = self._split(items[index], spec)
-            return items[0] if single else type(output)(items)
-        return hook
+    def _split_outputs(self, output, outs):
+        single = torch.is_tensor(output)
+        items = [output] if single else list(output)
+        for index, spec in outs.items():
+            items[index] = self._split(items[index], spec)
+        return items[0] if single else type(output)(items)
 
-    def _gather(self, gathers):
-        def hook(mod, args, output):
-            single = torch.is_tensor(output)
-            items = [output] if single else list(output)
-            for i, spec in enumerate(gathers):
-                if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
-                    continue
-                items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx)
-            self.state.inside = False
-            return items[0] if single else type(output)(items)
-        return hook
+    def _gather(self, output, gathers):
+        single = torch.is_tensor(output)
+        items = [output] if single else list(output)
+        for i, spec in enumerate(gathers):
+            if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
+                continue
+            # every split of this forward even: every rank holds as many tokens as this one (no all-gather of lengths)
+            sizes = [items[i].shape[spec.gather_dim]] * self.ctx.sequence_size if self.state.even else None
+            items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx, sizes=sizes)
+        self.state.inside = False
+        return items[0] if single else type(output)(items)
 
-    def _enter_attention(self, local: bool):
-        def hook(mod, args, kwargs):
-            text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
-            cross_whole = torch.is_tensor(text) and not self.text_split
-            sharded = self.state.inside and not local and not cross_whole
-            mode = _RouteAttention(self) if sharded else None
-            if mode is not None:
-                mode.__enter__()
-            self._modes.append(mode)
-        return hook
+    def _enter_attention(self, args, kwargs, local: bool) -> None:
+        text = kwargs.get("encoder_hidden_states", args[1] if len(args) > 1 else None)
+        cross_whole = torch.is_tensor(text) and not self.text_split
+        sharded = self.state.inside and not local and not cross_whole
+        mode = _RouteAttention(self) if sharded else None
+        if mode is not None:
+            mode.__enter__()
+        self._modes.append(mode)
 
-    def _leave_attention(self, mod, args, output):
+    def _leave_attention(self) -> None:
         mode = self._modes.pop()
         if mode is not None:
             mode.__exit__(None, None, None)
@@ -262,6 +253,102 @@ class SequenceParallel:
         return out[:, :lq].transpose(1, 2)
 
 
+class _Hooks:
+    """The torch hooks :class:`SequenceParallel` puts on a model, registered once per model (kept
+    in its ``__dict__``) and for the model's lifetime: each calls the ``SequenceParallel``
+    entered now (``target``) and does nothing while none is. Registering them anew for each
+    forward gave each hook a new id, and a compiled block guards on the ids of the hooks it
+    traces (``Module._call_impl`` looks them up), so every forward recompiled until Dynamo's
+    recompile limit left the block eager; kept, the blocks compile once."""
+
+    ATTRIBUTE = "_sporch_sequence_parallel_hooks"
+
+    def __init__(self, model: torch.nn.Module, plan: SplitPlan, local_attention: tuple[str, ...]) -> None:
+        self.plan, self.local_attention = plan, local_attention
+        self.owner = weakref.ref(model)
+        self.target: SequenceParallel | None = None
+        handles = [model.register_forward_pre_hook(self._reset)]
+        for name, entry in plan.items():
+            for m in modules_named(model, name):
+                if isinstance(entry, Mapping):
+                    names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
+                    outs = {k: s for k, s in entry.items() if _on_output(s)}
+                    if names:
+                        params = list(inspect.signature(m.forward).parameters)
+                        handles.append(m.register_forward_pre_hook(self._split_inputs(entry, names, params),
+                                                                   with_kwargs=True))
+                    if outs:
+                        handles.append(m.register_forward_hook(self._split_outputs(outs)))
+                else:
+                    gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
+                    handles.append(m.register_forward_hook(self._gather(gathers)))
+        for name, m in model.named_modules():
+            if _is_attention(m):
+                local = any(name == p or name.startswith(p + ".") for p in local_attention)
+                handles.append(m.register_forward_pre_hook(self._enter_attention(local), with_kwargs=True))
+                handles.append(m.register_forward_hook(self._leave_attention, always_call=True))
+        self.handles = handles
+
+    @classmethod
+    def on(cls, model: torch.nn.Module, plan: SplitPlan, local_attention: tuple[str, ...]) -> "_Hooks":
+        """The hooks registered on ``model`` for this plan (registered now if there are none,
+        or replacing those of another plan)."""
+        hooks = model.__dict__.get(cls.ATTRIBUTE)
+        if hooks is not None and hooks.owner() is not model:  # copied with the model: its hooks call the original's
+            raise RuntimeError(f"this {type(model).__name__} is a copy of a model that had sequence-parallel hooks "
+                               "(they call the original's): SequenceParallel.remove(original) before copying it")
+        if hooks is not None and (hooks.plan != plan or hooks.local_attention != local_attention):
+            if hooks.target is not None:
+                raise RuntimeError(f"{type(model).__name__} is already sequence-parallel (a SequenceParallel is "
+                                   "entered on it): leave that one first")
+            hooks.remove()
+            hooks = None
+        if hooks is None:
+            hooks = cls(model, plan, local_attention)
+            model.__dict__[cls.ATTRIBUTE] = hooks
+        return hooks
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _reset(self, module, args) -> None:
+        sp = self.target
+        if sp is not None:
+            sp._reset()
+
+    def _split_inputs(self, entry, names, params):
+        def hook(mod, args, kwargs):
+            sp = self.target
+            return None if sp is None else sp._split_inputs(args, kwargs, entry, names, params)
+        return hook
+
+    def _split_outputs(self, outs):
+        def hook(mod, args, output):
+            sp = self.target
+            return None if sp is None else sp._split_outputs(output, outs)
+        return hook
+
+    def _gather(self, gathers):
+        def hook(mod, args, output):
+            sp = self.target
+            return None if sp is None else sp._gather(output, gathers)
+        return hook
+
+    def _enter_attention(self, local: bool):
+        def hook(mod, args, kwargs):
+            sp = self.target
+            if sp is not None:
+                sp._enter_attention(args, kwargs, local)
+        return hook
+
+    def _leave_attention(self, mod, args, output) -> None:
+        sp = self.target
+        if sp is not None:
+            sp._leave_attention()
+
+
 def recorded_heads(ctx: ParallelContext, plan: SplitPlan, class_name: str) -> tuple[int, ...] | None:
     """The query heads per Ulysses rank the context's Plan recorded (``plan.heads``), after checking
     its ``plan.sequence`` against this run (:func:`split.check_recorded_split`); None without a Plan."""
@@ -292,15 +379,16 @@ def key_keep(mask: torch.Tensor, batch: int, keys: int) -> torch.Tensor:
         raise NotImplementedError(
             f"sequence-parallel attention got a mask of shape {tuple(mask.shape)} for {keys} local keys: the split "
             "plan must split the mask with the keys it covers (SplitInput on it, or segments for a concatenation)")
-    if m.dtype == torch.bool:
-        keep = m
-    else:
-        keep = m == 0
-        if not bool((keep | (m <= DROP_BIAS)).all()):
-            raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
-                                      f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
+    keep = m if m.dtype == torch.bool else m == 0
     row = keep[:, :1, :1, :]
-    if not bool((keep == row).all()):
+    checks = [(keep == row).all()]  # the same for every query and head
+    if m.dtype != torch.bool:  # 0 or a drop bias only
+        checks.insert(0, (keep | (m <= DROP_BIAS)).all())
+    ok = torch.stack(checks).tolist()  # one device-to-host copy for both checks (each layer calls this)
+    if not ok[0] and m.dtype != torch.bool:
+        raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
+                                  f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
+    if not ok[-1]:
         raise NotImplementedError("sequence-parallel attention takes masks that drop keys for every query and head "
                                   "alike; this one differs between queries or heads")
     return row[:, 0, 0, :]
@@ -310,6 +398,7 @@ def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.
     """The gathered key mask ``[B', sum(sizes)]`` (the ranks' keys in rank order) as
     ``usp_attention``'s ``key_mask`` ``[ranks, width]`` (each rank's chunk padded): one for all
     rows when they agree (None when nothing is dropped), else one per row."""
+    keep = keep.cpu()  # once: the comparisons below then copy nothing from the device
     rows = [keep[i] for i in range(keep.shape[0])]
     if all(torch.equal(r, rows[0]) for r in rows[1:]):
         rows = rows[:1]
@@ -319,7 +408,7 @@ def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.
             out.append(None)
             continue
         km = torch.zeros(len(sizes), width, dtype=torch.bool)
-        for rank, piece in enumerate(torch.split(r.cpu(), sizes)):
+        for rank, piece in enumerate(torch.split(r, sizes)):
             km[rank, :piece.numel()] = piece
         out.append(km)
     return out
