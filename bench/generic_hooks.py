@@ -31,15 +31,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-CLASSES = {"pixart": "PixArtTransformer2DModel", "ltx-video": "LTXVideoTransformer3DModel",
-           "sd3": "SD3Transformer2DModel", "cogvideox": "CogVideoXTransformer3DModel",
-           "qwen-image": "QwenImageTransformer2DModel", "wan": "WanTransformer3DModel",
-           "flux": "FluxTransformer2DModel", "hunyuanvideo": "HunyuanVideoTransformer3DModel"}
+from bench.gpu_common import world_of_one  # noqa: E402
+from sporch.orchestrator.models.families import FAMILIES, get_family  # noqa: E402
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--families", nargs="+", choices=sorted(CLASSES), default=["pixart", "ltx-video", "sd3"])
+    p.add_argument("--families", nargs="+", choices=sorted(f.name for f in FAMILIES), default=["pixart", "ltx-video", "sd3"])
     p.add_argument("--repeat", type=int, default=20, help="timed forwards per way (after 3 warm-up)")
     p.add_argument("--calls", type=int, default=12, help="compiled forwards over which graphs are counted")
     return p.parse_args(argv)
@@ -73,20 +71,20 @@ def run_family(family: str, args, ctx) -> dict:
     import torch
     import torch._dynamo
 
-    from sporch.orchestrator.models.families import require_family
     from sporch.runtime.compile import compile_blocks
     from sporch.runtime.model.generic import random_diffusers
     from sporch.runtime.model.generic.families import family_module
     from sporch.runtime.model.generic.plans import split_plan
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
 
-    cls = CLASSES[family]
+    fam = get_family(family)
+    cls = fam.classes[0]
     mod = family_module(family)
     config = dict(mod.TINY)
     inputs = mod.inputs(config, batch=1, grid=(2, 4, 4), text_len=8, generator=torch.Generator().manual_seed(5))
     ours = random_diffusers(cls, config, seed=3)  # hooked (the hooks stay on it): its twin runs plain
     theirs = random_diffusers(cls, config, seed=3)
-    hooks = SequenceParallel(ours, ctx, split_plan(type(ours)), local_attention=require_family(cls).local_attention)
+    hooks = SequenceParallel(ours, ctx, split_plan(type(ours)), local_attention=fam.local_attention)
 
     def plain():
         return theirs(**inputs)[0]
@@ -128,14 +126,9 @@ def run_family(family: str, args, ctx) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
-    import torch.distributed as dist
-
-    from sporch.runtime.parallel import ParallelContext
 
     torch.set_num_threads(1)
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    ctx = ParallelContext.from_layout()
+    ctx = world_of_one(torch.device("cpu"))
     print(f"# torch {torch.__version__}, one thread, float32, tiny configs; median process CPU ms per forward of "
           f"{args.repeat} and Python function calls per forward; graphs over {args.calls} compiled forwards (late: "
           "built after the first: recompiles)")

@@ -44,6 +44,18 @@ def one_gpu_plan(cluster: str, job: dict[str, Any]):
     return make_plan(one, job_from_dict(job, source="bench"))
 
 
+def world_of_one(device):
+    """A ParallelContext over a one-rank process group (gloo on a private store: nothing listens),
+    for the sequence-parallel hooks run on one process."""
+    import torch.distributed as dist
+
+    from sporch.runtime.parallel import ParallelContext
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return ParallelContext.from_layout(device=device)
+
+
 def sync(device) -> None:
     import torch
 

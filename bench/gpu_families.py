@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import fill_random, machine_line, median_ms, one_gpu_plan, pick_device, sync  # noqa: E402
+from bench.gpu_common import fill_random, machine_line, median_ms, one_gpu_plan, pick_device, sync, world_of_one  # noqa: E402
 
 #: family -> (preset, published workload shape)
 CASES = {
@@ -61,17 +61,6 @@ def parse_args(argv):
     p.add_argument("--no-compile", action="store_true", help="eager only")
     p.add_argument("--cpu-smoke", action="store_true", help="1 block, a tiny grid, float32 on the CPU")
     return p.parse_args(argv)
-
-
-def world_of_one(device):
-    """A ParallelContext over a one-rank process group (gloo on a private store: nothing listens)."""
-    import torch.distributed as dist
-
-    from sporch.runtime.parallel import ParallelContext
-
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return ParallelContext.from_layout(device=device)
 
 
 def build(plan, blocks: int, device, dtype):

@@ -21,7 +21,7 @@ import sys
 
 from sporch.orchestrator.plan.calibration import LOSSES, Objective
 from sporch.orchestrator.plan.absolute_check import measured_steps, ranges
-from sporch.orchestrator.plan.cost import FITTED_TABLE, fitted_table
+from sporch.orchestrator.plan.cost import FITTED_TABLE
 from sporch.orchestrator.plan.validation import (
     DEFAULT_CHOICE,
     GOAL_RATIO_ERROR,
@@ -65,14 +65,13 @@ def main() -> None:
     worst = max(scores, key=lambda s: s.max_ratio_error)
     print(f"at the goal: {len(at_goal)}/{len(scores)} tables; largest held-out ratio error "
           f"{worst.max_ratio_error:.1%} ({worst.name})")
+    fit = all_tables_fit() if args.write_fit else None
+    points = measured_steps(fit)  # predicted by the fit about to be written, else by the shipped one
     print(f"\n{'measured step (absolute check)':40s} {'runtime':9s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
-    for m in measured_steps():
+    for m in points:
         print(f"{m.name:40s} {m.runtime:9s} {m.measured_s * 1e3:8.1f}ms {m.predicted_s * 1e3:7.1f}ms {m.error:>+7.0%}")
-    if args.write_fit:
-        fit = all_tables_fit()
-        FITTED_TABLE.write_text(fitted_text(fit, scores), encoding="utf-8")
-        fitted_table.cache_clear()  # the measured steps are predicted with the fit just written
-        FITTED_TABLE.write_text(fitted_text(fit, scores, ranges(measured_steps())), encoding="utf-8")
+    if fit is not None:
+        FITTED_TABLE.write_text(fitted_text(fit, scores, ranges(points)), encoding="utf-8")
         print(f"wrote {FITTED_TABLE}")
 
 

@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
-from sporch.orchestrator.plan.cost import gpu_entry, read_data_table
+from sporch.orchestrator.plan.calibration import SharedFit
+from sporch.orchestrator.plan.cost import gpu_entry, predict_plan, prior_constants, read_data_table
 from sporch.orchestrator.plan.planner import make_plan
 
 __all__ = ["MEASURED_STEPS", "MeasuredStep", "measured_steps", "ranges"]
@@ -53,14 +54,19 @@ def _plan(point: dict[str, Any]):
     return make_plan(cluster, job)
 
 
-def measured_steps(path: Path = MEASURED_STEPS) -> list[MeasuredStep]:
-    """Every point of ``path`` with its predicted step (the shipped defaults, or the cluster's calibration)."""
+def measured_steps(fit: SharedFit | None = None, path: Path = MEASURED_STEPS) -> list[MeasuredStep]:
+    """Every point of ``path`` with its predicted step: by its cluster's constants (the shipped
+    defaults, ``data/fitted.yaml``), or by ``fit`` applied to the GPU row's priors (a fit about to
+    be written: --write-fit)."""
     out = []
     for p in read_data_table(path)["points"]:
         plan = _plan(p)
-        out.append(MeasuredStep(name=p["name"], runtime=p["runtime"], gpu_row=gpu_entry(plan.cluster.gpu.model)["name"],
+        gpu = plan.cluster.gpu.model
+        constants = fit.constants(prior_constants(gpu)) if fit is not None else None
+        out.append(MeasuredStep(name=p["name"], runtime=p["runtime"], gpu_row=gpu_entry(gpu)["name"],
                                 compiled=bool(p["workload"]["compile"]), measured_s=float(p["ms"]) / 1e3,
-                                predicted_s=float(plan.estimates.predicted.step_s), command=p["command"]))
+                                predicted_s=predict_plan(plan, constants).step_s,
+                                command=p["command"]))
     return out
 
 

@@ -113,9 +113,6 @@ class SequenceParallel:
     # -- attach / detach -------------------------------------------------------------------
     def __enter__(self) -> "SequenceParallel":
         hooks = _Hooks.on(self.model, self.plan, self.local_attention)
-        if hooks.target is not None:
-            raise RuntimeError(f"{type(self.model).__name__} is already sequence-parallel (a SequenceParallel is "
-                               "entered on it): leave that one first")
         hooks.target, self._hooks = self, hooks
         self._modes = []
         return self
@@ -291,16 +288,16 @@ class _Hooks:
 
     @classmethod
     def on(cls, model: torch.nn.Module, plan: SplitPlan, local_attention: tuple[str, ...]) -> "_Hooks":
-        """The hooks registered on ``model`` for this plan (registered now if there are none,
-        or replacing those of another plan)."""
+        """The hooks registered on ``model`` for this plan, free to enter (registered now if there
+        are none, or replacing those of another plan); refused while a SequenceParallel is entered."""
         hooks = model.__dict__.get(cls.ATTRIBUTE)
         if hooks is not None and hooks.owner() is not model:  # copied with the model: its hooks call the original's
             raise RuntimeError(f"this {type(model).__name__} is a copy of a model that had sequence-parallel hooks "
                                "(they call the original's): SequenceParallel.remove(original) before copying it")
+        if hooks is not None and hooks.target is not None:
+            raise RuntimeError(f"{type(model).__name__} is already sequence-parallel (a SequenceParallel is "
+                               "entered on it): leave that one first")
         if hooks is not None and (hooks.plan != plan or hooks.local_attention != local_attention):
-            if hooks.target is not None:
-                raise RuntimeError(f"{type(model).__name__} is already sequence-parallel (a SequenceParallel is "
-                                   "entered on it): leave that one first")
             hooks.remove()
             hooks = None
         if hooks is None:
