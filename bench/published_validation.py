@@ -27,6 +27,7 @@ from sporch.orchestrator.plan.validation import (
     GOAL_RATIO_ERROR,
     FitChoice,
     all_tables_fit,
+    as_written,
     fitted_text,
     leave_one_table_out,
 )
@@ -65,7 +66,7 @@ def main() -> None:
     worst = max(scores, key=lambda s: s.max_ratio_error)
     print(f"at the goal: {len(at_goal)}/{len(scores)} tables; largest held-out ratio error "
           f"{worst.max_ratio_error:.1%} ({worst.name})")
-    fit = all_tables_fit() if args.write_fit else None
+    fit = as_written(all_tables_fit()) if args.write_fit else None
     points = measured_steps(fit)  # predicted by the fit about to be written, else by the shipped one
     print(f"\n{'measured step (absolute check)':40s} {'runtime':9s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
     for m in points:

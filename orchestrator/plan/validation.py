@@ -170,6 +170,18 @@ def bands(scores: Sequence[TableScore]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _written(x: float) -> float:
+    """A fitted number as ``data/fitted.yaml`` holds it: four significant digits."""
+    return float(f"{x:.4g}")
+
+
+def as_written(fit: SharedFit) -> SharedFit:
+    """``fit`` with its numbers as ``data/fitted.yaml`` holds them, so that what is predicted with
+    it before writing (the absolute check's ranges) is what the shipped defaults predict after."""
+    return replace(fit, scales={k: _written(x) for k, x in fit.scales.items()},
+                   values={k: _written(x) for k, x in fit.values.items()})
+
+
 def fitted_text(fit: SharedFit, scores: Sequence[TableScore],
                 absolute: dict[str, dict[str, list[float]]] | None = None) -> str:
     """``data/fitted.yaml``'s text for ``fit``, the held-out ``scores``' :func:`bands` and the
@@ -177,8 +189,8 @@ def fitted_text(fit: SharedFit, scores: Sequence[TableScore],
     --write-fit writes it)."""
     import yaml
 
-    doc = {"scales": {k: float(f"{x:.4g}") for k, x in fit.scales.items()},
-           "values": {k: float(f"{x:.4g}") for k, x in fit.values.items()},
+    fit = as_written(fit)
+    doc = {"scales": fit.scales, "values": fit.values,
            "bands": bands(scores)}
     if absolute:
         doc["absolute"] = absolute
