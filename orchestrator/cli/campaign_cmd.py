@@ -19,7 +19,9 @@ from sporch.orchestrator.campaign.history_trends import DEFAULT_K
 from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.published_points import published_rows
 from sporch.orchestrator.campaign.reference_checks import checks, counts
-from sporch.orchestrator.campaign.report import CSV_FILE, HTML_FILE, PLOT_DATA_FILE, build_report, published_cells
+from sporch.orchestrator.campaign.report import build_report
+from sporch.orchestrator.campaign.report_cells import published_cells
+from sporch.orchestrator.campaign.report_files import CSV_FILE, HTML_FILE, PLOT_DATA_FILE
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd

@@ -16,7 +16,7 @@ from sporch.orchestrator.campaign.history_runs import Run, campaign_name
 from sporch.orchestrator.campaign.history_store import Store, required_store_path, store_path
 from sporch.orchestrator.campaign.history_trends import DEFAULT_K, check_metric, histories
 from sporch.orchestrator.campaign.history_view import describe, short_revision, trend_doc
-from sporch.orchestrator.campaign.report import draw_history
+from sporch.orchestrator.campaign.history_plot import draw_history
 from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract.results import ResultFileError

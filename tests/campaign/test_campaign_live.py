@@ -25,7 +25,7 @@ import pytest
 from sporch.orchestrator.campaign.collect import collect
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.metrics import GIB
-from sporch.orchestrator.campaign.report import plot_data
+from sporch.orchestrator.campaign.report_plot_data import plot_data
 from sporch.orchestrator.campaign.spec import campaign_from_dict
 
 REPO = Path(__file__).resolve().parents[2]

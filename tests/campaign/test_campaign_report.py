@@ -12,7 +12,8 @@ import pytest
 
 from sporch.orchestrator.campaign.collect import KEY_COLUMNS, collect, columns, format_value
 from sporch.orchestrator.campaign.metrics import STAGE_METRICS, STEP_METRICS
-from sporch.orchestrator.campaign.report import build_report, plot_data
+from sporch.orchestrator.campaign.report import build_report
+from sporch.orchestrator.campaign.report_plot_data import plot_data
 from sporch.orchestrator.campaign.compare import parse_threshold
 from sporch.orchestrator.errors import SporchError
 
@@ -320,7 +321,7 @@ def test_predicted_vs_measured_and_stage_bars_only_when_the_points_have_them(tmp
 
 
 def test_gpu_axes_have_a_tick_at_each_gpu_count(tmp_path):
-    from sporch.orchestrator.campaign.report import gpu_ticks
+    from sporch.orchestrator.campaign.report_plot_images import gpu_ticks
 
     data = plot_data(collect(make_campaign(tmp_path / "c")))
     for name in ("latency_vs_gpus", "scaling_efficiency", "best_layout"):

@@ -14,7 +14,7 @@ import pytest
 
 from sporch.orchestrator.campaign.folder import CampaignDir
 from sporch.orchestrator.campaign.lock import CampaignBusy, CampaignLock
-from sporch.orchestrator.campaign.report import write_csv
+from sporch.orchestrator.campaign.report_csv import write_csv
 from sporch.orchestrator.campaign.spec import campaign_from_dict
 from sporch.orchestrator.contract.results import write_json_atomic
 from sporch.orchestrator.safe_files import UnsafeFileError, write_atomic

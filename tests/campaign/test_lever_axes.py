@@ -15,7 +15,8 @@ from sporch.orchestrator.campaign import pareto
 from sporch.orchestrator.campaign.collect import collect, columns
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.outputs import pick_reference
-from sporch.orchestrator.campaign.report import SPEED_QUALITY, build_report, plot_data
+from sporch.orchestrator.campaign.report import build_report
+from sporch.orchestrator.campaign.report_plot_data import SPEED_QUALITY, plot_data
 from sporch.orchestrator.campaign.spec import campaign_from_dict, load_campaign
 from sporch.orchestrator.errors import SporchError
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from tests.testutil import EXAMPLES
 
-from sporch.orchestrator.campaign.report import _family, _plottable
+from sporch.orchestrator.campaign.report_plot_data import _family, _plottable
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import CacheSpec, load_job
 from sporch.orchestrator.contract import sections
