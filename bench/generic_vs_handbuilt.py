@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sporch.orchestrator.config.job import ModelSpec  # noqa: E402
+from sporch.orchestrator.config.job_spec import ModelSpec  # noqa: E402
 from sporch.orchestrator.plan.resolve import resolve_model  # noqa: E402
 from sporch.runtime.model import ShardedDiT, build_model, patchify, unpatchify  # noqa: E402
 from sporch.runtime.model.generic import GenericSharded, random_diffusers  # noqa: E402

@@ -20,7 +20,9 @@ from typing import Any, Iterator, Optional
 
 from sporch.orchestrator.campaign.spec import MAX_POINTS
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.config.job import CacheSpec, ParallelSpec, job_from_dict, validate_job
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.job_checks import validate_job
+from sporch.orchestrator.config.job_spec import CacheSpec, ParallelSpec
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import CacheSection
 from sporch.orchestrator.errors import SporchError

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from sporch.orchestrator.campaign.references import parse_references
-from sporch.orchestrator.config.job import CacheSpec, job_from_dict
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.job_spec import CacheSpec
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.durations import is_valid_time
@@ -121,7 +122,7 @@ class Campaign:
     """A loaded campaign: the spec, its base job (typed) and the parsed references."""
 
     spec: CampaignSpec
-    base: Any  # sporch.orchestrator.config.job.JobSpec
+    base: Any  # sporch.orchestrator.config.job_spec.JobSpec
     layouts: Any  # "all" | "auto" | None | list of dicts (dims: int or "auto")
     nodes: Any  # "pow2" | None | list of ints
     references: list  # list of sporch.orchestrator.campaign.references.Reference

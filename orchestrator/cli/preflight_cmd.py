@@ -23,7 +23,8 @@ from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, FiniteRange, clust
                                             invocation, plain_table)
 from sporch.orchestrator.cli.terminal import shown
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.config.job import JobSpec, job_from_dict
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.job_spec import JobSpec
 from sporch.orchestrator.contract.results import result_file
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.cli.run_cmd import run_here

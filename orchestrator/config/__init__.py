@@ -1,1 +1,1 @@
-"""Typed configuration: cluster descriptors (cluster.py) and job specs (job.py)."""
+"""Typed configuration: cluster descriptors (cluster.py) and job specs (job_spec.py, loaded by job.py)."""

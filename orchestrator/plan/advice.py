@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Optional
 
-from sporch.orchestrator.config.job import JobSpec, ParallelSpec, ResourcesSpec
+from sporch.orchestrator.config.job_spec import JobSpec, ParallelSpec, ResourcesSpec
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError

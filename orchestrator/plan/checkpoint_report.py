@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from sporch.orchestrator.config.job import ModelSpec
+from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.models.families import FAMILIES, require_family
 from sporch.orchestrator.models import PRESETS

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
-from sporch.orchestrator.config.job import ModelSpec
+from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models import find_preset
 from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts

@@ -5,7 +5,7 @@ planner makes on a job whose model is a diffusers class (:func:`check_generic`).
 
 from __future__ import annotations
 
-from sporch.orchestrator.config.job import JobSpec
+from sporch.orchestrator.config.job_spec import JobSpec
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.errors import SporchError

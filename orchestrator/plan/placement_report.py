@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from sporch.orchestrator.config.job import ModelSpec, job_from_dict
+from sporch.orchestrator.config.job import job_from_dict
+from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.contract.sections import ClusterSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import divisors

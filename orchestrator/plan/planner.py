@@ -19,7 +19,9 @@ import functools
 from typing import Optional
 
 from sporch.orchestrator.config.cluster import bandwidth_warnings
-from sporch.orchestrator.config.job import JobSpec, WorkloadSpec, effective_container, job_relative
+from sporch.orchestrator.config.job import job_relative
+from sporch.orchestrator.config.job_container import effective_container
+from sporch.orchestrator.config.job_spec import JobSpec, WorkloadSpec
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import with_prediction
 from sporch.orchestrator.contract.estimates_section import Estimates

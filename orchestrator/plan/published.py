@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
-from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+from sporch.orchestrator.config.job_checks import validate_job
+from sporch.orchestrator.config.job_spec import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.plan.calibration import Observation
 from sporch.orchestrator.plan.cost import compiles, gpu_entry, inputs_from_plan, read_data_table

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from sporch.orchestrator.config.job import ModelSpec, WorkloadSpec, vae_stride_problem
+from sporch.orchestrator.config.job_spec import ModelSpec, WorkloadSpec
+from sporch.orchestrator.config.model_checks import vae_stride_problem
 from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from sporch.orchestrator.config.cluster import ClusterSpec
-from sporch.orchestrator.config.job import JobSpec
+from sporch.orchestrator.config.job_spec import JobSpec
 from sporch.orchestrator.contract.job_files import PLAN_FILE, SCRIPT_FILE
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.contract.plan import Plan

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from sporch.orchestrator.config.job import ModelSpec, job_from_dict, load_job
+from sporch.orchestrator.config.job import job_from_dict, load_job
+from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.errors import SporchError

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sporch.orchestrator.config.cluster import load_cluster_file, omegaconf_cluster, plain_cluster, validate_cluster
-from sporch.orchestrator.config.job import load_job, omegaconf_job, plain_job, validate_job
+from sporch.orchestrator.config.job import load_job, omegaconf_job, plain_job
+from sporch.orchestrator.config.job_checks import validate_job
 from sporch.orchestrator.errors import SporchError
 from tests.testutil import EXAMPLES, ROOT
 

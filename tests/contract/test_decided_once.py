@@ -10,7 +10,8 @@ from tests.testutil import EXAMPLES
 
 from sporch.orchestrator.campaign.report_plot_data import _family, _plottable
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.config.job import CacheSpec, load_job
+from sporch.orchestrator.config.job import load_job
+from sporch.orchestrator.config.job_spec import CacheSpec
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import CacheSection, compile_off_reason

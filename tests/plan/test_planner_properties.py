@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sporch.orchestrator.config.cluster import ClusterSpec
-from sporch.orchestrator.config.job import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec, validate_job
+from sporch.orchestrator.config.job_checks import validate_job
+from sporch.orchestrator.config.job_spec import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec
 from sporch.orchestrator.plan.layouts import LayoutError, compact, divisors
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.plan.ranking import TIE

@@ -173,7 +173,7 @@ def test_generic_path_equals_the_hand_built_model(tmp_path, fam):
     Wan / Flux (which loads the folder): outputs within 1e-5 relative, float32, one process."""
     import torch
 
-    from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.config.job_spec import ModelSpec
     from sporch.orchestrator.plan.resolve import resolve_model
     from sporch.runtime.model import ShardedDiT, build_model, patchify, unpatchify
     from sporch.runtime.model.generic import GenericSharded, random_diffusers

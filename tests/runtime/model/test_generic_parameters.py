@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from sporch.orchestrator.config.job import ModelSpec  # noqa: E402
+from sporch.orchestrator.config.job_spec import ModelSpec  # noqa: E402
 from sporch.orchestrator.models.families import FAMILIES, counted_parameters  # noqa: E402
 from sporch.orchestrator.plan.estimates import parameter_count, parameter_parts  # noqa: E402
 from sporch.orchestrator.plan.resolve import resolve_model  # noqa: E402

@@ -398,7 +398,7 @@ FLUX_DEV = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=3
     ("flux.1-schnell", "FluxTransformer2DModel", dict(FLUX_DEV, guidance_embeds=False), 11_891_178_560),
 ])
 def test_full_size_parameter_counts(preset, cls_name, cfg, published):
-    from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.config.job_spec import ModelSpec
     from sporch.orchestrator.plan.resolve import resolve_model
 
     ours = count_parameters(resolve_model(ModelSpec(preset=preset)))

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
-from sporch.orchestrator.config.job import JobSpec, ModelSpec, WorkloadSpec, validate_job  # noqa: E402
+from sporch.orchestrator.config.job_checks import validate_job  # noqa: E402
+from sporch.orchestrator.config.job_spec import JobSpec, ModelSpec, WorkloadSpec  # noqa: E402
 from sporch.orchestrator.plan.estimates import context_flops_per_sample, token_parameter_count  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 

@@ -250,7 +250,7 @@ def test_orchestrator_presets_build_on_meta():
 def test_published_knobs_reach_planner_and_model():
     """One preset table for both sides: the planner's model section (no CFG branch -> cfg 1)
     and the runtime's ModelConfig built from it both carry every knob of each published model."""
-    from sporch.orchestrator.config.job import ModelSpec
+    from sporch.orchestrator.config.job_spec import ModelSpec
     from sporch.orchestrator.models import flux, wan
     from sporch.orchestrator.plan.resolve import resolve_model
 

@@ -22,7 +22,8 @@ pytest.importorskip("diffusers")
 pytest.importorskip("imageio_ffmpeg")
 
 from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
-from sporch.orchestrator.config.job import ModelSpec, job_from_dict  # noqa: E402
+from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
+from sporch.orchestrator.config.job_spec import ModelSpec  # noqa: E402
 from sporch.orchestrator.errors import SporchError  # noqa: E402
 from sporch.orchestrator.plan.experts import expand_timesteps  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
