@@ -35,7 +35,8 @@ def _decode(vae, z):
 
 @torch.no_grad()
 def work(family: str, rows: int, vae) -> dict:
-    from sporch.runtime.pipelines.vae_parallel import decode_rows, parallelize_decoder, row_parallel_vae
+    from sporch.runtime.pipelines.vae_parallel.decode import decode_rows, row_parallel_vae
+    from sporch.runtime.pipelines.vae_parallel.surgery import parallelize_decoder
 
     z = torch.randn(tuple(rows if s is None else s for s in SHAPES[family]), generator=torch.Generator().manual_seed(2))
     whole = _decode(vae, z)

@@ -10,8 +10,10 @@ transformer call. One module per job:
 * ``text.py``       prompt encoding on one rank per dp replica, broadcast over the replica
 * ``schedulers.py`` the scheduler and its timesteps, as the diffusers pipelines set them up
 * ``vae.py``        latents -> frames on one rank per dp replica
-* ``vae_parallel.py`` the exact row-parallel decode (``pipeline.vae: parallel``): the latent's
-  rows split over a group, halo convolutions, whole-image group norms, gathered attention
+* ``vae_parallel/`` the exact row-parallel decode (``pipeline.vae: parallel``): the latent's
+  rows split over a group (``bands``), halo convolutions (``conv_geometry``, ``halo_conv``),
+  whole-image group norms (``group_norm``), gathered attention (``gathered_attention``), the
+  decoder's modules replaced in a copy (``surgery``), the entry points (``decode``)
 * ``media.py``      MP4 / PNG writing and reading (imageio)
 * ``generate.py``   the workload
 * ``tiny.py``       tiny random Wan2.1 / Flux.1 pipelines in the publishers' layout (tests, examples)

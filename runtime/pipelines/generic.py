@@ -34,7 +34,7 @@ calls the VAE's ``enable_tiling()`` with no arguments first: diffusers' default 
 class, as the hand-built path's ``tiled`` (runtime/pipelines/vae.py). ``parallel`` (planned where the
 family's VAE decodes exactly by row bands, ``Family.vae_parallel``): every rank of the leader's
 sequence group (cfg rank 0) runs the pipeline to its end (``output_type="np"``) with the VAE
-replaced by :func:`.vae_parallel.row_parallel_vae`'s copy, whose decoder takes this rank's band of
+replaced by :func:`.vae_parallel.decode.row_parallel_vae`'s copy, whose decoder takes this rank's band of
 the latent's rows and returns the whole decoded tensor (gathered over the group), so the pipeline's
 own decode tail (latent un-normalisation and unpacking, the VAE's ``decode``, the image/video
 processor) runs unchanged around it; only the leader writes. The leader writes one PNG/MP4 per
@@ -96,7 +96,7 @@ from .text import encoder_peak, shard_text_encoders
 from .params import GenerateParams, generate_params
 from .phase_timing import PhaseTimer
 from .resume import DenoiseCheckpoint, plan_key, restore_scheduler
-from .vae_parallel import row_parallel_vae
+from .vae_parallel.decode import row_parallel_vae
 
 __all__ = ["load_pipeline", "encode", "pipeline_arguments", "run_generic_generate", "step_end_arguments"]
 

@@ -25,7 +25,8 @@ from sporch.runtime.model import ModelConfig
 
 from .families import pipeline_family
 from .params import GenerateParams
-from .vae_parallel import decode_rows, parallelize_decoder
+from .vae_parallel.decode import decode_rows
+from .vae_parallel.surgery import parallelize_decoder
 
 
 class Decoder:

@@ -150,7 +150,7 @@ class Family:
     #: The diffusers VAE class of the family's pipelines (``vae/config.json`` ``_class_name``).
     vae_class: Optional[str] = None
     #: ``pipeline.vae: parallel``: ``vae_class`` decodes exactly with sporch's row-parallel decode
-    #: (runtime/pipelines/vae_parallel.py: halo convolutions, whole-image group norms, attention on
+    #: (runtime/pipelines/vae_parallel/: halo convolutions, whole-image group norms, attention on
     #: the gathered rows), over the leader's sequence group; the generic generate runs the pipeline's
     #: own decode tail around it (``row_parallel_vae``). False: the planner refuses it for the family
     #: in one line. tests/runtime/pipelines/test_vae_parallel_families.py checks it against

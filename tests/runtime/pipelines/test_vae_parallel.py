@@ -1,4 +1,4 @@
-"""The row-parallel VAE decode (runtime/pipelines/vae_parallel.py) against one process's decode.
+"""The row-parallel VAE decode (runtime/pipelines/vae_parallel/) against one process's decode.
 
 Tiny real diffusers VAEs with seeded random weights, built like runtime/pipelines/tiny.py
 builds them: Wan2.1 (``AutoencoderKLWan``: causal 3-D convs with the per-frame cache, RMS
@@ -22,8 +22,12 @@ pytest.importorskip("diffusers")
 from torch import nn  # noqa: E402
 
 from sporch.runtime.pipelines.tiny import randomize  # noqa: E402
-from sporch.runtime.pipelines.vae_parallel import (  # noqa: E402
-    DistGroupNorm, GatherRows, HaloConv, decode_rows, parallelize_decoder, split_rows)
+from sporch.runtime.pipelines.vae_parallel.bands import split_rows  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.decode import decode_rows  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.gathered_attention import GatherRows  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.group_norm import DistGroupNorm  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.halo_conv import HaloConv  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.surgery import parallelize_decoder  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 # Tolerance, float32. Every rank computes, for its rows, the same sums over the same inputs and
@@ -110,7 +114,7 @@ def band(x: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def whole_from_bands(x: torch.Tensor, group=None) -> torch.Tensor:
-    from sporch.runtime.pipelines.vae_parallel import gather_rows
+    from sporch.runtime.pipelines.vae_parallel.bands import gather_rows
 
     return gather_rows(x, group)
 

@@ -1,4 +1,4 @@
-"""The row-parallel VAE decode (runtime/pipelines/vae_parallel.py) on every generic family's VAE.
+"""The row-parallel VAE decode (runtime/pipelines/vae_parallel/) on every generic family's VAE.
 
 ``Family.vae_parallel`` (what the planner reads to plan or refuse ``pipeline.vae: parallel``) is
 checked against :func:`parallelize_decoder` on each family's tiny VAE (the family module's
@@ -31,8 +31,9 @@ pytest.importorskip("diffusers")
 from torch import nn  # noqa: E402
 
 from sporch.orchestrator.models.families import FAMILIES  # noqa: E402
-from sporch.runtime.pipelines.vae_parallel import (  # noqa: E402
-    GatherRows, decode_rows, parallelize_decoder, row_parallel_vae)
+from sporch.runtime.pipelines.vae_parallel.decode import decode_rows, row_parallel_vae  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.gathered_attention import GatherRows  # noqa: E402
+from sporch.runtime.pipelines.vae_parallel.surgery import parallelize_decoder  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 from tests.runtime.pipelines.test_vae_parallel import plain_decode, without_halos  # noqa: E402
 
