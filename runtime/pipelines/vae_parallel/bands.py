@@ -1,5 +1,6 @@
 """Row bands: the rows of the latent split over the ranks of a group (:func:`split_rows`), and the
-bands gathered back into the whole tensor along dim -2 on every rank (:func:`gather_rows`)."""
+bands gathered back into the whole tensor along dim -2 on every rank (:func:`gather_rows`); and the
+package's two collective helpers (``_rank_and_size``, ``_all_gather``), private to the package."""
 
 from __future__ import annotations
 

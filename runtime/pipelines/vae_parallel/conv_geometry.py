@@ -1,6 +1,7 @@
 """The rows a convolution reads beyond a band of rows (:func:`halo_rows`), from its kernel, stride,
 dilation and height padding, its own or padded in its forward (:func:`padding_in_forward`);
-``ValueError`` for a convolution that cannot run on row bands exactly."""
+``ValueError`` for a convolution that cannot run on row bands exactly. ``_is_conv`` (a plain
+2-D/3-D convolution) is private to the package."""
 
 from __future__ import annotations
 
