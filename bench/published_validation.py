@@ -21,7 +21,7 @@ import sys
 
 from sporch.orchestrator.plan.calibration import LOSSES, Objective
 from sporch.orchestrator.plan.absolute_check import measured_steps, ranges
-from sporch.orchestrator.plan.cost import FITTED_TABLE
+from sporch.orchestrator.plan.cost_constants import FITTED_TABLE
 from sporch.orchestrator.plan.validation import (
     DEFAULT_CHOICE,
     GOAL_RATIO_ERROR,

@@ -1,7 +1,7 @@
 """A campaign's measured points as observations for the cost model's fit (``sporch calibrate``).
 
 Measured: ``step_ms_median`` of each completed point's result.json; what the model needs of the
-point: its plan.json (:func:`sporch.orchestrator.plan.cost.inputs_from_plan`). The fit itself is
+point: its plan.json (:func:`sporch.orchestrator.plan.cost_inputs.inputs_from_plan`). The fit itself is
 :mod:`sporch.orchestrator.plan.calibration`.
 """
 
@@ -16,7 +16,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.safe_files import NotAFileError
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import inputs_from_plan
+from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
 
 
 def campaign_observations(directory: str | Path, cluster: Optional[str] = None, exclude: Iterable[str] = ()

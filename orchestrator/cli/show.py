@@ -6,7 +6,8 @@ from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
-from sporch.orchestrator.plan.cost import TERMS, cluster_constants
+from sporch.orchestrator.plan.cost import TERMS
+from sporch.orchestrator.plan.cost_constants import cluster_constants
 from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS

@@ -1,8 +1,9 @@
 """A cluster descriptor's calibration: the constants of the cost model it may set, their checks,
 and the reader of a calibration file (``calibration: <file>``, written by ``sporch calibrate``).
 
-The model that uses the constants is :mod:`sporch.orchestrator.plan.cost`; the fit that writes
-the file is :mod:`sporch.orchestrator.plan.calibration`.
+The model that uses the constants is :mod:`sporch.orchestrator.plan.cost` (a cluster's over the
+defaults: :mod:`sporch.orchestrator.plan.cost_constants`); the fit that writes the file is
+:mod:`sporch.orchestrator.plan.calibration`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The Plan's ``estimates`` section: the planner's back-of-envelope numbers, as frozen records.
 
 Standard library only. The planner writes it (plan/estimates.py for the DiT, plan/placement.py,
-plan/pipeline.py, plan/experts.py and plan/staging.py add to it, plan/cost.py adds ``predicted``);
-everything else reads it by attribute: ``plan.estimates.memory.fits``,
+plan/pipeline.py, plan/experts.py and plan/staging.py add to it, plan/plan_prediction.py adds
+``predicted``); everything else reads it by attribute: ``plan.estimates.memory.fits``,
 ``plan.estimates.predicted.step_s``. docs/plan.md says what each number means.
 
 In plan.json the section keeps the keys it has always had: the fields of the four groups
@@ -190,7 +190,7 @@ class StepBreakdown(Record):
 
 @dataclass(frozen=True)
 class PredictedTime(Record):
-    """The cost model's prediction (plan/cost.py) and the band of error it carries."""
+    """The cost model's prediction (plan/plan_prediction.py) and the band of error it carries."""
 
     step_s: float
     job_s: float

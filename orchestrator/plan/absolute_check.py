@@ -6,7 +6,7 @@ time is a separate question, answered here: each measured point is planned as it
 of its cluster, its preset and workload, a benchmark step) and its predicted step is set beside the
 measured one. :func:`ranges` turns sporch's own points into the per GPU row and mode range that
 ``data/fitted.yaml``'s ``absolute`` records and ``sporch plan`` prints beside the band
-(``cost.prediction_band``); the reference implementation's points (``runtime: diffusers``) are
+(``cost_band.prediction_band``); the reference implementation's points (``runtime: diffusers``) are
 shown, not counted.
 """
 
@@ -20,7 +20,9 @@ from typing import Any, Sequence
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.plan.calibration import SharedFit
-from sporch.orchestrator.plan.cost import gpu_entry, predict_plan, prior_constants, read_data_table
+from sporch.orchestrator.plan.cost_constants import gpu_entry, prior_constants
+from sporch.orchestrator.plan.data_tables import read_data_table
+from sporch.orchestrator.plan.plan_prediction import predict_plan
 from sporch.orchestrator.plan.planner import make_plan
 
 __all__ = ["MEASURED_STEPS", "MeasuredStep", "measured_steps", "ranges"]

@@ -28,16 +28,16 @@ from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSIO
 from sporch.orchestrator.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.measured_links import LinkFigures
-from sporch.orchestrator.plan.cost import (
+from sporch.orchestrator.plan.cost import predict
+from sporch.orchestrator.plan.cost_features import (
     FITTED,
     INVERSE,
-    CostInputs,
     constants_from,
     features,
     parameters,
-    predict,
     unfitted_s,
 )
+from sporch.orchestrator.plan.cost_inputs import CostInputs
 
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6

@@ -3,7 +3,7 @@
 ``sporch preflight`` (runtime/preflight.py) times, with the plan's own groups, an all-to-all in
 every Ulysses group and every hop of every ring group, each with a large payload and with a
 64-byte message (``latency_s``). This module turns those measurements into the figures the cost
-model reads (plan/cost.py, plan/estimates.py):
+model reads (plan/cost_terms.py, plan/estimates.py):
 
 - ``intra_node_gb_per_s``: the median all-to-all inside one node, as the estimate counts it
   (each rank's ``(k - 1) / k`` of the payload), the latency taken off: ``bytes / (s - latency_s)``.

@@ -23,7 +23,7 @@ from sporch.orchestrator.config.job import job_relative
 from sporch.orchestrator.config.job_container import effective_container
 from sporch.orchestrator.config.job_spec import JobSpec, WorkloadSpec
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.cost import with_prediction
+from sporch.orchestrator.plan.plan_prediction import with_prediction
 from sporch.orchestrator.contract.estimates_section import Estimates
 from sporch.orchestrator.plan.estimates import GIB, estimate
 from sporch.orchestrator.plan.layouts import (

@@ -18,7 +18,9 @@ from sporch.orchestrator.config.job_checks import validate_job
 from sporch.orchestrator.config.job_spec import JobSpec, ModelSpec, ParallelSpec, WorkloadSpec
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import compiles, gpu_entry, inputs_from_plan, read_data_table
+from sporch.orchestrator.plan.cost_constants import gpu_entry
+from sporch.orchestrator.plan.cost_inputs import compiles, inputs_from_plan
+from sporch.orchestrator.plan.data_tables import read_data_table
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
 

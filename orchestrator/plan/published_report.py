@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import fit, predicted_s
-from sporch.orchestrator.plan.cost import default_constants
+from sporch.orchestrator.plan.cost_constants import default_constants
 
 #: The constants fitted per case (as tests/plan/test_cost_model.py does).
 PUBLISHED_FIT = ("attention_efficiency", "a2a_latency_s", "ring_merge_bytes", "fixed_s")

@@ -14,7 +14,7 @@ held-out table. Per table it reports
   (its step count, say).
 
 :func:`all_tables_fit` is the one fit to every table that the GPU rows' defaults carry
-(``data/fitted.yaml``, applied by :func:`~sporch.orchestrator.plan.cost.default_constants`).
+(``data/fitted.yaml``, applied by :func:`~sporch.orchestrator.plan.cost_constants.default_constants`).
 :func:`bands` turns the held-out errors into the band ``sporch plan`` shows per GPU and mode.
 docs/plan.md has the table and what each term is for.
 """
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import RELATIVE_L2, Objective, Observation, SharedFit, fit_shared, predicted_s
-from sporch.orchestrator.plan.cost import SHARED_FIT, default_constants, gpu_entry, prior_constants
+from sporch.orchestrator.plan.cost_constants import SHARED_FIT, default_constants, gpu_entry, prior_constants
 
 #: Measured pairs closer than this (relative) are ties the model is not asked to order.
 ORDER_MARGIN = 0.10

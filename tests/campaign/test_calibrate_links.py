@@ -20,7 +20,8 @@ from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import prepare
 from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.plan.calibration import Observation, predicted_s, with_links
-from sporch.orchestrator.plan.cost import cluster_constants, default_constants, inputs_from_plan
+from sporch.orchestrator.plan.cost_constants import cluster_constants, default_constants
+from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
 from sporch.orchestrator.plan.measured_links import from_preflight
 from tests.campaign.calibration_campaign import CLUSTER_FILE, calibrated_descriptor, write_campaign
 

@@ -30,7 +30,10 @@ from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.config.cluster import load_cluster_file
 from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.plan.calibration import Observation, fit
-from sporch.orchestrator.plan.cost import cluster_constants, inputs_from_plan, predict, predict_plan
+from sporch.orchestrator.plan.cost import predict
+from sporch.orchestrator.plan.cost_constants import cluster_constants
+from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
+from sporch.orchestrator.plan.plan_prediction import predict_plan
 from tests.campaign.calibration_campaign import FIT, POINTS, calibrated_descriptor, is_held_back, write_campaign
 
 NOISE = 0.05

@@ -44,7 +44,8 @@ from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.spec import campaign_from_dict
 from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import load_cluster_file
-from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
+from sporch.orchestrator.plan.cost_constants import cluster_constants
+from sporch.orchestrator.plan.plan_prediction import predict_plan
 from sporch.orchestrator.contract.plan import Plan
 from tests.campaign.calibration_campaign import (CLUSTER_FILE, FIT, POINTS, calibrated_descriptor, is_held_back,
                                                  write_campaign)

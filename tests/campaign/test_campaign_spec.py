@@ -188,7 +188,7 @@ def test_plan_command_text_and_json(run_cli):
     code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     assert code == 0 and "27 points in 3 group(s)" in out and "exceeds the 4 nodes of a100x32" in out
     # the predicted time with its band (issue 35), not the peak-rate "ideal"
-    from sporch.orchestrator.plan.cost import fitted_table
+    from sporch.orchestrator.plan.cost_constants import fitted_table
 
     band = f"±{fitted_table()['bands']['*']['compiled']:.0%}"  # A100: no compiled A100 table (follows a refit)
     assert "predicted ms/step" in out and "ideal ms/step" not in out and band in out

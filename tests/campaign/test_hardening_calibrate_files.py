@@ -15,7 +15,8 @@ import pytest
 from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import prepare
 from sporch.orchestrator.campaign.spec import load_campaign
-from sporch.orchestrator.plan.cost import cluster_constants, predict_plan
+from sporch.orchestrator.plan.cost_constants import cluster_constants
+from sporch.orchestrator.plan.plan_prediction import predict_plan
 from tests.campaign.calibration_campaign import FIT, write_campaign
 
 VICTIM = "name: the-users-cluster  # a cluster descriptor: must not change\n"

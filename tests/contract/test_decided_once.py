@@ -15,7 +15,7 @@ from sporch.orchestrator.config.job_spec import CacheSpec
 from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import CacheSection, compile_off_reason
-from sporch.orchestrator.plan.cost import compiles
+from sporch.orchestrator.plan.cost_inputs import compiles
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.runtime.pipelines.params import generate_params

@@ -16,7 +16,8 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict, load_job
 from sporch.orchestrator.contract.estimates_section import Estimates, MemoryOption, PipelinePart, PredictedTime
 from sporch.orchestrator.contract.plan import SCHEMA_VERSION, Plan
-from sporch.orchestrator.plan.cost import inputs_from_plan, predict_plan
+from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
+from sporch.orchestrator.plan.plan_prediction import predict_plan
 from sporch.orchestrator.plan.planner import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sporch.orchestrator.plan.absolute_check import MeasuredStep, measured_steps, ranges
-from sporch.orchestrator.plan.cost import fitted_table, prediction_band
+from sporch.orchestrator.plan.cost_band import prediction_band
+from sporch.orchestrator.plan.cost_constants import fitted_table
 
 
 @pytest.fixture(scope="module")

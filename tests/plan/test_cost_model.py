@@ -23,18 +23,15 @@ from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s, write_calibration
-from sporch.orchestrator.plan.cost import (
-    FITTED,
-    CostInputs,
+from sporch.orchestrator.plan.cost import predict
+from sporch.orchestrator.plan.cost_constants import (
     cluster_constants,
     default_constants,
-    features,
     gpu_entry,
-    inputs_from_plan,
-    parameters,
-    predict,
     prior_constants,
 )
+from sporch.orchestrator.plan.cost_features import FITTED, features, parameters
+from sporch.orchestrator.plan.cost_inputs import CostInputs, inputs_from_plan
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.plan.ranking import TIE, pick
 

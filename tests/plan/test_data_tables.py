@@ -1,4 +1,4 @@
-"""The tables shipped under ``plan/data/`` are parsed with libyaml (``cost.read_data_table``: the
+"""The tables shipped under ``plan/data/`` are parsed with libyaml (``data_tables.read_data_table``: the
 dry run's start-up); what it returns must be what ``yaml.safe_load`` returns, value and type."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sporch.orchestrator.plan import cost
+from sporch.orchestrator.plan import data_tables
 
-DATA = Path(cost.__file__).resolve().parent / "data"
+DATA = Path(data_tables.__file__).resolve().parent / "data"
 TABLES = sorted(DATA.glob("*.yaml"))
 
 
@@ -31,7 +31,7 @@ def test_there_are_tables():
 def test_data_table_reads_as_safe_load_does(path):
     with open(path, encoding="utf-8") as fh:
         expected = yaml.safe_load(fh)
-    assert typed(cost.read_data_table(path)) == typed(expected)
+    assert typed(data_tables.read_data_table(path)) == typed(expected)
 
 
 def test_data_tables_use_libyaml_where_pyyaml_has_it(monkeypatch):
@@ -40,5 +40,5 @@ def test_data_tables_use_libyaml_where_pyyaml_has_it(monkeypatch):
     used = []
     real = yaml.load
     monkeypatch.setattr(yaml, "load", lambda stream, Loader: used.append(Loader) or real(stream, Loader=Loader))
-    cost.read_data_table(DATA / "fitted.yaml")
+    data_tables.read_data_table(DATA / "fitted.yaml")
     assert used == [yaml.CSafeLoader]

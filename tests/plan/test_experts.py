@@ -102,7 +102,9 @@ def test_the_switch_is_not_fitted_away(tmp_path):
     """Calibration on job times of offloaded two-expert runs subtracts the switch: measured =
     the prediction with known constants -> the fit gives back those constants."""
     from sporch.orchestrator.plan.calibration import Observation, _fit
-    from sporch.orchestrator.plan.cost import cluster_constants, inputs_from_plan, predict
+    from sporch.orchestrator.plan.cost import predict
+    from sporch.orchestrator.plan.cost_constants import cluster_constants
+    from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
 
     w = str(folder(tmp_path))
     big = {"weights": w}

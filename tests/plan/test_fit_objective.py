@@ -11,7 +11,7 @@ import pytest
 
 from sporch.orchestrator.plan.calibration import RELATIVE_L2, Objective, SharedFit, fit_shared, predicted_s
 from sporch.orchestrator.plan import published
-from sporch.orchestrator.plan.cost import SHARED_FIT, prior_constants
+from sporch.orchestrator.plan.cost_constants import SHARED_FIT, prior_constants
 from sporch.orchestrator.plan.validation import DEFAULT_CHOICE, table_weights
 
 CASES = ["hunyuanvideo-720p-h100", "flux-dev-1024-h100-compiled", "flux-dev-1024-h100-eager"]

@@ -15,7 +15,10 @@ import pytest
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.cost import FITTED, default_constants, features, inputs_from_plan, parameters, predict
+from sporch.orchestrator.plan.cost import predict
+from sporch.orchestrator.plan.cost_constants import default_constants
+from sporch.orchestrator.plan.cost_features import FITTED, features, parameters
+from sporch.orchestrator.plan.cost_inputs import inputs_from_plan
 from sporch.orchestrator.plan.estimates import GIB
 from sporch.orchestrator.plan.planner import make_plan
 

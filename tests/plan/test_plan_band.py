@@ -9,7 +9,8 @@ from tests.testutil import EXAMPLES
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
-from sporch.orchestrator.plan.cost import fitted_table, prediction_band
+from sporch.orchestrator.plan.cost_band import prediction_band
+from sporch.orchestrator.plan.cost_constants import fitted_table
 from sporch.orchestrator.plan.planner import make_plan
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"

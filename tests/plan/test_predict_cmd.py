@@ -11,7 +11,7 @@ import pytest
 
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import fit, predicted_s
-from sporch.orchestrator.plan.cost import default_constants
+from sporch.orchestrator.plan.cost_constants import default_constants
 from sporch.orchestrator.plan.published_report import PUBLISHED_FIT
 from tests.testutil import ROOT
 

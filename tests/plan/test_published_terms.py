@@ -13,7 +13,9 @@ from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import fit, predicted_s
-from sporch.orchestrator.plan.cost import compiles, default_constants, inputs_from_plan, predict
+from sporch.orchestrator.plan.cost import predict
+from sporch.orchestrator.plan.cost_constants import default_constants
+from sporch.orchestrator.plan.cost_inputs import compiles, inputs_from_plan
 from sporch.orchestrator.plan.planner import make_plan
 from tests.testutil import EXAMPLES
 

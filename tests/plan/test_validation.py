@@ -10,7 +10,7 @@ import pytest
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import Observation
-from sporch.orchestrator.plan.cost import default_constants, fitted_table, prior_constants
+from sporch.orchestrator.plan.cost_constants import default_constants, fitted_table, prior_constants
 from sporch.orchestrator.plan.validation import all_tables_fit, bands, leave_one_table_out, score
 
 MARGIN = 0.03
