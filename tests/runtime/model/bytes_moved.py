@@ -113,10 +113,10 @@ def table(ours: ByteCounter, theirs: ByteCounter, names=("sporch", "diffusers"))
 
 
 # ---------------------------------------------------------------------------------------------
-# Flux.1: sporch's model and diffusers' FluxTransformer2DModel on the same weights and inputs
+# sporch's model and diffusers' on the same weights and inputs (Flux.1, Wan2.1)
 
 @dataclass
-class FluxCounts:
+class PairCounts:
     """One bf16 forward of each model: the byte counts and the outputs ([B, C, 1, H, W])."""
 
     sporch: ByteCounter
@@ -127,18 +127,24 @@ class FluxCounts:
     reference: torch.Tensor | None = None
 
 
+def _saved_and_loaded(dm, folder, dtype):
+    """``dm``'s weights rounded to ``dtype`` and saved to ``folder``; the model diffusers loads
+    from there in ``dtype`` (its ``_keep_in_fp32_modules`` in float32, as a pipeline runs it)."""
+    dm.to(dtype).save_pretrained(folder)
+    return type(dm).from_pretrained(folder, torch_dtype=dtype).eval()
+
+
 def flux_counts(cfg: dict, folder, *, grid=(16, 16), text_len: int = 64, dtype=torch.bfloat16, seed: int = 0,
-                guidance: float = 3.5, sigma: float = 0.7, reference: bool = False) -> FluxCounts:
-    """A random diffusers Flux model with config ``cfg`` (tests/runtime/model/published.py) in
-    ``dtype``, saved to ``folder`` and loaded by sporch from there; one forward of each on an
+                guidance: float = 3.5, sigma: float = 0.7, reference: bool = False) -> PairCounts:
+    """A random diffusers Flux model with config ``cfg`` (tests/runtime/model/published.py) saved
+    in ``dtype`` to ``folder``, loaded from there by diffusers and by sporch; one forward of each on an
     ``grid`` (h, w) token image (latents 2h x 2w, packed 2 x 2) and ``text_len`` text tokens,
     counted by :class:`ByteCounter`. ``reference``: also diffusers' float32 output."""
     from sporch.runtime.model import build_model
 
     from tests.runtime.model.published import diffusers_flux, flux_reference, sporch_flux_dict
 
-    dm = diffusers_flux(cfg, seed).to(dtype)
-    dm.save_pretrained(folder)
+    dm = _saved_and_loaded(diffusers_flux(cfg, seed), folder, dtype)
     model = build_model(sporch_flux_dict(cfg, text_len=text_len), weights=str(folder), dtype=dtype)
     g = torch.Generator().manual_seed(seed + 1)
     h, w = grid
@@ -158,5 +164,37 @@ def flux_counts(cfg: dict, folder, *, grid=(16, 16), text_len: int = 64, dtype=t
     del model
     ref = None
     if reference:
-        ref = flux_reference(dm.float(), x.float(), sigma, text.float(), pooled.float(), guidance)
-    return FluxCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
+        ref = flux_reference(type(dm).from_pretrained(folder, torch_dtype=torch.float32), x.float(), sigma, text.float(), pooled.float(), guidance)
+    return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
+
+
+def wan_counts(cfg: dict, folder, *, grid=(2, 8, 8), text_len: int = 16, dtype=torch.bfloat16, seed: int = 0,
+               timestep: float = 500.0, reference: bool = False) -> PairCounts:
+    """As :func:`flux_counts` for Wan2.1 (``WanTransformer3DModel``): a ``grid`` (f, h, w) token
+    video (latents f x 2h x 2w) and ``text_len`` text tokens."""
+    from sporch.runtime.model import build_model
+
+    from tests.runtime.model.published import diffusers_wan, sporch_wan_dict
+
+    dm = _saved_and_loaded(diffusers_wan(cfg, seed), folder, dtype)
+    model = build_model(sporch_wan_dict(cfg, text_len=text_len), weights=str(folder), dtype=dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    f, h, w = grid
+    x = torch.randn(1, cfg["in_channels"], f, 2 * h, 2 * w, generator=g).to(dtype)
+    text = torch.randn(1, text_len, cfg["text_dim"], generator=g).to(dtype)
+    t = torch.tensor([timestep])
+    res = {}
+
+    def ours():
+        res["sporch"] = model(x, t, text)
+
+    def theirs():
+        res["diffusers"] = dm(x, t, text, return_dict=False)[0]
+
+    c_ours, c_theirs = count_bytes(ours, model.parameters()), count_bytes(theirs, dm.parameters())
+    del model
+    ref = None
+    if reference:
+        with torch.no_grad():
+            ref = type(dm).from_pretrained(folder, torch_dtype=torch.float32)(x.float(), t, text.float(), return_dict=False)[0]
+    return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
