@@ -1,13 +1,14 @@
-"""CPU: bytes each aten op reads + writes in one bf16 forward of sporch's Flux and of diffusers'
-FluxTransformer2DModel, same weights, same inputs.
+"""CPU: bytes each aten op reads + writes in one bf16 forward of sporch's Flux (or Wan) and of
+diffusers' FluxTransformer2DModel (WanTransformer3DModel), same weights, same inputs.
 
-    python bench/flux_bytes.py                       # Flux.1-dev widths, 1 double + 1 single block, 16x16 image + 64 text tokens
+    python bench/flux_bytes.py                       # Flux.1-dev widths, 1 double + 1 single block,
+                                                     # 16x16 image + 64 text tokens
     python bench/flux_bytes.py --double 2 --single 2 --grid 32 32 --text-len 128
     python bench/flux_bytes.py --tiny                # the test's width (hidden 64, 4 heads of 16)
     python bench/flux_bytes.py --model wan           # Wan2.1-1.3B widths, 1 block, 2x16x16 video + 64 text tokens
 
-One random diffusers model (tests/runtime/model/published.py) is cast to bf16 and saved to a
-temporary folder; sporch loads that folder. Each runs one forward under the byte counter of
+One random diffusers model (tests/runtime/model/published.py) is saved in bf16 to a temporary
+folder; diffusers (``from_pretrained(torch_dtype=bf16)``) and sporch load that folder. Each runs one forward under the byte counter of
 tests/runtime/model/bytes_moved.py (a TorchDispatchMode): per op kind, the bytes of its tensor
 inputs and outputs (views move nothing; parameter reads are counted apart). The table is sorted
 by how many more MB sporch moves than diffusers; below it the totals, the float32 outputs

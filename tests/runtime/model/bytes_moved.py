@@ -161,10 +161,11 @@ def flux_counts(cfg: dict, folder, *, grid=(16, 16), text_len: int = 64, dtype=t
         res["diffusers"] = flux_reference(dm, x, sigma, text, pooled, guidance)
 
     c_ours, c_theirs = count_bytes(ours, model.parameters()), count_bytes(theirs, dm.parameters())
-    del model
+    model = None  # freed before the float32 reference
     ref = None
     if reference:
-        ref = flux_reference(type(dm).from_pretrained(folder, torch_dtype=torch.float32), x.float(), sigma, text.float(), pooled.float(), guidance)
+        ref32 = type(dm).from_pretrained(folder, torch_dtype=torch.float32)
+        ref = flux_reference(ref32, x.float(), sigma, text.float(), pooled.float(), guidance)
     return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
 
 
@@ -192,9 +193,10 @@ def wan_counts(cfg: dict, folder, *, grid=(2, 8, 8), text_len: int = 16, dtype=t
         res["diffusers"] = dm(x, t, text, return_dict=False)[0]
 
     c_ours, c_theirs = count_bytes(ours, model.parameters()), count_bytes(theirs, dm.parameters())
-    del model
+    model = None  # freed before the float32 reference
     ref = None
     if reference:
         with torch.no_grad():
-            ref = type(dm).from_pretrained(folder, torch_dtype=torch.float32)(x.float(), t, text.float(), return_dict=False)[0]
+            ref32 = type(dm).from_pretrained(folder, torch_dtype=torch.float32)
+            ref = ref32(x.float(), t, text.float(), return_dict=False)[0]
     return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)

@@ -49,7 +49,8 @@ def test_flux_reads_each_weight_once(flux):
 
 def test_flux_moves_fewer_activation_bytes_than_diffusers(flux):
     """LayerNorm on the bf16 activations, RoPE without a float32 copy of q/k: at most 90% of
-    diffusers' activation bytes and 80% of its float32 outputs (before: 99% and 107%)."""
+    diffusers' activation bytes and 80% of its float32 outputs (now 83% and 71%; before: 98%
+    and 105%, and 130% of its weight reads)."""
     s, d = flux.sporch, flux.diffusers
     assert s.total <= 0.90 * d.total, (s.total, d.total)
     assert s.float32_bytes <= 0.80 * d.float32_bytes, (s.float32_bytes, d.float32_bytes)
