@@ -12,7 +12,8 @@ from torch import nn
 class RMSNorm(nn.Module):
     """Root-mean-square norm over the last dim, learnable scale: torch's ``F.rms_norm`` (what
     diffusers' Flux and Wan use, ``torch.nn.RMSNorm``): computed in float32, rounded to x's
-    dtype once; one fused kernel on the GPU instead of float32 copies of x."""
+    dtype once; one kernel where torch has its fused ``aten._fused_rms_norm`` (CUDA) instead of
+    a chain of float32 copies of x."""
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()
