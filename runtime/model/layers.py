@@ -10,7 +10,10 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm over the last dim, computed in float32, learnable scale."""
+    """Root-mean-square norm over the last dim, learnable scale: torch's ``F.rms_norm`` (what
+    diffusers' Flux and Wan use, ``torch.nn.RMSNorm``): computed in float32, rounded to x's
+    dtype once; one kernel where torch has its fused ``aten._fused_rms_norm`` (CUDA) instead of
+    a chain of float32 copies of x."""
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()
@@ -18,13 +21,16 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-def layer_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """LayerNorm without affine parameters, computed in float32."""
+def layer_norm(x: torch.Tensor, eps: float = 1e-6, upcast: bool = True) -> torch.Tensor:
+    """LayerNorm without affine parameters. ``upcast``: on a float32 copy of x, the result cast
+    back (diffusers' ``FP32LayerNorm``, Wan); ``upcast=False``: torch's kernel on x as it is
+    (``nn.LayerNorm``, Flux), which accumulates in float32 and rounds the output once, without
+    writing and reading two float32 copies of the activation."""
+    if not upcast:
+        return F.layer_norm(x, (x.shape[-1],), eps=eps)
     return F.layer_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 

@@ -9,7 +9,11 @@ Sharded: image tokens are split over the sequence group, text tokens stay whole 
 rank and enter attention as the ``joint_*`` arguments of usp_attention. In single-stream
 blocks the text part of the stream is likewise kept replicated (per-token maps are computed
 on every rank, attention treats it as joint tokens). RoPE acts on image tokens only (text
-sits at position 0, where a rotation is the identity)."""
+sits at position 0, where a rotation is the identity).
+
+Precision as in diffusers' Flux: the LayerNorms run on the bf16 activations (torch's kernel
+accumulates in float32), the q/k RMSNorm is torch's (``F.rms_norm``), RoPE computes in float32;
+the single-stream blocks run image + text as one stream (bench/flux_bytes.py counts the bytes)."""
 
 from __future__ import annotations
 
@@ -70,21 +74,21 @@ class DoubleStreamBlock(nn.Module):
     def modulated_input(self, img, vec):
         """The image stream's modulated attention input (what TeaCache compares across steps)."""
         shift, scale = self.img_mod(F.silu(vec)).chunk(6, dim=-1)[:2]
-        return modulate(layer_norm(img, self.eps), shift, scale)
+        return modulate(layer_norm(img, self.eps, upcast=False), shift, scale)
 
     def forward(self, img, txt, vec, rope, attn: SequenceAttention):
         b, n, _ = img.shape
         t = txt.shape[1]
         im = self.img_mod(F.silu(vec)).chunk(6, dim=-1)
         tm = self.txt_mod(F.silu(vec)).chunk(6, dim=-1)
-        iq, ik, iv = self.img_attn.qkv_heads(modulate(layer_norm(img, self.eps), im[0], im[1]))
-        tq, tk, tv = self.txt_attn.qkv_heads(modulate(layer_norm(txt, self.eps), tm[0], tm[1]))
+        iq, ik, iv = self.img_attn.qkv_heads(modulate(layer_norm(img, self.eps, upcast=False), im[0], im[1]))
+        tq, tk, tv = self.txt_attn.qkv_heads(modulate(layer_norm(txt, self.eps, upcast=False), tm[0], tm[1]))
         iq, ik = apply_rope(iq, *rope), apply_rope(ik, *rope)
         img_o, txt_o = attn(iq, ik, iv, joint_q=tq, joint_k=tk, joint_v=tv)
         img = img + gate(self.img_attn.proj(img_o.reshape(b, n, -1)), im[2])
-        img = img + gate(self.img_mlp(modulate(layer_norm(img, self.eps), im[3], im[4])), im[5])
+        img = img + gate(self.img_mlp(modulate(layer_norm(img, self.eps, upcast=False), im[3], im[4])), im[5])
         txt = txt + gate(self.txt_attn.proj(txt_o.reshape(b, t, -1)), tm[2])
-        txt = txt + gate(self.txt_mlp(modulate(layer_norm(txt, self.eps), tm[3], tm[4])), tm[5])
+        txt = txt + gate(self.txt_mlp(modulate(layer_norm(txt, self.eps, upcast=False), tm[3], tm[4])), tm[5])
         return img, txt
 
 
@@ -102,23 +106,21 @@ class SingleStreamBlock(nn.Module):
         self.linear2 = nn.Linear(d + cfg.ffn_dim, d, device=device, dtype=dtype)
         self.norm = HeadNorm(cfg, device, dtype)
 
-    def _stream_in(self, x, shift, scale):
-        h = self.linear1(modulate(layer_norm(x, self.eps), shift, scale))
+    def forward(self, img, txt, vec, rope, attn: SequenceAttention):
+        n = img.shape[1]
+        shift, scale, g = self.modulation(F.silu(vec)).chunk(3, dim=-1)
+        # image and text tokens as one stream (as diffusers runs it): each weight is read once
+        # per block, not once per stream; attention still takes the text as the joint tokens
+        x = torch.cat([img, txt], 1)
+        h = self.linear1(modulate(layer_norm(x, self.eps, upcast=False), shift, scale))
         qkv, mlp = h.split([self.qkv_dim, self.cfg.ffn_dim], dim=-1)
         q, k, v = split_qkv(qkv, self.cfg)
-        return self.norm.q(q), self.norm.k(k), v, F.gelu(mlp, approximate="tanh")
-
-    def forward(self, img, txt, vec, rope, attn: SequenceAttention):
-        b, n, _ = img.shape
-        t = txt.shape[1]
-        shift, scale, g = self.modulation(F.silu(vec)).chunk(3, dim=-1)
-        iq, ik, iv, imlp = self._stream_in(img, shift, scale)
-        tq, tk, tv, tmlp = self._stream_in(txt, shift, scale)
-        iq, ik = apply_rope(iq, *rope), apply_rope(ik, *rope)
-        img_o, txt_o = attn(iq, ik, iv, joint_q=tq, joint_k=tk, joint_v=tv)
-        img = img + gate(self.linear2(torch.cat([img_o.reshape(b, n, -1), imlp], -1)), g)
-        txt = txt + gate(self.linear2(torch.cat([txt_o.reshape(b, t, -1), tmlp], -1)), g)
-        return img, txt
+        q, k = self.norm.q(q), self.norm.k(k)
+        iq, ik = apply_rope(q[:, :n], *rope), apply_rope(k[:, :n], *rope)
+        img_o, txt_o = attn(iq, ik, v[:, :n], joint_q=q[:, n:], joint_k=k[:, n:], joint_v=v[:, n:])
+        o = torch.cat([img_o, txt_o], 1).flatten(2)
+        x = x + gate(self.linear2(torch.cat([o, F.gelu(mlp, approximate="tanh")], -1)), g)
+        return x[:, :n], x[:, n:]
 
 
 class FinalLayer(nn.Module):
@@ -130,7 +132,7 @@ class FinalLayer(nn.Module):
 
     def forward(self, x, vec):
         shift, scale = self.adaLN(F.silu(vec)).chunk(2, dim=-1)
-        return self.linear(modulate(layer_norm(x, self.eps), shift, scale))
+        return self.linear(modulate(layer_norm(x, self.eps, upcast=False), shift, scale))
 
 
 class MMDiT(DiTBase):

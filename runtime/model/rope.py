@@ -52,10 +52,15 @@ def rope_cos_sin(token_index: torch.Tensor, grid, head_dim: int, seq_len: int | 
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, N, H, D] by angles (cos/sin [N, D/2]); computed in float32."""
-    xf = x.float().unflatten(-1, (-1, 2))
-    x0, x1 = xf[..., 0], xf[..., 1]
+    """Rotate x [B, N, H, D] by angles (cos/sin [N, D/2] float32); computed in float32, the
+    result rounded to x's dtype once. x is not copied to float32 first: a bf16 x times the
+    float32 cos promotes exactly, and the two rotated halves are written straight into the
+    output (no float32 stack of the whole tensor)."""
+    pairs = x.unflatten(-1, (-1, 2))
+    x0, x1 = pairs[..., 0], pairs[..., 1]
     c = cos[None, :, None, :]
     s = sin[None, :, None, :]
-    out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
-    return out.to(x.dtype)
+    out = torch.empty(pairs.shape, dtype=x.dtype, device=x.device)
+    out[..., 0] = x0 * c - x1 * s
+    out[..., 1] = x0 * s + x1 * c
+    return out.flatten(-2)
