@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from sporch.orchestrator.benchstats import step_summary
-from sporch.orchestrator.models.lora import for_expert
+from sporch.orchestrator.models.lora_experts import for_expert
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.attention import CommStats

@@ -10,7 +10,7 @@ import click
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.lora import describe_lora, is_lora
+from sporch.orchestrator.models.lora_report import describe_lora, is_lora
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.checkpoint_report import inspect_checkpoint
 

@@ -15,8 +15,11 @@ holds every family fact (one module per family, one registry).
 
 The readers, no tensor loaded: :mod:`.checkpoint_files` (where a checkpoint's tensors are:
 safetensors headers, index), :mod:`.checkpoint_config` (the model a config.json describes),
-:mod:`.checkpoint_experts` (a pipeline folder's two experts), :mod:`.lora` (a LoRA file's format
-and targets), :mod:`.finite` (NaN/inf counted from a tensor's bytes), :mod:`.generate_inputs`
+:mod:`.checkpoint_experts` (a pipeline folder's two experts), the LoRA adapters' (:mod:`.lora_file`
+the file read and checked, :mod:`.lora_keys` its key formats, :mod:`.lora_alpha` its alphas,
+:mod:`.lora_targets` where its modules land, :mod:`.lora_module_names` what a plan's model offers,
+:mod:`.lora_experts` which expert an entry adapts, :mod:`.lora_report` what inspect says),
+:mod:`.finite` (NaN/inf counted from a tensor's bytes), :mod:`.generate_inputs`
 (what a generate job needs on disk: pipeline folders, prompts).
 """
 

@@ -1,6 +1,6 @@
 """``model.lora``: the job's LoRA adapters, checked against its model at plan time (no torch).
 
-Each file's header is read (sporch.orchestrator.models.lora): its format, and every
+Each file's header is read (sporch.orchestrator.models.lora_file): its format, and every
 module it adapts mapped onto the resolved model's modules, so an adapter for another model, size
 or family is refused by ``sporch plan`` in one line. The plan carries absolute paths and scales
 (``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
@@ -16,7 +16,9 @@ from typing import Any, Optional, Sequence
 from sporch.orchestrator.config.job import job_relative
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families import require_family
-from sporch.orchestrator.models.lora import map_deltas, map_targets, module_names, read_lora
+from sporch.orchestrator.models.lora_file import read_lora
+from sporch.orchestrator.models.lora_module_names import module_names
+from sporch.orchestrator.models.lora_targets import map_deltas, map_targets
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
 

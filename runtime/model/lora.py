@@ -1,6 +1,6 @@
 """Merge LoRA adapters into a loaded model (``plan.model.lora``).
 
-For each adapter (sporch.orchestrator.models.lora says which of sporch's parameters
+For each adapter (sporch.orchestrator.models.lora_targets says which of sporch's parameters
 each adapted module changes) every target weight gets
 
     W += scale x (alpha / rank) x up @ down        (no alpha in the file: alpha = rank)
@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.lora import DeltaTarget, Target, map_deltas, map_targets, read_lora
+from sporch.orchestrator.models.lora_file import read_lora
+from sporch.orchestrator.models.lora_targets import DeltaTarget, Target, map_deltas, map_targets
 from .finite import nonfinite_weight
 from .keymaps.transforms import TRANSFORMS
 from .shards import local_rows

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from sporch.orchestrator.models.checkpoint_experts import SECOND
-from sporch.orchestrator.models.lora import for_expert
+from sporch.orchestrator.models.lora_experts import for_expert
 from sporch.runtime.attention.select import run_choice
 from sporch.runtime.measure import sync
 from sporch.runtime.model import ShardedDiT, build_sharded

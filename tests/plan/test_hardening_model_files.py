@@ -4,7 +4,7 @@ A checkpoint's config.json is validated in one place (models/checkpoint_config.p
 value it reads has its type, range and finiteness checked, and the model they make together its
 consistency (heads and head_dim, RoPE, channels), for ``sporch plan`` and ``sporch inspect`` alike.
 A LoRA file's alphas (metadata, alpha tensors), flags, ranks and tensor values are checked the same
-way (models/lora.py, models/finite.py). The fuzz tests drive the real CLI in-process
+way (models/lora_file.py, models/lora_alpha.py, models/finite.py). The fuzz tests drive the real CLI in-process
 over generated values: never an internal error, never exit 0 with a plan whose model the ranks
 could not build or whose numbers are not finite.
 

@@ -1,4 +1,4 @@
-"""The modules a LoRA may target (``models/lora.module_names``) follow the Plan's model record and
+"""The modules a LoRA may target (``models/lora_module_names.module_names``) follow the Plan's model record and
 the preset's knobs, the same facts the memory estimate reads: Wan2.1 I2V's image embedding and
 image cross-attention, Flux.1-dev's guidance embedding; none of them where the model lacks them."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
-from sporch.orchestrator.models.lora import module_names
+from sporch.orchestrator.models.lora_module_names import module_names
 from sporch.orchestrator.plan.planner import make_plan
 
 SIZES = {"wan": dict(frames=81, height=480, width=832), "flux": dict(height=1024, width=1024)}

@@ -320,7 +320,7 @@ def test_bad_lora_files_are_one_line(tmp_path, keys, message):
     from safetensors.torch import save_file
 
     from sporch.orchestrator.models.checkpoint_files import CheckpointError
-    from sporch.orchestrator.models.lora import read_lora
+    from sporch.orchestrator.models.lora_file import read_lora
 
     path = tmp_path / "x.safetensors"
     save_file({k: torch.zeros(s) for k, s in keys.items()}, str(path))
@@ -336,7 +336,9 @@ def test_kohya_and_peft_names_map_to_the_same_sporch_modules(tmp_path):
     and diffusers names of one Flux module land on the same fused rows."""
     from safetensors.torch import save_file
 
-    from sporch.orchestrator.models.lora import map_targets, module_names, read_lora
+    from sporch.orchestrator.models.lora_file import read_lora
+    from sporch.orchestrator.models.lora_module_names import module_names
+    from sporch.orchestrator.models.lora_targets import map_targets
 
     model = {"attention": "joint", "depth": 2, "single_depth": 1, "guidance_embed": True}
     cases = {"lora_unet_double_blocks_1_txt_attn_qkv": ("double_blocks.1.txt_attn.qkv", 0, 1),
@@ -400,7 +402,7 @@ def test_a_dora_adapter_named_in_the_metadata_is_refused(tmp_path):
     from safetensors.torch import save_file
 
     from sporch.orchestrator.models.checkpoint_files import CheckpointError
-    from sporch.orchestrator.models.lora import read_lora
+    from sporch.orchestrator.models.lora_file import read_lora
 
     path = tmp_path / "dora.safetensors"
     save_file({"transformer.blocks.0.attn1.to_q.lora_A.weight": torch.zeros(2, 16),

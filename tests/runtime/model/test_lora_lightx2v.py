@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.lora import map_deltas, read_lora
+from sporch.orchestrator.models.lora_file import read_lora
+from sporch.orchestrator.models.lora_targets import map_deltas
 from sporch.runtime.model import build_model, tiny_model_dict
 from sporch.runtime.model.lora import merge_loras
 
