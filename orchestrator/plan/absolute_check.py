@@ -79,7 +79,7 @@ def ranges(points: Sequence[MeasuredStep]) -> dict[str, dict[str, list[float]]]:
     for p in points:
         if p.runtime != "sporch":
             continue
-        row = out.setdefault(p.gpu_row, {})
-        lo, hi = row.get("compiled" if p.compiled else "eager", [p.error, p.error])
-        row["compiled" if p.compiled else "eager"] = [min(lo, p.error), max(hi, p.error)]
+        row, mode = out.setdefault(p.gpu_row, {}), "compiled" if p.compiled else "eager"
+        lo, hi = row.get(mode, [p.error, p.error])
+        row[mode] = [min(lo, p.error), max(hi, p.error)]
     return {g: {m: [round(lo, 3), round(hi, 3)] for m, (lo, hi) in modes.items()} for g, modes in out.items()}

@@ -130,7 +130,8 @@ class SequenceParallel:
             hooks.remove()
 
     # -- hooks -----------------------------------------------------------------------------
-    def _reset(self) -> None:
+    # each takes the arguments its torch hook gets after the module (_Hooks.calling), then its own
+    def _reset(self, args) -> None:
         self.state = _State()
 
     def _split(self, x: Any, spec: SplitInput, name: str | None = None) -> Any:
@@ -176,14 +177,14 @@ class SequenceParallel:
             return type(value)(self._split(v, s) for v, s in zip(value, specs))
         return self._split(value, spec, name)
 
-    def _split_outputs(self, output, outs):
+    def _split_outputs(self, args, output, outs):
         single = torch.is_tensor(output)
         items = [output] if single else list(output)
         for index, spec in outs.items():
             items[index] = self._split(items[index], spec)
         return items[0] if single else type(output)(items)
 
-    def _gather(self, output, gathers):
+    def _gather(self, args, output, gathers):
         single = torch.is_tensor(output)
         items = [output] if single else list(output)
         for i, spec in enumerate(gathers):
@@ -204,7 +205,7 @@ class SequenceParallel:
             mode.__enter__()
         self._modes.append(mode)
 
-    def _leave_attention(self) -> None:
+    def _leave_attention(self, args, output) -> None:
         mode = self._modes.pop()
         if mode is not None:
             mode.__exit__(None, None, None)
@@ -264,7 +265,7 @@ class _Hooks:
         self.plan, self.local_attention = plan, local_attention
         self.owner = weakref.ref(model)
         self.target: SequenceParallel | None = None
-        handles = [model.register_forward_pre_hook(self._reset)]
+        handles = [model.register_forward_pre_hook(self.calling("_reset"))]
         for name, entry in plan.items():
             for m in modules_named(model, name):
                 if isinstance(entry, Mapping):
@@ -272,18 +273,18 @@ class _Hooks:
                     outs = {k: s for k, s in entry.items() if _on_output(s)}
                     if names:
                         params = list(inspect.signature(m.forward).parameters)
-                        handles.append(m.register_forward_pre_hook(self._split_inputs(entry, names, params),
+                        handles.append(m.register_forward_pre_hook(self.calling("_split_inputs", entry, names, params),
                                                                    with_kwargs=True))
                     if outs:
-                        handles.append(m.register_forward_hook(self._split_outputs(outs)))
+                        handles.append(m.register_forward_hook(self.calling("_split_outputs", outs)))
                 else:
                     gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
-                    handles.append(m.register_forward_hook(self._gather(gathers)))
+                    handles.append(m.register_forward_hook(self.calling("_gather", gathers)))
         for name, m in model.named_modules():
             if _is_attention(m):
                 local = any(name == p or name.startswith(p + ".") for p in local_attention)
-                handles.append(m.register_forward_pre_hook(self._enter_attention(local), with_kwargs=True))
-                handles.append(m.register_forward_hook(self._leave_attention, always_call=True))
+                handles.append(m.register_forward_pre_hook(self.calling("_enter_attention", local), with_kwargs=True))
+                handles.append(m.register_forward_hook(self.calling("_leave_attention"), always_call=True))
         self.handles = handles
 
     @classmethod
@@ -310,40 +311,14 @@ class _Hooks:
             h.remove()
         self.handles = []
 
-    def _reset(self, module, args) -> None:
-        sp = self.target
-        if sp is not None:
-            sp._reset()
-
-    def _split_inputs(self, entry, names, params):
-        def hook(mod, args, kwargs):
+    def calling(self, method: str, *extra):
+        """A torch hook that hands its arguments (after the module) and ``extra`` to ``method`` of
+        the SequenceParallel entered now (``target``), returning what it returns; None (no change)
+        while none is entered."""
+        def hook(mod, *args):
             sp = self.target
-            return None if sp is None else sp._split_inputs(args, kwargs, entry, names, params)
+            return None if sp is None else getattr(sp, method)(*args, *extra)
         return hook
-
-    def _split_outputs(self, outs):
-        def hook(mod, args, output):
-            sp = self.target
-            return None if sp is None else sp._split_outputs(output, outs)
-        return hook
-
-    def _gather(self, gathers):
-        def hook(mod, args, output):
-            sp = self.target
-            return None if sp is None else sp._gather(output, gathers)
-        return hook
-
-    def _enter_attention(self, local: bool):
-        def hook(mod, args, kwargs):
-            sp = self.target
-            if sp is not None:
-                sp._enter_attention(args, kwargs, local)
-        return hook
-
-    def _leave_attention(self, mod, args, output) -> None:
-        sp = self.target
-        if sp is not None:
-            sp._leave_attention()
 
 
 def recorded_heads(ctx: ParallelContext, plan: SplitPlan, class_name: str) -> tuple[int, ...] | None:
@@ -378,14 +353,15 @@ def key_keep(mask: torch.Tensor, batch: int, keys: int) -> torch.Tensor:
             "plan must split the mask with the keys it covers (SplitInput on it, or segments for a concatenation)")
     keep = m if m.dtype == torch.bool else m == 0
     row = keep[:, :1, :1, :]
-    checks = [(keep == row).all()]  # the same for every query and head
-    if m.dtype != torch.bool:  # 0 or a drop bias only
-        checks.insert(0, (keep | (m <= DROP_BIAS)).all())
-    ok = torch.stack(checks).tolist()  # one device-to-host copy for both checks (each layer calls this)
-    if not ok[0] and m.dtype != torch.bool:
+    alike = (keep == row).all()  # the same for every query and head
+    if m.dtype == torch.bool:
+        only_drops, alike = True, bool(alike)
+    else:  # 0 or a drop bias only; one device-to-host copy for both checks (each layer calls this)
+        only_drops, alike = torch.stack([(keep | (m <= DROP_BIAS)).all(), alike]).tolist()
+    if not only_drops:
         raise NotImplementedError("sequence-parallel attention takes a float mask of 0 (keep) and large negative "
                                   f"values (<= {DROP_BIAS:g}: drop) only, not an additive bias")
-    if not ok[-1]:
+    if not alike:
         raise NotImplementedError("sequence-parallel attention takes masks that drop keys for every query and head "
                                   "alike; this one differs between queries or heads")
     return row[:, 0, 0, :]

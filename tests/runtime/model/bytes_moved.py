@@ -134,6 +134,15 @@ def _saved_and_loaded(dm, folder, dtype):
     return type(dm).from_pretrained(folder, torch_dtype=dtype).eval()
 
 
+def _pair(model, ours, dm, theirs, reference) -> PairCounts:
+    """One counted forward of sporch's ``model`` (``ours()``) and of diffusers' ``dm``
+    (``theirs()``), then ``reference()`` (diffusers in float32) when given."""
+    out = {}
+    c_ours = count_bytes(lambda: out.setdefault("sporch", ours()), model.parameters())
+    c_theirs = count_bytes(lambda: out.setdefault("diffusers", theirs()), dm.parameters())
+    return PairCounts(c_ours, c_theirs, out["sporch"], out["diffusers"], reference() if reference else None)
+
+
 def flux_counts(cfg: dict, folder, *, grid=(16, 16), text_len: int = 64, dtype=torch.bfloat16, seed: int = 0,
                 guidance: float = 3.5, sigma: float = 0.7, reference: bool = False) -> PairCounts:
     """A random diffusers Flux model with config ``cfg`` (tests/runtime/model/published.py) saved
@@ -152,21 +161,14 @@ def flux_counts(cfg: dict, folder, *, grid=(16, 16), text_len: int = 64, dtype=t
     text = torch.randn(1, text_len, cfg["joint_attention_dim"], generator=g).to(dtype)
     pooled = torch.randn(1, cfg["pooled_projection_dim"], generator=g).to(dtype)
     guide = guidance if cfg.get("guidance_embeds") else None
-    res = {}
 
-    def ours():
-        res["sporch"] = model(x, sigma * 1000, {"text": text, "pooled": pooled}, guidance=guide)
-
-    def theirs():
-        res["diffusers"] = flux_reference(dm, x, sigma, text, pooled, guidance)
-
-    c_ours, c_theirs = count_bytes(ours, model.parameters()), count_bytes(theirs, dm.parameters())
-    model = None  # freed before the float32 reference
-    ref = None
-    if reference:
+    def float32_reference():
         ref32 = type(dm).from_pretrained(folder, torch_dtype=torch.float32)
-        ref = flux_reference(ref32, x.float(), sigma, text.float(), pooled.float(), guidance)
-    return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
+        return flux_reference(ref32, x.float(), sigma, text.float(), pooled.float(), guidance)
+
+    return _pair(model, lambda: model(x, sigma * 1000, {"text": text, "pooled": pooled}, guidance=guide),
+                 dm, lambda: flux_reference(dm, x, sigma, text, pooled, guidance),
+                 float32_reference if reference else None)
 
 
 def wan_counts(cfg: dict, folder, *, grid=(2, 8, 8), text_len: int = 16, dtype=torch.bfloat16, seed: int = 0,
@@ -184,19 +186,11 @@ def wan_counts(cfg: dict, folder, *, grid=(2, 8, 8), text_len: int = 16, dtype=t
     x = torch.randn(1, cfg["in_channels"], f, 2 * h, 2 * w, generator=g).to(dtype)
     text = torch.randn(1, text_len, cfg["text_dim"], generator=g).to(dtype)
     t = torch.tensor([timestep])
-    res = {}
 
-    def ours():
-        res["sporch"] = model(x, t, text)
-
-    def theirs():
-        res["diffusers"] = dm(x, t, text, return_dict=False)[0]
-
-    c_ours, c_theirs = count_bytes(ours, model.parameters()), count_bytes(theirs, dm.parameters())
-    model = None  # freed before the float32 reference
-    ref = None
-    if reference:
+    def float32_reference():
         with torch.no_grad():
             ref32 = type(dm).from_pretrained(folder, torch_dtype=torch.float32)
-            ref = ref32(x.float(), t, text.float(), return_dict=False)[0]
-    return PairCounts(c_ours, c_theirs, res["sporch"], res["diffusers"], ref)
+            return ref32(x.float(), t, text.float(), return_dict=False)[0]
+
+    return _pair(model, lambda: model(x, t, text), dm, lambda: dm(x, t, text, return_dict=False)[0],
+                 float32_reference if reference else None)
