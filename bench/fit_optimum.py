@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from sporch.orchestrator.plan import validation
 from sporch.orchestrator.plan.calibration import predicted_s
@@ -96,18 +96,16 @@ class Problem:
         return float(np.sum(r.fun ** 2)), r.x
 
 
-def held_out_table(per_run_cost: bool) -> list[tuple[validation.TableScore, float, float]]:
-    """Per table: its held-out score with the solver's fit to the other tables (started from the
-    alternation's), and the objective of the alternation's fit and of the solver's."""
+def held_out_table(per_run_cost: bool) -> Iterator[tuple[validation.TableScore, float, float]]:
+    """Per table, as each is done: its held-out score with the solver's fit to the other tables
+    (started from the alternation's), and the objective of the alternation's fit and of the solver's."""
     tables = validation._tables()
-    out = []
     for i, (case, obs, base) in enumerate(tables):
         rest = Problem(tables[:i] + tables[i + 1:], per_run_cost)
         start = rest.shipped()
         cost, x = rest.solve(start)
         score = validation.score(case, obs, [predicted_s(o, rest.constants(x, base)) for o in obs])
-        out.append((score, float(np.sum(rest.residuals(start) ** 2)), cost))
-    return out
+        yield score, float(np.sum(rest.residuals(start) ** 2)), cost
 
 
 def at_goal(s: validation.TableScore) -> bool:
@@ -147,11 +145,12 @@ def main() -> None:
     if args.held_out:
         shipped_scores = {s.name: s for s in validation.leave_one_table_out()}
         print(f"\n{'held out':34s} {'shipped':>11s} {'solver':>11s} {'objective of the rest: shipped -> solver':>42s}")
-        rows = held_out_table(args.per_run_cost)
-        for s, before, after in rows:
+        rows = []
+        for s, before, after in held_out_table(args.per_run_cost):
+            rows.append((s, before, after))
             a = shipped_scores[s.name]
             print(f"{s.name:34s} {f'{a.ordered}/{a.pairs} {a.max_ratio_error:.0%}':>11s} "
-                  f"{f'{s.ordered}/{s.pairs} {s.max_ratio_error:.0%}':>11s} {before:32.4f} -> {after:.4f}")
+                  f"{f'{s.ordered}/{s.pairs} {s.max_ratio_error:.0%}':>11s} {before:32.4f} -> {after:.4f}", flush=True)
         print(f"at the goal: shipped {sum(map(at_goal, shipped_scores.values()))}/{len(shipped_scores)}, "
               f"solver {sum(at_goal(s) for s, _, _ in rows)}/{len(rows)}")
 
