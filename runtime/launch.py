@@ -42,7 +42,8 @@ from sporch.runtime.preflight import quick_check
 from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
 from sporch.runtime.stage import all_records, clean_up, stage_for_node
-from sporch.runtime.watchdog import Watchdog, dump_stacks_on_sigterm, job_timeout_s
+from sporch.runtime.watchdog.stacks import dump_stacks_on_sigterm
+from sporch.runtime.watchdog.thread import Watchdog, job_timeout_s
 from sporch.runtime.workloads import run_workload
 
 #: How long rank 0 waits for the other ranks' files when it cannot gather their records (a

@@ -41,7 +41,7 @@ from sporch.runtime.distributed import shutdown
 from sporch.runtime.launch import failure_record, finish_point, open_world, rank_place, run_point
 from sporch.runtime.model import WeightCache
 from sporch.runtime.rank_env import RankEnv, RankEnvError
-from sporch.runtime.watchdog import dump_stacks_on_sigterm
+from sporch.runtime.watchdog.stacks import dump_stacks_on_sigterm
 
 #: Rank 0 writes the attempt id into this file of a point's directory before the point starts.
 ATTEMPT_FILE = "pack_attempt"

@@ -15,7 +15,7 @@ sequence group, ``ring_i * ulysses + ulysses_i``.
 
 There are no process-global singletons: pass the context to whatever needs it.
 
-Collectives: ``ctx.watchdog`` (a :class:`sporch.runtime.watchdog.Watchdog`, set by launch.py; None
+Collectives: ``ctx.watchdog`` (a :class:`sporch.runtime.watchdog.thread.Watchdog`, set by launch.py; None
 elsewhere) watches every collective issued through ``with ctx.collective(name, dim, kind=...)``:
 one that does not complete within the collective timeout names the ranks that never arrived.
 
@@ -92,7 +92,7 @@ class ParallelContext:
         self.broken_reason: str | None = None
         #: A sporch.runtime.attention.CommStats that collectives of the model add their bytes to, or None.
         self.comm_stats: Any = None
-        #: The rank's sporch.runtime.watchdog.Watchdog over its collectives, or None (not watched).
+        #: The rank's sporch.runtime.watchdog.thread.Watchdog over its collectives, or None (not watched).
         self.watchdog: Any = None
         #: A sporch.runtime.model.WeightCache the points of a pack share (one weight load per
         #: model and dtype), or None: every build loads or draws its weights.

@@ -10,7 +10,7 @@ USR2 (not USR1: NCCL uses it) only sets a flag; ranks agree on it at the next st
 boundary (one tiny all-reduce) so that every rank stops at the same step, and rank 0 then
 asks Slurm to requeue the job.
 
-``watchdog`` (a :class:`sporch.runtime.watchdog.Watchdog`, or None) watches those collectives
+``watchdog`` (a :class:`sporch.runtime.watchdog.thread.Watchdog`, or None) watches those collectives
 and learns the step being computed (its records say ``step``).
 """
 
@@ -42,7 +42,7 @@ class Progress:
     output_dir: Path
     rank: int
     group: Any = None  # process group used to agree on a stop; None = default world
-    watchdog: Any = None  # sporch.runtime.watchdog.Watchdog over the collectives below, or None
+    watchdog: Any = None  # sporch.runtime.watchdog.thread.Watchdog over the collectives below, or None
     _stop: bool = field(default=False, init=False)
 
     @property

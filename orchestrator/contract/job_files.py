@@ -8,7 +8,7 @@ write there, and where each backend puts the logs (standard library only; the ru
     <job_dir>/ranks/rank<N>.json        one per rank (orchestrator/contract/results.py)
     <job_dir>/result.json               rank 0's summary
     <job_dir>/checkpoint/progress.json  progress of a resumable workload (runtime/progress.py)
-    <job_dir>/hang/rank<N>.txt          a rank's stacks when a collective hung (runtime/watchdog.py)
+    <job_dir>/hang/rank<N>.txt          a rank's stacks when a collective hung (runtime/watchdog/)
     <job_dir>/hang/rank<N>.json         the same rank's record of it (orchestrator/hangs.py)
     <job_dir>/hang/fr_trace_rank_<N>    PyTorch's flight recorder of its collectives (docs/troubleshooting.md)
 """
@@ -27,7 +27,7 @@ LOGS_DIR = "logs"
 RANKS_DIR = "ranks"
 CHECKPOINT_DIR = "checkpoint"
 PROGRESS_FILE = "progress.json"
-#: What the collective watchdog writes when a collective hangs (runtime/watchdog.py).
+#: What the collective watchdog writes when a collective hangs (runtime/watchdog/).
 HANG_DIR = "hang"
 #: The prefix of PyTorch's flight-recorder dumps (TORCH_FR_DUMP_TEMP_FILE), in HANG_DIR.
 FR_TRACE_PREFIX = "fr_trace_rank_"

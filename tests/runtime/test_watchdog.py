@@ -12,7 +12,7 @@ import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
 from sporch.runtime.faults import hang_before
-from sporch.runtime.watchdog import Watchdog, job_timeout_s
+from sporch.runtime.watchdog.thread import Watchdog, job_timeout_s
 
 
 class FakeStore:
@@ -107,7 +107,7 @@ def test_fault_injection_and_the_timeout_from_the_environment():
     assert job_timeout_s(30, "00:10:00", {"SPORCH_COLLECTIVE_TIMEOUT_S": "12"}) == 12.0
     slept = []
     wd = Watchdog(rank=3, world_size=4, timeout_s=60, environ=env)
-    import sporch.runtime.watchdog as module
+    import sporch.runtime.watchdog.collectives as module
 
     real, module._injected_hang = module._injected_hang, slept.append
     try:

@@ -139,7 +139,7 @@ class Family:
     #: How that pipeline applies classifier-free guidance (:class:`PipelineCfg`: one batched call,
     #: two calls, or none), which decides how ``parallel.cfg=2`` splits its generate: the planner
     #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
-    #: runtime/pipelines/generic.py attaches the matching hooks.
+    #: runtime/pipelines/generic_placement.py attaches the matching hooks.
     pipeline_cfg: PipelineCfg = PipelineCfg.NONE
     #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile

@@ -269,7 +269,9 @@ def _world(cases, wrong: tuple[str, ...]):
     from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
     from sporch.runtime.parallel import ParallelContext
     from sporch.runtime.pipelines.generate import run_generate
-    from sporch.runtime.pipelines.generic import encode, load_pipeline, pipeline_arguments
+    from sporch.runtime.pipelines.generic_denoise import pipeline_arguments
+    from sporch.runtime.pipelines.generic_load import load_pipeline
+    from sporch.runtime.pipelines.generic_text import encode
     from sporch.runtime.pipelines.params import generate_params
 
     import torch._dynamo
