@@ -101,7 +101,8 @@ class CountingStore(FakeStore):
 
 
 #: Everything entering and leaving a collective may call (sys.setprofile's view): the watchdog's
-#: own four methods, the group's counter (dict.get) and the two clock reads. No other module's
+#: own code (collective(), the two records' constructors, enter, exit), the group's counter
+#: (dict.get) and the two clock reads. No other module's
 #: Python code (no store, no file, no lock, no thread wake, no logging) and no other builtin.
 HOT_PATH_PY = {"Watchdog.collective", "Collective.__init__", "_Watch.__init__", "_Watch.__enter__", "_Watch.__exit__"}
 HOT_PATH_C = {"dict.get", "time.time", "time.monotonic"}
