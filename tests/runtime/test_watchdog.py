@@ -5,15 +5,17 @@ the real processes are in tests/runtime/launch/test_hang_watchdog.py."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
 from sporch.runtime.faults import hang_before
-from sporch.runtime.watchdog import PENDING_PRUNE, Watchdog, job_timeout_s
+from sporch.runtime.watchdog import Watchdog, job_timeout_s
 
 
 class FakeStore:
@@ -102,10 +104,21 @@ class CountingStore(FakeStore):
 
 #: Everything entering and leaving a collective may call (sys.setprofile's view): the watchdog's
 #: own code (collective(), the two records' constructors, enter, exit), the group's counter
-#: (dict.get) and the two clock reads. No other module's
-#: Python code (no store, no file, no lock, no thread wake, no logging) and no other builtin.
-HOT_PATH_PY = {"Watchdog.collective", "Collective.__init__", "_Watch.__init__", "_Watch.__enter__", "_Watch.__exit__"}
+#: (dict.get) and the two clock reads. No other module's Python code (no store, no file, no lock,
+#: no thread wake, no logging) and no other builtin.
+HOT_PATH_PY = {Watchdog.collective.__qualname__, "Collective.__init__", "_Watch.__init__", "_Watch.__enter__",
+               "_Watch.__exit__"}
 HOT_PATH_C = {"dict.get", "time.time", "time.monotonic"}
+#: The module that holds the hot path (and its PENDING_PRUNE).
+HOT_PATH_MODULE = sys.modules[Watchdog.collective.__module__]
+
+
+def _watchdog_source() -> str:
+    """The watchdog's own source: its module's file, or its package's folder (a prefix of paths)."""
+    import sporch.runtime.watchdog as watchdog
+
+    path = Path(watchdog.__file__)
+    return str(path.parent) + os.sep if path.name == "__init__.py" else str(path) + ":"
 
 
 def _calls_of(block) -> list[tuple[str, str]]:
@@ -145,9 +158,9 @@ def test_entering_a_collective_writes_nothing_and_calls_only_the_watchdog(tmp_pa
                 pass
 
     calls = _calls_of(enter_n)
-    watchdog_py = Watchdog.__init__.__code__.co_filename
-    py = {name.split(":", 1)[1] for kind, name in calls if kind == "py" and name.startswith(watchdog_py + ":")}
-    foreign = [name for kind, name in calls if kind == "py" and not name.startswith(watchdog_py + ":")]
+    own = _watchdog_source()
+    py = {name.split(":", 1)[1] for kind, name in calls if kind == "py" and name.startswith(own)}
+    foreign = [name for kind, name in calls if kind == "py" and not name.startswith(own)]
     builtins = {name for kind, name in calls if kind == "c"}
     assert not foreign, foreign  # e.g. the store's methods, threading, os, json
     assert py <= HOT_PATH_PY and builtins <= HOT_PATH_C, (py - HOT_PATH_PY, builtins - HOT_PATH_C)
@@ -160,13 +173,14 @@ def test_entering_a_collective_writes_nothing_and_calls_only_the_watchdog(tmp_pa
 def test_completed_asynchronous_collectives_do_not_pile_up():
     """With a marker (NCCL) and no watchdog thread to drain them, the main thread drops the
     completed collectives itself once PENDING_PRUNE wait: memory stays bounded."""
+    prune = HOT_PATH_MODULE.PENDING_PRUNE
     finished = threading.Event()
     finished.set()
     wd = Watchdog(rank=0, world_size=1, timeout_s=60, marker=lambda: Marker(finished))
-    for _ in range(PENDING_PRUNE + 2):
+    for _ in range(prune + 2):
         with wd.collective("ring_kv", [0], kind="p2p", group="ring"):
             pass
-    assert len(wd.pending) <= PENDING_PRUNE and wd.last.seq == PENDING_PRUNE + 1
+    assert len(wd.pending) <= prune and wd.last.seq == prune + 1
 
 
 def test_fault_injection_and_the_timeout_from_the_environment():
