@@ -1,6 +1,7 @@
-"""The calibration campaign of tests/campaign/test_calibration_live.py (run for real on the
-loopback Slurm lab) and tests/campaign/test_calibration_injected.py (the same points, timed by
-known constants): a 2-block model with hidden 128 on the lab with ONE fake GPU per node, 1 rank
+"""The calibration campaign of tests/campaign/test_calibration_live.py and
+bench/calibration_lab.py (run for real on the loopback Slurm lab: the chain checked, the timings
+printed) and tests/campaign/test_calibration_injected.py (the same points, timed by known
+constants): a 2-block model with hidden 128 on the lab with ONE fake GPU per node, 1 rank
 on 1 node and Ulysses 2, ring 2, dp 2 across 2 nodes, at 1,024, 2,048 and 4,096 tokens. The
 2-node points at 2,048 tokens are held back from the fit and predicted from it."""
 

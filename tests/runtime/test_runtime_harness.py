@@ -53,6 +53,12 @@ def test_exception_names_the_rank_and_tears_down():
 
 
 def test_timeout_names_pending_ranks():
+    """Rank 1 sleeps past the timeout: it is named. Whether rank 0 is named too depends on the
+    machine's load, not on the harness: the timeout counts from the spawn, and rank 0 must start
+    Python and import torch within it to finish first (8 s for 3 ranks at load average 6 on 2
+    cores); only what load cannot change is asserted."""
     with pytest.raises(DistributedTimeout) as info:
         run_distributed(_sleep_on, 2, 1, 120, timeout=20)
-    assert info.value.pending == [1]
+    pending = info.value.pending
+    assert 1 in pending and set(pending) <= {0, 1} and pending == sorted(pending), pending
+    assert f"ranks still running: {pending}" in str(info.value)
