@@ -43,10 +43,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    try:
-        from sporch.runtime.watchdog.thread import Watchdog  # the runtime/watchdog/ package
-    except ImportError:  # a tree from before the package: runtime/watchdog.py
-        from sporch.runtime.watchdog import Watchdog
+    from sporch.runtime.watchdog.thread import Watchdog
 
     ranks = [0, 1, 2, 3]
     gloo = Watchdog(rank=0, world_size=4, timeout_s=60)
