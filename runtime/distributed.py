@@ -1,10 +1,11 @@
-"""torch.distributed set-up for one rank: backend, device binding, timeouts, tear-down."""
+"""torch.distributed set-up for one rank: backend, device binding, timeouts, joining the job's
+ranks, tear-down."""
 
 from __future__ import annotations
 
 import datetime
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,16 @@ from sporch.runtime.rank_env import RankEnv
 #: waiting for long. ``$SPORCH_DIST_TIMEOUT_S`` sets it; else launch.py sets it above the collective
 #: watchdog's timeout (sporch.orchestrator.hangs.pg_timeout_s), so the watchdog fires first.
 DEFAULT_TIMEOUT_S = 300
+#: How long a rank waits at the rendezvous for every rank of the job before the process group is
+#: made (at least the process group's timeout). Ranks start apart: Python and torch imports on a
+#: shared file system, a node that boots late. Without this wait, torch's own rendezvous counts
+#: that skew against the process group's timeout, and a short timeout (one set to catch hangs
+#: quickly) fails a healthy job in init_process_group.
+JOIN_TIMEOUT_S = 600
+#: Store keys of the join (beside torch's, which live under the ``default_pg`` prefix).
+JOINED_KEY = "sporch/joined"
+JOINED_RANK_KEY = "sporch/joined/{rank}"
+ALL_JOINED_KEY = "sporch/joined/all"
 
 
 def dist_timeout_s(default: float) -> int:
@@ -91,25 +102,50 @@ def limit_cpu_threads(device: torch.device) -> int:
     return torch.get_num_threads()
 
 
-def init_distributed(env: RankEnv, device: torch.device, timeout_s: Optional[int] = None) -> str:
-    """Initialise the default process group (NCCL on CUDA, gloo on CPU); returns the backend."""
+def init_distributed(env: RankEnv, device: torch.device, timeout_s: Optional[int] = None,
+                     join_timeout_s: Optional[float] = None) -> str:
+    """Initialise the default process group (NCCL on CUDA, gloo on CPU); returns the backend.
+
+    ``timeout_s``: the process group's (collectives'); ``join_timeout_s``: how long this rank
+    waits for every rank to reach the rendezvous first (default: the larger of JOIN_TIMEOUT_S and
+    ``timeout_s``). A rank that is not there by then is named in the error."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     env.export()
     # SPORCH_INIT_METHOD (e.g. file:///run/dir/.rendezvous-<id>, set by `sporch run --local`)
     # replaces the MASTER_ADDR/PORT rendezvous: no port to pick, so none to race for.
-    init_method = settings.read(settings.INIT_METHOD)
+    init_method = settings.read(settings.INIT_METHOD) or "env://"
+    pg_timeout = datetime.timedelta(seconds=timeout_s if timeout_s is not None else dist_timeout_s(DEFAULT_TIMEOUT_S))
+    join_timeout = datetime.timedelta(seconds=join_timeout_s if join_timeout_s is not None
+                                      else max(JOIN_TIMEOUT_S, pg_timeout.total_seconds()))
+    store, rank, world_size = next(dist.rendezvous(init_method, env.rank, env.world_size, timeout=join_timeout))
+    store.set_timeout(join_timeout)
+    wait_for_every_rank(store, rank, world_size, join_timeout.total_seconds())
+    store.set_timeout(pg_timeout)
     kwargs = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    dist.init_process_group(
-        backend=backend,
-        init_method=init_method,
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s if timeout_s is not None else dist_timeout_s(DEFAULT_TIMEOUT_S)),
-        **kwargs,
-    )
+    # the prefix torch gives the store it makes itself (init_method=...): the same keys as before
+    dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store), rank=rank,
+                            world_size=world_size, timeout=pg_timeout, **kwargs)
     return backend
+
+
+class JoinError(RuntimeError):
+    """Not every rank reached the rendezvous in time."""
+
+
+def wait_for_every_rank(store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+    """Block until all ``world_size`` ranks have arrived at ``store`` (whose timeout bounds the
+    wait); else raise :class:`JoinError` naming the ranks that did not."""
+    store.set(JOINED_RANK_KEY.format(rank=rank), "1")
+    if store.add(JOINED_KEY, 1) >= world_size:
+        store.set(ALL_JOINED_KEY, "1")
+    try:
+        store.wait([ALL_JOINED_KEY])
+    except RuntimeError as exc:  # the store's timeout (TCPStore: DistStoreError; FileStore: RuntimeError)
+        missing = [r for r in range(world_size) if not store.check([JOINED_RANK_KEY.format(rank=r)])]
+        raise JoinError(f"rank {rank}: rank(s) {', '.join(map(str, missing)) or '?'} of {world_size} did not reach "
+                        f"the rendezvous within {timeout_s:g} s (did they start? their logs say why not)") from exc
 
 
 def cuda_marker() -> torch.cuda.Event:
