@@ -114,20 +114,28 @@ def init_distributed(env: RankEnv, device: torch.device, timeout_s: Optional[int
     # SPORCH_INIT_METHOD (e.g. file:///run/dir/.rendezvous-<id>, set by `sporch run --local`)
     # replaces the MASTER_ADDR/PORT rendezvous: no port to pick, so none to race for.
     init_method = settings.read(settings.INIT_METHOD) or "env://"
-    pg_timeout = datetime.timedelta(seconds=timeout_s if timeout_s is not None else dist_timeout_s(DEFAULT_TIMEOUT_S))
+    pg_timeout_s = timeout_s if timeout_s is not None else dist_timeout_s(DEFAULT_TIMEOUT_S)
+    join_and_init(backend, init_method, env.rank, env.world_size, pg_timeout_s, join_timeout_s,
+                  device_id=device if device.type == "cuda" else None)
+    return backend
+
+
+def join_and_init(backend: str, init_method: str, rank: int, world_size: int, timeout_s: float,
+                  join_timeout_s: Optional[float] = None, device_id: Optional[torch.device] = None) -> None:
+    """``init_process_group`` once every rank has reached the rendezvous at ``init_method``:
+    ``join_timeout_s`` bounds that wait (default: the larger of JOIN_TIMEOUT_S and ``timeout_s``),
+    ``timeout_s`` the process group's collectives."""
+    pg_timeout = datetime.timedelta(seconds=timeout_s)
     join_timeout = datetime.timedelta(seconds=join_timeout_s if join_timeout_s is not None
-                                      else max(JOIN_TIMEOUT_S, pg_timeout.total_seconds()))
-    store, rank, world_size = next(dist.rendezvous(init_method, env.rank, env.world_size, timeout=join_timeout))
+                                      else max(JOIN_TIMEOUT_S, timeout_s))
+    store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=join_timeout))
     store.set_timeout(join_timeout)
     wait_for_every_rank(store, rank, world_size, join_timeout.total_seconds())
     store.set_timeout(pg_timeout)
-    kwargs = {}
-    if device.type == "cuda":
-        kwargs["device_id"] = device
+    kwargs = {"device_id": device_id} if device_id is not None else {}
     # the prefix torch gives the store it makes itself (init_method=...): the same keys as before
     dist.init_process_group(backend=backend, store=dist.PrefixStore("default_pg", store), rank=rank,
                             world_size=world_size, timeout=pg_timeout, **kwargs)
-    return backend
 
 
 class JoinError(RuntimeError):

@@ -18,9 +18,13 @@ Failure never hangs the caller: if any rank raises, the other ranks are terminat
 :class:`RankError` is raised in the parent, naming the rank that failed *first* (later
 failures are usually the consequence: a peer's connection closed) and carrying its
 traceback text; the original exception, when it can be unpickled, is ``err.original``
-and the ``__cause__``. If the job does not finish within ``timeout`` seconds, every rank is
-terminated and :class:`DistributedTimeout` (a ``TimeoutError``) names the ranks that had
-not finished. Collectives inside the ranks use the same timeout (``init_process_group``).
+and the ``__cause__``. If ``fn`` does not finish on every rank within ``timeout`` seconds of
+the last rank joining the process group, every rank is terminated and
+:class:`DistributedTimeout` (a ``TimeoutError``) names the ranks that had not finished.
+Starting the ranks (a process each, the imports, the join) has its own bound,
+:data:`STARTUP_TIMEOUT_S`, so that how fast a loaded machine starts Python and torch is not
+counted against ``timeout``. Collectives inside the ranks use ``timeout`` too
+(``init_process_group``).
 
 Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``, and
 ``plan_for`` (a complete Plan for a layout, a model dict and a grid, without the planner).
@@ -36,13 +40,17 @@ import shutil
 import tempfile
 import time
 import traceback
-from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
 from sporch.orchestrator.models.families import sequence_split, standin_family
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
+from sporch.runtime.distributed import join_and_init
+
+#: How long the ranks may take to start (a process each, Python and torch imports, joining the
+#: process group) before ``run_distributed``'s own timeout begins.
+STARTUP_TIMEOUT_S = 300.0
 
 __all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for"]
 
@@ -106,15 +114,13 @@ def init_env(rank: int, world_size: int, init_method: str, *, backend: str = "gl
              threads: int | None = 1) -> None:
     """Initialise ``torch.distributed`` in this process (what every spawned rank does first)."""
     import torch
-    import torch.distributed as dist
 
     if threads is not None:
         torch.set_num_threads(threads)
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world_size))
     os.environ.setdefault("LOCAL_RANK", str(rank))
-    dist.init_process_group(backend=backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=max(1.0, float(timeout))))
+    join_and_init(backend, init_method, rank, world_size, max(1.0, float(timeout)), join_timeout_s=STARTUP_TIMEOUT_S)
 
 
 def _write_atomic(path: str, payload: Any) -> None:
@@ -131,6 +137,7 @@ def _worker(rank: int, world_size: int, workdir: str, fn: Callable[..., Any], ar
     try:
         init_env(rank, world_size, "file://" + os.path.join(workdir, "store"), backend=backend,
                  timeout=timeout, threads=threads)
+        open(os.path.join(workdir, f"rank{rank}.ready"), "w").close()
         value = fn(*args, **kwargs)
         _write_atomic(result_path, value)
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
@@ -184,7 +191,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return the results, by rank.
 
     ``fn`` must be importable by the children (defined at module level). ``timeout`` bounds
-    the whole run (process start included) and every collective inside it. ``threads`` is
+    ``fn``'s run, from the moment every rank has joined the process group, and every collective
+    inside it; starting the ranks is bounded by :data:`STARTUP_TIMEOUT_S`. ``threads`` is
     ``torch.set_num_threads`` in each rank (``None``: leave torch's default).
     """
     if world_size < 1:
@@ -200,7 +208,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
             p.start()
             procs.append(p)
 
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None  # set once every rank is up: the run's own timeout counts from then
         done: set[int] = set()
         while True:
             failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
@@ -217,7 +226,17 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
                         done.add(r)
             if len(done) == world_size:
                 break
-            if time.monotonic() > deadline:
+            if deadline is None:
+                up = {r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.ready"))}
+                if len(up) == world_size:
+                    deadline = time.monotonic() + timeout
+                elif time.monotonic() > started + STARTUP_TIMEOUT_S:
+                    pending = sorted(set(range(world_size)) - up)
+                    _stop(procs)
+                    raise DistributedTimeout(
+                        f"distributed run of {getattr(fn, '__qualname__', fn)!r}: ranks {pending} of {world_size} did "
+                        f"not start within {STARTUP_TIMEOUT_S:g}s", pending)
+            elif time.monotonic() > deadline:
                 pending = sorted(set(range(world_size)) - done)
                 _stop(procs)
                 raise DistributedTimeout(

@@ -53,12 +53,10 @@ def test_exception_names_the_rank_and_tears_down():
 
 
 def test_timeout_names_pending_ranks():
-    """Rank 1 sleeps past the timeout: it is named. Whether rank 0 is named too depends on the
-    machine's load, not on the harness: the timeout counts from the spawn, and rank 0 must start
-    Python and import torch within it to finish first (8 s for 3 ranks at load average 6 on 2
-    cores); only what load cannot change is asserted."""
+    """Rank 1 sleeps past the timeout: it alone is named. The timeout counts from the moment
+    every rank has joined (starting Python and torch on a loaded machine is not counted), so
+    rank 0, which returns at once, is done well within it."""
     with pytest.raises(DistributedTimeout) as info:
         run_distributed(_sleep_on, 2, 1, 120, timeout=20)
-    pending = info.value.pending
-    assert 1 in pending and set(pending) <= {0, 1} and pending == sorted(pending), pending
-    assert f"ranks still running: {pending}" in str(info.value)
+    assert info.value.pending == [1]
+    assert "ranks still running: [1]" in str(info.value)
