@@ -22,7 +22,6 @@ running anything.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -33,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.campaign.calibration_campaign: the campaign the test runs
 
-from tests.campaign.calibration_campaign import (CLUSTER_FILE, FIT, calibrated_descriptor,  # noqa: E402
-                                                 is_held_back, write_campaign)
+from tests.campaign.calibration_campaign import (CLUSTER_FILE, calibrate_args, calibrated_descriptor,  # noqa: E402
+                                                 is_held_back, points, write_campaign)
 
 
 def sporch(*args: str, env: dict, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -57,7 +56,6 @@ def main() -> int:
     ap.add_argument("--reuse", type=Path, help="a folder --out kept: print its table, run nothing")
     args = ap.parse_args()
     from sporch.orchestrator.config.cluster import load_cluster_file
-    from sporch.orchestrator.contract.plan import Plan
     from sporch.orchestrator.plan.cost_constants import cluster_constants
     from sporch.orchestrator.plan.layouts import compact
     from sporch.orchestrator.plan.plan_prediction import predict_plan
@@ -69,28 +67,24 @@ def main() -> int:
         load_before = os.getloadavg()
         root = folder / "calibrate" if args.reuse else run_campaign(folder, env)
         load_after = os.getloadavg()
-        points = {d.name: (Plan.load(str(d / "plan.json")), json.loads((d / "result.json").read_text()))
-                  for d in sorted((root / "points").iterdir())}
-        held = sorted(pid for pid, (plan, _) in points.items() if is_held_back(plan))
+        measured = points(root)
+        held = sorted(pid for pid, (plan, _) in measured.items() if is_held_back(plan))
         cal = folder / "slurmlab-calibration.yaml"
-        cli = ["calibrate", str(root), "--out", str(cal), "--fit", FIT, "--force"]
-        for pid in held:
-            cli += ["--exclude", pid]
-        p = sporch(*cli, env=env, cwd=folder, timeout=300)
+        p = sporch(*calibrate_args(root, cal, held), "--force", env=env, cwd=folder, timeout=300)
         if p.returncode != 0:
             raise SystemExit(f"sporch calibrate failed ({p.returncode}):\n{p.stdout}{p.stderr}")
         consts, _ = cluster_constants(load_cluster_file(calibrated_descriptor(folder, cal.name)))
         defaults, _ = cluster_constants(load_cluster_file(folder / CLUSTER_FILE))
 
         rows, fitted_errors = [], []
-        for pid, (plan, result) in points.items():
-            measured = result["metrics"]["step_ms_median"]
+        for pid, (plan, result) in measured.items():
+            step_ms = result["metrics"]["step_ms_median"]
             calibrated = predict_plan(plan, consts).step_s * 1e3
             default = predict_plan(plan, defaults).step_s * 1e3
             if pid not in held:
-                fitted_errors.append(calibrated / measured - 1)
+                fitted_errors.append(calibrated / step_ms - 1)
             rows.append(("held back" if pid in held else "fitted", pid, compact(plan.layout), plan.sequence.seq_len,
-                         measured, calibrated, calibrated / measured - 1, default, default / measured - 1))
+                         step_ms, calibrated, calibrated / step_ms - 1, default, default / step_ms - 1))
     rows.sort(key=lambda r: (r[0] != "held back", r[3], r[2], r[1]))
     print(f"{'point':<9} {'id':<14} {'layout':>8} {'tokens':>6} {'measured':>9} {'calibrated':>10} {'err':>7} "
           f"{'defaults':>9} {'err':>7}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sporch.orchestrator.contract.plan import Plan
+
 #: The lab (clusters/slurmlab.yaml) with one fake GPU a node: a rank per node, one CPU a rank.
 CLUSTER = """\
 name: slurmlab-1gpu
@@ -65,3 +67,17 @@ def calibrated_descriptor(folder: Path, calibration: str) -> Path:
     desc = folder / "slurmlab-1gpu-cal.yaml"
     desc.write_text(CLUSTER + f"calibration: {calibration}\n")
     return desc
+
+
+def points(root: Path) -> dict[str, tuple[Plan, dict]]:
+    """The campaign folder's points: id -> (its plan, its result.json)."""
+    return {d.name: (Plan.load(str(d / "plan.json")), json.loads((d / "result.json").read_text()))
+            for d in sorted((root / "points").iterdir())}
+
+
+def calibrate_args(root: Path, out: Path, held: list[str]) -> list[str]:
+    """`sporch calibrate`'s arguments: the campaign at ``root`` fitted (FIT) without ``held``."""
+    args = ["calibrate", str(root), "--out", str(out), "--fit", FIT]
+    for pid in held:
+        args += ["--exclude", pid]
+    return args

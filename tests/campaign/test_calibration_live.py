@@ -46,9 +46,8 @@ from sporch.orchestrator.config.calibration_file import load_constants
 from sporch.orchestrator.config.cluster import load_cluster_file
 from sporch.orchestrator.plan.cost_constants import cluster_constants
 from sporch.orchestrator.plan.plan_prediction import predict_plan
-from sporch.orchestrator.contract.plan import Plan
-from tests.campaign.calibration_campaign import (CLUSTER_FILE, FIT, POINTS, calibrated_descriptor, is_held_back,
-                                                 write_campaign)
+from tests.campaign.calibration_campaign import (CLUSTER_FILE, POINTS, calibrate_args, calibrated_descriptor,
+                                                 is_held_back, points, write_campaign)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -96,11 +95,6 @@ def cancel_arrays(root: Path) -> None:
             scancel(ids)
 
 
-def points(root: Path) -> dict[str, tuple[Plan, dict]]:
-    return {d.name: (Plan.load(str(d / "plan.json")), json.loads((d / "result.json").read_text()))
-            for d in (root / "points").iterdir()}
-
-
 @pytest.fixture(scope="module")
 def calibrated(campaign_dir, tmp_path_factory):
     """`sporch calibrate` on the 9 training points (the held-back ones excluded), and a descriptor
@@ -110,10 +104,7 @@ def calibrated(campaign_dir, tmp_path_factory):
     assert len(held) == 3
     folder = tmp_path_factory.mktemp("calibrated")
     cal = folder / "slurmlab-calibration.yaml"
-    cli = [sys.executable, "-m", "sporch.orchestrator.cli.main", "calibrate", str(campaign_dir), "--out", str(cal),
-           "--fit", FIT]
-    for pid in held:
-        cli += ["--exclude", pid]
+    cli = [sys.executable, "-m", "sporch.orchestrator.cli.main", *calibrate_args(campaign_dir, cal, held)]
     p = subprocess.run(cli, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     consts, source = cluster_constants(load_cluster_file(calibrated_descriptor(folder, cal.name)))

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from sporch.runtime.distributed import JoinError, wait_for_every_rank
+from sporch.runtime.distributed import JOINED_KEY, JOINED_RANK_KEY, JoinError, wait_for_every_rank
 
 #: The process group's timeout in the skew test, and how far apart the ranks reach the rendezvous.
 PG_TIMEOUT_S = 2
@@ -55,8 +55,8 @@ def test_a_rank_that_never_comes_is_named(tmp_path):
     store = dist.FileStore(str(tmp_path / "store"), 3)
     store.set_timeout(datetime.timedelta(seconds=1))
     other = dist.FileStore(str(tmp_path / "store"), 3)  # rank 2 arrives; rank 1 never does
-    other.set("sporch/joined/2", "1")
-    other.add("sporch/joined", 1)
+    other.set(JOINED_RANK_KEY.format(rank=2), "1")
+    other.add(JOINED_KEY, 1)
     with pytest.raises(JoinError, match=r"rank 0: rank\(s\) 1 of 3 did not reach the rendezvous within 1 s"):
         wait_for_every_rank(store, 0, 3, 1)
 
@@ -81,4 +81,4 @@ def test_every_rank_arrived_passes(tmp_path):
     for t in threads:
         t.join(90)
     assert errors == [] and not any(t.is_alive() for t in threads)
-    assert stores[0].add("sporch/joined", 0) == 2
+    assert stores[0].add(JOINED_KEY, 0) == 2

@@ -15,6 +15,7 @@ import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
 from sporch.runtime.faults import hang_before
+import sporch.runtime.watchdog.collectives as watchdog_collectives
 from sporch.runtime.watchdog.thread import Watchdog, job_timeout_s
 
 
@@ -109,16 +110,8 @@ class CountingStore(FakeStore):
 HOT_PATH_PY = {Watchdog.collective.__qualname__, "Collective.__init__", "_Watch.__init__", "_Watch.__enter__",
                "_Watch.__exit__"}
 HOT_PATH_C = {"dict.get", "time.time", "time.monotonic"}
-#: The module that holds the hot path (and its PENDING_PRUNE).
-HOT_PATH_MODULE = sys.modules[Watchdog.collective.__module__]
-
-
-def _watchdog_source() -> str:
-    """The watchdog's own source: its module's file, or its package's folder (a prefix of paths)."""
-    import sporch.runtime.watchdog as watchdog
-
-    path = Path(watchdog.__file__)
-    return str(path.parent) + os.sep if path.name == "__init__.py" else str(path) + ":"
+#: The watchdog package's folder: a prefix of the paths of its own code.
+WATCHDOG_SOURCE = str(Path(watchdog_collectives.__file__).parent) + os.sep
 
 
 def _calls_of(block) -> list[tuple[str, str]]:
@@ -158,7 +151,7 @@ def test_entering_a_collective_writes_nothing_and_calls_only_the_watchdog(tmp_pa
                 pass
 
     calls = _calls_of(enter_n)
-    own = _watchdog_source()
+    own = WATCHDOG_SOURCE
     py = {name.split(":", 1)[1] for kind, name in calls if kind == "py" and name.startswith(own)}
     foreign = [name for kind, name in calls if kind == "py" and not name.startswith(own)]
     builtins = {name for kind, name in calls if kind == "c"}
@@ -173,7 +166,7 @@ def test_entering_a_collective_writes_nothing_and_calls_only_the_watchdog(tmp_pa
 def test_completed_asynchronous_collectives_do_not_pile_up():
     """With a marker (NCCL) and no watchdog thread to drain them, the main thread drops the
     completed collectives itself once PENDING_PRUNE wait: memory stays bounded."""
-    prune = HOT_PATH_MODULE.PENDING_PRUNE
+    prune = watchdog_collectives.PENDING_PRUNE
     finished = threading.Event()
     finished.set()
     wd = Watchdog(rank=0, world_size=1, timeout_s=60, marker=lambda: Marker(finished))
@@ -192,8 +185,7 @@ def test_fault_injection_and_the_timeout_from_the_environment():
     assert job_timeout_s(30, "00:10:00", {"SPORCH_COLLECTIVE_TIMEOUT_S": "12"}) == 12.0
     slept = []
     wd = Watchdog(rank=3, world_size=4, timeout_s=60, environ=env)
-    import sporch.runtime.watchdog.collectives as module
-
+    module = watchdog_collectives
     real, module._injected_hang = module._injected_hang, slept.append
     try:
         with wd.collective("gather_sequence", kind="all_gather"):

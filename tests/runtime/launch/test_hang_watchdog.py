@@ -55,10 +55,11 @@ def test_a_rank_that_never_arrives_is_named_with_its_node(case, tmp_path):
     assert timed_out, {r: records[r]["state"] for r in peers}
     for r in peers:
         assert records[r]["state"] in ("timeout", "alerted") and records[r]["collective"]["name"] == collective
-        line = (run_dir / "hang" / f"rank{r}.txt").read_text().splitlines()[1]
+        text = (run_dir / "hang" / f"rank{r}.txt").read_text()
+        line = text.splitlines()[1]
         said = "timeout: waited" if r in timed_out else "alerted: a peer timed out; this rank was waiting"
         assert line.startswith(said) and collective in line, line
-        assert frame in (run_dir / "hang" / f"rank{r}.txt").read_text()  # faulthandler's frame inside the collective
+        assert frame in text  # faulthandler's frame inside the collective
     assert all(records[r]["collective"]["waited_s"] >= TIMEOUT_S for r in timed_out), records
     # the one that never arrived: no collective, its stack in the injected sleep
     assert records[rank]["state"] == "alerted" and records[rank]["collective"] is None

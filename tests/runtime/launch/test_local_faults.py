@@ -54,9 +54,8 @@ def test_a_killed_rank_is_blamed_not_the_peer_that_lost_its_connection(tmp_path)
 def test_a_hung_rank_is_ended_and_named(tmp_path):
     """Rank 3 sleeps while the others finish: their gather times out, the job fails, and the
     runner stops rank 3 (instead of waiting for it) and names it. The process group's timeout
-    also bounds how far apart the ranks may reach init_process_group (gloo's connect): 20 s,
-    not 5, so that ranks that finish importing torch seconds apart on a loaded machine still
-    meet, and only rank 3's sleep times out."""
+    also bounds how far apart the healthy ranks reach their gather after joining (each builds
+    its model first): 20 s, not 5, so that on a loaded machine only rank 3's sleep times out."""
     proc, result, state = _run_hook(tmp_path, "launch_hooks:hang_rank", {"SPORCH_TEST_HANG_RANK": "3",
                                     "SPORCH_DIST_TIMEOUT_S": "20"}, "parallel.ring=4", "parallel.ulysses=1")
     assert proc.returncode == 1, proc.stdout + proc.stderr
