@@ -177,8 +177,10 @@ def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
         for lay in feasible_layouts(job_context(cluster, job)):
             yield lay.sizes(), lay.sizes()
     else:
-        for lay in mode:
-            yield dict(lay), dict(lay)
+        gpus = job.resources.nodes * cluster.gpus_per_node
+        for entry in mode:  # spec.LayoutEntry; its gpus (when given) is not a point parameter
+            if entry.applies_to(gpus):
+                yield dict(entry.dims), dict(entry.dims)
 
 
 def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:

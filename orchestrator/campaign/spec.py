@@ -9,6 +9,7 @@ point of the same-output metrics). docs/campaigns.md is the reference.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,21 @@ class RecipeSpec:
 
     name: str = ""
     set: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LayoutEntry:
+    """One value of a ``matrix.layouts`` list: the parallel dimensions it asks for (a positive
+    integer or "auto" each) and, when given, the only GPU count it applies to (``gpus``): on a
+    descriptor (or node count) of another size the entry makes no point, so one campaign can run
+    a table whose layout changes with the GPU count (Wan2.1's 8-GPU row is ring 8, its others
+    Ulysses)."""
+
+    dims: Dict[str, Any]
+    gpus: Optional[int] = None
+
+    def applies_to(self, gpus: int) -> bool:
+        return self.gpus is None or self.gpus == gpus
 
 
 @dataclass
@@ -314,14 +330,20 @@ def _parse_layouts(value: Any, source: str) -> Any:
         return value
     if isinstance(value, str):
         raise _bad(source, "matrix.layouts", f"must be a list of {{dp,cfg,ring,ulysses}}, 'all' or 'auto', got {value!r}")
-    out: list[dict[str, Any]] = []
+    out: list[LayoutEntry] = []
     for i, entry in enumerate(value):
         if not hasattr(entry, "items"):
             raise _bad(source, f"matrix.layouts[{i}]", f"must be a mapping like {{ring: 2, ulysses: 4}}, got {entry!r}")
         lay: dict[str, Any] = {}
+        gpus: Optional[int] = None
         for k, v in entry.items():
+            if k == "gpus":
+                gpus = _positive_int(v)
+                if gpus is None:
+                    raise _bad(source, f"matrix.layouts[{i}].gpus", f"must be a positive integer, got {v!r}")
+                continue
             if k not in DIMS:
-                raise _bad(source, f"matrix.layouts[{i}]", f"unknown dimension {k!r}; use {', '.join(DIMS)}")
+                raise _bad(source, f"matrix.layouts[{i}]", f"unknown dimension {k!r}; use {', '.join(DIMS)} (or gpus)")
             if v == "auto":
                 lay[k] = "auto"
             elif _positive_int(v) is not None:
@@ -330,8 +352,13 @@ def _parse_layouts(value: Any, source: str) -> Any:
                 raise _bad(source, f"matrix.layouts[{i}].{k}", f"must be a positive integer or 'auto', got {v!r}")
         if not lay:
             raise _bad(source, f"matrix.layouts[{i}]", "is empty; give at least one of dp, cfg, ring, ulysses")
-        if lay not in out:
-            out.append(lay)
+        fixed = [v for v in lay.values() if v != "auto"]
+        if gpus is not None and len(fixed) == len(DIMS) and math.prod(fixed) != gpus:
+            raise _bad(source, f"matrix.layouts[{i}]", f"asks for {math.prod(fixed)} GPUs but says gpus: {gpus}; "
+                       "drop gpus or make the dimensions multiply to it")
+        parsed = LayoutEntry(dims=lay, gpus=gpus)
+        if parsed not in out:
+            out.append(parsed)
     if not out:
         raise _bad(source, "matrix.layouts", "is an empty list; leave it out to use the base job's layout")
     return out

@@ -123,6 +123,17 @@ def test_point_id_is_a_function_of_the_parameters_only(params):
     assert point_id(changed) != point_id(params)
 
 
+def test_a_layout_with_gpus_makes_points_only_on_that_many_gpus():
+    # slurmlab: 2 GPUs a node; 1 node = 2 GPUs, 2 nodes = 4
+    c = tiny(nodes=[1, 2], layouts=[{"ulysses": 2, "gpus": 2}, {"ring": 2, "ulysses": 2, "gpus": 4}])
+    exp = expand(c)
+    assert not exp.skipped  # an entry for another GPU count is not tried, so not refused either
+    assert sorted((p.plan.nodes, compact(p.plan.layout)) for p in exp.points) == [(1, "1x1x1x2"), (2, "1x1x2x2")]
+    # gpus is not a point parameter: the same points as the entries without it have the same ids
+    plain = {p.id for p in expand(tiny(nodes=[1, 2], layouts=[{"ulysses": 2}, {"ring": 2, "ulysses": 2}])).points}
+    assert {p.id for p in exp.points} <= plain
+
+
 def test_groups_split_on_every_resource_difference():
     exp = expand(tiny(nodes=[1, 2], layouts="all"))
     groups = group_points(exp.points)
@@ -143,6 +154,10 @@ def test_groups_split_on_every_resource_difference():
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], layouts: some}", "'matrix.layouts' must be a list"),
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], layouts: [{rings: 2}]}", "unknown dimension 'rings'"),
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], layouts: [{ring: -1}]}", "positive integer or 'auto'"),
+    ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], layouts: [{ring: 2, gpus: 0}]}",
+     "'matrix.layouts[0].gpus' must be a positive integer"),
+    ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], layouts: [{dp: 1, cfg: 1, ring: 2, ulysses: 2, gpus: 8}]}",
+     "asks for 4 GPUs but says gpus: 8"),
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], repeats: 0}", "'matrix.repeats' must be >= 1"),
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], repeats: two}", "wrong type for 'matrix.repeats'"),
     ("base: {model: {preset: tiny}}\nmatrix: {clusters: [local], dtypes: [fp8]}", "'matrix.dtypes' entry 'fp8'"),
