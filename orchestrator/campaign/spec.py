@@ -352,10 +352,11 @@ def _parse_layouts(value: Any, source: str) -> Any:
                 raise _bad(source, f"matrix.layouts[{i}].{k}", f"must be a positive integer or 'auto', got {v!r}")
         if not lay:
             raise _bad(source, f"matrix.layouts[{i}]", "is empty; give at least one of dp, cfg, ring, ulysses")
-        fixed = [v for v in lay.values() if v != "auto"]
-        if gpus is not None and len(fixed) == len(DIMS) and math.prod(fixed) != gpus:
-            raise _bad(source, f"matrix.layouts[{i}]", f"asks for {math.prod(fixed)} GPUs but says gpus: {gpus}; "
-                       "drop gpus or make the dimensions multiply to it")
+        if gpus is not None and len(lay) == len(DIMS) and "auto" not in lay.values():
+            asked = math.prod(lay.values())
+            if asked != gpus:
+                raise _bad(source, f"matrix.layouts[{i}]", f"asks for {asked} GPUs but says gpus: {gpus}; "
+                           "drop gpus or make the dimensions multiply to it")
         parsed = LayoutEntry(dims=lay, gpus=gpus)
         if parsed not in out:
             out.append(parsed)

@@ -43,9 +43,9 @@ def test_every_campaign_there_is_checked():
 
 
 def test_every_published_table_with_a_known_workload_has_a_campaign():
-    """One campaign per table of published.yaml (the HunyuanVideo 960 x 960, L20 and H20 rows,
-    ConsisID and Wan2.1's A800/H20 rows repeat a source's table on another GPU or size and are not
-    yet campaigns: listed here so that a table added later is not missed silently)."""
+    """One campaign per table of published.yaml, or a reason in NOT_REPRODUCED; ``later``: tables
+    that repeat a source's table on another GPU or size, not yet campaigns (listed so that a table
+    added to published.yaml is not missed silently)."""
     reproduced = {case for case, _, _ in CAMPAIGNS.values()}
     later = {"hunyuanvideo-720p-h20", "hunyuanvideo-720p-l20", "hunyuanvideo-960-h100", "hunyuanvideo-960-h20",
              "hunyuanvideo-960-l20", "consisid-480p-h100", "wan21-t2v-14b-720p-a800", "wan21-t2v-14b-720p-h20"}
