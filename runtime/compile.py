@@ -1,19 +1,13 @@
-"""Regional compilation: every transformer block of a built DiT through ``torch.compile``.
+"""Regional compilation: every transformer block of a diffusers model through ``torch.compile``.
 
 Each block of the model's ``*blocks`` module lists is compiled in place (``Module.compile``,
-static shapes: ``dynamic=False``; parameter names and the state dict are unchanged). The
-attention call stays outside the compiled code: the block's ``SequenceAttention`` argument is
-handed over as an :class:`EagerAttention` whose call is ``torch.compiler.disable``'d, so
-Dynamo splits the block at it (graph before, eager attention, graph after) and the selected
-kernel and the collectives of the sharded path run as they do eagerly. What is fused is the
-glue around attention: modulation, gating, norms, RoPE application, casts.
-
-The generic path (a diffusers model, runtime/model/generic) compiles its blocks the same way
-with ``swap_attention=False``: there the routed attention (``SequenceParallel.attention``, where
-the scoped ``TorchFunctionMode`` sends each ``scaled_dot_product_attention``: USP's all-to-alls,
-the ring, the chunk-length all-gather) is itself ``torch.compiler.disable``'d, so Dynamo splits
-the block at it; the hooks that split a block's inputs (Wan's ``blocks.0``) and enter the mode
-are traced with the block.
+static shapes: ``dynamic=False``; parameter names and the state dict are unchanged). The routed
+attention (``SequenceParallel.attention``, where the scoped ``TorchFunctionMode`` sends each
+``scaled_dot_product_attention``: USP's all-to-alls, the ring, the chunk-length all-gather) is
+``torch.compiler.disable``'d, so Dynamo splits the block at it (graph before, eager attention,
+graph after) and the selected kernel and the collectives run as they do eagerly; the hooks that
+split a block's inputs (Wan's ``blocks.0``) and enter the mode are traced with the block. What
+is fused is the glue around attention: modulation, gating, norms, RoPE application, casts.
 
 Compiling happens on a block's first call (Dynamo traces, Inductor generates kernels); time
 that call with :func:`time_first_call` and report it apart from the steady step time
@@ -30,10 +24,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from sporch.runtime.model.attention import SequenceAttention
-from sporch.runtime.model.base import block_lists
+from sporch.runtime.model.blocks import block_lists
 
-__all__ = ["CompileInfo", "EagerAttention", "block_lists", "compile_blocks", "time_first_call"]
+__all__ = ["CompileInfo", "block_lists", "compile_blocks", "time_first_call"]
 
 
 @dataclass
@@ -55,35 +48,12 @@ class CompileInfo:
         return d
 
 
-class EagerAttention:
-    """Calls the wrapped attention outside any compiled region."""
-
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self.inner = inner
-
-    @torch.compiler.disable
-    def __call__(self, *args, **kwargs):
-        return self.inner(*args, **kwargs)
-
-
-@torch.compiler.disable
-def _attention_outside(module: nn.Module, args: tuple, kwargs: dict):
-    """Forward pre-hook: hand the block an :class:`EagerAttention` instead of the model's
-    sequence attention (found by type, positional or keyword)."""
-
-    def swap(a):
-        return EagerAttention(a) if isinstance(a, SequenceAttention) else a
-
-    return tuple(swap(a) for a in args), {k: swap(v) for k, v in kwargs.items()}
-
-
 def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "inductor",
-                   mode: str | None = None, swap_attention: bool = True) -> CompileInfo:
+                   mode: str | None = None) -> CompileInfo:
     """Compile each block of ``model`` in place (see the module docstring). ``mode``: a
     ``torch.compile`` mode, e.g. ``"max-autotune-no-cudagraphs"``; CUDA graphs
     (``"reduce-overhead"``) only pay where a region is launch-bound, and every attention call
-    ends a region. ``swap_attention``: hand the blocks an :class:`EagerAttention` (sporch's
-    hand-built blocks; False for diffusers blocks). Calling it twice compiles nothing more."""
+    ends a region. Calling it twice compiles nothing more."""
     if not enabled:
         return CompileInfo(enabled=False, reason="off (workload.compile)")
     lists = block_lists(model)
@@ -93,8 +63,6 @@ def compile_blocks(model: nn.Module, *, enabled: bool = True, backend: str = "in
     for _, blocks in lists:
         for block in blocks:
             if not getattr(block, "_sporch_compiled", False):
-                if swap_attention:
-                    block.register_forward_pre_hook(_attention_outside, with_kwargs=True)
                 block.compile(dynamic=False, backend=backend, mode=mode)
                 block._sporch_compiled = True
             count += 1

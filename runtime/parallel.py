@@ -314,3 +314,14 @@ def _make_groups(layout: Layout, rank: int) -> tuple[dict[str, Any], dict[str, l
                 ranks[dim] = list(members)
     return groups, ranks
 
+
+
+def replica_rows(n: int, ctx: ParallelContext | None = None) -> range:
+    """This dp replica's share of ``n`` rows or prompts (contiguous; uneven split allowed, the first
+    replicas get one more; with fewer rows than replicas the last ones get none)."""
+    if ctx is None or ctx.dp == 1:
+        return range(n)
+    base, extra = divmod(n, ctx.dp)
+    i = ctx.dp_rank
+    start = i * base + min(i, extra)
+    return range(start, start + base + (1 if i < extra else 0))

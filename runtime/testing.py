@@ -26,8 +26,9 @@ Starting the ranks (a process each, the imports, the join) has its own bound,
 counted against ``timeout``. Collectives inside the ranks use ``timeout`` too
 (``init_process_group``).
 
-Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``, and
-``plan_for`` (a complete Plan for a layout, a model dict and a grid, without the planner).
+Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_env``, ``plan_for``
+(a complete Plan for a layout, a model dict and a grid, without the planner) and ``preset_model``
+(a preset's ``plan.model`` dict, its config changed where asked, as the planner records it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
-from sporch.orchestrator.models.families import sequence_split, standin_family
+from sporch.orchestrator.models.families import generic_preset, preset_shape, sequence_split
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
@@ -52,7 +53,7 @@ from sporch.runtime.distributed import join_and_init
 #: process group) before ``run_distributed``'s own timeout begins.
 STARTUP_TIMEOUT_S = 300.0
 
-__all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for"]
+__all__ = ["run_distributed", "RankError", "DistributedTimeout", "init_env", "plan_for", "preset_model"]
 
 #: The workload ``plan_for`` fills in where not given.
 DEFAULT_WORKLOAD: dict[str, Any] = {
@@ -61,17 +62,32 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 }
 
 
+def preset_model(name: str = "tiny", **config: Any) -> dict[str, Any]:
+    """``plan.model`` of preset ``name`` (its family, class, diffusers config with ``config``'s keys
+    changed, its shape from that config), as the planner records a preset without overrides: for
+    tests and benches that build a Plan without the planner (:func:`plan_for`)."""
+    found = generic_preset(name)
+    if found is None:
+        raise KeyError(f"unknown preset {name!r}")
+    fam, preset = found
+    conf = {**dict(preset.config), **config}
+    shape = {**preset_shape(fam, preset), **fam.shape(conf)}
+    for key, value in preset.shape_overrides.items():
+        shape[key] = value
+    guided = {} if fam.cfg else {"distilled": True, "guidance_embed": bool(conf.get("guidance_embeds", True))}
+    return {"preset": preset.name, **shape, "mlp_ratio": round(shape["ffn_dim"] / shape["hidden"], 6),
+            "family": fam.name, "diffusers_class": fam.classes[0], "diffusers_config": conf,
+            "boundary_ratio": preset.boundary_ratio, "expand_timesteps": preset.expand_timesteps, **guided}
+
+
 def plan_for(layout: Layout, model: Mapping[str, Any], grid: Sequence[int] = (1, 1, 8),
              workload: Mapping[str, Any] | None = None, name: str = "test", shard_weights: str = "none") -> Plan:
-    """A complete Plan on one emulated node (world = layout) for a ``plan.model`` dict (e.g.
-    ``sporch.runtime.model.tiny_model_dict``) and a token grid; ``workload`` keys override
-    :data:`DEFAULT_WORKLOAD`; ``shard_weights``: the placement (none, sequence, world)."""
+    """A complete Plan on one emulated node (world = layout) for a ``plan.model`` dict
+    (:func:`preset_model`) and a token grid; ``workload`` keys override :data:`DEFAULT_WORKLOAD`;
+    ``shard_weights``: the placement (none, sequence, world)."""
     degree = {"none": 1, "sequence": layout.sequence_degree, "world": layout.world_size}[shard_weights]
     wl = {**DEFAULT_WORKLOAD, **(workload or {})}
     m = sections.ModelSection.from_dict(dict(model))
-    if wl.get("kind") == "generate" and m.family is None:  # as the planner records it (planner.with_pipeline_family)
-        fam = standin_family(m.attention)
-        m = dataclasses.replace(m, family=fam.name if fam is not None else None)
     wl["cfg_enabled"] = runs_cfg(wl["guidance_scale"], distilled=m.distilled)
     return Plan(layout=layout, world_size=layout.world_size, nodes=1, gpus_per_node=layout.world_size,
                 ranks=Plan.rank_table(layout, layout.world_size), groups=layout.all_groups(),

@@ -50,8 +50,12 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
     table = plain_table(title=f"checkpoint {report['root']}", show_header=False)
     table.add_column("key")
     table.add_column("value")
-    table.add_row("family, format", f"{report['family'] or 'unknown'}, {report['format'] or 'unknown'}")
-    table.add_row("config", report["config"] or "none (name the model's preset in model.preset)")
+    if report.get("config_note"):  # a config.json sporch does not run: its reason, no guess
+        table.add_row("family, format", "not supported")
+        table.add_row("config", report["config_note"])
+    else:
+        table.add_row("family, format", f"{report['family'] or 'unknown'}, {report['format'] or 'unknown'}")
+        table.add_row("config", report["config"] or "none (name the model's preset in model.preset)")
     table.add_row("files", f"{len(report['files'])} safetensors, {report['tensors']} tensors")
     table.add_row("parameters", f"{report['parameters']:,} ("
                   + ", ".join(f"{d} {n:,}" for d, n in sorted(report["dtypes"].items())) + ")")
@@ -60,7 +64,7 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
         table.add_row("model", ", ".join(f"{k}={v}" for k, v in report["model"].items()))
     if report.get("generic"):
         g = report["generic"]
-        table.add_row("generic path", f"family {g['family']}, class {g['class']} (split plan: {g['split_plan']}); "
+        table.add_row("class", f"family {g['family']}, class {g['class']} (split plan: {g['split_plan']}); "
                       f"{g['heads']} heads (kv {g['kv_heads']}), {g['layers']} layers")
         table.add_row("layouts", "; ".join(f"{n} GPU(s): {', '.join(ls) or 'none'}" for n, ls in g["layouts"].items()))
     if report.get("experts"):

@@ -30,7 +30,7 @@ def models(as_json: bool, wide: bool) -> None:
     table = plain_table(title="model families", show_lines=True)
     columns = ["family", "presets", "workloads", "generate placements", "cache", "LoRA"]
     if wide:
-        columns[1:1] = ["classes (split plan)", "path"]
+        columns[1:1] = ["classes (split plan)"]
         columns.insert(-2, "pipeline")
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -38,7 +38,6 @@ def models(as_json: bool, wide: bool) -> None:
         cells = {
             "family": r.family,
             "classes (split plan)": r.split_plan,
-            "path": r.path,
             "presets": ", ".join(r.presets) or "- (model.weights=DIR)",
             "workloads": ", ".join(r.workloads),
             "pipeline": r.pipeline or "-",

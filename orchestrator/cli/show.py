@@ -49,7 +49,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"model     {name}: {m.attention} attention, {blocks}, hidden {m.hidden}, "
         f"{m.num_heads} heads x {m.head_dim} (kv {m.num_kv_heads}), ffn {m.ffn_dim}"
         + (f"; family {m.family}" if getattr(m, "family", None) else "")
-        + (f", {m.diffusers_class} (generic path)" if getattr(m, "diffusers_class", None) else ""),
+        + (f", {m.diffusers_class}" if getattr(m, "diffusers_class", None) else ""),
         f"workload  {w.kind}, batch {w.batch}, {shape} -> grid {grid} = {fmt_int(s.seq_len)} tokens, "
         f"{w.steps} steps, guidance {w.guidance_scale:g} ({cfg}), {w.dtype}"
         + (f", low-noise guidance {w.guidance_scale_2:g}" if w.guidance_scale_2 is not None else ""),

@@ -89,10 +89,6 @@ class ModelSection(Section):
     # vocab.STAGE_MODES: ranks read ``weights`` where it is (shared), or from one verified copy
     # per node in the cluster's node_local_dir (node; runtime/stage.py)
     stage: str = "shared"
-    # architecture knobs a checkpoint's config.json set (freq_dim, eps, out_channels, rope_axes,
-    # pooled_dim, image_dim, rope_max_seq_len, ...: models/checkpoint_config.py) when the
-    # model comes from the checkpoint; None: the preset's (the runtime's ModelConfig reads both)
-    knobs: Optional[Dict[str, Any]] = None
     # Wan2.2 A14B's two experts (docs/model.md, "Wan2.2"): ``transformer`` denoises the steps whose
     # timestep t >= boundary_ratio x the scheduler's num_train_timesteps, ``transformer_2`` the
     # rest (diffusers' WanPipeline rule). None: one transformer.
@@ -104,13 +100,12 @@ class ModelSection(Section):
     # [{"path": absolute .safetensors, "scale": float}]; None: none
     lora: Optional[List[Dict[str, Any]]] = None
     # The model family (models/families: "wan", "flux", "qwen-image", "ltx-video", ...), resolved
-    # once by the planner from the preset or the checkpoint's config.json; None: a stand-in
+    # once by the planner from the preset, the checkpoint's config.json or the shape's attention kind
     family: Optional[str] = None
-    # The diffusers transformer class the generic path builds and runs sequence-parallel
-    # (runtime/model/generic); None: sporch's hand-built model (Wan, Flux) or a stand-in
+    # The diffusers transformer class every rank builds and runs sequence-parallel (runtime/model/generic)
     diffusers_class: Optional[str] = None
-    # The generic path's diffusers config (config.json's keys) when no model.weights folder
-    # holds it (a generic-path preset with seeded random weights)
+    # Its config (config.json's keys): the checkpoint folder's (an original release's mapped to the
+    # class's), or the preset's with the job's sizes; the runtime builds the class from it
     diffusers_config: Optional[Dict[str, Any]] = None
     # A generic-path pipeline folder's text encoders and VAE as its safetensors headers size them
     # (models/pipeline_sizes.py: classes, parameters, layers, largest embedding), read once by the

@@ -1,17 +1,9 @@
 """The models sporch knows, and the readers of their files (standard library only; both sides
 read it: the orchestrator on a login node or a laptop, the runtime on every rank).
 
-The named models:
-
-One module per published family holds everything about it: wan.py (Wan2.1), flux.py
-(Flux.1): each model's shape and knobs (:class:`~.preset.ModelPreset`) and the family's
-checkpoint name table (``TABLE``, :mod:`.keymap`). standins.py holds the shape-only presets
-(architecture stand-ins for planning, ``tiny`` for tests).
-
-The orchestrator plans with a preset's shape and knobs (sporch.orchestrator.config.presets);
-the runtime's ModelConfig takes the knobs by preset name and loads checkpoints with the
-family's table (sporch.runtime.model.config, sporch.runtime.model.keymaps). :mod:`.families`
-holds every family fact (one module per family, one registry).
+The named models: :mod:`.families` holds every family fact, one module per family (its diffusers
+classes, its presets with their published configs and sources, its pipeline and its parts), found
+by one registry. Every model runs through its family's diffusers class (runtime/model/generic).
 
 The readers, no tensor loaded: :mod:`.checkpoint_files` (where a checkpoint's tensors are:
 safetensors headers, index), :mod:`.checkpoint_config` (the model a config.json describes),
@@ -25,39 +17,25 @@ the file read and checked, :mod:`.lora_keys` its key formats, :mod:`.lora_alpha`
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from sporch.orchestrator.models import families
-from sporch.orchestrator.models import flux, standins, wan
-from sporch.orchestrator.models.preset import ModelPreset
 
-#: The generic path's published presets (models/families: one module per family).
-GENERIC_PRESETS: dict[str, ModelPreset] = {
-    p.name: ModelPreset(shape=fam.shape(p.config)) for fam in families.FAMILIES if not fam.hand_built
-    for p in fam.presets}
-#: Every preset by name (lower case): the published models first, then the stand-ins.
-PRESETS: dict[str, ModelPreset] = {**wan.PRESETS, **flux.PRESETS, **GENERIC_PRESETS, **standins.PRESETS}
+#: Every preset's ``plan.model`` shape fields by name (lower case), in the families' order.
+PRESETS: dict[str, dict[str, Any]] = {p.name: families.preset_shape(fam, p) for fam in families.FAMILIES
+                                      for p in fam.presets}
 
 
-def preset_family(name: str | None) -> str | None:
-    """The family (models/families name) of preset ``name``; None for a stand-in."""
-    key = str(name or "").strip().lower()
-    if key in wan.PRESETS:
-        return "wan"
-    if key in flux.PRESETS:
-        return "flux"
-    found = families.generic_preset(key)
+def preset_family(name: str | None) -> Optional[str]:
+    """The family (models/families name) of preset ``name``; None for an unknown name."""
+    found = families.generic_preset(str(name or ""))
     return found[0].name if found else None
 
 
-def find_preset(name: str | None) -> ModelPreset | None:
-    """The preset called ``name`` (case and surrounding blanks ignored), or None."""
-    return PRESETS.get(str(name or "").strip().lower())
+def find_preset(name: str | None) -> Optional[dict[str, Any]]:
+    """The shape of the preset called ``name`` (case and surrounding blanks ignored; a copy), or None."""
+    shape = PRESETS.get(str(name or "").strip().lower())
+    return dict(shape) if shape is not None else None
 
 
-def preset_knobs(name: str | None) -> dict[str, object]:
-    """The knobs of preset ``name`` ({} for a stand-in, an unknown name or None)."""
-    preset = find_preset(name)
-    return dict(preset.knobs) if preset is not None else {}
-
-
-__all__ = ["ModelPreset", "PRESETS", "GENERIC_PRESETS", "find_preset", "preset_knobs", "preset_family", "flux",
-           "standins", "wan"]
+__all__ = ["PRESETS", "find_preset", "preset_family", "families"]

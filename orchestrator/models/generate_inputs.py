@@ -11,10 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sporch.orchestrator.models.families import FAMILIES, Family, get_family
-from sporch.orchestrator.models.wan import PRESETS as WAN_PRESETS
 from sporch.orchestrator.safe_files import NotAFileError, read_regular
-
-PRESET_KNOBS = {name: dict(p.knobs) for name, p in WAN_PRESETS.items()}
 
 #: The modules the generate workload imports; all come with ``pip install sporch[pipelines]``.
 PIPELINE_MODULES = ("diffusers", "transformers", "imageio", "imageio_ffmpeg")
@@ -37,16 +34,11 @@ def require_pipelines() -> None:
                                f"not installed): {EXTRA_HINT}")
 
 
-#: What a model taking CLIP image tokens (Wan2.1 I2V, ``image_dim``) reads besides: its image encoder
-#: (CLIPVisionModel) and that encoder's preprocessing (CLIPImageProcessor), as WanImageToVideoPipeline.
-IMAGE_ENCODER_FOLDERS = ("image_encoder", "image_processor")
-
-
-def pipeline_problems(root: str | Path, family: str, image_encoder: bool = False) -> list[str]:
-    """What is missing from a diffusers-layout folder for ``family`` (its ``pipeline_folders``;
-    empty when usable); ``image_encoder``: the model takes CLIP image tokens (:func:`image_embeds`)."""
+def pipeline_problems(root: str | Path, family: str, image_folders: tuple[str, ...] = ()) -> list[str]:
+    """What is missing from a diffusers-layout folder for ``family`` (its ``pipeline_folders``, and
+    ``image_folders``: what the model reads an image with, :func:`image_folders`; empty when usable)."""
     p = Path(root).expanduser()
-    folders = get_family(family).pipeline_folders + (IMAGE_ENCODER_FOLDERS if image_encoder else ())
+    folders = get_family(family).pipeline_folders + tuple(image_folders)
     if not p.is_dir():
         return [f"model.weights {p} is not a folder; generate needs a diffusers pipeline folder "
                 f"({', '.join(folders)}/ and model_index.json)"]
@@ -76,24 +68,33 @@ def read_prompts(path: str | Path) -> list[str]:
     return prompts
 
 
+def _config(model: Any) -> dict:
+    return dict(getattr(model, "diffusers_config", None) or {})
+
+
+def image_input(model: Any) -> str:
+    """Whether a generate job of ``model`` (``plan.model``) gives ``workload.image``: "required",
+    "optional" or "none" (its family's ``image_input`` of its config)."""
+    fam = get_family(model.family) if getattr(model, "family", None) else None
+    return fam.image_input(_config(model), bool(getattr(model, "expand_timesteps", False))) if fam else "none"
+
+
 def image_to_video(model: Any) -> bool:
-    """The model takes a latent image condition (more input than output channels: Wan I2V)."""
-    knobs = {**PRESET_KNOBS.get(str(model.preset or ""), {}), **dict(getattr(model, "knobs", None) or {})}
-    return int(knobs.get("out_channels") or model.in_channels) < int(model.in_channels)
-
-
-def image_embeds(model: Any) -> bool:
-    """The model takes CLIP image tokens besides the latent first frame (Wan2.1 I2V: ``image_dim``
-    from its preset or its checkpoint's config.json), so generate encodes ``workload.image`` with
-    the folder's image encoder too."""
-    knobs = {**PRESET_KNOBS.get(str(model.preset or ""), {}), **dict(getattr(model, "knobs", None) or {})}
-    return bool(knobs.get("image_dim"))
+    """The model needs ``workload.image`` (image-to-video: Wan I2V)."""
+    return image_input(model) == "required"
 
 
 def takes_image(model: Any) -> bool:
     """A generate job of ``model`` may take ``workload.image``: image-to-video (it needs one) or
-    text-image-to-video (Wan2.2 TI2V-5B, ``expand_timesteps``: optional)."""
-    return image_to_video(model) or bool(getattr(model, "expand_timesteps", False))
+    text-image-to-video (Wan2.2 TI2V-5B: optional)."""
+    return image_input(model) != "none"
+
+
+def image_folders(model: Any) -> tuple[str, ...]:
+    """The pipeline folder's sub-folders the model reads an image with besides the pipeline's own
+    (Wan2.1 I2V's CLIP image encoder and processor)."""
+    fam = get_family(model.family) if getattr(model, "family", None) else None
+    return fam.image_folders(_config(model)) if fam else ()
 
 
 def generate_family(model: Any) -> Family:
@@ -101,12 +102,11 @@ def generate_family(model: Any) -> Family:
     ``pipeline_folders``), else ValueError (one line, listing the families that generate from the
     registry, so a new family is named without an edit here)."""
     fam = get_family(model.family) if model.family else None
-    if fam is None or not fam.pipeline_folders:
-        video = ", ".join(f.title for f in FAMILIES if f.pipeline_folders and f.video)
-        image = ", ".join(f.title for f in FAMILIES if f.pipeline_folders and not f.video)
+    if fam is None or not fam.pipeline_class:
+        video = ", ".join(f.title for f in FAMILIES if f.pipeline_class and f.video)
+        image = ", ".join(f.title for f in FAMILIES if f.pipeline_class and not f.video)
         raise ValueError(f"workload.kind=generate needs a model of a family with a generate pipeline: video "
-                         f"({video}; a stand-in of attention cross) or image ({image}; a stand-in of attention "
-                         f"joint), got preset {model.preset!r} attention {model.attention!r}")
+                         f"({video}) or image ({image}), got {model.diffusers_class} (family {model.family})")
     return fam
 
 
@@ -127,7 +127,7 @@ def check_generate(model: Any, workload: Any) -> list[str]:
         problems.append("workload.kind=generate needs model.weights: a diffusers pipeline folder "
                         "(or workload.tiny_weights: true with a folder to create)")
     elif not (workload.tiny_weights and not Path(weights).expanduser().exists()):
-        problems += pipeline_problems(weights, family, image_embeds(model))
+        problems += pipeline_problems(weights, family, image_folders(model))
     if workload.prompt_file:
         try:
             read_prompts(workload.prompt_file)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sporch.orchestrator.models import preset_knobs
 from sporch.orchestrator.models.lora_targets import FAMILIES
 
 
@@ -18,8 +17,7 @@ def module_names(model: Mapping[str, Any]) -> set[str]:
     table = FAMILIES.get(model.get("attention", ""))
     if table is None:
         return set()
-    knobs = {**preset_knobs(model.get("preset")), **dict(model.get("knobs") or {})}  # as plan/estimates.py reads them
-    image = bool(knobs.get("image_dim"))
+    image = bool((model.get("diffusers_config") or {}).get("image_dim"))
     guidance = bool(model.get("guidance_embed"))  # the planner records it for every preset and checkpoint
     counts = {"blocks.": model.get("depth", 0), "double_blocks.": model.get("depth", 0),
               "single_blocks.": model.get("single_depth", 0)}

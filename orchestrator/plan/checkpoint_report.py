@@ -16,8 +16,7 @@ from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
-from sporch.orchestrator.models.families import FAMILIES, require_family
-from sporch.orchestrator.models import PRESETS
+from sporch.orchestrator.models.families import get_family, require_family
 from sporch.orchestrator.contract.parallel import kv_mode
 from sporch.orchestrator.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
 from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
@@ -31,8 +30,9 @@ from sporch.orchestrator.plan.resolve import disagreements, resolve_model
 DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2,
                "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
 #: Tensor names that say the family and format of a checkpoint without a config.json.
-NAME_HINTS = (("double_blocks.", "Flux.1", "original"), ("transformer_blocks.", "Flux.1", "diffusers"),
-              ("blocks.0.self_attn.q.", "Wan2.1", "original"), ("blocks.0.attn1.to_q.", "Wan2.1", "diffusers"))
+NAME_HINTS = (("double_blocks.", "Flux.1", "original"), ("single_transformer_blocks.", "Flux.1", "diffusers"),
+              ("blocks.0.self_attn.q.", "Wan2.1 / Wan2.2", "original"),
+              ("blocks.0.attn1.to_q.", "Wan2.1 / Wan2.2", "diffusers"))
 
 
 def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
@@ -59,12 +59,14 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         counts[info.dtype] = counts.get(info.dtype, 0) + math.prod(info.shape)
     total = sum(counts.values())
     nbytes = sum(n * DTYPE_BYTES.get(d, 4) for d, n in counts.items())
-    family, fmt = (model.family, model.fmt) if model else _guess(files.tensors)
+    # no config.json at all: the tensor names may say the family (an original Flux file); an unsupported
+    # config says what it is itself (config_note), no guess from names
+    family, fmt = (model.family, model.fmt) if model else (_guess(files.tensors) if note is None else (None, None))
     out: dict[str, Any] = {
         "path": str(path), "root": str(files.root), "files": [str(f) for f in files.files],
         "family": family, "format": fmt, "config": str(model.config_file) if model else None, "config_note": note,
         "tensors": len(files.tensors), "parameters": total, "dtypes": counts, "bytes": nbytes,
-        "model": {**model.fields, **model.knobs} if model else None,
+        "model": dict(model.fields) if model else None,
         "memory_per_gpu": {"whole": nbytes, **{f"sharded over {n}": math.ceil(nbytes / n) for n in gpus if n > 1}},
         # Wan2.2 A14B: the figures above are the first expert's; transformer_2 has as many
         "experts": None if experts is None else {"count": 2, "boundary_ratio": boundary,
@@ -73,7 +75,7 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
         "expand_timesteps": expand,
     }
     out.update(_presets(model, boundary, expand) if model else {"presets": [], "nearest": None})
-    out["generic"] = _generic(model, gpus) if model is not None and model.diffusers_class else None
+    out["generic"] = _generic(model, gpus) if model is not None else None
     out["placements"] = None
     if model is not None and cluster is not None:
         try:
@@ -104,27 +106,21 @@ def _guess(tensors) -> tuple[Optional[str], Optional[str]]:
 
 
 def _presets(model, boundary: Optional[float] = None, expand: Optional[bool] = None) -> dict[str, Any]:
-    """The published presets of the checkpoint's family it matches, or the nearest one and how it
-    differs (``boundary``: the folder's two experts' boundary_ratio, None for one transformer;
-    ``expand``: its model_index.json's expand_timesteps, None without one)."""
-    attention = model.fields["attention"]
+    """The presets of the checkpoint's family it matches, or the nearest one and how it differs
+    (``boundary``: the folder's two experts' boundary_ratio, None for one transformer; ``expand``:
+    its model_index.json's expand_timesteps, None without one). Test models (``tiny``) are not
+    published releases: never matched."""
     found: list[tuple[str, list[str]]] = []
-    generic = {p.name for f in FAMILIES if f.name == model.family_key and not f.hand_built for p in f.presets}
-    for name, preset in PRESETS.items():
-        if generic:
-            if name not in generic:
-                continue  # the generic path: its own family's presets only
-        elif preset.shape.get("attention") != attention or not preset.knobs:
-            continue  # another family, or a shape-only stand-in
-        section = resolve_model(ModelSpec(preset=name))
-        wrong = disagreements(model, section, dict(preset.knobs), label="preset")
-        if preset.knobs.get("boundary_ratio") != boundary:
-            wrong.append(f"boundary_ratio {boundary!r} (preset: {preset.knobs.get('boundary_ratio')!r}, "
-                         "model_index.json)")
-        if expand is not None and bool(preset.knobs.get("expand_timesteps", False)) != expand:
-            wrong.append(f"expand_timesteps {expand!r} (preset: {bool(preset.knobs.get('expand_timesteps'))!r}, "
-                         "model_index.json)")
-        found.append((name, wrong))
+    for preset in get_family(model.family_key).presets:
+        if preset.test_model:
+            continue
+        section = resolve_model(ModelSpec(preset=preset.name))
+        wrong = disagreements(model, section, preset.config, label="preset")
+        if preset.boundary_ratio != boundary:
+            wrong.append(f"boundary_ratio {boundary!r} (preset: {preset.boundary_ratio!r}, model_index.json)")
+        if expand is not None and preset.expand_timesteps != expand:
+            wrong.append(f"expand_timesteps {expand!r} (preset: {preset.expand_timesteps!r}, model_index.json)")
+        found.append((preset.name, wrong))
     matches = [name for name, wrong in found if not wrong]
     nearest = min(((len(wrong), name, wrong) for name, wrong in found if wrong), default=None)
     return {"presets": matches,

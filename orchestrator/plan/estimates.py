@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
-from sporch.orchestrator.models.families import config_parameters, counted_parameters
-from sporch.orchestrator.models import preset_knobs
+from sporch.orchestrator.models.families import config_parameters, counted_parameters, get_family
 from sporch.orchestrator.contract.vocab import DTYPE_BYTES
 from sporch.orchestrator.contract.estimates_section import (
     CommunicationEstimate,
@@ -29,11 +28,12 @@ RESERVED_BYTES = 2 * GIB
 
 
 def image_tokens(model: ModelSection) -> tuple[int, int]:
-    """(image_dim, image_len) of a cross-attention model that also attends to CLIP image tokens
-    (Wan2.1 I2V: 1280, 257; the preset's knobs or the checkpoint's config.json); (0, 0) otherwise."""
-    knobs = {**preset_knobs(model.preset), **dict(model.knobs or {})}
-    dim = int(knobs.get("image_dim") or 0) if model.attention == "cross" else 0
-    return (dim, int(knobs.get("image_len") or 257)) if dim else (0, 0)
+    """(image_dim, image_len) of a cross-attention model that also attends to image tokens beside
+    the text (Wan2.1 I2V's CLIP tokens: 1280, 257; its family's ``image_tokens`` of its config);
+    (0, 0) otherwise."""
+    if model.attention != "cross" or not model.family or model.diffusers_config is None:
+        return 0, 0
+    return get_family(model.family).image_tokens(model.diffusers_config)
 
 
 def parameter_count(model: ModelSection) -> int:

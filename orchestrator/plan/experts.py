@@ -15,11 +15,11 @@ the high-noise expert's GPU -> host (and back for the next prompt batch), at the
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Optional
 
 from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models import find_preset
+from sporch.orchestrator.models.families import FamilyPreset, generic_preset
 from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.estimates_section import Estimates, ExpertsEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
@@ -31,18 +31,18 @@ from sporch.orchestrator.plan.estimates import memory_totals
 HOST_GB_PER_S = 25.0
 
 
-def _published_knobs(spec: ModelSpec) -> Optional[dict[str, Any]]:
-    """The knobs of the job's preset when it names a published release (None: no preset, or a
-    stand-in such as tiny, whose knobs are empty)."""
-    preset = find_preset(spec.preset) if spec.preset else None
-    return dict(preset.knobs) if preset is not None and preset.knobs else None
+def _preset(spec: ModelSpec) -> Optional[FamilyPreset]:
+    """The job's published preset (None: no preset, or a test model such as tiny, whose pipeline
+    folder says what it has)."""
+    found = generic_preset(spec.preset) if spec.preset else None
+    return found[1] if found is not None and not found[1].test_model else None
 
 
 def boundary_ratio(spec: ModelSpec) -> Optional[float]:
     """The job's expert boundary (None: one transformer)."""
-    knobs = _published_knobs(spec)
-    published = knobs is not None
-    theirs = knobs.get("boundary_ratio") if published else None
+    preset = _preset(spec)
+    published = preset is not None
+    theirs = preset.boundary_ratio if published else None
     if not spec.weights:
         return theirs
     try:
@@ -68,9 +68,9 @@ def expand_timesteps(spec: ModelSpec) -> bool:
     """Whether the job's model takes one timestep per token (Wan2.2 TI2V-5B): the pipeline
     folder's ``model_index.json`` or the preset's; a published preset and a folder that disagree
     are refused in one line."""
-    knobs = _published_knobs(spec)
-    published = knobs is not None
-    theirs = bool(knobs.get("expand_timesteps", False)) if published else None
+    preset = _preset(spec)
+    published = preset is not None
+    theirs = preset.expand_timesteps if published else None
     try:
         ours = read_expand_timesteps(spec.weights) if spec.weights else None
     except CheckpointError as exc:

@@ -1,7 +1,7 @@
-"""What the generic path (any supported diffusers class: runtime/model/generic, and the generic
-generate in runtime/pipelines/generic.py) runs, and the one-line refusals of what it does not:
-the workloads per family, the generate placements ``auto`` may choose, and the checks the
-planner makes on a job whose model is a diffusers class (:func:`check_generic`)."""
+"""What every model (its diffusers class run by runtime/model/generic, and generate through its
+family's diffusers pipeline in runtime/pipelines/generic.py) runs, and the one-line refusals of
+what it does not: the workloads per family, the generate placements ``auto`` may choose, and the
+checks the planner makes on a job (:func:`check_generic`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from sporch.orchestrator.models.checkpoint_files import kind
 from sporch.orchestrator.models.families import Family, get_family, require_family
 
 
-#: Workloads the generic path (any supported diffusers class, runtime/model/generic) runs.
-GENERIC_WORKLOADS = ("verify", "benchmark")
+#: Workloads every family's class runs (runtime/model/generic).
+GENERIC_WORKLOADS = ("verify", "benchmark", "inference")
 
 
 def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
-    """The workloads the generic path runs for ``model``: verify and benchmark, and generate where
-    the family names the diffusers pipeline it runs (``Family.pipeline_class``)."""
+    """The workloads ``model`` runs: verify, benchmark and inference, and generate where the
+    family names the diffusers pipeline it runs (``Family.pipeline_class``)."""
     fam = get_family(model.family) if model.family else None
     return GENERIC_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
 
@@ -101,11 +101,12 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     w, p = job.workload, job.pipeline
     # parallel.cfg=2 runs however the pipeline applies CFG (Family.pipeline_cfg: batched or two_calls); one that
     # applies none belongs to a guidance-distilled family, whose cfg 2 the layout check's distilled rule refuses
-    for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas), ("workload.scheduler", w.scheduler),
-                       ("workload.image", w.image)):
-        if value is not None:
-            raise SporchError(f"{key} is not supported for generate on {what} (the pipeline folder's scheduler "
-                              f"and text-to-image/video only); remove {key}")
+    if not family.flow_scheduler:
+        for key, value in (("workload.shift", w.shift), ("workload.sigmas", w.sigmas),
+                           ("workload.scheduler", w.scheduler)):
+            if value is not None:
+                raise SporchError(f"{key} sets a flow-matching scheduler, but {family.pipeline_class} runs its "
+                                  f"folder's own ({family.title}: not flow matching); remove {key}")
     if w.batch != layout.dp:
         raise SporchError(f"workload.batch={w.batch}: generate on {what} denoises one prompt per pass on each dp "
                           f"replica; set workload.batch={layout.dp} (parallel.dp)")
@@ -115,10 +116,8 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
 
 
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
-    """What the generic path does not do yet is refused here, in one line each."""
-    if not model.diffusers_class:
-        return
-    what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    """What a model's class or pipeline does not do is refused here, in one line each."""
+    what = f"{model.diffusers_class} (family {model.family})"
     method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
     caches = require_family(model.diffusers_class).step_cache
     if method != "none" and method not in caches:

@@ -24,6 +24,7 @@ from sporch.orchestrator.plan.layouts import divisors
 from sporch.orchestrator.plan.pipeline_estimate import known_parts
 from sporch.orchestrator.plan.placement import PLAIN
 from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.plan.resolve import resolve_model
 
 #: The workload the memory is estimated for, by attention kind (Wan: cross, Flux: joint).
@@ -61,13 +62,16 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
     m = resolve_model(ModelSpec(**model))
     if m.attention not in WORKLOADS:
         raise SporchError(f"no standard workload for attention {m.attention!r}")
-    if m.diffusers_class:  # the generic path: a benchmark (its text encoder and VAE sizes unknown)
-        workload = {"kind": "benchmark", "dtype": "bfloat16", **WORKLOADS[m.attention], "guidance_scale": 1.0}
-    else:
+    # a family with a generate pipeline whose parts' sizes are known: a generate job's placements; else a
+    # benchmark (its text encoder and VAE sizes unknown), which places no text encoder or VAE
+    generate = bool(get_family(m.family).pipeline_class) and known_parts(m) is not None
+    if generate:
         workload = {"kind": "generate", "prompt": "inspect", "dtype": "bfloat16", **WORKLOADS[m.attention]}
+    else:
+        workload = {"kind": "benchmark", "dtype": "bfloat16", **WORKLOADS[m.attention], "guidance_scale": 1.0}
     two = m.experts > 1
-    rows = options(known_parts(m) is not None, two)
-    if m.diffusers_class:  # a benchmark places no text encoder or VAE: plain and the parameters sharded
+    rows = options(generate, two)
+    if not generate:
         rows = [r for r in rows if r[0] in ("plain", "shard_weights=world")]
     gpn = cluster.gpus_per_node
     usable = [n for n in gpus if n <= cluster.nodes * gpn and (n <= gpn or n % gpn == 0)]
@@ -86,7 +90,7 @@ def placement_memory(weights: str, cluster: ClusterSpec, gpus: Sequence[int],
                                 "vae": settings["vae"] if n > 1 or settings["vae"] != "parallel" else "leader",
                                 **({"experts": settings["experts"]} if two else {})},
                    "resources": {"nodes": max(1, n // gpn)}}
-            if m.diffusers_class:
+            if not generate:
                 job.pop("pipeline")
             mem = make_plan(where, job_from_dict(job, "<inspect>"), tables=False).estimates.memory
             row["per_gpu"][n] = {"gib": mem.memory_gib_per_gpu, "fits": bool(mem.fits)}

@@ -44,13 +44,13 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
+from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
 
 #: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
 MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
-from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -116,19 +116,9 @@ def job_model(job: JobSpec) -> sections.ModelSection:
     """``job``'s model section from its preset or checkpoint config (no LoRA): a preflight job's
     is the stand-in shape with the weights path kept."""
     if job.workload.kind != "preflight" or not job.model.weights:
-        return with_pipeline_family(resolve_model(job.model), job.workload)
+        return resolve_model(job.model)
     model = resolve_model(dataclasses.replace(job.model, weights=None))
     return dataclasses.replace(model, weights=job.model.weights)
-
-
-def with_pipeline_family(model: sections.ModelSection, workload: WorkloadSpec) -> sections.ModelSection:
-    """A generate job of a stand-in preset (``tiny``, no family) runs the hand-built pipeline of
-    the family its attention kind stands in for (models/families ``standin_family``): decided
-    here and recorded in ``plan.model.family``, which the runtime's pipelines read."""
-    if workload.kind != "generate" or model.family is not None:
-        return model
-    fam = standin_family(model.attention)
-    return dataclasses.replace(model, family=fam.name) if fam is not None else model
 
 
 def job_context(cluster: sections.ClusterSpec, job: JobSpec,
@@ -210,11 +200,7 @@ def check_expert_keys(job: JobSpec, model: sections.ModelSection) -> None:
 
 
 def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
-    """Step caching has its seam in the Wan and Flux models only (not the class-label DiT)."""
-    if job.workload.cache.method != "none" and model.attention not in ("cross", "joint"):
-        raise SporchError(f"workload.cache is for the Wan and Flux models, but the model "
-                          f"({model.preset or 'from model.weights'}) is a class-label DiT (attention {model.attention}); "
-                          "remove workload.cache or set workload.cache.method=none")
+    """MagCache needs the model's magnitude ratios (published, or measured by a run without them)."""
     c = job.workload.cache
     if c.method == "magcache" and c.ratios is None and c.threshold and (model.preset or "").lower() not in MAG_PRESETS:
         raise SporchError(f"workload.cache.method=magcache needs the model's magnitude ratios, and none are published "
@@ -311,9 +297,9 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     check_image(job, model)
     check_cache(job, model)
     check_generic(job, model, layout)
-    if model.diffusers_class and layout.cfg > 1 and not cfg_on(model, job.workload):
+    if layout.cfg > 1 and not cfg_on(model, job.workload):
         raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
-                          f"({model.diffusers_class} (family {model.family}, the generic path)); set parallel.cfg=1")
+                          f"({model.diffusers_class}, family {model.family}); set parallel.cfg=1")
 
     def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> Estimates:
         est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
@@ -323,12 +309,10 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
-    choices = (generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
-                                  folder_vae_refusal(model, get_family(model.family)))
-               if model.diffusers_class else None)
-    # the generic generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
-    two_calls = (generate and bool(model.diffusers_class)
-                 and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS)
+    choices = generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
+                                 folder_vae_refusal(model, get_family(model.family)))
+    # the generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
+    two_calls = generate and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS
     placement, est = choose_placement(modes, layout, estimate_for, lockstep=not generate, cfg_lockstep=not two_calls,
                                       generate=generate, experts=model.experts > 1, choices=choices)
     check_quant(job, model, cluster, placement)

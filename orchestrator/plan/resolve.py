@@ -12,7 +12,7 @@ ratio when hidden changes).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.config.job_spec import ModelSpec, WorkloadSpec
 from sporch.orchestrator.config.model_checks import vae_stride_problem
@@ -20,8 +20,8 @@ from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.families import generic_preset, get_family
-from sporch.orchestrator.models import find_preset, preset_family
+from sporch.orchestrator.models.families import (SHAPE_FAMILIES, Family, config_class, config_problem, generic_preset,
+                                                 get_family, preset_shape, shape_family)
 from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
 from sporch.orchestrator.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
                                                                 read_checkpoint_model)
@@ -54,18 +54,23 @@ def triple(value: Any, key: str) -> list[int]:
 
 
 def base_shape(spec: ModelSpec, given: dict[str, Any]) -> tuple[dict[str, Any], Optional[str]]:
-    """(the preset's shape or {}, the preset's name); a model without a preset must give the rest."""
+    """(the preset's shape, the preset's name); a model without a preset gives its attention kind
+    and sizes, and takes the rest from the shape of its family's class defaults (a Flux model's
+    feed-forward width and q/k norms are the class's)."""
     if spec.preset is not None:
         return get_preset(spec.preset), spec.preset.strip().lower()
     missing = [k for k in REQUIRED_WITHOUT_PRESET if k not in given]
-    if "mlp_ratio" not in given and "ffn_dim" not in given:
-        missing.append("mlp_ratio (or ffn_dim)")
     if missing:
         raise SporchError(
             "model without a preset needs " + ", ".join(f"model.{m}" for m in missing)
             + f"; or set model.preset to one of: {', '.join(preset_names())}"
         )
-    return {}, None
+    fam = shape_family(given["attention"])
+    if fam is None:
+        raise SporchError(f"model.attention={given['attention']}: no diffusers family runs a model of this attention "
+                          f"kind given by its shape alone ({', '.join(f'{k}: {v}' for k, v in SHAPE_FAMILIES.items())}); "
+                          "name a preset or point model.weights at a diffusers folder")
+    return fam.shape({}), None
 
 
 def check_given(given: dict[str, Any]) -> None:
@@ -176,95 +181,129 @@ def checkpoint_model(spec: ModelSpec) -> Optional[CheckpointModel]:
         raise SporchError(str(exc)) from None
 
 
-#: Knobs that bound the job rather than describe the model (checked against the token grid).
-BOUNDS = ("rope_max_seq_len",)
-#: Knobs' values when neither a preset nor a checkpoint sets them (the runtime's ModelConfig defaults).
-KNOB_DEFAULTS: dict[str, Any] = {"freq_dim": 256, "eps": 1e-6, "pooled_dim": 0, "guidance_embed": False,
-                                 "image_dim": 0}
+#: Shape fields no config key holds: the pipeline's text length and the VAE's strides (a job may
+#: set them on any model; the family's pipeline must agree for a generate job).
+PIPELINE_FIELDS = ("text_len", "vae_stride")
 
 
-def _effective(name: str, section: ModelSection, preset_knobs: dict[str, Any]) -> Any:
-    """The value the job's model (preset, explicit fields) has for ``name``, as a checkpoint's
-    config would state it."""
-    if name in SHAPE_KEYS or name in ("num_kv_heads",):
-        return getattr(section, name)
-    if name == "out_channels":
-        return preset_knobs.get("out_channels") or section.in_channels
-    if name == "rope_axes":
-        hd = section.head_dim
-        return list(preset_knobs.get("rope_axes") or (hd - 4 * (hd // 6), 2 * (hd // 6), 2 * (hd // 6)))
-    return preset_knobs.get(name, KNOB_DEFAULTS.get(name))
-
-
-def disagreements(ckpt: CheckpointModel, section: ModelSection, preset_knobs: dict[str, Any],
-                  label: str = "job") -> list[str]:
-    """``name value (job: value)`` for every field or knob the checkpoint's config sets
-    differently from the job's model."""
+def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any], keys: Mapping[str, str], label: str) -> list[str]:
+    """``name theirs (label: ours, config key K)`` for every shape field the two set differently."""
     out = []
-    for name in sorted(ckpt.keys):
-        if name in BOUNDS:
+    for name in sorted(theirs):
+        if name in PIPELINE_FIELDS or name not in ours:
             continue
-        theirs = {**ckpt.fields, **ckpt.knobs}.get(name)
-        ours = _effective(name, section, preset_knobs)
-        same = (list(theirs) == list(ours)) if isinstance(theirs, (list, tuple)) and isinstance(ours, (list, tuple)) \
-            else theirs == ours
+        a, b = theirs[name], ours[name]
+        same = list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
         if not same:
-            out.append(f"{name} {theirs!r} ({label}: {ours!r}, config key {ckpt.keys[name]})")
+            out.append(f"{name} {a!r} ({label}: {b!r}, config key {keys.get(name, name)})")
+    return out
+
+
+def disagreements(ckpt: CheckpointModel, section: ModelSection, preset_config: Optional[Mapping[str, Any]] = None,
+                  label: str = "job") -> list[str]:
+    """Every shape field (and, given the preset's config, every key it states) in which the
+    checkpoint's config differs from the job's model."""
+    ours = {name: getattr(section, name) for name in ckpt.fields if hasattr(section, name)}
+    out = _differences(ckpt.fields, ours, ckpt.keys, label)
+    for key, value in (preset_config or {}).items():
+        theirs = (ckpt.config or {}).get(key)
+        same = list(theirs) == list(value) if isinstance(theirs, (list, tuple)) and isinstance(value, (list, tuple)) \
+            else theirs == value
+        if not same and not any(f"config key {key})" in line for line in out):
+            out.append(f"{key} {theirs!r} ({label}: {value!r}, config.json)")
     return out
 
 
 def resolve_model(spec: ModelSpec) -> ModelSection:
-    """Preset + explicit fields -> the complete ``plan.model`` section. With ``model.weights``
-    and no preset, the checkpoint's config.json is the base (its knobs travel in
-    ``plan.model.knobs``); a preset or a field that disagrees with the config is refused, every
-    disagreement in one line. A two-expert model (Wan2.2 A14B) gets its ``boundary_ratio``, a
-    model with per-token timesteps (Wan2.2 TI2V-5B) ``expand_timesteps`` (plan/experts.py)."""
+    """Preset (or checkpoint config, or shape alone) + explicit fields -> the complete
+    ``plan.model`` section: its family, diffusers class and config decided here, once. With
+    ``model.weights`` and no preset, the checkpoint's config.json is the base; a preset or a field
+    that disagrees with the config is refused, every disagreement in one line. A preset's sizes may
+    be changed where its family can express them in its class's config (``Family.config_for``);
+    a model given by its shape alone runs as the family of its attention kind. A two-expert model
+    (Wan2.2 A14B) gets its ``boundary_ratio``, a model with per-token timesteps (Wan2.2 TI2V-5B)
+    ``expand_timesteps`` (plan/experts.py)."""
     ckpt = checkpoint_model(spec)  # config.json read once (tests/plan/test_planner_reads_once.py)
-    section = _one_transformer(spec, ckpt)
-    section = dataclasses.replace(section, **family_fields(spec, ckpt))
-    if ckpt is None:
-        check_generic_preset_shape(spec, section)
+    from_checkpoint = dict(ckpt.fields) if ckpt is not None and spec.preset is None else None
+    section = _resolve(spec, from_checkpoint)
+    fam, config = _family_config(spec, ckpt, section)
+    if ckpt is not None:
+        _check_checkpoint(spec, ckpt, section)
+        config = dict(ckpt.config)
+    section = dataclasses.replace(
+        section, family=fam.name, diffusers_class=config_class(config) or fam.classes[0], diffusers_config=config,
+        pipeline_sizes=folder_pipeline_sizes(ckpt) if ckpt is not None else None, **_guidance(fam, config))
     return dataclasses.replace(section, boundary_ratio=boundary_ratio(spec), expand_timesteps=expand_timesteps(spec))
 
 
-def family_fields(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> dict[str, Any]:
-    """``family``, ``diffusers_class``, ``diffusers_config`` of ``plan.model``: decided here, once,
-    from the checkpoint's config.json or the preset (models/families)."""
-    if ckpt is not None and ckpt.family_key:
-        # the folder's config.json (the runtime loads the folder; the planner counts its parameters from it)
-        config = dict(ckpt.config) if ckpt.diffusers_class and ckpt.config is not None else None
-        out = {"family": ckpt.family_key, "diffusers_class": ckpt.diffusers_class, "diffusers_config": config,
-               "pipeline_sizes": folder_pipeline_sizes(ckpt)}
-        return {**out, **_guidance(ckpt.family_key, ckpt.diffusers_class, ckpt.config or {})}
+def _family_config(spec: ModelSpec, ckpt: Optional[CheckpointModel], section: ModelSection) -> tuple[Family, dict]:
+    """The family and the diffusers config of the job's model: the checkpoint's, the preset's with
+    the job's sizes (its family's ``config_for``), or the shape's family's for a model given by its
+    shape alone. A size the class cannot express is refused in one line naming the field."""
     found = generic_preset(spec.preset) if spec.preset else None
+    if found is None and ckpt is not None:
+        return get_family(ckpt.family_key), dict(ckpt.config)
     if found is not None:
         fam, preset = found
-        out = {"family": fam.name, "diffusers_class": fam.classes[0], "diffusers_config": dict(preset.config)}
-        return {**out, **_guidance(fam.name, fam.classes[0], preset.config)}
-    return {"family": preset_family(spec.preset), "diffusers_class": None, "diffusers_config": None}
+        base: Mapping[str, Any] = preset.config
+        published = preset_shape(fam, preset)
+    else:
+        fam = shape_family(section.attention)
+        if fam is None:
+            raise SporchError(f"model.attention={section.attention}: no diffusers family runs a model of this attention "
+                              f"kind given by its shape alone ({', '.join(f'{k}: {v}' for k, v in SHAPE_FAMILIES.items())}); "
+                              "name a preset or point model.weights at a diffusers folder")
+        base, published = {}, {}
+    shape = {k: getattr(section, k) for k in fam.shape(base or {}) if hasattr(section, k)}
+    changed = {k: v for k, v in shape.items() if k not in PIPELINE_FIELDS and not _same(v, published.get(k))}
+    if not changed and found is not None:
+        return fam, dict(base)
+    what = f"preset {found[1].name}" if found is not None else f"a {fam.classes[0]} given by its shape"
+    if fam.config_for is None:
+        listed = ", ".join(f"model.{k}={v!r} (the preset's: {published.get(k)!r})" for k, v in changed.items())
+        raise SporchError(f"{listed}: {what} runs diffusers' {fam.classes[0]} with its published config, so its shape "
+                          "cannot be changed here; drop the override, or point model.weights at a folder whose "
+                          "config.json has the shape you want")
+    config = fam.config_for(base, shape)
+    got = fam.shape(config)
+    lost = [f"model.{k}={v!r} ({fam.classes[0]} gives {got.get(k)!r})" for k, v in shape.items()
+            if k not in PIPELINE_FIELDS and k in got and not _same(v, got[k])]
+    if lost:
+        raise SporchError(f"{', '.join(lost)}: {what} runs diffusers' {fam.classes[0]}, whose config cannot express "
+                          "this shape; drop the override or change the other fields with it")
+    problem = config_problem(fam, config)
+    if problem is not None:
+        key, why = problem
+        raise SporchError(f"{what}: the model's {fam.classes[0]} config would have {key} {why}; change the model's "
+                          "fields")
+    return fam, config
 
 
-def check_generic_preset_shape(spec: ModelSpec, section: ModelSection) -> None:
-    """A generic-path preset is built from its diffusers config (``plan.model.diffusers_config``),
-    so a shape field set besides it (``model.depth=10``) would plan one model and run another:
-    refused in one line, naming each field and the preset's value."""
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return a == b
+
+
+def _check_checkpoint(spec: ModelSpec, ckpt: CheckpointModel, section: ModelSection) -> None:
+    """A preset or explicit fields that disagree with the checkpoint's config are refused, every
+    disagreement in one line."""
     found = generic_preset(spec.preset) if spec.preset else None
-    if found is None:
-        return
-    fam, preset = found
-    changed = [f"model.{k}={getattr(section, k)!r} (the preset's: {v!r})" for k, v in fam.shape(preset.config).items()
-               if (list(v) != list(getattr(section, k)) if isinstance(v, (list, tuple)) else v != getattr(section, k))]
-    if changed:
-        raise SporchError(f"{', '.join(changed)}: preset {preset.name} runs diffusers' {fam.classes[0]} with its published "
-                          "config, so its shape cannot be changed here; drop the override, or point model.weights at a "
-                          "folder whose config.json has the shape you want")
+    wrong = disagreements(ckpt, section, found[1].config if found is not None else None)
+    if found is not None and found[0].name != ckpt.family_key:
+        wrong.insert(0, f"family {ckpt.family_key} (job: {found[0].name})")
+    if wrong:
+        fix = (f"drop model.preset ({spec.preset})" if spec.preset else "drop the model fields") + \
+            " to take the model from the checkpoint, or point model.weights at a checkpoint of this model"
+        raise SporchError(f"model.weights {spec.weights}: the checkpoint ({ckpt.describe()}) disagrees with the "
+                          f"job's model in {len(wrong)} field(s): {'; '.join(wrong)}; {fix}")
 
 
 def folder_pipeline_sizes(ckpt: CheckpointModel) -> Optional[dict[str, Any]]:
-    """A generic-path pipeline folder's text encoders and VAE sized from their safetensors headers
+    """A pipeline folder's text encoders and VAE sized from their safetensors headers
     (models/pipeline_sizes.py), for the generate memory estimate; None: the transformer's folder
     alone, a family without a generate pipeline, or parts it cannot size."""
-    fam = get_family(ckpt.family_key) if ckpt.diffusers_class and ckpt.family_key else None
+    fam = get_family(ckpt.family_key) if ckpt.family_key else None
     if fam is None or not fam.pipeline_class or ckpt.config_file.parent.name != "transformer":
         return None
     try:
@@ -273,33 +312,12 @@ def folder_pipeline_sizes(ckpt: CheckpointModel) -> Optional[dict[str, Any]]:
         raise SporchError(str(exc)) from None
 
 
-def _guidance(family: str, diffusers_class: Optional[str], config: dict) -> dict[str, Any]:
-    """A guidance-distilled family on the generic path (HunyuanVideo): one pass per step, the
-    guidance scale an embedded input (``guidance_embeds``), no CFG branch."""
-    if not diffusers_class or get_family(family).cfg:
-        return {}
+def _guidance(fam: Family, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A guidance-distilled family (Flux.1, HunyuanVideo): one pass per step, no CFG branch, the
+    guidance scale an embedded input where the config has one (``guidance_embeds``)."""
+    if fam.cfg:
+        return {"distilled": False, "guidance_embed": False}
     return {"distilled": True, "guidance_embed": bool(config.get("guidance_embeds", True))}
-
-
-def _one_transformer(spec: ModelSpec, ckpt: Optional[CheckpointModel]) -> ModelSection:
-    section = _resolve(spec, dict(ckpt.fields) if ckpt is not None and spec.preset is None else None)
-    if ckpt is None:
-        return section
-    preset_knobs = dict(find_preset(spec.preset).knobs) if spec.preset and find_preset(spec.preset) else {}
-    if spec.preset is None:
-        preset_knobs = dict(ckpt.knobs)
-    wrong = disagreements(ckpt, section, preset_knobs)
-    if wrong:
-        fix = (f"drop model.preset ({spec.preset})" if spec.preset else "drop the model fields") + \
-            " to take the model from the checkpoint, or point model.weights at a checkpoint of this model"
-        raise SporchError(f"model.weights {spec.weights}: the checkpoint ({ckpt.describe()}) disagrees with the "
-                          f"job's model in {len(wrong)} field(s): {'; '.join(wrong)}; {fix}")
-    if spec.preset is None:
-        knobs = dict(ckpt.knobs)
-        return dataclasses.replace(section, knobs=knobs or None, distilled=bool(knobs.get("distilled", False)),
-                                   guidance_embed=bool(knobs.get("guidance_embed", False)))
-    bounds = {k: ckpt.knobs[k] for k in BOUNDS if ckpt.knobs.get(k) is not None}
-    return dataclasses.replace(section, knobs=bounds) if bounds else section
 
 
 def _resolve(spec: ModelSpec, from_checkpoint: Optional[dict[str, Any]]) -> ModelSection:
@@ -345,8 +363,6 @@ def _resolve(spec: ModelSpec, from_checkpoint: Optional[dict[str, Any]]) -> Mode
         qk_norm=bool(given.get("qk_norm", base.get("qk_norm", False))),
         weights=spec.weights,
         stage=spec.stage,
-        distilled=bool(base.get("distilled", False)),
-        guidance_embed=bool(base.get("guidance_embed", False)),
     )
 
 
@@ -389,8 +405,8 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
             f"latent frames {lf} (from {frames} frames, VAE stride {st}) must be a multiple of the time patch {pt}"
         )
     grid = [lf // pt, workload.height // sh // ph, workload.width // sw // pw]
-    limit = (model.knobs or {}).get("rope_max_seq_len")
-    if limit and max(grid) > int(limit):
-        raise SporchError(f"the token grid {grid} (frames x height x width) passes the checkpoint's rope_max_seq_len "
+    limit = (model.diffusers_config or {}).get("rope_max_seq_len")
+    if isinstance(limit, int) and max(grid) > limit:
+        raise SporchError(f"the token grid {grid} (frames x height x width) passes the model's rope_max_seq_len "
                           f"{limit} on an axis; make the video smaller")
     return grid[0] * grid[1] * grid[2], grid

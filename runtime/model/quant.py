@@ -22,7 +22,7 @@ from torch import nn
 
 from sporch.orchestrator.contract.vocab import FP8_QUANT, QUANT_MODES
 
-from .base import block_lists
+from .blocks import block_lists
 
 #: Oldest CUDA compute capability with float8 tensor cores (Ada).
 FP8_CAPABILITY = (8, 9)

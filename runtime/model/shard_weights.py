@@ -1,20 +1,16 @@
-"""Sharded DiT parameters (``parallel.shard_weights``): torch's FSDP2 for inference.
+"""Sharded transformer parameters (``parallel.shard_weights``): torch's FSDP2 for inference.
 
-``build_sharded(model_dict, ctx, "sequence" | "world", ...)`` builds the model on the meta
-device, applies ``fully_shard`` to every block (one FSDP unit each) and to the root (the
-embeddings and the head), allocates only this rank's shard, and fills it from the seeded
-initialiser or from the checkpoint (each rank reads its rows out of the memory-mapped files:
-no rank ever materialises the whole model). In a forward, each block's parameters are
-all-gathered before it runs (the next block's gather is prefetched) and freed after it
-(``reshard_after_forward``), so a rank holds 1/n of the parameters plus about two blocks.
+:func:`shard_model` applies ``fully_shard`` to every block of a diffusers transformer (one FSDP
+unit each) and to the root (the embeddings and the head); the builder (generic/placed.py)
+allocates only this rank's shard and fills it from the checkpoint (each rank reads its rows out of
+the memory-mapped files: no rank ever materialises the whole model). In a forward, each block's
+parameters are all-gathered before it runs (the next block's gather is prefetched) and freed after
+it (``reshard_after_forward``), so a rank holds 1/n of the parameters plus about two blocks.
 
 The shard group: ``sequence`` = the rank's ring x ulysses group (each dp / cfg replica keeps
 its own sharded copy; its gathers stay where the sequence group's traffic goes), ``world`` =
 every rank (least memory; every rank must run the same number of forwards, which the
 workloads do step by step).
-
-The model's own entry point is ``forward_tokens`` (ShardedDiT calls it, not ``forward``): it
-is registered with FSDP so that its root all-gather runs there too.
 """
 
 from __future__ import annotations
@@ -26,10 +22,8 @@ import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
 
-from .base import DiTBase, block_lists
-from .build import as_config, build_model, init_weights, load_safetensors, model_class, resolve_dtype
-from .lora import merge_loras
-from .quant import QuantError, quantize_weights, tensor_bytes
+from .blocks import block_lists
+from .quant import QuantError, tensor_bytes
 
 #: What ``plan.placement.shard_weights`` may say.
 MODES = ("none", "sequence", "world")
@@ -44,11 +38,10 @@ def shard_group(ctx: ParallelContext, mode: str):
     raise ValueError(f"shard_weights must be one of {', '.join(MODES[1:])} here, got {mode!r}")
 
 
-def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = "forward_tokens") -> torch.nn.Module:
-    """Apply FSDP2 to ``model`` in place: one unit per block (``base.block_lists``: the direct
-    ``*blocks`` module lists, a diffusers transformer's too), then the root. ``forward_method``:
-    the model's entry point other than ``forward`` that runs the root's gather (the hand-built
-    models' ``forward_tokens``; None for a diffusers model, called through ``forward``)."""
+def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = None) -> torch.nn.Module:
+    """Apply FSDP2 to ``model`` in place: one unit per block (``blocks.block_lists``: the direct
+    ``*blocks`` module lists), then the root. ``forward_method``: an entry point other than
+    ``forward`` that runs the root's gather (None: the model is called through ``forward``)."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
     lists = block_lists(model)
@@ -77,32 +70,6 @@ def shard_mesh(ctx: ParallelContext, mode: str, device: torch.device) -> Any:
     from torch.distributed.device_mesh import DeviceMesh
 
     return DeviceMesh.from_group(shard_group(ctx, mode), device.type)
-
-
-def build_sharded(model: Any, ctx: ParallelContext | None, mode: str, *, seed: int = 0,
-                  dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
-                  weights: str | None = None, cache: Any = None, lora: Any = None,
-                  quant: str | None = None) -> DiTBase:
-    """The model of ``model`` (a ``plan.model`` dict or ModelConfig) with its parameters
-    sharded over ``shard_group(ctx, mode)``; ``mode`` "none", or no ``ctx`` (one process),
-    builds the plain model (from ``cache``, a :class:`WeightCache`, where it has the weights;
-    sharded parameters are never cached: their shards belong to one layout's groups)."""
-    if mode == "none" or ctx is None:
-        built = build_model(model, seed=seed, dtype=dtype, device=device, weights=weights, cache=cache, lora=lora)
-        return quantize_weights(built, quant, device)  # model.quant: after load and LoRA (runtime/model/quant.py)
-    refuse_quant(quant, mode)
-    cfg = as_config(model)
-    dtype = resolve_dtype(dtype)
-    device = torch.device(device)
-    m = model_class(cfg.attention)(cfg, device=torch.device("meta"), dtype=dtype)
-    shard_model(m, shard_mesh(ctx, mode, device))
-    m = m.to_empty(device=device)  # this rank's shard only
-    if weights:
-        load_safetensors(m, weights)
-    else:
-        init_weights(m, seed)
-    merge_loras(m, lora)  # each rank its rows of every update (sporch.runtime.model.lora)
-    return m.eval().requires_grad_(False)
 
 
 def resident_parameter_bytes(model: torch.nn.Module) -> int:

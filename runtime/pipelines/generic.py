@@ -79,22 +79,24 @@ from sporch.runtime.model.cache.decision import REDUCED_OVER
 from sporch.runtime.model.generic.cache import apply_step_cache
 from sporch.runtime.model.generic.cfg_two_calls import share_over_cfg
 from sporch.runtime.model.shard_weights import resident_parameter_bytes
-from sporch.runtime.model.sharded import replica_rows
-from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.parallel import ParallelContext, replica_rows
 from sporch.runtime.progress import Progress
 
 from .generic_denoise import PromptDenoiser
-from .generic_load import load_pipeline
-from .generic_output import write_prompt
+from .generic_latents import KeptLatents
+from .generic_load import experts_of, load_pipeline
+from .generic_output import result_frames, write_prompt
 from .generic_placement import cfg_split, parallel_decode, tiled_decode
 from .generic_resume import FinishedPrompts, resume_refusal
-from .generic_text import drop_text_parts, encode_prompts, encoder_sizes
-from .media import output_name
+from .generic_text import drop_prompt_parts, encode_prompts, encoder_sizes
+from .media import load_image, output_name
 from .params import generate_params
 from .phase_timing import PhaseTimer
 from .replica import is_leader
 from .resume import DenoiseCheckpoint, plan_key
+from .schedulers import apply_scheduler_options
 from .text import shard_text_encoders
+from .tiny_generic import ensure_tiny_pipeline
 from .vae_parallel.decode import row_parallel_vae
 
 __all__ = ["run_generic_generate"]
@@ -105,7 +107,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                          frames_sink: Callable[[int, Any], None] | None = None,
                          compile_model: Callable[[torch.nn.Module], Any] | None = None,
                          progress: Progress | None = None) -> dict[str, Any]:
-    """Run the generate workload of a generic-path ``plan`` on this rank (see the module docstring);
+    """Run the generate workload of ``plan`` on this rank (see the module docstring);
     ``frames_sink(index, frames)`` (tests) also receives each prompt's float frames [F, H, W, 3] on
     the leader. ``compile_model(transformer)``: compiles the transformer's blocks where the plan
     says so (runtime/workloads.py, the rule verify/benchmark follow) and returns the
@@ -115,9 +117,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     and :class:`RequeueRequested` raised; a requeued run resumes the prompt from that step."""
     spec = generate_params(plan)
     family = get_family(plan.model.family)
-    class_name = family.pipeline_class
+    class_name = family.image_pipeline_class if spec.image else family.pipeline_class
     if not class_name:  # the planner refuses this; a hand-edited plan gets one line
-        raise ValueError(f"family {family.name} has no generic generate pipeline")
+        raise ValueError(f"family {family.name} has no generate pipeline{' taking an image' if spec.image else ''}")
+    ensure_tiny_pipeline(spec, ctx)
     split = cfg_split(family, ctx, plan.placement.shard_weights)
     tiled = tiled_decode(family, plan.placement.vae)
     say = log or (lambda c, m: print(m, flush=True) if is_leader(c) else None)
@@ -128,7 +131,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     parallel = parallel_decode(plan.placement.vae, ctx)
     decodes = leader or parallel  # this rank runs the pipeline's decode tail
     roles = [r for r, on in (("text_encoder", leader or sharded), ("vae", decodes)) if on]
-    out: dict[str, Any] = {"kind": "generate", "path": "generic", "family": family.name,
+    out: dict[str, Any] = {"kind": "generate", "path": "diffusers", "family": family.name,
                            "diffusers_class": plan.model.diffusers_class, "pipeline": class_name,
                            "prompts": len(mine), "steps": spec.steps, "roles": roles if len(mine) else []}
     if not len(mine):
@@ -141,58 +144,78 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     out["reused_outputs"] = sorted(reused)
     if reused:
         say(ctx, f"{len(reused)} prompt(s) already written by an earlier run of this job: not denoised again")
-    if len(reused) == len(mine):  # nothing left: neither the pipeline nor the encoders are loaded
+    kept = KeptLatents(spec, output_dir, plan.workload.cache)
+    # prompts whose latents an earlier run kept (the family decodes them without its transformer): decoded only
+    decoded_only = kept.agreed(ctx, [i for i in mine if i not in reused], family)
+    if decoded_only:
+        say(ctx, f"{len(decoded_only)} prompt(s) already denoised (latents in {kept.store.folder}): decoding them "
+                 "without denoising again")
+    todo = [i for i in mine if i not in reused and i not in decoded_only]
+    if not todo and not decoded_only:  # nothing left: neither the pipeline nor the encoders are loaded
         out.update(outputs=[reused[i] for i in mine] if leader else [], denoised_prompts=0, step_ms=[], resumed={},
                    roles=[], peak_memory_bytes=peak_memory_bytes(device))
         return out
     stages = PhaseTimer(device)
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=leader or sharded,
+        pipe = load_pipeline(spec, class_name, device, text=(leader or sharded) and bool(todo),
                              text_device=torch.device("cpu") if sharded else text_device, lora=plan.model.lora,
                              ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
-        if sharded:
+        if sharded and todo:
             shard_text_encoders(pipe, ctx, device)
+        apply_scheduler_options(pipe, spec)
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
     if parallel:  # the VAE's decoder on this rank's rows, the whole output gathered (every rank of the group)
         pipe.vae = row_parallel_vae(pipe.vae, ctx.sequence_group)
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
-               resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
+               resident_parameter_bytes=sum(resident_parameter_bytes(t) for t in experts_of(pipe)),
+               text_encoder=spec.text_encoder)
     out.update(encoder_sizes(pipe))  # what this rank holds of the text encoders (sharded: its shards)
-    compiled = compile_model(pipe.transformer) if compile_model is not None else None
-    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
-    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt.
-    # With the two calls split each cfg rank computes one context: agreed over its sequence group only
+    outputs: dict[int, dict[str, Any]] = {i: reused[i] for i in reused} if leader else {}
+    if leader:
+        for index in decoded_only:  # the family's decode tail on the kept latents, the leader alone
+            with stages("decode"):
+                frames = kept.decode(pipe, family, index, spec)
+            row, frames = write_prompt(frames, spec, index, spec.seed + index, output_dir, stages, finished)
+            outputs[index] = row
+            say(ctx, f"wrote {row['path']}")
+            if frames_sink is not None:
+                frames_sink(index, frames)
+    compiled = compile_model(pipe.transformer) if compile_model is not None and todo else None
+    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py), one per
+    # expert; the pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each
+    # prompt. With the two calls split each cfg rank computes one context: agreed over its sequence group only
     two_calls = split is PipelineCfg.TWO_CALLS
-    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps,
-                                 groups=("sequence",) if two_calls else REDUCED_OVER)
+    head_hooks = [h for h in (apply_step_cache(t, plan.workload.cache, ctx, num_steps=spec.steps,
+                                               groups=("sequence",) if two_calls else REDUCED_OVER)
+                              for t in experts_of(pipe)) if h is not None] if todo else []
     step_cache: list[dict[str, Any]] = []
-    prompts = [spec.prompts[i] for i in mine if i not in reused]
+    image = load_image(spec.image) if spec.image else None
+    prompts = [spec.prompts[i] for i in todo]
     # sharded: the whole sequence group encodes, the same embeddings on every rank; else the leader, shared
-    embedded, peak = encode_prompts(pipe, spec, family, prompts, text_device, stages, ctx, sharded=sharded)
+    embedded, peak = (encode_prompts(pipe, spec, family, prompts, text_device, stages, ctx, sharded=sharded,
+                                     image=image) if todo else ([], None))
     if peak is not None:  # the encoders' parameters held at the busiest moment
         out["text_encoder_peak_bytes"] = peak
-    embeds = iter(embedded)  # in the order of ``prompts``
-    if leader or sharded:  # the text encoders are done: freed before the transformer runs
-        drop_text_parts(pipe)
+    embeds = iter(embedded)  # in the order of ``todo``
+    if (leader or sharded) and todo:  # the prompt parts are done: freed before the transformer runs
+        drop_prompt_parts(pipe)
         say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
-    outputs: list[dict[str, Any]] = []
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
                              else (lambda: False), key=plan_key(plan))
-    refusal = resume_refusal(pipe.scheduler, head_hook is not None)  # the same on every rank: same folder, plan
-    if refusal is not None:
+    refusal = resume_refusal(pipe.scheduler, bool(head_hooks))  # the same on every rank: same folder, plan
+    if refusal is not None and todo:
         say(ctx, f"a requeued prompt restarts its denoising: {refusal}")
-    denoiser = PromptDenoiser(pipe, spec, family, ctx, split, device, ckpt, refusal, head_hook, decodes=decodes,
-                              leader=leader, count=len(mine), say=say)
+    denoiser = PromptDenoiser(pipe, spec, family, ctx, split, device, ckpt, refusal, head_hooks, decodes=decodes,
+                              leader=leader, count=len(mine), say=say, image=image,
+                              keep_latents=kept.keep if leader else None)
     for k, index in enumerate(mine):
-        if index in reused:  # its row as the run that wrote it recorded it
-            if leader:
-                outputs.append(reused[index])
+        if index not in todo:
             continue
         seed = spec.seed + index
-        got = denoiser.denoise(k, seed, next(embeds))
-        if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
+        got = denoiser.denoise(k, seed, next(embeds), index)
+        if head_hooks:  # this prompt's steps computed / skipped, per cache context
             step_cache.append({"index": index, **(share_over_cfg(got.cache, ctx) if two_calls else got.cache)})
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", got.last_step - got.began)
@@ -200,8 +223,9 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             stages.add("decode", got.ended - got.last_step)
         if not leader:
             continue
-        row, frames = write_prompt(got.result, spec, index, seed, output_dir, stages, finished)
-        outputs.append(row)
+        row, frames = write_prompt(result_frames(got.result, spec.video), spec, index, seed, output_dir, stages,
+                                   finished)
+        outputs[index] = row
         say(ctx, f"wrote {row['path']}")
         if frames_sink is not None:
             frames_sink(index, frames)
@@ -209,13 +233,15 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
         compiled.first_call_s = step_ms[0] / 1e3
     steady = sorted(step_ms[1:])
-    if head_hook is not None:
+    if head_hooks:
         out["step_cache"] = step_cache
     out.update(lora_adapters=len(plan.model.lora or []),
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
-    out.update(step_ms=step_ms, outputs=outputs, resumed=denoiser.resumed, stages=stages.record(steps=len(step_ms)),
-               encode_s=stages.seconds("encode"),
-               denoised_prompts=len(mine) - len(reused),
-               parameters=sum(p.numel() for p in pipe.transformer.parameters()),
+    out.update(step_ms=step_ms, outputs=[outputs[i] for i in mine if i in outputs], resumed=denoiser.resumed,
+               stages=stages.record(steps=len(step_ms)), encode_s=stages.seconds("encode"),
+               denoised_prompts=len(todo), reused_latents=sorted(decoded_only),
+               parameters=sum(p.numel() for t in experts_of(pipe) for p in t.parameters()),
                peak_memory_bytes=peak_memory_bytes(device))
+    if spec.boundary_ratio is not None:
+        out["experts"] = {"count": 2, "boundary_ratio": spec.boundary_ratio}
     return out

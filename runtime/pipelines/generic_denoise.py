@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -20,25 +20,36 @@ from sporch.runtime.model.generic.families import family_module
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import RequeueRequested, requeue_self
 
+from .generic_load import SECOND_EXPERT, experts_of
 from .generic_placement import attach_hooks
 from .generic_resume import SkipTransformer
 from .params import GenerateParams
 from .resume import DenoiseCheckpoint, restore_scheduler
+from .schedulers import call_takes_sigmas
 
 __all__ = ["pipeline_arguments", "step_end_arguments", "Denoised", "PromptDenoiser"]
 
 
-def pipeline_arguments(spec: GenerateParams, family: Family, seed: int) -> dict[str, Any]:
+def pipeline_arguments(spec: GenerateParams, family: Family, seed: int, pipe: Any = None,
+                       image: Any = None) -> dict[str, Any]:
     """The keyword arguments of the pipeline's call besides the prompt's embeddings (the same a
     user would pass to diffusers to get the same output): size, frames, steps, the prompt's
-    generator, and the family module's ``call_arguments`` (guidance; CFG off, ``spec.cfg`` False,
-    runs one pass per step)."""
+    generator, the family module's ``call_arguments`` (guidance; CFG off, ``spec.cfg`` False,
+    runs one pass per step), the low-noise expert's scale (``guidance_scale_2``), the first frame
+    (``image``: ``workload.image``, read once) and a recipe's sigmas where the call takes them
+    (``workload.sigmas``; else the scheduler holds them: :mod:`.schedulers`)."""
     kw: dict[str, Any] = dict(height=spec.height, width=spec.width, num_inference_steps=spec.steps,
                               generator=torch.Generator().manual_seed(seed))
     if spec.video:
         kw["num_frames"] = spec.frames
     kw.update(family_module(family.name).call_arguments(guidance_scale=spec.guidance_scale, cfg=spec.cfg,
                                                         text_len=spec.text_len))
+    if spec.guidance_scale_2 is not None:
+        kw["guidance_scale_2"] = spec.guidance_scale_2 if spec.cfg else 1.0
+    if image is not None:
+        kw["image"] = image
+    if spec.sigmas is not None and pipe is not None and call_takes_sigmas(pipe):
+        kw["sigmas"] = list(spec.sigmas)
     return kw
 
 
@@ -97,29 +108,42 @@ class PromptDenoiser:
 
     def __init__(self, pipe, spec: GenerateParams, family: Family, ctx: ParallelContext | None,
                  split: PipelineCfg | None, device: torch.device, ckpt: DenoiseCheckpoint, refusal: str | None,
-                 head_hook: Any, *, decodes: bool, leader: bool, count: int,
-                 say: Callable[[ParallelContext | None, str], None]) -> None:
+                 head_hooks: Sequence[Any], *, decodes: bool, leader: bool, count: int,
+                 say: Callable[[ParallelContext | None, str], None], image: Any = None,
+                 keep_latents: Callable[[int, torch.Tensor], None] | None = None) -> None:
         self.pipe, self.spec, self.family, self.ctx, self.split, self.device = pipe, spec, family, ctx, split, device
-        self.ckpt, self.refusal, self.head_hook = ckpt, refusal, head_hook
+        self.ckpt, self.refusal, self.head_hooks = ckpt, refusal, list(head_hooks)
         self.decodes, self.leader, self.count, self.say = decodes, leader, count, say
+        self.image, self.keep_latents = image, keep_latents
+        self.experts = experts_of(pipe)
         self.step_ms: list[float] = []
         self.resumed: dict[str, int] = {}
 
-    def denoise(self, k: int, seed: int, embeds: dict[str, Any]) -> Denoised:
-        """Prompt ``k`` of this rank's (0-based) from its embeddings (the pipeline call's embedding
-        arguments), noise drawn from ``seed``: resumed from the replica's agreed step file where one
-        is kept; :class:`RequeueRequested` where a stop is agreed after one of its steps."""
+    def _cache_records(self) -> dict[str, Any]:
+        """Each cache context's record, per expert (the second expert's contexts prefixed with its name)."""
+        out: dict[str, Any] = {}
+        for index, hook in enumerate(self.head_hooks):
+            prefix = "" if index == 0 else f"{SECOND_EXPERT}."
+            out.update({prefix + name: rec.record() for name, rec in hook.records.items()})
+        return out
+
+    def denoise(self, k: int, seed: int, embeds: dict[str, Any], index: int | None = None) -> Denoised:
+        """Prompt ``k`` of this rank's (0-based; ``index``: among the job's prompts) from its
+        embeddings (the pipeline call's embedding arguments), noise drawn from ``seed``: resumed from
+        the replica's agreed step file where one is kept; :class:`RequeueRequested` where a stop is
+        agreed after one of its steps. The final latents (before the decode) go to ``keep_latents``."""
         pipe, spec, ctx, device, say, ckpt = self.pipe, self.spec, self.ctx, self.device, self.say, self.ckpt
-        step_ms, refusal, head_hook, count = self.step_ms, self.refusal, self.head_hook, self.count
+        step_ms, refusal, count = self.step_ms, self.refusal, self.count
         cache_now: dict[str, Any] = {}
-        if head_hook is not None:
-            _reset_step_cache(pipe.transformer)
+        if self.head_hooks:
+            for transformer in self.experts:
+                _reset_step_cache(transformer)
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
         got = ckpt.resume(k, device) if refusal is None else None  # collective over the replica
         done, saved = got if got is not None else (0, None)
         prompt_ms: list[float] = list(saved["step_ms"]) if saved is not None else []
-        skip = SkipTransformer(pipe.transformer)
+        skip = SkipTransformer(self.experts)
         attached = contextlib.ExitStack()
         if done:
             self.resumed[str(k)] = done
@@ -131,7 +155,7 @@ class PromptDenoiser:
             if i + 1 == done:  # the boundary: the saved step's scheduler state and latents
                 restore_scheduler(p.scheduler, saved["scheduler"], device)
                 skip.detach()
-                attached.enter_context(attach_hooks(pipe.transformer, ctx, self.family, self.split))
+                attached.enter_context(attach_hooks(self.experts, ctx, self.family, self.split))
                 clock["t"] = clock["last_step"] = time.perf_counter()
                 return {"latents": saved["x"].to(dtype=kwargs["latents"].dtype)}
             sync(device)
@@ -139,9 +163,11 @@ class PromptDenoiser:
             step_ms.append((now - clock["t"]) * 1e3)
             clock["t"] = clock["last_step"] = now
             say(ctx, f"prompt {k + 1}/{count} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
-            if head_hook is not None:  # read now: the pipeline resets its stateful hooks when the call ends
-                cache_now.update({name: rec.record() for name, rec in head_hook.records.items()})
+            if self.head_hooks:  # read now: the pipeline resets its stateful hooks when the call ends
+                cache_now.update(self._cache_records())
             prompt_ms.append(step_ms[-1])
+            if i + 1 == spec.steps and self.keep_latents is not None and index is not None:
+                self.keep_latents(index, kwargs["latents"])  # before the pipeline decodes them
             if refusal is None:
                 ckpt.save(k, i + 1, kwargs["latents"], p.scheduler, prompt_ms)
             if i + 1 < spec.steps and ckpt.stop_agreed():
@@ -156,13 +182,13 @@ class PromptDenoiser:
             if not step_ms[start:]:
                 clock["t"] = time.perf_counter()
 
-        kw = {**pipeline_arguments(spec, self.family, seed),
+        kw = {**pipeline_arguments(spec, self.family, seed, pipe, self.image),
               **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds.items()}}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
             with torch.no_grad(), attached, skip if done else contextlib.nullcontext():
                 if not done:
-                    attached.enter_context(attach_hooks(pipe.transformer, ctx, self.family, self.split))
+                    attached.enter_context(attach_hooks(self.experts, ctx, self.family, self.split))
                 sync(device)
                 began = clock["last_step"] = time.perf_counter()
                 result = pipe(**kw, output_type="np" if self.decodes else "latent", **step_end_arguments(pipe, on_step))

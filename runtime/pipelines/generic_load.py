@@ -1,5 +1,6 @@
-"""Loading the family's diffusers pipeline on the generic path (runtime/pipelines/generic.py): its
-transformer built as the plan places it, the other parts by diffusers' ``from_pretrained``."""
+"""Loading the family's diffusers pipeline (runtime/pipelines/generic.py): its transformer (and
+Wan2.2 A14B's second expert, ``transformer_2``) built as the plan places it, the other parts by
+diffusers' ``from_pretrained``."""
 
 from __future__ import annotations
 
@@ -9,43 +10,60 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from sporch.runtime.model import resolve_dtype
+from sporch.orchestrator.models.lora_experts import for_expert
 from sporch.runtime.model.generic.placed import build_transformer
+from sporch.runtime.model.dtypes import resolve_dtype
 from sporch.runtime.parallel import ParallelContext
 
-from .generic_text import is_text_part
+from .generic_text import is_prompt_part
 from .params import GenerateParams
 
-__all__ = ["load_pipeline"]
+__all__ = ["load_pipeline", "experts_of", "SECOND_EXPERT"]
+
+#: the low-noise expert's sub-folder and component name (Wan2.2 A14B)
+SECOND_EXPERT = "transformer_2"
 
 
 def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
                   text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
-                  ctx: ParallelContext | None = None, shard_weights: str = "none", quant: str | None = None):
+                  ctx: ParallelContext | None = None, shard_weights: str = "none", quant: str | None = None,
+                  transformers: bool = True):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
     generic path's loader (strict: every tensor of the folder, none missing) with the adapters
-    ``lora`` (``plan.model.lora``) merged into it as verify/benchmark merge them
-    (:func:`sporch.runtime.model.generic.lora.apply_lora`: the family's diffusers LoRA loader,
-    fused at their scales, PEFT layers unloaded; with sharded parameters
-    :func:`~sporch.runtime.model.generic.lora.merge_lora_rows`, each rank its rows). ``text``: load the text encoders and tokenizers
-    too (on ``text_device``, default ``device``); without them the pipeline runs from prompt
-    embeddings only. ``shard_weights`` (over ``ctx``) and ``quant``: the plan's placement of the
-    transformer's parameters (``plan.placement.shard_weights``: FSDP2, each rank reading its rows;
-    ``model.quant``), built by :func:`sporch.runtime.model.generic.placed.build_transformer` as
-    verify/benchmark build it."""
+    ``lora`` (``plan.model.lora``; each entry's ``expert``: both, transformer or transformer_2)
+    merged into it as verify/benchmark merge them (:func:`sporch.runtime.model.generic.lora.apply_lora`:
+    the family's diffusers LoRA loader, fused at their scales, PEFT layers unloaded; with sharded
+    parameters :func:`~sporch.runtime.model.generic.lora.merge_lora_rows`, each rank its rows). A
+    two-expert folder (``spec.boundary_ratio``) gets its ``transformer_2`` built the same way.
+    ``text``: load the prompt parts too (text encoders, tokenizers, an image encoder; on
+    ``text_device``, default ``device``); without them the pipeline runs from embeddings only.
+    ``shard_weights`` (over ``ctx``) and ``quant``: the plan's placement of the transformers'
+    parameters (``plan.placement.shard_weights``: FSDP2, each rank reading its rows; ``model.quant``),
+    built by :func:`sporch.runtime.model.generic.placed.build_transformer` as verify/benchmark build it.
+    ``transformers=False``: none built (``sporch decode``: the decode tail alone)."""
     import diffusers
 
     cls = getattr(diffusers, class_name)
     dtype = resolve_dtype(spec.dtype)
-    transformer = build_transformer(weights=spec.root, class_name="", config=None, ctx=ctx, shard_weights=shard_weights,
-                                    quant=quant, lora=lora, dtype=dtype, device=device)
-    skip = {} if text else {name: None for name in _components(spec.root) if is_text_part(name)}
-    pipe = cls.from_pretrained(spec.root, transformer=transformer, dtype=dtype, **skip)
+    experts = {"transformer": Path(spec.root)}
+    if spec.boundary_ratio is not None:
+        experts[SECOND_EXPERT] = Path(spec.root) / SECOND_EXPERT
+    built = {name: build_transformer(weights=str(folder), class_name="", config=None, ctx=ctx,
+                                     shard_weights=shard_weights, quant=quant, lora=for_expert(lora, index),
+                                     dtype=dtype, device=device) if transformers else None
+             for index, (name, folder) in enumerate(experts.items())}
+    skip = {} if text else {name: None for name in _components(spec.root) if is_prompt_part(name)}
+    pipe = cls.from_pretrained(spec.root, **built, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)
     for name, part in pipe.components.items():  # each part straight to where it runs
-        if isinstance(part, torch.nn.Module) and part is not transformer:  # built on ``device`` (maybe sharded)
-            part.to(text_device if (is_text_part(name) and text_device is not None) else device)
+        if isinstance(part, torch.nn.Module) and name not in built:  # built on ``device`` (maybe sharded)
+            part.to(text_device if (is_prompt_part(name) and text_device is not None) else device)
     return pipe
+
+
+def experts_of(pipe) -> list[torch.nn.Module]:
+    """The pipeline's transformers: ``transformer`` and, for two experts, ``transformer_2``."""
+    return [t for t in (getattr(pipe, "transformer", None), getattr(pipe, SECOND_EXPERT, None)) if t is not None]
 
 
 def _components(root: str) -> list[str]:

@@ -20,19 +20,20 @@ from .phase_timing import PhaseTimer
 __all__ = ["write_prompt"]
 
 
-def _frames(out, video: bool) -> np.ndarray:
+def result_frames(out, video: bool) -> np.ndarray:
     """[B, F, H, W, 3] float frames in [0, 1] from a pipeline output with ``output_type="np"``."""
     if video:
         return np.asarray(out.frames, dtype=np.float32)
     return np.asarray(out.images, dtype=np.float32)[:, None]
 
 
-def write_prompt(result: Any, spec: GenerateParams, index: int, seed: int, output_dir: Path, stages: PhaseTimer,
+def write_prompt(frames: Any, spec: GenerateParams, index: int, seed: int, output_dir: Path, stages: PhaseTimer,
                  finished: FinishedPrompts) -> tuple[dict[str, Any], np.ndarray]:
-    """Prompt ``index``'s file from the pipeline's output ``result`` (``output_type="np"``), timed as
-    the ``save`` phase, then recorded as finished (after the file: a requeued run skips this prompt):
-    its result row and its float frames [F, H, W, 3]."""
-    frames = _frames(result, spec.video)
+    """Prompt ``index``'s file from its float frames [1, F, H, W, 3] (:func:`result_frames` of the
+    pipeline's output, or a kept latent's decode), timed as the ``save`` phase, then recorded as
+    finished (after the file: a requeued run skips this prompt): its result row and its frames
+    [F, H, W, 3]."""
+    frames = np.asarray(frames, dtype=np.float32)
     check_output(torch.from_numpy(frames), "generate (decoded frames)")
     with stages("save"):
         path = write(Path(output_dir) / output_name(index, spec.prompts[index], spec.output_format), frames[0],

@@ -6,6 +6,7 @@ generic generate does not run is refused at plan time; a hand-edited plan gets o
 from __future__ import annotations
 
 import contextlib
+from typing import Sequence
 
 import torch
 
@@ -55,18 +56,19 @@ def parallel_decode(vae: str, ctx: ParallelContext | None) -> bool:
     return vae == "parallel" and ctx is not None and ctx.sequence_size > 1 and ctx.cfg_rank == 0
 
 
-def attach_hooks(transformer: torch.nn.Module, ctx: ParallelContext | None, family: Family,
+def attach_hooks(transformers: Sequence[torch.nn.Module], ctx: ParallelContext | None, family: Family,
                  split: PipelineCfg | None) -> contextlib.ExitStack:
-    """The hooks that run ``transformer`` over ``ctx``: sequence-parallel over the sequence group
-    (a group of more than one rank), then (inside it) CFG-parallel over the cfg group as ``split``
-    says: the family module's ``BATCHED`` arguments' rows (``batched``) or the two calls
-    (``two_calls``)."""
+    """The hooks that run each of ``transformers`` (the pipeline's: one, or Wan2.2 A14B's two
+    experts) over ``ctx``: sequence-parallel over the sequence group (a group of more than one
+    rank), then (inside it) CFG-parallel over the cfg group as ``split`` says: the family module's
+    ``BATCHED`` arguments' rows (``batched``) or the two calls (``two_calls``)."""
     with contextlib.ExitStack() as stack:
-        if ctx is not None and ctx.sequence_size > 1:
-            stack.enter_context(SequenceParallel(transformer, ctx, split_plan(type(transformer)),
-                                                 local_attention=family.local_attention))
-        if split is PipelineCfg.BATCHED:
-            stack.enter_context(CfgParallel(transformer, ctx, tuple(family_module(family.name).BATCHED)))
-        elif split is PipelineCfg.TWO_CALLS:
-            stack.enter_context(CfgTwoCalls(transformer, ctx))
+        for transformer in transformers:
+            if ctx is not None and ctx.sequence_size > 1:
+                stack.enter_context(SequenceParallel(transformer, ctx, split_plan(type(transformer)),
+                                                     local_attention=family.local_attention))
+            if split is PipelineCfg.BATCHED:
+                stack.enter_context(CfgParallel(transformer, ctx, tuple(family_module(family.name).BATCHED)))
+            elif split is PipelineCfg.TWO_CALLS:
+                stack.enter_context(CfgTwoCalls(transformer, ctx))
         return stack.pop_all()

@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -45,9 +45,12 @@ from .replica import share_from_leader
 __all__ = ["RESUMABLE_SCHEDULERS", "resume_refusal", "SkipTransformer", "FinishedPrompts"]
 
 #: Scheduler classes whose whole step state is the scheduler object's plain attributes and whose
-#: pipelines (Qwen-Image, SD3, CogVideoX, LTX-Video, HunyuanVideo) carry nothing else between
-#: steps but the latents: a resume with them is the uninterrupted run, checked per family.
-RESUMABLE_SCHEDULERS = ("FlowMatchEulerDiscreteScheduler", "CogVideoXDDIMScheduler")
+#: pipelines (Wan, Flux.1, Qwen-Image, SD3, CogVideoX, LTX-Video, HunyuanVideo) carry nothing else
+#: between steps but the latents: a resume with them is the uninterrupted run, checked per family
+#: (UniPC's history of model outputs and timesteps is among its attributes; RecipeSigmasScheduler is
+#: the flow-matching Euler scheduler with a few-step recipe's sigmas, runtime/pipelines/schedulers.py).
+RESUMABLE_SCHEDULERS = ("FlowMatchEulerDiscreteScheduler", "CogVideoXDDIMScheduler", "UniPCMultistepScheduler",
+                        "RecipeSigmasScheduler")
 
 #: The name the skip hook has in the transformer's diffusers hook registry.
 HOOK_NAME = "sporch_resume_skip"
@@ -65,14 +68,14 @@ def resume_refusal(scheduler: Any, step_cache: bool) -> str | None:
 
 
 class SkipTransformer:
-    """While attached (a context manager), every call of the transformer returns a placeholder
-    of its ``hidden_states``' shape (ones: finite through any guidance arithmetic, e.g.
-    Qwen-Image's norm rescaling) without computing anything; ``calls`` counts them. Attached
-    through diffusers' hook registry (``ModelHook.new_forward``), detached with
-    :meth:`detach` (the boundary step) or on exit."""
+    """While attached (a context manager), every call of each of the transformers (the pipeline's
+    one, or Wan2.2 A14B's two experts) returns a placeholder of its ``hidden_states``' shape (ones:
+    finite through any guidance arithmetic, e.g. Qwen-Image's norm rescaling) without computing
+    anything; ``calls`` counts them. Attached through diffusers' hook registry
+    (``ModelHook.new_forward``), detached with :meth:`detach` (the boundary step) or on exit."""
 
-    def __init__(self, transformer: torch.nn.Module) -> None:
-        self.transformer = transformer
+    def __init__(self, transformers: Sequence[torch.nn.Module]) -> None:
+        self.transformers = list(transformers)
         self.calls = 0
         self._attached = False
 
@@ -93,7 +96,8 @@ class SkipTransformer:
                     return Transformer2DModelOutput(sample=out)
                 return (out,)
 
-        HookRegistry.check_if_exists_or_initialize(self.transformer).register_hook(_Skip(), HOOK_NAME)
+        for transformer in self.transformers:
+            HookRegistry.check_if_exists_or_initialize(transformer).register_hook(_Skip(), HOOK_NAME)
         self._attached = True
         return self
 
@@ -101,7 +105,8 @@ class SkipTransformer:
         if self._attached:
             from diffusers.hooks import HookRegistry
 
-            HookRegistry.check_if_exists_or_initialize(self.transformer).remove_hook(HOOK_NAME, recurse=False)
+            for transformer in self.transformers:
+                HookRegistry.check_if_exists_or_initialize(transformer).remove_hook(HOOK_NAME, recurse=False)
             self._attached = False
 
     def __exit__(self, *exc) -> None:

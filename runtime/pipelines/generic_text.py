@@ -1,7 +1,8 @@
-"""The prompts' embeddings on the generic path (runtime/pipelines/generic.py): the pipeline's text
-parts, each prompt encoded by the pipeline's own ``encode_prompt``, the replica's prompts encoded
+"""The prompts' embeddings (runtime/pipelines/generic.py): the pipeline's prompt parts (text encoders
+and tokenizers; an image encoder where the model reads ``workload.image`` as tokens too), each prompt
+encoded by the pipeline's own ``encode_prompt`` (and ``encode_image``), the replica's prompts encoded
 once (by the leader and shared, or by the whole sequence group with ``pipeline.text_encoder:
-sharded``), and the text parts dropped once they are done."""
+sharded``), and the prompt parts dropped once they are done."""
 
 from __future__ import annotations
 
@@ -19,17 +20,19 @@ from .phase_timing import PhaseTimer
 from .replica import share_from_leader
 from .text import encoder_peak
 
-__all__ = ["is_text_part", "text_encoders", "encoder_sizes", "encode", "encode_prompts", "drop_text_parts"]
+__all__ = ["is_prompt_part", "text_encoders", "encoder_sizes", "encode", "encode_prompts", "drop_prompt_parts"]
 
 
-def is_text_part(name: str) -> bool:
-    """A pipeline component only prompt encoding needs (text encoders, tokenizers)."""
-    return name.startswith(("text_encoder", "tokenizer"))
+def is_prompt_part(name: str) -> bool:
+    """A pipeline component only prompt encoding needs (text encoders, tokenizers; Wan2.1 I2V's CLIP
+    image encoder and its processor, which the leader runs once with the text)."""
+    return name.startswith(("text_encoder", "tokenizer", "image_encoder", "image_processor"))
 
 
 def text_encoders(pipe) -> list[torch.nn.Module]:
     """The text encoders ``pipe`` holds (none once dropped, or where it was loaded without them)."""
-    return [part for name, part in pipe.components.items() if is_text_part(name) and isinstance(part, torch.nn.Module)]
+    return [part for name, part in pipe.components.items()
+            if name.startswith("text_encoder") and isinstance(part, torch.nn.Module)]
 
 
 def encoder_sizes(pipe) -> dict[str, int]:
@@ -42,17 +45,20 @@ def encoder_sizes(pipe) -> dict[str, int]:
             "text_encoder_bytes": sum(p.numel() * p.element_size() for e in encoders for p in e.parameters())}
 
 
-def encode(pipe, spec: GenerateParams, family: Family, prompt: str, device: torch.device) -> dict[str, Any]:
-    """The prompt (and, with CFG, the negative prompt) encoded by the pipeline's own
-    ``encode_prompt`` as its call would encode them (the family module's ``encode``): the call's
-    embedding arguments, on the CPU."""
+def encode(pipe, spec: GenerateParams, family: Family, prompt: str, device: torch.device,
+           image: Any = None) -> dict[str, Any]:
+    """The prompt (and, with CFG, the negative prompt; with ``image``, the image where the model
+    reads it as tokens) encoded by the pipeline's own ``encode_prompt`` as its call would encode them
+    (the family module's ``encode``): the call's embedding arguments, on the CPU."""
+    extra = {"image": image} if image is not None else {}
     out = family_module(family.name).encode(pipe, prompt, negative=spec.negative_prompt, cfg=spec.cfg,
-                                            text_len=spec.text_len, device=device)
+                                            text_len=spec.text_len, device=device, **extra)
     return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}
 
 
 def encode_prompts(pipe, spec: GenerateParams, family: Family, prompts: list[str], device: torch.device,
-                   stages: PhaseTimer, ctx: ParallelContext | None, *, sharded: bool) -> tuple[list[dict[str, Any]], int | None]:
+                   stages: PhaseTimer, ctx: ParallelContext | None, *, sharded: bool,
+                   image: Any = None) -> tuple[list[dict[str, Any]], int | None]:
     """Each of ``prompts`` encoded (:func:`encode`, in their order) on every rank of the replica:
     ``sharded``, by the whole sequence group with its shards of the encoders (the same embeddings on
     every rank); else by the replica's leader, shared with the others. With the encoders' peak
@@ -61,7 +67,7 @@ def encode_prompts(pipe, spec: GenerateParams, family: Family, prompts: list[str
 
     def encode_all() -> list[dict[str, Any]]:
         with stages("encode"), torch.no_grad(), encoder_peak(text_encoders(pipe)) as peak:
-            got = [encode(pipe, spec, family, p, device) for p in prompts]
+            got = [encode(pipe, spec, family, p, device, image) for p in prompts]
         peak_bytes.append(peak.bytes)
         return got
 
@@ -73,8 +79,9 @@ def encode_prompts(pipe, spec: GenerateParams, family: Family, prompts: list[str
     return embeds, (peak_bytes[0] if peak_bytes else None)
 
 
-def drop_text_parts(pipe) -> None:
-    """The text encoders and tokenizers are done: freed before the transformer runs."""
+def drop_prompt_parts(pipe) -> None:
+    """The text encoders and tokenizers (and an image encoder) are done: freed before the
+    transformer runs."""
     for name in list(pipe.components):
-        if is_text_part(name):
+        if is_prompt_part(name):
             setattr(pipe, name, None)

@@ -1,9 +1,11 @@
 """Denoised latents kept on disk, so that no finished denoising is ever done twice.
 
-After the sequence gather, the replica's leader writes each prompt's latents to
-``<job dir>/latents/<index>.safetensors`` (written to a temporary name, then renamed: a file
-there is whole) before it decodes them. A later run of the same job (a requeue, a re-run after
-the VAE ran out of memory, ``sporch decode RUN_DIR``) finds them and decodes without denoising.
+At a prompt's last step the replica's leader writes its latents (as the pipeline holds them before
+its decode tail: Wan's [C, F, H, W], Flux's packed tokens) to ``<job dir>/latents/<index>.safetensors``
+(written to a temporary name, then renamed: a file there is whole) before the pipeline decodes
+them. A later run of the same job (a requeue, a re-run after the VAE ran out of memory,
+``sporch decode RUN_DIR``) finds them and decodes without denoising (the family's
+``decode_latents``: the pipeline's decode tail).
 
 Each file carries a fingerprint of everything that decides the latents (the model, its
 weights' folder and LoRA adapters, the prompt and negative prompt, the seed, steps, guidance
@@ -26,7 +28,6 @@ from typing import Any
 import torch
 
 from sporch.orchestrator.safe_files import NotAFileError, read_regular, write_atomic
-from sporch.runtime.model.config import ModelConfig
 
 from .params import GenerateParams
 
@@ -38,19 +39,11 @@ class SavedLatentsError(ValueError):
     dtype or values changed): one line naming the file; nothing is decoded from them."""
 
 
-def expected_shape(params: GenerateParams) -> tuple[int, int, int, int]:
-    """One prompt's latents as the plan fixes them: [C, F, H, W] (the model's output channels;
-    the VAE strides of the frames, height and width; an image is one frame)."""
-    st, sh, sw = (int(s) for s in params.model["vae_stride"])
-    frames = (params.frames - 1) // st + 1 if params.video else 1
-    return ModelConfig.from_dict(params.model).out_dim, frames, params.height // sh, params.width // sw
-
-
-def latents_problem(params: GenerateParams, latents: torch.Tensor) -> str | None:
-    """Why ``latents`` (one prompt's, as read from its file) are not what the plan says, or None."""
-    want = expected_shape(params)
-    if tuple(latents.shape) != want:
-        return f"holds latents of shape {list(latents.shape)}, but the plan's are {list(want)}"
+def latents_problem(latents: torch.Tensor, shape: list[int] | None) -> str | None:
+    """Why ``latents`` (one prompt's, as read from its file) are not what the job wrote (``shape``:
+    the shape its metadata records), or None."""
+    if shape is not None and list(latents.shape) != list(shape):
+        return f"holds latents of shape {list(latents.shape)}, but the job wrote {list(shape)}"
     if latents.dtype != torch.float32:
         return f"holds {str(latents.dtype).removeprefix('torch.')} latents, but they are saved as float32"
     bad = int((~torch.isfinite(latents)).sum())
@@ -125,8 +118,8 @@ class LatentStore:
         return self._read(index, tensors=False) is not None
 
     def load(self, indices: list[int]) -> torch.Tensor:
-        """[B, C, F, H, W] float32 latents of ``indices`` (all must be saved), each checked against
-        the plan's shape, float32 and finite (SavedLatentsError otherwise)."""
+        """[B, ...] float32 latents of ``indices`` (all must be saved), each checked against the
+        shape the job wrote, float32 and finite (SavedLatentsError otherwise)."""
         parts = []
         for i in indices:
             got = self._read(i, tensors=True)
@@ -141,9 +134,10 @@ class LatentStore:
         from safetensors.torch import save
 
         for k, i in enumerate(indices):
-            data = save({"latents": latents[k].detach().to("cpu", torch.float32).contiguous()},
+            one = latents[k].detach().to("cpu", torch.float32).contiguous()
+            data = save({"latents": one},
                         metadata={"fingerprint": fingerprint(self.params, i), "subject": subject(self.params, i),
-                                  "index": str(i),
+                                  "index": str(i), "shape": json.dumps(list(one.shape)),
                                   "step_cache": self.step_cache or "none",
                                   "prompt": self.params.prompts[i][:200]})
             write_atomic(self.path(i), data)
@@ -168,9 +162,10 @@ class LatentStore:
                 if not tensors:
                     return True
                 latents = fh.get_tensor("latents")
+                shape = json.loads(meta["shape"]) if meta.get("shape") else None
         except Exception:  # noqa: BLE001 - a broken file is no saved latents: denoise again
             return None
-        problem = latents_problem(self.params, latents)
+        problem = latents_problem(latents, shape)
         if problem:
             raise SavedLatentsError(f"{path} {problem}; the file was changed after the job wrote it: delete it "
                                     "and run the job again to denoise that prompt")

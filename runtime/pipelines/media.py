@@ -53,3 +53,16 @@ def read(path: Path) -> np.ndarray:
     if Path(path).suffix == ".mp4":
         return np.asarray(iio.imread(path, plugin="FFMPEG", index=None))
     return np.asarray(iio.imread(path))[None]
+
+
+def load_image(path: str | Path):
+    """``workload.image`` as the RGB PIL image the pipelines take (diffusers' ``load_image``, read
+    from a regular file only: a FIFO would block)."""
+    import io
+
+    from diffusers.utils import load_image as diffusers_load_image
+    from PIL import Image
+
+    from sporch.orchestrator.safe_files import read_regular
+
+    return diffusers_load_image(Image.open(io.BytesIO(read_regular(Path(path).expanduser()))))

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sporch.orchestrator.models.families import get_family
-from sporch.orchestrator.models.generate_inputs import generate_family, image_embeds, read_prompts
+from sporch.orchestrator.models.generate_inputs import generate_family, read_prompts
 from sporch.orchestrator.contract.plan import Plan
 
 
 @dataclass(frozen=True)
 class GenerateParams:
-    family: str  # plan.model.family: "wan" (video, MP4) | "flux" (image, PNG); runtime/pipelines/families.py
-    model: dict  # plan.model, for build_model / ModelConfig
+    family: str  # plan.model.family (models/families; its runtime module: runtime/model/generic/families)
+    model: dict  # plan.model (its diffusers_config: the transformer's config, what a tiny folder is built from)
     root: str  # the diffusers pipeline folder (model.weights)
     tiny_weights: bool  # create a tiny random pipeline at ``root`` when it does not exist
     prompts: tuple[str, ...]
@@ -50,9 +50,6 @@ class GenerateParams:
     expand_timesteps: bool = False
     attention_precision: str = "exact"  # plan.workload.attention_precision: exact | lossy (SageAttention)
     sigmas: tuple[float, ...] | None = None  # plan.workload.sigmas: the steps' sigmas before the shift
-    # Wan2.1 I2V (a transformer with image_dim): ``image`` is also read as CLIP image tokens by the
-    # folder's image_encoder (image_condition.image_tokens)
-    image_embeds: bool = False
 
     @property
     def video(self) -> bool:
@@ -79,7 +76,6 @@ def generate_params(plan: Plan) -> GenerateParams:
         dtype=wl.dtype, batch=wl.batch, grid=tuple(seq.grid),
         text_encoder=plan.placement.text_encoder, vae=plan.placement.vae,
         boundary_ratio=model.boundary_ratio, guidance_scale_2=wl.guidance_scale_2, experts=plan.placement.experts,
-        image=wl.image, expand_timesteps=bool(model.expand_timesteps), image_embeds=image_embeds(model),
-        attention_precision=wl.attention_precision,
+        image=wl.image, expand_timesteps=bool(model.expand_timesteps), attention_precision=wl.attention_precision,
         sigmas=None if wl.sigmas is None else tuple(wl.sigmas),
     )

@@ -1,64 +1,27 @@
-"""Prompts -> the transformer's text condition, with the diffusers pipelines' own encoding.
+"""The text encoders sharded over a sequence group (``pipeline.text_encoder: sharded``), and what a
+rank holds of them at its busiest.
 
-The pipeline class named by the folder's ``model_index.json`` (WanPipeline, FluxPipeline) is
-loaded with its text encoders and tokenizers only (``transformer=None, vae=None``) and its
-``encode_prompt`` does the rest, so tokenisation, padding and truncation are the pipeline's:
+Placement (``plan.placement.text_encoder``; runtime/pipelines/generic_text.py encodes):
 
-* Wan2.1: umT5 hidden states, cut at each prompt's length and zero-padded to ``text_len``
-  (``max_sequence_length``); the negative prompt ("" when unset) the same way, for CFG.
-* Flux.1: T5 hidden states padded to ``text_len`` tokens + CLIP's pooled vector.
-
-Placement (``plan.placement.text_encoder``):
-
-* ``leader``: one rank per dp replica encodes (cfg rank 0, sequence rank 0: the *leader*) and
-  frees the encoders; the result goes to the rest of the replica in two broadcasts (over the
-  leader's cfg group, then over every sequence group), never to other replicas.
+* ``leader``: one rank per dp replica encodes (cfg rank 0, sequence rank 0: the *leader*) with
+  the pipeline's own ``encode_prompt`` and frees the encoders; the embeddings go to the rest of
+  the replica, never to other replicas.
 * ``cpu``: the same, but the leader runs the encoders on its CPU (host memory; no GPU memory).
 * ``sharded``: every rank of each sequence group loads the encoders into host memory, shards
-  them with FSDP2 over its sequence group (:func:`shard_encoder`: one unit per layer, embedding
-  table and outside linear, the next layer prefetched, each resharded after its forward; only the
-  shard goes to the GPU) and encodes with the group: every rank ends with the same condition, no
-  broadcast needed. The generic path's generate (generic.py) shards any diffusers pipeline's
-  encoders the same way (:func:`shard_text_encoders`).
+  them with FSDP2 over its sequence group (:func:`shard_text_encoders`: one unit per layer,
+  embedding table and outside linear, the next layer prefetched, each resharded after its
+  forward; only the shard goes to the GPU) and encodes with the group: every rank ends with the
+  same embeddings, no broadcast needed.
 """
 
 from __future__ import annotations
 
-import gc
 from typing import Sequence
 
 import torch
 
-from sporch.runtime.model.condition import Condition, cond_map
 from sporch.runtime.model.shard_weights import ParameterPeak
 from sporch.runtime.parallel import ParallelContext
-
-from .families import pipeline_family
-from .replica import share_from_leader
-from .params import GenerateParams
-
-
-#: The pipeline attributes that hold text encoders (Wan: one umT5; Flux: CLIP and T5).
-ENCODER_NAMES = ("text_encoder", "text_encoder_2")
-
-
-#: Parts of a pipeline folder that encoding prompts never needs besides ``transformer`` and ``vae``
-#: (Wan2.2 A14B's second expert, Wan2.1 I2V's CLIP image encoder): not loaded when the folder has them.
-NOT_TEXT = ("transformer_2", "image_encoder", "image_processor")
-
-
-def load_text_pipeline(root: str, dtype: torch.dtype, device: torch.device | None):
-    """The folder's pipeline with its text encoders and tokenizers only, on ``device`` (None:
-    left in host memory)."""
-    import json
-    from pathlib import Path
-
-    from diffusers import DiffusionPipeline
-
-    index = json.loads((Path(root) / "model_index.json").read_text(encoding="utf-8"))
-    skip = {name: None for name in NOT_TEXT if name in index}
-    pipe = DiffusionPipeline.from_pretrained(root, transformer=None, vae=None, dtype=dtype, **skip)
-    return pipe.to(device) if device is not None else pipe
 
 
 def encoder_units(encoder: torch.nn.Module) -> tuple[list[list[torch.nn.Module]], list[list[torch.nn.Module]]]:
@@ -150,42 +113,3 @@ def shard_text_encoders(pipe, ctx: ParallelContext, device: torch.device) -> lis
     mesh = DeviceMesh.from_group(ctx.sequence_group, device.type)
     return [shard_encoder(part, mesh) for name, part in pipe.components.items()
             if name.startswith("text_encoder") and isinstance(part, torch.nn.Module)]
-
-
-def load_sharded_text_pipeline(root: str, dtype: torch.dtype, device: torch.device, ctx: ParallelContext):
-    """The text pipeline with its encoders sharded over ``ctx``'s sequence group (each rank keeps
-    1/n of every unit on ``device``)."""
-    pipe = load_text_pipeline(root, dtype, None)
-    shard_text_encoders(pipe, ctx, device)
-    return pipe
-
-
-@torch.no_grad()
-def encode(params: GenerateParams, prompts: Sequence[str], device: torch.device, dtype: torch.dtype,
-           cfg: bool, ctx: ParallelContext | None = None) -> tuple[Condition, Condition | None]:
-    """(condition, negative condition or None) for ``prompts``, on CPU in ``dtype``. With
-    ``ctx``, the encoders are sharded over its sequence group, whose ranks all call this."""
-    pipe = (load_sharded_text_pipeline(params.root, dtype, device, ctx) if ctx is not None
-            else load_text_pipeline(params.root, dtype, device))
-    try:
-        cond, null = pipeline_family(params.family).encode(pipe, prompts, params.negative_prompt, cfg, params.text_len,
-                                                         device, dtype)
-    finally:
-        del pipe
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    to_cpu = lambda t: t.detach().to("cpu").contiguous()  # noqa: E731
-    return cond_map(cond, to_cpu), (cond_map(null, to_cpu) if null is not None else None)
-
-
-def encode_for_replica(params: GenerateParams, prompts: Sequence[str], ctx: ParallelContext | None, device: torch.device,
-                       dtype: torch.dtype, cfg: bool, placement: str = "leader") -> tuple[Condition, Condition | None]:
-    """Every rank of the dp replica gets the encoding of ``prompts``: the leader's (``leader``,
-    ``cpu``; an error on the leader is raised on every rank of the replica, so none waits
-    forever), or its sequence group's (``sharded``)."""
-    if placement == "sharded" and ctx is not None and ctx.sequence_size > 1:
-        with ctx.guard():
-            return encode(params, prompts, device, dtype, cfg, ctx)
-    where = torch.device("cpu") if placement == "cpu" else device
-    return share_from_leader(ctx, lambda: encode(params, prompts, where, dtype, cfg), "text encoding")

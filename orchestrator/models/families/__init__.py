@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, UnsupportedClass
+from .config_rules import key_problem
 from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
@@ -22,7 +23,7 @@ FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.F
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
-           "supported_classes", "generic_preset", "require_family", "standin_family"]
+           "supported_classes", "generic_preset", "config_problem", "original_config_family", "require_family", "shape_family", "preset_shape", "SHAPE_FAMILIES"]
 
 
 def family_of_class(class_name: str) -> Optional[Family]:
@@ -45,6 +46,26 @@ def config_class(config: Mapping[str, Any]) -> str:
     return name
 
 
+def config_problem(fam: Family, config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """(key, why) for the first problem of ``config`` (a config.json of one of ``fam``'s classes):
+    a key the family does not declare, a value of the wrong type or range, or a rule of the class
+    broken (``Family.config_keys``, ``config_rules``); None when the class can run it."""
+    cls = config_class(config) or fam.classes[0]
+    problem = key_problem(fam.config_keys, config, cls) if fam.config_keys else None
+    if problem is None and fam.config_rules is not None:
+        problem = fam.config_rules(config)
+    return problem
+
+
+def original_config_family(config: Mapping[str, Any]) -> Optional[tuple[Family, str]]:
+    """(family, "original") for an original release's config.json a family maps to its diffusers
+    class (Wan's ``WanModel``), or None."""
+    for fam in FAMILIES:
+        if fam.is_original_config is not None and fam.is_original_config(config):
+            return fam, "original"
+    return None
+
+
 def require_family(class_name: str, where: str = "") -> Family:
     """The family of ``class_name``, or an UnsupportedClass naming it and what is supported."""
     fam = family_of_class(class_name)
@@ -63,13 +84,15 @@ def get_family(name: str) -> Family:
     raise KeyError(f"unknown family {name!r}; known: {', '.join(f.name for f in FAMILIES)}")
 
 
-def standin_family(attention: Optional[str]) -> Optional[Family]:
-    """The family whose generate pipeline a stand-in preset with ``attention`` runs (``tiny``:
-    cross -> wan, joint -> flux), or None."""
-    for fam in FAMILIES:
-        if fam.standin_attention is not None and fam.standin_attention == attention:
-            return fam
-    return None
+#: The family a model given by its shape alone (no preset, no model.weights) runs as, by its
+#: attention kind: a WanTransformer3DModel or a FluxTransformer2DModel of that shape.
+SHAPE_FAMILIES = {"cross": "wan", "joint": "flux"}
+
+
+def shape_family(attention: Optional[str]) -> Optional[Family]:
+    """The family whose class a model of ``attention`` given by its shape alone is built as, or None."""
+    name = SHAPE_FAMILIES.get(attention or "")
+    return get_family(name) if name else None
 
 
 def supported_classes() -> list[str]:
@@ -77,7 +100,7 @@ def supported_classes() -> list[str]:
 
 
 def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
-    """(family, preset) for a generic-path preset name (case-insensitive), or None."""
+    """(family, preset) for a preset name (case-insensitive), or None."""
     key = name.strip().lower()
     for fam in FAMILIES:
         for p in fam.presets:
@@ -100,9 +123,15 @@ def published_preset(model: Any) -> Optional[tuple[Family, FamilyPreset]]:
     else:
         candidates = []
     for fam, preset in candidates:
-        if _same_shape(fam.shape(preset.config), model):
+        if _same_shape({k: v for k, v in fam.shape(preset.config).items() if k not in UNCOUNTED}, model) \
+                and _same_config(preset.config, model):
             return fam, preset
     return None
+
+
+def preset_shape(fam: Family, preset: FamilyPreset) -> dict:
+    """``plan.model``'s shape fields of ``preset``: its config's shape, then what its pipeline adds."""
+    return {**fam.shape(preset.config), **dict(preset.shape_overrides)}
 
 
 def counted_parameters(model: Any) -> Optional[ParameterCount]:
@@ -131,19 +160,30 @@ def config_parameters(model: Any) -> Optional[ParameterCount]:
     return fam.count_parameters(config)
 
 
+def _same_config(config: Mapping[str, Any], model: Any) -> bool:
+    """The model's diffusers config (when it has one) is ``config`` (a preset's) on every key the
+    preset states: a changed knob the shape does not show (Wan2.1 I2V's image_dim) counts."""
+    theirs = getattr(model, "diffusers_config", None)
+    if theirs is None:
+        return True
+    return all(_equal(theirs.get(k), v) for k, v in config.items())
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return a == b
+
+
 def _same_shape(shape: dict, model: Any) -> bool:
     return all(list(v) == list(getattr(model, k)) if isinstance(v, (list, tuple)) else v == getattr(model, k)
                for k, v in shape.items())
 
 
 def sequence_split(model: Any) -> tuple[str, int]:
-    """How ``model`` (``plan.model``) cuts its sequence over the sequence ranks: (``"uneven"`` on
-    the generic path, ``model.diffusers_class`` set: unpadded chunks; ``"padded"`` on the
-    hand-built path) and the text tokens cut with the image's (the family's ``text_split`` on the
-    generic path; joint attention on the hand-built one; else 0): ``plan.sequence.split`` and
-    ``plan.sequence.text_len``, decided here once."""
+    """How ``model`` (``plan.model``) cuts its sequence over the sequence ranks: unpadded chunks
+    (``"uneven"``), and the text tokens cut with the image's where the family's split plan cuts
+    them (``text_split``; else 0): ``plan.sequence.split`` and ``plan.sequence.text_len``, decided
+    here once."""
     text = int(getattr(model, "text_len", 0) or 0)
-    cls = getattr(model, "diffusers_class", None)
-    if cls:
-        return "uneven", text if require_family(cls).text_split else 0
-    return "padded", text if getattr(model, "attention", None) == "joint" else 0
+    return "uneven", text if require_family(model.diffusers_class).text_split else 0

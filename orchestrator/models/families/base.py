@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Any, Callable, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families.config_rules import Rule
 from sporch.orchestrator.models.families.plan_format import SplitPlan
 
 
@@ -17,6 +18,21 @@ class UnsupportedClass(CheckpointError):
 def no_pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
     """A family whose text encoder and VAE sizes sporch does not know."""
     return None
+
+
+def no_image_input(config: Mapping[str, Any], expand_timesteps: bool) -> str:
+    """A family whose generate takes no ``workload.image``."""
+    return "none"
+
+
+def no_image_folders(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """No folder beyond the pipeline's own for an image."""
+    return ()
+
+
+def no_image_tokens(config: Mapping[str, Any]) -> tuple[int, int]:
+    """A transformer that attends to no image tokens besides the text."""
+    return 0, 0
 
 
 @dataclass(frozen=True)
@@ -91,12 +107,21 @@ class PipelineCfg(str, Enum):
 @dataclass(frozen=True)
 class FamilyPreset:
     """A published checkpoint's transformer config (the keys of its config.json that set the
-    shape), where the numbers come from, and its parameters (counted from that config)."""
+    shape), where the numbers come from, its parameters (counted from that config), and what its
+    pipeline folder adds: ``shape_overrides`` (``plan.model`` fields the config does not hold: the
+    pipeline's text length, the VAE's strides), ``boundary_ratio`` (two experts: Wan2.2 A14B's
+    model_index.json) and ``expand_timesteps`` (one timestep per token: Wan2.2 TI2V-5B)."""
 
     name: str
     config: Mapping[str, Any]
     source: str
     parameters: Optional[ParameterCount] = None
+    shape_overrides: Mapping[str, Any] = field(default_factory=dict)
+    boundary_ratio: Optional[float] = None
+    expand_timesteps: bool = False
+    #: a test model (``tiny``): no published release, so a pipeline folder beside it says whether it
+    #: has two experts or per-token timesteps (a published preset and its folder must agree)
+    test_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,19 +148,32 @@ class Family:
     #: checks it against the runtime's split plan of every class.
     text_split: bool = True
     presets: tuple[FamilyPreset, ...] = ()
-    #: hand-built sporch path (Wan, Flux) besides the generic one
-    hand_built: bool = False
+    #: (a preset's config or {}, ``plan.model`` shape fields) -> the class's config with that shape:
+    #: what lets a job change a preset's sizes (``model.depth=4``) or give a model by its shape alone
+    #: (``model.attention: cross`` and sizes: the family of that attention kind); None: the family's
+    #: presets run with their published shape only (a changed field is refused in one line)
+    config_for: Optional[Callable[[Mapping[str, Any], Mapping[str, Any]], dict]] = None
     cfg: bool = True  # classifier-free guidance applies (False: guidance-distilled)
-    #: The generate workload (hand-built pipelines, runtime/pipelines/families.py): the diffusers
-    #: pipeline folder's sub-folders it reads (empty: no generate pipeline), whether it makes video
-    #: (MP4) or images (PNG), and the attention kind by which a stand-in preset (``tiny``) in a
-    #: generate job takes this family's pipeline (the planner records the answer in plan.model.family).
+    #: The generate workload: the diffusers pipeline folder's sub-folders it reads (empty: no
+    #: generate pipeline), whether it makes video (MP4) or images (PNG)
     pipeline_folders: tuple[str, ...] = ()
     video: bool = False
-    standin_attention: Optional[str] = None
-    #: The generic path's generate (runtime/pipelines/generic.py): the diffusers pipeline class it
-    #: runs around the sequence-parallel transformer (None: no generic generate for this family)
+    #: The diffusers pipeline class the generate workload (runtime/pipelines/generic.py) runs around
+    #: the sequence-parallel transformer (None: no generate for this family), and the one it runs
+    #: when the job gives ``workload.image`` (image-to-video or an edit: ``WanImageToVideoPipeline``;
+    #: None: the family takes no image)
     pipeline_class: Optional[str] = None
+    image_pipeline_class: Optional[str] = None
+    #: the pipeline's scheduler is a flow-matching one (FlowMatchEulerDiscrete, UniPC with flow
+    #: sigmas), which ``workload.shift`` / ``sigmas`` / ``scheduler`` set (runtime/pipelines/schedulers.py);
+    #: False: the folder's own scheduler only (PixArt's DPM-Solver, CogVideoX's DDIM)
+    flow_scheduler: bool = True
+    #: (config.json, expand_timesteps) -> whether a generate job gives ``workload.image``: "required"
+    #: (image-to-video: a latent first-frame condition), "optional" (text- or image-to-video: Wan2.2
+    #: TI2V-5B), "none"; and the pipeline folder's sub-folders an image needs besides
+    #: (``image_encoder``: Wan2.1 I2V's CLIP encoder, where the config takes CLIP tokens)
+    image_input: Callable[[Mapping[str, Any], bool], str] = no_image_input
+    image_folders: Callable[[Mapping[str, Any]], tuple[str, ...]] = no_image_folders
     #: How that pipeline applies classifier-free guidance (:class:`PipelineCfg`: one batched call,
     #: two calls, or none), which decides how ``parallel.cfg=2`` splits its generate: the planner
     #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
@@ -186,6 +224,22 @@ class Family:
     #: line, the planner refuses generate with it), or None where it can; None: every config of
     #: the family's classes runs in its pipeline
     generate_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
+    #: The keys a config.json of the family's classes may hold, each with the type and range of its
+    #: value (config_rules.py: every constructor argument of the class; tests check the list against
+    #: the class), and the class's own rules across keys: config -> (key, why) or None
+    #: (``families.config_problem`` applies both, for the planner, inspect and the runtime's loader)
+    config_keys: Mapping[str, Rule] = field(default_factory=dict)
+    config_rules: Optional[Callable[[Mapping[str, Any]], Optional[tuple[str, str]]]] = None
+    #: An original release's config.json the family reads besides diffusers' (Wan's ``WanModel``):
+    #: whether a config is one (``is_original_config``), what is wrong with it (key, why) or None,
+    #: and the diffusers class's config it maps to; the tensors are converted by diffusers'
+    #: single-file converter when the runtime loads them
+    is_original_config: Optional[Callable[[Mapping[str, Any]], bool]] = None
+    original_config_problem: Optional[Callable[[Mapping[str, Any]], Optional[tuple[str, str]]]] = None
+    from_original_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    #: config.json -> (width, count) of the image tokens the transformer attends to beside the text
+    #: (Wan2.1 I2V's CLIP tokens: the planner's cross-attention work and memory), (0, 0) for none
+    image_tokens: Callable[[Mapping[str, Any]], tuple[int, int]] = no_image_tokens
 
     def __post_init__(self) -> None:
         if self.pipeline_class and (self.pipeline_cfg is PipelineCfg.NONE) == self.cfg:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import T5_XXL_ENCODER, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear
+from .config_rules import Flag, Int, Number, Text
 from .plan_format import GatherOutput, SplitInput
 
 COGVIDEOX_PLAN = {
@@ -86,6 +87,28 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
 
 
+#: CogVideoXTransformer3DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "num_attention_heads": Int(), "attention_head_dim": Int(2), "in_channels": Int(), "out_channels": Int(optional=True),
+    "flip_sin_to_cos": Flag(), "freq_shift": Int(0), "time_embed_dim": Int(), "ofs_embed_dim": Int(optional=True),
+    "text_embed_dim": Int(), "num_layers": Int(), "dropout": Number(0, 1), "attention_bias": Flag(),
+    "sample_width": Int(), "sample_height": Int(), "sample_frames": Int(), "patch_size": Int(),
+    "patch_size_t": Int(optional=True), "temporal_compression_ratio": Int(), "max_text_seq_length": Int(),
+    "activation_fn": Text(), "timestep_activation_fn": Text(), "norm_elementwise_affine": Flag(),
+    "norm_eps": Number(0, 1, open_min=True), "spatial_interpolation_scale": Number(0, open_min=True),
+    "temporal_interpolation_scale": Number(0, open_min=True), "use_rotary_positional_embeddings": Flag(),
+    "use_learned_positional_embeddings": Flag(), "patch_bias": Flag()}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """CogVideoX's 3-D RoPE splits the head width 2 : 3 : 3 over (frame, row, column), each axis in
+    channel pairs: a multiple of 16."""
+    hd = config.get("attention_head_dim", 64)
+    if config.get("use_rotary_positional_embeddings") and hd % 16:
+        return "attention_head_dim", (f"{hd} must be a multiple of 16 with use_rotary_positional_embeddings (3-D RoPE "
+                                      "gives the frame a quarter and rows and columns 3/8 each, in channel pairs)")
+    return None
+
 FAMILY = Family(
     name="cogvideox", title="CogVideoX", classes=("CogVideoXTransformer3DModel",), shape=shape,
     lora_loader="CogVideoXLoraLoaderMixin",
@@ -97,4 +120,5 @@ FAMILY = Family(
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLCogVideoX.enable_tiling: half the sample size (240 x 360 for CogVideoX-5b)
     vae_class="AutoencoderKLCogVideoX", vae_parallel=True,
+    config_keys=CONFIG_KEYS, flow_scheduler=False, config_rules=config_rules,
 )

@@ -1,18 +1,41 @@
 """Flux.1 (diffusers ``FluxTransformer2DModel``, which carries its own ``_cp_plan``).
 
-sporch also runs Flux on its hand-built path (``runtime/model/mmdit.py``; presets and checkpoint
-tables in ``models/flux.py``); the generic path runs the diffusers class itself, text and
-image tokens both split (joint attention is sequence-parallel over both).
+MMDiT: double-stream blocks (separate image and text weights, one joint attention) then
+single-stream blocks; the text and image tokens are both split (joint attention is
+sequence-parallel over both). Both published models are guidance-distilled: one transformer pass
+per step, no classifier-free-guidance branch (``parallel.cfg`` is 1); dev takes
+``workload.guidance_scale`` as an embedded input (``guidance_embeds``), schnell (timestep-distilled)
+has none. The generate workload runs ``FluxPipeline``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family
+from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family, FamilyPreset, ParameterCount
+from sporch.orchestrator.models.families.config_rules import Flag, Int, Ints, head_dim_problem, rope_axes_problem
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
+
+#: black-forest-labs/FLUX.1-dev transformer/config.json (schnell's differs in guidance_embeds only)
+DEV = {"patch_size": 1, "in_channels": 64, "out_channels": None, "num_layers": 19, "num_single_layers": 38,
+       "attention_head_dim": 128, "num_attention_heads": 24, "joint_attention_dim": 4096,
+       "pooled_projection_dim": 768, "guidance_embeds": True, "axes_dims_rope": [16, 56, 56]}
+SCHNELL = {**DEV, "guidance_embeds": False}
+#: The joint-attention test model (a tiny FluxTransformer2DModel config, random weights).
+TINY = {**DEV, "in_channels": 16, "num_layers": 1, "num_single_layers": 1, "attention_head_dim": 16,
+        "num_attention_heads": 4, "joint_attention_dim": 32, "pooled_projection_dim": 16, "axes_dims_rope": [4, 6, 6]}
+
+PRESETS = (
+    FamilyPreset("flux.1-dev", DEV, "huggingface.co/black-forest-labs/FLUX.1-dev transformer/config.json",
+                 parameters=ParameterCount(11_837_283_328, 339_831_296, 64_124_992)),
+    # the release's T5 length: FluxPipeline's max_sequence_length 256 for schnell (BFL's reference: 256)
+    FamilyPreset("flux.1-schnell", SCHNELL, "huggingface.co/black-forest-labs/FLUX.1-schnell transformer/config.json",
+                 parameters=ParameterCount(11_837_283_328, 339_831_296, 53_895_232), shape_overrides={"text_len": 256}),
+    FamilyPreset("tiny-flux", TINY, "sporch's joint-attention test model (a tiny FluxTransformer2DModel config)",
+                 shape_overrides={"text_len": 8}, test_model=True),
+)
 
 #: Parameters of Flux.1's other parts (plan/pipeline_estimate.py's memory estimate; the keys as wan.PARTS):
 #: T5-XXL and CLIP-L text encoders, the 16-channel AutoencoderKL.
@@ -41,7 +64,50 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
-FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, hand_built=True,
-                lora_loader="FluxLoraLoaderMixin",
-                cfg=False, pipeline_folders=PIPELINE_FOLDERS, standin_attention="joint", pipeline_parts=pipeline_parts,
-                vae_class="AutoencoderKL", vae_parallel=True)
+def rope_axes(head_dim: int) -> list[int]:
+    """A RoPE split of ``head_dim`` over (index, row, column) as Flux.1's (16, 56, 56) of 128: the
+    row and column axes alike and even, the rest to the index axis."""
+    side = 2 * ((head_dim - head_dim // 8) // 4)
+    return [head_dim - 2 * side, side, side]
+
+
+def config_for(base: Mapping[str, Any], model: Mapping[str, Any]) -> dict:
+    """A FluxTransformer2DModel config with ``model``'s shape on top of ``base`` (a preset's config,
+    or {}: FLUX.1-dev's). The class fixes the feed-forward width (4 x hidden) and the 2 x 2 packing;
+    a shape it cannot express is caught by comparing :func:`shape` of the result with ``model``."""
+    out = {**DEV, **dict(base)}
+    hd = int(model["head_dim"])
+    axes = out.get("axes_dims_rope")
+    out.update(num_layers=int(model["depth"]), num_single_layers=int(model["single_depth"]),
+               num_attention_heads=int(model["num_heads"]), attention_head_dim=hd,
+               in_channels=4 * int(model["in_channels"]), joint_attention_dim=int(model["text_dim"]),
+               axes_dims_rope=list(axes) if axes and sum(axes) == hd else rope_axes(hd))
+    return out
+
+
+#: FluxTransformer2DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "patch_size": Int(), "in_channels": Int(4), "out_channels": Int(4, optional=True), "num_layers": Int(0),
+    "num_single_layers": Int(0), "attention_head_dim": Int(2), "num_attention_heads": Int(),
+    "joint_attention_dim": Int(), "pooled_projection_dim": Int(), "guidance_embeds": Flag(),
+    "axes_dims_rope": Ints(3, minimum=0)}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """Flux packs 2 x 2 latent patches itself (patch_size 1, channels a multiple of 4) and splits
+    the head width over three even RoPE axes."""
+    if config.get("patch_size", 1) != 1:
+        return "patch_size", f"{config['patch_size']!r} must be 1 (the pipeline packs 2 x 2 latent patches itself)"
+    for key in ("in_channels", "out_channels"):
+        if config.get(key) is not None and config[key] % 4:
+            return key, f"{config[key]} must be a multiple of 4 (2 x 2 packed latent channels)"
+    if not config.get("num_layers", 19) and not config.get("num_single_layers", 38):
+        return "num_layers", "0 with num_single_layers 0: the model needs at least one block"
+    return head_dim_problem(config, default=128) or rope_axes_problem(config, "axes_dims_rope", (16, 56, 56),
+                                                                     default_head=128)
+
+
+FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, config_for=config_for,
+                presets=PRESETS, lora_loader="FluxLoraLoaderMixin", cfg=False, pipeline_folders=PIPELINE_FOLDERS,
+                pipeline_class="FluxPipeline", pipeline_parts=pipeline_parts, vae_class="AutoencoderKL",
+                vae_tiling=True, vae_parallel=True, config_keys=CONFIG_KEYS, config_rules=config_rules)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .config_rules import Flag, Int, Ints, Number, Text, head_dim_problem, rope_axes_problem
 from .plan_format import GatherOutput, SplitInput
 
 #: the key mask [B, 1, 1, video + text] the forward builds from ``encoder_attention_mask``
@@ -103,6 +104,20 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * dual + single_depth * single, largest_block=largest, root=root)
 
 
+#: HunyuanVideoTransformer3DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "in_channels": Int(), "out_channels": Int(), "num_attention_heads": Int(), "attention_head_dim": Int(2),
+    "num_layers": Int(0), "num_single_layers": Int(0), "num_refiner_layers": Int(0), "mlp_ratio": Number(0, open_min=True),
+    "patch_size": Int(), "patch_size_t": Int(), "qk_norm": Text("rms_norm"), "guidance_embeds": Flag(),
+    "text_embed_dim": Int(), "pooled_projection_dim": Int(), "rope_theta": Number(0, open_min=True),
+    "rope_axes_dim": Ints(3, minimum=0), "image_condition_type": Text("latent_concat", "token_replace", None)}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """Three even RoPE axes summing to the head width."""
+    return head_dim_problem(config, default=128) or rope_axes_problem(config, "rope_axes_dim", (16, 56, 56),
+                                                                     default_head=128)
+
 FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     lora_loader="HunyuanVideoLoraLoaderMixin",
@@ -117,4 +132,5 @@ FAMILY = Family(
     vae_tiling=True,  # AutoencoderKLHunyuanVideo.enable_tiling: 256 x 256-pixel tiles
     vae_class="AutoencoderKLHunyuanVideo",
     vae_parallel=True,  # its mid block (frame-causal attention over all tokens) runs on the gathered rows
+    config_keys=CONFIG_KEYS, config_rules=config_rules,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import T5_XXL_ENCODER, Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear, qk_norm_parameters
+from .config_rules import Flag, Int, Number, Text
 
 #: Lightricks/LTX-Video transformer/config.json (2B, v0.9.x) and ltxv-13b-0.9.7-dev (13B).
 LTX_VIDEO_2B = {
@@ -89,6 +90,15 @@ def vae_parallel_refusal(vae_config: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+#: LTXVideoTransformer3DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "in_channels": Int(), "out_channels": Int(optional=True), "patch_size": Int(), "patch_size_t": Int(),
+    "num_attention_heads": Int(), "attention_head_dim": Int(2), "cross_attention_dim": Int(), "num_layers": Int(),
+    "activation_fn": Text(), "qk_norm": Text("rms_norm_across_heads"), "norm_elementwise_affine": Flag(),
+    "norm_eps": Number(0, 1, open_min=True), "caption_channels": Int(), "attention_bias": Flag(),
+    "attention_out_bias": Flag()}
+
+
 FAMILY = Family(
     name="ltx-video", title="LTX-Video", classes=("LTXVideoTransformer3DModel",), shape=shape,
     lora_loader="LTXVideoLoraLoaderMixin",
@@ -104,4 +114,5 @@ FAMILY = Family(
     vae_tiling=True,  # AutoencoderKLLTXVideo.enable_tiling: 512 x 512-pixel tiles
     vae_class="AutoencoderKLLTXVideo",
     vae_parallel=True, vae_parallel_refusal=vae_parallel_refusal,  # not a 0.9.1 VAE injecting decoder noise
+    config_keys=CONFIG_KEYS,
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import T5_XXL_ENCODER, Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear
+from .config_rules import Fixed, Flag, Int, Number, Text
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the 2-D sin-cos position table), whole
@@ -125,6 +126,20 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
 
 
+#: PixArtTransformer2DModel's constructor arguments (diffusers 0.42.1) and their values, and the keys of the
+#: older shared ``Transformer2DModel`` a published folder may carry, at the only values PixArt computes.
+CONFIG_KEYS = {
+    "num_attention_heads": Int(), "attention_head_dim": Int(), "in_channels": Int(), "out_channels": Int(optional=True),
+    "num_layers": Int(), "dropout": Number(0, 1), "norm_num_groups": Int(), "cross_attention_dim": Int(optional=True),
+    "attention_bias": Flag(), "sample_size": Int(), "patch_size": Int(), "activation_fn": Text(),
+    "num_embeds_ada_norm": Int(optional=True), "upcast_attention": Flag(), "norm_type": Text("ada_norm_single"),
+    "norm_elementwise_affine": Flag(), "norm_eps": Number(0, 1, open_min=True),
+    "interpolation_scale": Number(0, optional=True, open_min=True), "use_additional_conditions": Flag(optional=True),
+    "caption_channels": Int(optional=True), "attention_type": Text("default", None),
+    # Transformer2DModel's (the legacy class name of the published folders)
+    "only_cross_attention": Fixed(False), "double_self_attention": Fixed(False), "num_vector_embeds": Fixed(None),
+    "use_linear_projection": Fixed(False)}
+
 FAMILY = Family(
     name="pixart", title="PixArt-Sigma", classes=("PixArtTransformer2DModel",), shape=shape,
     legacy_classes={"Transformer2DModel": ("PixArtTransformer2DModel", {"norm_type": "ada_norm_single"})},
@@ -146,4 +161,5 @@ FAMILY = Family(
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (512 for PixArt-Sigma's)
     vae_class="AutoencoderKL", vae_parallel=True,  # the SDXL VAE: row bands exact, as SD3's AutoencoderKL
     generate_refusal=generate_refusal,
+    config_keys=CONFIG_KEYS, flow_scheduler=False,
 )

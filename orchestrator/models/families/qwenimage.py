@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import Family, PipelineCfg, FamilyPreset, ParameterCount, feed_forward, linear
+from .config_rules import Flag, Int, Ints, head_dim_problem, rope_axes_problem
 
 #: The published transformer config: Qwen/Qwen-Image, transformer/config.json (Hugging Face).
 QWEN_IMAGE_20B = {
@@ -70,6 +71,23 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
 
 
+#: QwenImageTransformer2DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "patch_size": Int(), "in_channels": Int(), "out_channels": Int(optional=True), "num_layers": Int(),
+    "attention_head_dim": Int(2), "num_attention_heads": Int(), "joint_attention_dim": Int(), "guidance_embeds": Flag(),
+    "axes_dims_rope": Ints(3, minimum=0), "zero_cond_t": Flag(), "use_additional_t_cond": Flag(),
+    "use_layer3d_rope": Flag()}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """Packed latents (``in_channels`` = latent channels x patch x patch) and three even RoPE axes
+    summing to the head width."""
+    p, c = config.get("patch_size", 2), config.get("in_channels", 64)
+    if c % (p * p):
+        return "in_channels", f"{c} must be a multiple of patch_size x patch_size = {p * p} (packed latent channels)"
+    return head_dim_problem(config, default=128) or rope_axes_problem(config, "axes_dims_rope", (16, 56, 56),
+                                                                     default_head=128)
+
 FAMILY = Family(
     name="qwen-image", title="Qwen-Image", classes=("QwenImageTransformer2DModel",), shape=shape,
     lora_loader="QwenImageLoraLoaderMixin",
@@ -81,4 +99,5 @@ FAMILY = Family(
     pipeline_cfg=PipelineCfg.TWO_CALLS,  # true CFG: a "cond" then an "uncond" call per step, one per cfg rank
     vae_tiling=True,  # AutoencoderKLQwenImage.enable_tiling: 256 x 256-pixel tiles
     vae_class="AutoencoderKLQwenImage", vae_parallel=True,
+    config_keys=CONFIG_KEYS, config_rules=config_rules,
 )

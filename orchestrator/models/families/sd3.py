@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import T5_XXL_EMBEDDING, T5_XXL_LAYER, T5_XXL_LAYERS, T5_XXL_PARAMETERS, Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear, qk_norm_parameters
+from .config_rules import Int, Ints, Text
 from .plan_format import GatherOutput, SplitInput
 
 #: image tokens split after the patch embedding (which adds the position table), text tokens
@@ -96,6 +97,22 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=sum(blocks), largest_block=max(blocks, default=0), root=root)
 
 
+#: SD3Transformer2DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "sample_size": Int(), "patch_size": Int(), "in_channels": Int(), "num_layers": Int(), "attention_head_dim": Int(),
+    "num_attention_heads": Int(), "joint_attention_dim": Int(), "caption_projection_dim": Int(),
+    "pooled_projection_dim": Int(), "out_channels": Int(), "pos_embed_max_size": Int(),
+    "dual_attention_layers": Ints(minimum=0), "qk_norm": Text("rms_norm", "layer_norm", None)}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """The blocks with a second attention must exist."""
+    depth = config.get("num_layers", 18)
+    late = [i for i in config.get("dual_attention_layers", ()) if i >= depth]
+    if late:
+        return "dual_attention_layers", f"{late} name blocks past num_layers {depth}"
+    return None
+
 FAMILY = Family(
     name="sd3", title="Stable Diffusion 3.5", classes=("SD3Transformer2DModel",), shape=shape,
     lora_loader="SD3LoraLoaderMixin", step_cache=(),  # SD3Transformer2DModel has no CacheMixin
@@ -111,4 +128,5 @@ FAMILY = Family(
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (1024 for SD3.5's)
     vae_class="AutoencoderKL", vae_parallel=True,
+    config_keys=CONFIG_KEYS, config_rules=config_rules,
 )

@@ -1,18 +1,72 @@
 """Wan2.1 / Wan2.2 (diffusers ``WanTransformer3DModel``, which carries its own ``_cp_plan``).
 
-sporch also runs Wan on its hand-built path (``runtime/model/wan.py``; presets, checkpoint tables and
-knobs in ``models/wan.py``); the generic path runs the diffusers class itself. Text stays
-whole on every rank (cross-attention needs no communication).
+Every Wan release runs the diffusers class and its pipelines: ``WanPipeline`` (text-to-video, and
+Wan2.2 TI2V-5B without an image: ``expand_timesteps``), ``WanImageToVideoPipeline`` (Wan2.1 I2V
+with its CLIP image encoder, Wan2.2 I2V A14B without one, TI2V-5B with ``workload.image``); Wan2.2
+A14B's two experts are the pipeline's ``transformer`` / ``transformer_2`` switched at its
+``boundary_ratio``. Text stays whole on every rank (cross-attention needs no communication).
+
+The presets are the published ``transformer/config.json`` files (Wan-AI's ``*-Diffusers`` folders on
+Hugging Face; the same numbers as the original releases' config.json), with the pipeline facts the
+folder's ``model_index.json`` adds (boundary_ratio, expand_timesteps) and the parameters counted
+from the config on the meta device (diffusers 0.42.1; tests/runtime/model/test_generic_parameters.py).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.families.base import Family
+from sporch.orchestrator.models.families.base import Family, FamilyPreset, ParameterCount, PipelineCfg
+from sporch.orchestrator.models.families.config_rules import (Flag, Int, Ints, Number, Text, head_dim_problem,
+                                                              key_problem)
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+#: What every published Wan2.1 / Wan2.2 transformer config holds besides its sizes.
+_COMMON = {"patch_size": [1, 2, 2], "attention_head_dim": 128, "in_channels": 16, "out_channels": 16,
+           "text_dim": 4096, "freq_dim": 256, "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads",
+           "eps": 1e-06, "image_dim": None, "added_kv_proj_dim": None, "rope_max_seq_len": 1024}
+T2V_1_3B = {**_COMMON, "num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30}
+T2V_14B = {**_COMMON, "num_attention_heads": 40, "ffn_dim": 13824, "num_layers": 40}
+#: image-to-video 14B (Wan2.1 480P and 720P: one architecture): 16 noise + 4 mask + 16 first-frame
+#: latent channels in, 257 CLIP image tokens 1280 wide through ``image_embedder`` with their own keys
+#: and values in every cross-attention
+I2V_14B = {**T2V_14B, "in_channels": 36, "image_dim": 1280, "added_kv_proj_dim": 5120}
+#: Wan2.2 I2V A14B: the first frame as latent condition only (no CLIP image encoder)
+I2V_A14B = {**T2V_14B, "in_channels": 36}
+#: Wan2.2 TI2V-5B: 48 latent channels from the Wan2.2 VAE (strides 4 x 16 x 16)
+TI2V_5B = {**_COMMON, "num_attention_heads": 24, "ffn_dim": 14336, "num_layers": 30, "in_channels": 48,
+           "out_channels": 48}
+#: The test model: seconds on 4 CPU ranks (examples/tiny.yaml); its pipeline is built locally
+#: (runtime/model/generic/families/wan.py ``tiny_pipeline``), never downloaded.
+TINY = {**_COMMON, "attention_head_dim": 16, "in_channels": 4, "out_channels": 4, "text_dim": 32,
+        "num_attention_heads": 4, "ffn_dim": 128, "num_layers": 2}
+
+_HF = "huggingface.co/Wan-AI/{}-Diffusers transformer/config.json"
+PRESETS = (
+    FamilyPreset("wan2.1-t2v-1.3b", T2V_1_3B, _HF.format("Wan2.1-T2V-1.3B"),
+                 parameters=ParameterCount(1_393_221_120, 46_440_704, 25_775_680)),
+    FamilyPreset("wan2.1-t2v-14b", T2V_14B, _HF.format("Wan2.1-T2V-14B"),
+                 parameters=ParameterCount(14_055_772_160, 351_394_304, 232_719_424)),
+    # two releases of one architecture, trained on 480 x 832 and 720 x 1280 videos (flow_shift 3 and 5 in
+    # their scheduler folders)
+    FamilyPreset("wan2.1-i2v-14b-480p", I2V_14B, _HF.format("Wan2.1-I2V-14B-480P"),
+                 parameters=ParameterCount(16_153_538_560, 403_838_464, 241_340_224)),
+    FamilyPreset("wan2.1-i2v-14b-720p", I2V_14B, _HF.format("Wan2.1-I2V-14B-720P"),
+                 parameters=ParameterCount(16_153_538_560, 403_838_464, 241_340_224)),
+    # both experts have the Wan2.1-14B config; the boundary is model_index.json's boundary_ratio
+    FamilyPreset("wan2.2-t2v-a14b", T2V_14B, _HF.format("Wan2.2-T2V-A14B") + " (both experts), model_index.json",
+                 parameters=ParameterCount(14_055_772_160, 351_394_304, 232_719_424), boundary_ratio=0.875),
+    FamilyPreset("wan2.2-i2v-a14b", I2V_A14B, _HF.format("Wan2.2-I2V-A14B") + " (both experts), model_index.json",
+                 parameters=ParameterCount(14_055_772_160, 351_394_304, 233_129_024), boundary_ratio=0.9),
+    # one timestep per token (model_index.json's expand_timesteps): text- or image-to-video with one transformer
+    FamilyPreset("wan2.2-ti2v-5b", TI2V_5B, _HF.format("Wan2.2-TI2V-5B") + ", model_index.json",
+                 parameters=ParameterCount(4_909_701_120, 163_656_704, 90_086_592), expand_timesteps=True,
+                 shape_overrides={"vae_stride": [4, 16, 16]}),
+    FamilyPreset("tiny", TINY, "sporch's test model (a tiny WanTransformer3DModel config, random weights)",
+                 shape_overrides={"text_len": 8}, test_model=True),
+)
 
 #: Parameters of the published pipelines' other parts (plan/pipeline_estimate.py's memory estimate): sizes,
 #: the text encoder's blocks and embedding (a sharded encoder gathers one at a time, FSDP2), the
@@ -32,13 +86,16 @@ PARTS_TI2V = {**PARTS, "vae": "AutoencoderKLWan (Wan2.2)", "vae_parameters": 704
 #: load it) after the text encoder is freed and before the transformer is built.
 PARTS_I2V = {**PARTS, "image_encoder": "CLIP ViT-H/14 vision (CLIPVisionModel)",
              "image_encoder_parameters": 630_766_080}
+#: CLIP ViT-H/14's tokens at 224 px: 16 x 16 patches and the class token (WanImageToVideoPipeline feeds
+#: the penultimate hidden states, all of them, to the transformer's image embedder)
+IMAGE_TOKENS = 257
 
 
 def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
     """The published text encoder, VAE (and image encoder) of preset ``preset``; None for a
     preset whose parts sporch does not know (or a checkpoint folder without one)."""
     name = preset or ""
-    if name.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b")):
+    if name.startswith(("wan2.1-t2v", "wan2.2-t2v-a14b", "wan2.2-i2v-a14b")):
         return PARTS
     if name.startswith("wan2.2-ti2v"):
         return PARTS_TI2V
@@ -60,21 +117,137 @@ def vae_stride(vae_config: Mapping[str, Any]) -> Optional[list]:
     return [st, sh, sh]
 
 
+def _patch(value: Any) -> list:
+    return [int(p) for p in value] if isinstance(value, (list, tuple)) else [1, int(value), int(value)]
+
+
 def shape(config: Mapping[str, Any]) -> dict:
     heads, hd = int(config.get("num_attention_heads", 40)), int(config.get("attention_head_dim", 128))
-    patch = [int(p) for p in config.get("patch_size", (1, 2, 2))]
     return {
         "attention": "cross", "depth": int(config.get("num_layers", 40)), "single_depth": 0,
         "hidden": heads * hd, "num_heads": heads, "num_kv_heads": heads, "head_dim": hd,
-        "ffn_dim": int(config.get("ffn_dim", 13824)), "patch": patch, "in_channels": int(config.get("in_channels", 16)),
-        "vae_stride": [4, 8, 8], "text_len": 512, "text_dim": int(config.get("text_dim", 4096)),
-        "qk_norm": bool(config.get("qk_norm")),
+        "ffn_dim": int(config.get("ffn_dim", 13824)), "patch": _patch(config.get("patch_size", (1, 2, 2))),
+        "in_channels": int(config.get("in_channels", 16)), "vae_stride": [4, 8, 8], "text_len": 512,
+        "text_dim": int(config.get("text_dim", 4096)), "qk_norm": bool(config.get("qk_norm")),
     }
 
 
+def config_for(base: Mapping[str, Any], model: Mapping[str, Any]) -> dict:
+    """A WanTransformer3DModel config with ``model``'s shape (``plan.model`` fields) on top of
+    ``base`` (a preset's config, or {} for a model given by its shape alone: the class's published
+    defaults). What the class cannot express (another attention kind, single-stream blocks,
+    grouped keys) is caught by comparing :func:`shape` of the result with ``model``."""
+    out = {**_COMMON, **dict(base)}
+    image = out.get("added_kv_proj_dim") is not None
+    same_channels = out.get("out_channels") in (None, out.get("in_channels"))
+    hidden = int(model["num_heads"]) * int(model["head_dim"])
+    out.update(num_attention_heads=int(model["num_heads"]), attention_head_dim=int(model["head_dim"]),
+               num_layers=int(model["depth"]), ffn_dim=int(model["ffn_dim"]), in_channels=int(model["in_channels"]),
+               text_dim=int(model["text_dim"]), patch_size=[int(p) for p in model["patch"]],
+               qk_norm="rms_norm_across_heads" if model.get("qk_norm") else None)
+    if same_channels:
+        out["out_channels"] = out["in_channels"]
+    if image:
+        out["added_kv_proj_dim"] = hidden
+    return out
+
+
+#: WanTransformer3DModel's constructor arguments (diffusers 0.42.1) and their values.
+CONFIG_KEYS = {
+    "patch_size": Ints(3), "num_attention_heads": Int(), "attention_head_dim": Int(2), "in_channels": Int(),
+    "out_channels": Int(optional=True), "text_dim": Int(), "freq_dim": Int(2), "ffn_dim": Int(), "num_layers": Int(),
+    "cross_attn_norm": Flag(), "qk_norm": Text("rms_norm_across_heads", None), "eps": Number(0, 1, open_min=True),
+    "image_dim": Int(optional=True), "added_kv_proj_dim": Int(optional=True), "rope_max_seq_len": Int(),
+    "pos_embed_seq_len": Int(optional=True)}
+
+
+def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """The class's rules across keys: an even head width (3-D RoPE rotates channel pairs), image
+    keys and values as wide as the model (``added_kv_proj_dim``) exactly when it takes image tokens."""
+    problem = head_dim_problem(config, default=128)
+    if problem is not None:
+        return problem
+    image, kv = config.get("image_dim"), config.get("added_kv_proj_dim")
+    if (image is None) != (kv is None):
+        return "added_kv_proj_dim", (f"{kv!r} with image_dim {image!r}: a model that attends to image tokens sets both "
+                                     "(image_dim: their width; added_kv_proj_dim: the model's), one without sets neither")
+    hidden = int(config.get("num_attention_heads", 40)) * int(config.get("attention_head_dim", 128))
+    if kv is not None and kv != hidden:
+        return "added_kv_proj_dim", f"{kv} must be num_attention_heads x attention_head_dim = {hidden}"
+    return None
+
+
+#: The original release's config.json (Wan-Video/Wan2.1 ``WanModel``) and what each key must be.
+ORIGINAL_KEYS = {
+    "dim": Int(), "num_heads": Int(), "num_layers": Int(), "ffn_dim": Int(), "in_dim": Int(), "out_dim": Int(),
+    "freq_dim": Int(2), "text_dim": Int(), "text_len": Int(), "patch_size": Ints(3), "eps": Number(0, 1, open_min=True),
+    "qk_norm": Flag(), "cross_attn_norm": Flag(), "window_size": Ints(2, minimum=-1)}
+#: model_type values that take CLIP image tokens (Wan2.1 image-to-video, first-last-frame-to-video)
+IMAGE_MODEL_TYPES = ("i2v", "flf2v")
+
+
+def is_original_config(config: Mapping[str, Any]) -> bool:
+    """An original release's config (``WanModel``, or no class with its ``dim`` / ``num_heads``)."""
+    cls = config.get("_class_name")
+    return cls == "WanModel" or (not cls and {"dim", "num_heads", "num_layers"} <= set(config))
+
+
+def original_config_problem(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """(key, why) for an original config diffusers' class cannot take, else None."""
+    problem = key_problem(ORIGINAL_KEYS, config, "WanModel (original release)")
+    if problem is not None:
+        return problem
+    dim, heads = config.get("dim"), config.get("num_heads")
+    if dim is not None and heads is not None and dim % heads:
+        return "num_heads", f"{heads} must divide dim {dim} (dim = num_heads x head width)"
+    if list(config.get("window_size", (-1, -1))) != [-1, -1]:
+        return "window_size", f"{config['window_size']!r} (local attention) is not computed: diffusers' class attends globally"
+    return None
+
+
+def from_original_config(config: Mapping[str, Any]) -> dict:
+    """The WanTransformer3DModel config of an original release's config.json (the names diffusers'
+    converter gives its tensors); CLIP image tokens for model_type i2v / flf2v (Wan2.1's)."""
+    dim, heads = int(config.get("dim", 5120)), int(config.get("num_heads", 40))
+    image = config.get("model_type") in IMAGE_MODEL_TYPES
+    return {**_COMMON, "num_attention_heads": heads, "attention_head_dim": dim // heads,
+            "in_channels": int(config.get("in_dim", 16)), "out_channels": int(config.get("out_dim", 16)),
+            "text_dim": int(config.get("text_dim", 4096)), "freq_dim": int(config.get("freq_dim", 256)),
+            "ffn_dim": int(config.get("ffn_dim", 13824)), "num_layers": int(config.get("num_layers", 40)),
+            "patch_size": list(config.get("patch_size", (1, 2, 2))), "eps": float(config.get("eps", 1e-6)),
+            "cross_attn_norm": bool(config.get("cross_attn_norm", True)),
+            "qk_norm": "rms_norm_across_heads" if config.get("qk_norm", True) else None,
+            "image_dim": 1280 if image else None, "added_kv_proj_dim": dim if image else None,
+            "pos_embed_seq_len": 2 * 257 if config.get("model_type") == "flf2v" else None}
+
+
+def image_tokens(config: Mapping[str, Any]) -> tuple[int, int]:
+    """(width, count) of the CLIP image tokens a Wan2.1 I2V transformer attends to beside the text
+    (``image_dim``), (0, 0) for the others."""
+    dim = config.get("image_dim")
+    return (int(dim), IMAGE_TOKENS) if dim else (0, 0)
+
+
+def image_input(config: Mapping[str, Any], expand_timesteps: bool) -> str:
+    """Image-to-video (more input than output channels: the first frame as latent condition) needs
+    ``workload.image``; Wan2.2 TI2V-5B (one timestep per token) takes one or none; T2V none."""
+    c_in = int(config.get("in_channels", 16))
+    if c_in > int(config.get("out_channels") or c_in):
+        return "required"
+    return "optional" if expand_timesteps else "none"
+
+
+def image_folders(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Wan2.1 I2V reads the image as CLIP tokens too: the folder's image encoder and its processor."""
+    return ("image_encoder", "image_processor") if config.get("image_dim") else ()
+
+
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
-                lora_loader="WanLoraLoaderMixin",
-                hand_built=True, text_split=False, pipeline_folders=PIPELINE_FOLDERS, video=True,
-                standin_attention="cross",
+                config_for=config_for, presets=PRESETS, lora_loader="WanLoraLoaderMixin", text_split=False,
+                pipeline_folders=PIPELINE_FOLDERS, video=True, pipeline_class="WanPipeline",
+                image_pipeline_class="WanImageToVideoPipeline", image_input=image_input, image_folders=image_folders,
+                pipeline_cfg=PipelineCfg.TWO_CALLS,  # "cond" then "uncond" per step, one per cfg rank
                 pipeline_parts=pipeline_parts, vae_stride_from=vae_stride, vae_class="AutoencoderKLWan",
-                vae_parallel=True)
+                vae_tiling=True, vae_parallel=True, image_tokens=image_tokens, config_keys=CONFIG_KEYS,
+                config_rules=config_rules, is_original_config=is_original_config,
+                original_config_problem=original_config_problem, from_original_config=from_original_config)

@@ -19,7 +19,7 @@ import torch
 from sporch.orchestrator.models.families import config_class, require_family
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
-__all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers"]
+__all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers", "from_state"]
 
 
 def transformer_folder(path: str | Path) -> Path:
@@ -78,6 +78,17 @@ def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
                                   f"{tuple(expected[key].shape)}")
     model.load_state_dict(state, assign=True, strict=True)
     return prepare_model(model.to(device))
+
+
+def from_state(class_name: str, config: dict, state: dict, dtype: torch.dtype) -> torch.nn.Module:
+    """The class of ``class_name`` from ``config`` with ``state``'s tensors as its parameters and
+    buffers (no copy: a pack's cached weights, runtime/model/weight_cache.py)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):  # parameters on meta; derived buffers (RoPE tables) real
+        model = diffusers_class(class_name).from_config(config)
+    model.load_state_dict(state, assign=True, strict=True)
+    return prepare_model(model)
 
 
 def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

@@ -1,4 +1,5 @@
-"""The generic path's verify and benchmark workloads from a Plan (``plan.model.diffusers_class``).
+"""The verify, benchmark and inference workloads from a Plan: the model's diffusers class
+(``plan.model.diffusers_class``) run sequence-parallel.
 
 The model: ``plan.model.weights`` (a diffusers folder: config.json + safetensors) or, without
 weights, the class built from ``plan.model.diffusers_config`` with seeded random weights. Inputs:
@@ -23,20 +24,24 @@ from sporch.orchestrator.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention.select import Choice, run_choice
 from sporch.runtime.measure import peak_memory_bytes, sync
-from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.parallel import ParallelContext, replica_rows
 
+from ..dtypes import DTYPES as _DTYPES
 from ..finite import check_output
 from ..shard_weights import resident_parameter_bytes
-from .build import read_config
+from sporch.orchestrator.models.lora_experts import for_expert
+
+from ..weight_cache import cache_key
+from .build import from_state, read_config
+from .cache import apply_step_cache
 from .families import family_module
+from .inference import denoise, flow_sigmas, replica_inputs, run_inference, timestep_scale
 from .placed import build_transformer
 from .plans import split_plan
 from .runner import GenericSharded, verify_generic
 from .split import check_recorded_split
 
 __all__ = ["build_from_plan", "inputs_from_plan", "run_generic"]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: Max relative error that passes, per dtype (as the hand-built path's verify).
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
@@ -44,13 +49,24 @@ TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 def build_from_plan(plan: Plan, device: torch.device, ctx: ParallelContext | None = None) -> tuple[torch.nn.Module, dict]:
     """The plan's diffusers transformer placed as the plan says (generic/placed.py: its LoRA
     adapters merged, ``model.quant``, its parameters sharded over ``ctx`` per
-    ``plan.placement.shard_weights``; no ``ctx``: whole)."""
+    ``plan.placement.shard_weights``; no ``ctx``: whole). The points of a pack (``ctx.weight_cache``)
+    that share a whole model take its parameters from the cache: loaded or drawn once."""
     m = plan.model
     config = read_config(m.weights) if m.weights else dict(m.diffusers_config or {})
-    model = build_transformer(weights=m.weights, class_name=m.diffusers_class, config=config, ctx=ctx,
-                              shard_weights=plan.placement.shard_weights, quant=m.quant, lora=m.lora,
-                              seed=plan.workload.seed, dtype=_DTYPES[plan.workload.dtype], device=device)
-    return model, config
+    dtype = _DTYPES[plan.workload.dtype]
+    lora = for_expert(m.lora, 0)  # verify / benchmark / inference: the transformer (Wan2.2: the high-noise expert)
+
+    def build() -> torch.nn.Module:
+        return build_transformer(weights=m.weights, class_name=m.diffusers_class, config=config, ctx=ctx,
+                                 shard_weights=plan.placement.shard_weights, quant=m.quant, lora=lora,
+                                 seed=plan.workload.seed, dtype=dtype, device=device)
+
+    cache = getattr(ctx, "weight_cache", None) if ctx is not None else None
+    if cache is None or plan.placement.shard_weights != "none" or (m.quant or "none") != "none":
+        return build(), config
+    key = cache_key(config, weights=m.weights, seed=plan.workload.seed, dtype=dtype, device=torch.device(device),
+                    lora=lora)
+    return from_state(m.diffusers_class, config, cache.parameters(key, build), dtype), config
 
 
 def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
@@ -71,29 +87,27 @@ def kernel_choice(plan: Plan, ctx: ParallelContext | None, device: torch.device)
                       ring=ctx.ring if ctx is not None else 1)
 
 
-def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device,
+def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Any = None,
                 compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
-    """verify / benchmark of the plan. ``compile_model(model)``: compiles the blocks where the
-    plan says so (runtime/workloads.py, by the hand-built path's rule) and returns the
-    ``CompileInfo`` (``enabled``, ``first_call_s``, ``record()``); None: eager."""
+    """verify / benchmark / inference of the plan. ``compile_model(model)``: compiles the blocks
+    where the plan says so (runtime/workloads.py) and returns the ``CompileInfo`` (``enabled``,
+    ``first_call_s``, ``record()``); None: eager. ``progress``: inference's step files and the
+    USR2 stop (:class:`~sporch.runtime.progress.Progress`)."""
     model, config = build_from_plan(plan, device, ctx)
     check_recorded_split(plan.sequence, split_plan(type(model)), plan.model.diffusers_class)
     inputs = inputs_from_plan(plan, config, device)
     wl = plan.workload
     kernel = kernel_choice(plan, ctx, device)
     batched = family_module(plan.model.family).BATCHED
-    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "generic",
+    base = {"family": plan.model.family, "diffusers_class": plan.model.diffusers_class, "path": "diffusers",
             "attention_kernel": kernel.kernel, "attention_choice": kernel.reason, "lora_adapters": len(plan.model.lora or []),
             "shard_weights": plan.placement.shard_weights, "quant": plan.model.quant or "none",
             "resident_parameter_bytes": resident_parameter_bytes(model)}
     if wl.kind == "verify":
-        compiled: list = []  # the unsharded reference runs eager, then the blocks compile
-        out = verify_generic(model, ctx, inputs, backend=kernel.kernel, batched=batched,
-                             prepare=lambda: compiled.append(compile_model(model)) if compile_model else None)
-        tol = TOLERANCE[wl.dtype]
-        return {"kind": "verify", **base, "forward": out, "max_abs_err": out["max_abs_err"],
-                "max_rel_err": out["max_rel_err"], "tolerance": tol, "ok": out["max_rel_err"] <= tol,
-                "compile": compiled[0].record() if compiled else None}
+        return {**base, **_verify(plan, ctx, model, config, inputs, kernel.kernel, batched, compile_model)}
+    if wl.kind == "inference":
+        return {**base, **_inference(plan, ctx, device, progress, model, config, inputs, kernel.kernel, batched,
+                                     compile_model)}
     info = compile_model(model) if compile_model else None
     runner = GenericSharded(model, ctx, backend=kernel.kernel, batched=batched)
     if info is not None and info.enabled:  # the first call compiles: timed apart from the steps
@@ -119,3 +133,65 @@ def run_generic(plan: Plan, ctx: ParallelContext, device: torch.device,
                            peak_tflops=plan.cluster.gpu.bf16_tflops),
             "compile": info.record(median / 1e3 if median is not None else None) if info is not None else None,
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
+
+
+#: Sampling steps verify runs besides the forward (the loop's error grows with them; two show it).
+VERIFY_STEPS = 2
+
+
+def _verify(plan: Plan, ctx: ParallelContext, model: torch.nn.Module, config: dict, inputs: dict, backend: str,
+            batched: tuple, compile_model: Callable[[torch.nn.Module], Any] | None) -> dict[str, Any]:
+    """The sharded forward and ``min(steps, 2)`` sampling steps against the unsharded model, from
+    the same inputs on every rank: the errors and whether they are within the dtype's tolerance."""
+    wl = plan.workload
+    compiled: list = []  # the unsharded reference runs eager, then the blocks compile
+    out = verify_generic(model, ctx, inputs, backend=backend, batched=batched,
+                         prepare=lambda: compiled.append(compile_model(model)) if compile_model else None)
+    steps = min(wl.steps, VERIFY_STEPS)
+    sigmas = flow_sigmas(steps, wl.shift, wl.sigmas[:steps] if wl.sigmas else None)
+    runner = GenericSharded(model, ctx, backend=backend, batched=batched)
+    loop = dict(scale=timestep_scale(plan.model.family), cfg=wl.cfg_enabled, guidance_scale=wl.guidance_scale,
+                out_channels=int(config.get("out_channels") or config["in_channels"]))
+    with torch.no_grad():
+        ref = denoise(lambda **kw: _first(model(**kw)), inputs, sigmas, **loop)
+        got = denoise(runner.forward, inputs, sigmas, **loop)
+    check_output(ref, "verify (unsharded sampling)")
+    check_output(got, "verify (sharded sampling)")
+    err = float((got - ref).abs().max())
+    sample = {"max_abs_err": err, "max_rel_err": err / max(float(ref.abs().max()), 1e-30), "steps": steps}
+    tol = TOLERANCE[wl.dtype]
+    worst = max(out["max_rel_err"], sample["max_rel_err"])
+    return {"kind": "verify", "forward": out, "sample": sample, "steps": steps,
+            "max_abs_err": max(out["max_abs_err"], sample["max_abs_err"]), "max_rel_err": worst, "tolerance": tol,
+            "ok": worst <= tol, "compile": compiled[0].record() if compiled else None}
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else getattr(out, "sample", out)
+
+
+def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Any, model: torch.nn.Module,
+               config: dict, inputs: dict, backend: str, batched: tuple,
+               compile_model: Callable[[torch.nn.Module], Any] | None) -> dict[str, Any]:
+    """The flow-matching Euler loop on this replica's rows (generic/inference.py), its blocks
+    compiled where the plan says, ``workload.cache`` applied; the leader of each replica writes
+    the latents (``latents_dp<R>.safetensors``)."""
+    wl = plan.workload
+    info = compile_model(model) if compile_model else None
+    mine = replica_inputs(inputs, batched, replica_rows(wl.batch, ctx), wl.batch, wl.cfg_enabled)
+    hook = apply_step_cache(model, wl.cache, ctx, num_steps=wl.steps)
+    runner = GenericSharded(model, ctx, backend=backend, batched=batched)
+    out = run_inference(plan, ctx, device, progress, model, config, mine, runner)
+    latents = out.pop("latents")
+    check_output(latents, "inference (denoised latents)")
+    out["compile"] = info.record() if info is not None else None
+    if hook is not None:
+        out["step_cache"] = {name: rec.record() for name, rec in hook.records.items()}
+    if ctx.sequence_rank == 0 and ctx.cfg_rank == 0:
+        from safetensors.torch import save_file
+
+        path = progress.output_dir / f"latents_dp{ctx.dp_rank}.safetensors"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({"latents": latents.contiguous().cpu()}, str(path))
+        out["latents_path"] = str(path)
+    return out

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..config import ModelConfig
+from typing import Any as ModelConfig  # the hand-built models' config (a transform reads its patch, out_dim)
 
 Transform = Callable[[Sequence[torch.Tensor], ModelConfig, str], torch.Tensor]
 

@@ -48,7 +48,7 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
     return {"guidance_scale": guidance_scale if cfg else 1.0, "max_sequence_length": text_len}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """CogVideoXPipeline: a T5 encoder 16 wide (the transformer's text_embed_dim), AutoencoderKLCogVideoX
     (4 latent channels, 8 x 8 pixels and 4 frames per latent), the CogVideoX DDIM scheduler
     (v-prediction, zero terminal SNR, as CogVideoX-5b's). Its sample size 96 x 80 sets ``enable_tiling``'s
@@ -57,7 +57,7 @@ def tiny_pipeline(seed: int = 0):
     from diffusers import AutoencoderKLCogVideoX, CogVideoXDDIMScheduler, CogVideoXPipeline
     from transformers import T5Config, T5EncoderModel
 
-    config = TINY
+    config = dict(config or TINY)
     transformer = random_diffusers("CogVideoXTransformer3DModel", dict(config), seed=seed)
     t5 = randomize(T5EncoderModel(t5_config(T5Config, VOCAB, config["text_embed_dim"])), seed + 1)
     vae = randomize(AutoencoderKLCogVideoX(

@@ -47,7 +47,7 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
     return {"guidance_scale": guidance_scale}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """HunyuanVideoPipeline: a tiny Llama (two layers, 16 wide: the transformer's text_embed_dim; the
     pipeline takes its third-last hidden states), a CLIP text encoder whose pooled output is 8 wide
     (pooled_projection_dim), AutoencoderKLHunyuanVideo (4 latent channels, 8 x 8 pixels and 4
@@ -57,7 +57,7 @@ def tiny_pipeline(seed: int = 0):
     from diffusers import AutoencoderKLHunyuanVideo, FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
     from transformers import CLIPTextConfig, CLIPTextModel, LlamaConfig, LlamaModel
 
-    config = TINY
+    config = dict(config or TINY)
     transformer = random_diffusers("HunyuanVideoTransformer3DModel", dict(config), seed=seed)
     llama = randomize(LlamaModel(LlamaConfig(
         vocab_size=VOCAB, hidden_size=config["text_embed_dim"], intermediate_size=32, num_hidden_layers=2,

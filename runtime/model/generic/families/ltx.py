@@ -43,7 +43,7 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
     return {"guidance_scale": guidance_scale if cfg else 1.0}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """LTXPipeline: a T5 encoder 16 wide (the transformer's caption_channels), AutoencoderKLLTXVideo
     (8 latent channels, 8 wide; patch 4 then three 2 x 2 x 2 scalings: 32 x 32 pixels and 8 frames
     per latent, as LTX-Video's; random latent statistics), the flow-matching Euler scheduler with
@@ -52,7 +52,7 @@ def tiny_pipeline(seed: int = 0):
     from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline
     from transformers import T5Config, T5EncoderModel
 
-    config = TINY
+    config = dict(config or TINY)
     transformer = random_diffusers("LTXVideoTransformer3DModel", dict(config), seed=seed)
     t5 = randomize(T5EncoderModel(t5_config(T5Config, VOCAB, config["caption_channels"])), seed + 1)
     z = int(config["in_channels"])

@@ -58,7 +58,7 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
             "negative_prompt": None}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """PixArtSigmaPipeline: a T5 encoder 16 wide (the transformer's caption_channels), AutoencoderKL
     (4 latent channels, 8 x 8 pixels per latent; tiles of 32 pixels), the DPM-Solver++ multistep
     scheduler of PixArt-Sigma-XL-2-1024-MS (scheduler/scheduler_config.json: order 2, linear betas
@@ -67,7 +67,7 @@ def tiny_pipeline(seed: int = 0):
     from diffusers import DPMSolverMultistepScheduler, PixArtSigmaPipeline
     from transformers import T5Config, T5EncoderModel
 
-    config = TINY
+    config = dict(config or TINY)
     transformer = random_diffusers("PixArtTransformer2DModel", dict(config), seed=seed)
     t5 = randomize(T5EncoderModel(t5_config(T5Config, VOCAB, config["caption_channels"])), seed + 1)
     scheduler = DPMSolverMultistepScheduler(algorithm_type="dpmsolver++", beta_start=0.0001, beta_end=0.02,

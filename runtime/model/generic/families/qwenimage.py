@@ -46,14 +46,14 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
     return {"true_cfg_scale": guidance_scale if cfg else 1.0}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """QwenImagePipeline: a tiny Qwen2.5-VL (one text layer, 24 wide; a one-block vision tower the
     pipeline never calls), AutoencoderKLQwenImage (z 4, 8 x 8 pixels per latent), the flow-matching
     Euler scheduler with Qwen-Image's dynamic shift."""
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    config = {**TINY, "joint_attention_dim": 24}
+    config = {**(config or TINY), "joint_attention_dim": 24}
     transformer = random_diffusers("QwenImageTransformer2DModel", config, seed=seed)
     z = int(config["out_channels"])
     text = Qwen2_5_VLConfig(

@@ -45,7 +45,7 @@ def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[s
     return {"guidance_scale": guidance_scale if cfg else 1.0}
 
 
-def tiny_pipeline(seed: int = 0):
+def tiny_pipeline(seed: int = 0, config=None, **_):
     """StableDiffusion3Pipeline: two CLIP text encoders with projection (8 wide each, 4-wide pooled
     projections: 8 pooled together), a T5 encoder 16 wide (the transformer's joint_attention_dim),
     AutoencoderKL (4 latent channels, 8 x 8 pixels per latent), SD3's flow-matching Euler scheduler
@@ -53,7 +53,7 @@ def tiny_pipeline(seed: int = 0):
     from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
-    config = TINY
+    config = dict(config or TINY)
     transformer = random_diffusers("SD3Transformer2DModel", dict(config), seed=seed)
 
     def clip(s: int):
