@@ -85,9 +85,10 @@ def _read(path: Path):
 def check_same_model(first: Path, second: Path) -> None:
     """Both experts' configs describe one architecture (sporch runs both with one plan.model)."""
     a, b = _read(first), _read(second)
-    mine, theirs = {**a.fields, **a.knobs}, {**b.fields, **b.knobs}
+    mine, theirs = ({k: v for k, v in (m.config or {}).items() if not k.startswith("_")} for m in (a, b))
     differ = [f"{k} {theirs.get(k)!r} (transformer: {mine.get(k)!r})" for k in sorted(set(mine) | set(theirs))
               if mine.get(k) != theirs.get(k)]
     if differ:
         raise CheckpointError(f"{second}: the low-noise expert's architecture differs from transformer's in "
-                              f"{len(differ)} field(s): {'; '.join(differ)}; sporch runs two experts of one shape")
+                              f"{len(differ)} config key(s): {'; '.join(differ)}; sporch runs two experts of one "
+                              "shape")

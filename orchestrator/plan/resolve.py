@@ -201,12 +201,14 @@ def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any], keys: Mappi
 
 def disagreements(ckpt: CheckpointModel, section: ModelSection, preset_config: Optional[Mapping[str, Any]] = None,
                   label: str = "job") -> list[str]:
-    """Every shape field (and, given the preset's config, every key it states) in which the
+    """Every shape field (and, given the preset's config, every key both state) in which the
     checkpoint's config differs from the job's model."""
     ours = {name: getattr(section, name) for name in ckpt.fields if hasattr(section, name)}
     out = _differences(ckpt.fields, ours, ckpt.keys, label)
     for key, value in (preset_config or {}).items():
-        theirs = (ckpt.config or {}).get(key)
+        if key not in (ckpt.config or {}):  # not stated: the class's default (the published configs state theirs)
+            continue
+        theirs = ckpt.config[key]
         same = list(theirs) == list(value) if isinstance(theirs, (list, tuple)) and isinstance(value, (list, tuple)) \
             else theirs == value
         if not same and not any(f"config key {key})" in line for line in out):

@@ -25,7 +25,6 @@ INF = "workload.kind=inference"  # tiny.yaml verifies
     (TINY, [INF, FB, "workload.cache.threshold=0.1", "workload.cache.max_consecutive=-2"],
      "'workload.cache.max_consecutive' must be >= 0"),
     (TINY, [FB, "workload.cache.threshold=0.1", "workload.kind=benchmark"], "'workload.cache' skips denoising steps"),
-    (TINY, [INF, FB, "workload.cache.threshold=0.1", "model.preset=class-dit-xl"], "workload.cache is for the Wan and Flux"),
     (TINY, ["workload.cache.bogus=1"], "bogus"),
     (TINY, [INF, "workload.cache.method=taylorseer"], "'workload.cache.interval' taylorseer computes the blocks"),
     (TINY, [INF, "workload.cache.method=taylorseer", "workload.cache.interval=3", "workload.cache.order=4"],

@@ -20,10 +20,10 @@ def model(**kw):
         ("wan2.1-t2v-1.3b", 30, 0, 1536, 12, 128, 8960),
         ("wan2.1-t2v-14b", 40, 0, 5120, 40, 128, 13824),
         ("flux.1-dev", 19, 38, 3072, 24, 128, 12288),
-        ("mmdit-video-12b", 20, 40, 3072, 24, 128, 12288),
-        ("joint-video-42x3072", 42, 0, 3072, 48, 64, 12288),
-        ("class-dit-xl", 28, 0, 1152, 16, 72, 4608),
+        ("hunyuanvideo", 20, 40, 3072, 24, 128, 12288),
+        ("cogvideox-5b", 42, 0, 3072, 48, 64, 12288),
         ("tiny", 2, 0, 64, 4, 16, 128),
+        ("tiny-flux", 1, 1, 64, 4, 16, 256),
     ],
 )
 def test_preset_shapes(preset, depth, single, hidden, heads, hd, ffn):
@@ -41,30 +41,41 @@ def test_preset_details():
     assert (wan.in_channels, wan.text_len, wan.text_dim, wan.attention) == (16, 512, 4096, "cross")
     flux = model(preset="flux.1-dev")
     assert flux.attention == "joint" and flux.text_len == 512 and flux.vae_stride == [1, 8, 8]
-    dit = model(preset="class-dit-xl")
-    assert dit.attention == "self" and dit.text_len == 0 and dit.in_channels == 4
-    assert model(preset="joint-video-42x3072").text_len == 226
-    assert set(PRESETS) >= {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "flux.1-dev", "mmdit-video-12b",
-                            "joint-video-42x3072", "class-dit-xl", "tiny"}
+    assert model(preset="flux.1-schnell").text_len == 256 and model(preset="cogvideox-5b").text_len == 226
+    assert model(preset="wan2.2-ti2v-5b").vae_stride == [4, 16, 16]
+    assert set(PRESETS) >= {"wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "flux.1-dev", "hunyuanvideo", "cogvideox-5b",
+                            "tiny", "tiny-flux"}
 
 
 def test_overrides_on_preset():
+    """A preset's sizes change where its class's config can say them: the config follows."""
     m = model(preset="tiny", num_heads=8)
     assert (m.hidden, m.num_heads, m.head_dim, m.num_kv_heads) == (64, 8, 8, 8)
+    assert (m.diffusers_config["num_attention_heads"], m.diffusers_config["attention_head_dim"]) == (8, 8)
     m = model(preset="tiny", head_dim=32)
     assert (m.num_heads, m.hidden) == (2, 64)
     m = model(preset="tiny", num_heads=8, head_dim=16)
-    assert m.hidden == 128 and m.ffn_dim == 256  # preset ratio kept
-    m = model(preset="tiny", num_kv_heads=2)
-    assert m.num_kv_heads == 2
+    assert m.hidden == 128 and m.ffn_dim == 256 and m.diffusers_config["ffn_dim"] == 256  # preset ratio kept
     m = model(preset="tiny", mlp_ratio=4.0)
     assert m.ffn_dim == 256
-    m = model(preset="tiny", attention="joint")
-    assert m.attention == "joint" and m.single_depth == 1
-    m = model(preset="tiny", attention="joint", single_depth=3)
-    assert m.single_depth == 3
+    m = model(preset="tiny-flux", single_depth=3)
+    assert m.single_depth == 3 and m.diffusers_config["num_single_layers"] == 3
     m = model(preset="tiny", patch=4)
-    assert m.patch == [1, 4, 4]
+    assert m.patch == [1, 4, 4] and m.diffusers_config["patch_size"] == [1, 4, 4]
+    m = model(preset="wan2.1-t2v-14b", depth=4)
+    assert m.diffusers_config["num_layers"] == 4 and m.diffusers_config["in_channels"] == 16
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(preset="tiny", num_kv_heads=2), "model.num_kv_heads=2 (WanTransformer3DModel gives 4)"),
+    (dict(preset="tiny", attention="joint"), "model.attention='joint' (WanTransformer3DModel gives 'cross')"),
+    (dict(preset="tiny-flux", mlp_ratio=2.0), "model.ffn_dim=128 (FluxTransformer2DModel gives 256)"),
+    (dict(preset="qwen-image", depth=10), "model.depth=10 (the preset's: 60)"),
+])
+def test_an_override_the_class_cannot_express_is_refused(kw, needle):
+    with pytest.raises(SporchError) as ei:
+        model(**kw)
+    assert needle in str(ei.value) and "\n" not in str(ei.value)
 
 
 @pytest.mark.parametrize(
@@ -110,13 +121,16 @@ def test_vae_stride_must_be_three_positive_ints_at_load(tmp_path, value):
 
 
 def test_model_without_preset():
+    """A model given by its shape runs as the family of its attention kind (joint: Flux), the rest
+    (the feed-forward width, q/k norms) from that class's defaults."""
     m = model(attention="joint", depth=2, single_depth=1, hidden=96, num_heads=6, patch=[1, 2, 2],
-              in_channels=4, vae_stride=[1, 8, 8], text_len=16, mlp_ratio=2.0)
-    assert m.preset is None and m.head_dim == 16 and m.num_kv_heads == 6 and m.ffn_dim == 192
+              in_channels=4, vae_stride=[1, 8, 8], text_len=16)
+    assert m.preset is None and m.head_dim == 16 and m.num_kv_heads == 6 and m.ffn_dim == 384
+    assert (m.family, m.diffusers_class) == ("flux", "FluxTransformer2DModel")
     with pytest.raises(SporchError) as ei:
         model(depth=2)
     msg = str(ei.value)
-    for key in ("model.attention", "model.hidden", "model.num_heads", "model.patch", "mlp_ratio"):
+    for key in ("model.attention", "model.hidden", "model.num_heads", "model.patch"):
         assert key in msg
 
 

@@ -149,7 +149,7 @@ def test_cluster_host_bandwidth_is_used(tmp_path, run_cli):
     (INDEX, None, "transformer_2/config.json is missing"),
     (dict(INDEX, boundary_ratio=None), CONFIG, "lists transformer_2 but sets no boundary_ratio"),
     (dict(INDEX, transformer_2=[None, None]), None, "sets boundary_ratio 0.875 but lists no transformer_2"),
-    (INDEX, dict(CONFIG, num_layers=3, ffn_dim=32), "differs from transformer's in 2 field(s): depth 3"),
+    (INDEX, dict(CONFIG, num_layers=3, ffn_dim=32), "differs from transformer's in 2 config key(s): ffn_dim 32 (transformer: 64); num_layers 3"),
     (dict(INDEX, expand_timesteps="yes"), CONFIG, "expand_timesteps 'yes' must be true or false"),
 ])
 def test_bad_folders_are_one_line_errors(tmp_path, run_cli, index, second, needle):

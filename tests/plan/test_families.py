@@ -72,8 +72,6 @@ def test_unsupported_class_is_refused_at_plan_time(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("over, needle", [
-    (dict(workload=dict(VERIFY, kind="inference", cache={"method": "fbcache", "threshold": 0.1})),
-     "workload.kind inference is not built"),
     (dict(workload=VERIFY, parallel={"cfg": 2, "ulysses": 2}), "cfg"),
 ])
 def test_what_the_generic_path_lacks_is_refused(tmp_path, over, needle):

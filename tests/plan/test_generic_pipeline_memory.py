@@ -19,15 +19,20 @@ from sporch.orchestrator.plan.planner import make_plan
 USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 1024, 1024, 3.5), "sd3.5-medium": (1, 1024, 1024, 4.0),
          "cogvideox-5b": (49, 480, 720, 6.0), "ltx-video-2b": (121, 512, 768, 3.0), "ltx-video-13b": (121, 512, 768, 3.0),
          "hunyuanvideo": (129, 720, 1280, 6.0), "pixart-sigma-xl-2-512-ms": (1, 512, 512, 4.5),
-         "pixart-sigma-xl-2-1024-ms": (1, 1024, 1024, 4.5), "pixart-sigma-xl-2-2k-ms": (1, 2048, 2048, 4.5)}
-GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets]
+         "pixart-sigma-xl-2-1024-ms": (1, 1024, 1024, 4.5), "pixart-sigma-xl-2-2k-ms": (1, 2048, 2048, 4.5),
+         "wan2.1-t2v-1.3b": (81, 480, 832, 5.0), "wan2.1-t2v-14b": (81, 720, 1280, 5.0),
+         "wan2.1-i2v-14b-480p": (81, 480, 832, 5.0), "wan2.1-i2v-14b-720p": (81, 720, 1280, 5.0),
+         "wan2.2-t2v-a14b": (81, 720, 1280, 4.0), "wan2.2-i2v-a14b": (81, 720, 1280, 3.5),
+         "wan2.2-ti2v-5b": (121, 704, 1280, 5.0), "flux.1-dev": (1, 1024, 1024, 3.5), "flux.1-schnell": (1, 1024, 1024, 1.0)}
+GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets if not p.test_model]
 
 
 def _plan(preset: str, cluster: str = "a100x32", model: dict | None = None, shard: str = "auto", **pipeline):
     frames, height, width, guidance = USUAL.get(preset, (1, 1024, 1024, 4.0))
+    image = {"image": __file__} if "i2v" in preset else {}  # an image-to-video model needs its first frame (a file)
     job = {"name": "mem", "model": model or {"preset": preset},
            "workload": {"kind": "generate", "prompt": "a fox", "frames": frames, "height": height, "width": width,
-                        "steps": 30, "guidance_scale": guidance, "dtype": "bfloat16"},
+                        "steps": 30, "guidance_scale": guidance, "dtype": "bfloat16", **image},
            "parallel": {"cfg": 1, "dp": 1, "shard_weights": shard}, "pipeline": pipeline}
     return make_plan(find_cluster(cluster), job_from_dict(job, "<test>"))
 

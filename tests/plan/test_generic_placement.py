@@ -95,7 +95,7 @@ def test_inspect_lists_the_sharded_placement_of_a_generic_folder(run_cli, tmp_pa
     (the benchmark places no text encoder or VAE), sharding needing less per GPU."""
     from tests.plan.test_families import QWEN
 
-    root = folder(tmp_path, {**QWEN, "num_layers": 16, "attention_head_dim": 128})  # blocks outweigh the gathers
+    root = folder(tmp_path, {**QWEN, "num_layers": 16, "attention_head_dim": 128, "axes_dims_rope": [16, 56, 56]})  # blocks outweigh the gathers
     header = json.dumps({"img_in.weight": {"dtype": "F32", "shape": [48, 16], "data_offsets": [0, 3072]}}).encode()
     (root / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(
         len(header).to_bytes(8, "little") + header + bytes(3072))

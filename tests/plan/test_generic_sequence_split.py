@@ -49,14 +49,3 @@ def test_ltx_cross_attention_text_is_cut_not_whole_on_every_rank():
     assert p.sequence.text_len == p.model.text_len == 128
     assert p.estimates.compute.text_tokens_per_rank == 4
     assert p.estimates.compute.context_flops_per_sample == 0 < context_flops_per_sample(p.model)
-
-
-def test_hand_built_plans_keep_the_padded_split():
-    wan = plan("wan2.1-t2v-14b", frames=81, height=720, width=1280, guidance_scale=5.0)
-    assert (wan.sequence.split, wan.sequence.text_len) == ("padded", 0)  # cross-attention text whole
-    assert wan.estimates.compute.context_flops_per_sample == context_flops_per_sample(wan.model) > 0
-    assert wan.sequence.chunks() == [wan.sequence.tokens_per_rank] * wan.sequence.degree
-    flux = make_plan(find_cluster("a100x32"), job_from_dict({"name": "f", "model": {"preset": "flux.1-dev"}, "workload": {
-        "kind": "benchmark", "height": 1008, "width": 1008, "steps": 28}}))  # 63 x 63 = 3969 tokens
-    assert (flux.sequence.split, flux.sequence.text_len) == ("padded", flux.model.text_len)
-    assert flux.sequence.pad == 31 and any("padded to 4000" in w for w in flux.warnings)

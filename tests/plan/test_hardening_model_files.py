@@ -118,37 +118,38 @@ def assert_one_line(code: int, err: str, what: Any = None) -> None:
 
 # -- item 9: config.json values ----------------------------------------------------------------------
 @pytest.mark.parametrize("family,key,value,message", [
-    ("wan", "num_layers", 0, "num_layers=0 must be an integer from 1"),
-    ("wan", "num_layers", -3, "num_layers=-3 must be an integer from 1"),
-    ("wan", "ffn_dim", math.inf, "ffn_dim=inf must be an integer"),
-    ("wan", "num_attention_heads", 2.7, "num_attention_heads=2.7 must be an integer >= 1, not a float"),
-    ("wan", "num_attention_heads", "2", "num_attention_heads='2' must be an integer >= 1, not a str"),
-    ("wan", "num_layers", True, "num_layers=True must be an integer >= 1, not a boolean"),
-    ("wan", "in_channels", 0, "in_channels=0 must be an integer from 1"),
-    ("wan", "text_dim", 10**30, "text_dim=1000000000000000000000000000000 must be an integer from 1"),
-    ("wan", "attention_head_dim", 7, "attention_head_dim: head_dim 7 must be even"),
-    ("wan", "attention_head_dim", 0, "needs a valid attention_head_dim"),
-    ("wan", "eps", math.nan, "eps=nan must be finite"),
-    ("wan", "eps", -1, "eps=-1 must be greater than 0"),
-    ("wan", "eps", "1e-6", "eps='1e-6' must be a number"),
-    ("wan", "out_channels", 8, "out_channels: 8 must be at most in_channels 4"),
-    ("wan", "patch_size", [1, 0, 2], "patch_size=[1, 0, 2] must be an integer from 1"),
-    ("wan", "patch_size", [1, 2], "patch_size=[1, 2] must be a list of 3 integers"),
-    ("wan", "freq_dim", 1, "freq_dim=1 must be an integer from 2"),
-    ("wan", "cross_attn_norm", 1, "cross_attn_norm=1"),
-    ("wan", "qk_norm", 0, "qk_norm=0"),
-    ("wan", "rope_max_seq_len", -1, "rope_max_seq_len=-1 must be an integer"),
-    ("wan", "image_dim", 2.5, "image_dim=2.5 must be an integer"),
-    ("flux", "axes_dims_rope", [2, 2, 2], "axes_dims_rope: [2, 2, 2] must be three even numbers summing to head_dim 8"),
-    ("flux", "axes_dims_rope", [1, 3, 4], "must be three even numbers"),
-    ("flux", "axes_dims_rope", "224", "axes_dims_rope='224' must be a list of 3 integers"),
-    ("flux", "in_channels", 10, "in_channels=10 must be a multiple of 4"),
-    ("flux", "in_channels", 0, "in_channels=0 must be an integer from 4"),
-    ("flux", "guidance_embeds", "yes", "guidance_embeds='yes' must be true or false"),
-    ("flux", "num_single_layers", -1, "num_single_layers=-1 must be an integer from 0"),
-    ("wan-original", "num_heads", 3, "num_heads=3 must divide dim 16"),
-    ("wan-original", "dim", 0, "dim=0 must be an integer from 1"),
-    ("wan-original", "eps", math.inf, "eps=inf must be finite"),
+    ("wan", "num_layers", 0, "num_layers: 0 must be an integer from 1"),
+    ("wan", "num_layers", -3, "num_layers: -3 must be an integer from 1"),
+    ("wan", "ffn_dim", math.inf, "ffn_dim: inf must be an integer from 1 to 1048576, not a number"),
+    ("wan", "num_attention_heads", 2.7, "num_attention_heads: 2.7 must be an integer from 1 to 1048576, not a number"),
+    ("wan", "num_attention_heads", "2", "num_attention_heads: '2' must be an integer from 1 to 1048576, not a string"),
+    ("wan", "num_layers", True, "num_layers: True must be an integer from 1 to 1048576, not a boolean"),
+    ("wan", "in_channels", 0, "in_channels: 0 must be an integer from 1"),
+    ("wan", "text_dim", 10**30, "text_dim: 1000000000000000000000000000000 must be an integer from 1"),
+    ("wan", "attention_head_dim", 7, "attention_head_dim: 7 must be even"),
+    ("wan", "attention_head_dim", 0, "attention_head_dim: 0 must be an integer from 2"),
+    ("wan", "eps", math.nan, "eps: nan must be a finite number"),
+    ("wan", "eps", -1, "eps: -1 must be above 0"),
+    ("wan", "eps", "1e-6", "eps: '1e-6' must be a number, not a string"),
+    ("wan", "patch_size", [1, 0, 2], "patch_size: [1, 0, 2] must be a list of 3 integers from 1"),
+    ("wan", "patch_size", [1, 2], "patch_size: [1, 2] must be a list of 3 integers"),
+    ("wan", "freq_dim", 1, "freq_dim: 1 must be an integer from 2"),
+    ("wan", "cross_attn_norm", 1, "cross_attn_norm: 1 must be true or false"),
+    ("wan", "qk_norm", 0, "qk_norm: 0 must be a string, not an integer"),
+    ("wan", "rope_max_seq_len", -1, "rope_max_seq_len: -1 must be an integer from 1"),
+    ("wan", "image_dim", 2.5, "image_dim: 2.5 must be an integer"),
+    ("wan", "added_kv_proj_dim", 32, "added_kv_proj_dim: 32 with image_dim None"),
+    ("wan", "window_size", [4, 4], "window_size: is not a WanTransformer3DModel config key sporch knows"),
+    ("flux", "axes_dims_rope", [2, 2, 2], "axes_dims_rope: [2, 2, 2] must be even numbers summing to attention_head_dim 8"),
+    ("flux", "axes_dims_rope", [1, 3, 4], "must be even numbers"),
+    ("flux", "axes_dims_rope", "224", "axes_dims_rope: '224' must be a list of 3 integers"),
+    ("flux", "in_channels", 10, "in_channels: 10 must be a multiple of 4"),
+    ("flux", "in_channels", 0, "in_channels: 0 must be an integer from 4"),
+    ("flux", "guidance_embeds", "yes", "guidance_embeds: 'yes' must be true or false"),
+    ("flux", "num_single_layers", -1, "num_single_layers: -1 must be an integer from 0"),
+    ("wan-original", "num_heads", 3, "num_heads: 3 must divide dim 16"),
+    ("wan-original", "dim", 0, "dim: 0 must be an integer from 1"),
+    ("wan-original", "eps", math.inf, "eps: inf must be a finite number"),
 ])
 def test_a_bad_config_value_is_one_line_in_plan_and_inspect(tmp_path, family, key, value, message):
     folder = checkpoint(tmp_path / "ckpt", {**CONFIGS[family], key: value})
@@ -166,7 +167,7 @@ def test_nan_eps_says_finite_even_with_a_preset(tmp_path):
     folder = checkpoint(tmp_path / "ckpt", {**WAN, "eps": math.nan})
     code, _, err = plan(tmp_path, job(folder, preset="wan2.1-t2v-1.3b"))
     assert_one_line(code, err)
-    assert "eps=nan must be finite" in err and "disagrees" not in err, err
+    assert "eps: nan must be a finite number" in err and "disagrees" not in err, err
 
 
 def test_the_vae_strides_are_checked_not_defaulted(tmp_path):

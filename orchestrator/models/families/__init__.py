@@ -161,12 +161,13 @@ def config_parameters(model: Any) -> Optional[ParameterCount]:
 
 
 def _same_config(config: Mapping[str, Any], model: Any) -> bool:
-    """The model's diffusers config (when it has one) is ``config`` (a preset's) on every key the
-    preset states: a changed knob the shape does not show (Wan2.1 I2V's image_dim) counts."""
+    """The model's diffusers config (when it has one) is ``config`` (a preset's) on every key both
+    state (a key a folder omits is the class's default, as the published configs state it): a
+    changed knob the shape does not show (Wan2.1 I2V's image_dim) counts."""
     theirs = getattr(model, "diffusers_config", None)
     if theirs is None:
         return True
-    return all(_equal(theirs.get(k), v) for k, v in config.items())
+    return all(_equal(theirs[k], v) for k, v in config.items() if k in theirs)
 
 
 def _equal(a: Any, b: Any) -> bool:

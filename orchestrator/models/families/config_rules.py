@@ -77,10 +77,17 @@ def Unchecked() -> Rule:
     return Rule("unchecked", optional=True)
 
 
+def _a(value: Any) -> str:
+    """``value``'s kind as config.json says it: "a string", "a number", "a boolean", "a list", "null"."""
+    if value is None:
+        return "null"
+    kinds = {bool: "a boolean", str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
+
+
 def _int_problem(value: Any, rule: Rule) -> Optional[str]:
     if isinstance(value, bool) or not isinstance(value, int):
-        what = "a boolean" if isinstance(value, bool) else f"a {type(value).__name__}"
-        return f"must be an integer from {int(rule.minimum)} to {int(rule.maximum)}, not {what}"
+        return f"must be an integer from {int(rule.minimum)} to {int(rule.maximum)}, not {_a(value)}"
     if not rule.minimum <= value <= rule.maximum:
         return f"must be an integer from {int(rule.minimum)} to {int(rule.maximum)}"
     return None
@@ -99,7 +106,7 @@ def check_value(rule: Rule, value: Any) -> Optional[str]:
         return _int_problem(value, rule)
     if rule.kind == "number":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"must be a number, not a {type(value).__name__}"
+            return f"must be a number, not {_a(value)}"
         if not math.isfinite(value):
             return "must be a finite number"
         low_ok = value > rule.minimum if rule.open_min else value >= rule.minimum
@@ -121,7 +128,7 @@ def check_value(rule: Rule, value: Any) -> Optional[str]:
         return None
     if rule.kind == "text":
         if not isinstance(value, str):
-            return f"must be a string, not a {type(value).__name__}"
+            return f"must be a string, not {_a(value)}"
         if rule.choices and value not in rule.choices:
             return f"must be one of {', '.join(map(repr, rule.choices))}"
         return None

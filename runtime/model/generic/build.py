@@ -19,6 +19,8 @@ import torch
 from sporch.orchestrator.models.families import config_class, require_family
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
+from ..finite import nonfinite_weight
+
 __all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers", "from_state"]
 
 
@@ -66,7 +68,10 @@ def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     for f in sorted(folder.glob("*.safetensors")):
         with safe_open(str(f), framework="pt", device=str(device)) as sf:
             for key in sf.keys():
-                state[key] = sf.get_tensor(key).to(dtype)
+                raw = sf.get_tensor(key)
+                state[key] = raw.to(dtype)
+                if nonfinite_weight(state[key]):  # checked per tensor as it is read
+                    raise nonfinite_error(f, key, raw, dtype)
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
     if missing or extra:
@@ -89,6 +94,16 @@ def from_state(class_name: str, config: dict, state: dict, dtype: torch.dtype) -
         model = diffusers_class(class_name).from_config(config)
     model.load_state_dict(state, assign=True, strict=True)
     return prepare_model(model)
+
+
+def nonfinite_error(where: Path | str, key: str, value: torch.Tensor, dtype: torch.dtype) -> CheckpointError:
+    """The one line for a tensor that holds NaN or inf, or overflows the run's dtype."""
+    bad = nonfinite_weight(value)
+    if bad:
+        return CheckpointError(f"{where}: tensor {key!r}: {bad}; the checkpoint is corrupt (download or convert it "
+                               "again)")
+    return CheckpointError(f"{where}: tensor {key!r} overflows {str(dtype).removeprefix('torch.')} "
+                           f"({nonfinite_weight(value.to(dtype))}); run in a wider workload.dtype")
 
 
 def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

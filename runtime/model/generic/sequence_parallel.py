@@ -48,11 +48,12 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan, splits_text
+from sporch.runtime import faults
 from sporch.runtime.attention import usp_attention
 from sporch.runtime.parallel import ParallelContext
 
 from .plans import diffusers_type
-from .split import all_lengths, check_recorded_split, gather_uneven, split_local
+from .split import all_lengths, check_recorded_split, chunk_sizes, gather_uneven, split_local
 
 __all__ = ["SequenceParallel", "modules_named"]
 
@@ -190,9 +191,13 @@ class SequenceParallel:
         for i, spec in enumerate(gathers):
             if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
                 continue
+            if faults.wrong_shard(self.ctx.rank):  # test hook: this rank's shard wrong (verify must fail)
+                items[i] = items[i] + 1
             # every split of this forward even: every rank holds as many tokens as this one (no all-gather of lengths)
             sizes = [items[i].shape[spec.gather_dim]] * self.ctx.sequence_size if self.state.even else None
             items[i] = gather_uneven(items[i], spec.gather_dim, self.ctx, sizes=sizes)
+            if faults.swap_shards_set() and faults.swaps_shards(self.ctx.layout.name):
+                items[i] = _swap_first_two(items[i], spec.gather_dim, self.ctx)  # test hook: a wrong layout
         self.state.inside = False
         return items[0] if single else type(output)(items)
 
@@ -385,6 +390,16 @@ def _rank_masks(keep: torch.Tensor, sizes: list[int], width: int) -> list[torch.
             km[rank, :piece.numel()] = piece
         out.append(km)
     return out
+
+
+def _swap_first_two(x: torch.Tensor, dim: int, ctx: ParallelContext) -> torch.Tensor:
+    """``x`` (gathered along ``dim``) with the first two ranks' chunks swapped: the output of a
+    deliberately wrong layout (runtime/faults.py ``swaps_shards``)."""
+    sizes = chunk_sizes(x.shape[dim], ctx.sequence_size)
+    if len(sizes) < 2:
+        return x
+    first, second, rest = torch.split(x, [sizes[0], sizes[1], x.shape[dim] - sizes[0] - sizes[1]], dim=dim)
+    return torch.cat([second, first, rest], dim=dim)
 
 
 def _on_output(spec) -> bool:
