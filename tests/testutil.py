@@ -48,3 +48,14 @@ def container_cluster(folder: Path, runtime: str, name: str = "", top: dict | No
     for key, value in (top or {}).items():
         data[key] = {**data[key], **value} if isinstance(data.get(key), dict) else value
     return str(write(folder, f"{name or 'a100x8-' + runtime}.yaml", yaml.safe_dump(data)))
+
+
+def tiny_wan_folder(folder: Path, seed: int = 0) -> Path:
+    """The ``tiny`` preset's transformer (a tiny WanTransformer3DModel with seeded random weights)
+    saved in the diffusers layout at ``folder`` (config.json + diffusion_pytorch_model.safetensors):
+    what ``model.weights`` of examples/tiny.yaml loads."""
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.families.wan import TINY
+
+    random_diffusers("WanTransformer3DModel", dict(TINY), seed=seed).save_pretrained(str(folder))
+    return folder

@@ -230,7 +230,7 @@ def resolve_model(spec: ModelSpec) -> ModelSection:
     section = _resolve(spec, from_checkpoint)
     fam, config = _family_config(spec, ckpt, section)
     if ckpt is not None:
-        _check_checkpoint(spec, ckpt, section)
+        _check_checkpoint(spec, ckpt, section, config)
         config = dict(ckpt.config)
     section = dataclasses.replace(
         section, family=fam.name, diffusers_class=config_class(config) or fam.classes[0], diffusers_config=config,
@@ -287,11 +287,11 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _check_checkpoint(spec: ModelSpec, ckpt: CheckpointModel, section: ModelSection) -> None:
-    """A preset or explicit fields that disagree with the checkpoint's config are refused, every
-    disagreement in one line."""
+def _check_checkpoint(spec: ModelSpec, ckpt: CheckpointModel, section: ModelSection, config: Mapping[str, Any]) -> None:
+    """A preset or explicit fields (the job's model: ``section`` and its class's ``config``) that
+    disagree with the checkpoint's config are refused, every disagreement in one line."""
     found = generic_preset(spec.preset) if spec.preset else None
-    wrong = disagreements(ckpt, section, found[1].config if found is not None else None)
+    wrong = disagreements(ckpt, section, config if found is not None else None)
     if found is not None and found[0].name != ckpt.family_key:
         wrong.insert(0, f"family {ckpt.family_key} (job: {found[0].name})")
     if wrong:

@@ -82,6 +82,7 @@ from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.parallel import ParallelContext, replica_rows
 from sporch.runtime.progress import Progress
 
+from .expert_switch import ExpertSwitch
 from .generic_denoise import PromptDenoiser
 from .generic_latents import KeptLatents
 from .generic_load import experts_of, load_pipeline
@@ -156,60 +157,68 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                    roles=[], peak_memory_bytes=peak_memory_bytes(device))
         return out
     stages = PhaseTimer(device)
+    outputs: dict[int, dict[str, Any]] = {i: reused[i] for i in reused} if leader else {}
+    if not todo:  # every prompt left is kept as latents: the leader decodes them, no transformer, no encoder
+        if leader:
+            with stages("load"):
+                pipe = load_pipeline(spec, class_name, device, text=False, transformers=False)
+                if tiled:
+                    pipe.vae.enable_tiling()
+            _decode_kept(pipe, family, kept, decoded_only, spec, output_dir, stages, finished, outputs, say,
+                         frames_sink)
+        out.update(outputs=[outputs[i] for i in mine if i in outputs], denoised_prompts=0, step_ms=[], resumed={},
+                   reused_latents=sorted(decoded_only), stages=stages.record(steps=0),
+                   peak_memory_bytes=peak_memory_bytes(device))
+        return out
     text_device = torch.device("cpu") if spec.text_encoder == "cpu" else device
     with stages("load"):
-        pipe = load_pipeline(spec, class_name, device, text=(leader or sharded) and bool(todo),
+        offload = spec.experts == "offload" and spec.boundary_ratio is not None
+        pipe = load_pipeline(spec, class_name, device, text=leader or sharded,
                              text_device=torch.device("cpu") if sharded else text_device, lora=plan.model.lora,
-                             ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant)
-        if sharded and todo:
+                             ctx=ctx, shard_weights=plan.placement.shard_weights, quant=plan.model.quant,
+                             second_device=torch.device("cpu") if offload else None)
+        switch = ExpertSwitch(pipe, spec.experts, device)
+        if sharded:
             shard_text_encoders(pipe, ctx, device)
         apply_scheduler_options(pipe, spec)
     if tiled and leader:  # diffusers' tiled decode, the class's default tile sizes
         pipe.vae.enable_tiling()
+    if leader:  # kept latents first, with the whole VAE (before a parallel decode replaces it)
+        _decode_kept(pipe, family, kept, decoded_only, spec, output_dir, stages, finished, outputs, say, frames_sink)
     if parallel:  # the VAE's decoder on this rank's rows, the whole output gathered (every rank of the group)
         pipe.vae = row_parallel_vae(pipe.vae, ctx.sequence_group)
     out.update(shard_weights=plan.placement.shard_weights, quant=plan.model.quant or "none", vae=plan.placement.vae,
                resident_parameter_bytes=sum(resident_parameter_bytes(t) for t in experts_of(pipe)),
                text_encoder=spec.text_encoder)
     out.update(encoder_sizes(pipe))  # what this rank holds of the text encoders (sharded: its shards)
-    outputs: dict[int, dict[str, Any]] = {i: reused[i] for i in reused} if leader else {}
-    if leader:
-        for index in decoded_only:  # the family's decode tail on the kept latents, the leader alone
-            with stages("decode"):
-                frames = kept.decode(pipe, family, index, spec)
-            row, frames = write_prompt(frames, spec, index, spec.seed + index, output_dir, stages, finished)
-            outputs[index] = row
-            say(ctx, f"wrote {row['path']}")
-            if frames_sink is not None:
-                frames_sink(index, frames)
-    compiled = compile_model(pipe.transformer) if compile_model is not None and todo else None
+    compiled = compile_model(pipe.transformer) if compile_model is not None else None
     # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py), one per
     # expert; the pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each
     # prompt. With the two calls split each cfg rank computes one context: agreed over its sequence group only
     two_calls = split is PipelineCfg.TWO_CALLS
     head_hooks = [h for h in (apply_step_cache(t, plan.workload.cache, ctx, num_steps=spec.steps,
                                                groups=("sequence",) if two_calls else REDUCED_OVER)
-                              for t in experts_of(pipe)) if h is not None] if todo else []
+                              for t in experts_of(pipe)) if h is not None]
     step_cache: list[dict[str, Any]] = []
     image = load_image(spec.image) if spec.image else None
     prompts = [spec.prompts[i] for i in todo]
     # sharded: the whole sequence group encodes, the same embeddings on every rank; else the leader, shared
-    embedded, peak = (encode_prompts(pipe, spec, family, prompts, text_device, stages, ctx, sharded=sharded,
-                                     image=image) if todo else ([], None))
+    embedded, peak = encode_prompts(pipe, spec, family, prompts, text_device, stages, ctx, sharded=sharded,
+                                    image=image)
     if peak is not None:  # the encoders' parameters held at the busiest moment
         out["text_encoder_peak_bytes"] = peak
     embeds = iter(embedded)  # in the order of ``todo``
-    if (leader or sharded) and todo:  # the prompt parts are done: freed before the transformer runs
+    if leader or sharded:  # the prompt parts are done: freed before the transformer runs
         drop_prompt_parts(pipe)
         say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
                              else (lambda: False), key=plan_key(plan))
     refusal = resume_refusal(pipe.scheduler, bool(head_hooks))  # the same on every rank: same folder, plan
-    if refusal is not None and todo:
+    if refusal is not None:
         say(ctx, f"a requeued prompt restarts its denoising: {refusal}")
     denoiser = PromptDenoiser(pipe, spec, family, ctx, split, device, ckpt, refusal, head_hooks, decodes=decodes,
                               leader=leader, count=len(mine), say=say, image=image,
-                              keep_latents=kept.keep if leader else None)
+                              keep_latents=kept.keep if leader else None, switch=switch)
     for k, index in enumerate(mine):
         if index not in todo:
             continue
@@ -242,6 +251,22 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                denoised_prompts=len(todo), reused_latents=sorted(decoded_only),
                parameters=sum(p.numel() for t in experts_of(pipe) for p in t.parameters()),
                peak_memory_bytes=peak_memory_bytes(device))
-    if spec.boundary_ratio is not None:
-        out["experts"] = {"count": 2, "boundary_ratio": spec.boundary_ratio}
+    if switch.two:  # Wan2.2 A14B: where each prompt switched to the low-noise expert, where the idle one waited
+        out["experts"] = {**switch.record(), "boundary_ratio": spec.boundary_ratio}
+        out["expert_switch_step"] = switch.switch_steps[0] if switch.switch_steps else None
+    switch.remove()
     return out
+
+
+def _decode_kept(pipe, family, kept: KeptLatents, indices: list[int], spec, output_dir: Path, stages: PhaseTimer,
+                 finished: FinishedPrompts, outputs: dict[int, dict[str, Any]], say, frames_sink) -> None:
+    """The leader decodes the prompts whose latents an earlier run kept (the family's decode tail) and
+    writes their files: no denoising, no text encoder."""
+    for index in indices:
+        with stages("decode"):
+            frames = kept.decode(pipe, family, index, spec)
+        row, frames = write_prompt(frames, spec, index, spec.seed + index, output_dir, stages, finished)
+        outputs[index] = row
+        say(None, f"wrote {row['path']}")
+        if frames_sink is not None:
+            frames_sink(index, frames)

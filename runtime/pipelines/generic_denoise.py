@@ -20,6 +20,7 @@ from sporch.runtime.model.generic.families import family_module
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import RequeueRequested, requeue_self
 
+from .expert_switch import ExpertSwitch
 from .generic_load import SECOND_EXPERT, experts_of
 from .generic_placement import attach_hooks
 from .generic_resume import SkipTransformer
@@ -110,11 +111,12 @@ class PromptDenoiser:
                  split: PipelineCfg | None, device: torch.device, ckpt: DenoiseCheckpoint, refusal: str | None,
                  head_hooks: Sequence[Any], *, decodes: bool, leader: bool, count: int,
                  say: Callable[[ParallelContext | None, str], None], image: Any = None,
-                 keep_latents: Callable[[int, torch.Tensor], None] | None = None) -> None:
+                 keep_latents: Callable[[int, torch.Tensor], None] | None = None,
+                 switch: ExpertSwitch | None = None) -> None:
         self.pipe, self.spec, self.family, self.ctx, self.split, self.device = pipe, spec, family, ctx, split, device
         self.ckpt, self.refusal, self.head_hooks = ckpt, refusal, list(head_hooks)
         self.decodes, self.leader, self.count, self.say = decodes, leader, count, say
-        self.image, self.keep_latents = image, keep_latents
+        self.image, self.keep_latents, self.switch = image, keep_latents, switch
         self.experts = experts_of(pipe)
         self.step_ms: list[float] = []
         self.resumed: dict[str, int] = {}
@@ -140,6 +142,8 @@ class PromptDenoiser:
                 _reset_step_cache(transformer)
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
+        if self.switch is not None:
+            self.switch.begin_prompt()
         got = ckpt.resume(k, device) if refusal is None else None  # collective over the replica
         done, saved = got if got is not None else (0, None)
         prompt_ms: list[float] = list(saved["step_ms"]) if saved is not None else []
@@ -150,6 +154,8 @@ class PromptDenoiser:
             say(ctx, f"prompt {k + 1}/{count}: resuming after step {done}/{spec.steps} (requeued)")
 
         def on_step(p, i, t, kwargs):  # diffusers' callback_on_step_end: after each scheduler step
+            if self.switch is not None:
+                self.switch.step_done()
             if i + 1 < done:  # a finished step replayed: its transformer call was skipped
                 return {}
             if i + 1 == done:  # the boundary: the saved step's scheduler state and latents

@@ -27,7 +27,7 @@ SECOND_EXPERT = "transformer_2"
 def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *, text: bool = True,
                   text_device: torch.device | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
                   ctx: ParallelContext | None = None, shard_weights: str = "none", quant: str | None = None,
-                  transformers: bool = True):
+                  transformers: bool = True, second_device: torch.device | None = None):
     """The diffusers pipeline ``class_name`` from ``spec.root``, its transformer loaded by the
     generic path's loader (strict: every tensor of the folder, none missing) with the adapters
     ``lora`` (``plan.model.lora``; each entry's ``expert``: both, transformer or transformer_2)
@@ -40,7 +40,8 @@ def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *
     ``shard_weights`` (over ``ctx``) and ``quant``: the plan's placement of the transformers'
     parameters (``plan.placement.shard_weights``: FSDP2, each rank reading its rows; ``model.quant``),
     built by :func:`sporch.runtime.model.generic.placed.build_transformer` as verify/benchmark build it.
-    ``transformers=False``: none built (``sporch decode``: the decode tail alone)."""
+    ``transformers=False``: none built (``sporch decode``: the decode tail alone). ``second_device``: where
+    ``transformer_2`` is built (host memory when the idle expert waits there: ``pipeline.experts: offload``)."""
     import diffusers
 
     cls = getattr(diffusers, class_name)
@@ -50,8 +51,8 @@ def load_pipeline(spec: GenerateParams, class_name: str, device: torch.device, *
         experts[SECOND_EXPERT] = Path(spec.root) / SECOND_EXPERT
     built = {name: build_transformer(weights=str(folder), class_name="", config=None, ctx=ctx,
                                      shard_weights=shard_weights, quant=quant, lora=for_expert(lora, index),
-                                     dtype=dtype, device=device) if transformers else None
-             for index, (name, folder) in enumerate(experts.items())}
+                                     dtype=dtype, device=(second_device or device) if index else device)
+             if transformers else None for index, (name, folder) in enumerate(experts.items())}
     skip = {} if text else {name: None for name in _components(spec.root) if is_prompt_part(name)}
     pipe = cls.from_pretrained(spec.root, **built, dtype=dtype, **skip)
     pipe.set_progress_bar_config(disable=True)

@@ -108,14 +108,9 @@ def test_local_preflight_names_the_slow_node_and_the_node_without_weights(tmp_pa
 def test_every_job_checks_its_nodes_first_unless_told_not_to(tmp_path):
     """The quick check (runtime.preflight, on by default) fails a job at once, naming the node
     that cannot read the weights; runtime.preflight=off runs it."""
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.config.job import load_job
-    from sporch.orchestrator.plan.planner import make_plan
-    from sporch.runtime.model.build import build_model, save_safetensors
+    from tests.testutil import tiny_wan_folder
 
-    ckpt = tmp_path / "model.safetensors"
-    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
-    save_safetensors(build_model(plan.model.to_dict(), seed=1), str(ckpt))
+    ckpt = tiny_wan_folder(tmp_path / "ckpt", seed=1)
     env = {**os.environ, "SPORCH_FAULT_HIDE_WEIGHTS": "slurmlab-node1", "COLUMNS": "250"}
     outs = {}
     for flag in ("on", "off"):

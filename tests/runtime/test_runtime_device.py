@@ -42,16 +42,3 @@ def test_cpu_ranks_take_the_threads_slurm_gave_them():
     assert cpu_threads({"LOCAL_WORLD_SIZE": "4"}, cores=16) == 4  # torchrun: the node's cores shared
     assert cpu_threads({"LOCAL_WORLD_SIZE": "8"}, cores=2) == 1
     assert cpu_threads({}) is None  # nothing says how many ranks share the node: torch's default
-
-
-def test_rope_follows_the_token_index_s_device():
-    """FSDP2's root forward moves every tensor argument to the GPU, token_index included; RoPE's
-    frequencies must be made where the positions are (an H200 run of bench/gpu_smoke.py crashed
-    with 'cuda:0 and cpu' before). The meta device stands in for the GPU here."""
-    import torch
-
-    from sporch.runtime.model.rope import rope_cos_sin
-
-    for axes in (None, (4, 6, 6)):
-        cos, sin = rope_cos_sin(torch.arange(10, device="meta"), (2, 2, 3), 16, 10, axes=axes)
-        assert cos.device.type == sin.device.type == "meta" and cos.shape == (10, 8)

@@ -71,9 +71,9 @@ def _from_plan(plan_json):
 
 
 def _plan(layout: Layout) -> Plan:
-    from sporch.runtime.model import tiny_model_dict
+    from sporch.runtime.testing import preset_model
 
-    return plan_for(layout, tiny_model_dict("cross"))
+    return plan_for(layout, preset_model("tiny"))
 
 
 def test_from_plan():

@@ -106,13 +106,9 @@ def test_local_run_loads_the_staged_copy_and_reports_it(tmp_path):
     """`sporch run --local` with model.stage=node: the first rank stages, the 4 ranks load the
     copy (verify passes against the same weights), result.json has the record; a second run
     reuses it."""
-    from sporch.orchestrator.config.job import load_job
-    from sporch.runtime.model.build import build_model, save_safetensors
+    from tests.testutil import tiny_wan_folder
 
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
-    save_safetensors(build_model(plan.model.to_dict(), seed=3), str(ckpt / "model.safetensors"))
+    ckpt = tiny_wan_folder(tmp_path / "ckpt", seed=3)  # config.json + the weights: two files
     cluster = tmp_path / "localstage.yaml"
     cluster.write_text((ROOT / "clusters" / "local.yaml").read_text().replace("name: local", "name: localstage")
                        + f"node_local_dir: {tmp_path}/stage/{{node}}\n")
@@ -127,8 +123,8 @@ def test_local_run_loads_the_staged_copy_and_reports_it(tmp_path):
         records.append(json.loads(result.read_text()))
     first, second = (r["metrics"]["staging"] for r in records)
     (node, rec1), = first.items()
-    assert rec1["copied"] == 1 and rec1["folder"].startswith(str(tmp_path / "stage" / node))
-    assert second[node]["copied"] == 0 and second[node]["reused"] == 1
+    assert rec1["copied"] == 2 and rec1["folder"].startswith(str(tmp_path / "stage" / node))
+    assert second[node]["copied"] == 0 and second[node]["reused"] == 2
     assert all(r["status"] == "completed" for r in records)
 
 

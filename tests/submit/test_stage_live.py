@@ -26,16 +26,9 @@ def lab(slurm_cluster, tmp_path_factory, scancel_recorded):
     (clusters / "stagelab.yaml").write_text(
         (ROOT / "clusters" / "slurmlab.yaml").read_text().replace("name: slurmlab", "name: stagelab")
         + f"node_local_dir: {root}/local/{{node}}\n")
-    ckpt = root / "ckpt"
-    ckpt.mkdir()
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.config.job import load_job
-    from sporch.orchestrator.plan.planner import make_plan
-    from sporch.runtime.model.build import build_model, save_safetensors
+    from tests.testutil import tiny_wan_folder
 
-    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
-    save_safetensors(build_model(plan.model.to_dict(), seed=5), str(ckpt / "model.safetensors"))
-    (ckpt / "config.json").write_text("{}")
+    ckpt = tiny_wan_folder(root / "ckpt", seed=5)  # config.json + the weights: two files
     s = Sporch(root / "home", root / "runs")
     s.env["SPORCH_CLUSTERS"] = str(clusters)
     yield s, ckpt, root
@@ -61,17 +54,17 @@ def test_one_copy_per_node_reused_and_a_corrupted_copy_restaged(lab):
     assert sorted(first) == ["node1", "node2", "node3", "node4"]
     # one copy per node: both files copied on each of the 4 nodes, nothing reused
     assert [(r["copied"], r["reused"]) for r in first.values()] == [(2, 0)] * 4
-    copies = sorted(root.glob("local/*/ckpt-*/model.safetensors"))
-    assert len(copies) == 4 and all(c.read_bytes() == (ckpt / "model.safetensors").read_bytes() for c in copies)
+    copies = sorted(root.glob("local/*/ckpt-*/diffusion_pytorch_model.safetensors"))
+    assert len(copies) == 4 and all(c.read_bytes() == (ckpt / "diffusion_pytorch_model.safetensors").read_bytes() for c in copies)
 
     second = _run(sporch, ckpt, "stage-2")
     assert [(r["copied"], r["reused"]) for r in second.values()] == [(0, 2)] * 4
 
-    bad = Path(first["node2"]["folder"]) / "model.safetensors"
+    bad = Path(first["node2"]["folder"]) / "diffusion_pytorch_model.safetensors"
     data = bytearray(bad.read_bytes())
     data[len(data) // 2] ^= 0x01
     bad.write_bytes(bytes(data))
     third = _run(sporch, ckpt, "stage-3")
     assert {n: (r["copied"], r["reused"]) for n, r in third.items()} == {
         "node1": (0, 2), "node2": (1, 1), "node3": (0, 2), "node4": (0, 2)}
-    assert bad.read_bytes() == (ckpt / "model.safetensors").read_bytes()
+    assert bad.read_bytes() == (ckpt / "diffusion_pytorch_model.safetensors").read_bytes()

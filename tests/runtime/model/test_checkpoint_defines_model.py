@@ -1,8 +1,8 @@
 """The checkpoint defines the model (issue 23 item 1): a diffusers checkpoint of a size no preset
-has, named only by ``model.weights``, is planned from its config.json (no tensors loaded) and
-computes what diffusers computes, unsharded and on 4 gloo ranks; a preset that disagrees with
-it is refused with every disagreement in one line; a config key sporch does not know is refused
-by name."""
+has, named only by ``model.weights``, is planned from its config.json (no tensors loaded) and runs
+its diffusers class sequence-parallel on 4 gloo ranks equal to the unsharded class; a preset that
+disagrees with it is refused with every disagreement in one line; a config key sporch does not know
+is refused by name."""
 
 from __future__ import annotations
 
@@ -19,10 +19,8 @@ from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
 from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.errors import SporchError  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
-from sporch.runtime.model import build_model  # noqa: E402
-from sporch.runtime.model.verify import compare  # noqa: E402
+from sporch.runtime.model.tiny_parts import randomize  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
-from tests.runtime.model.published import flux_reference, randomize  # noqa: E402
 from tests.testutil import ROOT  # noqa: E402
 
 TOL = 1e-5
@@ -50,32 +48,13 @@ def _plan(weights: str, **model):
 
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory):
-    """A Wan and a Flux checkpoint saved by diffusers (pipeline layout: <folder>/transformer/),
-    their inputs and diffusers' outputs."""
+    """A Wan and a Flux checkpoint saved by diffusers (pipeline layout: <folder>/transformer/)."""
     from diffusers import FluxTransformer2DModel, WanTransformer3DModel
 
     root = tmp_path_factory.mktemp("odd")
-    wan = randomize(WanTransformer3DModel(**WAN_ODD), 3)
-    flux = randomize(FluxTransformer2DModel(**FLUX_ODD), 4)
-    wan.save_pretrained(root / "wan" / "transformer")
-    flux.save_pretrained(root / "flux" / "transformer")
-    g = torch.Generator().manual_seed(5)
-    wx = torch.randn(2, 4, 3, 6, 6, generator=g)  # 3 x 3 x 3 = 27 tokens (4 ranks do not divide it)
-    wt, wtext = torch.tensor([800.0, 150.0]), torch.randn(2, TEXT_LEN, 20, generator=g)
-    fx = torch.randn(2, 3, 1, 6, 6, generator=g)  # 3 latent channels packed 2 x 2 = 12, 9 tokens
-    ft, ftext = torch.tensor([700.0, 200.0]), torch.randn(2, TEXT_LEN, 28, generator=g)
-    pooled = torch.randn(2, 10, generator=g)
-    with torch.no_grad():
-        wref = wan(wx, wt, wtext, return_dict=False)[0]
-    # diffusers' Flux takes one sigma per call: one call per sample
-    fref = torch.cat([flux_reference(flux, fx, ft[i] / 1000, ftext, pooled, GUIDANCE)[i:i + 1] for i in range(2)])
-    return dict(root=root, wan=dict(x=wx, t=wt, cond=wtext, ref=wref, guidance=1.0),
-                flux=dict(x=fx, t=ft, cond={"text": ftext, "pooled": pooled}, ref=fref, guidance=GUIDANCE))
-
-
-def _model_dict(plan) -> dict:
-    d = plan.model.to_dict()
-    return {**d, "text_len": TEXT_LEN}
+    randomize(WanTransformer3DModel(**WAN_ODD), 3).save_pretrained(root / "wan" / "transformer")
+    randomize(FluxTransformer2DModel(**FLUX_ODD), 4).save_pretrained(root / "flux" / "transformer")
+    return dict(root=root)
 
 
 def test_the_plan_comes_from_the_config_alone(odd):
@@ -83,14 +62,15 @@ def test_the_plan_comes_from_the_config_alone(odd):
     m = wan.model
     assert (m.preset, m.attention, m.depth, m.num_heads, m.head_dim, m.hidden, m.ffn_dim, m.text_dim) == \
         (None, "cross", 3, 6, 12, 72, 40, 20)
-    assert m.knobs == {"out_channels": 4, "freq_dim": 32, "eps": 1e-5, "rope_max_seq_len": 64}
+    assert (m.family, m.diffusers_class) == ("wan", "WanTransformer3DModel")
+    assert {k: m.diffusers_config[k] for k in ("out_channels", "freq_dim", "eps", "rope_max_seq_len")} == \
+        {"out_channels": 4, "freq_dim": 32, "eps": 1e-5, "rope_max_seq_len": 64}
     flux = _plan(str(odd["root"] / "flux"), text_len=TEXT_LEN)
     f = flux.model
     assert (f.attention, f.depth, f.single_depth, f.num_heads, f.head_dim, f.in_channels, f.patch, f.text_dim) == \
         ("joint", 2, 1, 4, 20, 3, [1, 2, 2], 28)
     assert f.distilled and f.guidance_embed
-    assert f.knobs == {"distilled": True, "freq_dim": 256, "pooled_dim": 10, "guidance_embed": True,
-                       "rope_axes": [4, 8, 8]}
+    assert (f.diffusers_config["pooled_projection_dim"], list(f.diffusers_config["axes_dims_rope"])) == (10, [4, 8, 8])
 
 
 def test_sporch_plan_reads_no_tensor(odd, tmp_path):
@@ -106,51 +86,41 @@ def test_sporch_plan_reads_no_tensor(odd, tmp_path):
     assert json.loads(proc.stdout)["model"]["num_heads"] == 6
 
 
-@pytest.mark.parametrize("family", ["wan", "flux"])
-def test_the_checkpoint_alone_equals_diffusers(odd, family):
-    plan = _plan(str(odd["root"] / family), text_len=TEXT_LEN)
-    model = build_model(_model_dict(plan), weights=plan.model.weights)
-    case = odd[family]
-    with torch.no_grad():
-        out = model(case["x"], case["t"], case["cond"], guidance=case["guidance"] if family == "flux" else None)
-    err = compare(out, case["ref"])
-    assert err["max_rel_err"] <= TOL and err["ref_max_abs"] > 0.3, err
-
-
-def _sharded(cases):
-    from sporch.runtime.model import ShardedDiT
+def _verify(cases):
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.runtime.model.generic.workload import run_generic
     from sporch.runtime.parallel import ParallelContext
 
     out = {}
-    for name, layout, model_dict, folder, x, t, cond, guidance in cases:
-        ctx = ParallelContext.from_layout(**layout)
-        model = build_model(model_dict, weights=folder)
-        runner = ShardedDiT(model, ctx, grid=(x.shape[2], x.shape[3] // 2, x.shape[4] // 2))
-        out[name] = runner.forward(x, t, cond, guidance_scale=guidance)
+    for name, plan_json in cases:
+        plan = Plan.from_json(plan_json)
+        ctx = ParallelContext.from_plan(plan)
+        out[name] = run_generic(plan, ctx, torch.device("cpu"))
         ctx.close()
     return out
 
 
-def test_the_checkpoint_alone_equals_diffusers_on_4_ranks(odd):
+def test_the_checkpoint_alone_runs_sequence_parallel_equal_to_its_class(odd):
+    """``model.weights`` alone (no preset): verify on U4, R4 and U2R2 (27 or 9 tokens: 4 ranks do not
+    divide them) loads the folder into its diffusers class and equals the unsharded class."""
     cases = []
     for family in ("wan", "flux"):
-        plan = _plan(str(odd["root"] / family), text_len=TEXT_LEN)
-        c = odd[family]
-        for name, layout in (("U4", dict(ulysses=4)), ("R4", dict(ring=4)), ("U2R2", dict(ulysses=2, ring=2))):
-            cases.append((f"{family}-{name}", layout, _model_dict(plan), plan.model.weights, c["x"], c["t"],
-                          c["cond"], c["guidance"]))
-    results = run_distributed(_sharded, 4, cases, timeout=300)
-    for rank_out in results:
+        for name, layout in (("U4", dict(ulysses=4, ring=1)), ("R4", dict(ring=4, ulysses=1)),
+                             ("U2R2", dict(ulysses=2, ring=2))):
+            job = _job(str(odd["root"] / family), text_len=TEXT_LEN)
+            job["workload"] = {**job["workload"], "kind": "verify", "height": 48, "width": 48}
+            job["parallel"] = layout
+            cases.append((f"{family}-{name}", make_plan(find_cluster("local"), job_from_dict(job, "<t>")).to_json()))
+    for rank_out in run_distributed(_verify, 4, cases, timeout=600):
         for name, out in rank_out.items():
-            err = compare(out, odd[name.split("-")[0]]["ref"])
-            assert err["max_rel_err"] <= TOL, (name, err)
+            assert out["ok"] and out["max_rel_err"] <= TOL and out["forward"]["ref_max_abs"] > 0.3, (name, out)
 
 
 def test_a_preset_that_disagrees_is_refused_with_every_field_in_one_line(odd, tmp_path):
     with pytest.raises(SporchError) as info:
         _plan(str(odd["root"] / "wan"), preset="wan2.1-t2v-1.3b")
     text = str(info.value)
-    assert "\n" not in text and "disagrees with the job's model in 11 field(s)" in text, text
+    assert "\n" not in text and "disagrees with the job's model in" in text, text
     for field in ("num_heads 6", "num_kv_heads 6", "head_dim 12", "depth 3", "ffn_dim 40", "hidden 72",
                   "text_dim 20", "freq_dim 32", "eps 1e-05", "in_channels 4", "out_channels 4"):
         assert field in text, (field, text)
@@ -160,17 +130,16 @@ def test_a_preset_that_disagrees_is_refused_with_every_field_in_one_line(odd, tm
     job.write_text(json.dumps(_job(str(odd["root"] / "wan"), preset="wan2.1-t2v-1.3b")))
     proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "plan", "--cluster", "local",
                            str(job)], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "11 field(s)" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "field(s)" in proc.stderr, proc.stderr
     # a field given beside the checkpoint that disagrees: refused the same way
     with pytest.raises(SporchError, match=r"in 1 field\(s\): depth 3 \(job: 5"):
         _plan(str(odd["root"] / "wan"), depth=5)
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("cross_attn_norm", False, "cross_attn_norm=False"),
-    ("pos_embed_seq_len", 514, "pos_embed_seq_len=514"),
-    ("qk_norm", "layer_norm", "qk_norm='layer_norm'"),
-    ("sliding_window", 128, "config key 'sliding_window' is not one sporch knows"),
+    ("cross_attn_norm", "no", "cross_attn_norm: 'no' must be true or false"),
+    ("qk_norm", "layer_norm", "qk_norm: 'layer_norm' must be one of 'rms_norm_across_heads'"),
+    ("sliding_window", 128, "sliding_window: is not a WanTransformer3DModel config key sporch knows"),
 ])
 def test_a_config_sporch_cannot_compute_is_refused_by_name(odd, tmp_path, key, value, message):
     folder = tmp_path / "ckpt" / "transformer"
@@ -202,9 +171,9 @@ def test_inspect_reports_the_checkpoint_from_its_headers(odd):
     report = json.loads(proc.stdout)
     n = sum(p.numel() for p in WanTransformer3DModel(**WAN_ODD).parameters())
     assert (report["family"], report["format"], report["parameters"], report["dtypes"]) == \
-        ("Wan2.1", "diffusers", n, {"F32": n})
+        ("Wan2.1 / Wan2.2", "diffusers", n, {"F32": n})
     assert report["memory_per_gpu"] == {"whole": 4 * n, "sharded over 4": -(-4 * n // 4)}
-    assert report["model"]["num_heads"] == 6 and report["model"]["freq_dim"] == 32
+    assert report["model"]["num_heads"] == 6 and report["model"]["ffn_dim"] == 40
     assert report["presets"] == [] and report["nearest"]["preset"].startswith("wan2.1-")
     assert any(d.startswith("num_heads 6 (preset: ") for d in report["nearest"]["differences"])
     text = _inspect(str(odd["root"] / "flux"))
@@ -247,7 +216,7 @@ def test_inspect_names_the_preset_a_published_config_matches(tmp_path):
     # and a job naming that preset with this checkpoint plans without complaint
     plan = make_plan(find_cluster("local"), job_from_dict(
         {**_job(str(folder.parent), preset="wan2.1-t2v-1.3b"), "parallel": {"ulysses": 4, "ring": 1}}, "<test>"))
-    assert plan.model.knobs == {"rope_max_seq_len": 1024} and plan.model.preset == "wan2.1-t2v-1.3b"
+    assert plan.model.diffusers_config["rope_max_seq_len"] == 1024 and plan.model.preset == "wan2.1-t2v-1.3b"
 
 
 def test_inspect_bad_input_is_one_line(tmp_path):
@@ -266,10 +235,10 @@ def test_a_config_of_no_known_model_is_left_to_the_preset(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     save_file({"x": torch.zeros(1)}, str(folder / "model.safetensors"))
-    with pytest.raises(SporchError, match="is not a model sporch runs.*name its preset"):
+    with pytest.raises(SporchError, match="is not a model sporch runs"):
         _plan(str(folder))
     plan = _plan(str(folder), preset="tiny")
-    assert plan.model.preset == "tiny" and plan.model.knobs is None
+    assert plan.model.preset == "tiny" and plan.model.diffusers_class == "WanTransformer3DModel"
     report = json.loads(_inspect(str(folder), "--json").stdout)
     assert report["model"] is None and "is not a model sporch runs" in report["config_note"]
 

@@ -1,10 +1,12 @@
 """Wan2.1 I2V generate (CLIP image tokens + first-frame latents) against diffusers' own
 ``WanImageToVideoPipeline``.
 
-A tiny random Wan2.1-I2V pipeline folder (runtime/pipelines/tiny.py: the transformer with
+A tiny random Wan2.1-I2V pipeline folder (the wan family's ``tiny_pipeline``: the transformer with
 ``image_dim``, a ``CLIPVisionModel`` image encoder and its ``CLIPImageProcessor``, umT5, the Wan
 VAE, UniPC) is saved in the diffusers layout; sporch plans from the folder alone and generates
-unsharded and on 4 gloo ranks (U2R2). Frames are compared with FRAME_TOL of test_generate.py.
+unsharded and on 4 gloo ranks (U2R2): the leader encodes the image with the text (the pipeline's
+``encode_image``) and the replica takes the image tokens from it. Frames are compared with
+FRAME_TOL of test_generate.py.
 The text is 512 tokens: diffusers' Wan attention takes the last 512 context tokens as the text and
 the rest as image tokens, so the reference needs that length.
 """
@@ -45,12 +47,14 @@ def i2v(tmp_path_factory):
     16 wide) and a first frame of another size than the video's (both pipelines resize it)."""
     from PIL import Image
 
-    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
+    from sporch.runtime.model.generic.families.wan import TINY
+    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
 
     root = tmp_path_factory.mktemp("wan21-i2v")
-    model = _plan({"preset": "tiny"}, {}, {**WORKLOAD, "image": None}).model.to_dict()
-    save_tiny_pipeline("wan", root / "i2v", {**model, "in_channels": 12, "out_channels": 4, "image_dim": IMAGE_DIM,
-                                             "text_len": TEXT_LEN}, seed=5)
+    hidden = TINY["num_attention_heads"] * TINY["attention_head_dim"]
+    save_tiny_generic("wan", root / "i2v", seed=5, text_len=TEXT_LEN,
+                      config={**TINY, "in_channels": 12, "out_channels": 4, "image_dim": IMAGE_DIM,
+                              "added_kv_proj_dim": hidden})
     pixels = (np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)
     Image.fromarray(pixels).save(root / "first.png")
     return {"folder": root / "i2v", "image": root / "first.png"}
@@ -61,7 +65,7 @@ def _reference(i2v, encoder_seed=None):
     from diffusers import WanImageToVideoPipeline
     from PIL import Image
 
-    from sporch.runtime.pipelines.tiny import randomize
+    from sporch.runtime.model.tiny_parts import randomize
 
     pipe = WanImageToVideoPipeline.from_pretrained(i2v["folder"], dtype=torch.float32)
     if encoder_seed is not None:
@@ -91,12 +95,13 @@ def _run(plan_json: str, out: str, unsharded: bool = False):
 def test_the_folder_plans_a_clip_image_to_video_model(i2v):
     """The folder alone: image_dim from transformer/config.json, the image encoder's folders
     required; no workload.image is refused."""
-    from sporch.orchestrator.models.generate_inputs import image_embeds, pipeline_problems
+    from sporch.orchestrator.models.generate_inputs import image_folders, pipeline_problems
 
     plan = _folder_plan(i2v, {"ulysses": 4})
-    assert plan.model.knobs["image_dim"] == IMAGE_DIM and image_embeds(plan.model)
-    assert pipeline_problems(i2v["folder"], "wan", image_encoder=True) == []
-    assert "image_encoder/, image_processor/" in pipeline_problems(i2v["folder"].parent, "wan", image_encoder=True)[0]
+    folders = image_folders(plan.model)
+    assert plan.model.diffusers_config["image_dim"] == IMAGE_DIM and folders == ("image_encoder", "image_processor")
+    assert pipeline_problems(i2v["folder"], "wan", folders) == []
+    assert "image_encoder/, image_processor/" in pipeline_problems(i2v["folder"].parent, "wan", folders)[0]
     from sporch.orchestrator.errors import SporchError
 
     with pytest.raises(SporchError, match="is image-to-video: set workload.image"):

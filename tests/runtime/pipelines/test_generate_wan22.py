@@ -1,15 +1,14 @@
 """Wan2.2 A14B generate (two experts) against diffusers' own ``WanPipeline`` with
 ``transformer``, ``transformer_2`` and ``boundary_ratio``.
 
-A tiny random two-expert pipeline (runtime/pipelines/tiny.py) is saved in the diffusers layout;
-sporch plans from the folder alone (model_index.json's boundary) and generates unsharded, and on
-4 gloo ranks U2R2 (both experts resident) and cfg 2 x U2 (parameters sharded over the world,
-the idle expert offloaded). Frames are compared with FRAME_TOL of test_generate.py: the same
-pipeline parts on the same inputs, float32, 4 steps (measured 3.8e-6 unsharded); the second
-expert adds no new arithmetic, only a different module per step. The switch step is compared
-with the one diffusers' rule gives on diffusers' own timesteps. Image-to-video as Wan2.2 I2V A14B
-(first frame as latent condition, no CLIP encoder) against ``WanImageToVideoPipeline`` likewise,
-unsharded and U2R2.
+A tiny random two-expert pipeline (the wan family's ``tiny_pipeline`` with a boundary) is saved in
+the diffusers layout; sporch plans from the folder alone (model_index.json's boundary) and generates
+unsharded, and on 4 gloo ranks U2R2 (the idle expert offloaded to host memory) and cfg 2 x U2
+(parameters sharded over each sequence group, both experts resident). Frames are compared with
+FRAME_TOL of test_generate.py: the same pipeline on the same inputs, float32, 4 steps. The switch
+step (read from the pipeline's own calls) is compared with the one diffusers' rule gives on
+diffusers' own timesteps. Image-to-video as Wan2.2 I2V A14B (first frame as latent condition, no
+CLIP encoder) against ``WanImageToVideoPipeline`` likewise, unsharded and U2R2.
 
 The boundary 0.75 falls exactly on a timestep (UniPC, flow_shift 3, 4 steps: 999, 900, 750,
 500): WanPipeline runs ``transformer`` at t == boundary (``t >= boundary``), so a ``>`` in
@@ -47,14 +46,16 @@ def _plan(model: dict, parallel: dict, pipeline: dict | None = None, workload: d
     return make_plan(find_cluster("local"), job_from_dict(job))
 
 
+def _tiny(root, seed: int, **config):
+    from sporch.runtime.model.generic.families.wan import TINY
+    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+
+    return save_tiny_generic("wan", root, seed=seed, config={**TINY, **config}, text_len=8, boundary_ratio=BOUNDARY)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
-
-    root = tmp_path_factory.mktemp("wan22")
-    model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
-    save_tiny_pipeline("wan", root / "wan22", {**model, "boundary_ratio": BOUNDARY}, seed=3)
-    return root / "wan22"
+    return _tiny(tmp_path_factory.mktemp("wan22") / "wan22", 3)
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +64,8 @@ def i2v(tmp_path_factory):
     4 out) and a first frame of another size than the video's (the pipelines resize it)."""
     from PIL import Image
 
-    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
-
     root = tmp_path_factory.mktemp("wan22-i2v")
-    model = _plan({"preset": "tiny"}, {}, workload={**WORKLOAD, "guidance_scale_2": None}).model.to_dict()
-    save_tiny_pipeline("wan", root / "i2v", {**model, "boundary_ratio": BOUNDARY, "in_channels": 12,
-                                             "out_channels": 4}, seed=5)
+    _tiny(root / "i2v", 5, in_channels=12, out_channels=4)
     pixels = (np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)
     Image.fromarray(pixels).save(root / "first.png")
     return {"folder": root / "i2v", "image": root / "first.png"}
@@ -147,9 +144,10 @@ def _run(plan_json: str, out: str, unsharded: bool = False):
 def _cases(folder):
     model = {"weights": str(folder), "text_len": 8}
     return {
-        "U2R2": _plan(model, {"ulysses": 2, "ring": 2, "cfg": 1, "shard_weights": "none"}, {"experts": "resident"}),
-        "cfg2-U2-world-offload": _plan(model, {"ulysses": 2, "ring": 1, "cfg": 2, "shard_weights": "world"},
-                                       {"experts": "offload"}),
+        "U2R2-offload": _plan(model, {"ulysses": 2, "ring": 2, "cfg": 1, "shard_weights": "none"},
+                              {"experts": "offload"}),
+        "cfg2-U2-sequence": _plan(model, {"ulysses": 2, "ring": 1, "cfg": 2, "shard_weights": "sequence"},
+                                  {"experts": "resident"}),
     }
 
 
@@ -165,6 +163,7 @@ def test_unsharded_equals_wan_pipeline_and_switches_at_its_step(folder, referenc
     assert switch == 3  # t = 750 == boundary still runs transformer
     assert got["expert_switch_step"] == switch and got["experts"]["switch_steps"] == [switch]
     assert got["experts"]["boundary_timestep"] == 750.0 and got["experts"]["count"] == 2
+    assert got["experts"]["boundary_ratio"] == BOUNDARY
 
 
 def test_sharded_equals_wan_pipeline(folder, reference, tmp_path):
@@ -183,9 +182,9 @@ def test_sharded_equals_wan_pipeline(folder, reference, tmp_path):
             assert r["expert_switch_step"] == switch, name
             x = r["experts"]
             assert x["placement"] == plan.placement.experts
-            # offloaded: the experts traded places once (a single prompt batch)
+            # offloaded: the experts traded places once (a single prompt)
             assert x["moves"] == (1 if x["placement"] == "offload" else 0), (name, x)
-    assert cases["cfg2-U2-world-offload"].placement.shard_weights == "world"
+    assert cases["cfg2-U2-sequence"].placement.shard_weights == "sequence"
 
 
 def test_comparison_can_fail(folder, reference):
