@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family, FamilyPreset, ParameterCount
+from sporch.orchestrator.models.families.base import (T5_XXL_LAYER, Family, FamilyPreset, ParameterCount,
+                                                      feed_forward, linear)
 from sporch.orchestrator.models.families.config_rules import Flag, Int, Ints, head_dim_problem, rope_axes_problem
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
@@ -64,6 +65,29 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """FluxTransformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the class's
+    defaults for absent keys): double-stream blocks (each stream's 6-way modulation, q/k/v/out
+    projections with per-head RMS q/k norms, a 4x feed-forward), single-stream blocks (3-way
+    modulation, q/k/v, the MLP input and the fused output projection) and the root (time, guidance
+    and pooled-text embedders, the text and latent input projections, the output norm's modulation
+    and projection)."""
+    c = {**DEV, "guidance_embeds": False, **dict(config)}
+    hd = int(c["attention_head_dim"])
+    h = int(c["num_attention_heads"]) * hd
+    double = 2 * linear(h, 6 * h) + 8 * linear(h, h) + 4 * hd + 2 * feed_forward(h, 4 * h)
+    single = linear(h, 3 * h) + linear(h, 4 * h) + linear(5 * h, h) + 3 * linear(h, h) + 2 * hd
+    timestep = linear(256, h) + linear(h, h)
+    c_in = int(c["in_channels"])
+    c_out = int(c.get("out_channels") or c_in)
+    root = (timestep * (2 if c.get("guidance_embeds") else 1) + linear(int(c["pooled_projection_dim"]), h)
+            + linear(h, h) + linear(int(c["joint_attention_dim"]), h) + linear(c_in, h) + linear(h, 2 * h)
+            + linear(h, int(c["patch_size"]) ** 2 * c_out))
+    depth, singles = int(c["num_layers"]), int(c["num_single_layers"])
+    largest = max(double if depth else 0, single if singles else 0)
+    return ParameterCount(blocks=depth * double + singles * single, largest_block=largest, root=root)
+
+
 def rope_axes(head_dim: int) -> list[int]:
     """A RoPE split of ``head_dim`` over (index, row, column) as Flux.1's (16, 56, 56) of 128: the
     row and column axes alike and even, the rest to the index axis."""
@@ -110,4 +134,5 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, config_for=config_for,
                 presets=PRESETS, lora_loader="FluxLoraLoaderMixin", cfg=False, pipeline_folders=PIPELINE_FOLDERS,
                 pipeline_class="FluxPipeline", pipeline_parts=pipeline_parts, vae_class="AutoencoderKL",
-                vae_tiling=True, vae_parallel=True, config_keys=CONFIG_KEYS, config_rules=config_rules)
+                vae_tiling=True, vae_parallel=True, config_keys=CONFIG_KEYS, config_rules=config_rules,
+                count_parameters=count_parameters)

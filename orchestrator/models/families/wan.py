@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.families.base import Family, FamilyPreset, ParameterCount, PipelineCfg
+from sporch.orchestrator.models.families.base import Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear
 from sporch.orchestrator.models.families.config_rules import (Flag, Int, Ints, Number, Text, head_dim_problem,
                                                               key_problem)
 
@@ -221,6 +221,32 @@ def from_original_config(config: Mapping[str, Any]) -> dict:
             "pos_embed_seq_len": 2 * 257 if config.get("model_type") == "flf2v" else None}
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """WanTransformer3DModel's parameters from its config.json (diffusers 0.42.1's layers; the class's
+    defaults for absent keys): blocks (self-attention and cross-attention, each q/k/v/out projections
+    with RMS q/k norms across heads; the image keys and values where the model takes CLIP tokens; the
+    cross-attention norm; the feed-forward; a 6-way scale/shift table) and the root (patch embedding,
+    time and text embedders, the time projection, the image embedder, the output projection and its
+    2-way table)."""
+    c = {**_COMMON, "num_attention_heads": 40, "ffn_dim": 13824, "num_layers": 40, **dict(config)}
+    h = int(c["num_attention_heads"]) * int(c["attention_head_dim"])
+    qk = 2 * h if c.get("qk_norm") else 0
+    attention = 4 * linear(h, h) + qk
+    kv, image = c.get("added_kv_proj_dim"), c.get("image_dim")
+    cross = attention + (2 * linear(int(kv), h) + h if kv else 0)
+    block = attention + cross + (2 * h if c.get("cross_attn_norm") else 0) + feed_forward(h, int(c["ffn_dim"])) + 6 * h
+    pt, ph, pw = _patch(c["patch_size"])
+    c_in, c_out = int(c["in_channels"]), int(c.get("out_channels") or c["in_channels"])
+    root = (c_in * pt * ph * pw * h + h + linear(int(c["freq_dim"]), h) + linear(h, h) + linear(h, 6 * h)
+            + linear(int(c["text_dim"]), h) + linear(h, h) + linear(h, c_out * pt * ph * pw) + 2 * h)
+    if image:
+        d = int(image)
+        root += 2 * d + linear(d, d) + linear(d, h) + 2 * h + (int(c["pos_embed_seq_len"]) * d
+                                                                 if c.get("pos_embed_seq_len") else 0)
+    depth = int(c["num_layers"])
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 def image_tokens(config: Mapping[str, Any]) -> tuple[int, int]:
     """(width, count) of the CLIP image tokens a Wan2.1 I2V transformer attends to beside the text
     (``image_dim``), (0, 0) for the others."""
@@ -249,5 +275,6 @@ FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DM
                 pipeline_cfg=PipelineCfg.TWO_CALLS,  # "cond" then "uncond" per step, one per cfg rank
                 pipeline_parts=pipeline_parts, vae_stride_from=vae_stride, vae_class="AutoencoderKLWan",
                 vae_tiling=True, vae_parallel=True, image_tokens=image_tokens, config_keys=CONFIG_KEYS,
+                count_parameters=count_parameters,
                 config_rules=config_rules, is_original_config=is_original_config,
                 original_config_problem=original_config_problem, from_original_config=from_original_config)

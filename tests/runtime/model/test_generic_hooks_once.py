@@ -55,7 +55,7 @@ def _world(cases, calls):
         hooks_first = _hooks(model)
         torch._dynamo.reset()
         graphs.clear()
-        compile_blocks(model, backend=counting, swap_attention=False)
+        compile_blocks(model, backend=counting)
         per_call, diffs = [], []
         for _ in range(calls):
             before = len(graphs)

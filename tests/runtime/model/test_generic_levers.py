@@ -207,7 +207,7 @@ def _compile_world(cases):
             ref = model(**inputs)[0]
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
-        info = compile_blocks(model, backend="eager", swap_attention=False)
+        info = compile_blocks(model, backend="eager")
         runner = GenericSharded(model, ctx, batched=family_module(fam).BATCHED)
         got = runner.forward(**inputs)
         again = runner.forward(**inputs)  # the compiled code, not the first trace
@@ -289,7 +289,7 @@ def _run_generic_world(plan_dict):
     plan = Plan.from_dict(plan_dict)
     ctx = ParallelContext.from_plan(plan)
     res = run_generic(plan, ctx, torch.device("cpu"),
-                      compile_model=lambda m: compile_blocks(m, backend="eager", swap_attention=False))
+                      compile_model=lambda m: compile_blocks(m, backend="eager"))
     model, config = build_from_plan(plan, torch.device("cpu"))  # with the adapter merged
     inputs = inputs_from_plan(plan, config, torch.device("cpu"))
     from sporch.runtime.model.generic import load_diffusers

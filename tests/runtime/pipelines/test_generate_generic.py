@@ -239,7 +239,7 @@ def _eager_compile(model):
     """workload.compile's callback with Dynamo's ``eager`` backend (graph capture, no Inductor build)."""
     from sporch.runtime.compile import compile_blocks
 
-    return compile_blocks(model, backend="eager", swap_attention=False)
+    return compile_blocks(model, backend="eager")
 
 
 def _graphs() -> int:
