@@ -111,11 +111,11 @@ def test_every_job_checks_its_nodes_first_unless_told_not_to(tmp_path):
     from sporch.orchestrator.config.cluster import find_cluster
     from sporch.orchestrator.config.job import load_job
     from sporch.orchestrator.plan.planner import make_plan
-    from sporch.runtime.model.build import build_model, save_safetensors
+    from sporch.runtime.model.generic.build import random_diffusers
 
-    ckpt = tmp_path / "model.safetensors"
-    plan = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml"))
-    save_safetensors(build_model(plan.model.to_dict(), seed=1), str(ckpt))
+    ckpt = tmp_path / "tiny"  # a diffusers folder of the tiny preset's class and config
+    m = make_plan(find_cluster("local"), load_job(ROOT / "examples" / "tiny.yaml")).model
+    random_diffusers(m.diffusers_class, dict(m.diffusers_config), seed=1).save_pretrained(str(ckpt / "transformer"))
     env = {**os.environ, "SPORCH_FAULT_HIDE_WEIGHTS": "slurmlab-node1", "COLUMNS": "250"}
     outs = {}
     for flag in ("on", "off"):
