@@ -11,6 +11,7 @@ from sporch.orchestrator.plan.layouts import LayoutContext, LayoutError, resolve
 from sporch.orchestrator.contract.parallel import head_split, kv_mode
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.sections import HeadsSection
 from tests.testutil import EXAMPLES
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"
@@ -183,9 +184,9 @@ def test_kv_refused_and_replicated():
     with pytest.raises(LayoutError, match="every completion is refused: num_kv_heads 6 and ulysses 4"):
         resolve_layout(_gqa(12, 6), {"ulysses": 4, "ring": "auto"})
     lay, _ = resolve_layout(_gqa(4, 2, world=4), {"ulysses": 4, "ring": 1})
-    assert kv_mode(4, 2, lay.ulysses) == "replicate"
+    assert HeadsSection.build(4, 2, lay.ulysses).kv_mode == "replicate"
     lay, _ = resolve_layout(_gqa(4, 2, world=4), {"ulysses": 2, "ring": 2})
-    assert kv_mode(4, 2, lay.ulysses) == "split"
+    assert HeadsSection.build(4, 2, lay.ulysses).kv_mode == "split"
 
 
 def test_head_split():

@@ -86,7 +86,8 @@ def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
     # cut unpadded: the first seq_len % deg ranks hold one token more; the longest is what the attention pads to
     chunks = s.chunks()
     assert s.split == "uneven" and len(chunks) == deg and sum(chunks) == s.seq_len
-    assert max(chunks) == s.tokens_per_rank and max(chunks) - min(chunks) <= 1 and chunks == sorted(chunks, reverse=True)
+    assert max(chunks) == s.tokens_per_rank and max(chunks) - min(chunks) <= 1
+    assert chunks == sorted(chunks, reverse=True)
     # the text: split with the image tokens under joint attention (Flux), whole on every rank under cross (Wan)
     assert s.text_len == (p.model.text_len if p.model.attention == "joint" else 0)
     # Requested ints are honoured; unset dims take the defaults when nothing is auto.
