@@ -116,7 +116,10 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
 
 
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
-    """What a model's class or pipeline does not do is refused here, in one line each."""
+    """What a model's class or pipeline does not do is refused here, in one line each. A preflight
+    job's model is a stand-in that is never built (cli/preflight_cmd.py): nothing to check."""
+    if job.workload.kind == "preflight":
+        return
     what = f"{model.diffusers_class} (family {model.family})"
     method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
     caches = require_family(model.diffusers_class).step_cache

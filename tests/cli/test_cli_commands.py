@@ -38,7 +38,7 @@ def test_plan_table(run_cli):
     code, out, err = run_cli("plan", "--cluster", "a100x32", WAN14B)
     assert code == 0, err
     assert "dp 1 x cfg 1 x ring 4 x ulysses 8 = 32" in out
-    assert "75,600 tokens" in out and "padded to 75,616" in out
+    assert "75,600 tokens, split unevenly" in out and "2,362-2,363 per rank" in out and "padded to" not in out
     for word in ("groups", "ranks (32)", "estimates", "seq idx", "all-to-all"):
         assert word in out
 

@@ -18,17 +18,23 @@ def test_models_json_rows_follow_the_records(run_cli):
     assert code == 0, err
     rows = {r["family"]: r for r in json.loads(out)}
     assert list(rows) == [f.name for f in FAMILIES]
-    # hand-built: every workload and placement; its diffusers class on the generic path too
-    assert rows["wan"]["path"] == "hand-built + generic" and "generate" in rows["wan"]["workloads"]
-    assert "wan2.1-i2v-14b-720p" in rows["wan"]["presets"] and rows["wan"]["vae"] == ["leader", "tiled", "parallel"]
+    # one model path: every family runs its diffusers class (verify, benchmark and inference) and
+    # generate through its diffusers pipeline; no column says which path
+    for fam in FAMILIES:
+        row = rows[fam.name]
+        assert "path" not in row and row["classes"] == list(fam.classes)
+        assert row["workloads"] == ["verify", "benchmark", "inference"] + (["generate"] if fam.pipeline_class else [])
+        assert row["presets"] == [p.name for p in fam.presets] and row["cache"] == list(fam.step_cache)
+    assert {"wan2.1-i2v-14b-720p", "tiny"} <= set(rows["wan"]["presets"]) and "tiny-flux" in rows["flux"]["presets"]
+    assert rows["wan"]["pipeline"] == "WanPipeline / WanImageToVideoPipeline"
+    assert rows["wan"]["vae"] == ["leader", "parallel", "tiled"]
     assert rows["flux"]["cfg"] == "none"  # guidance-distilled
-    # generic: verify and benchmark, and generate through the family's diffusers pipeline
-    assert rows["qwen-image"]["workloads"] == ["verify", "benchmark", "generate"]
-    assert rows["qwen-image"]["pipeline"] == "QwenImagePipeline" and "inference" not in rows["sd3"]["workloads"]
-    assert rows["sd3"]["cache"] == [] and rows["cogvideox"]["cache"] == ["fbcache"]  # SD3's class has no cache contexts
+    assert rows["qwen-image"]["pipeline"] == "QwenImagePipeline" and "generate" in rows["qwen-image"]["workloads"]
+    assert "fbcache" in rows["cogvideox"]["cache"] and "fbcache" in rows["wan"]["cache"]
     assert rows["ltx-video"]["cfg"] == "1/2" and rows["hunyuanvideo"]["cfg"] == "none"
     assert rows["sd3"]["split_plan"] == "SD3Transformer2DModel: shipped table"
     assert rows["ltx-video"]["split_plan"].endswith("the class's _cp_plan")
+    assert rows["wan"]["split_plan"] == "WanTransformer3DModel: the class's _cp_plan"
     assert all(len(set(r["presets"])) == len(r["presets"]) for r in rows.values())
 
 

@@ -170,11 +170,11 @@ model: {preset: tiny}
 workload: {frames: 9, height: 64, width: '${workload.height}', steps: 2}
 parallel: {ring: 2}
 """)
-    job = load_job(p, ["parallel.ring=auto", "workload.batch=4", "model.attention=joint", "resources.time=00:05:00"])
+    job = load_job(p, ["parallel.ring=auto", "workload.batch=4", "model.preset=tiny-flux", "resources.time=00:05:00"])
     assert job.name == "j"
     assert job.workload.width == 64 and job.workload.batch == 4
     assert job.parallel.ring == "auto" and job.parallel.ulysses is None
-    assert job.model.attention == "joint" and job.resources.time == "00:05:00"
+    assert job.model.preset == "tiny-flux" and job.resources.time == "00:05:00"
 
 
 @pytest.mark.parametrize(

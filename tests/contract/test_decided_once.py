@@ -19,7 +19,7 @@ from sporch.orchestrator.plan.cost_inputs import compiles
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.runtime.pipelines.params import generate_params
-from sporch.runtime.testing import plan_for
+from sporch.runtime.testing import plan_for, preset_model
 
 
 def test_the_layout_name_is_written_and_read_in_one_place():
@@ -49,9 +49,7 @@ def test_plan_for_builds_the_sections_the_planner_builds(example, cluster, overr
 
 
 def test_the_runtime_reads_the_cfg_decision_from_the_plan():
-    from sporch.runtime.model import tiny_model_dict
-
-    plan = plan_for(Layout(), tiny_model_dict("cross"), (1, 2, 2),
+    plan = plan_for(Layout(), preset_model("tiny"), (1, 2, 2),
                     workload={"kind": "generate", "guidance_scale": 5.0, "prompt": "a fox"})
     assert plan.workload.cfg_enabled and generate_params(plan).cfg
     off = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, cfg_enabled=False))

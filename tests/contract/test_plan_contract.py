@@ -69,10 +69,11 @@ def test_runtime_reads_only_declared_plan_fields(path):
 
 
 def test_the_scan_sees_the_runtime_reads():
-    """The scan is not vacuous: it finds the workload reads of runtime/workloads.py, and it
+    """The scan is not vacuous: it finds the runtime's reads of the workload, the model and the
+    job (the workloads' dispatch and the model's workload, wherever they live in runtime/), and it
     flags an undeclared key and a dict-style read."""
-    attrs, _ = reads(ast.parse((ROOT / "runtime" / "workloads.py").read_text(encoding="utf-8")))
-    keys = {(s, k) for s, k, _ in attrs}
+    keys = {(s, k) for path in SCANNED if ROOT / "runtime" in path.parents
+            for s, k, _ in reads(ast.parse(path.read_text(encoding="utf-8")))[0]}
     assert {("workload", "shift"), ("workload", "steps"), ("model", "weights"), ("job", "entrypoint")} <= keys
     bad = ast.parse("def f(plan):\n    wl = plan.workload\n    return wl.get('shift'), plan.model['weights']\n")
     attrs, dict_style = reads(bad)
@@ -81,11 +82,10 @@ def test_the_scan_sees_the_runtime_reads():
 
 
 def test_sections_round_trip_and_refuse_unknown_keys():
-    from sporch.runtime.model import tiny_model_dict
-    from sporch.runtime.testing import plan_for
+    from sporch.runtime.testing import plan_for, preset_model
     from sporch.orchestrator.contract.plan import Layout
 
-    plan = plan_for(Layout(ring=2), tiny_model_dict("joint"), workload={"shift": 3.0})
+    plan = plan_for(Layout(ring=2), preset_model("tiny-flux"), workload={"shift": 3.0})
     assert Plan.from_json(plan.to_json()) == plan
     d = plan.to_dict()
     d["workload"]["shfit"] = 2.0

@@ -1,7 +1,7 @@
-"""Sharded parameters and low-bit weights on the generic path, planner side (torch-free): a generic
-model's ``parallel.shard_weights`` is planned as a hand-built one's (the memory estimate per
-option, what ``auto`` picks), ``model.quant`` is planned and shrinks the estimate, and what the
-runtime cannot combine (quant + sharding) is one line, exit 2; LoRA + sharding is planned."""
+"""Sharded parameters and low-bit weights, planner side (torch-free): a model's
+``parallel.shard_weights`` is planned (the memory estimate per option, what ``auto`` picks),
+``model.quant`` is planned and shrinks the estimate, and what the runtime cannot combine (quant +
+sharding) is one line, exit 2; LoRA + sharding is planned."""
 
 from __future__ import annotations
 

@@ -7,10 +7,11 @@ import pytest
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.layouts import LayoutError
+from sporch.orchestrator.plan.layouts import LayoutContext, LayoutError, resolve_layout
 from sporch.orchestrator.contract.parallel import head_split, kv_mode
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.contract.plan import Plan
+from sporch.orchestrator.contract.sections import HeadsSection
 from tests.testutil import EXAMPLES
 
 WAN14B = EXAMPLES / "wan14b-720p.yaml"
@@ -34,9 +35,13 @@ def test_default_layout_a100x32():
         assert len({p.ranks[r].local_rank for r in g}) == 1
         assert len({p.ranks[r].node for r in g}) == 4
     assert p.sequence.to_dict() == {"seq_len": 75600, "padded_len": 75616, "pad": 16, "tokens_per_rank": 2363,
-                          "grid": [21, 45, 80], "degree": 32, "split": "padded", "text_len": 0}
+                          "grid": [21, 45, 80], "degree": 32, "split": "uneven", "text_len": 0}
+    # cut unpadded: 75600 = 16 x 2363 + 16 x 2362; only the attention pads the shorter chunks
+    assert p.sequence.chunks() == [2363] * 16 + [2362] * 16
     assert p.heads.q_heads_per_rank == [5] * 8 and p.heads.kv_mode == "follow"
-    assert any("padded to 75616" in w for w in p.warnings)
+    assert any("75600 tokens split unevenly over ring 4 x ulysses 8 = 32 ranks: 16 hold 2363, 16 hold 2362" in w
+               for w in p.warnings)
+    assert not any("padded to" in w for w in p.warnings)
 
 
 def test_rank_order_formula():
@@ -156,19 +161,32 @@ def test_kv_modes(heads, kv, u, mode):
     assert kv_mode(heads, kv, u) == mode
 
 
+def test_grouped_kv_heads_are_refused_on_a_family_without_them():
+    """Every family's diffusers class has one key/value head per query head: a job asking tiny (a
+    WanTransformer3DModel) for grouped kv heads is refused in one line naming the field."""
+    with pytest.raises(SporchError) as ei:
+        plan("local", TINY, "model.num_kv_heads=2")
+    msg = str(ei.value)
+    assert msg.startswith("model.num_kv_heads=2 (WanTransformer3DModel gives 4): preset tiny runs") and "\n" not in msg
+
+
+def _gqa(heads: int, kv: int, world: int = 8) -> LayoutContext:
+    return LayoutContext(cluster="a100x8", nodes=1, gpus_per_node=world, num_heads=heads, num_kv_heads=kv, batch=1,
+                         guidance=False, seq_len=4096, split="uneven")
+
+
 def test_kv_refused_and_replicated():
-    with pytest.raises(LayoutError, match="num_kv_heads 6 and ulysses 4"):
-        make_plan(find_cluster("a100x8"), load_job(TINY, ["model.num_heads=12", "model.head_dim=16",
-                                                           "model.num_kv_heads=6", "parallel.ulysses=4",
-                                                           "parallel.ring=2"]))
+    """The layout rules for grouped kv heads (no family has them today; the rules stay for one that
+    does): kv heads split, replicated, or the layout refused with the feasible list."""
+    with pytest.raises(LayoutError, match="num_kv_heads 6 and ulysses 4") as ei:
+        resolve_layout(_gqa(12, 6), {"ulysses": 4, "ring": 2})
+    assert ei.value.feasible and all(kv_mode(12, 6, lay.ulysses) for lay in ei.value.feasible)
     with pytest.raises(LayoutError, match="every completion is refused: num_kv_heads 6 and ulysses 4"):
-        make_plan(find_cluster("a100x8"), load_job(TINY, ["model.num_heads=12", "model.head_dim=16",
-                                                           "model.num_kv_heads=6", "parallel.ulysses=4",
-                                                           "parallel.ring=auto"]))
-    p = plan("local", TINY, "model.num_kv_heads=2")
-    assert p.heads.kv_mode == "replicate" and p.layout.ulysses == 4
-    p = plan("local", TINY, "model.num_kv_heads=2", "parallel.ulysses=2", "parallel.ring=2")
-    assert p.heads.kv_mode == "split"
+        resolve_layout(_gqa(12, 6), {"ulysses": 4, "ring": "auto"})
+    lay, _ = resolve_layout(_gqa(4, 2, world=4), {"ulysses": 4, "ring": 1})
+    assert HeadsSection.build(4, 2, lay.ulysses).kv_mode == "replicate"
+    lay, _ = resolve_layout(_gqa(4, 2, world=4), {"ulysses": 2, "ring": 2})
+    assert HeadsSection.build(4, 2, lay.ulysses).kv_mode == "split"
 
 
 def test_head_split():

@@ -1,5 +1,5 @@
 """The modules a LoRA may target (``models/lora_module_names.module_names``) follow the Plan's model record and
-the preset's knobs, the same facts the memory estimate reads: Wan2.1 I2V's image embedding and
+its diffusers config, the same facts the memory estimate reads: Wan2.1 I2V's image embedding and
 image cross-attention, Flux.1-dev's guidance embedding; none of them where the model lacks them."""
 
 from __future__ import annotations

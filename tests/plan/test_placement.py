@@ -50,7 +50,7 @@ def test_14b_720p_generate_does_not_fit_a100_40gb_unsharded_and_auto_shards_it()
     p, a = auto.placement, auto.estimates
     assert a.memory.fits and p.shard_weights == "sequence" and p.shard_degree == 32
     assert (p.text_encoder, p.vae) == ("leader", "leader")
-    assert p.reason.startswith("auto: 38.5 GiB per GPU unsharded does not fit; parameters sharded over each "
+    assert p.reason.startswith("auto: 39.4 GiB per GPU unsharded does not fit; parameters sharded over each "
                                "replica's sequence ranks (32)")
     # 1/32 of the parameters stay, plus the root unit and two blocks gathered at a time
     assert a.weights.parameter_bytes_sharded == -(-a.compute.parameters // 32) * 2
@@ -145,10 +145,10 @@ def test_sporch_plan_prints_the_choice_and_the_breakdown(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "weights   on every rank" in text
-    assert ("pipeline  text encoder on each replica's leader GPU; VAE decode split by rows over the leader's "
-            "sequence group (32 ranks)") in text
-    assert ("memory auto: 38.5 GiB per GPU unsharded does not fit; VAE decode split over the leader's sequence "
-            "group (32): 31.7 GiB") in text
+    # the diffusers pipeline encodes with the transformer loaded: the encoder is the peak, so auto shards it
+    assert "pipeline  text encoder sharded over each sequence group (32 ranks, FSDP2); VAE decode on the leader" in text
+    assert ("memory auto: 39.4 GiB per GPU unsharded does not fit; text encoder sharded over each sequence group "
+            "(32): 34.4 GiB") in text
     # the busiest rank's memory, part by part, and what auto tried
     for row in ("DiT parameters", "DiT activations", "text encoder (encode)", "VAE parameters",
                 "VAE decode + frames", "CUDA context, workspaces", "memory options auto tried"):
@@ -179,29 +179,43 @@ def test_sporch_plan_and_plan_rank_name_where_it_fits(tmp_path):
                               str(job), *extra], capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr
         assert "the smallest known cluster that fits: a100x8 (1 x 8 A100-SXM4-80GB" in out.stdout, out.stdout[-800:]
-    assert "1/4 world" in out.stdout  # the ranking shows how each layout holds the parameters
+    # the ranking shows how each layout holds the parameters, the text encoder and the VAE
+    assert "1/4 seq, te sharded, vae tiled" in out.stdout and "1/2 seq, te cpu, vae tiled" in out.stdout
 
 
 # -- the text encoder and the VAE (pipeline.text_encoder, pipeline.vae) ----------------------
 
+#: 1080p on eight 48 GB GPUs: the 14B model and its text encoder fit the encode, the decode on the
+#: leader does not (1088 / 8 = 136 latent rows)
+WAN14B_1080P = dict(WAN14B_GENERATE, workload=dict(WAN14B_GENERATE["workload"], height=1088, width=1920))
+
+
 def test_auto_moves_the_vae_decode_before_sharding_the_dit():
     """Everything auto: the cheapest change that fits wins; a parallel decode costs no step time,
     sharded parameters cost gathers at every step."""
-    plain = _plan("a100-40gx32", "none", pipeline=LEADER)
-    auto = _plan("a100-40gx32", "auto")
+    plain = _plan("l40sx8", "none", WAN14B_1080P, pipeline=LEADER)
+    auto = _plan("l40sx8", "auto", WAN14B_1080P)
     p, a = auto.placement, auto.estimates
-    assert a.memory.fits and (p.shard_weights, p.text_encoder, p.vae, p.pipeline_degree) == ("none", "leader", "parallel", 32)
+    assert not plain.estimates.memory.fits and plain.estimates.pipeline.busiest_rank.peak_stage == "denoise + decode"
+    assert a.memory.fits
+    assert (p.shard_weights, p.text_encoder, p.vae, p.pipeline_degree) == ("none", "leader", "parallel", 8)
     assert [(o.shard_weights, o.text_encoder, o.vae, o.fits) for o in a.memory.memory_options] == [
         ("none", "leader", "leader", False), ("none", "leader", "parallel", True)]
     assert a.memory.memory_options[0].memory_gib_per_gpu == plain.estimates.memory.memory_gib_per_gpu
-    # the decode's working set is its rows' share (+ a halo row per conv) on each of the 32 ranks
+    # the decode's working set is its rows' share (+ a halo row per conv) on each of the 8 ranks
     dec_plain, dec = plain.estimates.pipeline.vae, a.pipeline.vae
-    assert dec.decode_bytes == pytest.approx(dec_plain.decode_bytes * (-(-90 // 32) + 1) / 90, rel=1e-6)
-    assert dec.frames_bytes == 2 * dec_plain.frames_bytes == 2 * 81 * 720 * 1280 * 3 * 4
-    assert a.pipeline.vae.ranks == tuple(range(32))
+    assert dec.decode_bytes == pytest.approx(dec_plain.decode_bytes * (-(-136 // 8) + 1) / 136, rel=1e-6)
+    assert dec.frames_bytes == 2 * dec_plain.frames_bytes == 2 * 81 * 1088 * 1920 * 3 * 4
+    assert a.pipeline.vae.ranks == tuple(range(8))
+    # each stage's memory is the sum of its parts: the plain decode was the peak; split, the encode
+    # (the diffusers pipeline encodes with the transformer and the VAE loaded) is
+    busy0 = plain.estimates.pipeline.busiest_rank
+    assert plain.estimates.memory.memory_bytes_per_gpu == (busy0.dit_parameters + busy0.dit_activations
+                                                           + busy0.reserved + busy0.vae + busy0.vae_decode)
     busy = a.pipeline.busiest_rank
-    assert a.memory.memory_bytes_per_gpu == (busy.dit_parameters + busy.dit_activations + busy.reserved
-                                         + busy.vae + busy.vae_decode)
+    assert busy.peak_stage == "encode"
+    assert a.memory.memory_bytes_per_gpu == busy.dit_parameters + busy.text_encoder + busy.vae + busy.reserved
+    assert busy.dit_activations + busy.vae_decode < busy.text_encoder
 
 
 def test_each_text_encoder_and_vae_option_has_its_memory():
@@ -228,8 +242,9 @@ def test_each_text_encoder_and_vae_option_has_its_memory():
 
 
 def test_the_text_encoder_is_the_peak_when_the_decode_is_small():
-    """A short low-resolution video with the 1.3B model: the 11 GB umT5 is the leader's peak (it
-    runs before the transformer is built); on the CPU it is out of the GPU's count."""
+    """A short low-resolution video with the 1.3B model: the 11 GB umT5 is the leader's peak (the
+    diffusers pipeline runs it with the transformer and the VAE already loaded); on the CPU it is out
+    of the GPU's count."""
     doc = dict(WAN14B_GENERATE, model={"preset": "wan2.1-t2v-1.3b"},
                workload=dict(WAN14B_GENERATE["workload"], frames=5, height=256, width=256))
     plain = _plan("l40sx8", "none", doc, pipeline=LEADER)
@@ -261,4 +276,4 @@ def test_plan_json_says_fits_with_what_auto_picks(tmp_path):
         assert out.returncode == 0, out.stderr
         plan = json.loads(out.stdout)
         assert plan["estimates"]["fits"] is fits, extra
-        assert plan["placement"]["vae"] == ("parallel" if fits else "leader")
+        assert plan["placement"]["text_encoder"] == ("sharded" if fits else "leader")

@@ -1,5 +1,8 @@
 """Property tests: every accepted Plan satisfies the layout invariants; every rejection lists
-alternatives that are themselves accepted."""
+alternatives that are themselves accepted. The generated models are given by their shape alone
+and run as the family of their attention kind (cross: Wan, joint: Flux), so each shape is one
+its family's diffusers config expresses: one kv head per query head, an even head width, Wan's
+free feed-forward width, Flux's 4 x hidden and 2 x 2 patches."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def cases(draw):
     gpn = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
     world = nodes * gpn
     heads = draw(st.integers(1, 48))
-    kv = draw(st.sampled_from(divisors(heads)))
+    attention = draw(st.sampled_from(["cross", "joint"]))
     batch = draw(st.integers(1, 8))
     guidance = draw(st.sampled_from([1.0, 4.0]))
     seq = draw(st.integers(1, 3000))
@@ -37,8 +40,10 @@ def cases(draw):
     cluster = ClusterSpec(name="rnd", nodes=nodes, gpus_per_node=gpn)
     job = JobSpec(
         name="prop",
-        model=ModelSpec(attention="self", depth=1, hidden=heads * 8, num_heads=heads, num_kv_heads=kv,
-                        patch=[1, 1, 1], in_channels=4, vae_stride=[1, 1, 1], text_len=0, mlp_ratio=2.0),
+        model=ModelSpec(attention=attention, depth=1, hidden=heads * 8, num_heads=heads, in_channels=4,
+                        vae_stride=[1, 1, 1], text_len=draw(st.integers(1, 16)),
+                        **({"patch": [1, 1, 1], "mlp_ratio": 2.0} if attention == "cross" else
+                           {"patch": [1, 2, 2], "mlp_ratio": 4.0, "single_depth": 1})),
         workload=WorkloadSpec(batch=batch, seq_len=seq, guidance_scale=guidance, steps=1),
         parallel=ParallelSpec(**par),
     )
@@ -73,14 +78,18 @@ def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
     assert lay.ulysses <= H
     q = p.heads.q_heads_per_rank
     assert len(q) == lay.ulysses and sum(q) == H and max(q) - min(q) <= 1 and q == sorted(q, reverse=True)
-    mode = p.heads.kv_mode
-    assert mode == ("follow" if KV == H else "split" if KV % lay.ulysses == 0 else "replicate")
-    if mode == "replicate":
-        assert lay.ulysses % KV == 0
+    assert KV == H and p.heads.kv_mode == "follow"  # every family's class: one kv head per query head
     s = p.sequence
     deg = lay.ring * lay.ulysses
     assert s.padded_len % deg == 0 and 0 <= s.pad < deg and s.padded_len == s.seq_len + s.pad
     assert s.tokens_per_rank * deg == s.padded_len and s.seq_len >= deg
+    # cut unpadded: the first seq_len % deg ranks hold one token more; the longest is what the attention pads to
+    chunks = s.chunks()
+    assert s.split == "uneven" and len(chunks) == deg and sum(chunks) == s.seq_len
+    assert max(chunks) == s.tokens_per_rank and max(chunks) - min(chunks) <= 1
+    assert chunks == sorted(chunks, reverse=True)
+    # the text: split with the image tokens under joint attention (Flux), whole on every rank under cross (Wan)
+    assert s.text_len == (p.model.text_len if p.model.attention == "joint" else 0)
     # Requested ints are honoured; unset dims take the defaults when nothing is auto.
     req = {d: getattr(job.parallel, d) for d in DIMS}
     for d, v in req.items():
@@ -100,7 +109,8 @@ def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
     spans = any(len({x // gpn for x in g}) > 1 for g in p.groups["ulysses"])
     assert spans == any("Ulysses group" in w for w in p.warnings)
     uneven = H % lay.ulysses != 0
-    assert uneven == any("unevenly" in w for w in p.warnings)
+    assert uneven == any("heads unevenly" in w for w in p.warnings)
+    assert (s.seq_len % deg != 0) == any("tokens split unevenly" in w for w in p.warnings)
     assert Plan.from_json(p.to_json()) == p
 
 

@@ -86,7 +86,8 @@ def _published_folder(root: Path) -> Path:
 def test_the_published_folder_plans_alone_and_matches_both_presets(tmp_path):
     folder = _published_folder(tmp_path / "Wan2.1-I2V-14B-480P-Diffusers")
     plan = _plan({"weights": str(folder)}, _generate(480, 832), "h100x64")
-    assert plan.model.preset is None and plan.model.knobs["image_dim"] == 1280 and plan.model.in_channels == 36
+    assert plan.model.preset is None and plan.model.in_channels == 36
+    assert plan.model.diffusers_config["image_dim"] == 1280
     named = _plan({"weights": str(folder), "preset": "wan2.1-i2v-14b-480p"}, _generate(480, 832), "h100x64")
     assert named.estimates.compute.parameters == plan.estimates.compute.parameters
     proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "inspect", str(folder), "--json"],
