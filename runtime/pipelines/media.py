@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporch.orchestrator.safe_files import output_file
+from sporch.orchestrator.safe_files import output_file, read_regular
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:
@@ -63,6 +63,5 @@ def load_image(path: str | Path):
     from diffusers.utils import load_image as diffusers_load_image
     from PIL import Image
 
-    from sporch.orchestrator.safe_files import read_regular
 
     return diffusers_load_image(Image.open(io.BytesIO(read_regular(Path(path).expanduser()))))

@@ -101,7 +101,7 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
 CONFIG_KEYS = {
     "sample_size": Int(), "patch_size": Int(), "in_channels": Int(), "num_layers": Int(), "attention_head_dim": Int(),
     "num_attention_heads": Int(), "joint_attention_dim": Int(), "caption_projection_dim": Int(),
-    "pooled_projection_dim": Int(), "out_channels": Int(), "pos_embed_max_size": Int(),
+    "pooled_projection_dim": Int(), "out_channels": Int(optional=True), "pos_embed_max_size": Int(),
     "dual_attention_layers": Ints(minimum=0), "qk_norm": Text("rms_norm", "layer_norm", None)}
 
 

@@ -11,6 +11,8 @@ import torch
 from sporch.orchestrator.models.families.flux import TINY as TINY_PRESET
 from sporch.runtime.model.tiny_parts import randomize, t5_config, tiny_tokenizer, VOCAB
 
+from ..build import random_diffusers
+
 #: the joint-attention test model's transformer config (the ``tiny-flux`` preset's)
 TINY = dict(TINY_PRESET)
 
@@ -60,7 +62,6 @@ def tiny_pipeline(seed: int = 0, config: Mapping[str, Any] | None = None, *, tex
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from ..build import random_diffusers
 
     config = dict(config or TINY)
     transformer = random_diffusers("FluxTransformer2DModel", config, seed=seed)

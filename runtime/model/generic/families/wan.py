@@ -12,6 +12,8 @@ import torch
 from sporch.orchestrator.models.families.wan import TINY as TINY_PRESET
 from sporch.runtime.model.tiny_parts import randomize, t5_config, tiny_tokenizer, VOCAB
 
+from ..build import random_diffusers
+
 #: the test model's transformer config (the ``tiny`` preset's)
 TINY = dict(TINY_PRESET)
 
@@ -71,7 +73,6 @@ def tiny_pipeline(seed: int = 0, config: Mapping[str, Any] | None = None, *, tex
     from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanImageToVideoPipeline, WanPipeline
     from transformers import UMT5Config, UMT5EncoderModel
 
-    from ..build import random_diffusers
 
     config = dict(config or TINY)
     transformer = random_diffusers("WanTransformer3DModel", config, seed=seed)
