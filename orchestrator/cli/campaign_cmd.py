@@ -29,6 +29,7 @@ from sporch.orchestrator.cli.common import console, json_text, plain_table
 from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.cli.show import links_words
 from sporch.orchestrator.benchstats import ideal_ms_per_step
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
 
@@ -289,9 +290,13 @@ def compare_cmd(old_dir: str, new_dir: Optional[str], threshold: str, baseline: 
     if k is not None or store is not None:
         raise SporchError("--k and --store go with --baseline")
     changes, compared = compare(old_dir, new_dir, limit)
+    if not compared:  # a gate that compared nothing must not pass
+        raise SporchError(f"no point completed in both {old_dir} and {new_dir}, so nothing was compared; compare "
+                          "two runs of the same campaign (the same point ids), each with completed points")
     con = console()
     if not changes:
-        con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
+        con.print(visible(f"no regression over {limit:.1%} in {counted(compared, 'point')} completed in both "
+                          "campaigns", one_line=True), markup=False)
         return
     _changes_table(con, changes, f"({compared} points compared)", limit, ("A", "B"))
     click.get_current_context().exit(EXIT_FAILED)

@@ -13,6 +13,7 @@ import click
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.contract.numbers import digits_value
 from sporch.orchestrator.contract.durations import seconds
 from sporch.orchestrator.errors import SporchError
 
@@ -75,14 +76,32 @@ def invocation() -> list:
     return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]
 
 
+#: The size of output that goes to no terminal (a pipe, a file) when $COLUMNS / $LINES do not say.
+PIPED_COLUMNS, PIPED_LINES = 140, 25
+
+
 def console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    # a terminal sets its own width; piped output is 140 columns unless $COLUMNS says otherwise
-    columns = os.environ.get("COLUMNS", "")
-    width = None if stream.isatty() else (int(columns) if columns.isdigit() and int(columns) > 0 else 140)
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    width, height = terminal_size(stream)
+    return Console(file=stream, width=width, height=height, highlight=False, soft_wrap=False)
+
+
+def terminal_size(stream: Any) -> tuple[int, int]:
+    """(columns, lines) to write ``stream`` at: ``$COLUMNS`` / ``$LINES`` when they are whole
+    numbers > 0, else the terminal's own size, else (piped) 140 x 25. Both are always given to
+    rich, which would otherwise read the variables itself with ``str.isdigit`` (``COLUMNS=²``
+    passes it and then fails in ``int``)."""
+    size = None
+    if stream.isatty():
+        try:
+            size = os.get_terminal_size(stream.fileno())
+        except (AttributeError, ValueError, OSError):
+            size = None
+    columns = digits_value(os.environ.get("COLUMNS", "")) or (size.columns if size else 0) or PIPED_COLUMNS
+    lines = digits_value(os.environ.get("LINES", "")) or (size.lines if size else 0) or PIPED_LINES
+    return columns, lines
 
 
 def json_text(doc: Any, indent: Optional[int] = 2) -> str:
