@@ -109,7 +109,7 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
     remote = tmp_path / "remote.yaml"
     remote.write_text((ROOT / "clusters" / "a100x8.yaml").read_text()
                       + "login: {host: login.example.org, user: me, workdir: /scratch/me}\n")
-    code, _, err = run_cli("submit", "-c", str(remote), TINY, "--job-dir", str(tmp_path / "job"))
+    code, _, err = run_cli("submit", "-c", str(remote), TINY, "parallel.ulysses=8", "--job-dir", str(tmp_path / "job"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "job").exists()
 
@@ -125,7 +125,7 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
         (["plan", "-c", "a100x32", "/no/such/job.yaml"], "no such file"),
         (["render", "-c", "local", TINY, "parallel.cfg=3"], "cfg must be 1 or 2"),
         (["submit", "--dry-run", "-c", "local", TINY, "model.num_heads=3", "model.head_dim=8",
-          "model.hidden=24"], "ulysses 4 > num_heads 3"),
+          "model.hidden=24", "parallel.ulysses=4"], "ulysses 4 > num_heads 3"),
         (["plan", "-c", "a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2"],
          "cfg 2: flux.1-dev is guidance-distilled"),
         (["submit", "--dry-run", "-c", "a100x32", FLUX, "parallel.cfg=2", "parallel.ring=2"],
