@@ -26,7 +26,7 @@ from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, json_text, plain_table
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.terminal import labelled, shown, visible
 from sporch.orchestrator.cli.show import links_words
 from sporch.orchestrator.benchstats import ideal_ms_per_step
 from sporch.orchestrator.contract.numbers import counted
@@ -80,17 +80,18 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
     con = console()
     run = c.spec.run
     tasks = "one array task per pack of points" if run.pack else "one array task per point"
-    con.print(f"[bold]campaign[/] {shown(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
-              f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {shown(c.directory())}")
+    labelled(con, "campaign", f"{c.name}: {counted(len(exp.points), 'point')} in {counted(len(groups), 'group')} "
+             f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {c.directory()}", "bold", column=9)
     for g in groups:
         s = g.shape
         where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
         packs = ""
         if run.pack:  # the partition's MaxTime, asked at submission, may cut them further
             n = len(make_packs([p.id for p in g.points], run.pack_size, point_time=s["time"], max_time=run.pack_time))
-            packs = f" in {n} pack(s)"
-        t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
-                        + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
+            packs = f" in {counted(n, 'pack')}"
+        t = plain_table(title=f"{g.key}: {counted(s['nodes'], 'node')} x {s['gpus_per_node']} GPUs, time {s['time']}"
+                        + (f", {where}" if where else "") + f" - {counted(len(g.points), 'point')}{packs}",
+                        title_justify="left")
         levers = [k for k in LEVER_COLUMNS if any(k in p.match_values() for p in g.points)]  # swept ones
         for col in ("id", "layout", "preset", "shape", "dtype", *levers, "repeat", "predicted ms/step", "GiB/GPU"):
             t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
@@ -104,7 +105,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                       f"{p.plan.estimates.memory.memory_gib_per_gpu:.1f}")
         con.print(t)
         for name, cluster in {p.plan.cluster.name: p.plan.cluster for p in g.points}.items():  # the predictions' links
-            con.print(f"links ({shown(name)}): {shown(links_words(cluster))}", soft_wrap=True)
+            labelled(con, f"links ({name}):", links_words(cluster), column=2)
     if exp.skipped:
         t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
         for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -12,8 +11,8 @@ import click
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
-from sporch.orchestrator.cli.terminal import visible
-from sporch.orchestrator.contract.numbers import digits_value
+from sporch.orchestrator.cli.tables import fitted_table
+from sporch.orchestrator.cli.terminal import terminal_size
 from sporch.orchestrator.contract.durations import seconds
 from sporch.orchestrator.errors import SporchError
 
@@ -76,32 +75,15 @@ def invocation() -> list:
     return list(obj["argv"]) if isinstance(obj, dict) and "argv" in obj else sys.argv[1:]
 
 
-#: The size of output that goes to no terminal (a pipe, a file) when $COLUMNS / $LINES do not say.
-PIPED_COLUMNS, PIPED_LINES = 140, 25
-
-
 def console(stderr: bool = False) -> Any:
+    """A rich Console on stdout (or stderr) at :func:`~sporch.orchestrator.cli.terminal.terminal_size`:
+    both sizes are always given, so rich never reads ``$COLUMNS`` itself (it would with
+    ``str.isdigit``: ``COLUMNS=²`` passes that and then fails in ``int``)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     width, height = terminal_size(stream)
     return Console(file=stream, width=width, height=height, highlight=False, soft_wrap=False)
-
-
-def terminal_size(stream: Any) -> tuple[int, int]:
-    """(columns, lines) to write ``stream`` at: ``$COLUMNS`` / ``$LINES`` when they are whole
-    numbers > 0, else the terminal's own size, else (piped) 140 x 25. Both are always given to
-    rich, which would otherwise read the variables itself with ``str.isdigit`` (``COLUMNS=²``
-    passes it and then fails in ``int``)."""
-    size = None
-    if stream.isatty():
-        try:
-            size = os.get_terminal_size(stream.fileno())
-        except (AttributeError, ValueError, OSError):
-            size = None
-    columns = digits_value(os.environ.get("COLUMNS", "")) or (size.columns if size else 0) or PIPED_COLUMNS
-    lines = digits_value(os.environ.get("LINES", "")) or (size.lines if size else 0) or PIPED_LINES
-    return columns, lines
 
 
 def json_text(doc: Any, indent: Optional[int] = 2) -> str:
@@ -142,14 +124,6 @@ def plain_table(*args: Any, **kwargs: Any) -> Any:
     carry names, paths and error lines from YAML, result files and logs (a gloo error line
     holds ``[/__w/...]``, which rich would take for a closing tag), and control characters in
     them (terminal escapes, newlines) are written out as ``\\xNN`` escapes (:func:`visible`). Style a cell with
-    ``rich.text.Text(value, style=...)``."""
-    from rich.table import Table
-    from rich.text import Text
-
-    class PlainTable(Table):
-        def add_row(self, *cells: Any, **kw: Any) -> None:
-            super().add_row(*(Text(visible(c, one_line=True)) if isinstance(c, str) else c for c in cells), **kw)
-
-    if isinstance(kwargs.get("title"), str):
-        kwargs["title"] = Text(visible(kwargs["title"], one_line=True), style="table.title")
-    return PlainTable(*args, **kwargs)
+    ``rich.text.Text(value, style=...)``. It fits the terminal without cutting a word
+    (:mod:`sporch.orchestrator.cli.tables`)."""
+    return fitted_table(*args, **kwargs)

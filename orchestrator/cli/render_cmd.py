@@ -9,6 +9,7 @@ from typing import Optional
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, job_arguments, load
+from sporch.orchestrator.cli.terminal import echo
 from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
@@ -55,7 +56,7 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
         except BaseException:
             remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
             raise
-        click.echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True)
+        echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True, indent=6)
     else:
         req = build_request(cluster, job, job_dir=job_dir)
     if output:
@@ -63,6 +64,6 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
             write_output(output, req.script, force=force, option="-o")
         except OSError as e:
             raise SporchError(f"cannot write -o {output}: {e.strerror}") from None
-        click.echo(f"wrote {output}", err=True)
+        echo(f"wrote {output}", err=True, indent=6)
     else:
         click.echo(req.script, nl=False)

@@ -17,7 +17,8 @@ import click
 
 from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
                                             plain_table)
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.terminal import labelled, visible
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_STOPPED
 from sporch.orchestrator.contract.results import JobResult
@@ -99,8 +100,8 @@ def run_here(cluster, job, folder: str, now: _dt.datetime, timeout_s: Optional[f
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
     rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
     req = prepared.request
-    con.print(f"[bold]run[/] {shown(plan.job.name)} on {shown(cluster.name)}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {shown(req.job_dir)}; id {rec.id}")
+    labelled(con, "run", f"{plan.job.name} on {cluster.name}: {plan.layout.describe()} = {plan.world_size} CPU "
+             f"ranks, {counted(plan.nodes, 'emulated node')}; folder {req.job_dir}; id {rec.id}", "bold", column=4)
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
     _record_final(rec)
     if res is None:
@@ -174,7 +175,7 @@ def _print_summary(res: LocalRunResult, plan, con) -> None:
     status = res.result.status if res.result is not None else "no result (see logs)"
     table.add_row("status", f"{status} (TIMEOUT: time limit {res.time_limit})" if res.timed_out else status)
     table.add_row("layout", plan.layout.describe())
-    table.add_row("ranks", f"{len(result.hosts or {})} on {len(result.distinct_hosts or [])} node name(s)")
+    table.add_row("ranks", f"{len(result.hosts or {})} on {counted(len(result.distinct_hosts or []), 'node')}")
     for key in ("max_abs_err", "max_rel_err", "tolerance", "step_ms_median_max"):
         value = getattr(result, key)
         if value is not None:

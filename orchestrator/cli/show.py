@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.cost_constants import cluster_constants
 from sporch.orchestrator.plan.layouts import compact, short
@@ -23,6 +23,8 @@ from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
 FULL_RANK_TABLE = 32
+#: Where the text of a summary line starts (``job       ...``): its label is padded to it.
+LABEL = 10
 
 
 def summary_lines(plan: Plan) -> list[str]:
@@ -322,13 +324,13 @@ def memory_options_table(plan: Plan) -> Any:
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
     for line in summary_lines(plan):
-        con.print(visible(line), markup=False)
+        labelled(con, line[:LABEL].rstrip(), line[LABEL:])
     for w in plan.warnings:
-        con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
+        labelled(con, "warning", w, "yellow")
     if plan.placement.reason.startswith("auto:") and "does not fit" in plan.placement.reason:
-        con.print(f"[cyan]note[/cyan]      {shown('memory ' + plan.placement.reason)}", soft_wrap=True)
+        labelled(con, "note", "memory " + plan.placement.reason, "cyan")
     if plan.estimates is not None and plan.estimates.layout_choice:
-        con.print(f"[cyan]note[/cyan]      {shown(plan.estimates.layout_choice)}", soft_wrap=True)
+        labelled(con, "note", plan.estimates.layout_choice, "cyan")
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))
