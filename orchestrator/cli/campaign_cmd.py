@@ -89,7 +89,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
         if run.pack:  # the partition's MaxTime, asked at submission, may cut them further
             n = len(make_packs([p.id for p in g.points], run.pack_size, point_time=s["time"], max_time=run.pack_time))
             packs = f" in {counted(n, 'pack')}"
-        t = plain_table(title=f"{g.key}: {counted(s['nodes'], 'node')} x {s['gpus_per_node']} GPUs, time {s['time']}"
+        t = plain_table(title=f"{g.key}: {counted(s['nodes'], 'node')} x {counted(s['gpus_per_node'], 'GPU')}, time {s['time']}"
                         + (f", {where}" if where else "") + f" - {counted(len(g.points), 'point')}{packs}",
                         title_justify="left")
         levers = [k for k in LEVER_COLUMNS if any(k in p.match_values() for p in g.points)]  # swept ones
@@ -195,10 +195,10 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
         con.print(_published_table(published))
     not_done = [r for r in rows if not r.ok]
     if not_done:
-        con.print(f"{len(not_done)} point(s) not completed: "
+        con.print(f"{counted(len(not_done), 'point')} not completed: "
                   + visible(", ".join(f"{r.id} {r.status}" for r in not_done[:10]), one_line=True), markup=False)
     con.print(visible(f"report: {files['html']} (table {files['csv']}, plots in {folder}"
-                      + (f", history of {len(history)} point(s)" if history else "") + ")", one_line=True),
+                      + (f", history of {counted(len(history), 'point')}" if history else "") + ")", one_line=True),
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
@@ -309,13 +309,13 @@ def _compare_baseline(directory: str, limit: float, k: int, store: Optional[str]
         result = compare_to_baseline(directory, st, k, limit)
     con = console()
     against = f"the baseline (median of the last {k} earlier runs)"
-    lacking = (f"; {len(result.without)} point(s) have no earlier run" if result.without else "")
+    lacking = (f"; {counted(len(result.without), 'point')} without an earlier run" if result.without else "")
     if not result.compared:
         con.print(visible(f"no point of {directory} has an earlier run of campaign {result.campaign} in the history "
                           f"store {path}: nothing to compare", one_line=True), markup=False)
         return
     if not result.changes:
-        con.print(visible(f"no regression over {limit:.1%} against {against} in {result.compared} point(s){lacking}",
+        con.print(visible(f"no regression over {limit:.1%} against {against} in {counted(result.compared, 'point')}{lacking}",
                           one_line=True), markup=False)
         return
     _changes_table(con, result.changes, f"against {against}, {result.compared} points compared{lacking}", limit,
@@ -327,8 +327,8 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
     """The regressions as a table: one row per point and metric, ``labels`` naming the old and new columns."""
     old, new = labels
     broken = sum(1 for ch in changes if ch.broken)
-    t = plain_table(title=f"{len(changes) - broken} regression(s) over {limit:.1%}"
-                    + (f", {broken} metric(s) missing or not finite in {'the run' if new == 'run' else new}"
+    t = plain_table(title=f"{counted(len(changes) - broken, 'regression')} over {limit:.1%}"
+                    + (f", {counted(broken, 'metric')} missing or not finite in {'the run' if new == 'run' else new}"
                        if broken else "") + f" {note}",
                     title_justify="left")
     for col in ("id", "gpus", "layout", "shape", "metric", old, new, "change"):

@@ -36,6 +36,7 @@ from sporch.orchestrator.slurm.states import TERMINAL_STATES
 from sporch.orchestrator.submit.registry import get_backend
 from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.request import default_job_dir
+from sporch.orchestrator.contract.numbers import counted
 
 def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_dir: str) -> JobSpec:
     """A job with the plan's default layout on ``nodes`` nodes of ``cluster`` that runs the
@@ -70,7 +71,7 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
     """Check every node of --cluster (GPUs, versions, memory, weights) and its links' bandwidth."""
     cluster = find_cluster(cluster_ref)
     if nodes is not None and nodes > cluster.nodes:
-        raise SporchError(f"--nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}")
+        raise SporchError(f"--nodes {nodes} exceeds the {counted(cluster.nodes, 'node')} of {cluster.name}")
     job = preflight_job(cluster, nodes, weights, output_dir)
     result = _run_local(cluster, job, timeout_s) if local else _submit_and_wait(cluster, job, timeout_s)
     data = (result.get("metrics") or {}).get("preflight")

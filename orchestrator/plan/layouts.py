@@ -13,6 +13,7 @@ from typing import Callable, Optional, Union
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, padded_length, sequence_chunks
 from sporch.orchestrator.contract.plan import Layout
+from sporch.orchestrator.contract.numbers import counted
 
 #: How many feasible layouts an error message lists before "(+N more)".
 MAX_LISTED = 40
@@ -46,7 +47,7 @@ class LayoutContext:
         return self.nodes * self.gpus_per_node
 
     def cluster_text(self) -> str:
-        return f"{self.cluster} has {self.nodes} nodes x {self.gpus_per_node} GPUs = {self.world_size}"
+        return f"{self.cluster} has {counted(self.nodes, 'node')} x {counted(self.gpus_per_node, 'GPU')} = {self.world_size}"
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def check_warnings(ctx: LayoutContext, lay: Layout) -> list[str]:
     if U > 1 and any((s // G) != ((s + U - 1) // G) for s in range(0, world, U)):
         nodes = -(-U // G) if U >= G else 2
         warns.append(
-            f"a Ulysses group of {U} ranks spans {nodes} nodes ({G} GPUs per node): its all-to-all crosses "
+            f"a Ulysses group of {U} ranks spans {counted(nodes, 'node')} ({G} GPUs per node): its all-to-all crosses "
             f"the inter-node fabric; prefer ulysses dividing {G} and ring across nodes"
         )
     R = lay.ring
@@ -295,7 +296,7 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
             why = "every completion is refused: " + "; ".join(reasons[:3])
         raise LayoutError(
             f"cannot fill {', '.join(f'parallel.{d}=auto' for d in auto)} with {given} on {ctx.cluster} "
-            f"({ctx.nodes} nodes x {ctx.gpus_per_node} GPUs = {ctx.world_size}): {why}; "
+            f"({counted(ctx.nodes, 'node')} x {counted(ctx.gpus_per_node, 'GPU')} = {ctx.world_size}): {why}; "
             + feasible_text(ctx, feas),
             feas,
         )

@@ -62,11 +62,11 @@ def test_versions_gpus_and_weights_are_compared():
                                         3: {"gpus_visible": 1}}, hide="n1"))
     text = "\n".join(report.problems)
     assert "torch differs: n3 (2.12) against 2.13 on the other nodes" in text
-    assert "n1: sees 1 GPU(s) for its 2 ranks" in text
+    assert "n1: sees 1 GPU for its 2 ranks" in text
     # with a GPU per task (gpus-per-task), one each is right; none is not
     per_task = "\n".join(_judge(_data({}, versions={0: {"gpus_visible": 1}, 1: {"gpus_visible": 0}}),
                                 per_task=True).problems)
-    assert "n0: sees 1 GPU(s) for its 2 ranks (the descriptor says 2 per node); ranks [1] see none" in per_task
+    assert "n0: sees 1 GPU for its 2 ranks (the descriptor says 2 per node); ranks [1] see none" in per_task
     assert "n1:" not in per_task
     assert "n1: the weights path /w does not exist" in text
     # a LoRA file (plan.model.lora) one node cannot read is named too
