@@ -15,8 +15,8 @@ from typing import Optional
 
 import click
 
-from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
-                                            plain_table)
+from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, json_text,
+                                            load, plain_table)
 from sporch.orchestrator.cli.terminal import labelled, visible
 from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
@@ -45,8 +45,10 @@ from sporch.orchestrator.submit.submitter import command_line, prepare, submit
               help="Kill the run after this many seconds (the job's resources.time is enforced anyway, as Slurm would).")
 @click.option("--ignore-memory", is_flag=True,
               help="Start even when the plan's memory estimate for all ranks exceeds this machine's memory.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's id, folder and result.json as one JSON document instead of the summary.")
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
-        run_dir: Optional[str], timeout_s: Optional[float], ignore_memory: bool) -> None:
+        run_dir: Optional[str], timeout_s: Optional[float], ignore_memory: bool, as_json: bool) -> None:
     """Run JOB.yaml on this machine with the layout it would have on --cluster."""
     if not local:
         raise SporchError("`sporch run` runs on this machine only: add --local (use `sporch submit` for a cluster)")
@@ -67,7 +69,11 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     rec, res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
     if res is None:
         sys.exit(EXIT_FAILED)
-    _print_summary(res, plan, console())
+    if as_json:
+        click.echo(json_text({"id": rec.id, "run_dir": str(res.run_dir), "timed_out": res.timed_out,
+                              "result": res.result.to_dict() if res.result is not None else None}))
+    else:
+        _print_summary(res, plan, console())
     if res.timed_out:  # as Slurm would: the time limit ended the ranks (`sporch wait` exits 3 too)
         click.echo(visible(f"{rec.id}: TIMEOUT: the time limit resources.time={plan.job.time} was reached", one_line=True),
                    err=True)
@@ -81,7 +87,8 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     if not res.completed or res.result is None:
         sys.exit(EXIT_FAILED)
     if plan.workload.kind == "verify" and not plan.job.entrypoint:
-        click.echo(visible(f"max_abs_err={res.result.max_abs_err!r}", one_line=True))
+        if not as_json:  # the JSON holds it
+            click.echo(visible(f"max_abs_err={res.result.max_abs_err!r}", one_line=True))
         if not res.result.verified:
             click.echo(
                 visible(f"sporch: verification failed: max_rel_err={res.result.max_rel_err} > "

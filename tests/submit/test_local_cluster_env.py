@@ -54,3 +54,18 @@ def test_run_local_gives_every_rank_the_descriptors_env(tmp_path):
     wide = [line for line in (proc.stdout + proc.stderr).splitlines() if len(line) > 100]
     assert not wide and "…" not in proc.stdout, wide
     assert "2 on 1 node" in " ".join(proc.stdout.split())  # not "1 node name(s)"
+
+
+def test_run_local_json_is_the_result_for_scripts(run_cli, tmp_path, monkeypatch):
+    """``run --local --json``: one JSON document on stdout (what scripts parsed ``max_abs_err=`` for),
+    the run's id and folder and its result.json as written; nothing else on stdout."""
+    monkeypatch.setenv("SPORCH_HOME", str(tmp_path / "home"))
+    run_dir = tmp_path / "run"
+    code, out, err = run_cli("run", "--local", "--cluster", "local-1gpu", TINY, "resources.nodes=1", "--verify",
+                             "--json", "--run-dir", run_dir)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["run_dir"] == str(run_dir) and doc["id"] and not doc["timed_out"]
+    assert doc["result"] == json.loads((run_dir / "result.json").read_text())
+    assert doc["result"]["status"] == "completed" and doc["result"]["max_abs_err"] <= doc["result"]["tolerance"]
+    assert "max_abs_err=" not in out
