@@ -15,6 +15,9 @@ from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feasible
 from sporch.orchestrator.plan.ranking import pick
 
+#: Where `plan --rank`'s note lines' text starts (``note auto chose ...``).
+RANK_LABEL = 5
+
 
 @click.command("plan", short_help="Show the layout, rank/group map and estimates of a job.")
 @cluster_option
@@ -116,14 +119,14 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
 
     con = console()
     con.print(ranking_table(ranked, chosen.layout, requested, wide=wide))
-    labelled(con, "note", reason, "cyan")
-    labelled(con, "links", links_words(cluster), "cyan")
+    labelled(con, "note", reason, "cyan", column=RANK_LABEL)
+    labelled(con, "links", links_words(cluster), "cyan", column=RANK_LABEL)
     close = _too_close(ranked)
     if close:
-        labelled(con, "note", close, "cyan")
+        labelled(con, "note", close, "cyan", column=RANK_LABEL)
     if not any(r.fits for r in ranked):
         least = min(ranked, key=lambda r: r.plan.estimates.memory.memory_bytes_per_gpu).plan
         advice = memory_advice(least.estimates, cluster.gpu.memory_gib, cluster.gpu.model, least.placement,
                                least.layout)
-        labelled(con, "warning", f"no layout fits; the smallest: {advice}", "yellow")
-        labelled(con, "warning", _where_it_fits(job), "yellow")
+        labelled(con, "warning", f"no layout fits; the smallest: {advice}", "yellow", column=RANK_LABEL + 3)
+        labelled(con, "warning", _where_it_fits(job), "yellow", column=RANK_LABEL + 3)

@@ -8,6 +8,7 @@ work on its id; this process is its supervisor (the record's job id is its pid).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -66,6 +67,7 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         _check_local_memory(plan)
     if plan.workload.kind == "generate":
         _check_generate(plan.model, plan.workload)
+    _check_quant(plan.model)
     rec, res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
     if res is None:
         sys.exit(EXIT_FAILED)
@@ -154,6 +156,16 @@ def _check_weights(weights: Optional[str]) -> None:
         open_checkpoint(weights)
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None
+
+
+def _check_quant(model) -> None:
+    """``model.quant`` quantises with torchao, its own extra (pyproject.toml: it is not installed by
+    default, since diffusers imports it whenever it is there): refused before any rank starts when
+    this machine's Python, which runs the ranks, lacks it (looked up, not imported)."""
+    quant = getattr(model, "quant", "none")
+    if quant != "none" and importlib.util.find_spec("torchao") is None:
+        raise SporchError(f"model.quant={quant} quantises the weights with torchao, which is not installed here: "
+                          "pip install 'sporch[quant]' (or set model.quant=none)")
 
 
 def _check_generate(model, workload) -> None:
