@@ -44,8 +44,8 @@ def _table_class() -> type:
             super().add_row(*plain_cells(cells), **kw)
 
         def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-            widths = self._fit_widths(console, options)
-            if widths == "blocks":
+            side_by_side, widths = self._fit_widths(console, options)
+            if not side_by_side:
                 yield from self._fit_blocks(console, options)
                 return
             kept = [c.width for c in self.columns]
@@ -83,24 +83,24 @@ def _table_class() -> type:
                 low, high = max(low, column.min_width), max(high, column.min_width)
             return low + pad, max(low, high) + pad
 
-        def _fit_widths(self, console: Console, options: ConsoleOptions) -> Any:
-            """None: the table fits whole (rich lays it out); "blocks": not even its longest words fit
-            side by side; else each column's width (padding excluded)."""
+        def _fit_widths(self, console: Console, options: ConsoleOptions) -> tuple[bool, Optional[list[int]]]:
+            """(whether the columns' longest words fit side by side, each column's width without
+            its padding -- None when the table fits whole and rich lays it out itself)."""
             if not self.columns:
-                return None
+                return True, None
             space = options.max_width - self._fit_frame()
             sizes = [self._fit_measure(console, options, i) for i in range(len(self.columns))]
             lows, highs = [lo for lo, _ in sizes], [hi for _, hi in sizes]
             if sum(highs) <= space:
-                return None
+                return True, None
             if sum(lows) > space:
-                return "blocks"
+                return False, None
             left, wants = space - sum(lows), [hi - lo for lo, hi in sizes]
             total = sum(wants)
             widths = [lo + left * want // total for lo, want in zip(lows, wants)]
             for i in sorted(range(len(widths)), key=lambda i: widths[i] - highs[i])[:space - sum(widths)]:
                 widths[i] += 1  # what rounding down left over, to the columns furthest from their width
-            return [w - self._fit_pad(i) for i, w in enumerate(widths)]
+            return True, [w - self._fit_pad(i) for i, w in enumerate(widths)]
 
         # -- one block per row ----------------------------------------------------------------------
         def _fit_blocks(self, console: Console, options: ConsoleOptions) -> RenderResult:
