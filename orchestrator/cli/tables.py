@@ -2,8 +2,8 @@
 
 rich narrows a table that is wider than the terminal by shrinking its widest columns, past the
 longest word of a cell: ``leader/sharded/cpu`` comes out as ``leader/sharded/c`` over ``pu``,
-or as ``slurmlab…``. :class:`FittedTable` gives every column at least its longest word and
-shares the rest of the width out by what each column would still take; when even the longest
+or as ``slurmlab…``. :class:`FittedTable` narrows the widest column first, a column at a time,
+but none below its longest word (so short columns stay on one line); when even the longest
 words do not fit side by side, it prints each row as a block of ``column: value`` lines instead,
 wrapped at the terminal's width. String cells and titles are shown as they are, never parsed
 as markup, their control characters written out (:func:`~sporch.orchestrator.cli.terminal.visible`).
@@ -95,11 +95,10 @@ def _table_class() -> type:
                 return True, None
             if sum(lows) > space:
                 return False, None
-            left, wants = space - sum(lows), [hi - lo for lo, hi in sizes]
-            total = sum(wants)
-            widths = [lo + left * want // total for lo, want in zip(lows, wants)]
-            for i in sorted(range(len(widths)), key=lambda i: widths[i] - highs[i])[:space - sum(widths)]:
-                widths[i] += 1  # what rounding down left over, to the columns furthest from their width
+            widths = list(highs)  # the widest column gives up a column at a time, none below its longest word
+            for _ in range(sum(widths) - space):
+                i = max((i for i, w in enumerate(widths) if w > lows[i]), key=lambda i: (widths[i], i))
+                widths[i] -= 1
             return True, [w - self._fit_pad(i) for i, w in enumerate(widths)]
 
         # -- one block per row ----------------------------------------------------------------------
