@@ -234,14 +234,15 @@ def _nearest(ctx: LayoutContext, fixed: dict[str, int], unset: list[str]) -> Opt
     return None
 
 
-def _nearest_note(fixed: dict[str, int], unset: list[str], adapted: Layout, errs: list[str], given: bool) -> str:
+def _nearest_note(fixed: dict[str, int], unset: list[str], adapted: Layout, errs: list[str]) -> str:
     """The plan's note for a layout :func:`_nearest` chose: which unset dims moved, and why."""
     changed = "; ".join(f"parallel.{d} (not set) is {getattr(adapted, d)}, not the default {fixed[d]}"
                         for d in unset if getattr(adapted, d) != fixed[d])
     chosen = f"{short(adapted)} = {adapted.world_size} ranks"
-    if given:
+    model = [e.split(";")[0] for e in errs if not e.startswith(f"{short(Layout(**fixed))} = ")]  # not a count
+    if not model:  # only the sizes the job sets did not add up with the defaults
         return f"{changed}, to fit what the job sets: {chosen}"
-    why = errs[0].split(";")[0]
+    why = model[0]
     return (f"{changed}: the default (ulysses = GPUs per node, ring across nodes) cannot hold ({why}), so the "
             f"nearest layout that does is planned: {chosen}; set parallel.ulysses and parallel.ring to choose another")
 
@@ -268,10 +269,9 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
         lay = Layout(**fixed)
         errs = check_errors(ctx, lay)
         unset = [d for d in ("ring", "ulysses") if requested.get(d) is None]
-        given = any(requested.get(d) is not None for d in DIMS)
         adapted = _nearest(ctx, fixed, unset) if errs and unset else None
         if adapted is not None:
-            return adapted, [_nearest_note(fixed, unset, adapted, errs, given)] + check_warnings(ctx, adapted)
+            return adapted, [_nearest_note(fixed, unset, adapted, errs)] + check_warnings(ctx, adapted)
         if errs:
             feas = feasible_layouts(ctx)
             raise LayoutError("; ".join(errs) + "; " + feasible_text(ctx, feas), feas)
