@@ -33,7 +33,7 @@ def models(as_json: bool, wide: bool) -> None:
         columns[1:1] = ["classes (split plan)", "path"]
         columns.insert(-2, "pipeline")
     for col in columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for r in rows:
         cells = {
             "family": r.family,

@@ -51,6 +51,7 @@ from sporch.orchestrator.contract.vocab import FP8_QUANT
 #: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
 MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
 from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
+from sporch.orchestrator.contract.numbers import counted
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -77,7 +78,7 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
     nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
     if nodes > cluster.nodes:
         raise SporchError(
-            f"resources.nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}; "
+            f"resources.nodes {nodes} exceeds the {counted(cluster.nodes, 'node')} of {cluster.name}; "
             f"use resources.nodes <= {cluster.nodes} or a bigger cluster"
         )
     if nodes * cluster.gpus_per_node > MAX_WORLD:
