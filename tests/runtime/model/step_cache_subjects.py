@@ -44,7 +44,7 @@ SIZE = {"ltx-video": (64, 96, 9), "cogvideox": (64, 48, 9), "hunyuanvideo": (64,
 GRID, TEXT = (2, 4, 4), 5
 #: a direct loop's timestep scale: Flux takes sigmas, Wan timesteps in [0, 1000]
 TIME_SCALE = {"flux": 1.0}
-#: the step at which the two-expert run's second expert takes over
+#: the step at which the two-expert run's second expert takes over (half the steps)
 SWITCH = STEPS // 2
 
 
@@ -59,6 +59,7 @@ class Subject:
     transformers: list[torch.nn.Module]
     run: Callable[..., torch.Tensor]
     pipeline: bool
+    steps: int
 
 
 def subject_names() -> list[str]:
@@ -67,15 +68,16 @@ def subject_names() -> list[str]:
     return [f.name for f in FAMILIES] + ["wan2.2"]
 
 
-def make_subject(name: str) -> Subject:
+def make_subject(name: str, steps: int = STEPS) -> Subject:
+    """The run ``name`` (a family, or ``wan2.2``) of ``steps`` denoising steps."""
     fam = "wan" if name == "wan2.2" else name
     family, module = get_family(fam), family_module(fam)
     if hasattr(module, "tiny_pipeline") and name == fam:
-        return _pipeline_subject(family, module)
-    return _loop_subject(name, family, module)
+        return _pipeline_subject(family, module, steps)
+    return _loop_subject(name, family, module, steps)
 
 
-def _pipeline_subject(family: Family, module: Any) -> Subject:
+def _pipeline_subject(family: Family, module: Any, steps: int) -> Subject:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         pipe = module.tiny_pipeline(0)
@@ -84,7 +86,7 @@ def _pipeline_subject(family: Family, module: Any) -> Subject:
     with torch.no_grad():
         embeds = module.encode(pipe, PROMPT, negative=NEGATIVE if family.cfg else None, cfg=family.cfg,
                                text_len=text_len, device=torch.device("cpu"))
-    kw = dict(height=height, width=width, num_inference_steps=STEPS,
+    kw = dict(height=height, width=width, num_inference_steps=steps,
               **module.call_arguments(guidance_scale=GUIDANCE, cfg=family.cfg, text_len=text_len))
     if frames:
         kw["num_frames"] = frames
@@ -100,37 +102,38 @@ def _pipeline_subject(family: Family, module: Any) -> Subject:
         got = out.frames if family.video else out.images
         return torch.as_tensor(got).float()
 
-    return Subject(family.name, family, [pipe.transformer], run, True)
+    return Subject(family.name, family, [pipe.transformer], run, True, steps)
 
 
-def _loop_subject(name: str, family: Family, module: Any) -> Subject:
+def _loop_subject(name: str, family: Family, module: Any, steps: int) -> Subject:
     config = dict(module.TINY)
     config["out_channels"] = config["in_channels"]  # a velocity of the latents' width
     experts = [random_diffusers(family.classes[0], config, seed=3 + 7 * k) for k in range(2 if name == "wan2.2" else 1)]
     inputs = module.inputs(config, batch=1, grid=GRID, text_len=TEXT, generator=torch.Generator().manual_seed(SEED))
     negative = torch.randn(inputs["encoder_hidden_states"].shape, generator=torch.Generator().manual_seed(SEED + 1))
-    sigmas = torch.linspace(1.0, 0.0, STEPS + 1)
+    sigmas = torch.linspace(1.0, 0.0, steps + 1)
     scale = TIME_SCALE.get(family.name, 1000.0)
+    switch = steps // 2
 
     def run(ctx, on_step=lambda i: None, decode: bool = False, split: PipelineCfg | None = None) -> torch.Tensor:
         x = inputs["hidden_states"]
         with torch.no_grad(), contextlib.ExitStack() as stack:
             for m in experts:
                 stack.enter_context(attach_hooks(m, ctx, family, None))
-            for i in range(STEPS):
-                model = experts[0] if len(experts) == 1 or i < SWITCH else experts[1]
+            for i in range(steps):
+                model = experts[0] if len(experts) == 1 or i < switch else experts[1]
                 kw = {**inputs, "hidden_states": x, "timestep": torch.full((1,), scale * float(sigmas[i]))}
-                with model.cache_context("cond", step_index=i, num_inference_steps=STEPS):
+                with model.cache_context("cond", step_index=i, num_inference_steps=steps):
                     v = model(**kw)[0]
                 if family.cfg:
-                    with model.cache_context("uncond", step_index=i, num_inference_steps=STEPS):
+                    with model.cache_context("uncond", step_index=i, num_inference_steps=steps):
                         u = model(**{**kw, "encoder_hidden_states": negative})[0]
                     v = u + GUIDANCE * (v - u)
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
                 on_step(i)
         return x
 
-    return Subject(name, family, experts, run, False)
+    return Subject(name, family, experts, run, False, steps)
 
 
 def run_cached(subject: Subject, ctx, section: CacheSection | None, decode: bool = False,
@@ -142,7 +145,7 @@ def run_cached(subject: Subject, ctx, section: CacheSection | None, decode: bool
     for model in subject.transformers:  # a fresh start: no hooks of another method
         remove_step_cache(model)
     groups = ("sequence",) if split is PipelineCfg.TWO_CALLS else REDUCED_OVER
-    hooks = (apply_step_cache(subject.transformers, section, ctx, num_steps=STEPS, groups=groups)
+    hooks = (apply_step_cache(subject.transformers, section, ctx, num_steps=subject.steps, groups=groups)
              if section is not None else None)
     seen: dict[str, Any] = {}
 
