@@ -51,7 +51,7 @@ from .cache_stack import BLOCK_HOOK, HEAD_HOOK, apply_stack_cache
 from .plans import diffusers_type
 
 __all__ = ["GENERIC_CACHE_METHODS", "StepCacheHooks", "StepCacheRecord", "apply_step_cache", "cache_blocks",
-           "remove_step_cache"]
+           "registered", "remove_step_cache"]
 
 #: ``workload.cache.method`` values the generic path runs
 GENERIC_CACHE_METHODS = ("fbcache", "teacache", "taylorseer", "magcache")
