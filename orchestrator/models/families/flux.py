@@ -60,4 +60,5 @@ FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",)
                 lora_loader="FluxLoraLoaderMixin",
                 cfg=False, pipeline_folders=PIPELINE_FOLDERS, standin_attention="joint", pipeline_parts=pipeline_parts,
                 vae_class="AutoencoderKL", vae_parallel=True,
-                teacache_probe="modulated", teacache_coefficients=TEACACHE_COEFFICIENTS, magcache_ratios=MAGCACHE_RATIOS)
+                teacache_probe="modulated", teacache_coefficients=TEACACHE_COEFFICIENTS,
+                magcache_ratios=MAGCACHE_RATIOS)
