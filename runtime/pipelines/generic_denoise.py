@@ -83,7 +83,8 @@ class PromptDenoiser:
     run over ``ctx`` as ``split`` says (:func:`~.generic_placement.attach_hooks`). ``ckpt``: the
     rank's step files and the replica's agreement on stopping and resuming; ``refusal``: why a
     requeued prompt restarts instead (None: it resumes); ``head_hook``: the step cache
-    (:class:`~sporch.runtime.model.generic.cache.StepCacheHooks`, reset before each prompt; None: no cache); ``decodes``: this rank runs the pipeline's decode tail; ``count``: the rank's prompts.
+    (:class:`~sporch.runtime.model.generic.cache.StepCacheHooks`, reset before each prompt; None:
+    no cache); ``decodes``: this rank runs the pipeline's decode tail; ``count``: the rank's prompts.
     ``step_ms`` (each denoised step's milliseconds, the run's prompts in order) and ``resumed``
     ({prompt's place among the rank's: the step it resumed after}) fill as prompts are denoised."""
 
