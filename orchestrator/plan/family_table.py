@@ -14,6 +14,7 @@ from sporch.orchestrator.contract.vocab import (CACHE_METHODS, TEXT_ENCODER_PLAC
                                                WORKLOAD_KINDS)
 from sporch.orchestrator.models import PRESETS, preset_family
 from sporch.orchestrator.models.families import FAMILIES, Family, PipelineCfg
+from sporch.orchestrator.models.families.base import STEP_CACHES
 
 from .generic_checks import GENERIC_WORKLOADS, generic_placements
 
@@ -38,6 +39,8 @@ class FamilyRow:
     vae: tuple[str, ...]  # pipeline.vae placements generate runs
     cache: tuple[str, ...]  # workload.cache.method values besides none
     lora: str  # whether (and through what) it merges LoRA adapters ("": no)
+    #: why the step caches not in ``cache`` do not run on the family's classes ("": every one runs)
+    cache_refusal: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,6 +59,12 @@ def _cfg(family: Family, hand_built: bool) -> str:
     return "1/2" if hand_built or family.pipeline_cfg is not PipelineCfg.NONE else "1"
 
 
+def cache_refusal(family: Family) -> str:
+    """The step caches the family's classes cannot take, with the family's reason ("": none)."""
+    missing = [m for m in STEP_CACHES if m not in family.step_cache]
+    return f"not {', '.join(missing)}: {family.step_cache_refusal or 'not built'}" if missing else ""
+
+
 def _row(family: Family) -> FamilyRow:
     split = "; ".join(f"{c}: {family.split_plan_source(c)}" for c in family.classes)
     lora = f"yes ({family.lora_loader}'s formats)" if family.lora_loader else ""
@@ -68,7 +77,7 @@ def _row(family: Family) -> FamilyRow:
     return FamilyRow(family.name, family.title, family.classes, split, _presets(family), "generic",
                      GENERIC_WORKLOADS + (("generate",) if generate else ()), family.pipeline_class or "",
                      _cfg(family, False) if generate else "", placements["text_encoder"], placements["vae"],
-                     family.step_cache, lora)
+                     family.step_cache, lora, cache_refusal(family))
 
 
 def family_rows() -> list[FamilyRow]:

@@ -114,17 +114,24 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
+def check_generic_cache(method: str, family: Family, what: str) -> None:
+    """``workload.cache.method`` on the generic path: one the family lists (``Family.step_cache``:
+    runtime/model/generic/cache.py applies it, every rank deciding alike), or refused in one line
+    with what its classes miss (``Family.step_cache_refusal``)."""
+    if method == "none" or method in family.step_cache:
+        return
+    why = f" ({family.step_cache_refusal})" if family.step_cache_refusal else ""
+    raise SporchError(f"workload.cache.method={method} is not built for {what}{why}; use "
+                      f"{' or '.join((*family.step_cache, 'none'))}")
+
+
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
     """What the generic path does not do yet is refused here, in one line each."""
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
-    method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
-    caches = require_family(model.diffusers_class).step_cache
-    if method != "none" and method not in caches:
-        raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
-                          f"{' or '.join((*caches, 'none'))}")
-    # method in the family's step_cache: applied by the generic generate (runtime/model/generic/cache.py)
+    # (the job config allows a cache on denoising workloads only)
+    check_generic_cache(job.workload.cache.method, require_family(model.diffusers_class), what)
     kinds = generic_workloads(model)
     if job.workload.kind not in kinds:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "

@@ -44,12 +44,10 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split, standin_family
+from sporch.orchestrator.models.families import (PipelineCfg, get_family, published_magcache_ratios, sequence_split,
+                                                 standin_family)
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
-
-#: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
-MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
 from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
 from sporch.orchestrator.contract.numbers import counted
 
@@ -217,9 +215,9 @@ def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
                           f"({model.preset or 'from model.weights'}) is a class-label DiT (attention {model.attention}); "
                           "remove workload.cache or set workload.cache.method=none")
     c = job.workload.cache
-    if c.method == "magcache" and c.ratios is None and c.threshold and (model.preset or "").lower() not in MAG_PRESETS:
+    if c.method == "magcache" and c.ratios is None and c.threshold and published_magcache_ratios(model.preset) is None:
         raise SporchError(f"workload.cache.method=magcache needs the model's magnitude ratios, and none are published "
-                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (measures "
+                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (it measures "
                           "them: result.json step_cache.changes) and give them as workload.cache.ratios")
 
 

@@ -44,10 +44,12 @@ The plan's options apply as on the generic verify/benchmark: ``model.lora`` merg
 transformer at load (:func:`.generic_load.load_pipeline`), its parameters sharded (``parallel.shard_weights``) or
 quantised (``model.quant``) as the plan places them, its blocks compiled by the caller's
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
-(fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
-decision is agreed over the replica (over each cfg rank's sequence group where the two calls are
-split: each cfg rank's cache holds the one context it computes, and the records are shared over the
-cfg group after each prompt); the pipelines open the cache contexts themselves.
+(every method) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache` to the
+transformer (and to a two-expert pipeline's ``transformer_2``, its own state), whose decision is
+agreed over the replica (over each cfg rank's sequence group where the two calls are split: each
+cfg rank's cache holds the one context it computes, and the records are shared over the cfg group
+after each prompt); the pipelines open the cache contexts themselves. The metrics' ``step_cache``
+has one entry per prompt in ``batches`` (:func:`~sporch.runtime.model.generic.cache_record.step_cache_result`).
 
 A USR2 stop is agreed over the replica at a step boundary (the pipeline's step callback:
 ``callback_on_step_end``, or the older ``callback`` where a pipeline has only that,
@@ -77,6 +79,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes
 from sporch.runtime.model.cache.decision import REDUCED_OVER
 from sporch.runtime.model.generic.cache import apply_step_cache
+from sporch.runtime.model.generic.cache_record import batch_record, step_cache_result
 from sporch.runtime.model.generic.cfg_two_calls import share_over_cfg
 from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.model.sharded import replica_rows
@@ -161,11 +164,13 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                resident_parameter_bytes=resident_parameter_bytes(pipe.transformer), text_encoder=spec.text_encoder)
     out.update(encoder_sizes(pipe))  # what this rank holds of the text encoders (sharded: its shards)
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
-    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py); the
-    # pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each prompt.
-    # With the two calls split each cfg rank computes one context: agreed over its sequence group only
+    # workload.cache: diffusers' cache hooks, the decision agreed over the replica (generic/cache.py), on each
+    # transformer (a two-expert pipeline's transformer_2 its own); the pipelines open the cache contexts
+    # themselves ("cond"/"uncond", "cond_uncond"; none: the default one); reset before each prompt. With the
+    # two calls split each cfg rank computes one context: agreed over its sequence group only
     two_calls = split is PipelineCfg.TWO_CALLS
-    head_hook = apply_step_cache(pipe.transformer, plan.workload.cache, ctx, num_steps=spec.steps,
+    experts = [m for m in (pipe.transformer, getattr(pipe, "transformer_2", None)) if m is not None]
+    head_hook = apply_step_cache(experts, plan.workload.cache, ctx, num_steps=spec.steps, preset=plan.model.preset,
                                  groups=("sequence",) if two_calls else REDUCED_OVER)
     step_cache: list[dict[str, Any]] = []
     prompts = [spec.prompts[i] for i in mine if i not in reused]
@@ -193,7 +198,7 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         seed = spec.seed + index
         got = denoiser.denoise(k, seed, next(embeds))
         if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
-            step_cache.append({"index": index, **(share_over_cfg(got.cache, ctx) if two_calls else got.cache)})
+            step_cache.append(batch_record(index, share_over_cfg(got.cache, ctx) if two_calls else got.cache))
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", got.last_step - got.began)
         if decodes:
@@ -209,8 +214,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
         compiled.first_call_s = step_ms[0] / 1e3
     steady = sorted(step_ms[1:])
-    if head_hook is not None:
-        out["step_cache"] = step_cache
+    if head_hook is not None:  # every rank of the replica skipped the same steps (checked: a difference raises)
+        out["step_cache"] = step_cache_result(plan.workload.cache, step_cache, ctx)
     out.update(lora_adapters=len(plan.model.lora or []),
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=outputs, resumed=denoiser.resumed, stages=stages.record(steps=len(step_ms)),

@@ -65,14 +65,6 @@ def step_end_arguments(pipe, on_step: Callable[[Any, int, Any, dict], dict]) -> 
     return {"callback": legacy, "callback_steps": 1}
 
 
-def _reset_step_cache(transformer: torch.nn.Module) -> None:
-    """A new denoising run: every stateful diffusers hook of ``transformer`` (the step cache's
-    residuals, step counts and records) back to its start."""
-    from diffusers.hooks import HookRegistry
-
-    HookRegistry.check_if_exists_or_initialize(transformer).reset_stateful_hooks(recurse=True)
-
-
 @dataclass(frozen=True)
 class Denoised:
     """One prompt's pipeline call: its output (frames, or latents on a rank that does not decode),
@@ -90,7 +82,8 @@ class PromptDenoiser:
     """Denoises this rank's prompts one pipeline call each (:meth:`denoise`), with the transformer
     run over ``ctx`` as ``split`` says (:func:`~.generic_placement.attach_hooks`). ``ckpt``: the
     rank's step files and the replica's agreement on stopping and resuming; ``refusal``: why a
-    requeued prompt restarts instead (None: it resumes); ``head_hook``: the step cache's hook (None:
+    requeued prompt restarts instead (None: it resumes); ``head_hook``: the step cache
+    (:class:`~sporch.runtime.model.generic.cache.StepCacheHooks`, reset before each prompt; None:
     no cache); ``decodes``: this rank runs the pipeline's decode tail; ``count``: the rank's prompts.
     ``step_ms`` (each denoised step's milliseconds, the run's prompts in order) and ``resumed``
     ({prompt's place among the rank's: the step it resumed after}) fill as prompts are denoised."""
@@ -112,8 +105,8 @@ class PromptDenoiser:
         pipe, spec, ctx, device, say, ckpt = self.pipe, self.spec, self.ctx, self.device, self.say, self.ckpt
         step_ms, refusal, head_hook, count = self.step_ms, self.refusal, self.head_hook, self.count
         cache_now: dict[str, Any] = {}
-        if head_hook is not None:
-            _reset_step_cache(pipe.transformer)
+        if head_hook is not None:  # a new denoising run: every expert's residuals, step counts and records
+            head_hook.reset()
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
         got = ckpt.resume(k, device) if refusal is None else None  # collective over the replica

@@ -25,7 +25,9 @@ def test_models_json_rows_follow_the_records(run_cli):
     # generic: verify and benchmark, and generate through the family's diffusers pipeline
     assert rows["qwen-image"]["workloads"] == ["verify", "benchmark", "generate"]
     assert rows["qwen-image"]["pipeline"] == "QwenImagePipeline" and "inference" not in rows["sd3"]["workloads"]
-    assert rows["sd3"]["cache"] == [] and rows["cogvideox"]["cache"] == ["fbcache"]  # SD3's class has no cache contexts
+    # every step cache on every family (SD3's and PixArt's pipelines open no cache context: the default one)
+    every = ["fbcache", "teacache", "taylorseer", "magcache"]
+    assert rows["sd3"]["cache"] == rows["pixart"]["cache"] == every and rows["sd3"]["cache_refusal"] == ""
     assert rows["ltx-video"]["cfg"] == "1/2" and rows["hunyuanvideo"]["cfg"] == "none"
     assert rows["sd3"]["split_plan"] == "SD3Transformer2DModel: shipped table"
     assert rows["ltx-video"]["split_plan"].endswith("the class's _cp_plan")

@@ -22,7 +22,7 @@ FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.F
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
-           "supported_classes", "generic_preset", "require_family", "standin_family"]
+           "supported_classes", "generic_preset", "require_family", "standin_family", "published_magcache_ratios"]
 
 
 def family_of_class(class_name: str) -> Optional[Family]:
@@ -70,6 +70,13 @@ def standin_family(attention: Optional[str]) -> Optional[Family]:
         if fam.standin_attention is not None and fam.standin_attention == attention:
             return fam
     return None
+
+
+def published_magcache_ratios(preset: Optional[str]) -> Optional[tuple[float, ...]]:
+    """MagCache's published ratios for ``preset`` (a family's ``magcache_ratios``; hand-built presets
+    are named in their family's table too), or None."""
+    key = (preset or "").strip().lower()
+    return next((fam.magcache_ratios[key] for fam in FAMILIES if key in fam.magcache_ratios), None)
 
 
 def supported_classes() -> list[str]:

@@ -103,6 +103,15 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
     return ParameterCount(blocks=depth * dual + single_depth * single, largest_block=largest, root=root)
 
 
+#: TeaCache's rescale polynomial (highest degree first), fitted on the first double block's modulated
+#: image input (the original release's ``img_norm1`` + ``img_mod``, diffusers' ``norm1``:
+#: ``teacache_probe="modulated"``): github.com/ali-vilab/TeaCache,
+#: TeaCache4HunyuanVideo/teacache_sample_video.py (HunyuanVideo 13B T2V, the weights of the preset)
+TEACACHE_COEFFICIENTS = {
+    "hunyuanvideo": (7.33226126e+02, -4.01131952e+02, 6.75869174e+01, -3.14987800e+00, 9.61237896e-02),
+}
+
+
 FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     lora_loader="HunyuanVideoLoraLoaderMixin",
@@ -117,4 +126,5 @@ FAMILY = Family(
     vae_tiling=True,  # AutoencoderKLHunyuanVideo.enable_tiling: 256 x 256-pixel tiles
     vae_class="AutoencoderKLHunyuanVideo",
     vae_parallel=True,  # its mid block (frame-causal attention over all tokens) runs on the gathered rows
+    teacache_probe="modulated", teacache_coefficients=TEACACHE_COEFFICIENTS,
 )
