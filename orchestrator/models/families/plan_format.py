@@ -6,7 +6,7 @@ The records mirror diffusers' ``ContextParallelInput`` / ``ContextParallelOutput
 ``_cp_plan`` into these records, and a family ships a table of them for a class without one.
 
 A plan maps a module's name (``""`` the model itself, ``"blocks.0"``, ``"blocks.*"`` every child
-of ``blocks``) to either
+of ``blocks``, ``"blocks.*.attn1"`` every block's ``attn1``: a ``*`` part anywhere) to either
 
 * ``{input name or output index: SplitInput}``: split that forward argument before the module
   runs (or, with ``split_output``, that element of its output after it ran); an output index may

@@ -276,7 +276,7 @@ class _Hooks:
                 if isinstance(entry, Mapping):
                     names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
                     outs = {k: s for k, s in entry.items() if _on_output(s)}
-                    ends = {k: s for k, s in entry.items() if isinstance(s, GatherOutput)}
+                    ends = {k: s for k, s in entry.items() if isinstance(k, int) and isinstance(s, GatherOutput)}
                     if names:
                         params = list(inspect.signature(m.forward).parameters)
                         handles.append(m.register_forward_pre_hook(self.calling("_split_inputs", entry, names, params),

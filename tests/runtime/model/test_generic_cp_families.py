@@ -86,7 +86,33 @@ def _world(cases, lora_files):
         ctx.close()
     out["own plans"] = _own_plans()
     out["lora"] = _lora(lora_files)
+    out["cfg hooks"] = _cfg_hooks()
     return out
+
+
+def _cfg_hooks() -> dict:
+    """LTX-2 on cfg 2 x U2 through ``CfgParallel``'s forward hooks (what a pipeline that batches both CFG
+    passes gets): both predictions of the call, video and audio, whole on every rank."""
+    import torch
+
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.cfg_parallel import CfgParallel
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.generic.plans import split_plan
+    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.parallel import ParallelContext
+
+    ctx = ParallelContext.from_layout(cfg=2, ulysses=2)
+    mod = family_module("ltx2")
+    model = random_diffusers(CLASSES["ltx2"], dict(mod.TINY), seed=3)
+    inputs = mod.inputs(mod.TINY, batch=2, grid=(1, 3, 3), text_len=5, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        refs = model(**inputs)
+        with SequenceParallel(model, ctx, split_plan(type(model))), CfgParallel(model, ctx, mod.BATCHED):
+            got = model(**inputs)
+    ctx.close()
+    return {"shapes": [tuple(g.shape) == tuple(r.shape) for g, r in zip(got, refs)],
+            "errors": [float((g - r).abs().max()) for g, r in zip(got, refs)]}
 
 
 LORA_RANK, LORA_ALPHA, LORA_SCALE = 3, 2.0, 0.7
@@ -306,3 +332,11 @@ def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, over):
     assert metrics["family"] == fam and metrics["path"] == "generic"
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3
     assert len(metrics["forward"]["output_errors"]) == 2  # video and audio
+
+
+def test_cfg_parallel_hooks_gather_every_prediction(results):
+    """``CfgParallel`` (the generate pipelines' hooks) gathers each tensor of the call's output over the cfg
+    group: LTX-2's audio prediction as well as its video's, whole batch on every rank."""
+    for rank in results:
+        r = rank["cfg hooks"]
+        assert r["shapes"] == [True, True] and max(r["errors"]) <= TOL, r
