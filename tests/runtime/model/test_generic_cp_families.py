@@ -1,7 +1,7 @@
 """The families whose diffusers class carries a ``_cp_plan`` (issue 48 item 1): FLUX.2, LTX-2, ChronoEdit,
 Helios, MiniMax-H3, each a tiny config of the real class sharded over 4 gloo ranks (U4, R4, U2R2, cfg 2 x U2
 where the family has CFG, and an uneven case: 3 heads that no Ulysses degree of the test divides, token and
-text counts 4 does not divide) == the same diffusers model unsharded, float32, max abs error <= 1e-5 on every
+text counts 4 does not divide; LTX-2.3's blocks; LTX-2 with text masks that drop keys) == the same diffusers model unsharded, float32, max abs error <= 1e-5 on every
 output (LTX-2's and MiniMax-H3's audio prediction too). All cases run in ONE spawned world.
 
 LoRA (U2R2, every family): a PEFT-format adapter on every linear of the first block, merged by
@@ -40,13 +40,15 @@ CASES = [c for fam in CLASSES for c in (
     (fam, "three", dict(dp=2, ulysses=2), (1, 3, 3), 5, 1),
     *(((fam, {}, dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),) if fam in CFG else ()),
 )] + [("ltx2", "23", dict(ulysses=2, ring=2), (2, 3, 1), 7, 2),  # LTX-2.3: gates, prompt modulation, perturbed
-      ("ltx2", "23", dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2)]
+      ("ltx2", "23", dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2),
+      # the text masks drop the last 3 of 7 text keys (a short prompt's padding): the video's cut with its text
+      ("ltx2", "mask", dict(ulysses=2, ring=2), (1, 3, 5), 7, 1)]
 
 
 def label(case) -> str:
     fam, over, layout, grid, text, batch = case
     lay = "".join(f"{k[0].upper()}{v}" for k, v in layout.items())
-    tag = {"three": "-3heads", "23": "-2.3"}.get(over, "") if isinstance(over, str) else ""
+    tag = {"three": "-3heads", "23": "-2.3", "mask": "-masked"}.get(over, "") if isinstance(over, str) else ""
     return f"{fam}-{lay}{tag}-{'x'.join(map(str, grid))}+{text}"
 
 
@@ -54,7 +56,7 @@ def _config(fam: str, over) -> dict:
     from sporch.runtime.model.generic.families import family_module
 
     mod = family_module(fam)
-    extra = THREE[fam] if over == "three" else mod.TINY_23 if over == "23" else over
+    extra = THREE[fam] if over == "three" else mod.TINY_23 if over == "23" else {} if over == "mask" else over
     return {**mod.TINY, **extra}
 
 
@@ -75,12 +77,19 @@ def _world(cases, lora_files):
         config = _config(fam, over)
         model = random_diffusers(CLASSES[fam], config, seed=3)
         inputs = mod.inputs(config, batch=batch, grid=grid, text_len=text, generator=torch.Generator().manual_seed(5))
+        if over == "mask":
+            for key in ("encoder_attention_mask", "audio_encoder_attention_mask"):
+                inputs[key][:, -3:] = 0
         res = verify_generic(model, ctx, inputs, batched=mod.BATCHED)
         with torch.no_grad():  # how much attention moves each output (else the comparison proves nothing)
             refs = _outputs(model(**inputs))
             with zero_attention():
                 zeroed = _outputs(model(**inputs))
             res["attention_effect"] = min(float((z - r).abs().max()) for z, r in zip(zeroed, refs))
+            if over == "mask":  # how much the dropped keys move the output (else the mask proves nothing)
+                kept = {**inputs, **{k: torch.ones_like(inputs[k]) for k in ("encoder_attention_mask",
+                                                                              "audio_encoder_attention_mask")}}
+                res["mask_effect"] = min(float((u - r).abs().max()) for u, r in zip(_outputs(model(**kept)), refs))
         res["outputs"] = len(refs)
         out[label(case)] = res
         ctx.close()
@@ -225,11 +234,13 @@ def test_sharded_equals_unsharded(results, case):
     errors = [max(res[name].get("output_errors", [res[name]["max_abs_err"]])[i] for res in results)
               for i in range(results[0][name]["outputs"])]
     streams = "video, audio" if len(errors) > 1 else "output"
+    mask = f"; the mask by {results[0][name]['mask_effect']:.2g}" if "mask_effect" in results[0][name] else ""
     print(f"{name}: max abs error over ranks {', '.join(f'{e:.2g}' for e in errors)} ({streams}); attention moves "
-          f"the output by {results[0][name]['attention_effect']:.2g}")
+          f"the output by {results[0][name]['attention_effect']:.2g}{mask}")
     for rank, res in enumerate(results):
         r = res[name]
         assert r["attention_effect"] > 1000 * TOL, f"{name}: attention barely moves the output; the test proves nothing"
+        assert r.get("mask_effect", 1.0) > 1000 * TOL, f"{name}: the mask barely moves the output"
         assert r["max_abs_err"] <= TOL, f"{name} rank {rank}: max abs error {r['max_abs_err']:.3g} > {TOL}"
         # LTX-2 and MiniMax-H3 return the audio prediction too, compared as well
         assert r["outputs"] == (2 if fam in ("ltx2", "minimax-h3") else 1)
