@@ -1,8 +1,9 @@
 """The families whose diffusers class carries a ``_cp_plan`` (issue 48 item 1): FLUX.2, LTX-2, ChronoEdit,
 Helios, MiniMax-H3, each a tiny config of the real class sharded over 4 gloo ranks (U4, R4, U2R2, cfg 2 x U2
 where the family has CFG, and an uneven case: 3 heads that no Ulysses degree of the test divides, token and
-text counts 4 does not divide; LTX-2.3's blocks; LTX-2 with text masks that drop keys) == the same diffusers model unsharded, float32, max abs error <= 1e-5 on every
-output (LTX-2's and MiniMax-H3's audio prediction too). All cases run in ONE spawned world.
+text counts 4 does not divide; LTX-2.3's blocks; LTX-2 with text masks that drop keys) == the same diffusers
+model unsharded, float32, max abs error <= 1e-5 on every output (LTX-2's and MiniMax-H3's audio prediction
+too). All cases run in ONE spawned world.
 
 LoRA (U2R2, every family): a PEFT-format adapter on every linear of the first block, merged by
 ``generic/lora.py`` with the family's diffusers loader, sharded == the unsharded model with the same low-rank
@@ -32,7 +33,8 @@ THREE = {"flux2": dict(num_attention_heads=3), "ltx2": dict(num_attention_heads=
          "minimax-h3": dict(num_attention_heads=3)}
 #: families with a CFG branch (the other two are guidance-distilled)
 CFG = ("ltx2", "chronoedit", "helios")
-# family, config overrides ("23": LTX-2.3's blocks), layout, token grid [f, h, w], text tokens, batch
+# family, config overrides ("three": 3 heads, "23": LTX-2.3's blocks, "mask": text masks that drop keys), layout,
+# token grid [f, h, w], text tokens, batch
 CASES = [c for fam in CLASSES for c in (
     (fam, {}, dict(ulysses=4), (2, 2, 4) if fam != "flux2" else (1, 4, 4), 8, 1),
     (fam, {}, dict(ring=4), (3, 3, 1) if fam != "flux2" else (1, 3, 3), 5, 2),
