@@ -130,6 +130,11 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    split = require_family(model.diffusers_class).split_refusal
+    why = split(model.diffusers_config or {}) if split is not None and layout.sequence_degree > 1 else None
+    if why:
+        raise SporchError(f"{what} does not split exactly over {layout.sequence_degree} sequence ranks: {why}; "
+                          "plan it with parallel.ulysses=1 and parallel.ring=1 (cfg or dp only)")
     # (the job config allows a cache on denoising workloads only)
     check_generic_cache(job.workload.cache.method, require_family(model.diffusers_class), what)
     kinds = generic_workloads(model)

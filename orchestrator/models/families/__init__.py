@@ -15,11 +15,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, UnsupportedClass
-from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
+from . import (chronoedit, cogvideox, flux, flux2, helios, hunyuanvideo, ltx, ltx2, minimax_h3, pixart, qwenimage,
+               sd3, wan)
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
-                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
+                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY, flux2.FAMILY, ltx2.FAMILY,
+                                chronoedit.FAMILY, helios.FAMILY, minimax_h3.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family", "published_magcache_ratios"]

@@ -207,6 +207,12 @@ class Family:
     #: line, the planner refuses generate with it), or None where it can; None: every config of
     #: the family's classes runs in its pipeline
     generate_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
+    #: a config.json -> why the family's split plan is not exact for that model (one clause: a config
+    #: option the plan does not cover, e.g. Helios' ``is_amplify_history``), or None where it is; the
+    #: planner refuses such a model on more than one sequence rank in one line
+    #: (plan/generic_checks.check_generic), the runtime before it splits (generic/runner.py). None: every
+    #: config of the family's classes splits exactly
+    split_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.step_cache if m not in STEP_CACHES]
