@@ -31,6 +31,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.contract.durations import time_seconds
 
 #: The collective timeout when the job sets none: 5 minutes ...
@@ -90,7 +91,7 @@ def parse_record(text: str) -> Optional[Dict[str, Any]]:
 
 def record_names(names: Iterable[str]) -> List[str]:
     """The record files among a hang folder's names (``rank<N>.json``), by rank."""
-    found = [n for n in names if n.startswith("rank") and n.endswith(".json") and n[4:-5].isdigit()]
+    found = [n for n in names if n.startswith("rank") and n.endswith(".json") and is_digits(n[4:-5])]
     return sorted(found, key=lambda n: int(n[4:-5]))
 
 

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from sporch.orchestrator.contract import settings
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.runtime.rank_env import RankEnv
 
 #: The process group's timeout when nothing else says: a rank that dies must not leave the others
@@ -82,7 +83,7 @@ def cpu_threads(environ=None, cores: int | None = None) -> int | None:
 
     def count(key: str) -> int:
         value = env.get(key, "")
-        return int(value) if value.isdigit() else 0
+        return int(value) if is_digits(value) else 0
 
     if env.get("OMP_NUM_THREADS"):
         return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Tuple
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.contract.settings import Setting, raw, read
 
 HANG_RANK = Setting("SPORCH_FAULT_HANG_RANK", "int", "The rank that hangs before a collective "
@@ -60,7 +61,7 @@ def _or(setting: Setting, fallback, environ: Optional[Mapping[str, str]]):
 def hang_before(rank: int, environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, float]]:
     """``(collective kind or name, seconds)`` when ``rank`` is the one to hang; both variables, or nothing."""
     who, before = raw(HANG_RANK, environ), raw(HANG_BEFORE, environ)
-    if not who or not before or not who.isdigit() or int(who) != rank:
+    if not who or not before or not is_digits(who) or int(who) != rank:
         return None
     return before, _or(HANG_S, 3600.0, environ)
 

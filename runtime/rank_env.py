@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from sporch.orchestrator.contract import settings
+from sporch.orchestrator.contract.numbers import is_digits
 
 
 class RankEnvError(RuntimeError):
@@ -61,7 +62,7 @@ class RankEnv:
             master_addr = env.get("MASTER_ADDR") or first_host(env.get("SLURM_JOB_NODELIST", ""))
             if "MASTER_PORT" in env:
                 port = _int(env, "MASTER_PORT")
-            elif job_id and job_id.isdigit():
+            elif job_id and is_digits(job_id):
                 port = default_master_port(int(job_id))
             else:
                 port = 29500

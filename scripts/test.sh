@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-./scripts/setup.sh
+SPORCH_EXTRAS=runtime,test,report,pipelines,quant ./scripts/setup.sh   # quant: torchao, for model.quant's tests
 if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   bash scripts/slurmlab/start.sh
   export SPORCH_REQUIRE_SLURM=1

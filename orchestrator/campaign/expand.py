@@ -202,8 +202,10 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     lever_sets = [dict(zip([k for k, v in axes if v], combo))
                   for combo in itertools.product(*[v for _, v in axes if v])]
     seen: set[str] = set()
+    found = {cname: (clusters or {}).get(cname) or find_cluster(cname) for cname in m.clusters}
+    _check_layout_gpus(campaign, found)
     for cname in m.clusters:
-        cluster = (clusters or {}).get(cname) or find_cluster(cname)
+        cluster = found[cname]
         for preset in presets:
             for shape in shapes:
                 for dtype, cache, levers in ((d, c, lv) for d in dtypes for c in caches for lv in lever_sets):
@@ -251,6 +253,24 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     _check_output_reference(spec, out.points)
     _check_references(campaign, out.points)
     return out
+
+
+def _check_layout_gpus(campaign, clusters: dict[str, Any]) -> None:
+    """A layout entry's ``gpus`` must be a GPU count some cluster and node count of the campaign
+    has: one that none has would make no point and say nothing (a mistyped count, a descriptor
+    left out), and a campaign of only such entries would plan nothing and pass. Refused before
+    anything is planned."""
+    entries = [e for e in campaign.layouts if e.gpus] if isinstance(campaign.layouts, list) else []
+    if not entries:
+        return
+    counts = sorted({c.gpus_per_node * n for c in clusters.values()
+                     for n in node_counts(campaign.nodes, campaign.base.resources.nodes, c.nodes)})
+    for e in entries:
+        if e.gpus not in counts:
+            src = campaign.spec.source or campaign.spec.name
+            raise SporchError(f"{src}: matrix.layouts[{e.index}] (gpus: {e.gpus}) matches no point: the campaign's "
+                              f"clusters and node counts give {', '.join(map(str, counts))} GPUs; change its gpus, or "
+                              f"add a cluster or node count of {e.gpus} GPUs")
 
 
 def _check_references(campaign, points: list) -> None:

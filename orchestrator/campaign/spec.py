@@ -21,6 +21,7 @@ from sporch.orchestrator.config.job_spec import CacheSpec
 from sporch.orchestrator.config.loading import read_yaml, to_typed
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.contract.durations import is_valid_time
+from sporch.orchestrator.contract.numbers import digits_value
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import ATTENTION_PRECISIONS, DTYPES, MAX_NAME, QUANT_MODES
 from sporch.orchestrator.errors import SporchError
@@ -64,6 +65,8 @@ class LayoutEntry:
 
     dims: Dict[str, Any]
     gpus: Optional[int] = None
+    #: its place in the file's list (``matrix.layouts[index]``), for messages; not part of what it asks for
+    index: int = field(default=0, compare=False)
 
     def applies_to(self, gpus: int) -> bool:
         return self.gpus is None or self.gpus == gpus
@@ -306,8 +309,9 @@ def _positive_int(value: Any) -> Optional[int]:
         return None
     if isinstance(value, int) and value >= 1:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
-        return int(value)
+    if isinstance(value, str):
+        number = digits_value(value)
+        return number if number is not None and number >= 1 else None
     return None
 
 
@@ -357,7 +361,7 @@ def _parse_layouts(value: Any, source: str) -> Any:
             if asked != gpus:
                 raise _bad(source, f"matrix.layouts[{i}]", f"asks for {asked} GPUs but says gpus: {gpus}; "
                            "drop gpus or make the dimensions multiply to it")
-        parsed = LayoutEntry(dims=lay, gpus=gpus)
+        parsed = LayoutEntry(dims=lay, gpus=gpus, index=i)
         if parsed not in out:
             out.append(parsed)
     if not out:

@@ -26,9 +26,10 @@ from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
 from sporch.orchestrator.cli.common import console, json_text, plain_table
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.terminal import labelled, shown, visible
 from sporch.orchestrator.cli.show import links_words
 from sporch.orchestrator.benchstats import ideal_ms_per_step
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact
 
@@ -79,17 +80,18 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
     con = console()
     run = c.spec.run
     tasks = "one array task per pack of points" if run.pack else "one array task per point"
-    con.print(f"[bold]campaign[/] {shown(c.name)}: {len(exp.points)} points in {len(groups)} group(s) "
-              f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {shown(c.directory())}")
+    labelled(con, "campaign", f"{c.name}: {counted(len(exp.points), 'point')} in {counted(len(groups), 'group')} "
+             f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {c.directory()}", "bold", column=9)
     for g in groups:
         s = g.shape
         where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
         packs = ""
         if run.pack:  # the partition's MaxTime, asked at submission, may cut them further
             n = len(make_packs([p.id for p in g.points], run.pack_size, point_time=s["time"], max_time=run.pack_time))
-            packs = f" in {n} pack(s)"
-        t = plain_table(title=f"{g.key}: {s['nodes']} nodes x {s['gpus_per_node']} GPUs, time {s['time']}"
-                        + (f", {where}" if where else "") + f" - {len(g.points)} points{packs}", title_justify="left")
+            packs = f" in {counted(n, 'pack')}"
+        t = plain_table(title=f"{g.key}: {counted(s['nodes'], 'node')} x {counted(s['gpus_per_node'], 'GPU')}, time {s['time']}"
+                        + (f", {where}" if where else "") + f" - {counted(len(g.points), 'point')}{packs}",
+                        title_justify="left")
         levers = [k for k in LEVER_COLUMNS if any(k in p.match_values() for p in g.points)]  # swept ones
         for col in ("id", "layout", "preset", "shape", "dtype", *levers, "repeat", "predicted ms/step", "GiB/GPU"):
             t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
@@ -103,7 +105,7 @@ def plan_cmd(campaign_file: str, as_json: bool) -> None:
                       f"{p.plan.estimates.memory.memory_gib_per_gpu:.1f}")
         con.print(t)
         for name, cluster in {p.plan.cluster.name: p.plan.cluster for p in g.points}.items():  # the predictions' links
-            con.print(f"links ({shown(name)}): {shown(links_words(cluster))}", soft_wrap=True)
+            labelled(con, f"links ({name}):", links_words(cluster), column=2)
     if exp.skipped:
         t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
         for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):
@@ -193,10 +195,10 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
         con.print(_published_table(published))
     not_done = [r for r in rows if not r.ok]
     if not_done:
-        con.print(f"{len(not_done)} point(s) not completed: "
+        con.print(f"{counted(len(not_done), 'point')} not completed: "
                   + visible(", ".join(f"{r.id} {r.status}" for r in not_done[:10]), one_line=True), markup=False)
     con.print(visible(f"report: {files['html']} (table {files['csv']}, plots in {folder}"
-                      + (f", history of {len(history)} point(s)" if history else "") + ")", one_line=True),
+                      + (f", history of {counted(len(history), 'point')}" if history else "") + ")", one_line=True),
               markup=False)
     if failed:
         click.get_current_context().exit(EXIT_FAILED)
@@ -289,9 +291,13 @@ def compare_cmd(old_dir: str, new_dir: Optional[str], threshold: str, baseline: 
     if k is not None or store is not None:
         raise SporchError("--k and --store go with --baseline")
     changes, compared = compare(old_dir, new_dir, limit)
+    if not compared:  # a gate that compared nothing must not pass
+        raise SporchError(f"no point completed in both {old_dir} and {new_dir}, so nothing was compared; compare "
+                          "two runs of the same campaign (the same point ids), each with completed points")
     con = console()
     if not changes:
-        con.print(f"no regression over {limit:.1%} in {compared} point(s) completed in both campaigns")
+        con.print(visible(f"no regression over {limit:.1%} in {counted(compared, 'point')} completed in both "
+                          "campaigns", one_line=True), markup=False)
         return
     _changes_table(con, changes, f"({compared} points compared)", limit, ("A", "B"))
     click.get_current_context().exit(EXIT_FAILED)
@@ -303,13 +309,13 @@ def _compare_baseline(directory: str, limit: float, k: int, store: Optional[str]
         result = compare_to_baseline(directory, st, k, limit)
     con = console()
     against = f"the baseline (median of the last {k} earlier runs)"
-    lacking = (f"; {len(result.without)} point(s) have no earlier run" if result.without else "")
+    lacking = (f"; {counted(len(result.without), 'point')} without an earlier run" if result.without else "")
     if not result.compared:
         con.print(visible(f"no point of {directory} has an earlier run of campaign {result.campaign} in the history "
                           f"store {path}: nothing to compare", one_line=True), markup=False)
         return
     if not result.changes:
-        con.print(visible(f"no regression over {limit:.1%} against {against} in {result.compared} point(s){lacking}",
+        con.print(visible(f"no regression over {limit:.1%} against {against} in {counted(result.compared, 'point')}{lacking}",
                           one_line=True), markup=False)
         return
     _changes_table(con, result.changes, f"against {against}, {result.compared} points compared{lacking}", limit,
@@ -321,8 +327,8 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
     """The regressions as a table: one row per point and metric, ``labels`` naming the old and new columns."""
     old, new = labels
     broken = sum(1 for ch in changes if ch.broken)
-    t = plain_table(title=f"{len(changes) - broken} regression(s) over {limit:.1%}"
-                    + (f", {broken} metric(s) missing or not finite in {'the run' if new == 'run' else new}"
+    t = plain_table(title=f"{counted(len(changes) - broken, 'regression')} over {limit:.1%}"
+                    + (f", {counted(broken, 'metric')} missing or not finite in {'the run' if new == 'run' else new}"
                        if broken else "") + f" {note}",
                     title_justify="left")
     for col in ("id", "gpus", "layout", "shape", "metric", old, new, "change"):

@@ -22,6 +22,7 @@ from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.contract.results import ResultFileError
 from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
+from sporch.orchestrator.contract.numbers import counted
 
 #: Points one --plot draws at most (one panel each).
 PLOT_POINTS = 12
@@ -85,10 +86,10 @@ def _rebuild(dirs: Sequence[str], path: Path) -> None:
     found = rebuild(dirs, path)
     con = console()
     for d, n in found.items():
-        con.print(visible(f"{d}: {n} completed run(s)", one_line=True), markup=False)
+        con.print(visible(f"{d}: {counted(n, 'completed run')}", one_line=True), markup=False)
     with Store.open(path) as st:
         runs, points = st.count()
-    con.print(visible(f"history store {path} rebuilt: {runs} run(s) of {points} point(s)", one_line=True),
+    con.print(visible(f"history store {path} rebuilt: {counted(runs, 'run')} of {counted(points, 'point')}", one_line=True),
               markup=False)
 
 
@@ -157,7 +158,7 @@ def _print(docs: List[Dict[str, Any]], path: Path, plot_file: Optional[str]) -> 
     for doc in docs:
         shown_runs = doc["runs"]
         title = (f"{doc['id']} ({doc['campaign']}): {describe(doc['values'])} - {doc['metric']} ({doc['unit']}, "
-                 f"{doc['better']} is better), {doc['total_runs']} run(s)"
+                 f"{doc['better']} is better), {counted(doc['total_runs'], 'run')}"
                  + (f", the last {len(shown_runs)} shown" if len(shown_runs) < doc["total_runs"] else ""))
         con.print(visible(title, one_line=True), markup=False, style="bold")
         t = plain_table()
@@ -177,7 +178,7 @@ def _print(docs: List[Dict[str, Any]], path: Path, plot_file: Optional[str]) -> 
                 con.print(visible(f"  {r['when']}: {'; '.join(r['changed'])}" + (" (worse)" if r["regressed"] else ""),
                                   one_line=True), markup=False)
     k, limit = docs[0]["k"], docs[0]["threshold"]
-    con.print(visible(f"{len(docs)} point(s); baseline: the median of the last {k} runs before each; worse: by more "
+    con.print(visible(f"{counted(len(docs), 'point')}; baseline: the median of the last {k} runs before each; worse: by more "
                       f"than {limit:.1%}; store {path}" + (f"; plot {plot_file}" if plot_file else ""),
                       one_line=True), markup=False)
 

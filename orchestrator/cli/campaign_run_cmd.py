@@ -21,6 +21,7 @@ from sporch.orchestrator.contract.exit_codes import EXIT_FAILED
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.jobs.retry import DEFAULT_GRACE_S, STATUS_GRACE_S, default_grace, retry_unreachable
 from sporch.orchestrator.submit.submitter import command_line
+from sporch.orchestrator.contract.numbers import counted
 
 
 class ProgressView:
@@ -76,14 +77,14 @@ def run_cmd(campaign_file: str, local: bool, detach: bool, interval: float, grac
         snap = session.poll()
         todo = session.todo(snap)
         total = len(session.point_ids)
-        con.print(f"[bold]campaign[/] {shown(session.campaign.name)}: {total} points in {len(session.groups)} group(s), "
+        con.print(f"[bold]campaign[/] {shown(session.campaign.name)}: {counted(total, 'point')} in {counted(len(session.groups), 'group')}, "
                   f"directory {shown(session.cdir.root)}; {snap.counts()['done']} done, {len(todo)} to "
                   f"{'run here' if local else 'submit'}")
         if local:
             snap = _run_local(session, todo, con, total)
         else:
             for sub in runner.submit_arrays(session, todo):
-                con.print(shown(f"group {sub.group}: {len(sub.points)} point(s) submitted as job array {sub.job_id} "
+                con.print(shown(f"group {sub.group}: {counted(len(sub.points), 'point')} submitted as job array {sub.job_id} "
                                 f"({sub.where})"))
             if detach:
                 con.print(f"detached; follow with `sporch campaign status {shown(session.cdir.root)}`")
@@ -123,13 +124,13 @@ def _summary(session, snap, con, campaign_file: str) -> None:
         _failure_table(con, errors, _values(session.cdir))
         left = [pid for pid in errors if session.state.submissions(pid) < session.max_submissions]
         if left:
-            con.print(f"{len(left)} failed point(s) have retries left: run `sporch campaign run {shown(campaign_file)}` "
+            con.print(f"{counted(len(left), 'failed point')} with retries left: run `sporch campaign run {shown(campaign_file)}` "
                       "again to resubmit them")
     if counts["done"] == len(snap.categories):
         con.print(f"all points done; report: `sporch campaign report {shown(session.cdir.root)}`")
         return
     if snap.active:  # --local left points that are in a Slurm queue
-        con.print(f"{counts['pending'] + counts['running']} point(s) still in a queue: "
+        con.print(f"{counted(counts['pending'] + counts['running'], 'point')} still in a queue: "
                   f"`sporch campaign status {shown(session.cdir.root)}`")
     click.get_current_context().exit(EXIT_FAILED)
 

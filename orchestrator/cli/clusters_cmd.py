@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
-from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.cli.terminal import echo, visible
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.config.cluster import (bandwidth_warnings, cluster_files, find_cluster, load_cluster_file,
                                                 search_dirs)
 from sporch.orchestrator.safe_files import check_output, write_output
@@ -47,10 +48,10 @@ def list_cmd() -> None:
         )
     console().print(table)
     for line in notes:
-        click.echo(visible(f"warning: {line}", one_line=True), err=True)
+        echo(visible(f"warning: {line}", one_line=True), err=True, indent=4)
     for label, folder in search_dirs():
         state = "" if folder.is_dir() else " (missing)"
-        click.echo(f"{label}: {folder}{state}")
+        echo(visible(f"{label}: {folder}{state}", one_line=True), indent=4)
 
 
 @clusters.command("show")
@@ -60,7 +61,7 @@ def show_cmd(name: str, as_json: bool) -> None:
     """The resolved descriptor of NAME (a name or a YAML path), env defaults included."""
     c = find_cluster(name)
     for line in bandwidth_warnings(c):
-        click.echo(visible(f"warning: {line}", one_line=True), err=True)
+        echo(visible(f"warning: {line}", one_line=True), err=True, indent=4)
     d = c.to_dict()
     if as_json:
         click.echo(json.dumps(d, indent=2))
@@ -99,8 +100,8 @@ def discover_cmd(partition, name, output, force) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_output(path, text, force=force, option="-o")
     obs = desc.get("observed", {})
-    click.echo(f"wrote {path}: {desc['name']}, partition {desc['slurm']['partition']}, {desc['nodes']} nodes x "
-               f"{desc['gpus_per_node']} GPUs ({obs.get('gres_type') or 'untyped'} gres), "
-               f"{obs.get('cpus_per_node')} CPUs and {obs.get('mem_mb_per_node')} MB per node")
-    click.echo(f"guessed   {guessed} (marked '# guessed'; fill in the real values)")
-    click.echo(f"use it    sporch plan --cluster {path} JOB.yaml")
+    echo(f"wrote {path}: {desc['name']}, partition {desc['slurm']['partition']}, {counted(desc['nodes'], 'node')} x "
+         f"{desc['gpus_per_node']} GPUs ({obs.get('gres_type') or 'untyped'} gres), "
+         f"{obs.get('cpus_per_node')} CPUs and {obs.get('mem_mb_per_node')} MB per node", indent=10)
+    echo(f"guessed   {guessed} (marked '# guessed'; fill in the real values)", indent=10)
+    echo(f"use it    sporch plan --cluster {path} JOB.yaml", indent=10)

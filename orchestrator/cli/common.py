@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -12,7 +11,8 @@ import click
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
-from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.cli.tables import fitted_table
+from sporch.orchestrator.cli.terminal import terminal_size
 from sporch.orchestrator.contract.durations import seconds
 from sporch.orchestrator.errors import SporchError
 
@@ -76,13 +76,14 @@ def invocation() -> list:
 
 
 def console(stderr: bool = False) -> Any:
+    """A rich Console on stdout (or stderr) at :func:`~sporch.orchestrator.cli.terminal.terminal_size`:
+    both sizes are always given, so rich never reads ``$COLUMNS`` itself (it would with
+    ``str.isdigit``: ``COLUMNS=²`` passes that and then fails in ``int``)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    # a terminal sets its own width; piped output is 140 columns unless $COLUMNS says otherwise
-    columns = os.environ.get("COLUMNS", "")
-    width = None if stream.isatty() else (int(columns) if columns.isdigit() and int(columns) > 0 else 140)
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    width, height = terminal_size(stream)
+    return Console(file=stream, width=width, height=height, highlight=False, soft_wrap=False)
 
 
 def json_text(doc: Any, indent: Optional[int] = 2) -> str:
@@ -123,14 +124,6 @@ def plain_table(*args: Any, **kwargs: Any) -> Any:
     carry names, paths and error lines from YAML, result files and logs (a gloo error line
     holds ``[/__w/...]``, which rich would take for a closing tag), and control characters in
     them (terminal escapes, newlines) are written out as ``\\xNN`` escapes (:func:`visible`). Style a cell with
-    ``rich.text.Text(value, style=...)``."""
-    from rich.table import Table
-    from rich.text import Text
-
-    class PlainTable(Table):
-        def add_row(self, *cells: Any, **kw: Any) -> None:
-            super().add_row(*(Text(visible(c, one_line=True)) if isinstance(c, str) else c for c in cells), **kw)
-
-    if isinstance(kwargs.get("title"), str):
-        kwargs["title"] = Text(visible(kwargs["title"], one_line=True), style="table.title")
-    return PlainTable(*args, **kwargs)
+    ``rich.text.Text(value, style=...)``. It fits the terminal without cutting a word
+    (:mod:`sporch.orchestrator.cli.tables`)."""
+    return fitted_table(*args, **kwargs)

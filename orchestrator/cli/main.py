@@ -16,10 +16,13 @@ from typing import Optional, Sequence
 import click
 
 from sporch.orchestrator.cli.helptext import attach
-from sporch.orchestrator.cli.terminal import visible
+from sporch.orchestrator.cli.terminal import echo, visible
 from sporch.orchestrator.contract import settings
 from sporch.orchestrator.safe_files import UnsafeFileError, is_no_room
 from sporch.orchestrator.errors import SporchError
+
+#: Where an error's continuation lines start when it is wrapped at the terminal's width.
+ERROR_INDENT = 4
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -98,7 +101,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return e.exit_code
         ctx = getattr(e, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if isinstance(e, click.UsageError) and ctx else ""
-        click.echo(visible(f"sporch: error: {' '.join(e.format_message().split())}{hint}", one_line=True), err=True)
+        echo(visible(f"sporch: error: {' '.join(e.format_message().split())}{hint}", one_line=True), err=True,
+             indent=ERROR_INDENT)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
@@ -106,7 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (SporchError, UnsafeFileError) as e:  # bad input: one line, exit 2
         if debug:
             raise
-        click.echo(visible(f"sporch: error: {' '.join(str(e).split())}", one_line=True), err=True)
+        echo(visible(f"sporch: error: {' '.join(str(e).split())}", one_line=True), err=True, indent=ERROR_INDENT)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
@@ -117,14 +121,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         if is_no_room(e):
             where = f" {e.filename}" if getattr(e, "filename", None) else ""
-            click.echo(visible(f"sporch: error: cannot write{where}: {e.strerror}; free some space (or write "
-                               "elsewhere) and run again", one_line=True), err=True)
+            echo(visible(f"sporch: error: cannot write{where}: {e.strerror}; free some space (or write "
+                         "elsewhere) and run again", one_line=True), err=True, indent=ERROR_INDENT)
             return 1
-        click.echo(
-            visible(f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
-                    one_line=True),
-            err=True,
-        )
+        echo(visible(f"sporch: internal error: {type(e).__name__}: {' '.join(str(e).split())} (rerun with --debug)",
+                     one_line=True), err=True, indent=ERROR_INDENT)
         return 1
 
 

@@ -33,7 +33,7 @@ def models(as_json: bool, wide: bool) -> None:
         columns[1:1] = ["classes (split plan)"]
         columns.insert(-2, "pipeline")
     for col in columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for r in rows:
         cells = {
             "family": r.family,
@@ -43,7 +43,7 @@ def models(as_json: bool, wide: bool) -> None:
             "pipeline": r.pipeline or "-",
             "generate placements": (f"cfg {r.cfg}; text {'/'.join(r.text_encoder)}; VAE {'/'.join(r.vae)}"
                                     if r.pipeline else "-"),
-            "cache": ", ".join(r.cache) or "-",
+            "cache": "; ".join(part for part in (", ".join(r.cache), r.cache_refusal) if part) or "-",
             "LoRA": ("yes" if r.lora else "no") if not wide else (r.lora or "no"),
         }
         table.add_row(*(cells[c] for c in columns))

@@ -7,13 +7,16 @@ import click
 
 from sporch.orchestrator.cli.common import cluster_option, console, job_arguments, json_text, load
 from sporch.orchestrator.cli.show import links_words, print_plan, ranking_table
-from sporch.orchestrator.cli.terminal import shown
+from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.config.cluster import available_clusters, find_cluster
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.advice import fit_line, smallest_fit
 from sporch.orchestrator.plan.layouts import compact
 from sporch.orchestrator.plan.planner import make_plan, memory_advice, rank_feasible
 from sporch.orchestrator.plan.ranking import pick
+
+#: Where `plan --rank`'s note lines' text starts (``note auto chose ...``).
+RANK_LABEL = 5
 
 
 @click.command("plan", short_help="Show the layout, rank/group map and estimates of a job.")
@@ -40,9 +43,9 @@ def plan(cluster_ref: str, job_path: str, overrides: tuple, as_json: bool, all_r
     print_plan(p, con, all_ranks=all_ranks)
     note = _default_layout_note(cluster, job, p)
     if note:
-        con.print(f"[cyan]note[/cyan]      {shown(note)}", soft_wrap=True)
+        labelled(con, "note", note, "cyan")
     if not p.estimates.memory.fits:
-        con.print(f"[yellow]warning[/yellow]   {shown(_where_it_fits(job))}", soft_wrap=True)
+        labelled(con, "warning", _where_it_fits(job), "yellow")
 
 
 def _where_it_fits(job) -> str:
@@ -116,14 +119,14 @@ def _rank(cluster, job, as_json: bool, wide: bool = False) -> None:
 
     con = console()
     con.print(ranking_table(ranked, chosen.layout, requested, wide=wide))
-    con.print(f"[cyan]note[/cyan] {shown(reason)}", soft_wrap=True)
-    con.print(f"[cyan]links[/cyan] {shown(links_words(cluster))}", soft_wrap=True)
+    labelled(con, "note", reason, "cyan", column=RANK_LABEL)
+    labelled(con, "links", links_words(cluster), "cyan", column=RANK_LABEL)
     close = _too_close(ranked)
     if close:
-        con.print(f"[cyan]note[/cyan] {shown(close)}", soft_wrap=True)
+        labelled(con, "note", close, "cyan", column=RANK_LABEL)
     if not any(r.fits for r in ranked):
         least = min(ranked, key=lambda r: r.plan.estimates.memory.memory_bytes_per_gpu).plan
         advice = memory_advice(least.estimates, cluster.gpu.memory_gib, cluster.gpu.model, least.placement,
                                least.layout)
-        con.print(f"[yellow]warning[/yellow] no layout fits; the smallest: {shown(advice)}", soft_wrap=True)
-        con.print(f"[yellow]warning[/yellow] {shown(_where_it_fits(job))}", soft_wrap=True)
+        labelled(con, "warning", f"no layout fits; the smallest: {advice}", "yellow", column=RANK_LABEL + 3)
+        labelled(con, "warning", _where_it_fits(job), "yellow", column=RANK_LABEL + 3)

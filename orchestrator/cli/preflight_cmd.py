@@ -21,7 +21,7 @@ import click
 
 from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, FiniteRange, cluster_option, console, human_bytes,
                                             invocation, plain_table)
-from sporch.orchestrator.cli.terminal import shown
+from sporch.orchestrator.cli.terminal import echo, labelled
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.config.job_spec import JobSpec
@@ -36,6 +36,7 @@ from sporch.orchestrator.slurm.states import TERMINAL_STATES
 from sporch.orchestrator.submit.registry import get_backend
 from sporch.orchestrator.submit import submitter
 from sporch.orchestrator.submit.request import default_job_dir
+from sporch.orchestrator.contract.numbers import counted
 
 def preflight_job(cluster, nodes: Optional[int], weights: Optional[str], output_dir: str) -> JobSpec:
     """A job with the plan's default layout on ``nodes`` nodes of ``cluster`` that runs the
@@ -70,7 +71,7 @@ def preflight(cluster_ref: str, nodes: Optional[int], local: bool, weights: Opti
     """Check every node of --cluster (GPUs, versions, memory, weights) and its links' bandwidth."""
     cluster = find_cluster(cluster_ref)
     if nodes is not None and nodes > cluster.nodes:
-        raise SporchError(f"--nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}")
+        raise SporchError(f"--nodes {nodes} exceeds the {counted(cluster.nodes, 'node')} of {cluster.name}")
     job = preflight_job(cluster, nodes, weights, output_dir)
     result = _run_local(cluster, job, timeout_s) if local else _submit_and_wait(cluster, job, timeout_s)
     data = (result.get("metrics") or {}).get("preflight")
@@ -100,8 +101,8 @@ def _run_local(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
 def _submit_and_wait(cluster, job: JobSpec, timeout_s: float) -> dict[str, Any]:
     prepared = submitter.prepare(cluster, job)
     rec = submitter.submit(prepared, backend="sbatch", command=submitter.command_line(invocation()))
-    click.echo(f"preflight {rec.id} (Slurm job {rec.backend_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
-               "ranks; waiting", err=True)
+    echo(f"preflight {rec.id} (Slurm job {rec.backend_job_id}) on {cluster.name}: {prepared.request.plan.world_size} "
+         "ranks; waiting", err=True, indent=4)
     code = wait_for(rec, timeout=timeout_s, interval=1.0, quiet=True, keeps_running_note=False)
     if code == EXIT_WAIT_TIMEOUT:
         raise SporchError(give_up(rec, timeout_s))
@@ -162,9 +163,8 @@ def _print(report: Report, cluster: str) -> None:
                       _gbps(link.descriptor_gb_per_s), _ratio(link.vs_descriptor))
     con.print(links)
     for line in report.problems:
-        con.print(f"[red]problem[/red]   {shown(line)}", soft_wrap=True)
+        labelled(con, "problem", line, "red")
     for line in report.warnings:
-        con.print(f"[yellow]warning[/yellow]   {shown(line)}", soft_wrap=True)
+        labelled(con, "warning", line, "yellow")
     if not report.problems:
-        con.print("[green]ok[/green]        every node agrees and no link is below "
-                  "the threshold of its peers", soft_wrap=True)
+        labelled(con, "ok", "every node agrees and no link is below the threshold of its peers", "green")

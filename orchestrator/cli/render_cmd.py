@@ -9,11 +9,12 @@ from typing import Optional
 import click
 
 from sporch.orchestrator.cli.common import cluster_option, job_arguments, load
+from sporch.orchestrator.cli.terminal import echo
 from sporch.orchestrator.safe_files import check_output, write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL
 from sporch.orchestrator.submit.request import build_request
-from sporch.orchestrator.submit.submitter import prepare, remove_job_dir, write_files
+from sporch.orchestrator.submit.submitter import named_job_dir, prepare, remove_job_dir, write_files
 
 
 @click.command("render", short_help="Print the Slurm batch script of a job.")
@@ -42,7 +43,7 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
     if output:  # before anything is written: a name that is taken is refused (safe_files)
         check_output(output, force, "-o")
     if out_dir:
-        job_dir = LOCAL.abspath(out_dir)
+        job_dir = named_job_dir(LOCAL, out_dir)
         if Path(job_dir).exists() and (not Path(job_dir).is_dir() or any(Path(job_dir).iterdir())):
             raise SporchError(f"--out {job_dir} exists and is not empty (or not a folder); pick a new folder")
     if out_dir or cluster.login is None:
@@ -55,7 +56,7 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
         except BaseException:
             remove_job_dir(LOCAL, req.job_dir, prepared.created_root)
             raise
-        click.echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True)
+        echo(f"wrote {req.plan_path}, {req.script_path} and {req.job.files.logs}/", err=True, indent=6)
     else:
         req = build_request(cluster, job, job_dir=job_dir)
     if output:
@@ -63,6 +64,6 @@ def render(cluster_ref: str, job_path: str, overrides: tuple, job_dir: Optional[
             write_output(output, req.script, force=force, option="-o")
         except OSError as e:
             raise SporchError(f"cannot write -o {output}: {e.strerror}") from None
-        click.echo(f"wrote {output}", err=True)
+        echo(f"wrote {output}", err=True, indent=6)
     else:
         click.echo(req.script, nl=False)

@@ -8,6 +8,7 @@ work on its id; this process is its supervisor (the record's job id is its pid).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -15,9 +16,10 @@ from typing import Optional
 
 import click
 
-from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, load,
-                                            plain_table)
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.common import (POSITIVE_SECONDS, cluster_option, console, invocation, job_arguments, json_text,
+                                            load, plain_table)
+from sporch.orchestrator.cli.terminal import labelled, visible
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_STOPPED
 from sporch.orchestrator.contract.results import JobResult
@@ -44,8 +46,10 @@ from sporch.orchestrator.submit.submitter import command_line, prepare, submit
               help="Kill the run after this many seconds (the job's resources.time is enforced anyway, as Slurm would).")
 @click.option("--ignore-memory", is_flag=True,
               help="Start even when the plan's memory estimate for all ranks exceeds this machine's memory.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the run's id, folder and result.json as one JSON document instead of the summary.")
 def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: bool,
-        run_dir: Optional[str], timeout_s: Optional[float], ignore_memory: bool) -> None:
+        run_dir: Optional[str], timeout_s: Optional[float], ignore_memory: bool, as_json: bool) -> None:
     """Run JOB.yaml on this machine with the layout it would have on --cluster."""
     if not local:
         raise SporchError("`sporch run` runs on this machine only: add --local (use `sporch submit` for a cluster)")
@@ -63,10 +67,15 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
         _check_local_memory(plan)
     if plan.workload.kind == "generate":
         _check_generate(plan.model, plan.workload)
+    _check_quant(plan.model)
     rec, res = run_here(cluster, job, folder, now, timeout_s, console(stderr=True), plan=plan)
     if res is None:
         sys.exit(EXIT_FAILED)
-    _print_summary(res, plan, console())
+    if as_json:
+        click.echo(json_text({"id": rec.id, "run_dir": str(res.run_dir), "timed_out": res.timed_out,
+                              "result": res.result.to_dict() if res.result is not None else None}))
+    else:
+        _print_summary(res, plan, console())
     if res.timed_out:  # as Slurm would: the time limit ended the ranks (`sporch wait` exits 3 too)
         click.echo(visible(f"{rec.id}: TIMEOUT: the time limit resources.time={plan.job.time} was reached", one_line=True),
                    err=True)
@@ -80,7 +89,8 @@ def run(cluster_ref: str, job_path: str, overrides: tuple, local: bool, verify: 
     if not res.completed or res.result is None:
         sys.exit(EXIT_FAILED)
     if plan.workload.kind == "verify" and not plan.job.entrypoint:
-        click.echo(visible(f"max_abs_err={res.result.max_abs_err!r}", one_line=True))
+        if not as_json:  # the JSON holds it
+            click.echo(visible(f"max_abs_err={res.result.max_abs_err!r}", one_line=True))
         if not res.result.verified:
             click.echo(
                 visible(f"sporch: verification failed: max_rel_err={res.result.max_rel_err} > "
@@ -99,8 +109,8 @@ def run_here(cluster, job, folder: str, now: _dt.datetime, timeout_s: Optional[f
     prepared = prepare(cluster, job, job_dir=folder, now=now, host=LOCAL, plan=plan)
     rec = submit(prepared, backend=LocalBackend(LOCAL, foreground=True), command=command_line(invocation()), now=now)
     req = prepared.request
-    con.print(f"[bold]run[/] {shown(plan.job.name)} on {shown(cluster.name)}: {plan.layout.describe()} = "
-              f"{plan.world_size} CPU ranks, {plan.nodes} emulated node(s); folder {shown(req.job_dir)}; id {rec.id}")
+    labelled(con, "run", f"{plan.job.name} on {cluster.name}: {plan.layout.describe()} = {plan.world_size} CPU "
+             f"ranks, {counted(plan.nodes, 'emulated node')}; folder {req.job_dir}; id {rec.id}", "bold", column=4)
     res = _run_with_progress(Path(req.plan_path), Path(req.job_dir), plan.world_size, timeout_s, con)
     _record_final(rec)
     if res is None:
@@ -148,6 +158,16 @@ def _check_weights(weights: Optional[str]) -> None:
         raise SporchError(str(exc)) from None
 
 
+def _check_quant(model) -> None:
+    """``model.quant`` quantises with torchao, its own extra (pyproject.toml: it is not installed by
+    default, since diffusers imports it whenever it is there): refused before any rank starts when
+    this machine's Python, which runs the ranks, lacks it (looked up, not imported)."""
+    quant = getattr(model, "quant", "none")
+    if quant != "none" and importlib.util.find_spec("torchao") is None:
+        raise SporchError(f"model.quant={quant} quantises the weights with torchao, which is not installed here: "
+                          "pip install 'sporch[quant]' (or set model.quant=none)")
+
+
 def _check_generate(model, workload) -> None:
     """The pipelines extra, the diffusers folder and the prompt file (stdlib checks, no torch)."""
     problems = check_generate(model, workload)
@@ -174,7 +194,7 @@ def _print_summary(res: LocalRunResult, plan, con) -> None:
     status = res.result.status if res.result is not None else "no result (see logs)"
     table.add_row("status", f"{status} (TIMEOUT: time limit {res.time_limit})" if res.timed_out else status)
     table.add_row("layout", plan.layout.describe())
-    table.add_row("ranks", f"{len(result.hosts or {})} on {len(result.distinct_hosts or [])} node name(s)")
+    table.add_row("ranks", f"{len(result.hosts or {})} on {counted(len(result.distinct_hosts or []), 'node')}")
     for key in ("max_abs_err", "max_rel_err", "tolerance", "step_ms_median_max"):
         value = getattr(result, key)
         if value is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.cost_constants import cluster_constants
 from sporch.orchestrator.plan.layouts import compact, short
@@ -20,16 +20,19 @@ from sporch.orchestrator.contract.estimates_section import (
 )
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES
+from sporch.orchestrator.contract.numbers import counted
 
 #: Worlds up to this size print every rank; bigger ones print the first and last node.
 FULL_RANK_TABLE = 32
+#: Where the text of a summary line starts (``job       ...``): its label is padded to it.
+LABEL = 10
 
 
 def summary_lines(plan: Plan) -> list[str]:
     m, w, s, h = plan.model, plan.workload, plan.sequence, plan.heads
     c = plan.cluster
     name = m.preset or "custom"
-    blocks = f"{m.depth} blocks" + (f" + {m.single_depth} single" if m.single_depth else "")
+    blocks = counted(m.depth, "block") + (f" + {m.single_depth} single" if m.single_depth else "")
     if w.seq_len is not None:
         shape = f"seq_len {fmt_int(w.seq_len)}"
     else:
@@ -44,7 +47,7 @@ def summary_lines(plan: Plan) -> list[str]:
         else f"{fmt_int(s.seq_len // s.degree)}-{fmt_int(s.tokens_per_rank)} per rank"
     text = f" + {fmt_int(s.text_len)} text tokens split with them" if getattr(s, "text_len", 0) else ""
     return [
-        f"job       {plan.job.name} on {c.name}: {plan.nodes} node{'s' if plan.nodes != 1 else ''} x {plan.gpus_per_node} GPUs "
+        f"job       {plan.job.name} on {c.name}: {counted(plan.nodes, 'node')} x {counted(plan.gpus_per_node, 'GPU')} "
         f"({c.gpu.model}) = {plan.world_size} ranks",
         f"model     {name}: {m.attention} attention, {blocks}, hidden {m.hidden}, "
         f"{m.num_heads} heads x {m.head_dim} (kv {m.num_kv_heads}), ffn {m.ffn_dim}"
@@ -216,7 +219,7 @@ def estimates_table(plan: Plan) -> Any:
     if e.staging is not None:
         st = e.staging
         rows.append(("weights staged per node", f"{human_bytes(st.bytes)} to {st.node_local_dir} on each of "
-                     f"{st.nodes} node(s): ~{st.s:.0f} s at {st.shared_fs_gb_per_s:g} GB/s shared"))
+                     f"{counted(st.nodes, 'node')}: ~{st.s:.0f} s at {st.shared_fs_gb_per_s:g} GB/s shared"))
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -275,7 +278,9 @@ def prediction_rows(e: Estimates) -> list[tuple[str, str]]:
 
 
 def _ranks_text(part: PipelinePart) -> str:
-    return ", ".join(map(str, part.ranks[:8])) + (", ..." if len(part.ranks) > 8 else "")
+    """``rank 0`` or ``ranks 0, 8, ...`` (the first eight)."""
+    listed = ", ".join(map(str, part.ranks[:8])) + (", ..." if len(part.ranks) > 8 else "")
+    return f"{'rank' if len(part.ranks) == 1 else 'ranks'} {listed}"
 
 
 def pipeline_rows(pipe: Optional[PipelineEstimate]) -> list[tuple[str, str]]:
@@ -293,10 +298,10 @@ def pipeline_rows(pipe: Optional[PipelineEstimate]) -> list[tuple[str, str]]:
             size += " in host memory" if p.host_bytes else ""
         else:
             size = f"{human_bytes(p.bytes)} + decode {human_bytes((p.decode_bytes or 0) + (p.frames_bytes or 0))}"
-        rows.append((name.replace("_", " "), f"{p.what}, {p.placement or 'leader'}, on rank(s) {_ranks_text(p)} ({size})"))
+        rows.append((name.replace("_", " "), f"{p.what}, {p.placement or 'leader'}, on {_ranks_text(p)} ({size})"))
     if pipe.image_encoder is not None:  # Wan2.1 I2V's CLIP image encoder, on the leaders after the text encoder
         p = pipe.image_encoder
-        rows.append(("image encoder", f"{p.what}, leader, on rank(s) {_ranks_text(p)} ({human_bytes(p.bytes or 0)}, float32)"))
+        rows.append(("image encoder", f"{p.what}, leader, on {_ranks_text(p)} ({human_bytes(p.bytes or 0)}, float32)"))
     busy = pipe.busiest_rank
     rows.append(("busiest rank (a leader)", human_bytes(pipe.leader_memory_bytes) + f", peak in {busy.peak_stage}"))
     for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
@@ -322,13 +327,13 @@ def memory_options_table(plan: Plan) -> Any:
 
 def print_plan(plan: Plan, con: Any, all_ranks: bool = False, ranks: bool = True) -> None:
     for line in summary_lines(plan):
-        con.print(visible(line), markup=False)
+        labelled(con, line[:LABEL].rstrip(), line[LABEL:])
     for w in plan.warnings:
-        con.print(f"[yellow]warning[/yellow]   {shown(w)}", soft_wrap=True)
+        labelled(con, "warning", w, "yellow")
     if plan.placement.reason.startswith("auto:") and "does not fit" in plan.placement.reason:
-        con.print(f"[cyan]note[/cyan]      {shown('memory ' + plan.placement.reason)}", soft_wrap=True)
+        labelled(con, "note", "memory " + plan.placement.reason, "cyan")
     if plan.estimates is not None and plan.estimates.layout_choice:
-        con.print(f"[cyan]note[/cyan]      {shown(plan.estimates.layout_choice)}", soft_wrap=True)
+        labelled(con, "note", plan.estimates.layout_choice, "cyan")
     con.print(groups_table(plan))
     if ranks:
         con.print(rank_table(plan, all_ranks))

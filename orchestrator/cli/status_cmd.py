@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from sporch.orchestrator.cli.common import GRACE_SECONDS, console, json_text
-from sporch.orchestrator.cli.terminal import shown, visible
+from sporch.orchestrator.cli.common import GRACE_SECONDS, console, json_text, plain_table
+from sporch.orchestrator.cli.terminal import visible
 from sporch.orchestrator.cli.wait_cmd import report_retry
 from sporch.orchestrator.jobs import store
 from sporch.orchestrator.jobs.retry import STATUS_GRACE_S, default_grace, retry_unreachable
@@ -56,14 +56,11 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
     if not statuses:
         click.echo(visible(f"no jobs known (records in {jobs_dir()}); submit one with `sporch submit`"))
         return
-    from rich.table import Table
+    from rich.text import Text
 
-    def escape(text) -> str:
-        return shown(text, one_line=True)
-
-    table = Table(title=None, show_lines=False)
+    table = plain_table()  # fits the terminal without cutting a word (cli/tables.py)
     for col in ("job", "slurm id", "cluster", "state", "elapsed", "nodes", "outcome", "failed rank", "error"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     colors = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "FAILED": "red", "CANCELLED": "magenta",
               "TIMEOUT": "red"}
     for s in statuses:
@@ -72,9 +69,8 @@ def status(jobs: tuple, show_all: bool, last: int, as_json: bool, refresh: bool,
             state += f" exit {s.exit_code}"
         if s.progress and not s.terminal:
             state += f" {s.progress}"
-        color = colors.get(s.state)
-        state = escape(state)
-        table.add_row(escape(s.id), escape(s.backend_job_id), escape(s.cluster), f"[{color}]{state}[/]" if color else state,
-                      escape(s.elapsed or "-"), escape(s.nodelist or str(s.nodes or "-")), escape(s.outcome or "-"),
-                      "-" if s.failed_rank is None else escape(s.failed_rank), escape(s.error or ""))
+        table.add_row(str(s.id), str(s.backend_job_id), str(s.cluster),
+                      Text(visible(state, one_line=True), style=colors.get(s.state, "")),
+                      s.elapsed or "-", str(s.nodelist or s.nodes or "-"), s.outcome or "-",
+                      "-" if s.failed_rank is None else str(s.failed_rank), s.error or "")
     console().print(table)

@@ -14,6 +14,8 @@ import click
 
 from sporch.orchestrator.cli.common import cluster_option, console, invocation, job_arguments, load
 from sporch.orchestrator.cli.show import print_plan
+from sporch.orchestrator.cli.terminal import echo
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.submit.backend import remote_backend_error
 from sporch.orchestrator.submit.request import build_request
 
@@ -48,12 +50,12 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         con = console()
         print_plan(req.plan, con, ranks=req.plan.world_size <= 16)
         if backend == "sbatch":
-            click.echo(f"dry run   nothing submitted; would run `{req.sbatch_command()}` via {req.destination}")
+            echo(f"dry run   nothing submitted; would run `{req.sbatch_command()}` via {req.destination}", indent=10)
         else:
-            click.echo(f"dry run   nothing submitted; would submit through submitit via {req.destination}, with "
-                       f"the resources of `{req.sbatch_command()}` (--via sbatch submits that script)")
-        click.echo(f"job dir   {req.job_dir}")
-        click.echo("files     plan.json and job.sbatch, not written (`sporch render --out DIR` writes them)")
+            echo(f"dry run   nothing submitted; would submit through submitit via {req.destination}, with "
+                 f"the resources of `{req.sbatch_command()}` (--via sbatch submits that script)", indent=10)
+        echo(f"job dir   {req.job_dir}", indent=10)
+        echo("files     plan.json and job.sbatch, not written (`sporch render --out DIR` writes them)", indent=10)
         if not no_script:
             click.echo("---- job.sbatch ----")
             click.echo(req.script, nl=False)
@@ -68,9 +70,9 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         res = submitter.check(req)
         res.raise_if_rejected()
         if res.start_time:
-            click.echo(f"ok        Slurm would accept {req.plan.job.name}: start at {res.start_time} using "
-                       f"{res.processors} processors on {res.nodes}"
-                       + (f" in partition {res.partition}" if res.partition else "") + " (nothing submitted)")
+            echo(f"ok        Slurm would accept {req.plan.job.name}: start at {res.start_time} using "
+                 f"{res.processors} processors on {res.nodes}"
+                 + (f" in partition {res.partition}" if res.partition else "") + " (nothing submitted)", indent=10)
         else:
             click.echo(f"ok        Slurm would accept {req.plan.job.name} (nothing submitted)")
         return
@@ -82,11 +84,11 @@ def submit(cluster_ref: str, job_path: str, overrides: tuple, dry_run: bool, che
         click.echo(json.dumps(rec.to_dict(), indent=2))
     else:
         plan = req.plan
-        click.echo(f"submitted {rec.id}  (Slurm job {rec.backend_job_id}, via {rec.backend}) on {rec.cluster}: "
-                   f"{plan.nodes} nodes x {plan.gpus_per_node} = {plan.world_size} ranks")
-        click.echo(f"job dir   {rec.job_dir}" + (f" on {rec.remote['user']}@{rec.remote['host']}"
-                                                   if rec.remote else ""))
-        click.echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}")
+        echo(f"submitted {rec.id}  (Slurm job {rec.backend_job_id}, via {rec.backend}) on {rec.cluster}: "
+             f"{counted(plan.nodes, 'node')} x {plan.gpus_per_node} = {plan.world_size} ranks", indent=10)
+        echo(f"job dir   {rec.job_dir}" + (f" on {rec.remote['user']}@{rec.remote['host']}" if rec.remote else ""),
+             indent=10)
+        echo(f"next      sporch status {rec.id} | sporch logs {rec.id} -f | sporch wait {rec.id}", indent=10)
     if wait_after:
         from sporch.orchestrator.cli.wait_cmd import wait_for
 

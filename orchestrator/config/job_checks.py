@@ -12,12 +12,16 @@ from sporch.orchestrator.config.generate_checks import validate_generate, valida
 from sporch.orchestrator.config.job_container import validate_container
 from sporch.orchestrator.config.job_spec import JobSpec
 from sporch.orchestrator.config.model_checks import lora_problem, vae_stride_problem
+from sporch.orchestrator.contract.numbers import digits_value
 from sporch.orchestrator.contract.durations import is_valid_time, time_seconds, TIME_FORMS
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.vocab import ATTENTION_PRECISIONS, DTYPES, MAX_NAME, QUANT_MODES, SHARD_WEIGHTS, STAGE_MODES, WORKLOAD_KINDS
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.directives import check_directive_path
 
+#: The workloads that read ``workload.sigmas`` (the sampler's and the pipeline's steps); verify and
+#: benchmark time or compare single forward passes and would keep it unused.
+SIGMA_KINDS = ("inference", "generate")
 #: Frames per second a generated video may have (docs/jobs.md).
 FPS_RANGE = (1, 240)
 
@@ -70,6 +74,9 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
     validate_generate(w, bad)
     validate_cache(w, bad)
     if w.sigmas is not None:
+        if w.kind not in SIGMA_KINDS:
+            raise bad("workload.sigmas", f"is read by the {' and '.join(SIGMA_KINDS)} workloads only, and this job's "
+                      f"workload.kind is {w.kind}: remove workload.sigmas, or set workload.kind=inference")
         s = list(w.sigmas)
         numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x <= 1 for x in s)
         if not numbers or len(s) != w.steps or any(a <= b for a, b in zip(s, s[1:])):
@@ -94,8 +101,8 @@ def validate_job(job: JobSpec, source: str) -> JobSpec:
         if v is None or v == "auto":
             continue
         if isinstance(v, str):
-            if v.strip().isdigit():
-                v = int(v)
+            if digits_value(v) is not None:
+                v = digits_value(v)
                 setattr(job.parallel, dim, v)
             else:
                 raise bad(f"parallel.{dim}", f"must be a positive integer or 'auto', got {v!r}")

@@ -1,14 +1,18 @@
 """Checks of a job's ``model`` section that the planner repeats on what it resolves:
-``model.lora`` (the entries; the files are read by the planner) and ``model.vae_stride``.
+``model.lora`` (the entries; the files are read by the planner) and ``model.vae_stride``; and
+why ``model.weights`` gave the planner no model to take a job's shape from.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any, Optional
 
 from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.contract.vocab import LORA_EXPERTS
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind
 
 
 #: The largest ``model.lora[].scale`` either way (W += scale x alpha/rank x up @ down: 1e308 overflows).
@@ -45,3 +49,26 @@ def vae_stride_problem(value: Any) -> Optional[str]:
         return None
     return ("must be three positive ints [temporal, height, width], e.g. [4, 8, 8] for a video VAE or "
             f"[1, 8, 8] for an image VAE; got {value!r}")
+
+
+def weights_without_model(weights: str) -> str:
+    """The one-line error for a job without ``model.preset`` whose ``model.weights`` holds no
+    config.json the planner can read (nothing there, a dangling link, a FIFO or a device, a
+    folder without one): it names ``model.weights`` and what is there, not the model fields a
+    job of made-up shape would give."""
+    path = Path(weights).expanduser()
+    try:
+        what = kind(path)
+    except CheckpointError as exc:
+        what, why = "error", str(exc)
+    if what is None:
+        why = (f"is a symbolic link to {os.readlink(path)}, which does not exist" if path.is_symlink()
+               else "does not exist")
+    elif what == "other":
+        why = "is not a folder or a regular file (a FIFO, a device or a socket)"
+    elif what in ("dir", "file"):
+        folder = path if what == "dir" else path.parent
+        why = f"has no config.json (looked for {folder / 'transformer' / 'config.json'} and {folder / 'config.json'})"
+    return (f"model.weights {weights} {why}, and the job names no model.preset, so nothing says which model to "
+            "plan: point model.weights at a diffusers folder (or its transformer/) with its config.json, or set "
+            "model.preset (`sporch models` lists them)")

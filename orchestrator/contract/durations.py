@@ -24,7 +24,7 @@ def seconds(value, minimum: float = 0.0, inclusive: bool = False) -> float:
 
 
 #: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
-TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?$", re.ASCII)
 TIME_FORMS = "MM, HH:MM:SS or D-HH:MM:SS"
 
 

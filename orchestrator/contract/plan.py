@@ -22,6 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Optional
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.contract.estimates_section import Estimates
 from sporch.orchestrator.safe_files import open_regular
 from sporch.orchestrator.contract.parallel import DIMS, GROUP_DIMS
@@ -88,7 +89,7 @@ class Layout:
     def from_name(cls, text: str) -> "Layout":
         """The layout :attr:`name` spells; ValueError when ``text`` is not four positive sizes joined by x."""
         parts = str(text).split("x")
-        if len(parts) != len(DIMS) or not all(p.isdigit() for p in parts):
+        if len(parts) != len(DIMS) or not all(is_digits(p) for p in parts):
             raise ValueError(f"layout name {text!r} is not {'x'.join(DIMS)} (e.g. 1x1x2x4)")
         return cls(**{d: int(p) for d, p in zip(DIMS, parts)})
 

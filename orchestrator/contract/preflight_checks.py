@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from sporch.orchestrator.contract.numbers import counted
+
 VERSION_KEYS = ("python", "torch", "cuda", "nccl")
 #: What else every node should have alike: the GPU model (torch's device name) and the driver.
 HARDWARE_KEYS = ("gpu_model", "driver")
@@ -34,7 +36,7 @@ def node_problems(ranks: list[dict[str, Any]], gpus_per_node: int, per_task: boo
         need = 1 if per_task else len(rs)
         short = [r["rank"] for r in rs if r.get("gpus_visible") is not None and r["gpus_visible"] < need]
         if short:
-            out.append(f"{node}: sees {seen} GPU(s) for its {len(rs)} ranks (the descriptor says {gpus_per_node} per node)"
+            out.append(f"{node}: sees {counted(seen, 'GPU')} for its {counted(len(rs), 'rank')} (the descriptor says {gpus_per_node} per node)"
                        + (f"; ranks {short} see none" if per_task else ""))
         w = first.get("weights") or {}
         if w.get("path") and not w.get("readable"):

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, TypeVar
 
 from sporch.orchestrator.contract.parallel import head_split, kv_mode, padded_length, sequence_chunks
 from sporch.orchestrator.contract.vocab import SEQUENCE_SPLITS
+from sporch.orchestrator.contract.numbers import counted
 
 T = TypeVar("T")
 
@@ -438,4 +439,4 @@ class ClusterSpec(Section):
         return d
 
     def summary(self) -> str:
-        return f"{self.nodes} nodes x {self.gpus_per_node} GPUs = {self.world_size}"
+        return f"{counted(self.nodes, 'node')} x {counted(self.gpus_per_node, 'GPU')} = {self.world_size}"

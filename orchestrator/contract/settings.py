@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.contract.durations import seconds
 
 #: The types a setting may have: ``text``; ``path`` (``~`` expanded); ``paths`` (``os.pathsep``
@@ -75,7 +76,7 @@ def parse(setting: Setting, text: str) -> Any:
         if kind in ("seconds", "seconds>=0"):
             return seconds(text, inclusive=kind == "seconds>=0")
         if kind == "int":
-            if not text.isdigit():
+            if not is_digits(text):
                 raise ValueError(f"must be a whole number >= 0, got {text!r}")
             return int(text)
         return text not in ("", "0")  # flag

@@ -5,11 +5,22 @@ sporch.runtime.model.cache). Standard library only.
 Every rank of a dp replica must skip the same steps (the runtime reduces the decision and
 raises when they differ); ``ranks_agree`` re-checks it on the records. Replicas hold different
 prompts and may skip differently: ``steps_computed`` / ``steps_skipped`` sum over replicas
-(each replica counted once)."""
+(each replica counted once). ``changes``: rank 0's measured change of each step of its first
+denoised batch (its first cache context's on the generic path): a MagCache run with threshold 0
+measures the ratios there, to be given back as ``workload.cache.ratios``."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
+
+
+def first_changes(record: Dict[str, Any]) -> Optional[List[Any]]:
+    """A rank's record's measured changes: its first batch's (generate), or its own (the hand-built
+    inference's one denoising run); None when it has none."""
+    if isinstance(record.get("changes"), list):
+        return record["changes"]
+    batches = record.get("batches") or []
+    return batches[0].get("changes") if batches and isinstance(batches[0], dict) else None
 
 
 def summarise_step_cache(per_rank: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -29,5 +40,6 @@ def summarise_step_cache(per_rank: Dict[int, Dict[str, Any]]) -> Optional[Dict[s
         "steps_computed": sum(int(x.get("steps_computed", 0)) for x in leaders),
         "steps_skipped": sum(int(x.get("steps_skipped", 0)) for x in leaders),
         "skipped_by_rank": {str(r): recs[r]["skipped"] for r in sorted(recs)},
+        "changes": first_changes(first),
         "ranks_agree": agree,
     }

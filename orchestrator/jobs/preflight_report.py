@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.contract.preflight_checks import VERSION_KEYS, environment_warnings, node_problems
 
 DEFAULT_THRESHOLD = 0.5
@@ -83,7 +84,7 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
         if m["kind"] == "all_reduce":
             if m["rank"] != 0:
                 continue  # one row for the world
-            links.append(LinkRow("all_reduce", f"world ({len(m['group'])})", f"{len(nodes)} node(s)", bw, None, None,
+            links.append(LinkRow("all_reduce", f"world ({len(m['group'])})", counted(len(nodes), "node"), bw, None, None,
                                  None))
             continue
         if m["kind"] == "all_to_all":
@@ -101,7 +102,7 @@ def judge(data: dict[str, Any], *, gpus_per_node: int, intra_gb_per_s: float, in
         if bw:
             for n in row_nodes:
                 touching[n].append(bw)
-        links.append(LinkRow(m["kind"], label, ",".join(row_nodes), bw, None, desc if nccl else None,
+        links.append(LinkRow(m["kind"], label, ", ".join(row_nodes), bw, None, desc if nccl else None,
                              (bw / desc) if nccl and bw and desc else None))
     for row in nodes:
         row.score_gb_per_s = _median(touching.get(row.node, []))

@@ -238,7 +238,7 @@ def find(ref: str, records: Optional[List[JobRecord]] = None) -> JobRecord:
     for r in recs:
         if r.id == ref:
             return r
-    if re.fullmatch(r"\d+", ref):
+    if re.fullmatch(r"\d+", ref, re.ASCII):
         hits = [r for r in recs if r.backend_job_id == ref]
         if hits:
             return hits[-1]

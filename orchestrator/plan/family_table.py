@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from sporch.orchestrator.models.families import FAMILIES, Family, PipelineCfg
+from sporch.orchestrator.models.families.base import STEP_CACHES
 
 from .generic_checks import GENERIC_WORKLOADS, generic_placements
 
@@ -28,6 +29,8 @@ class FamilyRow:
     vae: tuple[str, ...]  # pipeline.vae placements generate runs
     cache: tuple[str, ...]  # workload.cache.method values besides none
     lora: str  # whether (and through what) it merges LoRA adapters ("": no)
+    #: why the step caches not in ``cache`` do not run on the family's classes ("": every one runs)
+    cache_refusal: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -41,6 +44,12 @@ def _cfg(family: Family) -> str:
     return "1/2" if family.pipeline_cfg is not PipelineCfg.NONE else "1"
 
 
+def cache_refusal(family: Family) -> str:
+    """The step caches the family's classes cannot take, with the family's reason ("": none)."""
+    missing = [m for m in STEP_CACHES if m not in family.step_cache]
+    return f"not {', '.join(missing)}: {family.step_cache_refusal or 'not built'}" if missing else ""
+
+
 def _row(family: Family) -> FamilyRow:
     split = "; ".join(f"{c}: {family.split_plan_source(c)}" for c in family.classes)
     lora = f"yes ({family.lora_loader}'s formats)" if family.lora_loader else ""
@@ -50,7 +59,7 @@ def _row(family: Family) -> FamilyRow:
     return FamilyRow(family.name, family.title, family.classes, split, tuple(p.name for p in family.presets),
                      GENERIC_WORKLOADS + (("generate",) if generate else ()), pipeline,
                      _cfg(family) if generate else "", placements["text_encoder"], placements["vae"],
-                     family.step_cache, lora)
+                     family.step_cache, lora, cache_refusal(family))
 
 
 def family_rows() -> list[FamilyRow]:

@@ -115,18 +115,31 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
+def check_generic_cache(method: str, family: Family, what: str) -> None:
+    """``workload.cache.method`` on the generic path: one the family lists (``Family.step_cache``:
+    the generic denoise applies it, every rank deciding alike), or refused in one line
+    with what its classes miss (``Family.step_cache_refusal``)."""
+    if method == "none" or method in family.step_cache:
+        return
+    why = f" ({family.step_cache_refusal})" if family.step_cache_refusal else ""
+    raise SporchError(f"workload.cache.method={method} is not built for {what}{why}; use "
+                      f"{' or '.join((*family.step_cache, 'none'))}")
+
+
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
     """What a model's class or pipeline does not do is refused here, in one line each. A preflight
     job's model is a stand-in that is never built (cli/preflight_cmd.py): nothing to check."""
     if job.workload.kind == "preflight":
         return
     what = f"{model.diffusers_class} (family {model.family})"
-    method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
-    caches = require_family(model.diffusers_class).step_cache
-    if method != "none" and method not in caches:
-        raise SporchError(f"workload.cache.method={method} is not built for {what}; use "
-                          f"{' or '.join((*caches, 'none'))}")
-    # method in the family's step_cache: applied by the generic generate (runtime/model/generic/cache.py)
+    family = require_family(model.diffusers_class)
+    why = (family.split_refusal(model.diffusers_config or {})
+           if family.split_refusal is not None and layout.sequence_degree > 1 else None)
+    if why:
+        raise SporchError(f"{what} does not split exactly over {layout.sequence_degree} sequence ranks: {why}; "
+                          "plan it with parallel.ulysses=1 and parallel.ring=1 (cfg or dp only)")
+    # (the job config allows a cache on denoising workloads only)
+    check_generic_cache(job.workload.cache.method, family, what)
     kinds = generic_workloads(model)
     if job.workload.kind not in kinds:
         raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "

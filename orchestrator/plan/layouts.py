@@ -13,6 +13,7 @@ from typing import Callable, Optional, Union
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.parallel import DIMS, head_split, kv_mode, padded_length, sequence_chunks
 from sporch.orchestrator.contract.plan import Layout
+from sporch.orchestrator.contract.numbers import counted
 
 #: How many feasible layouts an error message lists before "(+N more)".
 MAX_LISTED = 40
@@ -46,7 +47,7 @@ class LayoutContext:
         return self.nodes * self.gpus_per_node
 
     def cluster_text(self) -> str:
-        return f"{self.cluster} has {self.nodes} nodes x {self.gpus_per_node} GPUs = {self.world_size}"
+        return f"{self.cluster} has {counted(self.nodes, 'node')} x {counted(self.gpus_per_node, 'GPU')} = {self.world_size}"
 
 
 # -- small helpers ------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def check_warnings(ctx: LayoutContext, lay: Layout) -> list[str]:
     if U > 1 and any((s // G) != ((s + U - 1) // G) for s in range(0, world, U)):
         nodes = -(-U // G) if U >= G else 2
         warns.append(
-            f"a Ulysses group of {U} ranks spans {nodes} nodes ({G} GPUs per node): its all-to-all crosses "
+            f"a Ulysses group of {U} ranks spans {counted(nodes, 'node')} ({G} GPUs per node): its all-to-all crosses "
             f"the inter-node fabric; prefer ulysses dividing {G} and ring across nodes"
         )
     R = lay.ring
@@ -219,17 +220,31 @@ def preference(ctx: LayoutContext, lay: Layout) -> tuple:
 Chooser = Callable[[LayoutContext, list[Layout]], Layout]
 
 
-def _shrink_unset(ctx: LayoutContext, fixed: dict[str, int], unset: list[str]) -> Optional[Layout]:
-    """The layout that keeps every dim the job sets and shrinks the unset ``ring``/``ulysses``
-    (ring first, so Ulysses stays inside a node) from their defaults until it is accepted; None
-    when no such shrink is (the default already spans the whole cluster, so never grow)."""
-    options = {d: divisors(fixed[d])[::-1] if d in unset else [fixed[d]] for d in ("ring", "ulysses")}
+def _nearest(ctx: LayoutContext, fixed: dict[str, int], unset: list[str]) -> Optional[Layout]:
+    """The accepted layout nearest the default that keeps every dim the job sets: the unset
+    ``ulysses`` as large as the model allows among the divisors of the GPUs per node (so it stays
+    inside a node), the unset ``ring`` over the ranks left; None when there is none."""
+    options = {"ulysses": divisors(ctx.gpus_per_node)[::-1] if "ulysses" in unset else [fixed["ulysses"]],
+               "ring": divisors(ctx.world_size)[::-1] if "ring" in unset else [fixed["ring"]]}
     for u in options["ulysses"]:
         for r in options["ring"]:
             lay = Layout(dp=fixed["dp"], cfg=fixed["cfg"], ring=r, ulysses=u)
             if lay.world_size == ctx.world_size and not check_errors(ctx, lay):
                 return lay
     return None
+
+
+def _nearest_note(fixed: dict[str, int], unset: list[str], adapted: Layout, errs: list[str]) -> str:
+    """The plan's note for a layout :func:`_nearest` chose: which unset dims moved, and why."""
+    changed = "; ".join(f"parallel.{d} (not set) is {getattr(adapted, d)}, not the default {fixed[d]}"
+                        for d in unset if getattr(adapted, d) != fixed[d])
+    chosen = f"{short(adapted)} = {adapted.world_size} ranks"
+    model = [e.split(";")[0] for e in errs if not e.startswith(f"{short(Layout(**fixed))} = ")]  # not a count
+    if not model:  # only the sizes the job sets did not add up with the defaults
+        return f"{changed}, to fit what the job sets: {chosen}"
+    why = model[0]
+    return (f"{changed}: the default (ulysses = GPUs per node, ring across nodes) cannot hold ({why}), so the "
+            f"nearest layout that does is planned: {chosen}; set parallel.ulysses and parallel.ring to choose another")
 
 
 def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
@@ -254,13 +269,9 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
         lay = Layout(**fixed)
         errs = check_errors(ctx, lay)
         unset = [d for d in ("ring", "ulysses") if requested.get(d) is None]
-        given = any(requested.get(d) is not None for d in DIMS)
-        adapted = _shrink_unset(ctx, fixed, unset) if errs and unset and given else None
+        adapted = _nearest(ctx, fixed, unset) if errs and unset else None
         if adapted is not None:
-            changed = "; ".join(f"parallel.{d} (not set) is {getattr(adapted, d)}, not the default {fixed[d]}"
-                                for d in unset if getattr(adapted, d) != fixed[d])
-            note = f"{changed}, to fit what the job sets: {short(adapted)} = {adapted.world_size} ranks"
-            return adapted, [note] + check_warnings(ctx, adapted)
+            return adapted, [_nearest_note(fixed, unset, adapted, errs)] + check_warnings(ctx, adapted)
         if errs:
             feas = feasible_layouts(ctx)
             raise LayoutError("; ".join(errs) + "; " + feasible_text(ctx, feas), feas)
@@ -285,7 +296,7 @@ def resolve_layout(ctx: LayoutContext, requested: dict[str, DimValue],
             why = "every completion is refused: " + "; ".join(reasons[:3])
         raise LayoutError(
             f"cannot fill {', '.join(f'parallel.{d}=auto' for d in auto)} with {given} on {ctx.cluster} "
-            f"({ctx.nodes} nodes x {ctx.gpus_per_node} GPUs = {ctx.world_size}): {why}; "
+            f"({counted(ctx.nodes, 'node')} x {counted(ctx.gpus_per_node, 'GPU')} = {ctx.world_size}): {why}; "
             + feasible_text(ctx, feas),
             feas,
         )

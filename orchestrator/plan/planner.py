@@ -44,13 +44,11 @@ from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
-from sporch.orchestrator.models.families import PipelineCfg, get_family, sequence_split
+from sporch.orchestrator.models.families import PipelineCfg, get_family, published_magcache_ratios, sequence_split
 from sporch.orchestrator.contract.quant import fp8_capable
 from sporch.orchestrator.contract.vocab import FP8_QUANT
 from sporch.orchestrator.models.generate_inputs import image_to_video, takes_image
-
-#: presets with published MagCache ratios (the runtime takes them from diffusers' FLUX_MAG_RATIOS)
-MAG_PRESETS = ("flux.1-dev", "flux.1-schnell")
+from sporch.orchestrator.contract.numbers import counted
 
 
 def cfg_on(model: sections.ModelSection, w: WorkloadSpec) -> bool:
@@ -77,7 +75,7 @@ def layout_context(cluster: sections.ClusterSpec, job: JobSpec, model: sections.
     nodes = job.resources.nodes if job.resources.nodes is not None else cluster.nodes
     if nodes > cluster.nodes:
         raise SporchError(
-            f"resources.nodes {nodes} exceeds the {cluster.nodes} nodes of {cluster.name}; "
+            f"resources.nodes {nodes} exceeds the {counted(cluster.nodes, 'node')} of {cluster.name}; "
             f"use resources.nodes <= {cluster.nodes} or a bigger cluster"
         )
     if nodes * cluster.gpus_per_node > MAX_WORLD:
@@ -202,9 +200,9 @@ def check_expert_keys(job: JobSpec, model: sections.ModelSection) -> None:
 def check_cache(job: JobSpec, model: sections.ModelSection) -> None:
     """MagCache needs the model's magnitude ratios (published, or measured by a run without them)."""
     c = job.workload.cache
-    if c.method == "magcache" and c.ratios is None and c.threshold and (model.preset or "").lower() not in MAG_PRESETS:
+    if c.method == "magcache" and c.ratios is None and c.threshold and published_magcache_ratios(model.preset) is None:
         raise SporchError(f"workload.cache.method=magcache needs the model's magnitude ratios, and none are published "
-                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (measures "
+                          f"for {model.preset or 'this model'}: run once with workload.cache.threshold=0 (it measures "
                           "them: result.json step_cache.changes) and give them as workload.cache.ratios")
 
 

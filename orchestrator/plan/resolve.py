@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.config.job_spec import ModelSpec, WorkloadSpec
-from sporch.orchestrator.config.model_checks import vae_stride_problem
+from sporch.orchestrator.config.model_checks import vae_stride_problem, weights_without_model
 from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
@@ -60,6 +60,8 @@ def base_shape(spec: ModelSpec, given: dict[str, Any]) -> tuple[dict[str, Any], 
     if spec.preset is not None:
         return get_preset(spec.preset), spec.preset.strip().lower()
     missing = [k for k in REQUIRED_WITHOUT_PRESET if k not in given]
+    if missing and spec.weights:  # a config.json there would have been the base: it has none
+        raise SporchError(weights_without_model(spec.weights))
     if missing:
         raise SporchError(
             "model without a preset needs " + ", ".join(f"model.{m}" for m in missing)

@@ -99,7 +99,7 @@ def job_id_list(job_ids: JobIds) -> list[str]:
             part = part.strip()
             if not part:
                 continue
-            if not re.fullmatch(r"\d+(?:[_+][\d\[\]\-,%]+)?(?:\.\w+)?", part):
+            if not re.fullmatch(r"\d+(?:[_+][\d\[\]\-,%]+)?(?:\.\w+)?", part, re.ASCII):
                 raise SporchError(f"not a Slurm job id: {part!r}")
             if part not in out:
                 out.append(part)

@@ -64,6 +64,9 @@ def check_container(c: ContainerSpec, where: str = "") -> ContainerSpec:
     if not isinstance(c.image, str) or not IMAGE_RE.fullmatch(c.image):
         raise bad("image", "must name the image: a reference (registry/name:tag, docker://..., or a path) of "
                   f"letters, digits and ._/~:@#+=%-, not starting with '-'; got {c.image!r}")
+    if c.image.startswith("~"):  # the script passes it quoted (and pyxis as --container-image=~...): never expanded
+        raise bad("image", f"{c.image!r} starts with '~', which nothing expands: the batch script passes the image "
+                  "quoted; write the full path on the cluster (e.g. /home/USER/img.sif)")
     for m in c.mounts:
         if not isinstance(m, str) or not MOUNT_RE.fullmatch(m):
             raise bad("mounts", f"entry {m!r} is not SRC:DST (absolute paths without whitespace, ',' or ':', "

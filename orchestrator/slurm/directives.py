@@ -26,7 +26,7 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: An sbatch option name (without its leading ``--``).
 OPTION_RE = re.compile(r"[A-Za-z][\w-]*")
 #: A Slurm job id (``123``, or ``123_4`` for an array task).
-JOB_ID_RE = re.compile(r"\d+(_\d+)?")
+JOB_ID_RE = re.compile(r"\d+(_\d+)?", re.ASCII)
 
 
 def check_line(what: str, value: object) -> str:

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.slurm.commands import DEFAULT_TIMEOUT, run_slurm
@@ -102,7 +103,7 @@ def read_config(timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> Dict[st
 def array_size_of(config: Dict[str, str]) -> int:
     """The most tasks one job array may have (indices 0..MaxArraySize-1) per ``scontrol show config``."""
     value = config.get("MaxArraySize", "")
-    return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
+    return int(value) if is_digits(value) else DEFAULT_MAX_ARRAY_SIZE
 
 
 def max_array_size(timeout: float = DEFAULT_TIMEOUT, host: Host = LOCAL) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.slurm.commands import (DEFAULT_TIMEOUT, JobIds, asked, command_failure, job_id_list, run_slurm,
@@ -58,7 +59,7 @@ def squeue_comments(prefix: str, *, timeout: float = DEFAULT_TIMEOUT, host: Opti
     out: Dict[str, str] = {}
     for line in proc.stdout.splitlines():
         job, sep, comment = line.strip().partition(_SEP)
-        if sep and comment.startswith(prefix) and job.isdigit():
+        if sep and comment.startswith(prefix) and is_digits(job):
             out.setdefault(comment, job)
     return out
 

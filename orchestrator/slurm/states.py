@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from sporch.orchestrator.contract.numbers import is_digits
+
 #: The job ended; it will not run again (unless someone requeues it by hand).
 TERMINAL_STATES = frozenset({
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -115,7 +117,7 @@ def parse_state(text: str, *, reason: Optional[str] = None, exit_code: Optional[
     words = raw.split()
     head = words[0].rstrip("+").upper() if words else "UNKNOWN"
     by_uid = None
-    if len(words) >= 3 and words[1].lower() == "by" and words[2].isdigit():
+    if len(words) >= 3 and words[1].lower() == "by" and is_digits(words[2]):
         by_uid = int(words[2])
     name = SHORT_CODES.get(head, head)
     if reason is not None:

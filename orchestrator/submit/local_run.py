@@ -156,10 +156,14 @@ def node_name(cluster: str, node: int) -> str:
 
 
 def rank_environment(plan_dict: dict, rank: int, rendezvous: Path, job_id: str, run_dir: Path) -> dict[str, str]:
+    """A local rank's environment: this process's, then the plan's cluster env (``plan.cluster.env``:
+    the defaults and the descriptor's ``env:``, which the batch script exports on a Slurm cluster,
+    so the emulation sees what the ranks there see), then what Slurm and sporch would set."""
     info = plan_dict["ranks"][rank]
     nodes = plan_dict["nodes"]
     cluster = plan_dict["cluster"].get("name", "local")
     env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (plan_dict["cluster"].get("env") or {}).items()})
     env.update(
         SLURM_PROCID=str(rank),
         SLURM_LOCALID=str(info["local_rank"]),

@@ -12,6 +12,7 @@ pyxis's srun options, or the apptainer/podman command wrapped around the rank's 
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -214,6 +215,12 @@ class SlurmJob:
         containers.check_container(self.container)
         return containers.wrapper(self.container, self.files.job_dir, host_env=list(self.env),
                                   time_limit_s=self.time_minutes * 60)
+
+    def in_job_dir(self, path: str) -> str:
+        """One of ``files``' paths as the batch script writes it after exporting ``job_env``: under
+        ``$SPORCH_JOB_DIR``, double-quoted (``"$SPORCH_JOB_DIR/logs"``), so that the script spells a
+        long job dir once and its lines stay short."""
+        return f'"${settings.JOB_DIR.name}/{posixpath.relpath(path, self.files.job_dir)}"'
 
     def job_env(self) -> Dict[str, str]:
         """What every rank finds in its environment about the job's files."""

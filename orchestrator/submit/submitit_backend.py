@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Sequence
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.host import LOCAL, Host
 from sporch.orchestrator.contract import durations
+from sporch.orchestrator.contract.numbers import is_digits
 from sporch.orchestrator.contract.job_files import LOG_LAYOUTS
 from sporch.orchestrator.slurm.commands import SlurmCommandError, asked, command_failure, scancel, slurm_reason
 from sporch.orchestrator.submit.backend import Submitted
@@ -81,7 +82,7 @@ def executor_parameters(request: SubmitRequest) -> Dict[str, Any]:
         "slurm_signal_delay_s": job.signal_delay_s,
         "slurm_srun_args": list(job.srun_args) + job.container_srun_args(),
         "slurm_setup": setup_lines(request),
-        GPU_PARAMETERS[option]: int(value) if value.isdigit() else value,
+        GPU_PARAMETERS[option]: int(value) if is_digits(value) else value,
     }
     additional: Dict[str, Any] = {"requeue": True} if job.requeue else {}
     for key, val in job.options.items():

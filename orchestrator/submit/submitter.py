@@ -17,6 +17,7 @@ so that status/logs/wait/cancel reconnect). Nothing is written here before Slurm
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Union
@@ -59,6 +60,20 @@ def claim_job_dir(host: Host, path: str) -> tuple[str, str]:
             candidate = f"{base}-{n}"
 
 
+def named_job_dir(host: Host, path: str) -> str:
+    """The absolute job dir the user named (``--out``, ``--job-dir``, ``--run-dir``). On this
+    machine a symbolic link at that name is refused, dangling or not: the job's files would land
+    at its target, and sporch writes nothing through a link at a name the user gave (as ``-o``
+    names are refused). A link higher up the path (``/scratch`` -> ``/lustre/scratch``) is the
+    user's own layout and is followed."""
+    if not host.remote:
+        named = os.path.abspath(os.path.expanduser(path))
+        if os.path.islink(named):
+            raise SporchError(f"job dir {path} is a symbolic link (to {os.readlink(named)}); sporch writes a job's "
+                              "files into the folder named, never through a link: name a new folder")
+    return host.abspath(path)
+
+
 def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.datetime] = None,
             host: Optional[Host] = None, plan: Optional[Plan] = None) -> Prepared:
     """Plan the job (``plan``: already made by the caller) and claim its (new, empty) job dir on
@@ -71,7 +86,7 @@ def prepare(cluster, job, *, job_dir: Optional[str] = None, now: Optional[_dt.da
     if job_dir is None:
         claimed, root = claim_job_dir(host, host.abspath(default_job_dir(cluster, job, now)))
     else:
-        claimed = host.abspath(job_dir)
+        claimed = named_job_dir(host, job_dir)
         if host.exists(claimed) and host.listdir(claimed):
             where = f" on {host.where}" if host.remote else ""
             raise SporchError(f"job dir {claimed}{where} exists and is not empty; pick a new --job-dir")

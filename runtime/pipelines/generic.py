@@ -44,10 +44,12 @@ The plan's options apply as on the generic verify/benchmark: ``model.lora`` merg
 transformer at load (:func:`.generic_load.load_pipeline`), its parameters sharded (``parallel.shard_weights``) or
 quantised (``model.quant``) as the plan places them, its blocks compiled by the caller's
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``
-(fbcache) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache`, whose
-decision is agreed over the replica (over each cfg rank's sequence group where the two calls are
-split: each cfg rank's cache holds the one context it computes, and the records are shared over the
-cfg group after each prompt); the pipelines open the cache contexts themselves.
+(every method) applied with :func:`sporch.runtime.model.generic.cache.apply_step_cache` to the
+transformer (and to a two-expert pipeline's ``transformer_2``, its own state), whose decision is
+agreed over the replica (over each cfg rank's sequence group where the two calls are split: each
+cfg rank's cache holds the one context it computes, and the records are shared over the cfg group
+after each prompt); the pipelines open the cache contexts themselves. The metrics' ``step_cache``
+has one entry per prompt in ``batches`` (:func:`~sporch.runtime.model.generic.cache_record.step_cache_result`).
 
 A USR2 stop is agreed over the replica at a step boundary (the pipeline's step callback:
 ``callback_on_step_end``, or the older ``callback`` where a pipeline has only that,
@@ -77,6 +79,7 @@ from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.measure import peak_memory_bytes
 from sporch.runtime.model.cache.decision import REDUCED_OVER
 from sporch.runtime.model.generic.cache import apply_step_cache
+from sporch.runtime.model.generic.cache_record import batch_record, step_cache_result
 from sporch.runtime.model.generic.cfg_two_calls import share_over_cfg
 from sporch.runtime.model.shard_weights import resident_parameter_bytes
 from sporch.runtime.parallel import ParallelContext, replica_rows
@@ -192,13 +195,14 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
                text_encoder=spec.text_encoder)
     out.update(encoder_sizes(pipe))  # what this rank holds of the text encoders (sharded: its shards)
     compiled = compile_model(pipe.transformer) if compile_model is not None else None
-    # workload.cache: diffusers' First Block Cache, its decision agreed over the replica (generic/cache.py), one per
-    # expert; the pipelines open the cache contexts themselves ("cond"/"uncond", "cond_uncond"); reset before each
-    # prompt. With the two calls split each cfg rank computes one context: agreed over its sequence group only
+    # workload.cache: diffusers' cache hooks, the decision agreed over the replica (generic/cache.py), on each
+    # transformer (a two-expert pipeline's transformer_2 its own); the pipelines open the cache contexts
+    # themselves ("cond"/"uncond", "cond_uncond"; none: the default one); reset before each prompt. With the
+    # two calls split each cfg rank computes one context: agreed over its sequence group only
     two_calls = split is PipelineCfg.TWO_CALLS
-    head_hooks = [h for h in (apply_step_cache(t, plan.workload.cache, ctx, num_steps=spec.steps,
-                                               groups=("sequence",) if two_calls else REDUCED_OVER)
-                              for t in experts_of(pipe)) if h is not None]
+    head_hook = apply_step_cache(experts_of(pipe), plan.workload.cache, ctx, num_steps=spec.steps,
+                                 preset=plan.model.preset,
+                                 groups=("sequence",) if two_calls else REDUCED_OVER)
     step_cache: list[dict[str, Any]] = []
     image = load_image(spec.image) if spec.image else None
     prompts = [spec.prompts[i] for i in todo]
@@ -213,10 +217,10 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
         say(ctx, f"encoded {len(prompts)} prompt(s) in {stages.seconds('encode'):.1f} s")
     ckpt = DenoiseCheckpoint(output_dir, ctx, (lambda: progress.stop_requested) if progress is not None
                              else (lambda: False), key=plan_key(plan))
-    refusal = resume_refusal(pipe.scheduler, bool(head_hooks))  # the same on every rank: same folder, plan
+    refusal = resume_refusal(pipe.scheduler, head_hook is not None)  # the same on every rank: same folder, plan
     if refusal is not None:
         say(ctx, f"a requeued prompt restarts its denoising: {refusal}")
-    denoiser = PromptDenoiser(pipe, spec, family, ctx, split, device, ckpt, refusal, head_hooks, decodes=decodes,
+    denoiser = PromptDenoiser(pipe, spec, family, ctx, split, device, ckpt, refusal, head_hook, decodes=decodes,
                               leader=leader, count=len(mine), say=say, image=image,
                               keep_latents=kept.keep if leader else None, switch=switch)
     for k, index in enumerate(mine):
@@ -224,8 +228,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
             continue
         seed = spec.seed + index
         got = denoiser.denoise(k, seed, next(embeds), index)
-        if head_hooks:  # this prompt's steps computed / skipped, per cache context
-            step_cache.append({"index": index, **(share_over_cfg(got.cache, ctx) if two_calls else got.cache)})
+        if head_hook is not None:  # this prompt's steps computed / skipped, per cache context
+            step_cache.append(batch_record(index, share_over_cfg(got.cache, ctx) if two_calls else got.cache))
         # denoise: the call up to its last step; decode: the rest (the leader's VAE and post-processing)
         stages.add("denoise", got.last_step - got.began)
         if decodes:
@@ -242,8 +246,8 @@ def run_generic_generate(plan: Plan, ctx: ParallelContext | None, device: torch.
     if compiled is not None and compiled.enabled and step_ms:  # the first step compiled the blocks
         compiled.first_call_s = step_ms[0] / 1e3
     steady = sorted(step_ms[1:])
-    if head_hooks:
-        out["step_cache"] = step_cache
+    if head_hook is not None:  # every rank of the replica skipped the same steps (checked: a difference raises)
+        out["step_cache"] = step_cache_result(plan.workload.cache, step_cache, ctx)
     out.update(lora_adapters=len(plan.model.lora or []),
                compile=compiled.record(steady[len(steady) // 2] / 1e3 if steady else None) if compiled else None)
     out.update(step_ms=step_ms, outputs=[outputs[i] for i in mine if i in outputs], resumed=denoiser.resumed,

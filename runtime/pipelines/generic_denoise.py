@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -21,7 +21,7 @@ from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import RequeueRequested, requeue_self
 
 from .expert_switch import ExpertSwitch
-from .generic_load import SECOND_EXPERT, experts_of
+from .generic_load import experts_of
 from .generic_placement import attach_hooks
 from .generic_resume import SkipTransformer
 from .params import GenerateParams
@@ -77,14 +77,6 @@ def step_end_arguments(pipe, on_step: Callable[[Any, int, Any, dict], dict]) -> 
     return {"callback": legacy, "callback_steps": 1}
 
 
-def _reset_step_cache(transformer: torch.nn.Module) -> None:
-    """A new denoising run: every stateful diffusers hook of ``transformer`` (the step cache's
-    residuals, step counts and records) back to its start."""
-    from diffusers.hooks import HookRegistry
-
-    HookRegistry.check_if_exists_or_initialize(transformer).reset_stateful_hooks(recurse=True)
-
-
 @dataclass(frozen=True)
 class Denoised:
     """One prompt's pipeline call: its output (frames, or latents on a rank that does not decode),
@@ -102,32 +94,25 @@ class PromptDenoiser:
     """Denoises this rank's prompts one pipeline call each (:meth:`denoise`), with the transformer
     run over ``ctx`` as ``split`` says (:func:`~.generic_placement.attach_hooks`). ``ckpt``: the
     rank's step files and the replica's agreement on stopping and resuming; ``refusal``: why a
-    requeued prompt restarts instead (None: it resumes); ``head_hook``: the step cache's hook (None:
+    requeued prompt restarts instead (None: it resumes); ``head_hook``: the step cache
+    (:class:`~sporch.runtime.model.generic.cache.StepCacheHooks`, reset before each prompt; None:
     no cache); ``decodes``: this rank runs the pipeline's decode tail; ``count``: the rank's prompts.
     ``step_ms`` (each denoised step's milliseconds, the run's prompts in order) and ``resumed``
     ({prompt's place among the rank's: the step it resumed after}) fill as prompts are denoised."""
 
     def __init__(self, pipe, spec: GenerateParams, family: Family, ctx: ParallelContext | None,
                  split: PipelineCfg | None, device: torch.device, ckpt: DenoiseCheckpoint, refusal: str | None,
-                 head_hooks: Sequence[Any], *, decodes: bool, leader: bool, count: int,
+                 head_hook: Any, *, decodes: bool, leader: bool, count: int,
                  say: Callable[[ParallelContext | None, str], None], image: Any = None,
                  keep_latents: Callable[[int, torch.Tensor], None] | None = None,
                  switch: ExpertSwitch | None = None) -> None:
         self.pipe, self.spec, self.family, self.ctx, self.split, self.device = pipe, spec, family, ctx, split, device
-        self.ckpt, self.refusal, self.head_hooks = ckpt, refusal, list(head_hooks)
+        self.ckpt, self.refusal, self.head_hook = ckpt, refusal, head_hook
         self.decodes, self.leader, self.count, self.say = decodes, leader, count, say
         self.image, self.keep_latents, self.switch = image, keep_latents, switch
         self.experts = experts_of(pipe)
         self.step_ms: list[float] = []
         self.resumed: dict[str, int] = {}
-
-    def _cache_records(self) -> dict[str, Any]:
-        """Each cache context's record, per expert (the second expert's contexts prefixed with its name)."""
-        out: dict[str, Any] = {}
-        for index, hook in enumerate(self.head_hooks):
-            prefix = "" if index == 0 else f"{SECOND_EXPERT}."
-            out.update({prefix + name: rec.record() for name, rec in hook.records.items()})
-        return out
 
     def denoise(self, k: int, seed: int, embeds: dict[str, Any], index: int | None = None) -> Denoised:
         """Prompt ``k`` of this rank's (0-based; ``index``: among the job's prompts) from its
@@ -137,9 +122,8 @@ class PromptDenoiser:
         pipe, spec, ctx, device, say, ckpt = self.pipe, self.spec, self.ctx, self.device, self.say, self.ckpt
         step_ms, refusal, count = self.step_ms, self.refusal, self.count
         cache_now: dict[str, Any] = {}
-        if self.head_hooks:
-            for transformer in self.experts:
-                _reset_step_cache(transformer)
+        if self.head_hook is not None:  # a new denoising run: every expert's residuals, step counts and records
+            self.head_hook.reset()
         clock = {"t": time.perf_counter()}
         start = len(step_ms)
         if self.switch is not None:
@@ -169,8 +153,8 @@ class PromptDenoiser:
             step_ms.append((now - clock["t"]) * 1e3)
             clock["t"] = clock["last_step"] = now
             say(ctx, f"prompt {k + 1}/{count} step {i + 1}/{spec.steps}  {step_ms[-1] / 1e3:.2f} s/step")
-            if self.head_hooks:  # read now: the pipeline resets its stateful hooks when the call ends
-                cache_now.update(self._cache_records())
+            if self.head_hook is not None:  # read now: the pipeline resets its stateful hooks when the call ends
+                cache_now.update({name: rec.record() for name, rec in self.head_hook.records.items()})
             prompt_ms.append(step_ms[-1])
             if i + 1 == spec.steps and self.keep_latents is not None and index is not None:
                 self.keep_latents(index, kwargs["latents"])  # before the pipeline decodes them

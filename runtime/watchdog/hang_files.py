@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.contract.numbers import digits_value
 from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.contract.results import write_json_atomic
 from sporch.orchestrator.hangs import collective_text, parse_record, record_names
@@ -69,7 +70,7 @@ def dump_flight_recorder(files: JobFiles, rank: int, backend: Optional[str]) -> 
     gloo's on torch >= 2.13), what TORCH_NCCL_DUMP_ON_TIMEOUT would write at the process
     group's own, later, timeout, into hang/fr_trace_rank_<N> (best effort)."""
     size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0"
-    if not size.strip().isdigit() or int(size) <= 0:
+    if not digits_value(size):
         return
     try:
         import torch._C._distributed_c10d as c10d  # noqa: PLC0415 - only with the recorder on, only on a hang

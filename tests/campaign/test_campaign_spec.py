@@ -201,7 +201,7 @@ def test_plan_command_text_and_json(run_cli):
     point = doc["groups"][0]["points"][0]
     assert point["predicted_ms_per_step"] > 0 and "band" in point and point["measured_links"] is False
     code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
-    assert code == 0 and "27 points in 3 group(s)" in out and "exceeds the 4 nodes of a100x32" in out
+    assert code == 0 and "27 points in 3 groups" in out and "exceeds the 4 nodes of a100x32" in out
     # the predicted time with its band (issue 35), not the peak-rate "ideal"
     from sporch.orchestrator.plan.cost_constants import fitted_table
 

@@ -72,7 +72,7 @@ def test_every_output_name_refuses_links_and_existing_files(places, run_cli, mon
     campaign = make_run(work / "synth", 0)
     store = work / "h.sqlite"
     code, out, err = run_cli("campaign", "history", "--rebuild", campaign, "--store", store)
-    assert code == 0 and "rebuilt: 3 run(s)" in out, err
+    assert code == 0 and "rebuilt: 3 runs" in out, err
     commands = {  # output name -> the command writing it (its --force appended for the second try)
         "script.sbatch": ["render", "--cluster", "local", TINY, "--job-dir", work / "jd", "-o"],
         "trend.png": ["campaign", "history", "--store", store, "--plot"],
@@ -146,7 +146,7 @@ def test_a_rebuild_needs_campaigns_with_runs_and_replaces_the_store_whole(tmp_pa
     campaign = make_run(tmp_path / "c" / "synth", 0)
     store = tmp_path / "h.sqlite"
     code, out, err = run_cli("campaign", "history", "--rebuild", campaign, "--store", store)
-    assert code == 0 and "rebuilt: 3 run(s)" in out, err
+    assert code == 0 and "rebuilt: 3 runs" in out, err
     kept = store.read_bytes()
     empty = tmp_path / "empty"
     (empty / "points").mkdir(parents=True)
@@ -164,7 +164,7 @@ def test_a_rebuild_needs_campaigns_with_runs_and_replaces_the_store_whole(tmp_pa
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     code, out, err = run_cli("campaign", "history", "--rebuild", campaign, "--store", legacy)
-    assert code == 0 and "rebuilt: 3 run(s)" in out, err
+    assert code == 0 and "rebuilt: 3 runs" in out, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "empty", "h.sqlite", "legacy.sqlite"]
 
 

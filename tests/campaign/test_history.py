@@ -91,7 +91,7 @@ def test_three_runs_show_three_entries_per_point(tmp_path, run_cli, history_stor
     code, out, err = run_cli("campaign", "history")
     assert code == 0, err
     for pid in ("p2a", "p4a", "p4b"):
-        assert f"{pid} (synth): local" in out and "3 run(s)" in out
+        assert f"{pid} (synth): local" in out and "3 runs" in out
     assert out.count("1111111111 ") == 3 and out.count("3333333333-dirty") == 3 and "2.6.0" in out
     # one point; the points of a campaign directory; --last
     code, out, _ = run_cli("campaign", "history", "p4a", "--json", "--last", "2")
@@ -124,7 +124,7 @@ def test_a_planted_2x_slower_run_is_flagged_against_the_baseline(tmp_path, run_c
     ok = make_run(tmp_path / "ok" / "synth", 3, scale=1.03)
     code, out, err = run_cli("campaign", "compare", "--baseline", ok)
     assert code == 0, out + err
-    assert "no regression over 5.0%" in out and "in 3 point(s)" in out
+    assert "no regression over 5.0%" in out and "in 3 points" in out
     # the planted one: p4a twice as slow, the rest within noise
     slow = make_run(tmp_path / "slow" / "synth", 3, scale=1.0, slow={"p4a": 2.0})
     code, out, err = run_cli("campaign", "compare", "--baseline", slow)
@@ -171,7 +171,7 @@ def test_the_store_rebuilt_from_result_files_equals_the_live_one(tmp_path, run_c
     rebuilt = tmp_path / "rebuilt.sqlite"
     code, out, err = run_cli("campaign", "history", "--rebuild", *dirs, "--store", rebuilt)
     assert code == 0, err
-    assert "rebuilt: 12 run(s) of 3 point(s)" in out
+    assert "rebuilt: 12 runs of 3 points" in out
     with Store.open(history_store) as live, Store.open(rebuilt) as again:
         assert live.dump() == again.dump()
         assert len(live.dump()[0]) == 12 and len(live.dump()[1]) > 12 * 5
@@ -225,7 +225,7 @@ def test_the_report_shows_the_history_of_points_run_more_than_once(tmp_path, run
     for d in dirs[1:]:
         code, out, err = run_cli("campaign", "report", d)
         assert code == 0, err
-    assert "history of 3 point(s)" in out
+    assert "history of 3 points" in out
     html = (dirs[2] / "report" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 + 3
     assert all(f'id="history-{pid}"' in html for pid in ("p2a", "p4a", "p4b"))

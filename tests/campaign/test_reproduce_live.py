@@ -4,7 +4,9 @@ reference in the reproduce/ campaigns' form) runs through `sporch campaign run` 
 `sporch campaign report` then says, per point, which reference passed and which failed and by what
 ratio, in the terminal (80 columns, nothing cut) and on the HTML page (seen in headless chromium
 at 1280 px: the References table, the summary's counts, nothing off the right edge). Every verdict
-and ratio is recomputed here from the points' result.json files."""
+and ratio is recomputed here from the points' result.json files: which of the CPU-sized figures
+pass depends on this machine's load, so only the GPU-sized one's failure is fixed here (the
+verdicts on recorded results: tests/campaign/test_tiny_reproduce_verdicts.py)."""
 
 from __future__ import annotations
 
@@ -78,14 +80,15 @@ def test_the_report_says_which_reference_passed_and_which_failed(reproduced, tmp
     for layout, (value, lower, upper, _) in refs.items():
         ms = measured[layout][1]
         want[layout] = "pass" if value * (1 + lower) <= ms <= value * (1 + upper) else "fail"
-    # the example's design: three CPU-sized figures pass, the GPU-sized one fails
-    assert sorted(want.values()) == ["fail", "pass", "pass", "pass"] and want["1x1x4x1"] == "fail", measured
+    # the GPU-sized figure fails on any CPU; the others as this machine's load has it
+    assert want["1x1x4x1"] == "fail", measured
+    passed, failed = sum(v == "pass" for v in want.values()), sum(v == "fail" for v in want.values())
 
     out = tmp_path / "report"
     rep = sporch("campaign", "report", cdir, "--out", out)
     assert rep.returncode == 1, rep.stderr  # a reference failed
     text = rep.stdout
-    assert "references (step_ms_median): 3 passed, 1 failed" in text, text
+    assert f"references (step_ms_median): {passed} passed, {failed} failed" in text, text
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("references ("))
     block = lines[start:next(i for i in range(start, len(lines)) if lines[i].startswith("└")) + 1]
@@ -118,7 +121,7 @@ def test_the_report_says_which_reference_passed_and_which_failed(reproduced, tmp
         assert cell["verdict"]["data-value"] == want[layout] and cell["verdict"].get("class") == want[layout]
     summary = [{c["data-key"]: c["data-value"] for c in row if "data-key" in c}
                for row in TableParser.parse(dom, "summary")[1:]]
-    assert sum(int(s["passed"]) for s in summary) == 3 and sum(int(s["failed"]) for s in summary) == 1
+    assert sum(int(s["passed"]) for s in summary) == passed and sum(int(s["failed"]) for s in summary) == failed
 
     probe = tmp_path / "probe.html"
     probe.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))

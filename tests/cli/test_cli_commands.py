@@ -65,14 +65,14 @@ def test_render(run_cli, tmp_path, monkeypatch):
     jd = tmp_path / "x" / "job"
     code, out, _ = run_cli("render", "-c", "slurmlab", TINY, "parallel.ulysses=2", "parallel.ring=4",
                            "--job-dir", jd)
-    assert code == 0 and out.startswith("#!/bin/bash") and f"--plan {jd}/plan.json" in out
+    assert code == 0 and out.startswith("#!/bin/bash") and f"export SPORCH_PLAN={jd}/plan.json" in out
     # the plan the script points at is there, and it is this job's
     assert Plan.load(str(jd / "plan.json")).layout.ring == 4 and (jd / "logs").is_dir()
     dest = tmp_path / "job.sbatch"
     code, out, err = run_cli("render", "-c", "local", TINY, "-o", dest)
     assert code == 0 and dest.read_text().startswith("#!/bin/bash") and "wrote" in err
     [plan_file] = (tmp_path / "runs" / "tiny").glob("*/plan.json")  # the default job dir, under the cwd
-    assert f"--plan {plan_file}" in dest.read_text()
+    assert f"export SPORCH_PLAN={plan_file}" in dest.read_text()
 
 
 def test_render_out_dir_can_be_submitted_as_is(run_cli, tmp_path):
@@ -80,7 +80,7 @@ def test_render_out_dir_can_be_submitted_as_is(run_cli, tmp_path):
     code, out, err = run_cli("render", "-c", "slurmlab", TINY, "--out", out_dir)
     assert code == 0, err
     assert (out_dir / "job.sbatch").read_text() == out
-    assert f"--plan {out_dir}/plan.json" in out and f"#SBATCH --output={out_dir}/logs/%j.out" in out
+    assert f"export SPORCH_PLAN={out_dir}/plan.json" in out and f"#SBATCH --output={out_dir}/logs/%j.out" in out
     assert Plan.load(str(out_dir / "plan.json")).job.name == "tiny"
     code, out, err = run_cli("render", "-c", "slurmlab", TINY, "--out", out_dir)
     assert code == 2 and "not empty" in err
@@ -109,7 +109,7 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
     remote = tmp_path / "remote.yaml"
     remote.write_text((ROOT / "clusters" / "a100x8.yaml").read_text()
                       + "login: {host: login.example.org, user: me, workdir: /scratch/me}\n")
-    code, _, err = run_cli("submit", "-c", str(remote), TINY, "--job-dir", str(tmp_path / "job"))
+    code, _, err = run_cli("submit", "-c", str(remote), TINY, "parallel.ulysses=8", "--job-dir", str(tmp_path / "job"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "job").exists()
 
@@ -125,7 +125,7 @@ def test_submit_to_a_remote_login_cluster_is_refused_before_anything_is_written(
         (["plan", "-c", "a100x32", "/no/such/job.yaml"], "no such file"),
         (["render", "-c", "local", TINY, "parallel.cfg=3"], "cfg must be 1 or 2"),
         (["submit", "--dry-run", "-c", "local", TINY, "model.num_heads=3", "model.head_dim=8",
-          "model.hidden=24"], "ulysses 4 > num_heads 3"),
+          "model.hidden=24", "parallel.ulysses=4"], "ulysses 4 > num_heads 3"),
         (["plan", "-c", "a100x32", FLUX, "workload.guidance_scale=3.5", "parallel.cfg=2", "parallel.ring=2"],
          "cfg 2: flux.1-dev is guidance-distilled"),
         (["submit", "--dry-run", "-c", "a100x32", FLUX, "parallel.cfg=2", "parallel.ring=2"],

@@ -66,6 +66,6 @@ def test_campaign_report_prints_untrusted_cells_as_they_are(tmp_path):
     proc = sporch("campaign", "report", str(root), env={})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MarkupError" not in proc.stderr and "internal error" not in proc.stderr
-    assert "1 point(s) not completed: b[/__w] [/__w/x] failed" in proc.stdout
+    assert "1 point not completed: b[/__w] [/__w/x] failed" in proc.stdout
     rows = [line for line in proc.stdout.splitlines() if line.startswith("│ b[/")]
     assert rows and "│ [bold" in rows[0] and "│ [/__w" in rows[0]  # id, preset, status cells (cut to width)

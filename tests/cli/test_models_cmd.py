@@ -31,6 +31,9 @@ def test_models_json_rows_follow_the_records(run_cli):
     assert rows["flux"]["cfg"] == "none"  # guidance-distilled
     assert rows["qwen-image"]["pipeline"] == "QwenImagePipeline" and "generate" in rows["qwen-image"]["workloads"]
     assert "fbcache" in rows["cogvideox"]["cache"] and "fbcache" in rows["wan"]["cache"]
+    # every step cache on every family (SD3's and PixArt's pipelines open no cache context: the default one)
+    every = ["fbcache", "teacache", "taylorseer", "magcache"]
+    assert rows["sd3"]["cache"] == rows["pixart"]["cache"] == every and rows["sd3"]["cache_refusal"] == ""
     assert rows["ltx-video"]["cfg"] == "1/2" and rows["hunyuanvideo"]["cfg"] == "none"
     assert rows["sd3"]["split_plan"] == "SD3Transformer2DModel: shipped table"
     assert rows["ltx-video"]["split_plan"].endswith("the class's _cp_plan")

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from sporch.orchestrator.jobs.preflight_report import judge
@@ -52,7 +54,7 @@ def test_the_slow_node_and_the_slow_link_are_named():
     assert report.slowest_node == "n2"
     assert any(p.startswith("slowest node: n2, ") for p in report.problems), report.problems
     one = _judge(_data({(0, 2): 0.1}))  # one bad hop: the link is named
-    assert one.slowest_link == "0->2 (n0,n1)"
+    assert one.slowest_link == "0->2 (n0, n1)"
 
 
 def test_versions_gpus_and_weights_are_compared():
@@ -60,11 +62,11 @@ def test_versions_gpus_and_weights_are_compared():
                                         3: {"gpus_visible": 1}}, hide="n1"))
     text = "\n".join(report.problems)
     assert "torch differs: n3 (2.12) against 2.13 on the other nodes" in text
-    assert "n1: sees 1 GPU(s) for its 2 ranks" in text
+    assert "n1: sees 1 GPU for its 2 ranks" in text
     # with a GPU per task (gpus-per-task), one each is right; none is not
     per_task = "\n".join(_judge(_data({}, versions={0: {"gpus_visible": 1}, 1: {"gpus_visible": 0}}),
                                 per_task=True).problems)
-    assert "n0: sees 1 GPU(s) for its 2 ranks (the descriptor says 2 per node); ranks [1] see none" in per_task
+    assert "n0: sees 1 GPU for its 2 ranks (the descriptor says 2 per node); ranks [1] see none" in per_task
     assert "n1:" not in per_task
     assert "n1: the weights path /w does not exist" in text
     # a LoRA file (plan.model.lora) one node cannot read is named too
@@ -157,27 +159,52 @@ def test_multi_node_pitfalls_are_warned_with_their_nodes():
         "of every collective"] and odd.problems == []
 
 
+def _labelled_lines(text: str, label: str) -> list[str]:
+    """The texts of the ``label`` lines of a command's output, each with its wrapped continuation
+    lines (indented) joined back."""
+    out: list[str] = []
+    current = None
+    for line in text.splitlines():
+        if line.startswith(label):
+            current = len(out)
+            out.append(" ".join(line.split()[1:]))
+        elif current is not None and line.startswith(" " * 10) and line.strip():
+            out[current] += " " + line.strip()
+        else:
+            current = None
+    return out
+
+
 def test_local_preflight_prints_the_tables_and_warns_about_planted_pitfalls(tmp_path):
     """On the loopback lab (8 CPU ranks, 4 emulated nodes) described as NVLink nodes: the tables,
-    and a planted NCCL_P2P_DISABLE=1 and an NCCL_SOCKET_IFNAME no node has warned about (issue 35),
-    naming the nodes; nothing about versions, GPUs or weights (those are not noise)."""
+    and an NCCL_P2P_DISABLE=1 and an NCCL_SOCKET_IFNAME no node has, planted in the descriptor's
+    env (which the local emulation gives the ranks, as the batch script does on Slurm: issue 51),
+    warned about (issue 35), naming the nodes; nothing about versions, GPUs or weights (those are
+    not noise). At 100 columns, every line fits and no node name is cut."""
     import yaml
 
     from sporch.orchestrator.config.cluster import find_cluster
 
     doc = yaml.safe_load(Path(find_cluster("slurmlab").source).read_text())
     doc["intra_node"] = {**(doc.get("intra_node") or {}), "fabric": "nvlink"}
+    doc["env"] = {**(doc.get("env") or {}), "NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "nosuch0"}
     desc = tmp_path / "lab-nvlink.yaml"
     desc.write_text(yaml.safe_dump(doc))
-    e = {**os.environ, "COLUMNS": "250", "NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "nosuch0"}
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "preflight", "--cluster", str(desc),
-                          "--local", "--output-dir", str(tmp_path / "runs")], capture_output=True, text=True,
-                         timeout=400, cwd=ROOT, env=e)
+    e = {**os.environ, "COLUMNS": "100"}
+    for key in ("NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME"):
+        e.pop(key, None)
+    with tempfile.TemporaryDirectory(prefix="sp") as short:  # the run's folder is printed: one word, not broken
+        out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "preflight", "--cluster",
+                              str(desc), "--local", "--output-dir", short], capture_output=True, text=True,
+                             timeout=400, cwd=ROOT, env=e)
     assert out.returncode in (0, 1), out.stderr[-2000:]
-    for text in ("preflight on slurmlab: nodes", "slurmlab-node3", "links (GB/s per rank)", "ring_p2p", "all_to_all"):
+    for text in ("preflight on slurmlab: nodes", "links (GB/s per rank)", "ring_p2p", "all_to_all"):
         assert text in out.stdout, text
+    names = re.findall(r"[\w.-]+", out.stdout)
+    assert all(f"slurmlab-node{i}" in names for i in range(4)) and "…" not in out.stdout  # whole, never cut
+    assert max(len(line) for line in (out.stdout + out.stderr).splitlines()) <= 100, out.stdout + out.stderr
     assert "differs" not in out.stdout and "weights path" not in out.stdout
-    warnings = [" ".join(line.split()[1:]) for line in out.stdout.splitlines() if line.startswith("warning")]
+    warnings = _labelled_lines(out.stdout, "warning")
     nodes = ", ".join(f"slurmlab-node{i}" for i in range(4))
     assert warnings[0].startswith(f"NCCL_P2P_DISABLE is set on {nodes}, whose GPUs the descriptor says talk over "
                                   "NVLink"), warnings

@@ -66,6 +66,7 @@ def test_a_user_descriptor_named_like_a_builtin_wins(tmp_path, run_cli, isolated
     assert find_cluster("a100x8").source == str((user / "a100x8.yaml").resolve())
     code, out, err = run_cli("clusters", "show", "a100x8")
     assert code == 0 and path in out and "instead of the builtin descriptor" in out, out
+    monkeypatch.setenv("COLUMNS", "250")  # a table, not one block per row: the test folder's paths are long
     code, out, err = run_cli("clusters", "list")
     row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("a100x8"))
     assert "user" in row, out  # (the table may wrap the file names; the label starts the cell)

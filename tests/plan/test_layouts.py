@@ -149,7 +149,7 @@ def test_uneven_heads_warn():
 
 def test_too_many_ulysses_ranks():
     with pytest.raises(LayoutError, match="ulysses 8 > num_heads 4"):
-        plan("a100x8", TINY)
+        plan("a100x8", TINY, "parallel.ulysses=8")  # given; the default adapts (tests/plan/test_default_layout.py)
 
 
 @pytest.mark.parametrize(

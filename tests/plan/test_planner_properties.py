@@ -95,14 +95,17 @@ def check_invariants(cluster: ClusterSpec, job: JobSpec, p: Plan) -> None:
     for d, v in req.items():
         if isinstance(v, int):
             assert getattr(lay, d) == v
-    # (issue 9 item 14: when the defaults cannot meet what the job sets, unset ring/ulysses
-    # shrink to a divisor of their default, and a warning says so)
+    # (issue 9 item 14, issue 51: when the defaults cannot hold -- they do not meet what the job
+    # sets, or the model cannot take them -- an unset ulysses shrinks to a divisor of the GPUs per
+    # node, an unset ring takes the ranks left, and a note says so)
     if "auto" not in req.values():
         defaults = {"dp": 1, "cfg": 1, "ring": cluster.nodes, "ulysses": gpn}
         adapted = any("(not set)" in w for w in p.warnings)
         for d, v in req.items():
-            if v is None and adapted and d in ("ring", "ulysses"):
+            if v is None and adapted and d == "ulysses":
                 assert defaults[d] % getattr(lay, d) == 0
+            elif v is None and adapted and d == "ring":
+                assert lay.world_size == cluster.nodes * gpn
             elif v is None:
                 assert getattr(lay, d) == defaults[d]
     # Warnings about placement are exact.

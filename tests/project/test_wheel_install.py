@@ -75,4 +75,5 @@ def test_wheel_ships_data_and_cli_works(tmp_path):
     r = subprocess.run([str(env_dir / "bin" / "sporch"), "render", "-c", "local", shipped, "--job-dir", jd],
                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert f"python -m sporch.runtime.launch --plan {jd}/plan.json" in r.stdout
+    assert f"export SPORCH_PLAN={jd}/plan.json" in r.stdout
+    assert 'python -m sporch.runtime.launch --plan "$SPORCH_JOB_DIR/plan.json"' in r.stdout

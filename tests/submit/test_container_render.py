@@ -60,7 +60,7 @@ def test_pyxis_adds_srun_options_and_runs_the_containers_python(tmp_path):
     assert f"--container-mounts={GOLDEN_JOB_DIR}:{GOLDEN_JOB_DIR},/scratch:/scratch,/datasets:/data:ro \\" in srun
     assert "--container-workdir=/workspace \\" in srun and "--container-env=HF_HOME,NOTE \\" in srun
     assert "'--export=ALL,HF_HOME=/scratch/hf,NOTE=two words' \\" in srun
-    assert srun.rstrip().endswith(f"/opt/conda/bin/python -m sporch.runtime.launch --plan {GOLDEN_JOB_DIR}/plan.json")
+    assert srun.rstrip().endswith('/opt/conda/bin/python -m sporch.runtime.launch --plan "$SPORCH_JOB_DIR/plan.json"')
     assert "python -m" not in srun.replace("/opt/conda/bin/python -m", "")  # not the cluster's python
 
 
@@ -72,7 +72,7 @@ def test_apptainer_wraps_the_rank_command(runtime, tmp_path):
     assert f"{runtime} exec --nv --bind {binds} \\" in lines
     assert "--pwd /workspace \\" in lines and "--env HF_HOME=/scratch/hf --env 'NOTE=two words' \\" in lines
     assert lines[-2:] == ["/images/sporch.sif \\",
-                          f"/opt/conda/bin/python -m sporch.runtime.launch --plan {GOLDEN_JOB_DIR}/plan.json"]
+                          '/opt/conda/bin/python -m sporch.runtime.launch --plan "$SPORCH_JOB_DIR/plan.json"']
     no_gpus = render_sbatch(plan_for(container_cluster(tmp_path, runtime, name="ng", gpus=False)), GOLDEN_JOB_DIR)
     assert f"{runtime} exec --bind" in no_gpus and "--nv" not in no_gpus
 

@@ -21,7 +21,7 @@ from tests.testutil import EXAMPLES, container_cluster
 RUNTIMES = ("pyxis", "apptainer", "singularity", "podman")
 BAD_IMAGES = ("--volume=/:/host", "--privileged", "-v", "-", "img;rm", "img`x`", "a\tb", "img$(id)", "")
 GOOD_IMAGES = ("registry.example/sporch:1.0", "nvcr.io#nvidia/pytorch:24.05-py3", "docker://ubuntu:22.04",
-               "/images/sporch.sif", "./x.sqsh", "~/x.sif", "name@sha256:abc123", "library://u/c/i:1")
+               "/images/sporch.sif", "./x.sqsh", "name@sha256:abc123", "library://u/c/i:1")
 LAYOUT = ["parallel.ring=2", "parallel.ulysses=4"]
 
 

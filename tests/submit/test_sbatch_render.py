@@ -53,7 +53,8 @@ def test_script_essentials():
     assert "#SBATCH --qos" not in text and "#SBATCH --constraint" not in text
     srun = text[text.index("srun "):]
     assert srun.startswith("srun --kill-on-bad-exit=1")
-    assert f"python -m sporch.runtime.launch --plan {GOLDEN_JOB_DIR}/plan.json" in srun
+    assert 'python -m sporch.runtime.launch --plan "$SPORCH_JOB_DIR/plan.json"' in srun
+    assert f"export SPORCH_JOB_DIR={GOLDEN_JOB_DIR}" in lines  # the job dir, spelled once
     # setup lines come before srun, env before srun
     assert text.index("module load") < text.index("srun ") and text.index("MASTER_ADDR") < text.index("srun ")
 
@@ -88,9 +89,9 @@ def test_hang_env_on_gpu_clusters_only_and_the_cluster_env_wins(tmp_path):
     """Issue 19 item 4: the flight recorder's variables point into the job folder's hang/, before
     the cluster's own env (exported later, so it wins); a CPU cluster gets none of them."""
     text = render("a100x32", "wan14b-720p.yaml", ["resources.collective_timeout=100"])
-    assert f"export TORCH_FR_DUMP_TEMP_FILE={GOLDEN_JOB_DIR}/hang/fr_trace_rank_" in text.splitlines()
+    assert 'export TORCH_FR_DUMP_TEMP_FILE="$SPORCH_JOB_DIR/hang/fr_trace_rank_"' in text.splitlines()
     assert "export TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=160" in text  # the process group's timeout
-    assert text.index("TORCH_FR_BUFFER_SIZE") < text.index("# Fabric") and f"{GOLDEN_JOB_DIR}/hang" in text
+    assert text.index("TORCH_FR_BUFFER_SIZE") < text.index("# Fabric") and '"$SPORCH_JOB_DIR/hang"' in text
     cpu = render("local", "tiny.yaml")
     assert "TORCH_FR" not in cpu and "TORCH_NCCL_DUMP" not in cpu and "/hang" not in cpu
     text = (EXAMPLES.parent / "clusters" / "a100x32.yaml").read_text()

@@ -16,14 +16,17 @@ from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, UnsupportedClass
 from .config_rules import key_problem
-from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
+from . import (chronoedit, cogvideox, flux, flux2, helios, hunyuanvideo, ltx, ltx2, minimax_h3, pixart, qwenimage,
+               sd3, wan)
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
-                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
+                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY, flux2.FAMILY, ltx2.FAMILY,
+                                chronoedit.FAMILY, helios.FAMILY, minimax_h3.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
-           "supported_classes", "generic_preset", "config_problem", "original_config_family", "require_family", "shape_family", "preset_shape", "SHAPE_FAMILIES"]
+           "supported_classes", "generic_preset", "config_problem", "original_config_family", "require_family",
+           "shape_family", "preset_shape", "SHAPE_FAMILIES", "published_magcache_ratios"]
 
 
 def family_of_class(class_name: str) -> Optional[Family]:
@@ -93,6 +96,12 @@ def shape_family(attention: Optional[str]) -> Optional[Family]:
     """The family whose class a model of ``attention`` given by its shape alone is built as, or None."""
     name = SHAPE_FAMILIES.get(attention or "")
     return get_family(name) if name else None
+
+
+def published_magcache_ratios(preset: Optional[str]) -> Optional[tuple[float, ...]]:
+    """MagCache's published ratios for ``preset`` (a family's ``magcache_ratios``), or None."""
+    key = (preset or "").strip().lower()
+    return next((fam.magcache_ratios[key] for fam in FAMILIES if key in fam.magcache_ratios), None)
 
 
 def supported_classes() -> list[str]:

@@ -6,9 +6,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional
 
+from sporch.orchestrator.contract.vocab import CACHE_METHODS
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.config_rules import Rule
 from sporch.orchestrator.models.families.plan_format import SplitPlan
+
+
+#: the step caches (``workload.cache.method`` but none) and TeaCache's probes the generic path has
+STEP_CACHES = tuple(m for m in CACHE_METHODS if m != "none")
+TEACACHE_PROBES = ("timestep", "modulated")
 
 
 class UnsupportedClass(CheckpointError):
@@ -212,9 +218,24 @@ class Family:
     #: names) to diffusers' keys on the generic path (runtime/model/generic/lora.py); None: no LoRA
     lora_loader: Optional[str] = None
     #: ``workload.cache.method`` values the generic path runs for the family's classes
-    #: (runtime/model/generic/cache.py: diffusers' First Block Cache, the decision agreed over the
-    #: ranks); it needs diffusers' cache contexts (``CacheMixin``) on the class
-    step_cache: tuple[str, ...] = ("fbcache",)
+    #: (runtime/model/generic/cache.py: diffusers' cache hooks, the decision agreed over the ranks);
+    #: each needs the class's blocks in diffusers' ``TransformerBlockRegistry``, and teacache a head
+    #: block with what ``teacache_probe`` reads (tests/runtime/model/test_generic_cache_facts.py
+    #: checks every family's classes)
+    step_cache: tuple[str, ...] = STEP_CACHES
+    #: why the methods of ``STEP_CACHES`` the family does not list cannot run on its classes (one
+    #: clause naming what is missing; the planner's refusal and ``sporch models``' cache column)
+    step_cache_refusal: Optional[str] = None
+    #: What TeaCache compares across steps (runtime/model/generic/cache_probe.py): ``timestep``, the
+    #: head block's time embedding, or ``modulated``, the head block's ``norm1(hidden_states,
+    #: emb=temb)``; the probe the family's published coefficients were fitted on
+    teacache_probe: str = "timestep"
+    #: preset (``plan.model.preset``) -> TeaCache's published rescale polynomial (highest degree
+    #: first) for it, on ``teacache_probe``; a model without one uses the identity (a raw change)
+    teacache_coefficients: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: preset -> MagCache's published per-step magnitude ratios (resampled to the run's steps);
+    #: a model without them takes ``workload.cache.ratios`` or measures them (threshold 0)
+    magcache_ratios: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     #: a pipeline folder's ``vae/config.json`` -> the latent strides (frames, height, width) its
     #: VAE gives the transformer beside it, or None for a VAE class it does not read (the shape's
     #: ``vae_stride`` stands; a ValueError, one line, for strides out of range); None: the family's
@@ -240,8 +261,18 @@ class Family:
     #: config.json -> (width, count) of the image tokens the transformer attends to beside the text
     #: (Wan2.1 I2V's CLIP tokens: the planner's cross-attention work and memory), (0, 0) for none
     image_tokens: Callable[[Mapping[str, Any]], tuple[int, int]] = no_image_tokens
+    #: a config.json -> why the family's split plan is not exact for that model (one clause: a config
+    #: option the plan does not cover, e.g. Helios' ``is_amplify_history``), or None where it is; the
+    #: planner refuses such a model on more than one sequence rank in one line
+    #: (plan/generic_checks.check_generic), the runtime before it splits (generic/runner.py). None: every
+    #: config of the family's classes splits exactly
+    split_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 
     def __post_init__(self) -> None:
+        unknown = [m for m in self.step_cache if m not in STEP_CACHES]
+        if unknown or self.teacache_probe not in TEACACHE_PROBES:
+            raise ValueError(f"family {self.name}: step_cache {list(self.step_cache)} (of {list(STEP_CACHES)}), "
+                             f"teacache_probe {self.teacache_probe!r} (of {list(TEACACHE_PROBES)})")
         if self.pipeline_class and (self.pipeline_cfg is PipelineCfg.NONE) == self.cfg:
             raise ValueError(f"family {self.name}: pipeline_cfg {self.pipeline_cfg.value} with cfg {self.cfg}: a "
                              "pipeline applies CFG (batched or two_calls) exactly when the family has a CFG branch")

@@ -109,6 +109,14 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
                                       "gives the frame a quarter and rows and columns 3/8 each, in channel pairs)")
     return None
 
+#: TeaCache's rescale polynomial (highest degree first), fitted on the time embedding ``emb`` (the
+#: ``temb`` CogVideoX's blocks get: ``teacache_probe="timestep"``): github.com/ali-vilab/TeaCache,
+#: TeaCache4CogVideoX1.5/teacache_sample_video.py, its "CogVideoX-5b" entry
+TEACACHE_COEFFICIENTS = {
+    "cogvideox-5b": (-1.53880483e+03, 8.43202495e+02, -1.34363087e+02, 7.97131516e+00, -5.23162339e-02),
+}
+
+
 FAMILY = Family(
     name="cogvideox", title="CogVideoX", classes=("CogVideoXTransformer3DModel",), shape=shape,
     lora_loader="CogVideoXLoraLoaderMixin",
@@ -119,6 +127,6 @@ FAMILY = Family(
     count_parameters=count_parameters,
     pipeline_cfg=PipelineCfg.BATCHED,  # [uncond, cond] in one transformer call: parallel.cfg=2 splits its rows
     vae_tiling=True,  # AutoencoderKLCogVideoX.enable_tiling: half the sample size (240 x 360 for CogVideoX-5b)
-    vae_class="AutoencoderKLCogVideoX", vae_parallel=True,
+    vae_class="AutoencoderKLCogVideoX", vae_parallel=True, teacache_coefficients=TEACACHE_COEFFICIENTS,
     config_keys=CONFIG_KEYS, flow_scheduler=False, config_rules=config_rules,
 )

@@ -131,8 +131,25 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
                                                                      default_head=128)
 
 
+#: TeaCache's rescale polynomial (highest degree first), fitted on the first double block's modulated
+#: image input (``teacache_probe="modulated"``): github.com/ali-vilab/TeaCache, TeaCache4FLUX/teacache_flux.py
+#: (fitted on FLUX.1-dev; sporch applies it to schnell too: none is published for it)
+TEACACHE_COEFFICIENTS = {
+    "flux.1-dev": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
+    "flux.1-schnell": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
+}
+#: MagCache's magnitude ratios for 28 steps: diffusers 0.42.1 ``hooks/mag_cache.py`` ``FLUX_MAG_RATIOS``
+#: (from github.com/Zehong-Ma/MagCache; tests/runtime/model/test_generic_cache_facts.py checks the copy)
+FLUX_MAG_RATIOS = (1.0, 1.21094, 1.11719, 1.07812, 1.0625, 1.03906, 1.03125, 1.03906, 1.02344, 1.03125, 1.02344,
+                   0.98047, 1.01562, 1.00781, 1.0, 1.00781, 1.0, 1.00781, 1.0, 1.0, 0.99609, 0.99609, 0.98047,
+                   0.98828, 0.96484, 0.95703, 0.93359, 0.89062)
+MAGCACHE_RATIOS = {"flux.1-dev": FLUX_MAG_RATIOS, "flux.1-schnell": FLUX_MAG_RATIOS}
+
+
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, config_for=config_for,
                 presets=PRESETS, lora_loader="FluxLoraLoaderMixin", cfg=False, pipeline_folders=PIPELINE_FOLDERS,
                 pipeline_class="FluxPipeline", pipeline_parts=pipeline_parts, vae_class="AutoencoderKL",
                 vae_tiling=True, vae_parallel=True, config_keys=CONFIG_KEYS, config_rules=config_rules,
-                count_parameters=count_parameters)
+                count_parameters=count_parameters,
+                teacache_probe="modulated", teacache_coefficients=TEACACHE_COEFFICIENTS,
+                magcache_ratios=MAGCACHE_RATIOS)

@@ -118,6 +118,15 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
     return head_dim_problem(config, default=128) or rope_axes_problem(config, "rope_axes_dim", (16, 56, 56),
                                                                      default_head=128)
 
+#: TeaCache's rescale polynomial (highest degree first), fitted on the first double block's modulated
+#: image input (the original release's ``img_norm1`` + ``img_mod``, diffusers' ``norm1``:
+#: ``teacache_probe="modulated"``): github.com/ali-vilab/TeaCache,
+#: TeaCache4HunyuanVideo/teacache_sample_video.py (HunyuanVideo 13B T2V, the weights of the preset)
+TEACACHE_COEFFICIENTS = {
+    "hunyuanvideo": (7.33226126e+02, -4.01131952e+02, 6.75869174e+01, -3.14987800e+00, 9.61237896e-02),
+}
+
+
 FAMILY = Family(
     name="hunyuanvideo", title="HunyuanVideo", classes=("HunyuanVideoTransformer3DModel",), shape=shape,
     lora_loader="HunyuanVideoLoraLoaderMixin",
@@ -133,4 +142,5 @@ FAMILY = Family(
     vae_class="AutoencoderKLHunyuanVideo",
     vae_parallel=True,  # its mid block (frame-causal attention over all tokens) runs on the gathered rows
     config_keys=CONFIG_KEYS, config_rules=config_rules,
+    teacache_probe="modulated", teacache_coefficients=TEACACHE_COEFFICIENTS,
 )

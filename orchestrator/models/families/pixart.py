@@ -144,7 +144,6 @@ FAMILY = Family(
     name="pixart", title="PixArt-Sigma", classes=("PixArtTransformer2DModel",), shape=shape,
     legacy_classes={"Transformer2DModel": ("PixArtTransformer2DModel", {"norm_type": "ada_norm_single"})},
     split_plans={"PixArtTransformer2DModel": PIXART_PLAN}, text_split=False,
-    step_cache=(),  # PixArtTransformer2DModel has no CacheMixin (no diffusers cache contexts)
     lora_loader=None,  # PixArt's pipelines have no diffusers LoRA loader mixin
     presets=(FamilyPreset("pixart-sigma-xl-2-1024-ms", PIXART_SIGMA_1024,
                           "huggingface.co/PixArt-alpha/PixArt-Sigma-XL-2-1024-MS transformer/config.json (0.6B)",

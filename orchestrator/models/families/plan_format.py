@@ -6,10 +6,13 @@ The records mirror diffusers' ``ContextParallelInput`` / ``ContextParallelOutput
 ``_cp_plan`` into these records, and a family ships a table of them for a class without one.
 
 A plan maps a module's name (``""`` the model itself, ``"blocks.0"``, ``"blocks.*"`` every child
-of ``blocks``) to either
+of ``blocks``, ``"blocks.*.attn1"`` every block's ``attn1``: a ``*`` part anywhere) to either
 
 * ``{input name or output index: SplitInput}``: split that forward argument before the module
-  runs (or, with ``split_output``, that element of its output after it ran), or
+  runs (or, with ``split_output``, that element of its output after it ran); an output index may
+  also map to a ``GatherOutput`` (sporch's addition): that element is gathered after the module
+  ran, so one entry splits a module's input and gathers its output (Helios' attention and
+  feed-forward, split and gathered in every block: diffusers names each block's gather apart); or
 * ``GatherOutput`` (or a tuple of them, one per output): gather the output after the module ran.
 
 A tensor whose number of dimensions is not ``expected_dims`` is left whole (as diffusers does:
@@ -59,7 +62,9 @@ def describe(plan: SplitPlan) -> str:
     for name, entry in plan.items():
         where = name or "(model)"
         if isinstance(entry, Mapping):
-            parts.append(f"split {where}: " + ", ".join(str(k) for k in entry))
+            split = [str(k) for k, v in entry.items() if not isinstance(v, GatherOutput)]
+            parts.append(f"split {where}: " + ", ".join(split)
+                         + ("; gather its output" if len(split) < len(entry) else ""))
         else:
             parts.append(f"gather {where}")
     return "; ".join(parts)

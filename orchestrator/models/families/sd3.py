@@ -115,7 +115,7 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
 
 FAMILY = Family(
     name="sd3", title="Stable Diffusion 3.5", classes=("SD3Transformer2DModel",), shape=shape,
-    lora_loader="SD3LoraLoaderMixin", step_cache=(),  # SD3Transformer2DModel has no CacheMixin
+    lora_loader="SD3LoraLoaderMixin",
     split_plans={"SD3Transformer2DModel": SD3_PLAN},
     presets=(FamilyPreset("sd3.5-large", SD35_LARGE, "huggingface.co/stabilityai/stable-diffusion-3.5-large "
                           "transformer/config.json (8B)",

@@ -268,6 +268,18 @@ def image_folders(config: Mapping[str, Any]) -> tuple[str, ...]:
     return ("image_encoder", "image_processor") if config.get("image_dim") else ()
 
 
+#: TeaCache's rescale polynomials (highest degree first), fitted on the time projection ``e0``
+#: (diffusers' ``timestep_proj``, the ``temb`` Wan's blocks get: ``teacache_probe="timestep"``), the
+#: ``use_ret_steps`` set: github.com/ali-vilab/TeaCache, TeaCache4Wan2.1/teacache_generate.py (T2V 1.3B
+#: and 14B; I2V 14B, one polynomial per resolution). Wan2.2 has none published (the identity applies).
+TEACACHE_COEFFICIENTS = {
+    "wan2.1-t2v-1.3b": (-5.21862437e+04, 9.23041404e+03, -5.28275948e+02, 1.36987616e+01, -4.99875664e-02),
+    "wan2.1-t2v-14b": (-3.03318725e+05, 4.90537029e+04, -2.65530556e+03, 5.87365115e+01, -3.15583525e-01),
+    "wan2.1-i2v-14b-480p": (2.57151496e+05, -3.54229917e+04, 1.40286849e+03, -1.35890334e+01, 1.32517977e-01),
+    "wan2.1-i2v-14b-720p": (8.10705460e+03, 2.13393892e+03, -3.72934672e+02, 1.66203073e+01, -4.17769401e-02),
+}
+
+
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
                 config_for=config_for, presets=PRESETS, lora_loader="WanLoraLoaderMixin", text_split=False,
                 pipeline_folders=PIPELINE_FOLDERS, video=True, pipeline_class="WanPipeline",
@@ -277,4 +289,5 @@ FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DM
                 vae_tiling=True, vae_parallel=True, image_tokens=image_tokens, config_keys=CONFIG_KEYS,
                 count_parameters=count_parameters,
                 config_rules=config_rules, is_original_config=is_original_config,
-                original_config_problem=original_config_problem, from_original_config=from_original_config)
+                original_config_problem=original_config_problem, from_original_config=from_original_config,
+                teacache_coefficients=TEACACHE_COEFFICIENTS)

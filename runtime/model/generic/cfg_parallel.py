@@ -97,8 +97,9 @@ def gather_halves(out: torch.Tensor, ctx: ParallelContext) -> torch.Tensor:
 class CfgParallel:
     """Torch forward hooks on ``model`` (the transformer) while entered: its calls (by keyword, or
     positionally: :func:`by_name` names them) take this cfg rank's half of ``batched``
-    (:func:`keep_half`) and return the whole batch's output (:func:`gather_halves` on the first
-    element of a tuple output, or on ``.sample``)."""
+    (:func:`keep_half`) and return the whole batch's output (:func:`gather_halves` on each tensor
+    of a tuple output or of diffusers' output record: a second stream's prediction too, LTX-2's
+    audio)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext, batched: Sequence[str]) -> None:
         if ctx.cfg != 2:
@@ -121,9 +122,11 @@ class CfgParallel:
         return (), keep_half(by_name(module, args, kwargs), self.batched, self.ctx)
 
     def _gather(self, module, args, output):
-        if isinstance(output, (tuple, list)):
-            return type(output)((gather_halves(output[0], self.ctx), *output[1:]))
+        if isinstance(output, (tuple, list)):  # every prediction of the call (LTX-2: video, then audio)
+            return type(output)(gather_halves(t, self.ctx) if torch.is_tensor(t) else t for t in output)
         if hasattr(output, "sample"):
-            output.sample = gather_halves(output.sample, self.ctx)
+            for name, value in list(output.items()):  # diffusers' output record: each of its tensors
+                if torch.is_tensor(value):
+                    output[name] = gather_halves(value, self.ctx)
             return output
         return gather_halves(output, self.ctx)

@@ -25,7 +25,9 @@ Which attention calls are sequence-parallel: those of modules inside the split r
 the first split of a forward, before its gather), except where the module attends to text that
 stays whole on every rank (a cross-attention, ``encoder_hidden_states`` given, when the plan does
 not split the text) and modules under the family's ``local_attention`` prefixes (e.g. a text
-refiner that runs on the whole prompt). Those run plain local attention.
+refiner that runs on the whole prompt; shell-style patterns, ``transformer_blocks.*.audio_attn1``:
+every block's, for a stream kept whole on every rank such as LTX-2's audio). Those run plain local
+attention.
 
 The hooks are registered on the model once (the first time a ``SequenceParallel`` is entered on
 it) and stay for the model's lifetime; each calls the ``SequenceParallel`` entered now and does
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
+from fnmatch import fnmatchcase
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -59,11 +62,12 @@ __all__ = ["SequenceParallel", "modules_named"]
 
 
 def modules_named(model: torch.nn.Module, name: str) -> list[torch.nn.Module]:
-    """The module ``name`` of ``model`` (``""``: the model), or every child of ``parent`` for
-    ``parent.*``."""
-    if name.endswith(".*"):
-        return list(model.get_submodule(name[:-2]).children())
-    return [model.get_submodule(name)] if name else [model]
+    """The module ``name`` of ``model`` (``""``: the model); a ``*`` part stands for every child
+    there (``blocks.*``: every block; ``blocks.*.attn1``: every block's ``attn1``)."""
+    found = [model]
+    for part in name.split(".") if name else ():
+        found = [c for m in found for c in (m.children() if part == "*" else (m.get_submodule(part),))]
+    return found
 
 
 @dataclass
@@ -97,8 +101,8 @@ class _RouteAttention(TorchFunctionMode):
 
 class SequenceParallel:
     """Hooks that make ``model`` sequence-parallel over ``ctx``'s sequence group (see the module
-    docstring). ``plan``: the split plan; ``local_attention``: module-name prefixes whose
-    attention runs whole; ``backend``: sporch's attention kernel name. Enter it for the forwards
+    docstring). ``plan``: the split plan; ``local_attention``: module-name prefixes (or shell-style
+    patterns, ``*`` for any block) whose attention runs whole; ``backend``: sporch's attention kernel name. Enter it for the forwards
     that run sharded; an instance may be entered again for each forward (the runner does so)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext, plan: SplitPlan, *,
@@ -189,7 +193,8 @@ class SequenceParallel:
         single = torch.is_tensor(output)
         items = [output] if single else list(output)
         for i, spec in enumerate(gathers):
-            if spec is None or (spec.expected_dims is not None and items[i].dim() != spec.expected_dims):
+            if spec is None or not torch.is_tensor(items[i]) or (spec.expected_dims is not None
+                                                                 and items[i].dim() != spec.expected_dims):
                 continue
             if faults.wrong_shard(self.ctx.rank):  # test hook: this rank's shard wrong (verify must fail)
                 items[i] = items[i] + 1
@@ -276,18 +281,22 @@ class _Hooks:
                 if isinstance(entry, Mapping):
                     names = [k for k, s in entry.items() if isinstance(k, str) and not _on_output(s)]
                     outs = {k: s for k, s in entry.items() if _on_output(s)}
+                    ends = {k: s for k, s in entry.items() if isinstance(k, int) and isinstance(s, GatherOutput)}
                     if names:
                         params = list(inspect.signature(m.forward).parameters)
                         handles.append(m.register_forward_pre_hook(self.calling("_split_inputs", entry, names, params),
                                                                    with_kwargs=True))
                     if outs:
                         handles.append(m.register_forward_hook(self.calling("_split_outputs", outs)))
+                    if ends:  # the module's own output gathered after it ran (split on entry, whole on exit)
+                        gathers = tuple(ends.get(i) for i in range(max(ends) + 1))
+                        handles.append(m.register_forward_hook(self.calling("_gather", gathers)))
                 else:
                     gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
                     handles.append(m.register_forward_hook(self.calling("_gather", gathers)))
         for name, m in model.named_modules():
             if _is_attention(m):
-                local = any(name == p or name.startswith(p + ".") for p in local_attention)
+                local = any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") for p in local_attention)
                 handles.append(m.register_forward_pre_hook(self.calling("_enter_attention", local), with_kwargs=True))
                 handles.append(m.register_forward_hook(self.calling("_leave_attention"), always_call=True))
         self.handles = handles

@@ -152,6 +152,43 @@ OTHER_SHAPES = {
          "norm_elementwise_affine": True, "attention_bias": False},
         {"num_layers": 12, "num_attention_heads": 16, "attention_head_dim": 64, "cross_attention_dim": 1024,
          "caption_channels": 4096, "in_channels": 4, "out_channels": 8, "sample_size": 64, "patch_size": 2}],
+    # the families of issue 48 (classes with a _cp_plan): a tiny shape with options switched, a mid-sized one
+    "flux2": [
+        {"num_layers": 2, "num_single_layers": 3, "num_attention_heads": 3, "attention_head_dim": 16,
+         "joint_attention_dim": 24, "in_channels": 16, "out_channels": 8, "patch_size": 2, "mlp_ratio": 2.5,
+         "axes_dims_rope": [4, 4, 4, 4], "guidance_embeds": True},
+        {"num_layers": 4, "num_single_layers": 12, "num_attention_heads": 16, "attention_head_dim": 128,
+         "joint_attention_dim": 6144, "in_channels": 128, "timestep_guidance_channels": 128, "guidance_embeds": False}],
+    "ltx2": [
+        {"in_channels": 8, "out_channels": 6, "num_attention_heads": 3, "attention_head_dim": 8, "cross_attention_dim": 24,
+         "audio_in_channels": 4, "audio_out_channels": None, "audio_num_attention_heads": 3,
+         "audio_attention_head_dim": 4, "audio_cross_attention_dim": 12, "num_layers": 2, "caption_channels": 16,
+         "norm_elementwise_affine": True, "attention_bias": False, "gated_attn": True, "audio_cross_attn_mod": True,
+         "use_prompt_adaln_single": False},
+        {"num_attention_heads": 16, "attention_head_dim": 64, "cross_attention_dim": 1024,
+         "audio_num_attention_heads": 16, "audio_attention_head_dim": 32, "audio_cross_attention_dim": 512,
+         "num_layers": 8, "caption_channels": 2048, "cross_attn_mod": True, "audio_gated_attn": True,
+         "use_prompt_embeddings": False, "audio_ff_bias": False, "attention_out_bias": False,
+         "use_keyframes_abs_pos_embedding": True}],
+    "chronoedit": [
+        {"num_attention_heads": 3, "attention_head_dim": 8, "in_channels": 8, "out_channels": 4, "text_dim": 16,
+         "freq_dim": 16, "ffn_dim": 32, "num_layers": 2, "patch_size": [1, 2, 2], "cross_attn_norm": False},
+        {"num_attention_heads": 12, "attention_head_dim": 64, "in_channels": 36, "out_channels": 16, "text_dim": 4096,
+         "ffn_dim": 3072, "num_layers": 6, "image_dim": 1280, "added_kv_proj_dim": 768, "pos_embed_seq_len": 514}],
+    "helios": [
+        {"num_attention_heads": 3, "attention_head_dim": 8, "in_channels": 4, "out_channels": 5, "text_dim": 16,
+         "freq_dim": 16, "ffn_dim": 32, "num_layers": 2, "rope_dim": [4, 2, 2], "is_amplify_history": True,
+         "cross_attn_norm": False},
+        {"num_attention_heads": 12, "attention_head_dim": 128, "num_layers": 6, "ffn_dim": 8960,
+         "is_amplify_history": True, "history_scale_mode": "scalar", "has_multi_term_memory_patch": False,
+         "added_kv_proj_dim": 1536}],
+    "minimax-h3": [  # attention wider than the residual stream, as the published config
+        {"num_attention_heads": 3, "attention_head_dim": 8, "hidden_size": 20, "num_layers": 2, "num_refiner_layers": 1,
+         "ffn_dim": 28, "in_channels": 4, "audio_in_channels": 6, "patch_size": [1, 2, 2], "text_dim": 16,
+         "freq_dim": 8, "time_embed_hidden_dim": 24, "time_embed_dim": 16, "rope_freq_dim": 1},
+        {"num_attention_heads": 24, "attention_head_dim": 128, "hidden_size": 2048, "num_layers": 8,
+         "num_refiner_layers": 3, "ffn_dim": 8192, "in_channels": 16, "audio_in_channels": 64,
+         "patch_size": [1, 1, 1], "text_dim": 4096}],
 }
 SHAPES = [(fam, i, config) for fam in FAMILIES if fam.count_parameters is not None
           for i, config in enumerate(OTHER_SHAPES[fam.name])]

@@ -473,7 +473,6 @@ def test_comparison_can_fail(pipes, references, four_ranks):
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({"ulysses": 4}, {"height": 16, "width": 128}, {"vae": "parallel"},
      "pipeline.vae=parallel is not supported for generate .* splits the latent's 2 rows over the 4 ranks"),
-    ({}, {"cache": {"method": "fbcache", "threshold": 0.1}}, {}, "workload.cache.method=fbcache is not built"),
 ])
 def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, parallel, workload, pipeline, match):
     job = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, **workload},
@@ -519,7 +518,8 @@ def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(fold
     assert set(ref_computed) == {"cond", "uncond"}
     assert all(2 <= len(c) < CACHE_STEPS for c in ref_computed.values()), ref_computed  # skips and computes
     for res in (metrics, *(rank["cache"] for rank in four_ranks)):
-        (rec,) = res["step_cache"]
+        (batch,) = res["step_cache"]["batches"]
+        rec = batch["contexts"]
         assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
     assert max(world1, u2r2) <= FRAME_TOL, (world1, u2r2)
 
@@ -735,8 +735,8 @@ def test_fbcache_with_two_call_cfg2_skips_the_steps_diffusers_first_block_cache_
     print(f"fbcache {CACHE_FAMILY} cfg2xU2 (two calls): diffusers computed {ref_computed}, max |frames - diffusers| "
           f"{err:.3g}")
     for rank in four_ranks:
-        (rec,) = rank["cfg2 two-call cache"]["step_cache"]
-        (whole,) = rank["cache"]["step_cache"]
+        rec = rank["cfg2 two-call cache"]["step_cache"]["batches"][0]["contexts"]
+        whole = rank["cache"]["step_cache"]["batches"][0]["contexts"]
         assert {name: rec[name]["computed"] for name in ref_computed} == ref_computed, rec
         for name in ref_computed:
             np.testing.assert_allclose(rec[name]["changes"][1:], whole[name]["changes"][1:], rtol=1e-5)
@@ -754,7 +754,7 @@ def test_fbcache_with_cfg2_skips_the_steps_diffusers_first_block_cache_skips(cfg
     print(f"fbcache {CFG_CACHE_FAMILY} cfg2xU2: diffusers computed {ref_computed}, max |frames - diffusers| {u2:.3g}")
     assert set(ref_computed) == {"cond_uncond"} and 2 <= len(ref_computed["cond_uncond"]) < CACHE_STEPS
     for rank in four_ranks:
-        (rec,) = rank["cfg2 cache"]["step_cache"]
+        rec = rank["cfg2 cache"]["step_cache"]["batches"][0]["contexts"]
         assert rec["cond_uncond"]["computed"] == ref_computed["cond_uncond"], rec
         assert rank["cfg2 cache"]["rows"] == [1] * CACHE_STEPS
     assert u2 <= FRAME_TOL, u2

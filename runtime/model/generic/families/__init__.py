@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
+from . import (chronoedit, cogvideox, flux, flux2, helios, hunyuanvideo, ltx, ltx2, minimax_h3, pixart, qwenimage,
+               sd3, wan)
 
 _BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3,
                                    "cogvideox": cogvideox,
-                                   "hunyuanvideo": hunyuanvideo, "pixart": pixart}
+                                   "hunyuanvideo": hunyuanvideo, "pixart": pixart, "flux2": flux2, "ltx2": ltx2,
+                                   "chronoedit": chronoedit, "helios": helios, "minimax-h3": minimax_h3}
 
 
 def family_module(name: str) -> ModuleType:

@@ -1,0 +1,29 @@
+"""ChronoEdit on the generic path: Wan2.1-style latents [B, C, F, H, W] (the input and edited images as a
+video's first and last frames), umT5 text and CLIP image tokens whole on every rank (cross-attention)."""
+
+from __future__ import annotations
+
+import torch
+
+TINY = dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=8, in_channels=8, out_channels=4,
+            text_dim=16, freq_dim=16, ffn_dim=32, num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+            eps=1e-6, image_dim=12, added_kv_proj_dim=32, rope_max_seq_len=64, rope_temporal_skip_len=8)
+#: CLIP image tokens in the random jobs (the published image encoder gives 257)
+IMAGE_TOKENS = 5
+
+#: forward arguments with one row per sample (CFG parallel splits the doubled batch by them)
+BATCHED = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_hidden_states_image")
+
+
+def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
+    f, h, w = grid
+    pt, ph, pw = config.get("patch_size", (1, 2, 2))
+    out = dict(
+        hidden_states=torch.randn(batch, config["in_channels"], f * pt, h * ph, w * pw, generator=generator).to(dtype),
+        timestep=(torch.rand(batch, generator=generator) * 1000).to(dtype),
+        encoder_hidden_states=torch.randn(batch, text_len, config["text_dim"], generator=generator).to(dtype),
+        return_dict=False)
+    if config.get("image_dim"):
+        out["encoder_hidden_states_image"] = torch.randn(batch, IMAGE_TOKENS, config["image_dim"],
+                                                         generator=generator).to(dtype)
+    return out
