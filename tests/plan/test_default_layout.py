@@ -9,7 +9,7 @@ import pytest
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
-from sporch.orchestrator.plan.layouts import LayoutError
+from sporch.orchestrator.plan.layouts import LayoutContext, LayoutError, resolve_layout
 from sporch.orchestrator.plan.planner import make_plan
 from tests.cli.test_bad_input_hardening import one_line_error
 from tests.testutil import EXAMPLES
@@ -33,8 +33,12 @@ def test_fewer_heads_than_gpus_per_node_plans_the_nearest_layout(cluster, ring):
 
 
 def test_grouped_kv_heads_take_the_largest_ulysses_they_allow():
-    p = plan("a100x8", "model.num_heads=6", "model.num_kv_heads=3", "model.head_dim=8", "model.hidden=48")
-    assert p.layout.sizes() == {"dp": 1, "cfg": 1, "ring": 8, "ulysses": 1}  # 8, 4, 2 split 3 kv heads nowhere
+    # at the layout level: none of the one-path families' presets groups its keys and values
+    ctx = LayoutContext(cluster="a100x8", nodes=1, gpus_per_node=8, num_heads=6, num_kv_heads=3, batch=1,
+                        guidance=False, seq_len=4096)
+    lay, notes = resolve_layout(ctx, {})
+    assert lay.sizes() == {"dp": 1, "cfg": 1, "ring": 8, "ulysses": 1}  # 8, 4, 2 split 3 kv heads nowhere
+    assert "parallel.ulysses (not set) is 1, not the default 8" in notes[0]
 
 
 def test_a_layout_the_job_gives_is_still_refused():
