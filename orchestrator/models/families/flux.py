@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family
+from sporch.orchestrator.models.families.original_format import OriginalFormat, Shapes
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
@@ -39,6 +41,73 @@ def shape(config: Mapping[str, Any]) -> dict:
         "in_channels": int(config.get("in_channels", 64)) // 4, "vae_stride": [1, 8, 8], "text_len": 512,
         "text_dim": int(config.get("joint_attention_dim", 4096)), "qk_norm": True,
     }
+
+
+#: Flux.1's RoPE axes (t, h, w) over its 128-wide heads: BFL's files do not record them
+ORIGINAL_ROPE_AXES = (16, 56, 56)
+ORIGINAL_HEAD_DIM = 128
+#: the width diffusers' converter assumes when it cuts a single block's ``linear1`` into q, k, v and
+#: the MLP input (3 x 3072 + 4 x 3072 rows)
+CONVERTER_WIDTH = 3072
+
+
+def _shape(shapes: Shapes, name: str) -> tuple:
+    if name not in shapes:
+        raise CheckpointError(f"the Black Forest Labs Flux checkpoint lacks tensor {name!r}; it is incomplete or "
+                              "not a Flux.1 transformer")
+    return tuple(shapes[name])
+
+
+def _blocks(shapes: Shapes, prefix: str) -> int:
+    found = {int(k.split(".")[1]) for k in shapes if k.startswith(prefix) and k.split(".")[1].isdigit()}
+    if found and found != set(range(len(found))):
+        raise CheckpointError(f"the Black Forest Labs Flux checkpoint's {prefix}* are not numbered 0 to "
+                              f"{len(found) - 1} (found {sorted(found)[:5]}...)")
+    return len(found)
+
+
+def diffusers_config_from_original(config: Mapping[str, Any], shapes: Shapes) -> dict:
+    """The ``FluxTransformer2DModel`` config of a Black Forest Labs checkpoint (``flux1-dev.safetensors``;
+    names without prefix), read from its tensors' ``shapes``: BFL ships no config.json. ``config``:
+    what else is known of the model in diffusers' keys (a preset's or the plan's config); only its
+    ``axes_dims_rope`` is read (Flux.1's (16, 56, 56) for 128-wide heads, which the file does not
+    record). One-line CheckpointError for a checkpoint the class cannot be."""
+    inner, packed = _shape(shapes, "img_in.weight")
+    head_dim = _shape(shapes, "double_blocks.0.img_attn.norm.query_norm.scale")[0]
+    if inner % head_dim:
+        raise CheckpointError(f"the Black Forest Labs Flux checkpoint's width {inner} is not a multiple of its head "
+                              f"size {head_dim}")
+    mlp = _shape(shapes, "double_blocks.0.img_mlp.0.weight")[0]
+    if mlp != 4 * inner:
+        raise CheckpointError(f"the Black Forest Labs Flux checkpoint's MLP is {mlp} wide, not 4 x its width {inner} "
+                              "(FluxTransformer2DModel's)")
+    axes = config.get("axes_dims_rope")
+    if axes is None:
+        if head_dim != ORIGINAL_HEAD_DIM:
+            raise CheckpointError(f"the Black Forest Labs Flux checkpoint has {head_dim}-wide heads and its format does "
+                                  "not record the RoPE axes (Flux.1's 16, 56, 56 are for 128): name the model's preset")
+        axes = ORIGINAL_ROPE_AXES
+    out = _shape(shapes, "final_layer.linear.weight")[0]
+    return {
+        "_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": packed,
+        "out_channels": None if out == packed else out,
+        "num_layers": _blocks(shapes, "double_blocks."), "num_single_layers": _blocks(shapes, "single_blocks."),
+        "attention_head_dim": head_dim, "num_attention_heads": inner // head_dim,
+        "joint_attention_dim": _shape(shapes, "txt_in.weight")[1],
+        "pooled_projection_dim": _shape(shapes, "vector_in.in_layer.weight")[1],
+        "guidance_embeds": "guidance_in.in_layer.weight" in shapes, "axes_dims_rope": list(axes),
+    }
+
+
+#: Black Forest Labs' Flux.1 checkpoints (``flux1-dev.safetensors``, ``flux1-schnell.safetensors`` and
+#: their fine-tunes, ComfyUI's ``model.diffusion_model.`` repackaging), by a double block's key norm
+#: (diffusers' own marker for them). diffusers' converter cuts ``single_blocks.{i}.linear1`` into
+#: q, k, v (one width each) and the MLP input (four) at Flux.1's width.
+ORIGINAL = OriginalFormat(release="Black Forest Labs (flux1-*.safetensors)", class_name="FluxTransformer2DModel",
+                          markers=("double_blocks.0.img_attn.norm.key_norm.scale",),
+                          converter="convert_flux_transformer_checkpoint_to_diffusers",
+                          diffusers_config=diffusers_config_from_original,
+                          fixed_splits=(("single_blocks.{i}.linear1", (1, 1, 1, 4), CONVERTER_WIDTH),))
 
 
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, hand_built=True,

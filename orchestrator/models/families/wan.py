@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.base import Family
+from sporch.orchestrator.models.families.original_format import OriginalFormat, Shapes
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
@@ -70,6 +72,89 @@ def shape(config: Mapping[str, Any]) -> dict:
         "vae_stride": [4, 8, 8], "text_len": 512, "text_dim": int(config.get("text_dim", 4096)),
         "qk_norm": bool(config.get("qk_norm")),
     }
+
+
+#: The original release's config.json (Wan-Video/Wan2.1 and Wan2.2 ``WanModel``): its keys with the
+#: defaults of ``WanModel.__init__``, and the model types whose checkpoints diffusers' converter maps
+#: into ``WanTransformer3DModel`` (text-, image- and text-image-to-video; not FLF2V's learned image
+#: position embedding, VACE's or S2V's extra blocks).
+ORIGINAL_CONFIG = {"model_type": "t2v", "patch_size": (1, 2, 2), "text_len": 512, "in_dim": 16, "dim": 2048,
+                   "ffn_dim": 8192, "freq_dim": 256, "text_dim": 4096, "out_dim": 16, "num_heads": 16,
+                   "num_layers": 32, "window_size": (-1, -1), "qk_norm": True, "cross_attn_norm": True,
+                   "eps": 1e-6}
+ORIGINAL_MODEL_TYPES = ("t2v", "i2v", "ti2v")
+#: what the shapes cannot tell (the heads) or a default would guess wrong: the config must say it
+ORIGINAL_REQUIRED = ("dim", "num_heads", "num_layers", "ffn_dim")
+#: config.json keys of no effect on the weights (the release's bookkeeping)
+ORIGINAL_BOOKKEEPING = ("__module__", "architectures")
+#: RoPE length of the released model (``WanModel`` tabulates 1024 positions; diffusers' default)
+ORIGINAL_ROPE_LEN = 1024
+
+
+def _positive(config: Mapping[str, Any], key: str, where: str) -> int:
+    value = config.get(key, ORIGINAL_CONFIG[key])
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CheckpointError(f"{where}: {key}={value!r} must be a positive integer")
+    return value
+
+
+def diffusers_config_from_original(config: Mapping[str, Any], shapes: Shapes) -> dict:
+    """The ``WanTransformer3DModel`` config of an original-release checkpoint: its config.json
+    (``WanModel``'s keys: dim, num_heads, num_layers, ffn_dim, in_dim, out_dim, freq_dim,
+    text_dim, patch_size, eps, qk_norm, cross_attn_norm, window_size, model_type, text_len) and
+    its tensors' ``shapes`` (without prefix), which say whether it has the CLIP image input (Wan2.1
+    I2V: ``img_emb``; Wan2.2's I2V A14B, also ``model_type: i2v``, has none). ``text_len`` is the
+    text encoder's length, not a key of the class. A key or value the class cannot express is a
+    one-line CheckpointError naming it."""
+    where = "the original Wan config.json"
+    unknown = sorted(k for k in config if k not in ORIGINAL_CONFIG and not k.startswith("_")
+                     and k not in ORIGINAL_BOOKKEEPING)
+    if unknown:
+        raise CheckpointError(f"{where}: key {unknown[0]!r} is not one of WanModel's; it may change the computation, "
+                              "so the checkpoint is refused" + (f" (also: {', '.join(unknown[1:])})" if unknown[1:] else ""))
+    lacking = [k for k in ORIGINAL_REQUIRED if k not in config]
+    if lacking:
+        raise CheckpointError(f"{where} does not say {', '.join(lacking)} (an original Wan checkpoint needs its "
+                              "config.json, or name the model's preset)")
+    kind = config.get("model_type", "t2v")
+    if kind not in ORIGINAL_MODEL_TYPES:
+        raise CheckpointError(f"{where}: model_type {kind!r} is not loadable (diffusers' WanTransformer3DModel takes "
+                              f"{', '.join(ORIGINAL_MODEL_TYPES)}); use its diffusers release")
+    dim, heads = _positive(config, "dim", where), _positive(config, "num_heads", where)
+    if dim % heads:
+        raise CheckpointError(f"{where}: num_heads {heads} must divide dim {dim} (dim = num_heads x head_dim)")
+    window = config.get("window_size", ORIGINAL_CONFIG["window_size"])
+    if list(window or ()) != [-1, -1]:
+        raise CheckpointError(f"{where}: window_size={window!r}; WanTransformer3DModel attends globally "
+                              "(window_size [-1, -1])")
+    for key in ("qk_norm", "cross_attn_norm"):
+        if not isinstance(config.get(key, True), bool):
+            raise CheckpointError(f"{where}: {key}={config[key]!r} must be true or false")
+    patch = config.get("patch_size", ORIGINAL_CONFIG["patch_size"])
+    image = shapes.get("img_emb.proj.0.weight")
+    if "img_emb.emb_pos" in shapes:
+        raise CheckpointError(f"{where}: the checkpoint has img_emb.emb_pos (a first-last-frame model); use its "
+                              "diffusers release")
+    return {
+        "_class_name": "WanTransformer3DModel",
+        "patch_size": list(patch) if isinstance(patch, (list, tuple)) else patch,
+        "num_attention_heads": heads, "attention_head_dim": dim // heads,
+        "in_channels": _positive(config, "in_dim", where), "out_channels": _positive(config, "out_dim", where),
+        "text_dim": _positive(config, "text_dim", where), "freq_dim": _positive(config, "freq_dim", where),
+        "ffn_dim": _positive(config, "ffn_dim", where), "num_layers": _positive(config, "num_layers", where),
+        "cross_attn_norm": config.get("cross_attn_norm", True),
+        "qk_norm": "rms_norm_across_heads" if config.get("qk_norm", True) else None,
+        "eps": config.get("eps", ORIGINAL_CONFIG["eps"]),
+        "image_dim": int(image[0]) if image else None, "added_kv_proj_dim": dim if image else None,
+        "rope_max_seq_len": ORIGINAL_ROPE_LEN, "pos_embed_seq_len": None,
+    }
+
+
+#: Wan-Video's ``WanModel`` checkpoints (Wan2.1 / Wan2.2 repositories, ComfyUI's repackaged
+#: ``model.diffusion_model.`` files), by ``head.modulation`` (diffusers' own marker for them).
+ORIGINAL = OriginalFormat(release="Wan-Video (WanModel)", class_name="WanTransformer3DModel",
+                          markers=("head.modulation",), converter="convert_wan_transformer_to_diffusers",
+                          diffusers_config=diffusers_config_from_original)
 
 
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
