@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.base import T5_XXL_LAYER, Family
-from sporch.orchestrator.models.families.original_format import OriginalFormat, Shapes
+from sporch.orchestrator.models.families.original_format import LoraName, LoraStyle, OriginalFormat, Shapes
 
 #: The generate workload's pipeline folder (FluxPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler", "transformer")
@@ -99,6 +99,40 @@ def diffusers_config_from_original(config: Mapping[str, Any], shapes: Shapes) ->
     }
 
 
+def _double(original: str, *diffusers: str, parts: tuple[int, ...] | None = None) -> LoraName:
+    return LoraName(f"double_blocks.{{i}}.{original}", tuple(f"transformer_blocks.{{i}}.{d}" for d in diffusers),
+                    parts, blocks="num_layers")
+
+
+def _single(original: str, *diffusers: str, parts: tuple[int, ...] | None = None) -> LoraName:
+    return LoraName(f"single_blocks.{{i}}.{original}", tuple(f"single_transformer_blocks.{{i}}.{d}" for d in diffusers),
+                    parts, blocks="num_single_layers")
+
+
+#: FluxTransformer2DModel's linear modules and BFL's names for them (black-forest-labs/flux
+#: ``flux/model.py``, ``flux/modules/layers.py``): q|k|v fused in the double blocks, q|k|v|MLP input
+#: in the single blocks' linear1; the final modulation's halves are swapped by the converter.
+LORA_NAMES = (
+    LoraName("img_in", ("x_embedder",)), LoraName("txt_in", ("context_embedder",)),
+    LoraName("time_in.in_layer", ("time_text_embed.timestep_embedder.linear_1",)),
+    LoraName("time_in.out_layer", ("time_text_embed.timestep_embedder.linear_2",)),
+    LoraName("guidance_in.in_layer", ("time_text_embed.guidance_embedder.linear_1",), when="guidance_embeds"),
+    LoraName("guidance_in.out_layer", ("time_text_embed.guidance_embedder.linear_2",), when="guidance_embeds"),
+    LoraName("vector_in.in_layer", ("time_text_embed.text_embedder.linear_1",)),
+    LoraName("vector_in.out_layer", ("time_text_embed.text_embedder.linear_2",)),
+    _double("img_mod.lin", "norm1.linear"), _double("txt_mod.lin", "norm1_context.linear"),
+    _double("img_attn.qkv", "attn.to_q", "attn.to_k", "attn.to_v", parts=(1, 1, 1)),
+    _double("txt_attn.qkv", "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", parts=(1, 1, 1)),
+    _double("img_attn.proj", "attn.to_out.0"), _double("txt_attn.proj", "attn.to_add_out"),
+    _double("img_mlp.0", "ff.net.0.proj"), _double("img_mlp.2", "ff.net.2"),
+    _double("txt_mlp.0", "ff_context.net.0.proj"), _double("txt_mlp.2", "ff_context.net.2"),
+    _single("modulation.lin", "norm.linear"),
+    _single("linear1", "attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp", parts=(1, 1, 1, 4)),
+    _single("linear2", "proj_out"),
+    LoraName("final_layer.adaLN_modulation.1", ("norm_out.linear",)), LoraName("final_layer.linear", ("proj_out",)),
+)
+
+
 #: Black Forest Labs' Flux.1 checkpoints (``flux1-dev.safetensors``, ``flux1-schnell.safetensors`` and
 #: their fine-tunes, ComfyUI's ``model.diffusion_model.`` repackaging), by a double block's key norm
 #: (diffusers' own marker for them). diffusers' converter cuts ``single_blocks.{i}.linear1`` into
@@ -107,7 +141,8 @@ ORIGINAL = OriginalFormat(release="Black Forest Labs (flux1-*.safetensors)", cla
                           markers=("double_blocks.0.img_attn.norm.key_norm.scale",),
                           converter="convert_flux_transformer_checkpoint_to_diffusers",
                           diffusers_config=diffusers_config_from_original,
-                          fixed_splits=(("single_blocks.{i}.linear1", (1, 1, 1, 4), CONVERTER_WIDTH),))
+                          fixed_splits=(("single_blocks.{i}.linear1", (1, 1, 1, 4), CONVERTER_WIDTH),),
+                          lora_names=LORA_NAMES, lora_style=LoraStyle("lora_unet_", underscored=True))
 
 
 FAMILY = Family(name="flux", title="Flux.1", classes=("FluxTransformer2DModel",), shape=shape, hand_built=True,

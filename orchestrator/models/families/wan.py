@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.base import Family
-from sporch.orchestrator.models.families.original_format import OriginalFormat, Shapes
+from sporch.orchestrator.models.families.original_format import LoraName, LoraStyle, OriginalFormat, Shapes
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
@@ -150,11 +150,61 @@ def diffusers_config_from_original(config: Mapping[str, Any], shapes: Shapes) ->
     }
 
 
+def _block(original: str, diffusers: str, when: str | None = None) -> LoraName:
+    return LoraName(f"blocks.{{i}}.{original}", (f"blocks.{{i}}.{diffusers}",), blocks="num_layers", when=when)
+
+
+#: WanTransformer3DModel's linear modules and WanModel's names for them (Wan-Video/Wan2.1
+#: ``wan/modules/model.py``).
+LORA_NAMES = (
+    *(_block(f"{attn}.{o}", f"{theirs}.{d}") for attn, theirs in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+      for o, d in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"))),
+    _block("cross_attn.k_img", "attn2.add_k_proj", "added_kv_proj_dim"),
+    _block("cross_attn.v_img", "attn2.add_v_proj", "added_kv_proj_dim"),
+    _block("ffn.0", "ffn.net.0.proj"), _block("ffn.2", "ffn.net.2"),
+    LoraName("text_embedding.0", ("condition_embedder.text_embedder.linear_1",)),
+    LoraName("text_embedding.2", ("condition_embedder.text_embedder.linear_2",)),
+    LoraName("time_embedding.0", ("condition_embedder.time_embedder.linear_1",)),
+    LoraName("time_embedding.2", ("condition_embedder.time_embedder.linear_2",)),
+    LoraName("time_projection.1", ("condition_embedder.time_proj",)),
+    LoraName("img_emb.proj.1", ("condition_embedder.image_embedder.ff.net.0.proj",), when="image_dim"),
+    LoraName("img_emb.proj.3", ("condition_embedder.image_embedder.ff.net.2",), when="image_dim"),
+    LoraName("head.head", ("proj_out",)),
+)
+#: WanModel's other parameters (norms, modulation tables, the patch embedding): what LightX2V's
+#: whole-tensor differences change besides linears (``blocks.{i}.diff_m`` is a block's modulation).
+DELTA_PARAMETERS = (
+    LoraName("patch_embedding.weight", ()), LoraName("patch_embedding.bias", ()),
+    *(LoraName(f"blocks.{{i}}.{p}", (), blocks="num_layers") for p in (
+        "modulation", "norm3.weight", "norm3.bias", "self_attn.norm_q.weight", "self_attn.norm_k.weight",
+        "cross_attn.norm_q.weight", "cross_attn.norm_k.weight")),
+    LoraName("blocks.{i}.cross_attn.norm_k_img.weight", (), blocks="num_layers", when="added_kv_proj_dim"),
+    LoraName("head.modulation", ()),
+    *(LoraName(f"img_emb.proj.{k}.{leaf}", (), when="image_dim") for k in (0, 4) for leaf in ("weight", "bias")),
+)
+
+
+def lora_check(names: list) -> str | None:
+    """What diffusers' Wan LoRA converter (``_convert_non_diffusers_wan_lora_to_diffusers``) needs of
+    an adapter in WanModel's names: a block module (it numbers the blocks from them), and image keys
+    k_img and v_img together (it reads either only when both are there)."""
+    if names and not any(n.startswith("blocks.") for n in names):
+        return "diffusers' Wan LoRA converter needs at least one module of a block (blocks.<i>.*)"
+    image = {n.rsplit(".", 1)[-1] for n in names if n.endswith((".cross_attn.k_img", ".cross_attn.v_img"))}
+    if len(image) == 1:
+        have = image.pop()
+        return (f"diffusers' Wan LoRA converter reads cross_attn.{have} only beside "
+                f"cross_attn.{'v_img' if have == 'k_img' else 'k_img'}")
+    return None
+
+
 #: Wan-Video's ``WanModel`` checkpoints (Wan2.1 / Wan2.2 repositories, ComfyUI's repackaged
 #: ``model.diffusion_model.`` files), by ``head.modulation`` (diffusers' own marker for them).
 ORIGINAL = OriginalFormat(release="Wan-Video (WanModel)", class_name="WanTransformer3DModel",
                           markers=("head.modulation",), converter="convert_wan_transformer_to_diffusers",
-                          diffusers_config=diffusers_config_from_original)
+                          diffusers_config=diffusers_config_from_original, lora_names=LORA_NAMES,
+                          lora_style=LoraStyle("diffusion_model.", underscored=False), lora_check=lora_check,
+                          delta_parameters=DELTA_PARAMETERS)
 
 
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
