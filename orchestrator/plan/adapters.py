@@ -1,8 +1,10 @@
 """``model.lora``: the job's LoRA adapters, checked against its model at plan time (no torch).
 
 Each file's header is read (sporch.orchestrator.models.lora_file): its format, and every
-module it adapts mapped onto the resolved model's modules, so an adapter for another model, size
-or family is refused by ``sporch plan`` in one line. The plan carries absolute paths and scales
+module it adapts mapped onto the resolved model's modules (the hand-built model's by its name
+table; a diffusers class's, for Wan and Flux, by models/lora_names.py: the key plan the runtime
+hands diffusers' LoRA loader), so an adapter for another model, size or family is refused by
+``sporch plan`` in one line. The plan carries absolute paths and scales
 (``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
 ``transformer``/``transformer_2``); the runtime merges them at load (sporch.runtime.model.lora).
 """

@@ -32,7 +32,7 @@ from ..shards import local_rows
 from .mapped import MappedCheckpoint
 from .original import RowSource, row_sources
 
-__all__ = ["open_weights", "fill_parameters"]
+__all__ = ["open_weights", "fill_parameters", "finite"]
 
 
 def open_weights(path: str | Path, config: Optional[Mapping[str, Any]] = None) -> tuple[CheckpointFiles, CheckpointFormat]:
@@ -91,12 +91,25 @@ def fill_parameters(model: torch.nn.Module, ckpt: CheckpointFiles, fmt: Checkpoi
     return model
 
 
+def finite(t: torch.Tensor) -> bool:
+    """Whether every value of ``t`` is finite, from one reduction and no temporary: its smallest and
+    largest values (``aminmax``: NaN anywhere makes both NaN, an inf is one of them); some 30 times
+    faster than counting (``finite.nonfinite_weight``), which is left for the message."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return True
+    try:
+        lo, hi = torch.aminmax(t)
+    except (RuntimeError, TypeError, NotImplementedError):  # a dtype aminmax does not take (float8): count
+        return not nonfinite_weight(t)
+    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
+
+
 def _copy_rows(mapped: MappedCheckpoint, src: RowSource, param: torch.Tensor, name: str, where: str) -> None:
     local, rows = local_rows(param)
     if src.scalar:
         value = mapped.tensor(src.runs[0].tensor)
         local.copy_(value.reshape(local.shape))
-        if nonfinite_weight(local):
+        if not finite(local):
             raise _nonfinite(where, src.runs[0].tensor, name, value, local.dtype)
         return
     start, stop = (0, src.rows) if rows is None else (rows.start, rows.stop)
@@ -109,6 +122,6 @@ def _copy_rows(mapped: MappedCheckpoint, src: RowSource, param: torch.Tensor, na
             part.copy_(view)
         except Exception as exc:  # noqa: BLE001 - a read error of the mapped file (a file cut short since)
             raise CheckpointError(f"{where}: cannot read tensor {run.tensor!r} ({exc})".splitlines()[0]) from None
-        if nonfinite_weight(part):  # checked as it is read; the file's values tell corrupt from overflow
+        if not finite(part):  # checked as it is read; the file's values tell corrupt from overflow
             raise _nonfinite(where, run.tensor, name, view, local.dtype)
         at += n

@@ -41,6 +41,7 @@ from sporch.orchestrator.models.families import require_family
 from ..finite import nonfinite_weight
 from ..lora import add_low_rank_rows
 from ..shards import local_rows
+from .checkpoint import finite
 from .lora_formats import Adapter, LoraError, _alphas_apart, read_adapter
 from .plans import diffusers_type
 
@@ -97,7 +98,7 @@ def _add_deltas(model: torch.nn.Module, adapter: Adapter, scale: float) -> set[s
         part = delta.reshape(param.shape).to(local.device, torch.float32)
         part = part if rows is None else part[rows]
         local.copy_((local.float() + scale * part).to(local.dtype))
-        bad = nonfinite_weight(local)
+        bad = not finite(local) and nonfinite_weight(local)
         if bad:
             raise LoraError(f"{adapter.where}: merged with scale {scale:g}, {name}: {bad} (the adapter's difference "
                             "overflows); lower model.lora[].scale or use a wider workload.dtype")
@@ -219,7 +220,7 @@ def merge_lora_rows(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]
                 part = part if rows is None else part[rows]
                 local.copy_((local.float() + factor * part).to(local.dtype))
             for p in (weight, module.bias):
-                bad = p is not None and nonfinite_weight(local_rows(p)[0])
+                bad = p is not None and not finite(local_rows(p)[0]) and nonfinite_weight(local_rows(p)[0])
                 if bad:
                     raise LoraError(f"{where}: merged with scale {scale:g}, {name}: {bad} (the adapter's update "
                                     "overflows); lower model.lora[].scale or use a wider workload.dtype")

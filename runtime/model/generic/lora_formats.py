@@ -31,7 +31,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, CheckpointFiles
 from sporch.orchestrator.models.checkpoint_format import ORIGINAL_FORMATS
 from sporch.orchestrator.models.lora_file import read_lora
 from sporch.orchestrator.models.lora_names import lora_plan
@@ -108,7 +108,8 @@ def read_adapter(model: torch.nn.Module, family: str, loader: type, index: int, 
                 raise LoraError(f"{where}: whole-tensor differences are not merged into {type(model).__name__}")
             sd, alphas, meta = _convert(loader, path)
             return Adapter(where, sd, alphas, meta)
-        with MappedCheckpoint(open_checkpoint(path)) as mapped:
+        files = CheckpointFiles(root=lora.path.parent, files=[lora.path], tensors=lora.tensors)
+        with MappedCheckpoint(files) as mapped:  # the header read_lora checked
             tensors = mapped.state_dict()
     except CheckpointError as exc:
         raise LoraError(str(exc)) from None
