@@ -21,7 +21,8 @@ whole-tensor differences diffusers drops, in the diffusers class's parameter nam
    renames the release's checkpoints get) and returned apart: the caller adds
    ``P += scale x delta``.
 
-A family without the release's names (Qwen-Image, ...) has its file handed to the loader as it is.
+A family without the release's names (Qwen-Image, ...) has its file handed to the loader as it is
+(its header checked by the planner; the loader reads what PEFT takes, ``lora_B`` biases too).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sporch.orchestrator.models.lora_file import read_lora
 from sporch.orchestrator.models.lora_names import lora_plan
 
 from .mapped import MappedCheckpoint
+from .plans import diffusers_type
 
 __all__ = ["LoraError", "Adapter", "read_adapter"]
 
@@ -100,14 +102,16 @@ def read_adapter(model: torch.nn.Module, family: str, loader: type, index: int, 
     path = str(entry["path"])
     where = f"model.lora[{index}] {path}"
     fmt = ORIGINAL_FORMATS.get(family)
+    if fmt is None or not fmt.lora_names:  # the file as it is (its header checked at plan time)
+        try:
+            sd, alphas, meta = _convert(loader, path)
+        except (ValueError, KeyError) as exc:  # a format the family's converter does not know
+            raise LoraError(f"{where}: {loader.__name__} cannot read it ({exc})".splitlines()[0]) from None
+        return Adapter(where, sd, alphas, meta)
+    config = {**dict(model.config), "_class_name": diffusers_type(type(model)).__name__}
     try:
         lora = read_lora(path)
-        plan = lora_plan(lora, family, dict(model.config), where) if fmt is not None and fmt.lora_names else None
-        if plan is None or not plan.naming:
-            if lora.deltas:  # refused by lora_plan for families without differences
-                raise LoraError(f"{where}: whole-tensor differences are not merged into {type(model).__name__}")
-            sd, alphas, meta = _convert(loader, path)
-            return Adapter(where, sd, alphas, meta)
+        plan = lora_plan(lora, family, config, where)
         files = CheckpointFiles(root=lora.path.parent, files=[lora.path], tensors=lora.tensors)
         with MappedCheckpoint(files) as mapped:  # the header read_lora checked
             tensors = mapped.state_dict()
