@@ -7,8 +7,9 @@ values (``families.config_problem``: the keys the family declares, their types a
 class's own rules) and maps it to sporch's ``plan.model`` fields (the family's ``shape``). The
 diffusers config of every supported class is kept as it is: the runtime builds the class from it.
 An original release's config (Wan's ``WanModel``) is mapped to the diffusers class's config by its
-family (``from_original_config``), and its tensors are converted by diffusers' single-file
-converter when loaded. The original Flux release ships no config.json: name its preset.
+family (``Family.original``; the tensors' shapes say what the config does not: the CLIP image
+input), and its tensors are converted by diffusers' single-file converter when loaded. The
+original Flux release ships no config.json: name its preset.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, read_file
+from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, open_checkpoint, read_file
+from sporch.orchestrator.models.checkpoint_format import original_format, strip_prefix
 from sporch.orchestrator.models.families import (config_class, config_problem, family_of_class, get_family,
                                                  original_config_family, supported_classes)
 
@@ -105,24 +107,34 @@ def read_json_object(path: Path) -> dict:
 PIPELINE_FIELDS = ("text_len", "vae_stride", "attention")
 
 
+def _original_shapes(folder: Path) -> dict[str, tuple]:
+    """The tensor shapes (names without a repackaging prefix) of the original-release checkpoint in
+    ``folder``, {} where its files cannot be read (the planner's checkpoint check names why)."""
+    try:
+        ckpt = open_checkpoint(folder)
+    except CheckpointError:
+        return {}
+    found = original_format(ckpt.tensors)
+    return strip_prefix({n: t.shape for n, t in ckpt.tensors.items()}, found[2] if found else "")
+
+
 def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
     """The model of the config.json ``config`` (read from ``path``): a supported diffusers class,
     or an original release's config its family maps; else :class:`UnknownModelConfig`."""
     cls = config_class(config)
     fam, fmt = family_of_class(cls), "diffusers"
     if fam is None:
-        original = original_config_family(config)
-        if original is None:
+        fam, fmt = original_config_family(config), "original"
+        if fam is None:
             raise UnknownModelConfig(
                 f"{path}: diffusers class {cls or '(none)'!r} is not supported: it is not a model sporch runs (no "
                 f"family holds a split plan for it: no _cp_plan sporch reads, no shipped table); supported: "
                 f"{', '.join(supported_classes())} (and the original Wan release's WanModel config)")
-        fam, fmt = original
-        problem = fam.original_config_problem(config)
-        if problem is not None:
-            key, why = problem
-            raise CheckpointError(f"{path}: {key}: {why}")
-        config, cls = fam.from_original_config(config), fam.classes[0]
+        try:
+            config = fam.original.diffusers_config(config, _original_shapes(path.parent))
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+        cls = fam.original.class_name
     problem = config_problem(fam, config)
     if problem is not None:
         key, why = problem

@@ -60,12 +60,11 @@ def config_problem(fam: Family, config: Mapping[str, Any]) -> Optional[tuple[str
     return problem
 
 
-def original_config_family(config: Mapping[str, Any]) -> Optional[tuple[Family, str]]:
-    """(family, "original") for an original release's config.json a family maps to its diffusers
-    class (Wan's ``WanModel``), or None."""
+def original_config_family(config: Mapping[str, Any]) -> Optional[Family]:
+    """The family whose original release's config.json ``config`` is (Wan's ``WanModel``), or None."""
     for fam in FAMILIES:
-        if fam.is_original_config is not None and fam.is_original_config(config):
-            return fam, "original"
+        if fam.original is not None and fam.original.is_config(config):
+            return fam
     return None
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Optional
 from sporch.orchestrator.contract.vocab import CACHE_METHODS
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from sporch.orchestrator.models.families.config_rules import Rule
+from sporch.orchestrator.models.families.original_format import OriginalFormat
 from sporch.orchestrator.models.families.plan_format import SplitPlan
 
 
@@ -251,13 +252,10 @@ class Family:
     #: (``families.config_problem`` applies both, for the planner, inspect and the runtime's loader)
     config_keys: Mapping[str, Rule] = field(default_factory=dict)
     config_rules: Optional[Callable[[Mapping[str, Any]], Optional[tuple[str, str]]]] = None
-    #: An original release's config.json the family reads besides diffusers' (Wan's ``WanModel``):
-    #: whether a config is one (``is_original_config``), what is wrong with it (key, why) or None,
-    #: and the diffusers class's config it maps to; the tensors are converted by diffusers'
-    #: single-file converter when the runtime loads them
-    is_original_config: Optional[Callable[[Mapping[str, Any]], bool]] = None
-    original_config_problem: Optional[Callable[[Mapping[str, Any]], Optional[tuple[str, str]]]] = None
-    from_original_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    #: The family's original release (Wan-Video's ``WanModel``, Black Forest Labs' Flux), where its
+    #: checkpoints load into the diffusers class through diffusers' single-file converter: its
+    #: markers, config mapping and LoRA names (original_format.py), or None
+    original: Optional[OriginalFormat] = None
     #: config.json -> (width, count) of the image tokens the transformer attends to beside the text
     #: (Wan2.1 I2V's CLIP tokens: the planner's cross-attention work and memory), (0, 0) for none
     image_tokens: Callable[[Mapping[str, Any]], tuple[int, int]] = no_image_tokens

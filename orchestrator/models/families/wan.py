@@ -19,6 +19,8 @@ from typing import Any, Mapping, Optional
 from sporch.orchestrator.models.families.base import Family, FamilyPreset, ParameterCount, PipelineCfg, feed_forward, linear
 from sporch.orchestrator.models.families.config_rules import (Flag, Int, Ints, Number, Text, head_dim_problem,
                                                               key_problem)
+from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families.original_format import LoraName, LoraStyle, OriginalFormat, Shapes
 
 #: The generate workload's pipeline folder (WanPipeline): the sub-folders it reads.
 PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
@@ -89,6 +91,8 @@ PARTS_I2V = {**PARTS, "image_encoder": "CLIP ViT-H/14 vision (CLIPVisionModel)",
 #: CLIP ViT-H/14's tokens at 224 px: 16 x 16 patches and the class token (WanImageToVideoPipeline feeds
 #: the penultimate hidden states, all of them, to the transformer's image embedder)
 IMAGE_TOKENS = 257
+#: their width (the transformer's ``image_dim``)
+CLIP_WIDTH = 1280
 
 
 def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
@@ -177,13 +181,23 @@ def config_rules(config: Mapping[str, Any]) -> Optional[tuple[str, str]]:
     return None
 
 
-#: The original release's config.json (Wan-Video/Wan2.1 ``WanModel``) and what each key must be.
+#: The original release's config.json (Wan-Video/Wan2.1 and Wan2.2 ``WanModel``): what each key must
+#: be, and the defaults of ``WanModel.__init__`` for those a config leaves out.
 ORIGINAL_KEYS = {
     "dim": Int(), "num_heads": Int(), "num_layers": Int(), "ffn_dim": Int(), "in_dim": Int(), "out_dim": Int(),
     "freq_dim": Int(2), "text_dim": Int(), "text_len": Int(), "patch_size": Ints(3), "eps": Number(0, 1, open_min=True),
     "qk_norm": Flag(), "cross_attn_norm": Flag(), "window_size": Ints(2, minimum=-1)}
-#: model_type values that take CLIP image tokens (Wan2.1 image-to-video, first-last-frame-to-video)
-IMAGE_MODEL_TYPES = ("i2v", "flf2v")
+ORIGINAL_CONFIG = {"model_type": "t2v", "patch_size": (1, 2, 2), "text_len": 512, "in_dim": 16, "dim": 2048,
+                   "ffn_dim": 8192, "freq_dim": 256, "text_dim": 4096, "out_dim": 16, "num_heads": 16,
+                   "num_layers": 32, "window_size": (-1, -1), "qk_norm": True, "cross_attn_norm": True,
+                   "eps": 1e-6}
+#: the model types whose checkpoints diffusers' converter maps into ``WanTransformer3DModel`` (text-,
+#: image- and text-image-to-video; not FLF2V's learned image position embedding, VACE's or S2V's blocks)
+ORIGINAL_MODEL_TYPES = ("t2v", "i2v", "ti2v")
+#: what the shapes cannot tell (the heads) or a default would guess wrong: the config must say it
+ORIGINAL_REQUIRED = ("dim", "num_heads", "num_layers", "ffn_dim")
+#: RoPE length of the released model (``WanModel`` tabulates 1024 positions; diffusers' default)
+ORIGINAL_ROPE_LEN = 1024
 
 
 def is_original_config(config: Mapping[str, Any]) -> bool:
@@ -197,28 +211,44 @@ def original_config_problem(config: Mapping[str, Any]) -> Optional[tuple[str, st
     problem = key_problem(ORIGINAL_KEYS, config, "WanModel (original release)")
     if problem is not None:
         return problem
-    dim, heads = config.get("dim"), config.get("num_heads")
-    if dim is not None and heads is not None and dim % heads:
-        return "num_heads", f"{heads} must divide dim {dim} (dim = num_heads x head width)"
+    lacking = [k for k in ORIGINAL_REQUIRED if k not in config]
+    if lacking:
+        return lacking[0], "is not given (an original Wan config.json states dim, num_heads, num_layers and ffn_dim)"
+    kind = config.get("model_type", "t2v")
+    if kind not in ORIGINAL_MODEL_TYPES:
+        return "model_type", (f"{kind!r} is not loadable (diffusers' WanTransformer3DModel takes "
+                              f"{', '.join(ORIGINAL_MODEL_TYPES)}); use its diffusers release")
+    if config["dim"] % config["num_heads"]:
+        return "num_heads", f"{config['num_heads']} must divide dim {config['dim']} (dim = num_heads x head width)"
     if list(config.get("window_size", (-1, -1))) != [-1, -1]:
         return "window_size", f"{config['window_size']!r} (local attention) is not computed: diffusers' class attends globally"
     return None
 
 
-def from_original_config(config: Mapping[str, Any]) -> dict:
-    """The WanTransformer3DModel config of an original release's config.json (the names diffusers'
-    converter gives its tensors); CLIP image tokens for model_type i2v / flf2v (Wan2.1's)."""
-    dim, heads = int(config.get("dim", 5120)), int(config.get("num_heads", 40))
-    image = config.get("model_type") in IMAGE_MODEL_TYPES
-    return {**_COMMON, "num_attention_heads": heads, "attention_head_dim": dim // heads,
-            "in_channels": int(config.get("in_dim", 16)), "out_channels": int(config.get("out_dim", 16)),
-            "text_dim": int(config.get("text_dim", 4096)), "freq_dim": int(config.get("freq_dim", 256)),
-            "ffn_dim": int(config.get("ffn_dim", 13824)), "num_layers": int(config.get("num_layers", 40)),
-            "patch_size": list(config.get("patch_size", (1, 2, 2))), "eps": float(config.get("eps", 1e-6)),
-            "cross_attn_norm": bool(config.get("cross_attn_norm", True)),
-            "qk_norm": "rms_norm_across_heads" if config.get("qk_norm", True) else None,
-            "image_dim": 1280 if image else None, "added_kv_proj_dim": dim if image else None,
-            "pos_embed_seq_len": 2 * 257 if config.get("model_type") == "flf2v" else None}
+def diffusers_config_from_original(config: Mapping[str, Any], shapes: Shapes) -> dict:
+    """The ``WanTransformer3DModel`` config of an original-release checkpoint: its config.json
+    (``WanModel``'s keys) and its tensors' ``shapes`` (without prefix), which say whether it has the
+    CLIP image input (Wan2.1 I2V: ``img_emb``; Wan2.2's I2V A14B, also ``model_type: i2v``, has
+    none; without shapes, the model type says). ``text_len`` is the text encoder's length, not a
+    key of the class. A key or value the class cannot express is a one-line CheckpointError."""
+    problem = original_config_problem(config)
+    if problem is not None:
+        raise CheckpointError(f"{problem[0]}: {problem[1]}")
+    if "img_emb.emb_pos" in shapes:
+        raise CheckpointError("img_emb.emb_pos: the checkpoint is a first-last-frame model; use its diffusers release")
+    c = {**ORIGINAL_CONFIG, **dict(config)}
+    dim, heads = int(c["dim"]), int(c["num_heads"])
+    image = shapes.get("img_emb.proj.0.weight")
+    image_dim = int(image[0]) if image else (CLIP_WIDTH if not shapes and c["model_type"] == "i2v" else None)
+    return {
+        "_class_name": "WanTransformer3DModel", "patch_size": list(c["patch_size"]),
+        "num_attention_heads": heads, "attention_head_dim": dim // heads, "in_channels": int(c["in_dim"]),
+        "out_channels": int(c["out_dim"]), "text_dim": int(c["text_dim"]), "freq_dim": int(c["freq_dim"]),
+        "ffn_dim": int(c["ffn_dim"]), "num_layers": int(c["num_layers"]), "cross_attn_norm": bool(c["cross_attn_norm"]),
+        "qk_norm": "rms_norm_across_heads" if c["qk_norm"] else None, "eps": float(c["eps"]),
+        "image_dim": image_dim, "added_kv_proj_dim": dim if image_dim else None,
+        "rope_max_seq_len": ORIGINAL_ROPE_LEN, "pos_embed_seq_len": None,
+    }
 
 
 def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
@@ -280,6 +310,64 @@ TEACACHE_COEFFICIENTS = {
 }
 
 
+def _block(original: str, diffusers: str, when: str | None = None) -> LoraName:
+    return LoraName(f"blocks.{{i}}.{original}", (f"blocks.{{i}}.{diffusers}",), blocks="num_layers", when=when)
+
+
+#: WanTransformer3DModel's linear modules and WanModel's names for them (Wan-Video/Wan2.1
+#: ``wan/modules/model.py``).
+LORA_NAMES = (
+    *(_block(f"{attn}.{o}", f"{theirs}.{d}") for attn, theirs in (("self_attn", "attn1"), ("cross_attn", "attn2"))
+      for o, d in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("o", "to_out.0"))),
+    _block("cross_attn.k_img", "attn2.add_k_proj", "added_kv_proj_dim"),
+    _block("cross_attn.v_img", "attn2.add_v_proj", "added_kv_proj_dim"),
+    _block("ffn.0", "ffn.net.0.proj"), _block("ffn.2", "ffn.net.2"),
+    LoraName("text_embedding.0", ("condition_embedder.text_embedder.linear_1",)),
+    LoraName("text_embedding.2", ("condition_embedder.text_embedder.linear_2",)),
+    LoraName("time_embedding.0", ("condition_embedder.time_embedder.linear_1",)),
+    LoraName("time_embedding.2", ("condition_embedder.time_embedder.linear_2",)),
+    LoraName("time_projection.1", ("condition_embedder.time_proj",)),
+    LoraName("img_emb.proj.1", ("condition_embedder.image_embedder.ff.net.0.proj",), when="image_dim"),
+    LoraName("img_emb.proj.3", ("condition_embedder.image_embedder.ff.net.2",), when="image_dim"),
+    LoraName("head.head", ("proj_out",)),
+)
+#: WanModel's other parameters (norms, modulation tables, the patch embedding): what LightX2V's
+#: whole-tensor differences change besides linears (``blocks.{i}.diff_m`` is a block's modulation).
+DELTA_PARAMETERS = (
+    LoraName("patch_embedding.weight", ()), LoraName("patch_embedding.bias", ()),
+    *(LoraName(f"blocks.{{i}}.{p}", (), blocks="num_layers") for p in (
+        "modulation", "norm3.weight", "norm3.bias", "self_attn.norm_q.weight", "self_attn.norm_k.weight",
+        "cross_attn.norm_q.weight", "cross_attn.norm_k.weight")),
+    LoraName("blocks.{i}.cross_attn.norm_k_img.weight", (), blocks="num_layers", when="added_kv_proj_dim"),
+    LoraName("head.modulation", ()),
+    *(LoraName(f"img_emb.proj.{k}.{leaf}", (), when="image_dim") for k in (0, 4) for leaf in ("weight", "bias")),
+)
+
+
+def lora_check(names: list) -> str | None:
+    """What diffusers' Wan LoRA converter (``_convert_non_diffusers_wan_lora_to_diffusers``) needs of
+    an adapter in WanModel's names: a block module (it numbers the blocks from them), and image keys
+    k_img and v_img together (it reads either only when both are there)."""
+    if names and not any(n.startswith("blocks.") for n in names):
+        return "diffusers' Wan LoRA converter needs at least one module of a block (blocks.<i>.*)"
+    image = {n.rsplit(".", 1)[-1] for n in names if n.endswith((".cross_attn.k_img", ".cross_attn.v_img"))}
+    if len(image) == 1:
+        have = image.pop()
+        return (f"diffusers' Wan LoRA converter reads cross_attn.{have} only beside "
+                f"cross_attn.{'v_img' if have == 'k_img' else 'k_img'}")
+    return None
+
+
+#: Wan-Video's ``WanModel`` checkpoints (Wan2.1 / Wan2.2 repositories, ComfyUI's repackaged
+#: ``model.diffusion_model.`` files), by ``head.modulation`` (diffusers' own marker for them).
+ORIGINAL = OriginalFormat(release="Wan-Video (WanModel)", class_name="WanTransformer3DModel",
+                          markers=("head.modulation",), converter="convert_wan_transformer_to_diffusers",
+                          diffusers_config=diffusers_config_from_original, is_config=is_original_config,
+                          lora_names=LORA_NAMES,
+                          lora_style=LoraStyle("diffusion_model.", underscored=False), lora_check=lora_check,
+                          delta_parameters=DELTA_PARAMETERS)
+
+
 FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DModel",), shape=shape,
                 config_for=config_for, presets=PRESETS, lora_loader="WanLoraLoaderMixin", text_split=False,
                 pipeline_folders=PIPELINE_FOLDERS, video=True, pipeline_class="WanPipeline",
@@ -288,6 +376,4 @@ FAMILY = Family(name="wan", title="Wan2.1 / Wan2.2", classes=("WanTransformer3DM
                 pipeline_parts=pipeline_parts, vae_stride_from=vae_stride, vae_class="AutoencoderKLWan",
                 vae_tiling=True, vae_parallel=True, image_tokens=image_tokens, config_keys=CONFIG_KEYS,
                 count_parameters=count_parameters,
-                config_rules=config_rules, is_original_config=is_original_config,
-                original_config_problem=original_config_problem, from_original_config=from_original_config,
-                teacache_coefficients=TEACACHE_COEFFICIENTS)
+                config_rules=config_rules, original=ORIGINAL, teacache_coefficients=TEACACHE_COEFFICIENTS)

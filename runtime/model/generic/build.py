@@ -1,27 +1,30 @@
-"""Build a supported diffusers transformer from a folder (or a config), no preset needed.
+"""Build a supported diffusers transformer from a checkpoint (or a config), no preset needed.
 
 ``transformer_folder(path)``: a pipeline folder's ``transformer/`` or the folder itself (the one
-holding config.json). ``load_diffusers(path, dtype=, device=)``: the class named by config.json's
-``_class_name`` (a class some family covers: ``models/families``), built with its parameters on
-the meta device (accelerate's ``init_empty_weights``; buffers the config derives stay real),
-then its parameters assigned from the folder's safetensors (memory-mapped, strict: a missing or
-unexpected tensor is an error). ``random_diffusers(class_name, config, seed=)``: the same class
-with seeded random weights (tests, tiny folders).
+holding config.json). ``read_config(path)``: the diffusers config of the checkpoint at ``path`` in
+any format sporch reads (a diffusers folder's config.json, or an original release's config mapped
+by its family: ``models/checkpoint_format``). ``load_diffusers(path, dtype=, device=)``: that
+class built with its parameters on the meta device (accelerate's ``init_empty_weights``; buffers
+the config derives stay real), allocated, and filled from the checkpoint's memory-mapped files
+(``checkpoint.py``: strict, an original release's names mapped by diffusers' converter, NaN and inf
+refused). ``random_diffusers(class_name, config, seed=)``: the same class with seeded random
+weights (tests, tiny folders).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any, Mapping, Optional
 
 import torch
 
-from sporch.orchestrator.models.families import config_class, require_family
+from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
-from ..finite import nonfinite_weight
+from .checkpoint import fill_parameters, open_weights
 
-__all__ = ["transformer_folder", "read_config", "diffusers_class", "load_diffusers", "random_diffusers", "from_state"]
+__all__ = ["transformer_folder", "read_config", "diffusers_class", "meta_model", "allocate", "load_diffusers",
+           "random_diffusers", "from_state"]
 
 
 def transformer_folder(path: str | Path) -> Path:
@@ -35,8 +38,10 @@ def transformer_folder(path: str | Path) -> Path:
     raise CheckpointError(f"{path}: no config.json here or in transformer/ (a diffusers folder is needed)")
 
 
-def read_config(path: str | Path) -> dict:
-    return json.loads((transformer_folder(path) / "config.json").read_text(encoding="utf-8"))
+def read_config(path: str | Path, known: Optional[Mapping[str, Any]] = None) -> dict:
+    """The diffusers config of the checkpoint at ``path`` (see the module docstring); ``known``: the
+    config already decided (the plan's), for a checkpoint that ships none (a Flux file)."""
+    return dict(open_weights(path, known)[1].config)
 
 
 def diffusers_class(class_name: str) -> type:
@@ -53,36 +58,37 @@ def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, device="cpu") -> torch.nn.Module:
-    from safetensors import safe_open
-
-    folder = transformer_folder(path)
-    config = read_config(folder)
-    cls = diffusers_class(config_class(config))
+def meta_model(cls: type, config: Mapping[str, Any], dtype: torch.dtype) -> torch.nn.Module:
+    """``cls`` from ``config`` with its parameters on the meta device in ``dtype``; buffers real."""
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):  # parameters on meta; derived buffers (RoPE tables) real
-        model = cls.from_config(config)
-    expected = dict(model.state_dict())
-    state = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(f), framework="pt", device=str(device)) as sf:
-            for key in sf.keys():
-                raw = sf.get_tensor(key)
-                state[key] = raw.to(dtype)
-                if nonfinite_weight(state[key]):  # checked per tensor as it is read
-                    raise nonfinite_error(f, key, raw, dtype)
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        raise CheckpointError(f"{folder}: {len(missing)} tensor(s) missing (first: {missing[:3]}), "
-                              f"{len(extra)} unexpected (first: {extra[:3]}) for {cls.__name__}")
-    for key, t in state.items():
-        if tuple(t.shape) != tuple(expected[key].shape):
-            raise CheckpointError(f"{folder}: {key} has shape {tuple(t.shape)}, {cls.__name__} needs "
-                                  f"{tuple(expected[key].shape)}")
-    model.load_state_dict(state, assign=True, strict=True)
-    return prepare_model(model.to(device))
+        model = cls.from_config(dict(config))
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and p.dtype != dtype and p.is_floating_point():
+                module._parameters[name] = torch.nn.Parameter(p.to(dtype), requires_grad=False)
+    return model
+
+
+def allocate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model``'s parameters (this rank's shards, for a sharded one) allocated on ``device``,
+    uninitialised; the buffers the config derived kept."""
+    saved = {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
+    model = model.to_empty(device=device)
+    for name, value in saved.items():
+        owner, _, leaf = name.rpartition(".")
+        model.get_submodule(owner)._buffers[leaf] = value.to(device)
+    return model
+
+
+def load_diffusers(path: str | Path, *, dtype: torch.dtype = torch.float32, device="cpu",
+                   config: Optional[Mapping[str, Any]] = None) -> torch.nn.Module:
+    """The diffusers transformer of the checkpoint at ``path``, whole (see the module docstring)."""
+    ckpt, fmt = open_weights(path, config)
+    model = allocate(meta_model(diffusers_class(fmt.class_name), fmt.config, dtype), torch.device(device))
+    fill_parameters(model, ckpt, fmt)
+    return prepare_model(model)
 
 
 def from_state(class_name: str, config: dict, state: dict, dtype: torch.dtype) -> torch.nn.Module:
@@ -94,16 +100,6 @@ def from_state(class_name: str, config: dict, state: dict, dtype: torch.dtype) -
         model = diffusers_class(class_name).from_config(config)
     model.load_state_dict(state, assign=True, strict=True)
     return prepare_model(model)
-
-
-def nonfinite_error(where: Path | str, key: str, value: torch.Tensor, dtype: torch.dtype) -> CheckpointError:
-    """The one line for a tensor that holds NaN or inf, or overflows the run's dtype."""
-    bad = nonfinite_weight(value)
-    if bad:
-        return CheckpointError(f"{where}: tensor {key!r}: {bad}; the checkpoint is corrupt (download or convert it "
-                               "again)")
-    return CheckpointError(f"{where}: tensor {key!r} overflows {str(dtype).removeprefix('torch.')} "
-                           f"({nonfinite_weight(value.to(dtype))}); run in a wider workload.dtype")
 
 
 def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

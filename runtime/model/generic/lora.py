@@ -6,7 +6,10 @@ For each adapter (``{"path", "scale", "expert"}``, as the planner records it):
 1. the family's diffusers LoRA loader (``Family.lora_loader``, e.g. ``FluxLoraLoaderMixin``)
    reads the file with its ``lora_state_dict``, which converts the formats diffusers knows for
    that family (kohya / sd-scripts / musubi names, the original release's module names) to
-   diffusers' ``transformer.<module>.lora_A/B`` keys, with alphas and metadata;
+   diffusers' ``transformer.<module>.lora_A/B`` keys, with alphas and metadata. For Wan and Flux
+   sporch first hands it the adapter in the one key form its converter reads for the family,
+   whatever form the file has, with per-module alphas folded in, and keeps LightX2V's whole-tensor
+   differences apart (``lora_formats.py``; they are added as ``P += scale x delta``);
 2. its ``load_lora_into_transformer`` injects PEFT LoRA layers into the model
    (``ModelMixin.load_lora_adapter``); every module the adapter names must get one, else
    :class:`LoraError` names the ones the model lacks (diffusers only warns);
@@ -22,8 +25,9 @@ diffusers' ``load_lora_adapter`` would build (``_create_lora_config``, PEFT's ``
 for ``rank_pattern`` / ``alpha_pattern``), so each module gets what ``set_adapters`` + ``fuse_lora``
 adds, ``W += scale x alpha / r x B A`` (``alpha / sqrt(r)`` with rsLoRA; a ``lora_B`` bias:
 ``b += scale x alpha / r x bias``), each rank computing only its rows of ``B`` times ``A``
-(``sporch.runtime.model.lora.add_low_rank_rows``, the hand-built path's row-wise merge). Linear
-modules only; DoRA and LoKr adapters are refused there in one line.
+(``sporch.runtime.model.lora.add_low_rank_rows``, the hand-built path's row-wise merge); whole-tensor
+differences each rank its rows too. Linear modules only; DoRA and LoKr adapters are refused there
+in one line.
 """
 
 from __future__ import annotations
@@ -32,15 +36,16 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from sporch.orchestrator.models.families import require_family
+
 from ..finite import nonfinite_weight
 from ..lora import add_low_rank_rows
 from ..shards import local_rows
+from .checkpoint import finite
+from .lora_formats import Adapter, LoraError, _alphas_apart, read_adapter
+from .plans import diffusers_type
 
 __all__ = ["LoraError", "apply_lora", "adapted_modules", "merge_lora_rows"]
-
-
-class LoraError(ValueError):
-    """An adapter the model cannot take (modules it lacks, a file the loader refuses)."""
 
 
 def adapted_modules(state_dict: Mapping[str, Any], prefix: str) -> set[str]:
@@ -54,61 +59,85 @@ def adapted_modules(state_dict: Mapping[str, Any], prefix: str) -> set[str]:
     return out
 
 
-def _alphas_apart(loader: type) -> bool:
-    """Flux's loader returns the adapters' alphas apart from the state dict (and takes them back)."""
-    import inspect
+def _loader(model: torch.nn.Module, loader_name: str | None) -> tuple[str, type]:
+    """(the model's family, its diffusers LoRA loader mixin)."""
+    if not loader_name:
+        raise LoraError(f"{type(model).__name__}: its family names no diffusers LoRA loader; remove model.lora")
+    import diffusers.loaders
 
-    return "network_alphas" in inspect.signature(loader.load_lora_into_transformer).parameters
+    return require_family(diffusers_type(type(model)).__name__).name, getattr(diffusers.loaders, loader_name)
 
 
-def _read(loader: type, path: str) -> tuple[dict, dict | None, dict | None]:
-    """(state dict in diffusers keys, network alphas or None, metadata or None), converted by
-    the loader's ``lora_state_dict``."""
-    if _alphas_apart(loader):
-        return loader.lora_state_dict(path, return_alphas=True, return_lora_metadata=True)
-    sd, meta = loader.lora_state_dict(path, return_lora_metadata=True)
-    return sd, None, meta
+def _adapters(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]], loader_name: str | None):
+    """Each entry read and converted (lora_formats.py), with the modules it adapts (at least one
+    module or difference, else one line)."""
+    family, loader = _loader(model, loader_name)
+    for i, entry in enumerate(adapters):
+        adapter = read_adapter(model, family, loader, i, entry)
+        wanted = adapted_modules(adapter.state_dict, loader.transformer_name)
+        if not wanted and not adapter.deltas:
+            raise LoraError(f"{adapter.where}: no LoRA pairs for the transformer after {loader.__name__}'s "
+                            "conversion (an adapter for the text encoder only?)")
+        yield loader, adapter, wanted, float(entry.get("scale", 1.0))
+
+
+@torch.no_grad()
+def _add_deltas(model: torch.nn.Module, adapter: Adapter, scale: float) -> set[str]:
+    """``P += scale x delta`` for each whole-tensor difference (a sharded parameter: its rows)."""
+    params = dict(model.named_parameters())
+    lacking = sorted(set(adapter.deltas) - set(params))
+    if lacking:
+        raise LoraError(f"{adapter.where}: {len(lacking)} difference tensor(s) change no parameter of "
+                        f"{type(model).__name__} (first: {', '.join(lacking[:3])}); an adapter for another model?")
+    for name, delta in adapter.deltas.items():
+        param = params[name]
+        if delta.numel() != param.numel():
+            raise LoraError(f"{adapter.where}: the difference for {name} is {list(delta.shape)}, but the parameter is "
+                            f"{list(param.shape)}; an adapter for another model size?")
+        local, rows = local_rows(param)
+        part = delta.reshape(param.shape).to(local.device, torch.float32)
+        part = part if rows is None else part[rows]
+        local.copy_((local.float() + scale * part).to(local.dtype))
+        bad = not finite(local) and nonfinite_weight(local)
+        if bad:
+            raise LoraError(f"{adapter.where}: merged with scale {scale:g}, {name}: {bad} (the adapter's difference "
+                            "overflows); lower model.lora[].scale or use a wider workload.dtype")
+    return set(adapter.deltas)
 
 
 def apply_lora(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]] | None, loader_name: str | None) -> int:
     """Merge ``adapters`` into ``model`` in place (see the module docstring); returns how many
-    modules changed. ``loader_name``: the family's diffusers LoRA loader mixin."""
+    modules (and parameters changed by whole-tensor differences) changed. ``loader_name``: the
+    family's diffusers LoRA loader mixin."""
     if not adapters:
         return 0
-    if not loader_name:
-        raise LoraError(f"{type(model).__name__}: its family names no diffusers LoRA loader; remove model.lora")
-    import diffusers.loaders
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    loader = getattr(diffusers.loaders, loader_name)
     names, scales, changed = [], [], set()
-    for i, entry in enumerate(adapters):
-        name, path = f"sporch_lora_{i}", str(entry["path"])
-        try:
-            sd, alphas, meta = _read(loader, path)
-        except (ValueError, KeyError) as exc:  # a format the family's converter does not know
-            raise LoraError(f"model.lora[{i}] {path}: {loader_name} cannot read it ({exc})") from None
-        wanted = adapted_modules(sd, loader.transformer_name)
+    for i, (loader, adapter, wanted, scale) in enumerate(_adapters(model, adapters, loader_name)):
+        changed |= _add_deltas(model, adapter, scale)
         if not wanted:
-            raise LoraError(f"model.lora[{i}] {path}: no LoRA pairs for the transformer after {loader_name}'s "
-                            "conversion (an adapter for the text encoder only?)")
-        kw = {"network_alphas": alphas} if _alphas_apart(loader) else {}
+            continue
+        name = f"sporch_lora_{i}"
+        kw = {"network_alphas": adapter.alphas} if _alphas_apart(loader) else {}
         try:
-            loader.load_lora_into_transformer(sd, transformer=model, adapter_name=name, metadata=meta, **kw)
+            loader.load_lora_into_transformer(adapter.state_dict, transformer=model, adapter_name=name,
+                                              metadata=adapter.metadata, **kw)
         except ValueError as exc:  # PEFT: none of the target modules is in the model
-            raise LoraError(f"model.lora[{i}] {path}: {exc}".splitlines()[0]) from None
+            raise LoraError(f"{adapter.where}: {exc}".splitlines()[0]) from None
         got = {n for n, m in model.named_modules() if isinstance(m, BaseTunerLayer) and name in m.lora_A}
         lacking = sorted(wanted - got)
         if lacking:
-            raise LoraError(f"model.lora[{i}] {path}: {len(lacking)} adapted module(s) are not in "
+            raise LoraError(f"{adapter.where}: {len(lacking)} adapted module(s) are not in "
                             f"{type(model).__name__} (first: {', '.join(lacking[:3])}); an adapter for another "
                             "model or size?")
         names.append(name)
-        scales.append(float(entry.get("scale", 1.0)))
+        scales.append(scale)
         changed |= got
-    model.set_adapters(names, weights=scales)
-    model.fuse_lora(adapter_names=names)
-    model.unload_lora()
+    if names:
+        model.set_adapters(names, weights=scales)
+        model.fuse_lora(adapter_names=names)
+        model.unload_lora()
     return len(changed)
 
 
@@ -139,28 +168,22 @@ def merge_lora_rows(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]
     only its rows (see the module docstring); returns how many modules changed."""
     if not adapters:
         return 0
-    if not loader_name:
-        raise LoraError(f"{type(model).__name__}: its family names no diffusers LoRA loader; remove model.lora")
     import math
 
-    import diffusers.loaders
     from peft.utils.other import get_pattern_key
 
-    loader = getattr(diffusers.loaders, loader_name)
     modules = dict(model.named_modules())
     changed = set()
-    for i, entry in enumerate(adapters):
-        path, scale = str(entry["path"]), float(entry.get("scale", 1.0))
-        where = f"model.lora[{i}] {path}"
+    for loader, adapter, _, scale in _adapters(model, adapters, loader_name):
+        where = adapter.where
+        changed |= _add_deltas(model, adapter, scale)
         try:
-            sd, alphas, meta = _read(loader, path)
-            sd, config = _peft_pairs(loader, sd, alphas, meta)
+            sd, config = _peft_pairs(loader, adapter.state_dict, adapter.alphas, adapter.metadata)
         except (ValueError, KeyError) as exc:
-            raise LoraError(f"{where}: {loader_name} cannot read it ({exc})".splitlines()[0]) from None
+            raise LoraError(f"{where}: {loader.__name__} cannot read it ({exc})".splitlines()[0]) from None
         wanted = sorted(adapted_modules(sd, loader.transformer_name))
         if not wanted:
-            raise LoraError(f"{where}: no LoRA pairs for the transformer after {loader_name}'s "
-                            "conversion (an adapter for the text encoder only?)")
+            continue
         if config.use_dora:
             raise LoraError(f"{where}: a DoRA adapter; with parallel.shard_weights sporch merges plain LoRA only: "
                             "set parallel.shard_weights=none")
@@ -197,7 +220,7 @@ def merge_lora_rows(model: torch.nn.Module, adapters: Sequence[Mapping[str, Any]
                 part = part if rows is None else part[rows]
                 local.copy_((local.float() + factor * part).to(local.dtype))
             for p in (weight, module.bias):
-                bad = p is not None and nonfinite_weight(local_rows(p)[0])
+                bad = p is not None and not finite(local_rows(p)[0]) and nonfinite_weight(local_rows(p)[0])
                 if bad:
                     raise LoraError(f"{where}: merged with scale {scale:g}, {name}: {bad} (the adapter's update "
                                     "overflows); lower model.lora[].scale or use a wider workload.dtype")

@@ -10,10 +10,10 @@ and low-bit weights (``model.quant``), with the hand-built path's machinery.
 * sharded (``sequence`` / ``world``): the diffusers class built with its parameters on the meta device,
   FSDP2 applied by :func:`sporch.runtime.model.shard_weights.shard_model` (one unit per ``*blocks``
   entry, then the root: what the hand-built models get), this rank's shard allocated, and each
-  parameter's rows read from the folder's memory-mapped safetensors by
-  :func:`sporch.runtime.model.keymaps.load_checkpoint` (the hand-built loader: a slice of the mapped
-  file per parameter, never the whole model; strict, non-finite weights refused). The buffers the
-  config derives (RoPE tables) are built real and kept. Without weights (a plan of a config with
+  parameter's rows read from the checkpoint's memory-mapped safetensors by
+  :func:`.checkpoint.fill_parameters` (a slice of the mapped file per run of rows, never the whole
+  model; an original release's names mapped by diffusers' converter; strict, non-finite weights
+  refused). The buffers the config derives (RoPE tables) are built real and kept. Without weights (a plan of a config with
   random weights: tests, tiny runs) the seeded random model is built whole, then sharded: the same
   values as unsharded.
 
@@ -31,55 +31,29 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from sporch.orchestrator.models.families import config_class, require_family
+from sporch.orchestrator.models.families import require_family
 from sporch.runtime.parallel import ParallelContext
 
-from ..keymaps import load_checkpoint
 from ..quant import quantize_weights
 from ..shard_weights import refuse_quant, shard_mesh, shard_model
-from .build import prepare_model, diffusers_class, load_diffusers, random_diffusers, read_config, transformer_folder
+from .build import allocate, diffusers_class, load_diffusers, meta_model, prepare_model, random_diffusers
+from .checkpoint import fill_parameters, open_weights
 from .lora import apply_lora, merge_lora_rows
 from .plans import diffusers_type
 
 __all__ = ["build_transformer", "load_sharded"]
 
 
-def _meta_model(cls: type, config: dict, dtype: torch.dtype) -> torch.nn.Module:
-    """``cls`` from ``config`` with its parameters on the meta device in ``dtype``; buffers real."""
-    from accelerate import init_empty_weights
-
-    with init_empty_weights(include_buffers=False):
-        model = cls.from_config(config)
-    for module in model.modules():
-        for name, p in list(module._parameters.items()):
-            if p is not None and p.dtype != dtype and p.is_floating_point():
-                module._parameters[name] = torch.nn.Parameter(p.to(dtype), requires_grad=False)
-    return model
-
-
-def _buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: b for name, b in model.named_buffers() if b.device.type != "meta"}
-
-
-def _restore_buffers(model: torch.nn.Module, saved: Mapping[str, torch.Tensor], device: torch.device) -> None:
-    for name, value in saved.items():
-        owner, _, leaf = name.rpartition(".")
-        model.get_submodule(owner)._buffers[leaf] = value.to(device)
-
-
 def load_sharded(path: str, ctx: ParallelContext, mode: str, *, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu") -> torch.nn.Module:
-    """The diffusers transformer of the folder ``path`` with its parameters sharded (FSDP2) over
+                 device: torch.device | str = "cpu", config: Mapping[str, Any] | None = None) -> torch.nn.Module:
+    """The diffusers transformer of the checkpoint at ``path`` with its parameters sharded (FSDP2) over
     ``shard_group(ctx, mode)``, each rank reading only its rows (see the module docstring)."""
     device = torch.device(device)
-    folder = transformer_folder(path)
-    config = read_config(folder)
-    model = _meta_model(diffusers_class(config_class(config)), config, dtype)
-    buffers = _buffers(model)
+    ckpt, fmt = open_weights(path, config)
+    model = meta_model(diffusers_class(fmt.class_name), fmt.config, dtype)
     shard_model(model, shard_mesh(ctx, mode, device), forward_method=None)
-    model = model.to_empty(device=device)  # this rank's shard of every parameter (and empty buffers)
-    _restore_buffers(model, buffers, device)
-    load_checkpoint(model, folder)  # its rows, from the memory-mapped files
+    model = allocate(model, device)  # this rank's shard of every parameter; the derived buffers kept
+    fill_parameters(model, ckpt, fmt)  # its rows, from the memory-mapped files
     return prepare_model(model)
 
 
@@ -92,7 +66,8 @@ def _lora_loader(model: torch.nn.Module, lora) -> str | None:
 def build_transformer(*, weights: str | None, class_name: str, config: Mapping[str, Any] | None, ctx: ParallelContext | None,
                       shard_weights: str = "none", quant: str | None = None, lora: Sequence[Mapping[str, Any]] | None = None,
                       seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.nn.Module:
-    """The plan's transformer: ``weights`` (a diffusers folder) or ``class_name`` + ``config`` with
+    """The plan's transformer: ``weights`` (a checkpoint in any format sporch reads; ``config``: the
+    plan's diffusers config, for one that ships none) or ``class_name`` + ``config`` with
     seeded random weights; placed as ``shard_weights`` (over ``ctx``) and ``quant`` say, with the
     adapters ``lora`` merged. See the module docstring."""
     device = torch.device(device)
@@ -100,11 +75,11 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
     if sharded:
         refuse_quant(quant, shard_weights)
     if sharded and weights:
-        model = load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device)
+        model = load_sharded(weights, ctx, shard_weights, dtype=dtype, device=device, config=config)
         merge_lora_rows(model, lora, _lora_loader(model, lora))
         return model
     if weights:
-        model = load_diffusers(weights, dtype=dtype, device=device)
+        model = load_diffusers(weights, dtype=dtype, device=device, config=config)
     else:
         model = random_diffusers(class_name, dict(config or {}), seed=seed, dtype=dtype).to(device)
     if sharded:  # random weights: built whole (the same values as unsharded), then sharded
