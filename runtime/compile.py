@@ -21,7 +21,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-import torch
 from torch import nn
 
 from sporch.runtime.model.blocks import block_lists

@@ -33,7 +33,6 @@ Stable API: ``run_distributed``, ``RankError``, ``DistributedTimeout``, ``init_e
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing as mp
 import os
 import pickle

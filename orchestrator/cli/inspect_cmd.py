@@ -125,6 +125,6 @@ def _show_lora(path: str, as_json: bool) -> None:
                   f"alpha/rank {', '.join(f'{f:g}' for f in report['factors'])}")
     table.add_row("parameters", f"{report['parameters']:,} ({', '.join(f'{n} {d}' for d, n in report['dtypes'].items())} tensors)")
     table.add_row(f"targets ({report['modules']})", ", ".join(report["targets"]))
-    if report["sporch_modules"]:
-        table.add_row("sporch modules", ", ".join(report["sporch_modules"]))
+    if report["diffusers_modules"]:
+        table.add_row("diffusers modules", ", ".join(report["diffusers_modules"]))
     console().print(table)

@@ -201,9 +201,9 @@ class SequenceSection(Section):
     tokens_per_rank: int  # the longest rank's chunk
     grid: List[int]  # [f, h, w] token grid; [1, 1, seq_len] when the job gave seq_len
     degree: int  # ring x ulysses
-    #: vocab.SEQUENCE_SPLITS: "padded" (hand-built: every rank's layers run tokens_per_rank
-    #: tokens, the pad included) or "uneven" (generic path: cut unpadded by
-    #: parallel.sequence_chunks; only the attention pads a shorter chunk to tokens_per_rank)
+    #: vocab.SEQUENCE_SPLITS: "uneven" (cut unpadded by parallel.sequence_chunks; only the
+    #: attention pads a shorter chunk to tokens_per_rank) or "padded" (an older plan's: every
+    #: rank's layers ran tokens_per_rank tokens, the pad included; the runtime refuses it)
     split: str = "padded"
     #: text tokens cut over the sequence ranks with the image's (joint attention; a cross-attention
     #: whose split plan cuts the text); 0 where the text stays whole on every rank

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Optional
 
 
 def first_changes(record: Dict[str, Any]) -> Optional[List[Any]]:
-    """A rank's record's measured changes: its first batch's (generate), or its own (the hand-built
-    inference's one denoising run); None when it has none."""
+    """A rank's record's measured changes: its first batch's (generate), or its own (an
+    inference run's one denoising loop); None when it has none."""
     if isinstance(record.get("changes"), list):
         return record["changes"]
     batches = record.get("batches") or []

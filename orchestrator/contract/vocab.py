@@ -8,9 +8,10 @@ MAX_NAME = 100
 
 #: ``model.attention``: cross-attention to text (Wan), joint text+image attention (MMDiT), self only (DiT).
 ATTENTION_KINDS: tuple[str, ...] = ("cross", "joint", "self")
-#: How the sequence is cut over the sequence ranks (``plan.sequence.split``): ``padded`` (the
-#: hand-built path: padded to a multiple of the degree, cut evenly) or ``uneven`` (the generic
-#: path: cut unpadded, the attention pads each rank's chunk to the longest and masks it)
+#: How the sequence is cut over the sequence ranks (``plan.sequence.split``): ``uneven`` (cut
+#: unpadded, the attention pads each rank's chunk to the longest and masks it: what the planner
+#: records) or ``padded`` (padded to a multiple of the degree and cut evenly: plans of sporch
+#: releases before the one model path, which the runtime refuses with "re-plan the job")
 SEQUENCE_SPLITS: tuple[str, ...] = ("padded", "uneven")
 #: ``workload.kind``.
 WORKLOAD_KINDS: tuple[str, ...] = ("inference", "benchmark", "verify", "generate", "preflight")

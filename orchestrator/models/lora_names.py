@@ -93,6 +93,19 @@ def lora_naming(lora: LoraFile) -> tuple[str, str, int]:
     return best
 
 
+def diffusers_modules(lora: LoraFile, family: str, naming: str) -> list[str]:
+    """The diffusers modules ``lora``'s modules name in ``naming`` (a fused module of the release:
+    each of its parts), for what ``sporch inspect`` shows; modules no linear of the family matches
+    are left out (a job's plan names them)."""
+    out = set()
+    for m in lora.modules:
+        found = _match(m.name, family, naming, lora.underscored)
+        if found is not None:
+            entry, k, i = found
+            out.update(d.replace("{i}", i) for d in (entry.diffusers if k < 0 else entry.diffusers[k:k + 1]))
+    return sorted(out)
+
+
 def _present(entry: LoraName, index: str, config: Mapping[str, Any]) -> bool:
     if entry.when and not config.get(entry.when):
         return False

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from sporch.orchestrator.models.checkpoint_files import CheckpointError, kind, read_header
+from sporch.orchestrator.models.checkpoint_files import kind, read_header
 from sporch.orchestrator.models.lora_file import read_lora
 from sporch.orchestrator.models.lora_keys import SUFFIXES
-from sporch.orchestrator.models.lora_targets import FAMILIES, adapter_naming, map_targets
+from sporch.orchestrator.models.families import get_family
+from sporch.orchestrator.models.lora_names import diffusers_modules, lora_naming
 
 
 def is_lora(path: str | Path) -> bool:
@@ -50,21 +51,15 @@ def compact_names(names: list[str]) -> list[str]:
 def describe_lora(path: str | Path) -> dict[str, Any]:
     """What ``sporch inspect`` says about a LoRA file: format, ranks, alphas, targets, family."""
     lora = read_lora(path)
-    kind, names, hits = adapter_naming(lora)
+    family, names, hits = lora_naming(lora)
     dtypes: dict[str, int] = {}
     for info in lora.tensors.values():
         dtypes[info.dtype] = dtypes.get(info.dtype, 0) + 1
     params = sum(m.rank * (m.shape[0] + m.shape[1]) for m in lora.modules)
-    family = FAMILIES[kind].model if kind else None
-    targets: Optional[list[str]] = None
-    if kind:
-        try:
-            targets = compact_names(sorted({t.ours for t in map_targets(lora, kind)}))
-        except CheckpointError:
-            targets = None  # some modules match no name of the family: the job's plan says which
+    targets = compact_names(diffusers_modules(lora, family, names)) if family else None
     return {"path": str(lora.path), "kind": "lora", "format": lora.format,
             "key_style": "underscored" if lora.underscored else "dotted",
-            "names": names or None, "architecture": family, "matched": hits, "modules": len(lora.modules),
+            "names": names or None, "architecture": get_family(family).title if family else None, "matched": hits, "modules": len(lora.modules),
             "ranks": lora.ranks, "alphas": lora.alphas, "factors": sorted({m.factor for m in lora.modules}),
             "parameters": params, "dtypes": dtypes, "targets": compact_names([m.name for m in lora.modules]),
-            "sporch_modules": targets}
+            "diffusers_modules": targets or None}

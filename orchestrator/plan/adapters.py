@@ -1,12 +1,12 @@
 """``model.lora``: the job's LoRA adapters, checked against its model at plan time (no torch).
 
 Each file's header is read (sporch.orchestrator.models.lora_file): its format, and every
-module it adapts mapped onto the resolved model's modules (the hand-built model's by its name
-table; a diffusers class's, for Wan and Flux, by models/lora_names.py: the key plan the runtime
-hands diffusers' LoRA loader), so an adapter for another model, size or family is refused by
+module it adapts mapped onto the model's diffusers class (for Wan and Flux by
+models/lora_names.py: the key plan the runtime hands diffusers' LoRA loader), so an adapter for
+another model, size or family is refused by
 ``sporch plan`` in one line. The plan carries absolute paths and scales
 (``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
-``transformer``/``transformer_2``); the runtime merges them at load (sporch.runtime.model.lora).
+``transformer``/``transformer_2``); the runtime merges them at load (runtime/model/generic/lora.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_ch
 from sporch.orchestrator.models.checkpoint_format import checkpoint_format
 from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.models.lora_file import read_lora
-from sporch.orchestrator.models.lora_module_names import module_names
 from sporch.orchestrator.models.lora_names import lora_plan
-from sporch.orchestrator.models.lora_targets import map_deltas, map_targets
 from sporch.orchestrator.contract.sections import ModelSection
 from sporch.orchestrator.errors import SporchError
 
@@ -34,12 +32,22 @@ def lora_path(path: str, source: Optional[str]) -> str:
 
 def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Optional[str] = None) -> ModelSection:
     """``model`` with ``plan.model.lora`` set from the job's ``model.lora`` entries (each
-    ``path``/``scale``), every adapter checked against the model's modules."""
+    ``path``/``scale``/``expert``): each file's header checked (LoRA pairs of one rank, no
+    text-encoder keys); for a family whose original release sporch knows (Wan, Flux) every module
+    matched in diffusers' or the release's names against the class's linear modules for the
+    model's config, and whole-tensor differences against its parameters (models/lora_names.py:
+    what the runtime hands diffusers' loader, runtime/model/generic/lora.py, which refuses again
+    whatever the model lacks)."""
     if not entries:
         return model
-    if model.diffusers_class:
-        return _with_generic_lora(model, entries, source)
-    present = module_names(model.to_dict())
+    fam = require_family(model.diffusers_class)
+    if not fam.lora_loader:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {fam.name}: no diffusers "
+                          "LoRA loader); remove model.lora")
+    try:
+        config = {"_class_name": model.diffusers_class, **_generic_config(model)}
+    except CheckpointError as exc:
+        raise SporchError(str(exc)) from None
     out = []
     for i, e in enumerate(entries):
         path = lora_path(str(e.path), source)
@@ -47,9 +55,7 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
             raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but the model "
                               f"({model.preset or 'from model.weights'}) has one transformer; remove it")
         try:
-            lora = read_lora(path)
-            map_targets(lora, model.attention, present, where=f"model.lora[{i}] {path}")
-            map_deltas(lora, model.attention, where=f"model.lora[{i}] {path}")  # diff / diff_b / diff_m
+            lora_plan(read_lora(path), fam.name, config, where=f"model.lora[{i}] {path}")
         except CheckpointError as exc:
             raise SporchError(str(exc)) from None
         out.append({"path": path, "scale": float(e.scale), "expert": e.expert})
@@ -64,32 +70,3 @@ def _generic_config(model: ModelSection) -> dict:
     if not model.weights:
         return {}
     return dict(checkpoint_format(open_checkpoint(model.weights)).config)
-
-
-def _with_generic_lora(model: ModelSection, entries: Sequence[Any], source: Optional[str]) -> ModelSection:
-    """The generic path (a diffusers class): each file's header checked (LoRA pairs of one rank,
-    no text-encoder keys); for a family whose original release sporch knows (Wan, Flux) every
-    module matched in diffusers' or the release's names against the class's linear modules for
-    the model's config, and whole-tensor differences against its parameters
-    (models/lora_names.py: what the runtime hands diffusers' loader, runtime/model/generic/lora.py,
-    which refuses again whatever the model lacks)."""
-    fam = require_family(model.diffusers_class)
-    if not fam.lora_loader:
-        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {fam.name}: no diffusers "
-                          "LoRA loader); remove model.lora")
-    out = []
-    try:
-        config = {"_class_name": model.diffusers_class, **_generic_config(model)}
-    except CheckpointError as exc:
-        raise SporchError(str(exc)) from None
-    for i, e in enumerate(entries):
-        path = lora_path(str(e.path), source)
-        if e.expert != "both":
-            raise SporchError(f"model.lora[{i}].expert {e.expert} picks one of two experts, but "
-                              f"{model.diffusers_class} is one transformer; remove it")
-        try:
-            lora_plan(read_lora(path), fam.name, config, where=f"model.lora[{i}] {path}")
-        except CheckpointError as exc:
-            raise SporchError(str(exc)) from None
-        out.append({"path": path, "scale": float(e.scale), "expert": e.expert})
-    return dataclasses.replace(model, lora=out)

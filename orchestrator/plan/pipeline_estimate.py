@@ -34,7 +34,7 @@ from sporch.orchestrator.plan.estimates import memory_totals
 IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
-VAE_BYTES = 4  # the hand-built pipelines' VAE decodes in float32 (the generic path's: the workload dtype)
+VAE_BYTES = 4  # a VAE decoding in float32 (the pipelines' VAE decodes in the workload dtype)
 #: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
 #: (4/3)^2 of the frames) and then the blended frames.
 TILED_OUTPUT_COPIES = 2.8

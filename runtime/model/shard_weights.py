@@ -40,7 +40,8 @@ def shard_group(ctx: ParallelContext, mode: str):
 
 def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = None) -> torch.nn.Module:
     """Apply FSDP2 to ``model`` in place: one unit per block (``blocks.block_lists``: the direct
-    ``*blocks`` module lists), then the root. ``forward_method``: an entry point other than
+    ``*blocks`` module lists), then the root; parameters of another dtype than the model's (kept
+    in float32 by the class) are left whole on every rank. ``forward_method``: an entry point other than
     ``forward`` that runs the root's gather (None: the model is called through ``forward``)."""
     from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
@@ -48,9 +49,16 @@ def shard_model(model: torch.nn.Module, mesh, forward_method: str | None = None)
     if not lists:
         raise ValueError(f"{type(model).__name__} has no '*blocks' module list to shard")
     order = [block for _, blocks in lists for block in blocks]  # the order forward_tokens runs them
+    # FSDP2 shards one dtype per unit: parameters the class keeps in float32 in a half-precision model
+    # (``_keep_in_fp32_modules``: norms, modulation tables, Wan's time embedder) stay whole on every rank
+    counts: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    main = max(counts, key=counts.get) if counts else None
+    ignored = {p for p in model.parameters() if p.dtype != main}
     for block in order:
-        fully_shard(block, mesh=mesh, reshard_after_forward=True)
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+        fully_shard(block, mesh=mesh, reshard_after_forward=True, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, reshard_after_forward=True, ignored_params=ignored)
     for block, following in zip(order, order[1:]):
         block.set_modules_to_forward_prefetch([following])  # gather the next block while this one runs
     if forward_method is not None:

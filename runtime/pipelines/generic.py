@@ -8,7 +8,7 @@ encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cp
 prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
 embeddings to the replica (:func:`.replica.share_from_leader`) and frees the encoders. With
 ``pipeline.text_encoder: sharded`` every rank of the sequence group loads them into host memory,
-shards them over the group (:func:`.text.shard_text_encoders`, FSDP2 as the hand-built path) and
+shards them over the group (:func:`.text.shard_text_encoders`, FSDP2) and
 the whole group encodes: every rank gets the same embeddings, no broadcast. Then, per
 prompt, every rank calls the pipeline with those embeddings while
 :class:`~sporch.runtime.model.generic.SequenceParallel` is attached to its transformer: each
@@ -31,14 +31,14 @@ pipeline draws for that call). Only the leader decodes (``output_type="np"``: th
 decode and post-processing), the others stop at the latents. ``plan.placement.vae``: ``leader``
 decodes whole; ``tiled`` (planned where the family's VAE has a tiled decode, ``Family.vae_tiling``)
 calls the VAE's ``enable_tiling()`` with no arguments first: diffusers' default tile sizes of that
-class, as the hand-built path's ``tiled`` (runtime/pipelines/vae.py). ``parallel`` (planned where the
+class. ``parallel`` (planned where the
 family's VAE decodes exactly by row bands, ``Family.vae_parallel``): every rank of the leader's
 sequence group (cfg rank 0) runs the pipeline to its end (``output_type="np"``) with the VAE
 replaced by :func:`.vae_parallel.decode.row_parallel_vae`'s copy, whose decoder takes this rank's band of
 the latent's rows and returns the whole decoded tensor (gathered over the group), so the pipeline's
 own decode tail (latent un-normalisation and unpacking, the VAE's ``decode``, the image/video
 processor) runs unchanged around it; only the leader writes. The leader writes one PNG/MP4 per
-prompt through :mod:`.media` and returns the same result rows as the hand-built generate.
+prompt through :mod:`.media` and returns one result row per prompt.
 
 The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
 transformer at load (:func:`.generic_load.load_pipeline`), its parameters sharded (``parallel.shard_weights``) or

@@ -51,7 +51,7 @@ def test_a_method_a_family_does_not_list_is_one_line_naming_what_is_missing():
 
 def test_result_json_step_cache_changes_are_the_first_batchs():
     """The MagCache refusal says to read the ratios from result.json ``step_cache.changes``: a
-    generate's (generic: per context; the first context's) and the hand-built inference's."""
+    generate's (per context; the first context's) and an inference run's."""
     generic = {"method": "magcache", "dp_rank": 0, "skipped": [{"cond": [], "uncond": []}],
                "steps_computed": 6, "steps_skipped": 0,
                "batches": [{"batch": 0, "computed": [0, 1, 2], "skipped": [], "changes": [1.0, 0.97, 0.95],

@@ -188,7 +188,7 @@ class Family:
     pipeline_cfg: PipelineCfg = PipelineCfg.NONE
     #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
-    #: sizes (as the hand-built path's ``tiled``, runtime/pipelines/vae.py); the planner's tiled
+    #: sizes (diffusers' ``enable_tiling``); the planner's tiled
     #: decode estimate uses the PARTS fact ``vae_tile_pixels`` (those defaults for the published VAE).
     #: False: only ``pipeline.vae: leader`` is planned for its generic generate.
     vae_tiling: bool = False

@@ -64,6 +64,9 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
 FAMILY = Family(
     name="chronoedit", title="ChronoEdit", classes=("ChronoEditTransformer3DModel",), shape=shape,
     text_split=False, lora_loader="WanLoraLoaderMixin", step_cache=(),
+    step_cache_refusal=(
+        "its blocks (diffusers' ChronoEdit WanTransformerBlock, a class of its own) are not in diffusers'"
+        " TransformerBlockRegistry, which the step caches read a block's outputs from"),
     presets=(FamilyPreset("chronoedit-14b", CHRONOEDIT_14B,
                           "github.com/nv-tlabs/ChronoEdit chronoedit/_src/configs/chronoedit/defaults/net.py (the 14B "
                           "network of nvidia/ChronoEdit-14B-Diffusers), in diffusers' Wan I2V config names",

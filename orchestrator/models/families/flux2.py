@@ -73,6 +73,9 @@ def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
 FAMILY = Family(
     name="flux2", title="FLUX.2", classes=("Flux2Transformer2DModel",), shape=shape,
     lora_loader="Flux2LoraLoaderMixin", step_cache=(),
+    step_cache_refusal=(
+        "Flux2TransformerBlock takes no time embedding (FLUX.2 modulates once for the whole stack), which"
+        " TeaCache's probe reads, and fbcache, taylorseer and magcache are not checked on it yet"),
     presets=(FamilyPreset("flux.2-dev", FLUX2_DEV, _SOURCE.format("flux2-dev") + " (32B)",
                           parameters=ParameterCount(31_406_964_736, 981_467_648, 816_316_416)),
              FamilyPreset("flux.2-klein-4b", FLUX2_KLEIN_4B, _SOURCE.format("klein-4b"),

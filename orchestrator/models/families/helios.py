@@ -99,4 +99,7 @@ FAMILY = Family(
                           parameters=ParameterCount(14_055_772_160, 351_394_304, 256_655_424)),),
     count_parameters=count_parameters, split_refusal=split_refusal, pipeline_parts=pipeline_parts,
     lora_loader="HeliosLoraLoaderMixin", step_cache=(),
+    step_cache_refusal=(
+        "its blocks (HeliosTransformerBlock) are not in diffusers' TransformerBlockRegistry, which the "
+        "step caches read a block's outputs from"),
 )

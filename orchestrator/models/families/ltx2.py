@@ -147,4 +147,7 @@ FAMILY = Family(
              FamilyPreset("ltx-2.5", LTX_2_5, _SOURCE.format("2.5", "Lightricks/LTX-2.5"),
                           parameters=ParameterCount(18_560_394_240, 386_674_880, 427_464_960))),
     count_parameters=count_parameters, split_refusal=split_refusal, lora_loader="LTX2LoraLoaderMixin", step_cache=(),
+    step_cache_refusal=(
+        "its blocks (LTX2VideoTransformerBlock, two streams) are not in diffusers' "
+        "TransformerBlockRegistry, which the step caches read a block's outputs from"),
 )

@@ -72,5 +72,8 @@ FAMILY = Family(
                           "MINIMAX_H3_TRANSFORMER_CONFIG (MiniMaxAI/MiniMax-H3 transformer/)",
                           parameters=ParameterCount(32_278_592_000, 645_571_840, 844_400_896)),),
     count_parameters=count_parameters, lora_loader="MiniMaxH3LoraLoaderMixin", step_cache=(),
+    step_cache_refusal=(
+        "its blocks (MiniMaxH3TransformerBlock) are not in diffusers' TransformerBlockRegistry, which the"
+        " step caches read a block's outputs from"),
     cfg=False,  # guidance-distilled: one pass per step, no negative prompt
 )

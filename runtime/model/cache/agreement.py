@@ -29,21 +29,17 @@ def replica_records(record: dict[str, Any], ctx: ParallelContext | None) -> list
     return records
 
 
-def check_agreement(records: list[dict[str, Any]], key: str = "skipped") -> None:
-    first = records[0]
-    for r in records[1:]:
-        if r[key] != first[key]:
-            raise StepCacheDisagreement(f"step cache: rank {r['rank']} skipped steps {r[key]} but rank "
-                                        f"{first['rank']} skipped {first[key]}: the ranks took different branches")
-
-
 def agreed_fields(section: Any, skipped: Any, ctx: ParallelContext | None) -> dict[str, Any]:
     """The fields of a rank's ``step_cache`` record that every workload shares: the plan's
     knobs, this dp replica and every one of its ranks' ``skipped`` steps, checked equal first
     (a difference raises :class:`StepCacheDisagreement`)."""
     rank = ctx.rank if ctx is not None else 0
     records = replica_records({"rank": rank, "skipped": skipped}, ctx)
-    check_agreement(records)
+    first = records[0]
+    for r in records[1:]:
+        if r["skipped"] != first["skipped"]:
+            raise StepCacheDisagreement(f"step cache: rank {r['rank']} skipped steps {r['skipped']} but rank "
+                                        f"{first['rank']} skipped {first['skipped']}: the ranks took different branches")
     return {"method": section.method, "threshold": section.threshold, "warmup_steps": section.warmup_steps,
             "max_consecutive": section.max_consecutive, "interval": getattr(section, "interval", 0),
             "order": getattr(section, "order", 1), "dp_rank": ctx.dp_rank if ctx is not None else 0,

@@ -23,8 +23,8 @@ from sporch.orchestrator.models.checkpoint_files import CheckpointError
 
 from .checkpoint import fill_parameters, open_weights
 
-__all__ = ["transformer_folder", "read_config", "diffusers_class", "meta_model", "allocate", "load_diffusers",
-           "random_diffusers", "from_state"]
+__all__ = ["transformer_folder", "read_config", "diffusers_class", "meta_model", "cast_parameters", "allocate",
+           "load_diffusers", "random_diffusers", "from_state"]
 
 
 def transformer_folder(path: str | Path) -> Path:
@@ -58,17 +58,35 @@ def prepare_model(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def kept_in_float32(model: torch.nn.Module, name: str, dtype: torch.dtype) -> bool:
+    """Whether parameter ``name`` stays float32 in a ``dtype`` model: the class's
+    ``_keep_in_fp32_modules`` (Wan's time embedder, modulation tables and norms), matched as
+    diffusers' loader matches them (a module name among the dotted parts) in half precision."""
+    keep = getattr(type(model), "_keep_in_fp32_modules", None) or ()
+    return dtype in (torch.float16, torch.bfloat16) and any(k in name.split(".") for k in keep)
+
+
+def cast_parameters(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """Every floating parameter of ``model`` in ``dtype``, those the class keeps in float32 in float32
+    (:func:`kept_in_float32`: what ``from_pretrained(torch_dtype=)`` loads)."""
+    for module_name, module in model.named_modules():
+        for name, p in list(module._parameters.items()):
+            if p is None or not p.is_floating_point():
+                continue
+            want = torch.float32 if kept_in_float32(model, f"{module_name}.{name}".lstrip("."), dtype) else dtype
+            if p.dtype != want:
+                module._parameters[name] = torch.nn.Parameter(p.to(want), requires_grad=False)
+    return model
+
+
 def meta_model(cls: type, config: Mapping[str, Any], dtype: torch.dtype) -> torch.nn.Module:
-    """``cls`` from ``config`` with its parameters on the meta device in ``dtype``; buffers real."""
+    """``cls`` from ``config`` with its parameters on the meta device in ``dtype`` (:func:`cast_parameters`);
+    buffers real."""
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):  # parameters on meta; derived buffers (RoPE tables) real
         model = cls.from_config(dict(config))
-    for module in model.modules():
-        for name, p in list(module._parameters.items()):
-            if p is not None and p.dtype != dtype and p.is_floating_point():
-                module._parameters[name] = torch.nn.Parameter(p.to(dtype), requires_grad=False)
-    return model
+    return cast_parameters(model, dtype)
 
 
 def allocate(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -114,4 +132,4 @@ def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: tor
                 p.data.normal_(1.0, 0.2)
             else:
                 p.data.normal_(0, 0.2)
-    return prepare_model(model.to(dtype))
+    return prepare_model(cast_parameters(model, dtype))

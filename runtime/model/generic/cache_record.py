@@ -9,7 +9,7 @@ pipeline's own (``CacheContext.step_index``, which WanPipeline passes) or else t
 context's forwards. A two-expert model (Wan2.2 A14B) records per expert; :func:`merged` joins the
 experts' records of one context in step order (the experts run in turn).
 
-The metrics' ``step_cache`` is the hand-built path's shape (docs/contracts.md): the plan's knobs
+The metrics' ``step_cache`` has the shape docs/contracts.md gives: the plan's knobs
 and every rank's skipped steps checked equal (``cache.agreement.agreed_fields``), ``batches`` one
 per denoised prompt, each with its first context's ``computed``, ``skipped`` and ``changes`` (the
 pipeline's "cond" call, or its only one: a MagCache run without ratios measures them there, to be

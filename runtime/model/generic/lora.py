@@ -25,7 +25,7 @@ diffusers' ``load_lora_adapter`` would build (``_create_lora_config``, PEFT's ``
 for ``rank_pattern`` / ``alpha_pattern``), so each module gets what ``set_adapters`` + ``fuse_lora``
 adds, ``W += scale x alpha / r x B A`` (``alpha / sqrt(r)`` with rsLoRA; a ``lora_B`` bias:
 ``b += scale x alpha / r x bias``), each rank computing only its rows of ``B`` times ``A``
-(``sporch.runtime.model.lora.add_low_rank_rows``, the hand-built path's row-wise merge); whole-tensor
+(:func:`add_low_rank_rows`: each rank its rows); whole-tensor
 differences each rank its rows too. Linear modules only; DoRA and LoKr adapters are refused there
 in one line.
 """
@@ -39,13 +39,24 @@ import torch
 from sporch.orchestrator.models.families import require_family
 
 from ..finite import nonfinite_weight
-from ..lora import add_low_rank_rows
 from ..shards import local_rows
 from .checkpoint import finite
 from .lora_formats import Adapter, LoraError, _alphas_apart, read_adapter
 from .plans import diffusers_type
 
 __all__ = ["LoraError", "apply_lora", "adapted_modules", "merge_lora_rows"]
+
+
+def add_low_rank_rows(param: torch.Tensor, up: torch.Tensor, down: torch.Tensor, factor: float, offset: int = 0) -> None:
+    """``param[offset : offset + len(up)] += factor x up @ down`` (a 2-D weight), computing only the
+    rows this rank holds (all of them when ``param`` is not sharded): its rows of ``up``, times
+    ``down``, in float32, added in the weight's dtype."""
+    local, rows = local_rows(param)
+    start, stop = (0, param.shape[0]) if rows is None else (rows.start, rows.stop)
+    lo, hi = max(offset, start), min(offset + up.shape[0], stop)
+    if lo < hi:
+        rows_of = local[lo - start: hi - start]
+        rows_of.copy_((rows_of.float() + factor * (up[lo - offset: hi - offset] @ down)).to(local.dtype))
 
 
 def adapted_modules(state_dict: Mapping[str, Any], prefix: str) -> set[str]:

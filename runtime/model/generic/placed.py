@@ -1,15 +1,15 @@
 """The generic path's transformer as the plan places it: sharded parameters (``parallel.shard_weights``)
-and low-bit weights (``model.quant``), with the hand-built path's machinery.
+and low-bit weights (``model.quant``).
 
 :func:`build_transformer` is the one builder the generic verify, benchmark and generate call:
 
 * unsharded (``shard_weights`` none, or no ParallelContext): the folder's weights
   (:func:`.build.load_diffusers`) or the config with seeded random weights, the plan's LoRA adapters
   merged (``lora.py``), then ``model.quant`` applied to the block linears by
-  :func:`sporch.runtime.model.quant.quantize_weights` (torchao, as on the hand-built path);
+  :func:`sporch.runtime.model.quant.quantize_weights` (torchao);
 * sharded (``sequence`` / ``world``): the diffusers class built with its parameters on the meta device,
   FSDP2 applied by :func:`sporch.runtime.model.shard_weights.shard_model` (one unit per ``*blocks``
-  entry, then the root: what the hand-built models get), this rank's shard allocated, and each
+  entry, then the root), this rank's shard allocated, and each
   parameter's rows read from the checkpoint's memory-mapped safetensors by
   :func:`.checkpoint.fill_parameters` (a slice of the mapped file per run of rows, never the whole
   model; an original release's names mapped by diffusers' converter; strict, non-finite weights
@@ -21,8 +21,7 @@ The plan's LoRA adapters are merged after loading: whole parameters by diffusers
 (``lora.apply_lora``), sharded ones row by row, each rank its rows (``lora.merge_lora_rows``).
 
 Refused (:class:`~sporch.runtime.model.quant.QuantError`, one line; the planner refuses it first):
-``model.quant`` with sharded parameters (quantised weights are whole tensors, as on the hand-built
-path).
+``model.quant`` with sharded parameters (quantised weights are whole tensors).
 """
 
 from __future__ import annotations
@@ -87,4 +86,4 @@ def build_transformer(*, weights: str | None, class_name: str, config: Mapping[s
         merge_lora_rows(model, lora, _lora_loader(model, lora))  # each rank its rows, as from a folder
         return model
     apply_lora(model, lora, _lora_loader(model, lora))
-    return quantize_weights(model, quant, device)  # after load and LoRA, as on the hand-built path
+    return quantize_weights(model, quant, device)  # after load and LoRA

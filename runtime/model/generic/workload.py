@@ -7,7 +7,7 @@ the family's ``inputs`` (runtime/model/generic/families) for the plan's token gr
 batch (doubled when CFG is on: both passes as one batch), drawn from ``workload.seed`` identically
 on every rank. The model is built as the plan places it (``placed.py``: LoRA adapters merged,
 ``model.quant``, parameters sharded per ``parallel.shard_weights``), the attention kernel is
-the hand-built path's choice for ``workload.attention_precision`` (``kernel_choice``), and the
+chosen for ``workload.attention_precision`` (``kernel_choice``), and the
 blocks are compiled where ``workload.compile`` says so (the caller's ``compile_model``:
 runtime/workloads.py, since compiling sits above the model layer).
 """
@@ -80,8 +80,8 @@ def inputs_from_plan(plan: Plan, config: dict, device: torch.device) -> dict:
 
 
 def kernel_choice(plan: Plan, ctx: ParallelContext | None, device: torch.device) -> Choice:
-    """The attention kernel of ``workload.attention_precision`` here, as the hand-built path
-    chooses it (runtime/attention/select.py); the text keys ride in the split sequence on this
+    """The attention kernel of ``workload.attention_precision`` here
+    (runtime/attention/select.py); the text keys ride in the split sequence on this
     path (no separate joint call to merge), so only the ring's blocks are merged."""
     return run_choice(plan.workload.attention_precision, device, plan.workload.dtype,
                       ring=ctx.ring if ctx is not None else 1)

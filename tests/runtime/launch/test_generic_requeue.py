@@ -6,7 +6,7 @@ equal an uninterrupted run's.
 
 Real rank processes (``sporch run --local``'s engine: LocalRun), 2 gloo ranks on U2, the tiny SD3.5
 pipeline folder (runtime/pipelines/tiny_generic.py: FlowMatchEulerDiscreteScheduler), 2 prompts.
-The hand-built path's counterpart: test_generate_requeue.py.
+The Wan2.1 counterpart (UniPC, cfg 2 x U2): test_generate_requeue.py.
 """
 
 from __future__ import annotations

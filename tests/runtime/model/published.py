@@ -29,19 +29,6 @@ TEXT_LEN = 7
 IMAGE_LEN = 5  # CLIP image tokens (257 in Wan2.1 I2V)
 
 
-def sporch_wan_dict(diffusers_cfg: dict, text_len: int = TEXT_LEN, preset: str | None = None) -> dict:
-    """The ``plan.model`` dict that describes a diffusers Wan config."""
-    d = diffusers_cfg
-    heads, hd = d["num_attention_heads"], d["attention_head_dim"]
-    out = dict(preset=preset, attention="cross", depth=d["num_layers"], hidden=heads * hd, num_heads=heads,
-               num_kv_heads=heads, head_dim=hd, ffn_dim=d["ffn_dim"], patch=list(d["patch_size"]),
-               in_channels=d["in_channels"], out_channels=d["out_channels"], text_len=text_len,
-               text_dim=d["text_dim"], freq_dim=d["freq_dim"], qk_norm=True, eps=d["eps"])
-    if d.get("image_dim"):
-        out.update(image_dim=d["image_dim"], image_len=IMAGE_LEN)
-    return out
-
-
 @torch.no_grad()
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
@@ -145,16 +132,6 @@ FLUX_TINY = dict(patch_size=1, in_channels=16, num_layers=1, num_single_layers=2
                  axes_dims_rope=(4, 6, 6))
 
 
-def sporch_flux_dict(diffusers_cfg: dict, text_len: int = TEXT_LEN, preset: str | None = None) -> dict:
-    d = diffusers_cfg
-    heads, hd = d["num_attention_heads"], d["attention_head_dim"]
-    return dict(preset=preset, attention="joint", depth=d["num_layers"], single_depth=d["num_single_layers"],
-                hidden=heads * hd, num_heads=heads, num_kv_heads=heads, head_dim=hd, ffn_dim=4 * heads * hd,
-                patch=[1, 2, 2], in_channels=d["in_channels"] // 4, text_len=text_len,
-                text_dim=d["joint_attention_dim"], freq_dim=256, qk_norm=True, rope_axes=list(d["axes_dims_rope"]),
-                pooled_dim=d["pooled_projection_dim"], guidance_embed=d["guidance_embeds"], distilled=True)
-
-
 def diffusers_flux(cfg: dict = FLUX_TINY, seed: int = 0):
     from diffusers import FluxTransformer2DModel
 
@@ -204,21 +181,3 @@ def flux_to_original(state: dict, cfg: dict = FLUX_TINY) -> dict:
     take("final_layer.linear", "proj_out")
     assert not s, f"unconverted: {sorted(s)}"
     return out
-
-
-def flux_reference(model, latents, sigma, text, pooled, guidance):
-    """diffusers' Flux on [B, C, 1, H, W] latents (packed 2x2 as its pipeline does) -> same shape."""
-    from sporch.runtime.model import patchify, unpatchify
-
-    b, c, _, hh, ww = latents.shape
-    tokens, grid = patchify(latents, (1, 2, 2))
-    h, w = hh // 2, ww // 2
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] = torch.arange(h)[:, None]
-    img_ids[..., 2] = torch.arange(w)[None, :]
-    kw = dict(guidance=torch.full((b,), float(guidance))) if model.config.guidance_embeds else {}
-    with torch.no_grad():
-        out = model(hidden_states=tokens, encoder_hidden_states=text, pooled_projections=pooled,
-                    timestep=torch.full((b,), float(sigma)), img_ids=img_ids.reshape(-1, 3),
-                    txt_ids=torch.zeros(text.shape[1], 3), return_dict=False, **kw)[0]
-    return unpatchify(out, grid, (1, 2, 2), c)

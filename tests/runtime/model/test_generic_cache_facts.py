@@ -2,9 +2,11 @@
 
 * every class of every family takes every method it lists (``Family.step_cache``): its blocks are
   in diffusers' ``TransformerBlockRegistry`` (at least two of them), the family's TeaCache probe
-  reads its head block, and the cache applies;
+  reads its head block, and the cache applies; a family that lists none says why
+  (``step_cache_refusal``) and the runtime refuses a cache with that reason;
 * the calibration tables are their sources' numbers: Flux's MagCache ratios are diffusers'
-  ``FLUX_MAG_RATIOS``, and the TeaCache polynomials the hand-built path's (while it exists);
+  ``FLUX_MAG_RATIOS``, and the TeaCache polynomials keyed by presets, quartics with their
+  published leading coefficients;
 * the whole-stack hooks skip what diffusers' own MagCache skips and give its output, on a tiny
   Flux loop where sporch's policy and diffusers' coincide (warm-up 1 = ``retention_ratio`` 1/6, no
   cap, the last step computed either way);
@@ -39,6 +41,13 @@ def test_every_class_takes_every_cache_its_family_lists(family):
 
     from sporch.runtime.model.generic.cache_probe import make_probe
 
+    if not family.step_cache:  # none listed: the family says why, and the runtime refuses with it
+        assert family.step_cache_refusal and "\n" not in family.step_cache_refusal, family.name
+        model = random_diffusers(family.classes[0], dict(family_module(family.name).TINY), seed=0)
+        with pytest.raises(ValueError, match="is not built for") as info:
+            apply_step_cache(model, SECTIONS["fbcache"], None, num_steps=STEPS)
+        assert family.step_cache_refusal in str(info.value)
+        return
     for cls in family.classes:
         model = random_diffusers(cls, dict(family_module(family.name).TINY), seed=0)
         blocks = cache_blocks(model)
@@ -61,13 +70,13 @@ def test_flux_magcache_ratios_are_diffusers():
     assert published_magcache_ratios("FLUX.1-dev") == flux.FLUX_MAG_RATIOS and published_magcache_ratios("tiny") is None
 
 
-def test_teacache_coefficients_are_the_hand_built_paths():
-    from sporch.runtime.model.cache.teacache import COEFFICIENTS
-
+def test_teacache_coefficients_are_keyed_by_presets_and_are_quartics():
     tables = {preset: coeffs for f in FAMILIES for preset, coeffs in f.teacache_coefficients.items()}
-    assert {k: v for k, v in tables.items() if k in COEFFICIENTS} == COEFFICIENTS
-    presets = {p.name for f in FAMILIES for p in f.presets} | set(COEFFICIENTS)
-    assert set(tables) <= presets, set(tables) - presets  # keyed by preset names sporch has
+    presets = {p.name for f in FAMILIES for p in f.presets}
+    assert tables and set(tables) <= presets, set(tables) - presets  # keyed by preset names sporch has
+    assert all(len(c) == 5 and all(isinstance(x, float) for x in c) for c in tables.values())
+    # the published TeaCache4Wan2.1 T2V-1.3B polynomial's leading coefficient (ali-vilab/TeaCache)
+    assert tables["wan2.1-t2v-1.3b"][0] == -5.21862437e+04
 
 
 def _flux_loop(model, inputs, sigmas):

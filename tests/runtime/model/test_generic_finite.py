@@ -1,5 +1,4 @@
-"""The generic path's outputs are checked for NaN/inf as the hand-built path's are (issue 32 item
-6): a NaN output would otherwise compare as "within tolerance" (max(0, nan) is 0) and a benchmark
+"""Every model's outputs are checked for NaN/inf (issue 32 item 6): a NaN output would otherwise compare as "within tolerance" (max(0, nan) is 0) and a benchmark
 would time NaNs. One process, a tiny LTX-Video model with one weight poisoned."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ path (runtime/model/generic/placed.py), 4 gloo ranks, float32, from planned tiny
   (measured: the local shards FSDP2 holds) about a quarter of the unsharded model's. ``run_generic``
   runs verify on the world-sharded plan and benchmark on a ``sequence``-sharded one (dp 2 x U2).
 * the head split: the generic attention takes ``plan.heads.q_heads_per_rank`` (an edited record is
-  followed, a wrong one refused in one line), as the hand-built runtime does.
+  followed, a wrong one refused in one line).
 * LoRA with sharded parameters: Qwen-Image (U2R2, two PEFT-format adapters, one with alpha in its
   header metadata, one with mixed ranks) and HunyuanVideo (U4, mixed ranks and a ``lora_B`` bias)
   planned with ``model.lora`` and ``shard_weights: world``; the adapters merged row by row into each
@@ -18,6 +18,9 @@ path (runtime/model/generic/placed.py), 4 gloo ranks, float32, from planned tiny
 * model.quant int8_weight on Qwen-Image: the quantised model run on U2R2, on U4 and unsharded gives
   the same output (<= 1e-5), which differs from the float model's (nonzero) but is close (relative
   error and PSNR recorded).
+
+* bfloat16 Wan keeps the class's float32 modules (``_keep_in_fp32_modules``) in float32; FSDP2 leaves
+  them whole (it shards one dtype per unit) and the sharded forward equals the unsharded one.
 
 Everything runs in ONE spawned world of 4 gloo ranks.
 """
@@ -248,6 +251,35 @@ def _recorded_heads(plan):
     return out
 
 
+def _bf16_kept_float32():
+    """Wan in bfloat16 keeps its ``_keep_in_fp32_modules`` in float32 (as ``from_pretrained`` loads it);
+    FSDP2 shards the bfloat16 parameters, leaves the float32 ones whole, and the forward equals the
+    unsharded model's."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from sporch.runtime.model.generic.build import random_diffusers
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.shard_weights import shard_model
+
+    wan = family_module("wan")
+    cfg = dict(wan.TINY)
+    inputs = wan.inputs(cfg, batch=1, grid=(2, 4, 4), text_len=5, generator=torch.Generator().manual_seed(0))
+    inputs = {k: (v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() else v)
+              for k, v in inputs.items()}
+    whole = random_diffusers("WanTransformer3DModel", cfg, seed=1, dtype=torch.bfloat16)
+    sharded = random_diffusers("WanTransformer3DModel", cfg, seed=1, dtype=torch.bfloat16)
+    kept = sorted(n for n, p in whole.named_parameters() if p.dtype == torch.float32)
+    shard_model(sharded, DeviceMesh("cpu", list(range(dist.get_world_size()))))
+    with torch.no_grad():
+        ref = whole(**{**inputs, "return_dict": False})[0]
+        out = sharded(**{**inputs, "return_dict": False})[0]
+    return {"kept": kept, "dtype": str(out.dtype), "err": float((out.float() - ref.float()).abs().max()),
+            "ref_max": float(ref.float().abs().max()),
+            "sharded_kept": sum(type(p).__name__ == "DTensor" for n, p in sharded.named_parameters() if n in kept)}
+
+
 def _world(plan_dicts):
     import torch
 
@@ -266,6 +298,7 @@ def _world(plan_dicts):
         out[n] = _lora_sharded_vs_unsharded(plans[n], ctxs[n])
     out["heads"] = _recorded_heads(plans["qwen-world-U2R2"])
     out["quant"] = _quant_outputs({n: plans[n] for n in ("qwen-int8-U2R2", "qwen-int8-U4")}, ctxs)
+    out["bf16"] = _bf16_kept_float32()
     for c in ctxs.values():
         c.close()
     return out
@@ -335,6 +368,14 @@ def test_generic_attention_follows_the_recorded_head_split(world):
         by_rank.setdefault(w["heads"]["ulysses_rank"], set()).add(w["heads"]["qkv_bytes"])
     (r0,), (r1,) = by_rank[0], by_rank[1]
     assert r0 > 0 and r1 == 3 * r0, by_rank
+
+
+def test_bfloat16_wan_keeps_its_float32_modules_whole_under_fsdp2(world):
+    for rank, w in enumerate(world):
+        b = w["bf16"]
+        assert b["kept"] and any("norm" in n for n in b["kept"]) and any("scale_shift" in n for n in b["kept"]), b
+        assert b["sharded_kept"] == 0 and b["dtype"] == "torch.bfloat16", b
+        assert b["ref_max"] > 0 and b["err"] == 0.0, f"rank {rank}: FSDP2-sharded bf16 Wan differs by {b['err']:.3g}"
 
 
 def test_row_merge_scales_as_peft_fuses(tmp_path):
