@@ -308,14 +308,18 @@ MODES = ("diffusers eager", "sporch eager", "diffusers compiled", "sporch compil
 
 
 def compare_forwards(theirs, ours, inputs: dict, ctx, kernel: str, device, *, warmup: int, repeat: int,
-                     compile: bool = True, backend: str = "inductor", mode: str | None = None) -> dict[str, dict]:
+                     compile: bool = True, backend: str = "inductor", mode: str | None = None,
+                     profile: Callable[[Callable[[], Any]], str] | None = None) -> dict[str, dict]:
     """One forward of ``inputs`` through diffusers' model ``theirs`` as diffusers ships it, and
     through ``ours`` (the same weights, sporch's dtypes) with sporch's hooks over ``ctx``; then
     (``compile``) ``theirs`` under diffusers' regional compile and ``ours`` under sporch's
     ``compile_blocks`` (the runtime's ``workload.compile``). Per row of :data:`MODES`: ``ms``
     (median of ``repeat`` after ``warmup``), ``compile_s`` (the first compiled call's extra time),
     ``peak_mib`` (one step's peak allocation above the weights; None off CUDA), ``diff``
-    (:func:`rel_diff` against diffusers' eager output), ``how`` (the compile call)."""
+    (:func:`rel_diff` against diffusers' eager output), ``how`` (the compile call), and with
+    ``profile`` (e.g. :func:`profile_top` with the device bound) ``profile``: its text for one step
+    of each row, taken right after the row's timing (the compiled rows: while their code is
+    cached)."""
     import torch
     import torch._dynamo
 
@@ -335,7 +339,8 @@ def compare_forwards(theirs, ours, inputs: dict, ctx, kernel: str, device, *, wa
     def measure(name, step, out, compile_s=None, how=None):
         ms = median_ms(step, device, warmup, repeat)
         rows[name] = {"ms": ms, "compile_s": None if compile_s is None else max(0.0, compile_s - ms / 1e3),
-                      "peak_mib": peak_step_mib(step, device), "diff": rel_diff(out, ref), "how": how}
+                      "peak_mib": peak_step_mib(step, device), "diff": rel_diff(out, ref), "how": how,
+                      "profile": profile(step) if profile is not None else None}
 
     with torch.no_grad():
         ref = diffusers_step()
