@@ -109,7 +109,7 @@ def run_family(family: str, args, ctx) -> dict:
         for name, model, step in (("plain compiled", theirs, plain), ("hooked compiled", ours, hooked)):
             torch._dynamo.reset()
             graphs.clear()
-            compile_blocks(model, backend=backend, swap_attention=False)
+            compile_blocks(model, backend=backend)
             step()
             first = len(graphs)
             for _ in range(args.calls - 1):

@@ -1,29 +1,34 @@
-"""GPU: each generic family's transformer at its published widths, sporch's forward vs diffusers'.
+"""GPU: each family's transformer at its published widths, sporch's forward vs diffusers'.
 
     python bench/gpu_families.py                          # every family, 4 blocks of each kind, bf16, cuda:0
     python bench/gpu_families.py --families qwen-image sd3 --blocks 8 --no-compile
     python bench/gpu_families.py --cpu-smoke              # 1 block, a tiny grid, float32 on the CPU (code path only)
 
-For each family the preset's Plan on one GPU of ``--cluster`` gives the diffusers class, its
-published config, the token grid of a published resolution and the text length; the block
-counts (``num_layers``, ``num_single_layers``) are cut to ``--blocks`` so every family fits one
-GPU and the run fits a short lease (widths, heads and token counts are the published ones).
-Weights are random, drawn on the device (speed does not depend on their values); the inputs are
-the generic path's own (``inputs_from_plan``).
+For each family (Wan and Flux included: every model runs its diffusers class) the preset's Plan on
+one GPU of ``--cluster`` gives the diffusers class, its published config, the token grid of a
+published resolution and the text length; the block counts (``num_layers``,
+``num_single_layers``) are cut to ``--blocks`` so every family fits one GPU and the run fits a
+short lease (widths, heads and token counts are the published ones). Weights are random, drawn on
+the device (speed does not depend on their values); the inputs are the generic path's own
+(``inputs_from_plan``).
 
-Two forwards of the same model and inputs, eager and then with the blocks compiled:
+Two forwards of the same weights and inputs (bench/gpu_common.py ``compare_forwards``), eager and
+then with the blocks compiled:
 
-- ``diffusers``: the model called as diffusers ships it (``set_attention_backend("native")``:
-  torch's SDPA picks its kernel); compiled with diffusers' ``compile_repeated_blocks()``;
-- ``sporch``: the same call with sporch's ``SequenceParallel`` hooks attached over a world of
-  one rank (what a sharded run adds on the critical path: the hooks, the routed attention
-  with sporch's kernel choice, the LSE-returning kernel); compiled with sporch's
-  ``compile_blocks`` (the routed attention outside the compiled regions).
+- ``diffusers``: the model as diffusers ships it (the dtypes ``from_pretrained(torch_dtype=)``
+  gives, ``set_attention_backend("native")``: torch's SDPA picks its kernel); compiled with
+  diffusers' ``compile_repeated_blocks()`` (``Module.compile`` per block where the class declares no
+  repeated blocks);
+- ``sporch``: the same weights in the dtypes sporch's ``build_transformer`` gives, with sporch's
+  ``SequenceParallel`` hooks over a world of one rank (what a sharded run adds on the critical
+  path: the hooks, the routed attention with sporch's kernel choice, the LSE-returning kernel);
+  compiled with sporch's ``compile_blocks`` (the routed attention outside the compiled regions).
 
 Columns: median ms per forward (``--repeat`` after ``--warmup``), first-call compile seconds,
 and sporch's max abs difference from diffusers' eager output over diffusers' max abs output
-(bf16 against bf16: the two run different attention kernels). Exit 2 (one line on stderr)
-without a CUDA device unless ``--cpu-smoke``.
+(bf16 against bf16: the two run different attention kernels, and Wan's float32 modules differ
+where sporch's builder casts them: a ``#`` line says so). Exit 2 (one line on stderr) without a
+CUDA device unless ``--cpu-smoke``.
 """
 
 from __future__ import annotations
@@ -35,10 +40,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import fill_random, machine_line, median_ms, one_gpu_plan, pick_device, sync, world_of_one  # noqa: E402
+from bench.gpu_common import (compare_forwards, device_model, float32_line, kept_in_float32, machine_line, one_gpu_plan, pick_device,  # noqa: E402
+                              runtime_keeps_float32, twin, world_of_one)
 
 #: family -> (preset, published workload shape)
 CASES = {
+    "wan": ("wan2.1-t2v-14b", {"frames": 81, "height": 480, "width": 832}),
+    "flux": ("flux.1-dev", {"height": 1024, "width": 1024}),
     "qwen-image": ("qwen-image", {"height": 1328, "width": 1328}),
     "hunyuanvideo": ("hunyuanvideo", {"frames": 61, "height": 544, "width": 960}),
     "sd3": ("sd3.5-large", {"height": 1024, "width": 1024}),
@@ -63,43 +71,17 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def build(plan, blocks: int, device, dtype):
-    """The plan's diffusers class from its published config with each block count cut to ``blocks``."""
-    import torch
-
-    from sporch.runtime.model.generic.build import diffusers_class, prepare_model
-
+def cut_config(plan, blocks: int) -> tuple[dict, dict]:
+    """The plan's published config with each block count cut to ``blocks``, and {key: (published, kept)}."""
     config = dict(plan.model.diffusers_config)
-    kept = {k: (config[k], min(int(config[k]), blocks)) for k in LAYER_KEYS if k in config}
+    kept = {k: (int(config[k]), min(int(config[k]), blocks)) for k in LAYER_KEYS if k in config}
     config.update({k: new for k, (_, new) in kept.items()})
-    cls = diffusers_class(plan.model.diffusers_class)
-    with torch.device(device):  # built in place (some classes compute tensors at init that meta would lose)
-        model = cls.from_config(config)
-    return prepare_model(fill_random(model).to(dtype)), config, kept
-
-
-def diffusers_compile(model, backend: str) -> str:
-    """diffusers' regional compile: ``compile_repeated_blocks``, or where the class declares no
-    ``_repeated_blocks`` (SD3, CogVideoX, PixArt in diffusers 0.42) the same call by hand on each
-    block of its block lists (``Module.compile`` with torch.compile's defaults)."""
-    from sporch.runtime.model.base import block_lists
-
-    if getattr(model, "_repeated_blocks", None):
-        model.compile_repeated_blocks(backend=backend)
-        return "compile_repeated_blocks"
-    for _, blocks in block_lists(model):
-        for block in blocks:
-            block.compile(backend=backend)
-    return "Module.compile per block"
+    return config, kept
 
 
 def run_case(family, args, device, ctx):
     import torch
 
-    from sporch.orchestrator.models.families import require_family
-    from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model.generic.plans import split_plan
-    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
     from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice
 
     preset, shape = CASES[family]
@@ -109,67 +91,30 @@ def run_case(family, args, device, ctx):
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster,
                         {"name": f"families-{family}", "model": {"preset": preset},
                          "workload": {"kind": "benchmark", "dtype": dtype, **shape}})
+    cls = plan.model.diffusers_class
+    config, kept = cut_config(plan, 1 if args.cpu_smoke else args.blocks)
+    keeps = runtime_keeps_float32(cls)
     start = time.perf_counter()
-    model, config, kept = build(plan, 1 if args.cpu_smoke else args.blocks, device, getattr(torch, dtype))
+    theirs = device_model(cls, config, device, getattr(torch, dtype))
+    ours = twin(theirs, cls, config, getattr(torch, dtype), keep_float32=keeps)
     built_s = time.perf_counter() - start
     inputs = inputs_from_plan(plan, config, device)
     kernel = kernel_choice(plan, ctx, device).kernel
-    rec = require_family(plan.model.diffusers_class)
-    hooks = SequenceParallel(model, ctx, split_plan(type(model)), local_attention=rec.local_attention,
-                             backend=kernel)
-
-    def first(out):
-        return out[0] if isinstance(out, (tuple, list)) else getattr(out, "sample", out)
-
-    def diffusers_step():
-        return first(model(**inputs))
-
-    def sporch_step():
-        with hooks:
-            return first(model(**inputs))
-
-    def timed_first(step):
-        sync(device)
-        t = time.perf_counter()
-        out = step()
-        sync(device)
-        return out, time.perf_counter() - t
-
-    def rel(got, ref):
-        return float((got.float() - ref.float()).abs().max()) / max(float(ref.float().abs().max()), 1e-30)
-
-    row = {"family": family, "class": plan.model.diffusers_class, "kernel": kernel, "build_s": built_s,
+    row = {"family": family, "class": cls, "kernel": kernel, "build_s": built_s, "keeps": keeps,
            "blocks": " + ".join(f"{new}/{old}" for old, new in kept.values()),
            "tokens": int(plan.sequence.seq_len), "text": int(plan.model.text_len or 0),
-           "parameters": sum(p.numel() for p in model.parameters())}
-    with torch.no_grad():
-        ref = diffusers_step()
-        row["eager_diffusers_ms"] = median_ms(diffusers_step, device, args.warmup, args.repeat)
-        got = sporch_step()
-        row["eager_sporch_ms"] = median_ms(sporch_step, device, args.warmup, args.repeat)
-        row["eager_rel_diff"] = rel(got, ref)
-        if not args.no_compile:
-            backend = "eager" if args.cpu_smoke else "inductor"
-            row["diffusers_compile"] = diffusers_compile(model, backend)
-            _, row["compile_diffusers_s"] = timed_first(diffusers_step)
-            row["compiled_diffusers_ms"] = median_ms(diffusers_step, device, args.warmup, args.repeat)
-            torch._dynamo.reset()
-            for _, mod in model.named_modules():  # back to the plain blocks before sporch compiles them
-                mod._compiled_call_impl = None
-            compile_blocks(model, backend=backend, swap_attention=False)
-            got, row["compile_sporch_s"] = timed_first(sporch_step)
-            row["compiled_sporch_ms"] = median_ms(sporch_step, device, args.warmup, args.repeat)
-            row["compiled_rel_diff"] = rel(got, ref)
-            torch._dynamo.reset()
-    del model, inputs, ref, got
+           "parameters": sum(p.numel() for p in theirs.parameters())}
+    row["rows"] = compare_forwards(theirs, ours, inputs, ctx, kernel, device, warmup=args.warmup, repeat=args.repeat,
+                                   compile=not args.no_compile, backend="eager" if args.cpu_smoke else "inductor")
+    del theirs, ours, inputs
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return row
 
 
-def fmt(row, key, spec):
-    v = row.get(key)
-    return "-" if v is None else format(v, spec)
+def fmt(row, mode, key, spec):
+    v = row["rows"].get(mode, {}).get(key)
+    return format("-", ">" + spec.split(".")[0]) if v is None else format(v, spec)
 
 
 def main(argv=None) -> int:
@@ -193,12 +138,14 @@ def main(argv=None) -> int:
             print(f"{family:<13} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                   flush=True)
             continue
+        if kept_in_float32(r["class"]):
+            print(float32_line(r["class"], r["keeps"]))
         print(f"{r['family']:<13} {r['blocks']:<13} {r['tokens'] + r['text']:>7,} {r['kernel']:>8} "
-              f"{r['parameters'] / 1e9:>8.2f} | {fmt(r, 'eager_diffusers_ms', '9.1f')} "
-              f"{fmt(r, 'eager_sporch_ms', '8.1f')} {fmt(r, 'eager_rel_diff', '8.1e')} | "
-              f"{fmt(r, 'compiled_diffusers_ms', '11.1f')} {fmt(r, 'compile_diffusers_s', '5.1f')} "
-              f"{fmt(r, 'compiled_sporch_ms', '8.1f')} {fmt(r, 'compile_sporch_s', '5.1f')} "
-              f"{fmt(r, 'compiled_rel_diff', '8.1e')}", flush=True)
+              f"{r['parameters'] / 1e9:>8.2f} | {fmt(r, 'diffusers eager', 'ms', '9.1f')} "
+              f"{fmt(r, 'sporch eager', 'ms', '8.1f')} {fmt(r, 'sporch eager', 'diff', '8.1e')} | "
+              f"{fmt(r, 'diffusers compiled', 'ms', '11.1f')} {fmt(r, 'diffusers compiled', 'compile_s', '5.1f')} "
+              f"{fmt(r, 'sporch compiled', 'ms', '8.1f')} {fmt(r, 'sporch compiled', 'compile_s', '5.1f')} "
+              f"{fmt(r, 'sporch compiled', 'diff', '8.1e')}", flush=True)
     return 0
 
 

@@ -1,17 +1,31 @@
-"""GPU benchmark: one bf16 forward of Wan2.1-1.3B and Flux.1-dev, eager vs regionally compiled.
+"""GPU benchmark: one bf16 forward of Wan2.1-1.3B and Flux.1-dev through diffusers' class and
+through the same class as sporch runs it, eager and compiled, in one process.
 
     python bench/gpu_model.py                       # both models, issue 13's shapes, on cuda:0
-    python bench/gpu_model.py --models wan
-    python bench/gpu_model.py --cpu-smoke           # tiny model on the CPU: checks the code path only
+    python bench/gpu_model.py --models wan --profile
+    python bench/gpu_model.py --cpu-smoke           # the tiny and tiny-flux presets on the CPU: the code path only
 
 Each model runs from a Plan (sporch.orchestrator.plan.planner.make_plan) of its job on one GPU of
-``--cluster``: Wan2.1-T2V-1.3B at 832x480, 81 frames (32,760 tokens) and Flux.1-dev at
-1024x1024 (4,096 image + 512 text tokens), batch 1, no CFG, random weights (the speed does not
-depend on their values), unsharded (world size 1). One step = one model forward
-(``ShardedDiT.velocity``). Attention runs the kernel ``sporch.runtime.attention.select`` picks (torch's
-SDPA is held to it). Columns: median ms per step, TFLOP/s and % of the cluster's peak from
-the plan's FLOP estimate (``plan.estimates.compute.flops_per_step_per_rank``), the first compiled
-call's extra time (compile time, reported apart from step time), and issue 13's goal.
+``--cluster``: Wan2.1-T2V-1.3B at 832x480, 81 frames (32,760 tokens) and Flux.1-dev at 1024x1024
+(4,096 image + 512 text tokens), batch 1, no CFG, random weights drawn on the device (the speed
+does not depend on their values), the generic path's inputs (``inputs_from_plan``). The plan's
+diffusers class (``WanTransformer3DModel`` / ``FluxTransformer2DModel``) is built once; four rows:
+
+- ``diffusers eager`` / ``diffusers compiled``: the model as diffusers ships it (parameters in the
+  dtypes ``from_pretrained(torch_dtype=)`` gives, its ``native`` attention backend: torch's SDPA
+  picks the kernel), compiled with diffusers' ``compile_repeated_blocks``;
+- ``sporch eager`` / ``sporch compiled``: the same weights in the dtypes sporch's
+  ``build_transformer`` gives (the header says whether it keeps diffusers' float32 modules), with
+  sporch's ``SequenceParallel`` hooks over a world of one rank (the routed attention with the
+  kernel ``sporch.runtime.attention.select`` picks: what a sharded run adds on the critical path),
+  compiled with sporch's ``compile_blocks`` (``workload.compile``).
+
+Columns: median ms per step, TFLOP/s and % of the cluster's peak from the plan's FLOP estimate
+(``plan.estimates.compute.flops_per_step_per_rank``), the first compiled call's extra time, one
+step's peak memory above the weights, the difference from diffusers' eager output (max abs / max
+abs), and the goals: issue 13's ms per step, and issue 50's 0.9x diffusers' compiled step for
+sporch's compiled row. At world size 1 a run's runner calls the model without the hooks
+(``GenericSharded``), so the sporch rows are what sharding adds, measured on one GPU.
 
 Exit status: 0 after printing; 2 (one line on stderr) where there is no CUDA device and
 ``--cpu-smoke`` was not given.
@@ -25,8 +39,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import (device_model, machine_line, median_ms, one_gpu_plan, peak_step_mib, pick_device, profile_top,  # noqa: E402
-                               sdpa_scope, sync)  # noqa: E402
+from bench.gpu_common import (MODES, compare_forwards, device_model, float32_line, machine_line, one_gpu_plan,  # noqa: E402
+                              pick_device, profile_top, runtime_keeps_float32, twin, world_of_one)
 
 #: name -> (job, issue 13's goal in ms per step)
 MODELS = {
@@ -35,8 +49,12 @@ MODELS = {
     "flux": ({"name": "flux.1-dev-1024", "model": {"preset": "flux.1-dev"},
               "workload": {"kind": "benchmark", "frames": 1, "height": 1024, "width": 1024}}, 150.0),
 }
-SMOKE = {"smoke": ({"name": "tiny-smoke", "model": {"preset": "tiny"},
-                    "workload": {"kind": "benchmark", "frames": 5, "height": 64, "width": 64}}, None)}
+SMOKE = {"wan": ({"name": "tiny-smoke", "model": {"preset": "tiny"},
+                  "workload": {"kind": "benchmark", "frames": 5, "height": 32, "width": 32}}, None),
+         "flux": ({"name": "tiny-flux-smoke", "model": {"preset": "tiny-flux"},
+                   "workload": {"kind": "benchmark", "frames": 1, "height": 32, "width": 32}}, None)}
+#: issue 50's goal: sporch's compiled step at most this share of diffusers' compiled step
+GOAL_VS_DIFFUSERS = 0.9
 
 
 def parse_args(argv):
@@ -48,86 +66,83 @@ def parse_args(argv):
     p.add_argument("--no-compile", action="store_true", help="eager only")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--init", choices=["device", "seeded"], default="device",
-                   help="random weights drawn on the device (fast; speed does not depend on the values) or "
-                        "sporch's seeded per-parameter values")
     p.add_argument("--profile", action="store_true",
-                   help="after the timings, torch.profiler's top ops of one step (compiled if compiled)")
+                   help="torch.profiler's top ops of one step of diffusers' and of sporch's (compiled if compiled)")
     p.add_argument("--cpu-smoke", action="store_true",
-                   help="tiny model on the CPU, Dynamo without code generation (code path check, no numbers)")
+                   help="tiny presets on the CPU, Dynamo without code generation (code path check, no numbers)")
     return p.parse_args(argv)
 
 
-def run_model(name, job, goal, args, device, dtype_name):
+def run_model(job, goal, args, device, ctx, dtype_name):
     import torch
 
-    from sporch.runtime.attention.select import selected_kernel
-    from sporch.runtime.compile import compile_blocks, time_first_call
-    from sporch.runtime.model import ShardedDiT, build_model, make_inputs
+    from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice
 
     job = {**job, "workload": {**job["workload"], "dtype": dtype_name}}
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)
-    grid = plan.sequence.grid
-    if args.init == "device":  # random values drawn on the device: a 12 B model builds in seconds
-        model = device_model(plan.model, device, getattr(torch, dtype_name))
-    else:  # sporch's seeded per-parameter values (drawn on the host: minutes for 12 B parameters)
-        model = build_model(plan.model, seed=0, dtype=getattr(torch, dtype_name), device=device)
-    inputs = make_inputs(model, grid, 1, 0, None)
-    runner = ShardedDiT(model, None, grid=grid)
-    x = runner.shard_latents(inputs.noise)
-    kernel = selected_kernel(device, dtype_name)
-
-    def step():
-        with sdpa_scope(kernel):
-            return runner.velocity(x, 500.0, inputs.cond)
-
+    m, grid = plan.model, plan.sequence.grid
+    config, dtype = dict(m.diffusers_config), getattr(torch, dtype_name)
+    keeps = runtime_keeps_float32(m.diffusers_class)
+    theirs = device_model(m.diffusers_class, config, device, dtype)  # as from_pretrained(torch_dtype=) places it
+    # the same weights, sporch's dtypes; its own module tree, so hooks and compiled blocks stay apart
+    ours = twin(theirs, m.diffusers_class, config, dtype, keep_float32=keeps)
+    inputs = inputs_from_plan(plan, config, device)
+    kernel = kernel_choice(plan, ctx, device).kernel
+    rows = compare_forwards(theirs, ours, inputs, ctx, kernel, device, warmup=args.warmup, repeat=args.repeat,
+                            compile=not args.no_compile, backend="eager" if args.cpu_smoke else "inductor",
+                            mode=args.compile_mode,
+                            profile=(lambda step: profile_top(step, device)) if args.profile else None)
     flops = float(plan.estimates.compute.flops_per_step_per_rank)
     peak = float(plan.cluster.gpu.bf16_tflops)
-    tokens = int(plan.sequence.seq_len) + (int(plan.model.text_len) if plan.model.attention == "joint" else 0)
-    rows = []
-    profile = None
-    with torch.no_grad():
-        ms = median_ms(step, device, args.warmup, args.repeat)
-        rows.append(("eager", ms, None, peak_step_mib(step, device)))
-        if not args.no_compile:
-            info = compile_blocks(model, backend="eager" if args.cpu_smoke else "inductor", mode=args.compile_mode)
-            time_first_call(info, step, lambda: sync(device))
-            ms = median_ms(step, device, args.warmup, args.repeat)
-            rec = info.record(ms / 1e3)
-            rows.append((f"compiled ({info.blocks} blocks)", ms, rec["compile_s"], peak_step_mib(step, device)))
-        profile = profile_top(step, device) if args.profile else None
-    print(f"# {plan.model.preset}: {model.num_parameters() / 1e9:.2f} B parameters built, "
-          f"{flops / 1e12:.1f} TFLOP per step (plan estimate)")
-    label = f"{plan.model.preset} {'x'.join(map(str, grid))}"
-    for mode, ms, compile_s, peak_mib in rows:
-        tf = flops / (ms * 1e-3) / 1e12
-        comp = f"{compile_s:.1f}" if compile_s is not None else "-"
-        goal_txt = f"<= {goal:.0f}" if goal else "-"
-        pk = f"{peak_mib:,.0f}" if peak_mib is not None else "-"
-        print(f"{label:<32} {tokens:>7,} {kernel:>10} {mode:<22} {ms:>9.1f} {tf:>8.1f} {100 * tf / peak:>6.1f}% "
-              f"{comp:>10} {goal_txt:>8} {pk:>9}", flush=True)
-    if args.profile and not args.no_compile:
-        print(f"# profile of one step, {label}:\n{profile}", flush=True)
-    del model, runner, x, inputs
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    tokens = int(plan.sequence.seq_len) + (int(m.text_len) if m.attention == "joint" else 0)
+    params = sum(p.numel() for p in theirs.parameters())
+    print(f"# {m.preset}: {m.diffusers_class}, {params / 1e9:.2f} B parameters, {flops / 1e12:.1f} TFLOP per step "
+          f"(plan estimate); sporch's attention kernel {kernel}")
+    print(float32_line(m.diffusers_class, keeps))
+    label = f"{m.preset} {'x'.join(map(str, grid))}"
+    compiled = rows.get("diffusers compiled", {}).get("ms")
+    for mode in MODES:
+        r = rows.get(mode)
+        if r is None:
+            continue
+        tf = flops / (r["ms"] * 1e-3) / 1e12
+        comp = f"{r['compile_s']:.1f}" if r["compile_s"] is not None else "-"
+        goals = []
+        if goal and mode.startswith("sporch"):
+            goals.append(f"<= {goal:.0f}")
+        if compiled and mode == "sporch compiled":
+            goals.append(f"<= {GOAL_VS_DIFFUSERS * compiled:.0f}")
+        pk = f"{r['peak_mib']:,.0f}" if r["peak_mib"] is not None else "-"
+        name = mode if mode != "sporch compiled" else r["how"].replace("compile_blocks", "sporch compiled")
+        print(f"{label:<28} {tokens:>7,} {name:<28} {r['ms']:>9.1f} {tf:>8.1f} {100 * tf / peak:>6.1f}% "
+              f"{comp:>9} {pk:>9} {r['diff']:>8.1e} {', '.join(goals) or '-':>12}", flush=True)
+    if args.profile:  # the compiled steps where compiled: what sporch adds is what its table has beyond diffusers'
+        for mode in MODES[2:] if not args.no_compile else MODES[:2]:
+            print(f"# profile of one step, {label}, {mode}:\n{rows[mode]['profile']}", flush=True)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = pick_device(args.cpu_smoke, "bench/gpu_model.py")
-    models = SMOKE if args.cpu_smoke else {m: MODELS[m] for m in args.models}
+    models = SMOKE if args.cpu_smoke else MODELS
     dtype = "float32" if args.cpu_smoke else args.dtype
     if args.cpu_smoke:
         args.warmup, args.repeat = 1, 2
+    ctx = world_of_one(device)
     print(machine_line(device))
     print(f"# one forward, batch 1, no CFG, {dtype}, world size 1; median of {args.repeat} after {args.warmup} "
-          f"warm-up; peak from cluster {args.cluster if not args.cpu_smoke else 'local'}")
-    header = (f"{'model':<32} {'tokens':>7} {'attention':>10} {'mode':<22} {'ms/step':>9} {'TFLOP/s':>8} "
-              f"{'% peak':>7} {'compile s':>10} {'goal ms':>8} {'peak MiB':>9}")
+          f"warm-up; peak from cluster {args.cluster if not args.cpu_smoke else 'local'}; diff = max|out - "
+          f"diffusers eager| / max|diffusers eager|")
+    header = (f"{'model':<28} {'tokens':>7} {'mode':<28} {'ms/step':>9} {'TFLOP/s':>8} {'% peak':>7} "
+              f"{'compile s':>9} {'peak MiB':>9} {'diff':>8} {'goal ms':>12}")
     print(header + "\n" + "-" * len(header))
-    for name, (job, goal) in models.items():
-        run_model(name, job, goal, args, device, dtype)
+    for name in args.models:
+        job, goal = models[name]
+        run_model(job, goal, args, device, ctx, dtype)
+        if device.type == "cuda":  # the model's tensors went with run_model's frame
+            import torch
+
+            torch.cuda.empty_cache()
     return 0
 
 

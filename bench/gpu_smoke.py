@@ -11,9 +11,11 @@ Two tables:
    and the tiny generate job with: the plain placement, a first-block step cache, the tiled VAE,
    the text encoder on the CPU, FSDP2-sharded DiT weights. Each row: the result's status, the
    worst error (verify) or the step-cache pattern, seconds.
-2. FSDP2 + compile: Wan2.1-1.3B's widths at 4 blocks, bf16, its parameters sharded with FSDP2
-   over a world of 1 and its blocks compiled, against the plain compiled model: max relative
-   error and ms per step of each.
+2. FSDP2 + compile: ``WanTransformer3DModel`` at Wan2.1-1.3B's widths and 4 blocks, bf16, built by
+   sporch's ``build_transformer`` twice from one seed: its parameters sharded with FSDP2 over a
+   world of 1 (``shard_weights: world``) and whole, each with its blocks compiled
+   (``compile_blocks``) and run by the runtime's runner (``GenericSharded``) on the generic path's
+   inputs for 832x480x81: max relative error and ms per step of each.
 
 Exit status: 0 when every row passed, 1 when one failed, 2 without CUDA (and no --cpu-smoke).
 """
@@ -30,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.gpu_common import machine_line, median_ms, pick_device, sync  # noqa: E402
+from bench.gpu_common import machine_line, median_ms, one_gpu_plan, pick_device, rel_diff, sync  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -133,36 +135,35 @@ def fsdp_compile(args, device) -> bool:
     import torch.distributed as dist
 
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model import ShardedDiT, build_model, make_inputs
-    from sporch.runtime.model.shard_weights import build_sharded
-    from sporch.runtime.model.verify import compare
+    from sporch.runtime.model.generic import GenericSharded
+    from sporch.runtime.model.generic.placed import build_transformer
+    from sporch.runtime.model.generic.workload import inputs_from_plan
     from sporch.runtime.parallel import ParallelContext
 
-    cfg = dict(attention="cross", depth=4, hidden=1536, num_heads=12, num_kv_heads=12, head_dim=128, ffn_dim=8960,
-               patch=[1, 2, 2], in_channels=16, out_channels=16, text_len=512, text_dim=4096, freq_dim=256,
-               qk_norm=True, eps=1e-6)
-    grid = (21, 30, 52)
-    dtype = torch.bfloat16
     if args.cpu_smoke:
-        cfg.update(depth=2, hidden=32, num_heads=2, num_kv_heads=2, head_dim=16, ffn_dim=48, text_len=7, text_dim=24,
-                   freq_dim=32)
-        grid, dtype = (2, 4, 4), torch.float32
+        job = {"name": "fsdp-smoke", "model": {"preset": "tiny"},
+               "workload": {"kind": "benchmark", "frames": 5, "height": 32, "width": 32, "dtype": "float32"}}
+    else:
+        job = {"name": "fsdp", "model": {"preset": "wan2.1-t2v-1.3b"},
+               "workload": {"kind": "benchmark", "frames": 81, "height": 480, "width": 832, "dtype": "bfloat16"}}
+    plan = one_gpu_plan("local" if args.cpu_smoke else "h100x64", job)
+    config = {**dict(plan.model.diffusers_config), "num_layers": 2 if args.cpu_smoke else 4}
+    dtype = getattr(torch, plan.workload.dtype)
     backend = "gloo" if args.cpu_smoke else "nccl"
     with tempfile.TemporaryDirectory(prefix="sporch-fsdp-") as tmp:
         dist.init_process_group(backend, init_method=f"file://{tmp}/rendezvous", rank=0, world_size=1,
                                 **({} if args.cpu_smoke else {"device_id": device}))
         try:
             ctx = ParallelContext.from_layout(device=device)
-            plain = build_model(cfg, seed=0, dtype=dtype, device=device)
-            sharded = build_sharded(cfg, ctx, "world", seed=0, dtype=dtype, device=device)
-            inputs = make_inputs(plain, grid, 1, 0)
+            inputs = inputs_from_plan(plan, config, device)
             rows = []
             outs = {}
-            for name, model in (("plain", plain), ("fsdp2", sharded)):
+            for name, mode in (("plain", "none"), ("fsdp2", "world")):
+                model = build_transformer(weights=None, class_name=plan.model.diffusers_class, config=config, ctx=ctx,
+                                          shard_weights=mode, seed=0, dtype=dtype, device=device)
                 info = compile_blocks(model, backend="eager" if args.cpu_smoke else "inductor")
-                runner = ShardedDiT(model, ctx if name == "fsdp2" else None, grid=grid)
-                x = runner.shard_latents(inputs.noise)
-                step = lambda: runner.velocity(x, 500.0, inputs.cond)  # noqa: E731
+                runner = GenericSharded(model, ctx)
+                step = lambda: runner.forward(**inputs)  # noqa: E731
                 with torch.no_grad():
                     start = time.perf_counter()
                     outs[name] = step().float()
@@ -170,16 +171,19 @@ def fsdp_compile(args, device) -> bool:
                     first = time.perf_counter() - start
                     ms = median_ms(step, device, 1, 3)
                 rows.append((name, info.blocks, ms, first - ms / 1e3))
-            err = compare(outs["fsdp2"], outs["plain"])
+                model = runner = None  # the next build starts from free memory
+            err = rel_diff(outs["fsdp2"], outs["plain"])
             ctx.close()
         finally:
             dist.destroy_process_group()
     tol = 1e-5 if args.cpu_smoke else 2e-2
-    ok = err["max_rel_err"] <= tol
+    ok = err <= tol
+    print(f"# {plan.model.diffusers_class}, {config['num_layers']} blocks at {plan.model.preset}'s widths, "
+          f"{'x'.join(map(str, plan.sequence.grid))} tokens, {plan.workload.dtype}")
     print(f"{'model':<8} {'compiled blocks':>15} {'ms/step':>9} {'first call extra s':>19}")
     for name, blocks, ms, extra in rows:
         print(f"{name:<8} {blocks:>15} {ms:>9.1f} {extra:>19.1f}")
-    print(f"fsdp2 vs plain, both compiled: max_rel_err {err['max_rel_err']:.3e} (tolerance {tol:g}) -> "
+    print(f"fsdp2 vs plain, both compiled: max_rel_err {err:.3e} (tolerance {tol:g}) -> "
           f"{'ok' if ok else 'FAILED'}", flush=True)
     return ok
 

@@ -13,7 +13,8 @@
 # the wheels on a machine with a package index:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
 #     diffusers==0.42.1 omegaconf==2.4.0 submitit importlib_metadata==8.7.0 ftfy wcwidth \
-#     torchao==0.16.0 sageattention==1.0.6 imageio-ffmpeg==0.6.0
+#     torchao==0.16.0 sageattention==1.0.6 imageio-ffmpeg==0.6.0 accelerate
+# (accelerate: every model is a diffusers class, built with its parameters on the meta device.)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -55,7 +56,7 @@ install_deps() {
   fi
   ln -sfn "$ROOT/orchestrator" "$ns/orchestrator"
   ln -sfn "$ROOT/runtime" "$ns/runtime"
-  "$PY" -c "import sporch.orchestrator.plan.planner, sporch.runtime.model, diffusers; print('diffusers', diffusers.__version__)"
+  "$PY" -c "import sporch.orchestrator.plan.planner, sporch.runtime.model.generic, diffusers, accelerate; print('diffusers', diffusers.__version__, 'accelerate', accelerate.__version__)"
 }
 
 environment() {
@@ -67,7 +68,8 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.bac
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     print("device", p.name, "sm", f"{p.major}.{p.minor}", "SMs", p.multi_processor_count, "memory GiB", round(p.total_memory / 2**30, 1))
-for mod in ("triton", "flash_attn", "flash_attn_interface", "sageattention", "torchao"):
+for mod in ("diffusers", "accelerate", "transformers", "triton", "flash_attn", "flash_attn_interface", "sageattention",
+            "torchao"):
     try:
         m = __import__(mod)
         print(mod, getattr(m, "__version__", "present"))
@@ -81,18 +83,19 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 run_step install 40 install_deps
 run_step env 20 environment
 # in priority order: the suite's deadline skips the tail
-run_step wan-model 70 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3
-run_step flux-model 75 "$PY" bench/gpu_model.py --models flux --warmup 1 --repeat 3
-run_step families 70 "$PY" bench/gpu_families.py --no-compile
+# gpu_model: diffusers' class and sporch's path, eager and compiled, in one process (two compiles)
+run_step wan-model 110 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3
+run_step flux-model 120 "$PY" bench/gpu_model.py --models flux --warmup 1 --repeat 3
+run_step families 90 "$PY" bench/gpu_families.py --no-compile
 run_step families-compiled 120 "$PY" bench/gpu_families.py --families ${COMPILED_FAMILIES:-qwen-image hunyuanvideo sd3}
 run_step levers 80 "$PY" bench/gpu_levers.py --warmup 1 --repeat 3
 run_step smoke ${SMOKE_SECONDS:-60} "$PY" bench/gpu_smoke.py --timeout 25 ${SMOKE_ARGS:-}
-run_step wan-reference 60 "$PY" bench/gpu_reference.py --models wan --warmup 1 --repeat 3
+run_step wan-reference 40 "$PY" bench/gpu_reference.py --models wan
 run_step tests 40 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -rs -k cuda \
   tests/runtime/attention/test_runtime_kernels.py tests/runtime/attention/test_runtime_select.py
 run_step attention 60 "$PY" bench/gpu_attention.py --heads 24
-run_step wan-profile 60 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3 --profile
-run_step flux-reference 80 "$PY" bench/gpu_reference.py --models flux --warmup 1 --repeat 3
+run_step wan-profile 110 "$PY" bench/gpu_model.py --models wan --warmup 1 --repeat 3 --profile
+run_step flux-reference 50 "$PY" bench/gpu_reference.py --models flux
 
 {
   echo "| step | exit | seconds | bound |"; echo "|---|---|---|---|"

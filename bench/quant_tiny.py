@@ -6,7 +6,7 @@ planner's estimate of them, step time, and the error of the final latents agains
     python bench/quant_tiny.py --extra model.depth=8 model.hidden=256 model.num_heads=4 model.ffn_dim=1024
 
 Each mode runs twice with ``sporch run --local``: a ``benchmark`` job (every rank's
-``parameter_bytes_resident`` and median step time, result ranks/rankN.json) and an ``inference``
+``resident_parameter_bytes`` and median step time, result ranks/rankN.json) and an ``inference``
 job (``workload.steps`` Euler steps; the final latents, compared with the ``none`` run's:
 largest |difference| and that over the reference's largest |value|). The float8 modes need a
 GPU (sm89+) and are refused on the CPU; on a GPU pass ``--cluster`` and ``--modes``.
@@ -65,7 +65,7 @@ def main() -> None:
                         ["workload.kind=benchmark", "workload.warmup=1", "workload.repeat=5", *common])
             plan = Plan.load(str(bench / "plan.json"))
             per_rank = rank_metrics(bench)
-            resident = [int(m["parameter_bytes_resident"]) for m in per_rank]
+            resident = [int(m["resident_parameter_bytes"]) for m in per_rank]
             step_ms = max(float(m["step_ms_median"]) for m in per_rank)
             inf = run(Path(tmp) / f"inference-{mode}", args.cluster,
                       ["workload.kind=inference", f"workload.steps={args.steps}", *common])

@@ -1,10 +1,13 @@
-"""Parameter memory per rank with the DiT's parameters sharded (FSDP2) or not, on 4 gloo ranks.
+"""Parameter memory per rank with a diffusers transformer's parameters sharded (FSDP2) or not, on 4
+gloo ranks.
 
     python bench/shard_weights_memory.py [--ranks 4]
 
-For each model (Wan-like cross attention and Flux-like joint attention, a few sizes), each rank
-builds the model with ``parallel.shard_weights`` none, sequence (= world here: one replica of
-``--ranks`` ranks, ulysses = ranks), runs one forward and reports, per rank (the busiest):
+For each model (``WanTransformer3DModel``, cross attention, and ``FluxTransformer2DModel``, joint
+attention, a few sizes), each rank builds the model with sporch's ``build_transformer`` (what a run
+loads; seeded random weights) with ``parallel.shard_weights`` none and sequence (= world here: one
+replica of ``--ranks`` ranks, ulysses = ranks), runs one forward through sporch's runner
+(``GenericSharded``) and reports, per rank (the busiest):
 
 - resident: parameter bytes held between forwards (the local shards),
 - peak: the most parameter bytes held at any block boundary during the forward (the shards,
@@ -20,35 +23,50 @@ from __future__ import annotations
 
 import argparse
 
+#: (label, diffusers class, config)
 MODELS = [
-    ("cross d8 h256", "cross", dict(depth=8, hidden=256, num_heads=4, num_kv_heads=4, head_dim=64, ffn_dim=1024)),
-    ("cross d16 h512", "cross", dict(depth=16, hidden=512, num_heads=8, num_kv_heads=8, head_dim=64, ffn_dim=2048)),
-    ("joint d4+8 h256", "joint", dict(depth=4, single_depth=8, hidden=256, num_heads=4, num_kv_heads=4, head_dim=64,
-                                      ffn_dim=1024)),
+    ("wan d8 h256", "WanTransformer3DModel",
+     dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=64, in_channels=16, out_channels=16,
+          text_dim=256, freq_dim=256, ffn_dim=1024, num_layers=8, cross_attn_norm=True,
+          qk_norm="rms_norm_across_heads", eps=1e-6)),
+    ("wan d16 h512", "WanTransformer3DModel",
+     dict(patch_size=(1, 2, 2), num_attention_heads=8, attention_head_dim=64, in_channels=16, out_channels=16,
+          text_dim=512, freq_dim=256, ffn_dim=2048, num_layers=16, cross_attn_norm=True,
+          qk_norm="rms_norm_across_heads", eps=1e-6)),
+    ("flux d4+8 h256", "FluxTransformer2DModel",
+     dict(patch_size=1, in_channels=16, num_layers=4, num_single_layers=8, attention_head_dim=64,
+          num_attention_heads=4, joint_attention_dim=256, pooled_projection_dim=64, guidance_embeds=True,
+          axes_dims_rope=(16, 24, 24))),
 ]
+GRID = (2, 4, 4)
+TEXT_LEN = 8
 
 
 def _measure(models):
     import torch
 
-    from sporch.runtime.model import ShardedDiT, build_sharded, make_inputs, resident_parameter_bytes, tiny_model_dict
-    from sporch.runtime.model.base import block_lists
-    from sporch.runtime.model.shard_weights import ParameterPeak
+    from sporch.orchestrator.models.families import require_family
+    from sporch.runtime.model.blocks import block_lists
+    from sporch.runtime.model.generic import GenericSharded
+    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.model.generic.placed import build_transformer
+    from sporch.runtime.model.shard_weights import ParameterPeak, resident_parameter_bytes
     from sporch.runtime.parallel import ParallelContext
 
     out = []
     ranks = torch.distributed.get_world_size()
     ctx = ParallelContext.from_layout(ulysses=ranks)
-    for label, kind, over in models:
-        md = tiny_model_dict(kind, **over)
+    for label, cls, config in models:
         row = {"model": label}
+        family = require_family(cls).name
+        inputs = family_module(family).inputs(config, batch=1, grid=GRID, text_len=TEXT_LEN,
+                                              generator=torch.Generator().manual_seed(0))
         for mode in ("none", "sequence"):
-            model = build_sharded(md, ctx, mode, seed=1)
-            runner = ShardedDiT(model, ctx, grid=(2, 4, 4))
-            inp = make_inputs(model, (2, 4, 4), 1, 0, ctx)
+            model = build_transformer(weights=None, class_name=cls, config=config, ctx=ctx, shard_weights=mode, seed=1)
+            runner = GenericSharded(model, ctx)
             resident = resident_parameter_bytes(model)
             with ParameterPeak(model) as peak:
-                runner.forward(inp.noise, torch.tensor([500.0]), inp.cond)
+                runner.forward(**inputs)
             row[mode] = (resident, peak.bytes)
             if mode == "none":
                 row["full"] = resident

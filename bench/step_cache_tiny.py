@@ -13,6 +13,8 @@ metrics.stages), ``wall s`` the whole job; PSNR/SSIM are the campaign report's (
 campaign/outputs.py) on the decoded frames, ``lat err`` the largest |latent difference|;
 ``ms/comp`` and ``ms/skip`` the median step time (rank 0) of computed steps (after the first)
 and of skipped ones: what one skip saves, less sensitive to a busy machine than the totals.
+A case the planner refuses (a cache not built for the model's diffusers class) prints its
+one-line reason under the table.
 """
 
 from __future__ import annotations
@@ -48,10 +50,43 @@ CASES = [("none", []), _case("fbcache", 0.35), _case("fbcache", 0.45), _case("fb
          _case("magcache", 0.0), _case("magcache", 0.1), _case("magcache", 0.3)]
 
 
-def measured_ratios(folder: Path) -> list[float]:
-    """A magcache run's measured magnitude ratios (rank 0's first batch)."""
-    rec = json.loads((folder / "ranks" / "rank0.json").read_text())["metrics"]["step_cache"]
-    return [1.0 if c is None else float(c) for c in rec["batches"][0]["changes"]]
+def rank_records(folder: Path) -> dict[int, list[dict]]:
+    """Each rank's step-cache records of its first prompt, one per cache context ("cond",
+    "uncond", ...; the one path's generate records a list: per prompt, per context)."""
+    out = {}
+    for path in sorted((folder / "ranks").glob("rank*.json")):
+        rec = json.loads(path.read_text())["metrics"].get("step_cache")
+        if isinstance(rec, list) and rec:
+            out[int(path.stem.removeprefix("rank"))] = [v for k, v in sorted(rec[0].items()) if isinstance(v, dict)]
+    return out
+
+
+def cache_summary(folder: Path, result: dict, steps: int) -> dict:
+    """steps computed / skipped, whether every rank skipped the same steps, rank 0's skipped steps
+    and measured changes. result.json's ``step_cache`` summary where it has one; else (the one
+    path's generate records its cache per prompt and context, which the summary does not read
+    yet) from the ranks' records."""
+    summary = result.get("step_cache")
+    if summary:
+        return {"computed": summary["steps_computed"], "skipped": summary["steps_skipped"],
+                "agree": summary["ranks_agree"], "skipped_steps": set(summary["skipped_by_rank"]["0"][0]),
+                "changes": None}
+    recs = rank_records(folder)
+    if not recs:
+        return {"computed": steps, "skipped": 0, "agree": True, "skipped_steps": set(), "changes": None}
+    first = recs[min(recs)][0]
+    return {"computed": first["steps_computed"], "skipped": first["steps_skipped"],
+            "agree": all([r["skipped"] for r in v] == [r["skipped"] for r in recs[min(recs)]] for v in recs.values()),
+            "skipped_steps": set(first["skipped"]), "changes": first.get("changes")}
+
+
+def measured_ratios(cache: dict) -> list[float]:
+    """A magcache run's measured magnitude ratios (rank 0's first prompt)."""
+    return [1.0 if c is None else float(c) for c in cache["changes"] or []]
+
+
+class Refused(Exception):
+    """The planner refused the case (exit 2, one line): e.g. a cache not built for the model's class."""
 
 
 def run(name: str, overrides: list[str], work: Path, steps: int, layout: list[str],
@@ -61,6 +96,9 @@ def run(name: str, overrides: list[str], work: Path, steps: int, layout: list[st
            str(ROOT / "examples" / "tiny-generate.yaml"), f"model.weights={work / 'tiny-wan-pipeline'}",
            f"workload.steps={steps}", *layout, *extra, *overrides, "--run-dir", str(folder)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    lines = proc.stderr.strip().splitlines()
+    if proc.returncode == 2 and lines and lines[-1].startswith("sporch: error:"):
+        raise Refused(lines[-1].removeprefix("sporch: error:").strip())
     if proc.returncode != 0:
         raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return folder, json.loads((folder / "result.json").read_text())
@@ -82,26 +120,33 @@ def main() -> None:
         # creates the tiny pipeline first: a plan made before it exists differs (no config.json)
         run("setup", [], work, 1, args.layout, args.extra)
         ratios = None
+        refused: list[tuple[str, str]] = []
         for name, overrides in cases:
             if name.startswith("magcache@") and name != "magcache@0":
+                if ratios is None and any(n == "magcache@0" for n, _ in refused):
+                    refused.append((name, "magcache@0 was refused"))
+                    continue
                 if ratios is None:
                     raise SystemExit(f"{name} needs the ratios of magcache@0: run it too (--only ... magcache@0)")
                 overrides = [*overrides, f"workload.cache.ratios=[{','.join(f'{r:.6g}' for r in ratios)}]"]
-            folder, result = run(name, overrides, work, args.steps, args.layout, args.extra)
+            try:
+                folder, result = run(name, overrides, work, args.steps, args.layout, args.extra)
+            except Refused as why:
+                refused.append((name, str(why)))
+                continue
+            cache = cache_summary(folder, result, args.steps)
             if name == "magcache@0":
-                ratios = measured_ratios(folder)
+                ratios = measured_ratios(cache)
             outs = read_outputs(folder, result)
             ref = ref or outs
             q = compare(ref, outs)
-            cache = result.get("step_cache") or {}
             stages = result["metrics"].get("stages", {})
             denoise = stages.get("denoise", {}).get("s") if isinstance(stages.get("denoise"), dict) else None
-            skipped = set((cache.get("skipped_by_rank", {}).get("0") or [[]])[0])
+            skipped = cache["skipped_steps"]
             ms = result["metrics"].get("step_ms", [])
             comp = [t for i, t in enumerate(ms) if i not in skipped and i > 0]  # step 0 includes warm-up
             skip = [t for i, t in enumerate(ms) if i in skipped]
-            rows.append((name, cache.get("steps_computed", args.steps), cache.get("steps_skipped", 0),
-                         cache.get("ranks_agree", True), denoise, result.get("wall_s"), q,
+            rows.append((name, cache["computed"], cache["skipped"], cache["agree"], denoise, result.get("wall_s"), q,
                          statistics.median(comp) if comp else math.nan, statistics.median(skip) if skip else math.nan))
     print(f"tiny generate, {args.steps} steps, {' '.join(args.layout + args.extra)}, {os.cpu_count()} CPU cores")
     print(f"{'cache':14} {'computed':>8} {'skipped':>7} {'agree':>5} {'denoise s':>9} {'wall s':>7} "
@@ -111,6 +156,8 @@ def main() -> None:
         speed = f" ({base / den:.2f}x)" if den and base else ""
         print(f"{name:14} {comp:8d} {skip:7d} {str(agree):>5} {den or float('nan'):9.2f} {wall or float('nan'):7.1f} "
               f"{q['psnr_db']:8.1f} {q['ssim']:6.3f} {q['latent_max_abs_err']:8.3f} {ms_c:8.0f} {ms_s:8.0f}{speed}")
+    for name, why in refused:
+        print(f"{name:14} refused: {why}")
 
 
 if __name__ == "__main__":

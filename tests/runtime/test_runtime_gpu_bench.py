@@ -1,9 +1,12 @@
-"""bench/gpu_attention.py, gpu_model.py, gpu_families.py and gpu_levers.py: the --cpu-smoke code
-path, and the one-line refusal without a GPU. (The GPU numbers themselves come from a GPU machine: docs/performance.md.)"""
+"""bench/gpu_attention.py, gpu_model.py, gpu_families.py, gpu_levers.py, gpu_reference.py and gpu_smoke.py:
+the --cpu-smoke code path, the one-line refusal without a GPU, and the weights the GPU benches draw
+on the device (bench/gpu_common.py). (The GPU numbers themselves come from a GPU machine:
+docs/performance.md.)"""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -19,18 +22,48 @@ def _run(script, *args):
                           text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("script,rows", [("gpu_attention.py", ["cpu_flash*", "math", "eager   4"]),
-                                         ("gpu_model.py", ["tiny 2x4x4", "eager", "compiled (2 blocks)"])])
-def test_cpu_smoke_prints_the_tables(script, rows):
-    res = _run(script, "--cpu-smoke")
+def _import_common():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        import gpu_common
+    finally:
+        sys.path.pop(0)
+    return gpu_common
+
+
+def test_attention_cpu_smoke_prints_the_tables():
+    res = _run("gpu_attention.py", "--cpu-smoke")
     assert res.returncode == 0, res.stderr
     assert "smoke run, not a measurement" in res.stdout
-    for row in rows:
+    for row in ["cpu_flash*", "math", "eager   4"]:
         assert row in res.stdout, res.stdout
 
 
+def test_model_cpu_smoke_runs_diffusers_and_sporch_alike():
+    """gpu_model.py's four rows for the tiny Wan and tiny Flux presets: diffusers' class as shipped
+    and the same weights run with sporch's hooks (a world of one rank), eager and compiled (Dynamo's
+    eager backend); in float32 sporch's output equals diffusers' eager one (diff column 0 on the
+    CPU kernel)."""
+    res = _run("gpu_model.py", "--cpu-smoke", "--repeat", "1")
+    assert res.returncode == 0, res.stderr
+    assert "smoke run, not a measurement" in res.stdout
+    rows = {}
+    for line in res.stdout.splitlines():
+        for label in ("tiny 2x2x2", "tiny-flux 1x2x2"):
+            if line.startswith(label + " "):
+                mode = line[len(label):].split()[1:3]
+                [diff] = re.findall(r" (\d\.\de[+-]\d+) ", line)  # the one number in e-notation
+                rows[(label, " ".join(mode))] = float(diff)
+    expected = {(label, mode) for label in ("tiny 2x2x2", "tiny-flux 1x2x2")
+                for mode in ("diffusers eager", "sporch eager", "diffusers compiled", "sporch compiled")}
+    assert set(rows) == expected, res.stdout
+    assert all(diff == 0.0 for diff in rows.values()), res.stdout
+    assert "sporch compiled (2 blocks)" in res.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-@pytest.mark.parametrize("script", ["gpu_attention.py", "gpu_model.py", "gpu_families.py", "gpu_levers.py"])
+@pytest.mark.parametrize("script", ["gpu_attention.py", "gpu_model.py", "gpu_families.py", "gpu_levers.py",
+                                    "gpu_reference.py", "gpu_smoke.py"])
 def test_without_cuda_one_line_and_exit_2(script):
     res = _run(script)
     assert res.returncode == 2
@@ -49,24 +82,36 @@ def test_families_cpu_smoke_runs_sporch_and_diffusers_alike():
         assert "failed:" not in r and float(r[r.index("|") + 3]) == 0.0, res.stdout
 
 
-def test_device_model_keeps_the_float32_norms_in_a_bf16_build():
-    """bench/gpu_common.device_model (gpu_model.py and gpu_levers.py draw their weights with it): a
-    bf16 Wan built on meta as build_model places it runs a forward; casting the built model to bf16,
-    as the benches did, made Wan's float32 norms bf16 and crashed its first forward on an H100."""
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        from gpu_common import device_model, one_gpu_plan
-    finally:
-        sys.path.pop(0)
-    from sporch.runtime.model import ShardedDiT, make_inputs
+def test_device_model_places_dtypes_as_diffusers_loads_them(tmp_path):
+    """bench/gpu_common.device_model (gpu_model.py, gpu_families.py and gpu_levers.py draw their
+    weights with it): a bf16 Wan drawn on the device has, parameter by parameter, the dtype
+    diffusers' ``from_pretrained(torch_dtype=bfloat16)`` gives (Wan keeps its norms, time embedder
+    and modulation tables in float32), and runs a finite forward; ``twin`` holds the same weights,
+    shared where the dtype is the same and cast where sporch's rule differs."""
+    import diffusers
 
-    plan = one_gpu_plan("local", {"name": "w", "model": {"preset": "tiny"},
-                                  "workload": {"kind": "benchmark", "frames": 5, "height": 32, "width": 32,
-                                               "dtype": "bfloat16"}})
-    torch.manual_seed(0)
-    model = device_model(plan.model, torch.device("cpu"), torch.bfloat16)
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16, torch.float32}
-    inputs = make_inputs(model, plan.sequence.grid, 1, 0, None)
-    runner = ShardedDiT(model, None, grid=plan.sequence.grid)
-    out = runner.velocity(runner.shard_latents(inputs.noise), 500.0, inputs.cond)
-    assert torch.isfinite(out).all()
+    from sporch.runtime.model.generic.families import family_module
+
+    common = _import_common()
+    config = dict(family_module("wan").TINY)
+    model = common.device_model("WanTransformer3DModel", config, torch.device("cpu"), torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    loaded = diffusers.WanTransformer3DModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16)
+    ours = {n: p.dtype for n, p in model.named_parameters()}
+    assert ours == {n: p.dtype for n, p in loaded.named_parameters()}
+    assert set(ours.values()) == {torch.bfloat16, torch.float32}
+    inputs = family_module("wan").inputs(config, batch=1, grid=(2, 2, 2), text_len=8,
+                                         generator=torch.Generator().manual_seed(0), dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = model(**inputs)[0]
+        assert torch.isfinite(out).all()
+        assert torch.equal(out, loaded(**inputs)[0])
+
+    cast = common.twin(model, "WanTransformer3DModel", config, torch.bfloat16, keep_float32=False)
+    params = dict(model.named_parameters())
+    for name, p in cast.named_parameters():
+        assert p.dtype == torch.bfloat16
+        if params[name].dtype == torch.bfloat16:
+            assert p is params[name]  # shared, not copied
+        else:
+            assert torch.equal(p, params[name].to(torch.bfloat16))
