@@ -127,7 +127,10 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
         return replace(_read(config, path, "Wan2.1", "original", WAN_ORIGINAL), family_key="wan")
     fam = family_of_class(cls)
     if fam is not None and not fam.hand_built:  # the generic path: the family reads its own config
-        fields = fam.shape(config)
+        try:
+            fields = fam.shape(config)
+        except ValueError as exc:  # the class's own rules (families/rope_rules.py), one line naming the key
+            raise CheckpointError(f"{path}: {' '.join(str(exc).split())} ({cls})") from None
         return CheckpointModel(family=fam.title, fmt="diffusers", config_file=path, fields=fields,
                                keys={k: "config.json" for k in fields if k not in ("text_len", "vae_stride")},
                                family_key=fam.name,

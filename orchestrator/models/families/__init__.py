@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, UnsupportedClass
-from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
+from . import chroma, cogvideox, cogview4, flux, hunyuanvideo, lumina2, ltx, pixart, qwenimage, sd3, wan
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
-                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY)
+                                cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY, cogview4.FAMILY, lumina2.FAMILY,
+                                chroma.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "generic_preset", "require_family", "standin_family"]

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import cogvideox, flux, hunyuanvideo, ltx, pixart, qwenimage, sd3, wan
+from . import chroma, cogvideox, cogview4, flux, hunyuanvideo, lumina2, ltx, pixart, qwenimage, sd3, wan
 
 _BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3,
                                    "cogvideox": cogvideox,
-                                   "hunyuanvideo": hunyuanvideo, "pixart": pixart}
+                                   "hunyuanvideo": hunyuanvideo, "pixart": pixart, "cogview4": cogview4,
+                                   "lumina2": lumina2, "chroma": chroma}
 
 
 def family_module(name: str) -> ModuleType:
