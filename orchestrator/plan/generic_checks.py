@@ -12,6 +12,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.checkpoint_config import find_config, read_json_object
 from sporch.orchestrator.models.checkpoint_files import kind
 from sporch.orchestrator.models.families import Family, get_family, require_family
+from sporch.orchestrator.models.families.derived_plans import read_verdict
 
 
 #: Workloads the generic path (any supported diffusers class, runtime/model/generic) runs.
@@ -114,11 +115,24 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
+def check_derived_plan(class_name: str) -> None:
+    """A class whose split plan sporch derives (``Family.derived``) is refused when its cached verdict
+    (``models/families/derived_plans.py``) says the plan is not exact: one line naming the class and
+    the largest error. No verdict cached yet: the ranks derive and check it before they use it (or
+    ``sporch inspect`` on the folder does it now)."""
+    if class_name not in require_family(class_name).derived:
+        return
+    verdict = read_verdict(class_name)
+    if verdict is not None and not verdict.exact:
+        raise SporchError(verdict.refusal())
+
+
 def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) -> None:
     """What the generic path does not do yet is refused here, in one line each."""
     if not model.diffusers_class:
         return
     what = f"{model.diffusers_class} (family {model.family}, the generic path)"
+    check_derived_plan(model.diffusers_class)
     method = job.workload.cache.method  # (the job config allows a cache on denoising workloads only)
     caches = require_family(model.diffusers_class).step_cache
     if method != "none" and method not in caches:
