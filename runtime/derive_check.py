@@ -77,7 +77,7 @@ def check(specs: Iterable[DeriveSpec], *, timeout: float = 600.0) -> list[PlanVe
     for spec, d, (_, plans) in zip(specs, derivations, jobs):
         if not plans:
             out.append(PlanVerdict(spec.class_name, version, exact=False, plan=None, stack=d.stack,
-                                   reason="; ".join(d.problems[:2]) or "no candidate fits", seconds=seconds))
+                                   reason=d.problems[0] if d.problems else "no candidate fits", seconds=seconds))
             continue
         r = next(found)
         index = r["chosen"] if r["chosen"] is not None else r["best"]

@@ -130,7 +130,8 @@ def derive(spec: DeriveSpec) -> Derivation:
             result.stack = found.stack
             break
     if not result.candidates and not result.problems:
-        result.problems.append("no block list takes the image tokens")
+        result.problems.append("no block list (a top-level ModuleList) takes a tensor as long as the image's tokens "
+                               "(f x h x w) or the image's and the text's together")
     return result
 
 

@@ -107,7 +107,8 @@ def dry_run(model: torch.nn.Module, inputs: dict, plan: SplitPlan, reference: Tr
                 out = model(**inputs)
             out = out[0] if isinstance(out, (tuple, list)) else getattr(out, "sample", out)
             if sp.state.calls == 0:
-                return "no attention runs on the split tokens (nothing would be sequence-parallel)"
+                return ("no attention module sporch routes (diffusers' Attention or AttentionModuleMixin, "
+                        "calling scaled_dot_product_attention) runs on the split tokens")
             if tuple(out.shape) != tuple(reference.output.shape):
                 return (f"rank {rank} of {size}: the output has shape {tuple(out.shape)}, the unsharded one "
                         f"{tuple(reference.output.shape)}")
