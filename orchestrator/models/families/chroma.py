@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
 from .rope_rules import head_width, integer, rope_axes
 
 #: huggingface.co/lodestones/Chroma1-HD transformer/config.json (8.9B).
@@ -43,10 +43,33 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """ChromaTransformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): dual-stream blocks (joint q/k/v/out and the text's, RMS q/k
+    norms, both GELU FFNs; their modulation comes from the root's approximator, no weights of its
+    own), single-stream blocks (q/k/v, the FFN's input, one output projection over [attention, FFN])
+    and the root (the distilled-guidance approximator, text and image input projections, output
+    projection)."""
+    heads, hd = int(config.get("num_attention_heads", 24)), int(config.get("attention_head_dim", 128))
+    h = heads * hd
+    dual = 4 * hd + 8 * linear(h, h) + 2 * feed_forward(h, 4 * h)
+    single = 2 * hd + 3 * linear(h, h) + linear(h, 4 * h) + linear(5 * h, h)
+    a_in, a_hidden = int(config.get("approximator_num_channels", 64)), int(config.get("approximator_hidden_dim", 5120))
+    approximator = (linear(a_in, a_hidden) + int(config.get("approximator_layers", 5)) * (2 * linear(a_hidden, a_hidden)
+                    + a_hidden) + linear(a_hidden, h))
+    c_in, p = int(config.get("in_channels", 64)), int(config.get("patch_size", 1))
+    root = (approximator + linear(int(config.get("joint_attention_dim", 4096)), h) + linear(c_in, h)
+            + linear(h, p * p * int(config.get("out_channels") or c_in)))
+    depth, single_depth = int(config.get("num_layers", 19)), int(config.get("num_single_layers", 38))
+    largest = max(dual if depth else 0, single if single_depth else 0)
+    return ParameterCount(blocks=depth * dual + single_depth * single, largest_block=largest, root=root)
+
+
 FAMILY = Family(
     name="chroma", title="Chroma", classes=("ChromaTransformer2DModel",), shape=shape,
     derived=("ChromaTransformer2DModel",),
     presets=(FamilyPreset("chroma1-hd", CHROMA1_HD, "huggingface.co/lodestones/Chroma1-HD transformer/config.json (8.9B)",
                           parameters=ParameterCount(8_608_715_776, 226_548_224, 291_267_648)),),
+    count_parameters=count_parameters,
     lora_loader=None, step_cache=(),  # LoRA and the step cache are not checked on this family yet
 )

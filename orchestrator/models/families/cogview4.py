@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, feed_forward, linear
 from .rope_rules import head_width, integer
 
 #: huggingface.co/THUDM/CogView4-6B transformer/config.json (6B): the values diffusers'
@@ -39,10 +39,28 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """CogView4Transformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): blocks (a 12-way modulation of both streams from the time
+    embedding, shared q/k/v/out for text and image, one GELU FFN; q/k layer norms without weights)
+    and the root (image patch and text projections, the timestep and size-condition MLPs, the output
+    norm's 2-way modulation and projection)."""
+    heads, hd = int(config.get("num_attention_heads", 64)), int(config.get("attention_head_dim", 40))
+    h, p = heads * hd, int(config.get("patch_size", 2))
+    ted, cd = int(config.get("time_embed_dim", 512)), int(config.get("condition_dim", 256))
+    block = linear(ted, 12 * h) + 4 * linear(h, h) + feed_forward(h, 4 * h)
+    root = (linear(int(config.get("in_channels", 16)) * p * p, h) + linear(int(config.get("text_embed_dim", 4096)), h)
+            + linear(h, ted) + linear(ted, ted) + linear(6 * cd, ted) + linear(ted, ted) + linear(ted, 2 * h)
+            + linear(h, p * p * int(config.get("out_channels", 16))))
+    depth = int(config.get("num_layers", 30))
+    return ParameterCount(blocks=depth * block, largest_block=block if depth else 0, root=root)
+
+
 FAMILY = Family(
     name="cogview4", title="CogView4", classes=("CogView4Transformer2DModel",), shape=shape,
     derived=("CogView4Transformer2DModel",),
     presets=(FamilyPreset("cogview4-6b", COGVIEW4_6B, "huggingface.co/THUDM/CogView4-6B transformer/config.json (6B)",
                           parameters=ParameterCount(6_344_196_096, 226_578_432, 24_922_176)),),
+    count_parameters=count_parameters,
     lora_loader=None, step_cache=(),  # LoRA and the step cache are not checked on this family yet
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .base import Family, FamilyPreset, ParameterCount
+from .base import Family, FamilyPreset, ParameterCount, linear
 from .rope_rules import heads_per_kv_head, integer, rope_axes
 
 #: huggingface.co/Alpha-VLLM/Lumina-Image-2.0 transformer/config.json (2.6B; Gemma-2-2B text, 2304 wide).
@@ -25,9 +25,9 @@ TEXT_LEN = 256  # Lumina2Pipeline's max_sequence_length
 
 
 def ffn_width(hidden: int, multiple_of: int, multiplier: Any) -> int:
-    """The feed-forward width of Lumina2's blocks (two thirds of 4 x hidden, scaled by
-    ``ffn_dim_multiplier``, rounded up to ``multiple_of``)."""
-    inner = int(2 * 4 * hidden / 3)
+    """The feed-forward width of Lumina2's blocks (4 x hidden, scaled by ``ffn_dim_multiplier``,
+    rounded up to ``multiple_of``: diffusers' ``LuminaFeedForward``)."""
+    inner = 4 * hidden
     if multiplier is not None:
         inner = int(float(multiplier) * inner)
     return multiple_of * ((inner + multiple_of - 1) // multiple_of)
@@ -52,11 +52,35 @@ def shape(config: Mapping[str, Any]) -> dict:
     }
 
 
+def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
+    """Lumina2Transformer2DModel's parameters from its config.json (diffusers 0.42.1's layers; the
+    class's defaults for absent keys): every block of its three block lists (the main ``layers`` and
+    the image refiner modulated by the time embedding, the text refiner not; grouped-query attention
+    without biases, RMS q/k norms, a gated FFN, four RMS norms) and the root (patch and caption
+    embedders, the timestep MLP, the output norm's modulation and projection)."""
+    hidden, heads = int(config.get("hidden_size", 2304)), int(config.get("num_attention_heads", 24))
+    hd, kv = hidden // heads, int(config.get("num_kv_heads", 8))
+    t = min(hidden, 1024)  # the time embedding's width
+    ffn = ffn_width(hidden, int(config.get("multiple_of", 256)), config.get("ffn_dim_multiplier"))
+    attention = 2 * hd + 2 * hidden * hidden + 2 * kv * hd * hidden
+    plain = attention + 3 * hidden * ffn + 4 * hidden
+    modulated = plain + linear(t, 4 * hidden)
+    p, c_in = int(config.get("patch_size", 2)), int(config.get("in_channels", 16))
+    c_out = int(config.get("out_channels") or c_in)
+    cap = int(config.get("cap_feat_dim", 1024))
+    root = (linear(p * p * c_in, hidden) + linear(256, t) + linear(t, t) + cap + linear(cap, hidden)
+            + linear(t, hidden) + linear(hidden, p * p * c_out))
+    depth, refiners = int(config.get("num_layers", 26)), int(config.get("num_refiner_layers", 2))
+    return ParameterCount(blocks=(depth + refiners) * modulated + refiners * plain,
+                          largest_block=modulated if depth + refiners else plain, root=root)
+
+
 FAMILY = Family(
     name="lumina2", title="Lumina-Image 2.0", classes=("Lumina2Transformer2DModel",), shape=shape,
     derived=("Lumina2Transformer2DModel",),
     presets=(FamilyPreset("lumina-image-2.0", LUMINA_IMAGE_2,
                           "huggingface.co/Alpha-VLLM/Lumina-Image-2.0 transformer/config.json (2.6B)",
                           parameters=ParameterCount(2_600_484_480, 87_312_576, 9_284_672)),),
+    count_parameters=count_parameters,
     lora_loader=None, step_cache=(),  # LoRA and the step cache are not checked on this family yet
 )
