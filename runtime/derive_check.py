@@ -264,7 +264,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001 - an unknown class is one line
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    verdicts = ensure(args.classes, locked=args.caller_holds_lock)
+    try:
+        verdicts = ensure(args.classes, locked=args.caller_holds_lock)
+    except ValueError as exc:  # a cache folder that cannot be written
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps([v.to_json() for v in verdicts]))
     else:

@@ -25,7 +25,7 @@ from sporch.orchestrator.safe_files import read_regular, write_atomic
 from .plan_format import SplitPlan, describe, entries, from_json, to_json
 
 __all__ = ["PlanVerdict", "DERIVE_VERSION", "TOLERANCE", "SEQUENCE_RANKS", "cache_dir", "diffusers_version",
-           "verdict_path", "read_verdict", "write_verdict", "verdict_report"]
+           "verdict_path", "read_verdict", "write_verdict", "verdict_report", "unwritable"]
 
 #: Bumped when the derivation or its check changes: a verdict of another version is derived again.
 DERIVE_VERSION = 1
@@ -149,6 +149,17 @@ def write_verdict(verdict: PlanVerdict, folder: Optional[Path] = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(verdict.to_json(), indent=1) + "\n")
     return path
+
+
+def unwritable(folder: Optional[Path] = None) -> Optional[str]:
+    """Why the cache folder cannot take a verdict (made if missing), or None."""
+    folder = folder or cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return (f"the split-plan cache folder {folder} cannot be written ({exc.strerror or exc}); set "
+                f"{settings.SPLIT_PLANS.name} to a writable folder")
+    return None
 
 
 def verdict_report(class_name: str, folder: Optional[Path] = None) -> dict[str, Any]:

@@ -34,10 +34,16 @@ _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAST
 
 @contextmanager
 def checking_lock(folder: Optional[Path] = None) -> Iterator[None]:
-    """An exclusive lock on the cache folder: one process of a machine derives and checks at a time."""
+    """An exclusive lock on the cache folder: one process of a machine derives and checks at a time
+    (a folder that cannot be written: ValueError, one line)."""
     folder = folder or cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a") as fh:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fh = open(folder / ".lock", "a")
+    except OSError as exc:
+        raise ValueError(f"the split-plan cache folder {folder} cannot be written ({exc.strerror or exc}); set "
+                         f"{settings.SPLIT_PLANS.name} to a writable folder") from None
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -56,23 +62,26 @@ def check_environment() -> dict:
     return {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
 
 
+def _check_now(class_name: str, folder: Optional[Path]):
+    """Derive and check ``class_name`` in its own process (the caller holds the lock); its verdict."""
+    env = check_environment()
+    if folder is not None:
+        env[settings.SPLIT_PLANS.name] = str(folder)
+    done = subprocess.run(check_command([class_name], locked=True), env=env, capture_output=True, text=True)
+    verdict = read_verdict(class_name, folder=folder)
+    if verdict is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"{class_name}: its split plan is derived, and deriving and checking it failed "
+                         f"(exit code {done.returncode}): {last}")
+    return verdict
+
+
 def derived_plan(class_name: str, folder: Optional[Path] = None) -> SplitPlan:
     """``class_name``'s derived plan once it is checked exact (module docstring)."""
     verdict = read_verdict(class_name, folder=folder)
     if verdict is None:
         with checking_lock(folder):
-            verdict = read_verdict(class_name, folder=folder)
-            if verdict is None:
-                env = check_environment()
-                if folder is not None:
-                    env[settings.SPLIT_PLANS.name] = str(folder)
-                done = subprocess.run(check_command([class_name], locked=True), env=env, capture_output=True,
-                                      text=True)
-                verdict = read_verdict(class_name, folder=folder)
-                if verdict is None:
-                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                    raise ValueError(f"{class_name}: its split plan is derived, and deriving and checking it failed "
-                                     f"(exit code {done.returncode}): {last}")
+            verdict = read_verdict(class_name, folder=folder) or _check_now(class_name, folder)
     if not verdict.exact or verdict.plan is None:
         raise ValueError(verdict.refusal())
     return verdict.plan

@@ -208,3 +208,23 @@ def test_sporch_run_local_verify_derives_and_checks_first(tmp_path):
     assert metrics["family"] == "chroma" and metrics["ok"] and metrics["max_rel_err"] <= TOLERANCE
     assert metrics["forward"]["ref_max_abs"] > 1e-3
     assert [p.name for p in cache.glob("*.json")] == [f"ChromaTransformer2DModel@diffusers-{diffusers_version()}.json"]
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(run_cli, tmp_path, monkeypatch):
+    """The ranks refuse in one line; `sporch inspect` says the plan is not checked yet and why, and
+    goes on (no process started for a check that could not keep its verdict)."""
+    from sporch.runtime.model.generic import random_diffusers
+    from sporch.runtime.model.generic.derived import derived_plan
+    from sporch.runtime.model.generic.families import family_module
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(ValueError, match=r"cache folder .*a-file/plans cannot be written .* set SPORCH_SPLIT_PLANS"):
+        derived_plan("CogView4Transformer2DModel", folder=blocked / "plans")
+    random_diffusers("CogView4Transformer2DModel", family_module("cogview4").TINY, seed=1).save_pretrained(
+        str(tmp_path / "m" / "transformer"))
+    monkeypatch.setenv("SPORCH_SPLIT_PLANS", str(blocked / "plans"))
+    code, out, err = run_cli("inspect", str(tmp_path / "m"), "--gpus", "2")
+    assert code == 0, err
+    shown = " ".join(out.split())
+    assert "not checked yet: the split-plan cache folder" in shown and "cannot be written" in shown
