@@ -3,10 +3,11 @@
 :func:`derived_plan` is what ``plans.split_plan`` falls back to for a class with neither a
 ``_cp_plan`` nor a shipped table: its cached verdict (``models/families/derived_plans.py``), or,
 when none is cached for this diffusers, the check run now in its own process (``python -m
-sporch.runtime.derive_check CLASS``: it derives the plan from a tiny instance and checks it on a
-world of 4 gloo ranks of its own, which a job's rank must not start inside itself; a file lock
-lets the ranks of one machine wait for the one that checks). A class whose plan is not exact
-raises ValueError in one line naming it and its largest error.
+sporch.runtime.derive_check CLASS...``, with the other derived classes not checked yet: it derives
+each plan from a tiny instance and checks them on a world of 4 gloo ranks of its own, which a
+job's rank must not start inside itself; a file lock lets the ranks of one machine wait for the
+one that checks). A class whose plan is not exact raises ValueError in one line naming it and its
+largest error.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from sporch.orchestrator.contract import settings
+from sporch.orchestrator.models.families import FAMILIES
 from sporch.orchestrator.models.families.derived_plans import cache_dir, read_verdict
 from sporch.orchestrator.models.families.plan_format import SplitPlan
 
@@ -63,11 +65,14 @@ def check_environment() -> dict:
 
 
 def _check_now(class_name: str, folder: Optional[Path]):
-    """Derive and check ``class_name`` in its own process (the caller holds the lock); its verdict."""
+    """Derive and check ``class_name`` in its own process (the caller holds the lock), with every other
+    derived class of the families that has no verdict here yet (one world for all: starting it costs
+    more than checking a tiny class in it); ``class_name``'s verdict."""
+    others = [c for fam in FAMILIES for c in fam.derived if c != class_name and read_verdict(c, folder=folder) is None]
     env = check_environment()
     if folder is not None:
         env[settings.SPLIT_PLANS.name] = str(folder)
-    done = subprocess.run(check_command([class_name], locked=True), env=env, capture_output=True, text=True)
+    done = subprocess.run(check_command([class_name, *others], locked=True), env=env, capture_output=True, text=True)
     verdict = read_verdict(class_name, folder=folder)
     if verdict is None:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
