@@ -1,15 +1,23 @@
 """``sporch inspect PATH``: a checkpoint's family, format, size, matching presets and memory per
-GPU under each placement option; or a LoRA file's format, ranks, alphas and targets."""
+GPU under each placement option; or a LoRA file's format, ranks, alphas and targets.
+
+For a folder of a class whose split plan sporch derives, the derived plan and its verdict come
+from the cache (``models/families/derived_plans.py``); when none is cached for this diffusers yet,
+one process derives and checks it first (``python -m sporch.runtime.derive_check CLASS``: the
+orchestrator imports no torch), as ``sporch decode`` runs ``python -m sporch.runtime.decode``."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
+from sporch.orchestrator.models.families.derived_plans import unwritable, verdict_report
 from sporch.orchestrator.models.lora_report import describe_lora, is_lora
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.checkpoint_report import inspect_checkpoint
@@ -43,7 +51,7 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
         raise SporchError(f"--gpus {gpus!r} must be rank counts separated by commas, such as 1,2,4,8") from None
     if not counts or min(counts) < 1:
         raise SporchError(f"--gpus {gpus!r} must be positive rank counts, such as 1,2,4,8")
-    report = inspect_checkpoint(path, counts, find_cluster(cluster_name))
+    report = _with_verdict(inspect_checkpoint(path, counts, find_cluster(cluster_name)))
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
@@ -67,6 +75,8 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
         table.add_row("class", f"family {g['family']}, class {g['class']} (split plan: {g['split_plan']}); "
                       f"{g['heads']} heads (kv {g['kv_heads']}), {g['layers']} layers")
         table.add_row("layouts", "; ".join(f"{n} GPU(s): {', '.join(ls) or 'none'}" for n, ls in g["layouts"].items()))
+        if g.get("derived"):
+            _derived_rows(table, g["derived"])
     if report.get("experts"):
         x = report["experts"]
         table.add_row("experts", f"2: transformer (high noise) and {x['second']} (low noise, same shape), "
@@ -82,6 +92,46 @@ def inspect(path: str, gpus: str, cluster_name: str, as_json: bool) -> None:
         table.add_row(f"parameters per GPU, {label}", _gib(n))
     console().print(table)
     _show_placements(report.get("placements"))
+
+
+#: The runtime module that derives and checks a split plan, run as its own process.
+DERIVE_CHECK = "sporch.runtime.derive_check"
+
+
+def _with_verdict(report: dict) -> dict:
+    """The report with the derived plan's verdict, derived and checked now when none is cached."""
+    g = report.get("generic") or {}
+    derived = g.get("derived")
+    if not derived or derived["checked"]:
+        return report
+    blocked = unwritable()
+    if blocked:
+        derived["error"] = blocked
+        return report
+    click.echo(f"{g['class']}: its split plan is derived; deriving it and checking it against the unsharded class on "
+               f"2 and 4 gloo ranks (once per diffusers version, cached in {derived['cache']}) ...", err=True)
+    done = subprocess.run([sys.executable, "-m", DERIVE_CHECK, "--", g["class"]], capture_output=True, text=True)
+    g["derived"] = verdict_report(g["class"])
+    if not g["derived"]["checked"]:  # e.g. no torch here: said, not fatal (the ranks check before first use)
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        g["derived"]["error"] = f"deriving and checking it here failed (exit code {done.returncode}): {last}"
+    return report
+
+
+def _derived_rows(table, d: dict) -> None:
+    if not d["checked"]:
+        table.add_row("split plan (derived)", f"not checked yet: {d.get('error', 'no verdict cached')}; the ranks "
+                      f"derive and check it before they use it (cache {d['cache']})")
+        return
+    if d["exact"]:
+        errs = ", ".join(f"{e:.2g} on {n} ranks" for n, e in sorted(d["errors"].items()))
+        verdict = (f"exact: max relative error {errs} (tolerance {d['tolerance']:g}; "
+                   f"{d['tokens'][0]} image + {d['tokens'][1]} text tokens, layouts {', '.join(d['layouts'])})")
+    else:
+        verdict = d["refusal"]
+    table.add_row("split plan (derived)", "; ".join(d["entries"]) or "none")
+    table.add_row("verdict", f"{verdict}; cached in {d['cache']} (diffusers {d['diffusers_version']}; delete it to "
+                  "derive and check again)")
 
 
 def _show_placements(p) -> None:

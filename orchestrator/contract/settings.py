@@ -95,8 +95,8 @@ def read(setting: Setting, environ: Optional[Mapping[str, str]] = None) -> Any:
 
 
 # -- the orchestrator's (the `sporch` command) ------------------------------------------------------
-HOME = Setting("SPORCH_HOME", "path", "Where job records (jobs/ID.json) and the history store live.",
-               "orchestrator", default="~/.local/share/sporch")
+HOME = Setting("SPORCH_HOME", "path", "Where job records (jobs/ID.json), the history store and the derived "
+               "split plans (split-plans/) live.", "both", default="~/.local/share/sporch")
 HISTORY = Setting("SPORCH_HISTORY", "text", "The campaign history store (a path), or `off` to record nothing.",
                   "orchestrator", default_doc="$SPORCH_HOME/history.sqlite")
 CLUSTERS = Setting("SPORCH_CLUSTERS", "paths", "More folders of cluster descriptors (os.pathsep-separated), "
@@ -107,6 +107,9 @@ GRACE_S = Setting("SPORCH_GRACE_S", "seconds>=0", "How long `wait`, `status` and
 SSH_CONFIG = Setting("SPORCH_SSH_CONFIG", "text", "The OpenSSH client config read for login hosts when the "
                      "descriptor's login.ssh_config is not set (`none`: read none).", "orchestrator",
                      default_doc="~/.ssh/config")
+SPLIT_PLANS = Setting("SPORCH_SPLIT_PLANS", "path", "Where the split plans sporch derives for diffusers classes "
+                      "are cached with their verdicts (one JSON file per class and diffusers version; delete one to "
+                      "derive and check it again).", "both", default_doc="$SPORCH_HOME/split-plans")
 DEBUG = Setting("SPORCH_DEBUG", "flag", "Show the traceback of an error (as --debug does).", "orchestrator",
                 default_doc="off")
 
@@ -133,7 +136,7 @@ PREFLIGHT_BYTES = Setting("SPORCH_PREFLIGHT_BYTES", "int", "The payload of each 
                           "runtime", default_doc="64 MiB (CUDA), 4 MiB (CPU)")
 
 #: Every setting of this module, in the order docs/settings.md lists them (faults: sporch.runtime.faults).
-SETTINGS: Tuple[Setting, ...] = (HOME, HISTORY, CLUSTERS, GRACE_S, SSH_CONFIG, DEBUG, JOB_DIR, PLAN, CAMPAIGN,
+SETTINGS: Tuple[Setting, ...] = (HOME, HISTORY, SPLIT_PLANS, CLUSTERS, GRACE_S, SSH_CONFIG, DEBUG, JOB_DIR, PLAN, CAMPAIGN,
                                  HOSTNAME, INIT_METHOD, FORCE_CPU, DIST_TIMEOUT_S, COLLECTIVE_TIMEOUT_S,
                                  PREFLIGHT_BYTES)
 

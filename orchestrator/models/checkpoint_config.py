@@ -139,7 +139,10 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
     if problem is not None:
         key, why = problem
         raise CheckpointError(f"{path}: {key}: {why}")
-    fields = fam.shape(config)
+    try:
+        fields = fam.shape(config)
+    except ValueError as exc:  # the class's own rules (families/rope_rules.py), one line naming the key
+        raise CheckpointError(f"{path}: {' '.join(str(exc).split())} ({cls})") from None
     return CheckpointModel(family=fam.title, fmt=fmt, config_file=path, fields=fields,
                            keys={k: "config.json" for k in fields if k not in PIPELINE_FIELDS}, family_key=fam.name,
                            diffusers_class=cls, config=dict(config))

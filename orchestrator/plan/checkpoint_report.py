@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError, open_checkpoint
 from sporch.orchestrator.models.families import get_family, require_family
+from sporch.orchestrator.models.families.derived_plans import verdict_report
 from sporch.orchestrator.contract.parallel import kv_mode
 from sporch.orchestrator.models.checkpoint_config import UnknownModelConfig, read_checkpoint_model
 from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
@@ -86,16 +87,18 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
 
 
 def _generic(model, gpus: Sequence[int]) -> dict[str, Any]:
-    """The generic path's view: family, class, where its split plan comes from, heads and layers,
-    and the Ulysses x ring layouts that work on each GPU count (Ulysses up to the head count:
-    uneven heads are fine; the ring takes the rest)."""
+    """The generic path's view: family, class, where its split plan comes from (for a derived one,
+    its cached verdict: ``derived_plans.verdict_report``), heads and layers, and the Ulysses x ring
+    layouts that work on each GPU count (Ulysses up to the head count: uneven heads are fine; the
+    ring takes the rest)."""
     fam = require_family(model.diffusers_class)
     heads, kv = model.fields["num_heads"], model.fields.get("num_kv_heads", model.fields["num_heads"])
     layouts = {n: [f"U{u}R{n // u}" for u in divisors(n) if u <= heads and kv_mode(heads, kv, u) is not None]
                for n in gpus}
+    derived = verdict_report(model.diffusers_class) if model.diffusers_class in fam.derived else None
     return {"family": fam.name, "class": model.diffusers_class, "split_plan": fam.split_plan_source(model.diffusers_class),
             "heads": heads, "kv_heads": kv, "layers": model.fields["depth"] + model.fields.get("single_depth", 0),
-            "layouts": layouts}
+            "layouts": layouts, "derived": derived}
 
 
 def _guess(tensors) -> tuple[Optional[str], Optional[str]]:

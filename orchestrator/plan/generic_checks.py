@@ -12,6 +12,7 @@ from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.checkpoint_config import find_config, read_json_object
 from sporch.orchestrator.models.checkpoint_files import kind
 from sporch.orchestrator.models.families import Family, get_family, require_family
+from sporch.orchestrator.models.families.derived_plans import read_verdict
 
 
 #: Workloads every family's class runs (runtime/model/generic).
@@ -115,6 +116,18 @@ def check_generic_generate(job: JobSpec, what: str, layout: Layout, family: Fami
     # model.lora (merged at load) and workload.compile (the blocks, as verify/benchmark) are applied by generic.py
 
 
+def check_derived_plan(class_name: str) -> None:
+    """A class whose split plan sporch derives (``Family.derived``) is refused when its cached verdict
+    (``models/families/derived_plans.py``) says the plan is not exact: one line naming the class and
+    the largest error. No verdict cached yet: the ranks derive and check it before they use it (or
+    ``sporch inspect`` on the folder does it now)."""
+    if class_name not in require_family(class_name).derived:
+        return
+    verdict = read_verdict(class_name)
+    if verdict is not None and not verdict.exact:
+        raise SporchError(verdict.refusal())
+
+
 def check_generic_cache(method: str, family: Family, what: str) -> None:
     """``workload.cache.method`` on the generic path: one the family lists (``Family.step_cache``:
     the generic denoise applies it, every rank deciding alike), or refused in one line
@@ -133,6 +146,7 @@ def check_generic(job: JobSpec, model: sections.ModelSection, layout: Layout) ->
         return
     what = f"{model.diffusers_class} (family {model.family})"
     family = require_family(model.diffusers_class)
+    check_derived_plan(model.diffusers_class)
     why = (family.split_refusal(model.diffusers_config or {})
            if family.split_refusal is not None and layout.sequence_degree > 1 else None)
     if why:

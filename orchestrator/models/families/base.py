@@ -147,6 +147,13 @@ class Family:
     legacy_classes: Mapping[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     #: class -> the split plan sporch ships (classes without a ``_cp_plan``); absent: the class's own
     split_plans: Mapping[str, SplitPlan] = field(default_factory=dict)
+    #: classes whose split plan sporch derives (neither a ``_cp_plan`` nor a table in
+    #: ``split_plans``): from a tiny instance built from the runtime module's ``TINY``, checked exact
+    #: against the unsharded class on 2 and 4 gloo ranks before first use, the verdict cached per
+    #: class and diffusers version (``derived_plans.py``; runtime/model/generic/derive.py). A derived
+    #: plan needs no ``local_attention``: it splits nothing before the block stack, so attention
+    #: outside the stack (a text refiner) runs whole.
+    derived: tuple[str, ...] = ()
     #: module-name prefixes whose attention runs on whole (unsplit) tensors
     local_attention: tuple[str, ...] = ()
     #: the split plan cuts the text tokens over the sequence ranks like the image's (attention to
@@ -271,9 +278,14 @@ class Family:
         if unknown or self.teacache_probe not in TEACACHE_PROBES:
             raise ValueError(f"family {self.name}: step_cache {list(self.step_cache)} (of {list(STEP_CACHES)}), "
                              f"teacache_probe {self.teacache_probe!r} (of {list(TEACACHE_PROBES)})")
+        odd = [c for c in self.derived if c not in self.classes or c in self.split_plans]
+        if odd:
+            raise ValueError(f"family {self.name}: derived classes {odd} must be its classes without a shipped table")
         if self.pipeline_class and (self.pipeline_cfg is PipelineCfg.NONE) == self.cfg:
             raise ValueError(f"family {self.name}: pipeline_cfg {self.pipeline_cfg.value} with cfg {self.cfg}: a "
                              "pipeline applies CFG (batched or two_calls) exactly when the family has a CFG branch")
 
     def split_plan_source(self, class_name: str) -> str:
-        return "shipped table" if class_name in self.split_plans else "the class's _cp_plan"
+        if class_name in self.split_plans:
+            return "shipped table"
+        return "derived (checked on gloo ranks, cached)" if class_name in self.derived else "the class's _cp_plan"

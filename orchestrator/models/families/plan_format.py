@@ -23,6 +23,13 @@ concatenation of tokens of the named inputs, each whole (e.g. HunyuanVideo's att
 [video tokens, text tokens], built before the blocks split either): each segment is cut as that
 input was (its length recorded when it was split earlier in the forward) and this rank's pieces
 are joined in the same order, so the result lines up with the rank's concatenated keys.
+
+``text`` (sporch's own): the tensor carries text tokens though it is not named
+``encoder_hidden_states`` (a joint [text, image] stream entering the blocks as one
+``hidden_states``, its RoPE table and mask): the plan cuts the text with the image's
+(:func:`splits_text`). A derived plan (runtime/model/generic/derive.py) sets it only where no
+``encoder_hidden_states`` is split, so plans that name their text stream compare equal whatever
+made them.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class SplitInput:
     expected_dims: Optional[int] = None
     split_output: bool = False
     segments: Tuple[str, ...] = ()
+    text: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,9 +59,41 @@ SplitPlan = Mapping[str, Entry]
 
 
 def splits_text(plan: SplitPlan) -> bool:
-    """True when the plan splits ``encoder_hidden_states`` (text tokens are sharded like the
-    image's, so attention to them is sequence-parallel; else they stay whole on every rank)."""
-    return any(isinstance(e, Mapping) and "encoder_hidden_states" in e for e in plan.values())
+    """True when the plan splits ``encoder_hidden_states`` or a tensor marked ``text`` (text tokens
+    are sharded like the image's, so attention to them is sequence-parallel; else they stay whole
+    on every rank)."""
+    def marked(spec) -> bool:
+        specs = spec if isinstance(spec, tuple) else (spec,)
+        return any(isinstance(s, SplitInput) and s.text for s in specs)
+
+    return any(isinstance(e, Mapping) and ("encoder_hidden_states" in e or any(marked(s) for s in e.values()))
+               for e in plan.values())
+
+
+def entries(plan: SplitPlan) -> list[str]:
+    """One line per entry, with the dimensions: ``split layers.*: attention_mask (dim 1 of 2),
+    image_rotary_emb (dim 1 of 3)``; ``gather proj_out (dim 1 of 3)``."""
+    def spec(s) -> str:
+        if isinstance(s, tuple):
+            return "(" + ", ".join(spec(x) for x in s) + ")"
+        if s is None:
+            return "-"
+        dim = s.split_dim if isinstance(s, SplitInput) else s.gather_dim
+        out = f"dim {dim}" + (f" of {s.expected_dims}" if s.expected_dims is not None else "")
+        if isinstance(s, SplitInput) and s.segments:
+            out += " as segments " + " + ".join(s.segments)
+        return out
+
+    lines = []
+    for name, entry in plan.items():
+        where = name or "(model)"
+        if isinstance(entry, Mapping):
+            outputs = all(isinstance(s, SplitInput) and s.split_output for s in entry.values())
+            parts = ", ".join(f"{'output ' if isinstance(k, int) else ''}{k} ({spec(v)})" for k, v in entry.items())
+            lines.append(f"split {where}{' as it returns' if outputs else ''}: {parts}")
+        else:
+            lines.append(f"gather {where} ({spec(entry)})")
+    return lines
 
 
 def describe(plan: SplitPlan) -> str:
@@ -68,3 +108,54 @@ def describe(plan: SplitPlan) -> str:
         else:
             parts.append(f"gather {where}")
     return "; ".join(parts)
+
+
+def to_json(plan: SplitPlan) -> list:
+    """The plan as JSON values, in its order (a cached derived plan, ``derived_plans.py``): one
+    ``{"module", "split": [[key, spec or [specs]], ...]}`` or ``{"module", "gather": spec or [specs]}``
+    per entry (keys keep their type: an output index is a number, an input a string)."""
+    def spec(s):
+        if s is None:
+            return None
+        if isinstance(s, tuple):
+            return [spec(x) for x in s]
+        d = {k: v for k, v in vars(s).items()}
+        if isinstance(s, SplitInput):
+            d["segments"] = list(s.segments)
+        return d
+
+    out = []
+    for module, entry in plan.items():
+        if isinstance(entry, Mapping):
+            out.append({"module": module, "split": [[k, spec(v)] for k, v in entry.items()]})
+        else:
+            out.append({"module": module, "gather": spec(entry)})
+    return out
+
+
+def from_json(data: list) -> SplitPlan:
+    """:func:`to_json`'s inverse; ValueError (one line) for anything else."""
+    def split(d):
+        if isinstance(d, list):
+            return tuple(split(x) for x in d)
+        return SplitInput(split_dim=int(d["split_dim"]), expected_dims=d.get("expected_dims"),
+                          split_output=bool(d.get("split_output", False)), segments=tuple(d.get("segments", ())),
+                          text=bool(d.get("text", False)))
+
+    def gather(d):
+        if d is None:
+            return None
+        if isinstance(d, list):
+            return tuple(gather(x) for x in d)
+        return GatherOutput(gather_dim=int(d["gather_dim"]), expected_dims=d.get("expected_dims"))
+
+    plan: dict = {}
+    try:
+        for entry in data:
+            if "split" in entry:
+                plan[str(entry["module"])] = {(k if isinstance(k, int) else str(k)): split(v) for k, v in entry["split"]}
+            else:
+                plan[str(entry["module"])] = gather(entry["gather"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"not a split plan: {type(exc).__name__} {exc}") from None
+    return plan

@@ -24,7 +24,8 @@ from sporch.orchestrator.models.checkpoint_files import CheckpointError
 from .checkpoint import fill_parameters, open_weights
 
 __all__ = ["transformer_folder", "read_config", "diffusers_class", "meta_model", "cast_parameters", "allocate",
-           "load_diffusers", "random_diffusers", "from_state"]
+           "load_diffusers", "random_diffusers", "from_state",
+           "random_class"]
 
 
 def transformer_folder(path: str | Path) -> Path:
@@ -121,7 +122,18 @@ def from_state(class_name: str, config: dict, state: dict, dtype: torch.dtype) -
 
 
 def random_diffusers(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    cls = diffusers_class(class_name)
+    """The class of a supported family (else UnsupportedClass) with seeded random weights."""
+    diffusers_class(class_name)
+    return random_class(class_name, config, seed=seed, dtype=dtype)
+
+
+def random_class(class_name: str, config: dict, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """diffusers' ``class_name`` (any class, supported or not: the split-plan derivation tries
+    classes no family covers yet) from ``config`` with seeded random weights, every parameter
+    drawn (zero-initialised layers too)."""
+    import diffusers
+
+    cls = getattr(diffusers, class_name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls.from_config(config)

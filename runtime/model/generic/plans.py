@@ -1,6 +1,7 @@
 """The split plan of a diffusers transformer class: its own ``_cp_plan`` (diffusers'
-``ContextParallelInput`` / ``ContextParallelOutput``) in sporch's records, or the table its family
-ships for a class without one (``sporch.orchestrator.models.families``)."""
+``ContextParallelInput`` / ``ContextParallelOutput``) in sporch's records, the table its family
+ships for a class without one (``sporch.orchestrator.models.families``), or, for a family's class
+with neither, the plan sporch derives from a tiny instance, once checked exact (``derived.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from sporch.orchestrator.models.families import family_of_class
 from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan
+
+from .derived import derived_plan
 
 __all__ = ["split_plan", "from_cp_plan", "diffusers_type"]
 
@@ -46,7 +49,9 @@ def diffusers_type(model_cls: type) -> type:
 
 def split_plan(model_cls: type) -> SplitPlan:
     """Where ``model_cls`` splits and gathers: the family's shipped table, else the class's own
-    ``_cp_plan``. A class with neither raises ValueError naming it."""
+    ``_cp_plan``, else (a class of a family) the derived plan, checked exact on gloo ranks and
+    cached (``derived.derived_plan``: a class whose derived plan is not exact raises ValueError in
+    one line naming it and its largest error). A class of no family raises ValueError naming it."""
     model_cls = diffusers_type(model_cls)
     family = family_of_class(model_cls.__name__)
     shipped = family.split_plans.get(model_cls.__name__) if family is not None else None
@@ -55,4 +60,6 @@ def split_plan(model_cls: type) -> SplitPlan:
     own = getattr(model_cls, "_cp_plan", None)
     if own:
         return from_cp_plan(own)
+    if family is not None:
+        return derived_plan(model_cls.__name__)
     raise ValueError(f"{model_cls.__name__} has no _cp_plan and sporch ships no split plan for it")

@@ -58,7 +58,7 @@ from sporch.runtime.parallel import ParallelContext
 from .plans import diffusers_type
 from .split import all_lengths, check_recorded_split, chunk_sizes, gather_uneven, split_local
 
-__all__ = ["SequenceParallel", "modules_named"]
+__all__ = ["SequenceParallel", "modules_named", "is_attention"]
 
 
 def modules_named(model: torch.nn.Module, name: str) -> list[torch.nn.Module]:
@@ -295,7 +295,7 @@ class _Hooks:
                     gathers = (entry,) if isinstance(entry, GatherOutput) else tuple(entry)
                     handles.append(m.register_forward_hook(self.calling("_gather", gathers)))
         for name, m in model.named_modules():
-            if _is_attention(m):
+            if is_attention(m):
                 local = any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") for p in local_attention)
                 handles.append(m.register_forward_pre_hook(self.calling("_enter_attention", local), with_kwargs=True))
                 handles.append(m.register_forward_hook(self.calling("_leave_attention"), always_call=True))
@@ -417,7 +417,7 @@ def _on_output(spec) -> bool:
     return isinstance(spec, SplitInput) and spec.split_output
 
 
-def _is_attention(m: torch.nn.Module) -> bool:
+def is_attention(m: torch.nn.Module) -> bool:
     """A diffusers attention module: ``attention_processor.Attention`` or an
     ``AttentionModuleMixin`` class, both of which run a swappable ``processor``."""
     from diffusers.models.attention import AttentionModuleMixin
