@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
+from sporch.orchestrator.cli.show_prediction import band_text, prediction_rows, seconds_text
 from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.cost_constants import cluster_constants
@@ -16,7 +17,6 @@ from sporch.orchestrator.contract.estimates_section import (
     ExpertsEstimate,
     PipelineEstimate,
     PipelinePart,
-    PredictedTime,
 )
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES
@@ -213,7 +213,7 @@ def estimates_table(plan: Plan) -> Any:
     if weights.weight_gather_bytes_per_rank_per_step:
         rows.append(("ideal weight gather per step", f"{weights.weight_gather_s_per_step_ideal:.3f} s at "
                      f"{weights.weight_gather_gb_per_s:g} GB/s"))
-    rows += prediction_rows(e)
+    rows += prediction_rows(e, plan.world_size)
     rows += expert_rows(e.experts)
     rows += pipeline_rows(e.pipeline)
     if e.staging is not None:
@@ -252,29 +252,6 @@ def _shard_note(plan: Plan) -> str:
 def _shard_group(p) -> str:
     """The ranks one copy of the parameters is spread over, in words."""
     return "each replica's sequence group" if p.shard_weights == "sequence" else "all ranks"
-
-
-def ideal_s(e: Estimates) -> float:
-    """The planner's peak-rate step: compute at peak FLOP/s + all-to-all + ring at nominal link
-    rates, nothing overlapped (a prediction may be below it: the model overlaps ring transfers)."""
-    return e.ideal_s_per_step
-
-
-def prediction_rows(e: Estimates) -> list[tuple[str, str]]:
-    """The cost model's prediction beside the ideal (sporch.orchestrator.plan.cost)."""
-    pred = e.predicted
-    if pred is None:
-        return []
-    ideal = ideal_s(e)
-    rows = [("predicted step", f"{pred.step_s:.3f} s" + band_text(pred) + f", {pred.constants}")]
-    if ideal:
-        rows.append(("  at peak rates", f"{ideal:.3f} s (compute at peak FLOP/s + links at nominal GB/s, not overlapped)"))
-    for term in TERMS:
-        rows.append((f"  {term.replace('_', ' ')}", f"{getattr(pred.breakdown_s_per_step, term):.3f} s"))
-    extra = [f"fixed {pred.fixed_s:.3g} s"] if pred.fixed_s else []
-    extra += [f"expert switch {pred.switch_s:.3g} s"] if pred.switch_s else []
-    rows.append(("predicted job", f"{pred.job_s:.1f} s" + (f" incl. {', '.join(extra)}" if extra else "")))
-    return rows
 
 
 def _ranks_text(part: PipelinePart) -> str:
@@ -366,11 +343,6 @@ def _weights_cell(plan: Plan) -> str:
     return ", ".join([cell, *moved])
 
 
-def band_text(pred: PredictedTime) -> str:
-    """' +/- 9% (held-out H100 compiled tables)': the validation's band of a prediction, or ''."""
-    return f" ± {pred.band:.0%} ({pred.band_basis})" if pred.band else ""
-
-
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide: bool = False) -> Any:
     """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking).
     The default columns fit 80 columns; ``wide`` adds the cost model's terms and the peak-rate step."""
@@ -389,7 +361,8 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide:
             " <-job" if requested is not None and r.layout == requested else "")
         band = pred.band
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{band:.0%}" if band else "-",
-                  f"{r.step_s / best - 1:+.0%}" if best else "-", f"{r.job_s:.4g}",
-                  *([f"{getattr(pred.breakdown_s_per_step, x):.3g}" for x in TERMS] + [f"{ideal_s(e):.4g}"] if wide else []),
+                  f"{r.step_s / best - 1:+.0%}" if best else "-", seconds_text(r.job_s),
+                  *([f"{getattr(pred.breakdown_s_per_step, x):.3g}" for x in TERMS] + [f"{e.ideal_s_per_step:.4g}"]
+                    if wide else []),
                   _weights_cell(r.plan), f"{e.memory.memory_gib_per_gpu:.1f}", "yes" if r.fits else Text("no", style="red"))
     return t

@@ -38,6 +38,7 @@ from sporch.orchestrator.plan.cost_features import (
     unfitted_s,
 )
 from sporch.orchestrator.plan.cost_inputs import CostInputs
+from sporch.orchestrator.plan.phase_cost import phases_of
 
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6
@@ -75,11 +76,31 @@ def write_calibration(path: str | Path, result: Optional["FitResult"], meta: Map
         doc.update({"points": 0, "fitted": []})
     if links is not None:
         doc["links"] = links_section(links)
+    phases = measured_phases(result) if result is not None else {}
+    if phases:
+        doc["phases"] = phases
     doc["constants"] = {k: float(f"{consts[k]:.6g}") for k in CONSTANTS}
     text = ("# Written by `sporch calibrate`; a cluster descriptor uses it with `calibration: <this file>`.\n"
             + yaml.safe_dump(doc, sort_keys=False))
     p.parent.mkdir(parents=True, exist_ok=True)
     return write_output(p, text, force=replace)
+
+
+def measured_phases(result: "FitResult") -> dict[str, Any]:
+    """The file's ``phases``: per phase a generate job's points measured (metrics.stages), how
+    many, their mean and the calibrated prediction's mean (seconds)."""
+    out: dict[str, Any] = {}
+    for o, p in zip(result.observations, result.predictions):
+        if o.level in ("step", "job", "all"):
+            continue
+        row = out.setdefault(o.level, {"points": 0, "measured_s": 0.0, "predicted_s": 0.0})
+        row["points"] += 1
+        row["measured_s"] += o.measured_s
+        row["predicted_s"] += p
+    for row in out.values():
+        row["measured_s"] = float(f"{row['measured_s'] / row['points']:.6g}")
+        row["predicted_s"] = float(f"{row['predicted_s'] / row['points']:.6g}")
+    return out
 
 
 def links_section(links: LinkFigures) -> dict[str, Any]:
@@ -120,7 +141,7 @@ def with_links(x: CostInputs, links: LinkFigures, nominal_intra_gb_per_s: float,
 class Observation:
     inputs: CostInputs
     measured_s: float
-    level: str = "step"  # "step": seconds per step; "job": seconds per job (steps + fixed costs)
+    level: str = "step"  # cost_features.LEVELS: "step" (seconds per step), "job" (one generation), a phase
     label: str = ""
 
 
@@ -131,7 +152,11 @@ def _regime(p: Any) -> tuple[bool, bool]:
 
 def predicted_s(o: Observation, constants: Mapping[str, float]) -> float:
     p = predict(o.inputs, constants)
-    return p.job_s if o.level == "job" else p.step_s
+    if o.level == "step":
+        return p.step_s
+    if o.level == "job":
+        return p.generation_s
+    return p.job_s if o.level == "all" else p.phase(o.level)
 
 
 @dataclass
@@ -370,8 +395,9 @@ HOST_STARTS = (1e-3, 2e-3, 4e-3)
 def host_starts(obs: Sequence[Observation]) -> list[float]:
     """Host floors :func:`fit` also starts from: half and nine tenths of the fastest measured
     eager layer (a floor cannot exceed it), and HOST_STARTS."""
-    per_layer = [o.measured_s / (o.inputs.layers * (o.inputs.steps if o.level == "job" else 1))
-                 for o in obs if not o.inputs.compiled and o.inputs.gather_bytes == 0]
+    steps = {"step": lambda x: 1, "job": lambda x: x.steps, "denoise": lambda x: phases_of(x).loop_steps}
+    per_layer = [o.measured_s / (o.inputs.layers * steps[o.level](o.inputs))
+                 for o in obs if o.level in steps and not o.inputs.compiled and o.inputs.gather_bytes == 0]
     fastest = min(per_layer, default=0.0)
     return sorted({*HOST_STARTS, *((0.5 * fastest, 0.9 * fastest) if fastest > 0 else ())})
 

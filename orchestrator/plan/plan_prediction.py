@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.contract.estimates_section import PredictedTime, StepBreakdown
+from sporch.orchestrator.contract.estimates_section import PhaseTimes, PredictedTime, StepBreakdown
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.cost import Prediction, predict
 from sporch.orchestrator.plan.cost_band import prediction_band
@@ -25,7 +25,7 @@ def prediction_record(plan: Any) -> PredictedTime:
     """What the Plan records as ``estimates.predicted`` (docs/plan.md)."""
     consts, source = cluster_constants(plan.cluster)
     p = predict(inputs_from_plan(plan), consts)
-    times = {"step": p.step_s, "job": p.job_s, **p.breakdown()}
+    times = {"step": p.step_s, "job": p.job_s, **p.breakdown(), **dict(p.phases)}
     bad = next((k for k, v in times.items() if not math.isfinite(v)), None)
     if bad is not None:  # constants each finite but extreme (an efficiency of 1e-310, an overhead of 1e308)
         raise SporchError(f"the cost model's constants ({source}) predict a {bad} time of {times[bad]} s; "
@@ -42,6 +42,9 @@ def prediction_record(plan: Any) -> PredictedTime:
         constants=source,
         band=band,
         band_basis=basis,
+        phases_s=PhaseTimes(**{k: round(v, 6) for k, v in p.phases}),
+        generation_s=round(p.generation_s, 9),
+        gpu_hours=round(p.job_s * plan.world_size / 3600.0, 6),
     )
 
 
