@@ -398,6 +398,29 @@ def test_compare_names_the_fingerprint_field_that_changed(tmp_path, run_cli, mon
     assert "changed: p4b (1x1x4x1): nothing in the fingerprint" in out
 
 
+def test_compare_names_every_version_that_moves_a_figure(tmp_path, run_cli, monkeypatch):
+    """Issue 49: Python, transformers, torchao and the attention kernel's own package are in the
+    fingerprint a run records (benchstats.fingerprint) and `campaign compare` names each that changed."""
+    from sporch.orchestrator.benchstats import fingerprint, kernel_package_version
+
+    mine = fingerprint(attention_kernel="cudnn")
+    assert mine.python and mine.transformers and mine.torchao  # the venv's own (setup.sh installs them)
+    assert mine.attention_kernel_version is None and kernel_package_version("cudnn") is None  # torch's kernel
+    monkeypatch.setenv("COLUMNS", "200")
+    fp = {"sporch": "0.1.0", "torch": "2.5.1", "python": "3.11.7", "transformers": "4.57.1", "torchao": "0.13.0",
+          "attention_kernel": "flash_attn", "attention_kernel_version": "flash_attn 2.7.4", "gpu_model": "H100"}
+    a = make_campaign(tmp_path / "a")
+    b = make_campaign(tmp_path / "b", scale=1.2)
+    _fingerprint_runs(a, {pid: fp for pid, *_ in POINTS})
+    _fingerprint_runs(b, {pid: {**fp, "python": "3.12.3", "transformers": "5.0.0", "torchao": "0.14.1",
+                                "attention_kernel_version": "flash_attn 2.8.3"} for pid, *_ in POINTS})
+    code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert code == 1
+    line = next(line for line in out.splitlines() if line.startswith("changed: p2a"))
+    assert line == ("changed: p2a (1x1x1x2): Python 3.11.7 -> 3.12.3; transformers 4.57.1 -> 5.0.0; torchao "
+                    "0.13.0 -> 0.14.1; attention kernel package flash_attn 2.7.4 -> flash_attn 2.8.3")
+
+
 def test_summary_per_gpu_count_and_fingerprint(tmp_path):
     """The page's opening summary (campaign/summary.py): per GPU count the fastest layout (repeats
     by their median), its speed-up over the planner's default layout and over the 1-GPU point,
