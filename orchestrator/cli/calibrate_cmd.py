@@ -84,8 +84,11 @@ def calibrate(directory: Optional[str], links_dir: Optional[str], out_file: Opti
     write_calibration(out, result, {"cluster": cluster.name, "gpu_model": cluster.gpu.model,
                                     "campaign": str(Path(directory).resolve())}, replace=force or not out_file,
                       links=links)
-    t = plain_table(title=f"{len(obs)} measurements on {cluster.name}: measured vs calibrated prediction (a step "
-                          "in ms, a phase of a generate job in s)", title_justify="left")
+    points = len({o.label.split(" ", 1)[0] for o in obs})
+    phased = len(obs) > sum(1 for o in obs if o.level == "step")
+    t = plain_table(title=f"{points} points on {cluster.name}: measured vs calibrated prediction"
+                          + (f" ({len(obs)} measurements: a step in ms, a generate job's phases in s)" if phased else ""),
+                    title_justify="left")
     for col in ("point", "what", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col in ("point", "what") else "right")
     for o, p, e in zip(obs, result.predictions, result.relative_errors):

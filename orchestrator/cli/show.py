@@ -79,8 +79,8 @@ def links_words(c: Any) -> str:
     consts = cluster_constants(c)[0]
     words = {"intra_node_gb_per_s": f"intra-node {c.intra_node.gb_per_s:.4g} GB/s",
              "inter_node_gb_per_s": f"inter-node {c.inter_node.gb_per_s:.4g} GB/s",
-             "a2a_latency_s": f"a2a latency {consts['a2a_latency_s'] * 1e6:.3g} us",
-             "p2p_latency_s": f"hop latency {consts['p2p_latency_s'] * 1e6:.3g} us"}
+             "a2a_latency_s": f"a2a latency {_latency(consts['a2a_latency_s'])}",
+             "p2p_latency_s": f"hop latency {_latency(consts['p2p_latency_s'])}"}
     m = c.measured_links
     measured = m.figures if m is not None else []
     rest = [k for k in MEASURABLE_LINK_FIGURES if k not in measured]
@@ -92,6 +92,14 @@ def links_words(c: Any) -> str:
         return f"none measured: {unmeasured} (measure: `sporch preflight`, `sporch calibrate --links`)"
     return (f"measured {m.measured_at or '(date not recorded)'} by preflight {m.preflight} ({m.backend}, calibration "
             f"{m.calibration}): {', '.join(words[k] for k in measured)}" + (f"; {unmeasured}" if unmeasured else ""))
+
+
+def _latency(seconds: float) -> str:
+    """A latency constant in words: ``5 us``; 0 (a calibration held it at its bound) is no cost."""
+    us = seconds * 1e6
+    if us <= 0:
+        return "none (0: a calibration found no fixed cost)"
+    return f"{us:,.0f} us" if us >= 10 else f"{us:.3g} us"
 
 
 def lossy_options(plan: Plan) -> list[str]:

@@ -40,12 +40,16 @@ def seconds_text(s: float) -> str:
 
 
 def ms_text(ms: float) -> str:
-    """Milliseconds for a table column, never in exponent notation: ``0.52``, ``86.5``, ``10,360``."""
+    """Milliseconds (or seconds) for a table column, never in exponent notation: ``0.520``, ``86.5``,
+    ``10,360``."""
     if ms >= 1000:
         return f"{ms:,.0f}"
     if ms >= 10:
         return f"{ms:.1f}"
-    return f"{ms:.3g}"
+    if ms == 0:
+        return "0"
+    text = f"{ms:#.3g}"
+    return text if "e" not in text else f"{ms:.6f}".rstrip("0")
 
 
 def gpu_hours_text(h: float) -> str:
