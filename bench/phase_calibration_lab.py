@@ -3,8 +3,8 @@ with the defaults, and re-planned with the calibration.
 
     python bench/phase_calibration_lab.py [--out DIR] [--reuse DIR]
 
-Runs the campaign of tests/campaign/phase_calibration_campaign.py (the tiny generate job at its own
-layout, cfg 2 x Ulysses 2, on the lab with one fake GPU per node, three times, one at a time) through
+Runs the campaign of tests/campaign/phase_calibration_campaign.py (the tiny generate job on one
+rank of the lab with one fake GPU per node, three times, each its own Slurm job) through
 `sporch campaign run`, fits the cost model to every point's phases (result.json's metrics.stages)
 with `sporch calibrate`, prints the calibration file's phases, then re-plans each point with a
 descriptor that references the file (what `sporch plan` shows) and prints, per phase, the measured
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))  # tests.campaign.phase_calibration_campaign: the 
 
 from tests.campaign.calibration_campaign import CLUSTER_FILE  # noqa: E402
 from tests.campaign.calibration_campaign import points as campaign_points  # noqa: E402
-from tests.campaign.phase_calibration_campaign import (BENCH, PHASES, calibrated_descriptor,  # noqa: E402
-                                                       measured_phases, write_campaign)
+from tests.campaign.phase_calibration_campaign import (BENCH, BENCH_OVERRIDES, PHASES,  # noqa: E402
+                                                       calibrated_descriptor, measured_phases, write_campaign)
 
 
 #: What the points determine: each phase's constants and, for the steps (one layout: the same
@@ -107,12 +107,14 @@ def replan(folder: Path, root: Path, cal: Path, env: dict) -> None:
     job_file.write_text(yaml.safe_dump(job))
     plans = {}
     for name, desc in (("defaults", folder / CLUSTER_FILE), ("calibrated", calibrated_descriptor(folder, cal.name))):
-        p = sporch("plan", "--cluster", str(desc), str(job_file), "--json", env=env, cwd=folder, timeout=300)
+        p = sporch("plan", "--cluster", str(desc), str(job_file), *BENCH_OVERRIDES, "--json", env=env, cwd=folder,
+                   timeout=300)
         if p.returncode != 0:
             raise SystemExit(f"sporch plan failed ({p.returncode}):\n{p.stdout}{p.stderr}")
         plans[name] = json.loads(p.stdout)["estimates"]["predicted"]["phases_s"]
     measured = [measured_phases(result) for _, result in campaign_points(root).values()]
-    print(f"re-plan of {job_file.name} (sporch plan --json, phases_s) beside the {len(measured)} points' mean:")
+    print(f"re-plan of {job_file.name} {' '.join(BENCH_OVERRIDES)} (sporch plan --json, phases_s) beside the "
+          f"{len(measured)} points' mean:")
     print(f"{'phase':<8} {'measured':>9} {'before':>9} {'err':>7} {'after':>9} {'err':>7}")
     for ph in PHASES:
         values = [m[ph] for m in measured if ph in m]

@@ -116,13 +116,40 @@ def _decode(x: CostInputs, p: PhaseInputs, c: Mapping[str, float]) -> Linear:
     return f, 0.0
 
 
-#: Phase constants that enter as 1 / value (efficiencies).
-PHASE_INVERSE = ("encode_efficiency", "link_efficiency")
-
-
 def phase_times(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
-    """Seconds of every phase but denoise."""
-    out = {}
-    for ph, (f, rest) in linear_phases(x, c).items():
-        out[ph] = rest + sum(v * (1.0 / c[k] if k in PHASE_INVERSE else c[k]) for k, v in f.items())
-    return out
+    """Seconds of every phase but denoise: :func:`linear_phases` evaluated, written out (a plan's
+    prediction is made for every point of a campaign; tests/plan/test_cost_model.py holds the two
+    equal)."""
+    p = phases_of(x)
+    staged = p.staged
+
+    def read(read_bytes: float, gpu_bytes: float) -> float:
+        per_node = read_bytes / 1e9 * (c["local_read_s_per_gb"] if staged else p.nodes / p.storage_gb_per_s)
+        return per_node + gpu_bytes / (p.host_gb_per_s * 1e9)
+
+    own = p.parts_load_in == "own"
+    encoders = read(p.encoder_read_bytes, p.encoder_gpu_bytes) if p.encoder_read_bytes else 0.0
+    vae = read(p.vae_read_bytes, p.vae_gpu_bytes) if p.vae_read_bytes else 0.0
+    load = c["load_fixed_s"] + read(p.dit_read_bytes, p.dit_gpu_bytes) + (0.0 if own else encoders + vae)
+    encode = decode = save = 0.0
+    if x.inference_kind:
+        encode = c["encode_fixed_s"] + (encoders if own else 0.0)
+        if p.encoder_placement == "cpu":
+            encode += p.encode_flops / 1e12 * c["cpu_encode_s_per_tflop"]
+        else:
+            encode += p.encode_flops / (x.peak_flops * c["encode_efficiency"])
+            if p.encoder_placement == "sharded" and p.encode_degree > 1:
+                gathered = p.encoder_bytes * (p.encode_degree - 1) / p.encode_degree
+                encode += gathered / (p.link_gb_per_s * 1e9 * c["link_efficiency"])
+        if x.pixels:
+            work = p.decode_work(x.pixels)
+            hbm = c["hbm_gb_per_s"] * 1e9
+            decode = c["decode_fixed_s"] + (work / x.peak_flops * c["decode_flops_per_pixel"]
+                                             + work / hbm * c["decode_bytes_per_pixel"] if x.video
+                                             else work / hbm * c["image_decode_bytes_per_pixel"])
+            decode += p.gathered_bytes(x.pixels) / (p.link_gb_per_s * 1e9 * c["link_efficiency"])
+        decode += vae if own else 0.0
+    if p.writes:
+        save = c["save_fixed_s"] + x.pixels / 1e6 * c["save_s_per_mpixel"]
+    return {"startup": c["startup_s"] + c["process_group_s"] * math.log2(max(1, p.world)), "stage": p.stage_s,
+            "load": load, "encode": encode, "switch": x.switch_s, "decode": decode, "save": save}

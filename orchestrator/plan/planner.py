@@ -274,6 +274,7 @@ class PlanBasis:
     seq_len: int
     grid: list
     cluster_warnings: tuple[str, ...]  # the descriptor's own (bandwidth_warnings)
+    context: LayoutContext  # what the layout search checks a layout against
 
 
 def plan_basis(cluster: sections.ClusterSpec, job: JobSpec,
@@ -283,7 +284,7 @@ def plan_basis(cluster: sections.ClusterSpec, job: JobSpec,
     spec = {k: to_plain(getattr(job, f.name)) for f in dataclasses.fields(job) if (k := f.name) not in
             ("source", "parallel")}
     seq_len, grid = sequence_shape(model, job.workload)
-    return PlanBasis(model=model,
+    return PlanBasis(model=model, context=layout_context(cluster, job, model, seq_len),
                      cluster=dataclasses.replace(cluster, env=cluster.resolved_env(),
                                                  container=effective_container(cluster.container, job)),
                      spec=spec, workload=workload_section(job.workload, model, job.source), seq_len=seq_len, grid=grid,
@@ -341,7 +342,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         basis = plan_basis(cluster, job, model)
     model = basis.model
     seq_len, grid = basis.seq_len, basis.grid
-    ctx = layout_context(cluster, job, model, seq_len)
+    ctx = basis.context
     chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, basis=basis))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
     warnings = [*basis.cluster_warnings, *warnings]
