@@ -332,7 +332,7 @@ def test_gpu_axes_have_a_tick_at_each_gpu_count(tmp_path):
 
 def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path, run_cli):
     """A point whose plan is a run of a published table (here xDiT's Flux.1-dev eager U2R2 on
-    H100) gets a row with the published seconds, the predicted job and its error, and its
+    H100) gets a row with the published seconds, the predicted generation and its error, and its
     own steps x median step; a point of no published run gets none."""
     from sporch.orchestrator.contract.plan import Layout
     from sporch.orchestrator.plan import published
@@ -346,7 +346,8 @@ def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path,
     code, out, err = run_cli("campaign", "report", root)
     assert code == 0, out + err
     assert "published measurements" in out and "flux-dev-1024-h100-eager" in out
-    predicted = plan.estimates.predicted.job_s
+    predicted = plan.estimates.predicted.generation_s  # one generation, as the table times it (not startup, load)
+    assert predicted < plan.estimates.predicted.job_s
     html = (root / "report" / "report.html").read_text().split('id="published-points"')[1].split("</table>")[0]
     assert '<tr data-id="p2a">' in html and '<tr data-id="p2b">' not in html
     assert 'data-value="5.19"' in html and f'data-value="{predicted}"' in html
