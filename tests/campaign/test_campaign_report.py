@@ -406,8 +406,18 @@ def test_compare_names_every_version_that_moves_a_figure(tmp_path, run_cli, monk
     fingerprint a run records (benchstats.fingerprint) and `campaign compare` names each that changed."""
     from sporch.orchestrator.benchstats import fingerprint, kernel_package_version
 
+    import importlib.metadata
+    import platform
+
+    def installed(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
     mine = fingerprint(attention_kernel="cudnn")
-    assert mine.python and mine.transformers and mine.torchao  # the venv's own (setup.sh installs them)
+    assert mine.python == platform.python_version() and mine.transformers == installed("transformers")
+    assert mine.torchao == installed("torchao")  # None without the quant extra
     assert mine.attention_kernel_version is None and kernel_package_version("cudnn") is None  # torch's kernel
     monkeypatch.setenv("COLUMNS", "200")
     fp = {"sporch": "0.1.0", "torch": "2.5.1", "python": "3.11.7", "transformers": "4.57.1", "torchao": "0.13.0",
