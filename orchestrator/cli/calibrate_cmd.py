@@ -15,7 +15,8 @@ from sporch.orchestrator.cli.show_prediction import ms_text
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.safe_files import check_output
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.calibration import fit, with_links, write_calibration
+from sporch.orchestrator.plan.calibration import fit, with_links
+from sporch.orchestrator.plan.calibration_output import write_calibration
 from sporch.orchestrator.plan.cost_constants import cluster_constants, default_constants
 from sporch.orchestrator.plan.cost_features import FITTED
 from sporch.orchestrator.plan.measured_links import LinkFigures, read_preflight

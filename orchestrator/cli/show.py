@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
-from sporch.orchestrator.cli.show_prediction import band_text, prediction_rows, seconds_text
+from sporch.orchestrator.cli.show_prediction import prediction_rows, seconds_text
 from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.cost_constants import cluster_constants
@@ -13,7 +13,6 @@ from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
 from sporch.orchestrator.contract.estimates_section import (
-    Estimates,
     ExpertsEstimate,
     PipelineEstimate,
     PipelinePart,

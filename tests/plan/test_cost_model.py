@@ -22,7 +22,8 @@ from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan import published
-from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s, write_calibration
+from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s
+from sporch.orchestrator.plan.calibration_output import write_calibration
 from sporch.orchestrator.plan.cost import predict
 from sporch.orchestrator.plan.cost_constants import (
     cluster_constants,
