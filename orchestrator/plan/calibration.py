@@ -350,19 +350,19 @@ def _fit_shared(obs: tuple[Observation, ...], bases: list[dict[str, float]], wan
 
     for _ in range(MAX_ITERATIONS):
         cs = [consts_of(i) for i in range(len(obs))]
-        rows = []
+        rows, fulls = [], []
         for o, c, b in zip(obs, cs, bases):
             f = features(o.inputs, c, o.level)
+            fulls.append(f)
             rows.append({k: (f[k] / b[k] if k in INVERSE else f[k]) for k in FITTED if k in f})
         active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
         # each residual linearised at the current prediction p0: relative, (p - m) / m exactly;
         # log, log(p0 / m) + (p - p0) / p0; times sqrt(weight x IRLS weight)
         wrows, targets = [], []
-        for r, o, c, wi in zip(rows, obs, cs, weights):
+        for r, full, o, c, wi in zip(rows, fulls, obs, cs, weights):
             p0 = predicted_s(o, c)
             denom, offset = (p0, math.log(p0 / o.measured_s) - 1.0) if objective.error == "log" else (o.measured_s, -1.0)
             sw = math.sqrt(wi * objective.irls_weight(objective.residual(p0, o.measured_s)))
-            full = features(o.inputs, c, o.level)
             pc = parameters(c)
             rest = sum(full[k] * pc[k] for k in FITTED if k not in active) + unfitted_s(o.inputs, o.level)
             wrows.append({k: sw * r[k] / denom for k in active})
