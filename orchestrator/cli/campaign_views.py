@@ -13,6 +13,7 @@ from sporch.orchestrator.campaign.metrics import BY_NAME
 from sporch.orchestrator.campaign.predicted_phases import phase_pairs
 from sporch.orchestrator.cli.common import plain_table
 from sporch.orchestrator.cli.show_prediction import gpu_hours_text, ms_text, seconds_text
+from sporch.orchestrator.plan.phase_cost import PHASES
 
 
 def metric_text(column: str, value: Any) -> str:
@@ -59,8 +60,9 @@ class Budget:
 def point_budget(plan: Any) -> dict[str, Any]:
     """One point's predicted job, GPU-hours and phases for ``campaign plan --json``."""
     pred = plan.estimates.predicted
+    phases = pred.phases_s
     return {"predicted_job_s": round(pred.job_s, 3), "gpu_hours": pred.gpu_hours,
-            "phases_s": pred.phases_s.to_dict() if pred.phases_s is not None else None}
+            "phases_s": {k: getattr(phases, k) for k in PHASES} if phases is not None else None}
 
 
 def budget_cells(plan: Any) -> tuple[str, str, str]:
