@@ -29,7 +29,9 @@ def write_calibration(path: str | Path, result: Optional[FitResult], meta: Mappi
     doc: dict[str, Any] = {"sporch_calibration": FORMAT_VERSION, **dict(meta)}
     if result is not None:
         doc.update({
-            "points": len(result.observations),
+            # the measured points (a generate point measures each of its phases too)
+            "points": len({o.label.split(" ", 1)[0] for o in result.observations}),
+            "measurements": len(result.observations),
             "fitted": list(result.fitted),
             "held": list(result.held),
             "rms_relative_error": round(result.rms_relative_error, 6),

@@ -69,6 +69,7 @@ def test_every_phase_is_measured_and_calibrated(lab_points):
     assert all(set(m) == set(PHASES) and all(s > 0 for s in m.values()) for m in measured.values()), measured
     assert "2 points on slurmlab-1gpu" in out and all(f"│ {ph}" in out for ph in PHASES if ph != "denoise")
     doc = yaml.safe_load(cal.read_text())
+    assert doc["points"] == POINTS and doc["measurements"] == POINTS * len(PHASES)
     for ph in PHASES:  # the file holds each phase: its points, measured mean, calibrated mean
         values = [m[ph] for m in measured.values()]
         assert doc["phases"][ph]["points"] == POINTS
