@@ -54,9 +54,12 @@ def ms_text(ms: float) -> str:
 
 def gpu_hours_text(h: float) -> str:
     """GPU-hours for people: ``0.0021``, ``2.81``, ``1,234``."""
-    if h >= 100:
+    if h >= 99.95:  # what 3 significant digits would round to 100
         return f"{h:,.0f}"
-    return f"{h:.3g}" if h >= 0.01 else f"{h:.2g}"
+    if h == 0:
+        return "0"
+    text = f"{h:#.3g}" if h >= 0.01 else f"{h:#.2g}"
+    return text if "e" not in text else f"{h:.8f}".rstrip("0")
 
 
 def peak_rate_text(e: Estimates) -> str:
