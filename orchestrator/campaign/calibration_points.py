@@ -9,6 +9,7 @@ plan.json (:func:`sporch.orchestrator.plan.cost_inputs.inputs_from_plan`). The f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -55,6 +56,13 @@ def campaign_observations(directory: str | Path, cluster: Optional[str] = None, 
         for phase, seconds in _phases(r).items():
             if phase != "denoise" or not step_ms:  # the steps once: their median where measured
                 obs.append(Observation(inputs, seconds, phase, f"{label} {phase}"))
+    # a phase's residuals relative to its mean over the points: repeated runs of a job fit their
+    # mean (what a budget adds up), not their fastest run, as relative errors of each would
+    means = {}
+    for o in obs:
+        if o.level != "step":
+            means.setdefault(o.level, []).append(o.measured_s)
+    obs = [replace(o, scale_s=sum(means[o.level]) / len(means[o.level])) if o.level != "step" else o for o in obs]
     return obs, plans[0].cluster
 
 

@@ -73,6 +73,14 @@ class Observation:
     measured_s: float
     level: str = "step"  # cost_features.LEVELS: "step" (seconds per step), "job" (one generation), a phase
     label: str = ""
+    #: what the residual is relative to (None: ``measured_s``, a relative error). A phase measured on
+    #: several runs is relative to its mean over them (calibration_points), so that runs of one job
+    #: fit their mean, which a budget adds up, not the fastest run
+    scale_s: Optional[float] = None
+
+    @property
+    def scale(self) -> float:
+        return self.scale_s if self.scale_s else self.measured_s
 
 
 def _regime(p: Any) -> tuple[bool, bool]:
@@ -100,6 +108,11 @@ class FitResult:
     @property
     def relative_errors(self) -> list[float]:
         return [p / o.measured_s - 1 for p, o in zip(self.predictions, self.observations)]
+
+    @property
+    def scaled_errors(self) -> list[float]:
+        """What the fit minimises: each residual relative to its observation's scale."""
+        return [(p - o.measured_s) / o.scale for p, o in zip(self.predictions, self.observations)]
 
     @property
     def rms_relative_error(self) -> float:
@@ -169,7 +182,7 @@ def fit(observations: Sequence[Observation], base: Mapping[str, float],
         # start from host floors (as fit_shared) and keep the fit with the smallest errors
         if "eager_layer_s" in names and any(not o.inputs.compiled for o in obs):
             fits += [_fit(obs, {**base, "eager_layer_s": v}, names) for v in host_starts(obs)]
-        return min(fits, key=lambda f: sum(e * e for e in f.relative_errors))
+        return min(fits, key=lambda f: sum(e * e for e in f.scaled_errors))
     except (OverflowError, ZeroDivisionError) as exc:
         raise SporchError(f"calibration: the fit does not converge on these points ({exc}); leave outliers out "
                           "with --exclude") from None
@@ -185,10 +198,10 @@ def _fit(obs: tuple[Observation, ...], base: Mapping[str, float], names: Iterabl
         rows = [features(o.inputs, consts, o.level) for o in obs]
         active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
         params = parameters(consts)
-        # weighted by 1 / measured: the residuals are relative errors
-        wrows = [{k: r[k] / o.measured_s for k in active} for r, o in zip(rows, obs)]
-        targets = [1.0 - (sum(r[k] * params[k] for k in FITTED if k not in active)
-                          + unfitted_s(o.inputs, o.level)) / o.measured_s
+        # weighted by 1 / measured (o.scale): the residuals are relative errors
+        wrows = [{k: r[k] / o.scale for k in active} for r, o in zip(rows, obs)]
+        targets = [(o.measured_s - sum(r[k] * params[k] for k in FITTED if k not in active)
+                    - unfitted_s(o.inputs, o.level)) / o.scale
                    for r, o in zip(rows, obs)]
         solved = _least_squares(wrows, targets, active, prior) if active else {}
         # bounds: efficiencies <= 1 (1 / e >= 1), costs >= 0; a parameter past its bound is held there

@@ -99,3 +99,18 @@ def test_the_job_adds_up_its_phases_and_names_its_gpu_hours():
     assert list(pred.phases_s.to_dict()) == list(PHASES)
     assert pred.generation_s == pytest.approx(sum(phases(plan())[k] for k in ("encode", "denoise", "switch", "decode"))
                                               + pred.fixed_s, rel=1e-6)
+
+
+def test_repeated_runs_of_a_phase_fit_their_mean():
+    """Three runs of one job measured 1, 2 and 6 s of encode: relative to the phase's mean over the
+    runs (calibration_points sets ``scale_s``), the fit is their mean, 3 s (what a budget adds up);
+    relative to each run, it leans to the fastest."""
+    from sporch.orchestrator.plan.calibration import Observation, fit
+
+    p = plan()
+    x, c = inputs_from_plan(p), cluster_constants(p.cluster)[0]
+    runs = [Observation(x, s, "encode", f"r{i}") for i, s in enumerate((1.0, 2.0, 6.0))]
+    mean = fit([dataclasses.replace(o, scale_s=3.0) for o in runs], c, ["encode_fixed_s"])
+    assert mean.predictions == pytest.approx([3.0] * 3, rel=1e-6)
+    relative = fit(runs, c, ["encode_fixed_s"])
+    assert relative.predictions[0] < 2.0  # sum(1/m) / sum(1/m^2) of the three
