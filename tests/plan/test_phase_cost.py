@@ -109,6 +109,8 @@ def test_repeated_runs_of_a_phase_fit_their_mean():
 
     p = plan()
     x, c = inputs_from_plan(p), cluster_constants(p.cluster)[0]
+    # the encode's fixed cost alone (no encoder to read or run): the fit's one parameter
+    x = dataclasses.replace(x, phases=dataclasses.replace(x.phases, encoder_read_bytes=0.0, encode_flops=0.0))
     runs = [Observation(x, s, "encode", f"r{i}") for i, s in enumerate((1.0, 2.0, 6.0))]
     mean = fit([dataclasses.replace(o, scale_s=3.0) for o in runs], c, ["encode_fixed_s"])
     assert mean.predictions == pytest.approx([3.0] * 3, rel=1e-6)
