@@ -5,8 +5,11 @@
                                          [--ratios-only --scale-rounds 6]
 
 Prints, per published table (orchestrator/plan/data/published.yaml), the pairs measured more than
-10% apart that a fit to all the *other* tables orders rightly and the largest step-time ratio
-error against the table's fastest point (the same table as ``sporch predict --validate``), then
+10% apart that a fit to all the *other* tables orders rightly and the largest ratio error against
+the table's fastest point (the same table as ``sporch predict --validate``); an end-to-end table
+(seconds per generation) is judged end to end (encode + steps + decode), and beside it by the same
+fit's steps alone, with the points of error the other phases take off and their share of the
+most parallel layout's prediction; then
 the absolute check: each step measured on a GPU (plan/data/measured_steps.yaml) beside its
 prediction (plan/absolute_check.py). ``--write-fit`` writes the one fit to every table, the defaults every GPU row carries, to
 orchestrator/plan/data/fitted.yaml. The other options fit with another objective than the
@@ -57,11 +60,14 @@ def main() -> None:
         print("error: --write-fit writes the shipped objective's fit only; drop --error/--loss/--delta/"
               "--table-weight/--ratios-only/--scale-rounds", file=sys.stderr)
         sys.exit(2)
-    print(f"{'table':34s} {'gpu':8s} {'mode':9s} {'ordered':>8s} {'max ratio err':>14s}")
+    print(f"{'table':34s} {'gpu':8s} {'mode':9s} {'ordered':>8s} {'max ratio err':>14s} {'steps only':>10s} "
+          f"{'phases':>7s} {'not denoising':>13s}")
     scores = leave_one_table_out(choice=choice)
     for s in scores:
+        e2e = (f" {s.denoise_only_error:>10.0%} {s.explained * 100:>+7.0f} {s.phase_share:>13.0%}" if s.end_to_end
+               else f" {'-':>10s} {'-':>7s} {'-':>13s}")
         print(f"{s.name:34s} {s.gpu:8s} {'compiled' if s.compiled else 'eager':9s} {s.ordered:>4d}/{s.pairs:<3d}"
-              f" {s.max_ratio_error:>14.0%}")
+              f" {s.max_ratio_error:>14.0%}{e2e}")
     at_goal = [s for s in scores if s.ordered == s.pairs and s.max_ratio_error <= GOAL_RATIO_ERROR]
     worst = max(scores, key=lambda s: s.max_ratio_error)
     print(f"at the goal: {len(at_goal)}/{len(scores)} tables; largest held-out ratio error "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import importlib.metadata
 import os
+import platform
 import statistics
 import subprocess
 import time
@@ -31,6 +32,10 @@ from sporch.orchestrator.contract.estimates_section import Estimates
 
 #: Variables of the fingerprint: every one set whose name starts so.
 FINGERPRINT_ENV_PREFIXES = ("NCCL_", "CUDA_")
+#: The attention kernels with a package of their own (runtime/attention/select.py's SPECS; the
+#: others are torch's): the distributions that may hold them, the first one installed counts.
+KERNEL_PACKAGES = {"flash_attn": ("flash_attn",), "flash_attn3": ("flash_attn_3", "flash_attn"),
+                   "sage": ("sageattention",)}
 #: Where the NVIDIA kernel driver says its version (Linux).
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
@@ -116,6 +121,16 @@ def provenance(cluster: dict[str, Any], hosts: Sequence[str] = (), env: Optional
     }
 
 
+def kernel_package_version(kernel: Optional[str]) -> Optional[str]:
+    """``"flash_attn 2.7.4"``: the installed package of an attention kernel that has one
+    (:data:`KERNEL_PACKAGES`); None for torch's own kernels or none installed."""
+    for dist in KERNEL_PACKAGES.get(kernel or "", ()):
+        version = _package_version(dist)
+        if version is not None:
+            return f"{dist} {version}"
+    return None
+
+
 def _package_version(name: str) -> Optional[str]:
     try:
         return importlib.metadata.version(name)
@@ -145,13 +160,16 @@ def fingerprint(env: Optional[dict[str, str]] = None, *, cuda: Optional[str] = N
                 nccl: Optional[str] = None, gpu_model: Optional[str] = None, gpu_count: Optional[int] = None,
                 container_image: Optional[str] = None, compiled: Optional[bool] = None,
                 attention_kernel: Optional[str] = None, driver: Optional[str] = None) -> Fingerprint:
-    """The run's :class:`Fingerprint`: package versions, the driver and the variables in effect
-    read here (``env``: the process's environment unless given); the caller gives torch's
-    versions (CUDA, cuDNN, NCCL), the GPUs, the container image, compile and the kernel."""
+    """The run's :class:`Fingerprint`: package versions (Python, torch, diffusers, transformers,
+    torchao, the attention kernel's own package), the driver and the variables in effect read here
+    (``env``: the process's environment unless given); the caller gives torch's versions (CUDA,
+    cuDNN, NCCL), the GPUs, the container image, compile and the kernel."""
     env = dict(os.environ if env is None else env)
     return Fingerprint(
         sporch=__version__, torch=_package_version("torch"), cuda=cuda, cudnn=cudnn, nccl=nccl,
         diffusers=_package_version("diffusers"), driver=driver if driver is not None else driver_version(),
+        python=platform.python_version(), transformers=_package_version("transformers"),
+        torchao=_package_version("torchao"), attention_kernel_version=kernel_package_version(attention_kernel),
         gpu_model=gpu_model, gpu_count=gpu_count,
         env={k: v for k, v in sorted(env.items()) if k.startswith(FINGERPRINT_ENV_PREFIXES)},
         socket_ifname=env.get("NCCL_SOCKET_IFNAME") or env.get("GLOO_SOCKET_IFNAME"),

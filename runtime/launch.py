@@ -38,6 +38,7 @@ from sporch.runtime.attention.select import selected_kernel
 from sporch.runtime.distributed import (cuda_marker, dist_timeout_s, init_distributed, limit_cpu_threads, pick_device,
                                         shutdown)
 from sporch.runtime.parallel import ParallelContext
+from sporch.runtime.pipelines.phase_timing import process_start_time
 from sporch.runtime.preflight import quick_check
 from sporch.runtime.progress import Progress, RequeueRequested, restart_count
 from sporch.runtime.rank_env import RankEnv, RankEnvError
@@ -81,7 +82,9 @@ def run_rank(plan: Plan, env: RankEnv, output_dir: Path) -> int:
         code = finish_point(plan, env, output_dir, place, "failed", {}, failure_record(env, exc))
         shutdown()
         return code
-    code = run_point(plan, env, output_dir, device, place)
+    started = process_start_time()  # the job's start-up: process start, imports, process group
+    code = run_point(plan, env, output_dir, device, place,
+                     startup_s=time.time() - started if started is not None else None)
     shutdown()
     return code
 
@@ -118,14 +121,15 @@ def open_world(env: RankEnv, place: dict[str, Any], plans: list[Plan]) -> Any:
 
 
 def run_point(plan: Plan, env: RankEnv, output_dir: Path, device: Any, place: dict[str, Any], *,
-              weight_cache: Any = None) -> int:
+              weight_cache: Any = None, startup_s: float | None = None) -> int:
     """One point on an open world: its watchdog, preflight, staging, process groups (a fresh
     ParallelContext, closed after) and workload; this rank's record, and on rank 0 the point's
     result.json. Returns this rank's exit code (EXIT_OK: the point completed on every rank).
 
     ``weight_cache``: a :class:`sporch.runtime.model.WeightCache` the points of a pack share
     (one weight load per model and dtype), or None. ``place["started"]`` is when the point
-    began (a job's: when its process started)."""
+    began (a job's: when its process started). ``startup_s``: the job's start-up (process start to
+    an open world), recorded as ``metrics.stages.startup`` beside a generate job's phases."""
     status, metrics, error = "failed", {}, None
     watchdog: Watchdog | None = None
     ctx: ParallelContext | None = None
@@ -147,6 +151,8 @@ def run_point(plan: Plan, env: RankEnv, output_dir: Path, device: Any, place: di
         progress = Progress(output_dir=output_dir, rank=env.rank, watchdog=watchdog)
         progress.install_signal_handler()
         metrics = run_workload(staged_plan, ctx, device, progress)
+        if startup_s is not None and isinstance(metrics.get("stages"), dict):
+            metrics["stages"]["startup"] = {"s": round(startup_s, 6)}
         if plan.model.stage == "node" and env.rank == 0:
             metrics["staging"] = all_records(output_dir)
         metrics.setdefault("attention_kernel", selected_kernel(device, plan.workload.dtype))

@@ -40,6 +40,7 @@ from sporch.orchestrator.safe_files import write_atomic
 from sporch.runtime.distributed import shutdown
 from sporch.runtime.launch import failure_record, finish_point, open_world, rank_place, run_point
 from sporch.runtime.model import WeightCache
+from sporch.runtime.pipelines.phase_timing import process_start_time
 from sporch.runtime.rank_env import RankEnv, RankEnvError
 from sporch.runtime.watchdog.stacks import dump_stacks_on_sigterm
 
@@ -134,12 +135,14 @@ def run_pack(todo: list[Path], env: RankEnv, attempt: str, *, failed_before: boo
     except BaseException as exc:  # noqa: BLE001 - the first point records why the world did not open
         with point_logs(todo[0], env):
             return finish_point(plans[0], env, todo[0], place, "failed", {}, failure_record(env, exc))
+    started = process_start_time()  # the pack's start-up, paid by its first point (metrics.stages)
+    startup_s = time.time() - started if started is not None else None
     agreed = _agreed(todo, env)
     if agreed != todo:  # a folder changed between the ranks' reads: rank 0's list is the one run
         todo, plans = agreed, [Plan.load(str(p / "plan.json")) for p in agreed]
     cache = WeightCache()
     code = EXIT_OK
-    for point, plan in zip(todo, plans):
+    for i, (point, plan) in enumerate(zip(todo, plans)):
         os.environ[settings.JOB_DIR.name] = str(point)
         if "TORCH_FR_DUMP_TEMP_FILE" in os.environ:  # NCCL's flight recorder: into the point's hang/
             (point / "hang").mkdir(parents=True, exist_ok=True)
@@ -150,7 +153,8 @@ def run_pack(todo: list[Path], env: RankEnv, attempt: str, *, failed_before: boo
         with point_logs(point, env):
             print(f"sporch: pack point {point.name} ({plan.layout.describe()}), attempt {attempt}",
                   file=sys.stderr, flush=True)
-            code = run_point(plan, env, point, device, {**place, "started": time.time()}, weight_cache=cache)
+            code = run_point(plan, env, point, device, {**place, "started": time.time()}, weight_cache=cache,
+                             startup_s=startup_s if i == 0 else None)
         if code != EXIT_OK:
             break
     shutdown()

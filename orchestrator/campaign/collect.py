@@ -15,8 +15,9 @@ from typing import Any, Optional, Sequence
 
 from sporch.orchestrator.campaign.folder import CAMPAIGN_FILE, POINT_FILE, RESULT_FILE, CampaignDir
 from sporch.orchestrator.campaign import outputs, pareto
-from sporch.orchestrator.campaign.metrics import (CACHE_METRICS, METRICS, OUTPUT_METRICS, STAGE_METRICS, STEP_METRICS,
-                                                  metric_value)
+from sporch.orchestrator.campaign.metrics import (CACHE_METRICS, METRICS, OUTPUT_METRICS, PREDICTED_METRICS,
+                                                  STAGE_METRICS, STEP_METRICS, metric_value)
+from sporch.orchestrator.campaign.predicted_phases import predicted_metrics
 from sporch.orchestrator.campaign.references import (FAIL, NONE, PASS, Reference, evaluate, parse_references,
                                                      select)
 from sporch.orchestrator.campaign.spec import CampaignSpec
@@ -76,7 +77,7 @@ def columns(rows: Sequence[Row] = ()) -> list[str]:
     """Table columns: the key columns, every step metric, the stage metrics (generate points)
     that some row of ``rows`` has or has a reference for, and the verdict. A benchmark campaign
     gets no stage column."""
-    extra = [m.name for m in STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS
+    extra = [m.name for m in STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS + PREDICTED_METRICS
              if any(has_metric(r, m.name) for r in rows)]
     keys = list(KEY_COLUMNS)
     at = keys.index("dtype") + 1
@@ -185,6 +186,7 @@ def collect(root: str | Path, references: Optional[list[Reference]] = None,
             row.fingerprint = result.fingerprint
             data = result.to_dict()
             row.metrics = {m.name: metric_value(data, m.name) for m in METRICS}
+            row.metrics.update(predicted_metrics(cdir.plan_file(row.id)))
             folders[row.id], results[row.id] = folder, data
         rows.append(row)
     rows.sort(key=_sort_key)

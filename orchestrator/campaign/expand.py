@@ -11,7 +11,9 @@ does not fit) become :class:`Skipped` with the planner's one-line reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import hashlib
 import itertools
 import json
@@ -27,14 +29,18 @@ from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.sections import CacheSection
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.layouts import compact, feasible_layouts
-from sporch.orchestrator.plan.planner import job_context, make_plan
+from sporch.orchestrator.plan.planner import job_context, make_plan, plan_basis, resolve_job_model
 
 #: Length of a point id (hex digits of sha256).
 ID_LEN = 12
 
 
+#: The canonical JSON of a point's parameters (what its id is a hash of): keys sorted, no spaces.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def point_id(params: dict[str, Any]) -> str:
-    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    text = _CANONICAL.encode(params)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_LEN]
 
 
@@ -166,15 +172,16 @@ def _with_axes(base, preset: Optional[str], shape: Optional[dict], dtype: Option
     return replace(base, model=model, workload=workload)
 
 
-def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
-    """(param value, requested parallel dims) for every layout of this point's axes."""
+def _layouts_for(campaign, cluster, job, model=None) -> Iterator[tuple[Any, dict]]:
+    """(param value, requested parallel dims) for every layout of this point's axes (``model``:
+    the job's, resolved)."""
     mode = campaign.layouts
     if mode is None:
         yield "base", {d: getattr(job.parallel, d) for d in DIMS}
     elif mode == "auto":
         yield "auto", {d: "auto" for d in DIMS}
     elif mode == "all":
-        for lay in feasible_layouts(job_context(cluster, job)):
+        for lay in feasible_layouts(job_context(cluster, job, model)):
             yield lay.sizes(), lay.sizes()
     else:
         gpus = job.resources.nodes * cluster.gpus_per_node
@@ -183,12 +190,33 @@ def _layouts_for(campaign, cluster, job) -> Iterator[tuple[Any, dict]]:
                 yield dict(entry.dims), dict(entry.dims)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """An expansion keeps every plan it makes: up to 10,000 plans of small objects and no cycles
+    among them. The cyclic garbage collector would walk all of them again at each of its
+    collections (a quarter of a 10,000-point expansion); it is paused while the plans are made
+    and resumes (if it ran before) when they are."""
+    running = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if running:
+            gc.enable()
+
+
 def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
     """Every point of ``campaign`` (a spec.Campaign), planned; refused ones in ``skipped``.
 
     ``clusters``: name -> ClusterSpec to use instead of looking names up (tests, benches).
-    An unknown cluster name is bad input for the whole campaign (SporchError).
+    An unknown cluster name is bad input for the whole campaign (SporchError). The plans of one
+    job's layouts share its resolved model and job dict (planner.PlanBasis).
     """
+    with _collector_paused():
+        return _expand(campaign, clusters)
+
+
+def _expand(campaign, clusters: Optional[dict[str, Any]]) -> Expansion:
     spec, base = campaign.spec, campaign.base
     m = spec.matrix
     out = Expansion(campaign=campaign)
@@ -216,12 +244,16 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                     except SporchError as e:
                         out.skipped.append(Skipped({**common, "layout": "base", "repeat": None}, str(e)))
                         continue
+                    model = None  # the job's model, resolved once for every node count and layout
                     for nodes in node_counts(campaign.nodes, base.resources.nodes, cluster.nodes):
                         common = {**common, "nodes": nodes}
                         job1 = replace(job0, resources=replace(job0.resources, nodes=nodes))
                         try:
                             validate_job(job1, spec.source or spec.name)
-                            layouts = list(_layouts_for(campaign, cluster, job1))
+                            if model is None:
+                                model = resolve_job_model(job1)
+                            basis = plan_basis(cluster, job1, model)  # what its layouts' plans share
+                            layouts = list(_layouts_for(campaign, cluster, job1, model))
                         except SporchError as e:
                             params = {**common, "layout": campaign.layouts if isinstance(campaign.layouts, str)
                                       else "base", "repeat": None}
@@ -229,9 +261,11 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                             continue
                         for lay_param, requested in layouts:
                             params = {**common, "layout": lay_param}
-                            job = replace(job1, parallel=ParallelSpec(**requested))
+                            pids = [point_id({**params, "repeat": rep}) for rep in range(m.repeats)]
+                            # named after the campaign and its first point (result.json job_name)
+                            job = replace(job1, name=f"{spec.name}-{pids[0]}", parallel=ParallelSpec(**requested))
                             try:
-                                plan = make_plan(cluster, job)
+                                plan = make_plan(cluster, job, basis=basis)
                             except SporchError as e:
                                 out.skipped.append(Skipped({**params, "repeat": None}, str(e)))
                                 continue
@@ -243,13 +277,12 @@ def expand(campaign, clusters: Optional[dict[str, Any]] = None) -> Expansion:
                                 raise SporchError(f"{spec.source or spec.name}: 'matrix' gives more than {MAX_POINTS} "
                                                   "points; a campaign has at most that many: split it or shorten "
                                                   "an axis")
-                            for rep in range(m.repeats):
-                                p = {**params, "repeat": rep}
-                                pid = point_id(p)
+                            for rep, pid in enumerate(pids):
                                 if pid in seen:  # e.g. two layout entries that resolve alike
                                     continue
                                 seen.add(pid)
-                                out.points.append(Point(id=pid, params=p, plan=_named(plan, spec.name, pid)))
+                                out.points.append(Point(id=pid, params={**params, "repeat": rep},
+                                                        plan=plan if rep == 0 else _named(plan, spec.name, pid)))
     _check_output_reference(spec, out.points)
     _check_references(campaign, out.points)
     return out

@@ -51,9 +51,15 @@ class Group:
 def group_points(points) -> list[Group]:
     """Groups in order of first appearance; points keep their matrix order inside a group."""
     groups: dict[str, Group] = {}
+    # the points of one job share its cluster section (planner.PlanBasis): its shape is made once
+    # per cluster section, node count and time limit (the plans are alive: their ids are theirs)
+    shapes: dict[tuple, tuple[str, dict]] = {}
     for p in points:
-        shape = resource_shape(p.plan)
-        key = group_key(shape)
+        memo = (id(p.plan.cluster), p.plan.nodes, p.plan.gpus_per_node, p.plan.job.time)
+        if memo not in shapes:
+            shape = resource_shape(p.plan)
+            shapes[memo] = (group_key(shape), shape)
+        key, shape = shapes[memo]
         if key not in groups:
             groups[key] = Group(key=key, shape=shape)
         groups[key].points.append(p)

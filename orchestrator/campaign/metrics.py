@@ -43,6 +43,7 @@ STEP_METRICS: tuple[Metric, ...] = (
 #: Per-stage metrics of generate points (stages: encode, load, denoise, decode, save): a report
 #: shows only the ones some point has, so a benchmark campaign gets none of them.
 STAGE_METRICS: tuple[Metric, ...] = (
+    Metric("stage_startup_s", "s", "lower", "start-up: process start, imports, process group"),
     Metric("stage_encode_s", "s", "lower", "text encode"),
     Metric("stage_encode_peak_memory_gib", "GiB", "lower", "text encode peak memory"),
     Metric("stage_load_s", "s", "lower", "transformer load"),
@@ -71,7 +72,18 @@ CACHE_METRICS: tuple[Metric, ...] = (
 
 METRICS: tuple[Metric, ...] = STEP_METRICS + STAGE_METRICS + CACHE_METRICS + OUTPUT_METRICS
 
-BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+#: The phases the runtime times (``metrics.stages``), in the order they run.
+RUN_PHASES = ("startup", "load", "encode", "denoise", "decode", "save")
+#: The cost model's prediction of a point (its plan.json's ``estimates.predicted``, read by .collect
+#: beside the measurement): each phase the runtime times, the whole job and its GPU-hours. Not in
+#: METRICS: a prediction is no measurement, ``campaign compare`` never calls it a regression.
+PREDICTED_METRICS: tuple[Metric, ...] = tuple(
+    Metric(f"predicted_{ph}_s", "s", "lower", f"predicted {ph}") for ph in RUN_PHASES) + (
+    Metric("predicted_job_s", "s", "lower", "predicted job: every phase"),
+    Metric("predicted_gpu_hours", "GPU-h", "lower", "predicted GPU-hours: job x GPUs"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS + PREDICTED_METRICS}
 
 GIB = 1024**3
 OUTPUT_NAMES = frozenset(m.name for m in OUTPUT_METRICS)

@@ -22,7 +22,7 @@ from sporch.orchestrator.plan.published import published_seconds
 
 def published_rows(root: str | Path, rows: Sequence[Row]) -> list[dict[str, Any]]:
     """One entry per completed point whose run a published case measured: id, layout, case,
-    published_s, predicted_s (the plan's predicted job) and its error against the published
+    published_s, predicted_s (the plan's predicted generation: encode, steps, decode) and its error against the published
     seconds, measured_denoise_s (steps x median step, when measured)."""
     cdir = CampaignDir(Path(root))
     out = []
@@ -37,7 +37,10 @@ def published_rows(root: str | Path, rows: Sequence[Row]) -> list[dict[str, Any]
         if found is None:
             continue
         case, seconds = found
-        predicted = plan.estimates.predicted.job_s if plan.estimates and plan.estimates.predicted else None
+        pred = plan.estimates.predicted if plan.estimates else None
+        # one generation, its pipeline loaded, as the published tables time it (a plan before the
+        # phases: its job, the steps and the decode)
+        predicted = (pred.generation_s if pred.generation_s is not None else pred.job_s) if pred else None
         step_ms = r.metrics.get("step_ms_median")
         out.append({
             "id": r.id, "layout": r.values.get("layout"), "case": case, "published_s": seconds,

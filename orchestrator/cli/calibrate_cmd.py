@@ -11,10 +11,12 @@ import click
 
 from sporch.orchestrator.campaign.calibration_points import campaign_observations
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.show_prediction import ms_text
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.safe_files import check_output
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.calibration import fit, with_links, write_calibration
+from sporch.orchestrator.plan.calibration import fit, with_links
+from sporch.orchestrator.plan.calibration_output import write_calibration
 from sporch.orchestrator.plan.cost_constants import cluster_constants, default_constants
 from sporch.orchestrator.plan.cost_features import FITTED
 from sporch.orchestrator.plan.measured_links import LinkFigures, read_preflight
@@ -22,7 +24,7 @@ from sporch.orchestrator.plan.measured_links import LinkFigures, read_preflight
 CALIBRATION_FILE = "calibration.yaml"
 
 
-@click.command("calibrate", short_help="Fit the cost model to a campaign's measured points.")
+@click.command("calibrate", short_help="Fit the cost model to a campaign's measured steps and phases.")
 @click.argument("directory", metavar="[CAMPAIGN_DIR]", required=False, type=click.Path(file_okay=False))
 @click.option("--links", "links_dir", default=None, metavar="PREFLIGHT_DIR", type=click.Path(),
               help="A `sporch preflight` job's folder: its measured link rates and latencies become the "
@@ -39,9 +41,10 @@ CALIBRATION_FILE = "calibration.yaml"
               help="Comma-separated constants to fit (default: every one the points determine).")
 def calibrate(directory: Optional[str], links_dir: Optional[str], out_file: Optional[str], force: bool,
               cluster_name: Optional[str], exclude: tuple, fit_names: Optional[str]) -> None:
-    """Fit efficiencies, latencies and overheads to DIR's measured step times, and/or take a
-    preflight's measured links (--links) (docs/plan.md). An existing --out file is replaced only
-    with --force; the default file in DIR is sporch's own and is replaced."""
+    """Fit efficiencies, latencies and overheads to DIR's measured step times and each generate
+    point's phases (start-up, load, encode, denoise, decode, save: result.json's metrics.stages),
+    and/or take a preflight's measured links (--links) (docs/plan.md). An existing --out file is
+    replaced only with --force; the default file in DIR is sporch's own and is replaced."""
     if directory is None and links_dir is None:
         raise SporchError("give a campaign folder to fit (CAMPAIGN_DIR), a preflight job's folder (--links), or both")
     if directory is None and not (out_file and cluster_name):
@@ -82,11 +85,17 @@ def calibrate(directory: Optional[str], links_dir: Optional[str], out_file: Opti
     write_calibration(out, result, {"cluster": cluster.name, "gpu_model": cluster.gpu.model,
                                     "campaign": str(Path(directory).resolve())}, replace=force or not out_file,
                       links=links)
-    t = plain_table(title=f"{len(obs)} points on {cluster.name}: measured vs calibrated prediction", title_justify="left")
-    for col in ("point", "measured ms", "predicted ms", "error"):
-        t.add_column(col, justify="left" if col == "point" else "right")
+    points = len({o.label.split(" ", 1)[0] for o in obs})
+    phased = len(obs) > sum(1 for o in obs if o.level == "step")
+    t = plain_table(title=f"{points} points on {cluster.name}: measured vs calibrated prediction"
+                          + (f" ({len(obs)} measurements: a step in ms, a generate job's phases in s)" if phased else ""),
+                    title_justify="left")
+    for col in ("point", "what", "measured", "predicted", "error"):
+        t.add_column(col, justify="left" if col in ("point", "what") else "right")
     for o, p, e in zip(obs, result.predictions, result.relative_errors):
-        t.add_row(o.label, f"{o.measured_s * 1e3:.4g}", f"{p * 1e3:.4g}", f"{e:+.1%}")
+        scale, unit = (1e3, " ms") if o.level == "step" else (1.0, " s")
+        t.add_row(o.label.rsplit(" ", 1)[0] if o.level != "step" else o.label, o.level,
+                  ms_text(o.measured_s * scale) + unit, ms_text(p * scale) + unit, f"{e:+.1%}")
     con.print(t)
     c = plain_table(title="constants", title_justify="left")
     for col in ("constant", "before", "fitted"):

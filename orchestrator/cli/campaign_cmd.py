@@ -7,31 +7,26 @@ from typing import Any, Optional
 
 import click
 
-from sporch.orchestrator.campaign.collect import LEVER_COLUMNS, UNREADABLE, Row, collect, columns, has_metric, short_value
+from sporch.orchestrator.campaign.collect import UNREADABLE, Row, collect, columns, has_metric, short_value
 from sporch.orchestrator.campaign.compare import Change, compare, parse_threshold
-from sporch.orchestrator.campaign.expand import expand
 from sporch.orchestrator.campaign.folder import CampaignDir
-from sporch.orchestrator.campaign.groups import group_points
-from sporch.orchestrator.campaign.packs import make_packs
 from sporch.orchestrator.campaign.history_baseline import compare_to_baseline
 from sporch.orchestrator.campaign.history_store import Store, required_store_path
 from sporch.orchestrator.campaign.history_trends import DEFAULT_K
-from sporch.orchestrator.campaign.metrics import BY_NAME
+from sporch.orchestrator.campaign.metrics import BY_NAME, PREDICTED_METRICS
 from sporch.orchestrator.campaign.published_points import published_rows
 from sporch.orchestrator.campaign.reference_checks import checks, counts
 from sporch.orchestrator.campaign.report import build_report
 from sporch.orchestrator.campaign.report_cells import published_cells
 from sporch.orchestrator.campaign.report_files import CSV_FILE, HTML_FILE, PLOT_DATA_FILE
-from sporch.orchestrator.campaign.spec import load_campaign
 from sporch.orchestrator.cli.campaign_history_cmd import history_cmd, report_history, store_option, warn
+from sporch.orchestrator.cli.campaign_plan_cmd import plan_cmd
 from sporch.orchestrator.cli.campaign_run_cmd import run_cmd, status_cmd
-from sporch.orchestrator.cli.common import console, json_text, plain_table
-from sporch.orchestrator.cli.terminal import labelled, shown, visible
-from sporch.orchestrator.cli.show import links_words
-from sporch.orchestrator.benchstats import ideal_ms_per_step
+from sporch.orchestrator.cli.campaign_views import metric_text, phases_table
+from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.terminal import shown, visible
 from sporch.orchestrator.contract.numbers import counted
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.layouts import compact
 
 #: Exit code when a reference fails (report) or a metric regressed (compare).
 EXIT_FAILED = 1
@@ -40,93 +35,6 @@ EXIT_FAILED = 1
 @click.group("campaign", short_help="Benchmark campaigns: plan a sweep, report, compare.")
 def campaign() -> None:
     """Benchmark campaigns: one YAML sweep -> job arrays -> report (docs/campaigns.md)."""
-
-
-def _layout_text(params_layout) -> str:
-    if isinstance(params_layout, dict):
-        return " ".join(f"{k}={v}" for k, v in params_layout.items())
-    return str(params_layout)
-
-
-@campaign.command("plan")
-@click.argument("campaign_file", metavar="CAMPAIGN.yaml", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the points, groups and skipped points as JSON.")
-def plan_cmd(campaign_file: str, as_json: bool) -> None:
-    """The points of CAMPAIGN.yaml grouped by resource shape, and the skipped ones with the reason."""
-    c = load_campaign(campaign_file)
-    exp = expand(c)
-    groups = group_points(exp.points)
-    if as_json:
-        doc = {
-            "name": c.name,
-            "directory": str(c.directory()),
-            "points": len(exp.points),
-            "groups": [{
-                "key": g.key, "shape": g.shape,
-                # the packs by run.pack_size and run.pack_time (the partition's MaxTime may cut them further)
-                "packs": make_packs([p.id for p in g.points], c.spec.run.pack_size, point_time=g.shape["time"],
-                                    max_time=c.spec.run.pack_time) if c.spec.run.pack else None,
-                "points": [{"id": p.id, "params": p.params, "values": p.match_values(),
-                            "ideal_ms_per_step": _ideal_ms(p.plan),
-                            "predicted_ms_per_step": _predicted_ms(p.plan),
-                            "band": p.plan.estimates.predicted.band,
-                            "measured_links": p.plan.cluster.measured_links is not None,
-                            "memory_gib_per_gpu": p.plan.estimates.memory.memory_gib_per_gpu} for p in g.points],
-            } for g in groups],
-            "skipped": [{"params": s.params, "reason": s.reason} for s in exp.skipped],
-        }
-        click.echo(json_text(doc))
-        return
-    con = console()
-    run = c.spec.run
-    tasks = "one array task per pack of points" if run.pack else "one array task per point"
-    labelled(con, "campaign", f"{c.name}: {counted(len(exp.points), 'point')} in {counted(len(groups), 'group')} "
-             f"(one job array each, {tasks}), {len(exp.skipped)} skipped; directory {c.directory()}", "bold", column=9)
-    for g in groups:
-        s = g.shape
-        where = ", ".join(f"{k} {s[k]}" for k in ("partition", "account", "qos") if s.get(k))
-        packs = ""
-        if run.pack:  # the partition's MaxTime, asked at submission, may cut them further
-            n = len(make_packs([p.id for p in g.points], run.pack_size, point_time=s["time"], max_time=run.pack_time))
-            packs = f" in {counted(n, 'pack')}"
-        t = plain_table(title=f"{g.key}: {counted(s['nodes'], 'node')} x {counted(s['gpus_per_node'], 'GPU')}, time {s['time']}"
-                        + (f", {where}" if where else "") + f" - {counted(len(g.points), 'point')}{packs}",
-                        title_justify="left")
-        levers = [k for k in LEVER_COLUMNS if any(k in p.match_values() for p in g.points)]  # swept ones
-        for col in ("id", "layout", "preset", "shape", "dtype", *levers, "repeat", "predicted ms/step", "GiB/GPU"):
-            t.add_column(col, justify="right" if col in ("repeat", "predicted ms/step", "GiB/GPU") else "left")
-        for p in g.points:
-            v = p.match_values()
-            pred = _predicted_ms(p.plan)
-            band = p.plan.estimates.predicted.band
-            t.add_row(p.id, compact(p.plan.layout), v["preset"], v["shape"], v["dtype"],
-                      *(str(v.get(k, "")) for k in levers), str(v["repeat"]),
-                      (f"{pred:.4g}" + (f" ±{band:.0%}" if band else "")) if pred is not None else "-",
-                      f"{p.plan.estimates.memory.memory_gib_per_gpu:.1f}")
-        con.print(t)
-        for name, cluster in {p.plan.cluster.name: p.plan.cluster for p in g.points}.items():  # the predictions' links
-            labelled(con, f"links ({name}):", links_words(cluster), column=2)
-    if exp.skipped:
-        t = plain_table(title=f"skipped: {len(exp.skipped)}", title_justify="left")
-        for col in ("cluster", "nodes", "layout", "preset", "shape", "dtype", "reason"):
-            t.add_column(col, overflow="fold")
-        for sk in exp.skipped:
-            p = sk.params
-            shape = p.get("shape")
-            t.add_row(str(p["cluster"]), str(p["nodes"]), _layout_text(p["layout"]), str(p.get("preset") or "base"),
-                      "x".join(str(v) for v in shape.values()) if shape else "base", str(p.get("dtype") or "base"),
-                      sk.reason)
-        con.print(t)
-
-
-def _ideal_ms(plan) -> Optional[float]:
-    return ideal_ms_per_step(plan.estimates)
-
-
-def _predicted_ms(plan) -> Optional[float]:
-    """The cost model's step (ms), the band beside it in the table."""
-    pred = plan.estimates.predicted
-    return pred.step_s * 1e3 if pred is not None else None
 
 
 @campaign.command("report")
@@ -155,7 +63,7 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
                          published=published)
     con = console()
     hidden = {"step_ms_p90", "ideal_ms_per_step", "comm_bytes_per_step", "nodes", "stage_load_s",
-              "stage_load_peak_memory_gib", "stage_save_peak_memory_gib"}
+              "stage_load_peak_memory_gib", "stage_save_peak_memory_gib", *(m.name for m in PREDICTED_METRICS)}
     same = {c: rows[0].cell(c) for c in ("cluster", "preset", "shape", "dtype", "status")
             if len({str(r.cell(c)) for r in rows}) == 1}
     visible_cols = [c for c in columns(rows) if c not in hidden and c not in same and _shown(c, rows)]
@@ -170,11 +78,14 @@ def report_cmd(directory: str, out_dir: Optional[str], force: bool, store: Optio
     for r in rows:
         cells = []
         for c in visible_cols:
-            text = short_value(r.cell(c))
+            text = metric_text(c, r.cell(c))
             verdict = r.verdict if c == "reference" else r.verdicts.get(c)
             cells.append(Text(visible(text, one_line=True), style=style[verdict]) if verdict in style else text)
         table.add_row(*cells)
     con.print(table)
+    phases = phases_table(rows)  # a generate campaign: each phase measured beside its prediction
+    if phases is not None:
+        con.print(phases)
     found = checks(rows)
     if found:
         con.print(_references_table(found, con.width))
@@ -349,6 +260,7 @@ def _changes_table(con, changes: list[Change], note: str, limit: float, labels: 
         con.print(visible(f"changed: {ch.id} ({ch.values.get('layout', '')}): {what}", one_line=True), markup=False)
 
 
+campaign.add_command(plan_cmd)
 campaign.add_command(run_cmd)
 campaign.add_command(status_cmd)
 campaign.add_command(history_cmd)

@@ -26,7 +26,7 @@ ERROR_INDENT = 4
 
 #: command name -> "module:attribute" of a click command; keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "calibrate": ("sporch.orchestrator.cli.calibrate_cmd:calibrate", "Fit the cost model to a campaign's measured points."),
+    "calibrate": ("sporch.orchestrator.cli.calibrate_cmd:calibrate", "Fit the cost model to a campaign's measured steps and phases."),
     "campaign": ("sporch.orchestrator.cli.campaign_cmd:campaign", "Benchmark campaigns: plan a sweep, report, compare."),
     "cancel": ("sporch.orchestrator.cli.cancel_cmd:cancel", "Cancel submitted jobs (scancel)."),
     "clusters": ("sporch.orchestrator.cli.clusters_cmd:clusters", "List and show cluster descriptors."),

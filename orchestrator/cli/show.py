@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sporch.orchestrator.cli.common import fmt_int, human_bytes, plain_table
+from sporch.orchestrator.cli.show_prediction import prediction_rows, seconds_text
 from sporch.orchestrator.cli.terminal import labelled
 from sporch.orchestrator.plan.cost import TERMS
 from sporch.orchestrator.plan.cost_constants import cluster_constants
@@ -12,11 +13,9 @@ from sporch.orchestrator.plan.layouts import compact, short
 from sporch.orchestrator.slurm.container import describe as describe_container
 from sporch.orchestrator.contract.parallel import GROUP_DIMS
 from sporch.orchestrator.contract.estimates_section import (
-    Estimates,
     ExpertsEstimate,
     PipelineEstimate,
     PipelinePart,
-    PredictedTime,
 )
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import MEASURABLE_LINK_FIGURES
@@ -79,8 +78,8 @@ def links_words(c: Any) -> str:
     consts = cluster_constants(c)[0]
     words = {"intra_node_gb_per_s": f"intra-node {c.intra_node.gb_per_s:.4g} GB/s",
              "inter_node_gb_per_s": f"inter-node {c.inter_node.gb_per_s:.4g} GB/s",
-             "a2a_latency_s": f"a2a latency {consts['a2a_latency_s'] * 1e6:.3g} us",
-             "p2p_latency_s": f"hop latency {consts['p2p_latency_s'] * 1e6:.3g} us"}
+             "a2a_latency_s": f"a2a latency {_latency(consts['a2a_latency_s'])}",
+             "p2p_latency_s": f"hop latency {_latency(consts['p2p_latency_s'])}"}
     m = c.measured_links
     measured = m.figures if m is not None else []
     rest = [k for k in MEASURABLE_LINK_FIGURES if k not in measured]
@@ -92,6 +91,14 @@ def links_words(c: Any) -> str:
         return f"none measured: {unmeasured} (measure: `sporch preflight`, `sporch calibrate --links`)"
     return (f"measured {m.measured_at or '(date not recorded)'} by preflight {m.preflight} ({m.backend}, calibration "
             f"{m.calibration}): {', '.join(words[k] for k in measured)}" + (f"; {unmeasured}" if unmeasured else ""))
+
+
+def _latency(seconds: float) -> str:
+    """A latency constant in words: ``5 us``; 0 (a calibration held it at its bound) is no cost."""
+    us = seconds * 1e6
+    if us <= 0:
+        return "none (0: a calibration found no fixed cost)"
+    return f"{us:,.0f} us" if us >= 10 else f"{us:.3g} us"
 
 
 def lossy_options(plan: Plan) -> list[str]:
@@ -213,7 +220,7 @@ def estimates_table(plan: Plan) -> Any:
     if weights.weight_gather_bytes_per_rank_per_step:
         rows.append(("ideal weight gather per step", f"{weights.weight_gather_s_per_step_ideal:.3f} s at "
                      f"{weights.weight_gather_gb_per_s:g} GB/s"))
-    rows += prediction_rows(e)
+    rows += prediction_rows(e, plan.world_size)
     rows += expert_rows(e.experts)
     rows += pipeline_rows(e.pipeline)
     if e.staging is not None:
@@ -252,29 +259,6 @@ def _shard_note(plan: Plan) -> str:
 def _shard_group(p) -> str:
     """The ranks one copy of the parameters is spread over, in words."""
     return "each replica's sequence group" if p.shard_weights == "sequence" else "all ranks"
-
-
-def ideal_s(e: Estimates) -> float:
-    """The planner's peak-rate step: compute at peak FLOP/s + all-to-all + ring at nominal link
-    rates, nothing overlapped (a prediction may be below it: the model overlaps ring transfers)."""
-    return e.ideal_s_per_step
-
-
-def prediction_rows(e: Estimates) -> list[tuple[str, str]]:
-    """The cost model's prediction beside the ideal (sporch.orchestrator.plan.cost)."""
-    pred = e.predicted
-    if pred is None:
-        return []
-    ideal = ideal_s(e)
-    rows = [("predicted step", f"{pred.step_s:.3f} s" + band_text(pred) + f", {pred.constants}")]
-    if ideal:
-        rows.append(("  at peak rates", f"{ideal:.3f} s (compute at peak FLOP/s + links at nominal GB/s, not overlapped)"))
-    for term in TERMS:
-        rows.append((f"  {term.replace('_', ' ')}", f"{getattr(pred.breakdown_s_per_step, term):.3f} s"))
-    extra = [f"fixed {pred.fixed_s:.3g} s"] if pred.fixed_s else []
-    extra += [f"expert switch {pred.switch_s:.3g} s"] if pred.switch_s else []
-    rows.append(("predicted job", f"{pred.job_s:.1f} s" + (f" incl. {', '.join(extra)}" if extra else "")))
-    return rows
 
 
 def _ranks_text(part: PipelinePart) -> str:
@@ -366,11 +350,6 @@ def _weights_cell(plan: Plan) -> str:
     return ", ".join([cell, *moved])
 
 
-def band_text(pred: PredictedTime) -> str:
-    """' +/- 9% (held-out H100 compiled tables)': the validation's band of a prediction, or ''."""
-    return f" ± {pred.band:.0%} ({pred.band_basis})" if pred.band else ""
-
-
 def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide: bool = False) -> Any:
     """``plan --rank``: every feasible layout, fastest predicted first (sporch.orchestrator.plan.ranking).
     The default columns fit 80 columns; ``wide`` adds the cost model's terms and the peak-rate step."""
@@ -389,7 +368,8 @@ def ranking_table(ranked: list, chosen: Any = None, requested: Any = None, wide:
             " <-job" if requested is not None and r.layout == requested else "")
         band = pred.band
         t.add_row(str(i), compact(r.layout) + mark, f"{r.step_s:.4g}", f"{band:.0%}" if band else "-",
-                  f"{r.step_s / best - 1:+.0%}" if best else "-", f"{r.job_s:.4g}",
-                  *([f"{getattr(pred.breakdown_s_per_step, x):.3g}" for x in TERMS] + [f"{ideal_s(e):.4g}"] if wide else []),
+                  f"{r.step_s / best - 1:+.0%}" if best else "-", seconds_text(r.job_s),
+                  *([f"{getattr(pred.breakdown_s_per_step, x):.3g}" for x in TERMS] + [f"{e.ideal_s_per_step:.4g}"]
+                    if wide else []),
                   _weights_cell(r.plan), f"{e.memory.memory_gib_per_gpu:.1f}", "yes" if r.fits else Text("no", style="red"))
     return t

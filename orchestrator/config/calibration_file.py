@@ -24,9 +24,13 @@ MAX_FILE_BYTES = 1024 * 1024
 CONSTANTS = ("gemm_efficiency", "attention_efficiency", "parallel_units", "hbm_gb_per_s", "elementwise_bytes",
              "compiled_elementwise_bytes", "ring_merge_bytes", "ring_step_s", "eager_ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s",
              "layer_overhead_s", "eager_layer_s", "eager_a2a_message_s", "eager_ring_layer_s", "fixed_s", "decode_flops_per_pixel",
-             "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
+             "decode_bytes_per_pixel", "image_decode_bytes_per_pixel",
+             # the phases around the denoising (plan/phase_cost.py)
+             "startup_s", "process_group_s", "load_fixed_s", "local_read_s_per_gb", "encode_efficiency",
+             "cpu_encode_s_per_tflop", "encode_fixed_s", "decode_fixed_s", "save_s_per_mpixel", "save_fixed_s")
 #: Constants that must be > 0 (efficiencies, SM count, bandwidth); the others are costs (>= 0).
-POSITIVE = ("gemm_efficiency", "attention_efficiency", "link_efficiency", "parallel_units", "hbm_gb_per_s")
+POSITIVE = ("gemm_efficiency", "attention_efficiency", "link_efficiency", "parallel_units", "hbm_gb_per_s",
+            "encode_efficiency")
 
 
 def check_constants(values: Mapping[str, Any], where: str) -> dict[str, float]:

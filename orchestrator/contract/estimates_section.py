@@ -189,11 +189,26 @@ class StepBreakdown(Record):
 
 
 @dataclass(frozen=True)
+class PhaseTimes(Record):
+    """Seconds per job of each phase, in the order they run (plan/phase_cost.py: PHASES is this
+    order; the runtime times encode, load, denoise, decode and save in ``metrics.stages``)."""
+
+    startup: float  # process start, imports, process-group init
+    stage: float  # weights copied to each node's disk (model.stage: node)
+    load: float  # weights read and moved to the GPU
+    encode: float  # text (and image) encoders
+    denoise: float  # the denoising loop: steps x step
+    switch: float  # Wan2.2's expert switch (offloaded)
+    decode: float  # the VAE
+    save: float  # the media written
+
+
+@dataclass(frozen=True)
 class PredictedTime(Record):
     """The cost model's prediction (plan/plan_prediction.py) and the band of error it carries."""
 
     step_s: float
-    job_s: float
+    job_s: float  # every phase + fixed_s: the job's wall time once its ranks start
     fixed_s: float
     decode_s: float
     switch_s: float
@@ -202,6 +217,9 @@ class PredictedTime(Record):
     constants: str  # where the constants come from
     band: float  # the held-out ratio error of the published tables (0: none)
     band_basis: str
+    phases_s: Optional[PhaseTimes] = None  # job_s by phase (a plan of schema 2 before phases: None)
+    generation_s: Optional[float] = None  # encode + denoise + switch + decode + fixed_s (a published table's)
+    gpu_hours: Optional[float] = None  # job_s x the plan's GPUs / 3600
 
 
 #: The groups whose fields sit flat in plan.json's ``estimates`` object.
@@ -302,4 +320,4 @@ def _value(hint: Any, value: Any, where: str) -> Any:
 
 __all__ = ["BusiestRank", "CommunicationEstimate", "ComputeEstimate", "Estimates", "ExpertsEstimate",
            "FLAT_GROUPS", "MemoryEstimate", "MemoryOption", "PipelineEstimate", "PipelinePart",
-           "PredictedTime", "StagingEstimate", "StepBreakdown", "WeightsEstimate"]
+           "PhaseTimes", "PredictedTime", "StagingEstimate", "StepBreakdown", "WeightsEstimate"]

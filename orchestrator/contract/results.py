@@ -253,7 +253,8 @@ class RankRecord(ResultSection):
 @dataclass(frozen=True)
 class Fingerprint(ResultSection):
     """What decides a run's speed besides its plan (result.json's ``fingerprint``, schema 2):
-    the software versions, the driver, the GPUs, the NCCL_* and CUDA_* variables and the socket
+    the software versions (sporch, Python, torch, diffusers, transformers, torchao, the attention
+    kernel's package), the driver, the GPUs, the NCCL_* and CUDA_* variables and the socket
     interface in effect, the container image, whether the blocks were compiled and the attention
     kernel chosen. Two runs of one point that differ in speed are told apart by
     :meth:`differences` (``campaign compare``, ``campaign history``)."""
@@ -265,6 +266,10 @@ class Fingerprint(ResultSection):
     nccl: Optional[str] = None
     diffusers: Optional[str] = None
     driver: Optional[str] = None
+    python: Optional[str] = None  # the interpreter's version (CPython 3.11.7: "3.11.7")
+    transformers: Optional[str] = None  # the text encoders' library
+    torchao: Optional[str] = None  # model.quant's library
+    attention_kernel_version: Optional[str] = None  # the attention kernel's own package ("flash_attn 2.7.4")
     gpu_model: Optional[str] = None
     gpu_count: Optional[int] = None
     env: Dict[str, str] = field(default_factory=dict)  # the NCCL_* and CUDA_* variables set
@@ -276,13 +281,15 @@ class Fingerprint(ResultSection):
     #: How a field is named when it changed ("NCCL 2.21.5 -> 2.23.4").
     LABELS: ClassVar[Dict[str, str]] = {
         "sporch": "sporch", "torch": "torch", "cuda": "CUDA", "cudnn": "cuDNN", "nccl": "NCCL",
-        "diffusers": "diffusers", "driver": "driver", "gpu_model": "GPU", "gpu_count": "GPUs",
+        "diffusers": "diffusers", "driver": "driver", "python": "Python", "transformers": "transformers",
+        "torchao": "torchao", "attention_kernel_version": "attention kernel package", "gpu_model": "GPU", "gpu_count": "GPUs",
         "socket_ifname": "socket interface", "container_image": "container image", "compiled": "compile",
         "attention_kernel": "attention kernel"}
 
     @classmethod
     def _fields_from(cls, data: Dict[str, Any], where: str) -> Dict[str, Any]:
         _check_types(data, where, ("env",), ("sporch", "torch", "cuda", "cudnn", "nccl", "diffusers", "driver",
+                                             "python", "transformers", "torchao", "attention_kernel_version",
                                              "gpu_model", "socket_ifname", "container_image", "attention_kernel"))
         if data.get("env") is None:
             data["env"] = {}

@@ -10,9 +10,9 @@ determine (no ring point: no p2p latency) stays at its prior instead of wanderin
 that come out past their bounds are held there (costs at 0, efficiencies at 1) and the rest
 refitted.
 
-Pure Python: a handful of parameters, normal equations, Gaussian elimination. The file's reader
-(what a cluster descriptor's ``calibration:`` loads) is
-:mod:`sporch.orchestrator.config.calibration_file`; the observations of a campaign's measured
+Pure Python: a handful of parameters, normal equations, Gaussian elimination. The file it makes
+is written by :mod:`.calibration_output`, read (what a cluster descriptor's ``calibration:``
+loads) by :mod:`sporch.orchestrator.config.calibration_file`; the observations of a campaign's measured
 points come from :mod:`sporch.orchestrator.campaign.calibration_points`.
 """
 
@@ -21,11 +21,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from sporch.orchestrator.config.calibration_file import CONSTANTS, FORMAT_VERSION
-from sporch.orchestrator.safe_files import write_output
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.measured_links import LinkFigures
 from sporch.orchestrator.plan.cost import predict
@@ -38,6 +35,7 @@ from sporch.orchestrator.plan.cost_features import (
     unfitted_s,
 )
 from sporch.orchestrator.plan.cost_inputs import CostInputs
+from sporch.orchestrator.plan.phase_cost import phases_of
 
 #: Ridge weight towards the prior, in units of a unit-norm column (tiny: breaks ties only).
 RIDGE = 1e-6
@@ -47,53 +45,6 @@ CONVERGED = 1e-6
 #: Measured times the fit accepts (seconds): a step takes more than a nanosecond and less than a day.
 MIN_MEASURED_S = 1e-9
 MAX_MEASURED_S = 86400.0
-
-
-# -- files ------------------------------------------------------------------------------------
-def write_calibration(path: str | Path, result: Optional["FitResult"], meta: Mapping[str, Any], *, replace: bool = False,
-                      links: Optional[LinkFigures] = None, constants: Optional[Mapping[str, float]] = None) -> Path:
-    """The calibration file (YAML): metadata, fit quality, every constant of the model, and
-    (``links``: a preflight's measurements) the link figures that replace the descriptor's.
-    ``result`` None: no fit, the file holds ``constants`` (the cluster's, with the links'
-    applied). Written by safe_files.write_output: an existing file (or link) at
-    ``path`` is refused unless ``replace``; a link is replaced, never followed; nothing is
-    half-written."""
-    import yaml
-
-    p = Path(path)
-    consts = result.constants if result is not None else dict(constants or {})
-    doc: dict[str, Any] = {"sporch_calibration": FORMAT_VERSION, **dict(meta)}
-    if result is not None:
-        doc.update({
-            "points": len(result.observations),
-            "fitted": list(result.fitted),
-            "held": list(result.held),
-            "rms_relative_error": round(result.rms_relative_error, 6),
-            "max_relative_error": round(result.max_relative_error, 6),
-        })
-    else:
-        doc.update({"points": 0, "fitted": []})
-    if links is not None:
-        doc["links"] = links_section(links)
-    doc["constants"] = {k: float(f"{consts[k]:.6g}") for k in CONSTANTS}
-    text = ("# Written by `sporch calibrate`; a cluster descriptor uses it with `calibration: <this file>`.\n"
-            + yaml.safe_dump(doc, sort_keys=False))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return write_output(p, text, force=replace)
-
-
-def links_section(links: LinkFigures) -> dict[str, Any]:
-    """The file's ``links``: the measured rates (which replace the descriptor's ``gb_per_s``) and,
-    per figure, what it rests on; the constants it set are named under ``sets``."""
-    measured = {k: {"value": float(f"{f.value:.6g}"), "measurements": f.measurements, "from": f.what}
-                for k, f in links.figures().items() if f is not None}
-    return {
-        "preflight": links.source, "cluster": links.cluster, "backend": links.backend, "nodes": links.nodes,
-        **({"measured_at": links.measured_at} if links.measured_at else {}),
-        **{k: float(f"{v:.6g}") for k, v in links.rates().items()},
-        "sets": sorted(links.constants()),
-        "measured": measured,
-    }
 
 
 def with_links(x: CostInputs, links: LinkFigures, nominal_intra_gb_per_s: float, nominal_inter_gb_per_s: float,
@@ -120,8 +71,16 @@ def with_links(x: CostInputs, links: LinkFigures, nominal_intra_gb_per_s: float,
 class Observation:
     inputs: CostInputs
     measured_s: float
-    level: str = "step"  # "step": seconds per step; "job": seconds per job (steps + fixed costs)
+    level: str = "step"  # cost_features.LEVELS: "step" (seconds per step), "job" (one generation), a phase
     label: str = ""
+    #: what the residual is relative to (None: ``measured_s``, a relative error). A phase measured on
+    #: several runs is relative to its mean over them (calibration_points), so that runs of one job
+    #: fit their mean, which a budget adds up, not the fastest run
+    scale_s: Optional[float] = None
+
+    @property
+    def scale(self) -> float:
+        return self.scale_s if self.scale_s else self.measured_s
 
 
 def _regime(p: Any) -> tuple[bool, bool]:
@@ -131,7 +90,11 @@ def _regime(p: Any) -> tuple[bool, bool]:
 
 def predicted_s(o: Observation, constants: Mapping[str, float]) -> float:
     p = predict(o.inputs, constants)
-    return p.job_s if o.level == "job" else p.step_s
+    if o.level == "step":
+        return p.step_s
+    if o.level == "job":
+        return p.generation_s
+    return p.job_s if o.level == "all" else p.phase(o.level)
 
 
 @dataclass
@@ -145,6 +108,11 @@ class FitResult:
     @property
     def relative_errors(self) -> list[float]:
         return [p / o.measured_s - 1 for p, o in zip(self.predictions, self.observations)]
+
+    @property
+    def scaled_errors(self) -> list[float]:
+        """What the fit minimises: each residual relative to its observation's scale."""
+        return [(p - o.measured_s) / o.scale for p, o in zip(self.predictions, self.observations)]
 
     @property
     def rms_relative_error(self) -> float:
@@ -214,7 +182,7 @@ def fit(observations: Sequence[Observation], base: Mapping[str, float],
         # start from host floors (as fit_shared) and keep the fit with the smallest errors
         if "eager_layer_s" in names and any(not o.inputs.compiled for o in obs):
             fits += [_fit(obs, {**base, "eager_layer_s": v}, names) for v in host_starts(obs)]
-        return min(fits, key=lambda f: sum(e * e for e in f.relative_errors))
+        return min(fits, key=lambda f: sum(e * e for e in f.scaled_errors))
     except (OverflowError, ZeroDivisionError) as exc:
         raise SporchError(f"calibration: the fit does not converge on these points ({exc}); leave outliers out "
                           "with --exclude") from None
@@ -230,10 +198,10 @@ def _fit(obs: tuple[Observation, ...], base: Mapping[str, float], names: Iterabl
         rows = [features(o.inputs, consts, o.level) for o in obs]
         active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
         params = parameters(consts)
-        # weighted by 1 / measured: the residuals are relative errors
-        wrows = [{k: r[k] / o.measured_s for k in active} for r, o in zip(rows, obs)]
-        targets = [1.0 - (sum(r[k] * params[k] for k in FITTED if k not in active)
-                          + unfitted_s(o.inputs, o.level)) / o.measured_s
+        # weighted by 1 / measured (o.scale): the residuals are relative errors
+        wrows = [{k: r[k] / o.scale for k in active} for r, o in zip(rows, obs)]
+        targets = [(o.measured_s - sum(r[k] * params[k] for k in FITTED if k not in active)
+                    - unfitted_s(o.inputs, o.level)) / o.scale
                    for r, o in zip(rows, obs)]
         solved = _least_squares(wrows, targets, active, prior) if active else {}
         # bounds: efficiencies <= 1 (1 / e >= 1), costs >= 0; a parameter past its bound is held there
@@ -370,8 +338,9 @@ HOST_STARTS = (1e-3, 2e-3, 4e-3)
 def host_starts(obs: Sequence[Observation]) -> list[float]:
     """Host floors :func:`fit` also starts from: half and nine tenths of the fastest measured
     eager layer (a floor cannot exceed it), and HOST_STARTS."""
-    per_layer = [o.measured_s / (o.inputs.layers * (o.inputs.steps if o.level == "job" else 1))
-                 for o in obs if not o.inputs.compiled and o.inputs.gather_bytes == 0]
+    steps = {"step": lambda x: 1, "job": lambda x: x.steps, "denoise": lambda x: phases_of(x).loop_steps}
+    per_layer = [o.measured_s / (o.inputs.layers * steps[o.level](o.inputs))
+                 for o in obs if o.level in steps and not o.inputs.compiled and o.inputs.gather_bytes == 0]
     fastest = min(per_layer, default=0.0)
     return sorted({*HOST_STARTS, *((0.5 * fastest, 0.9 * fastest) if fastest > 0 else ())})
 
@@ -394,19 +363,19 @@ def _fit_shared(obs: tuple[Observation, ...], bases: list[dict[str, float]], wan
 
     for _ in range(MAX_ITERATIONS):
         cs = [consts_of(i) for i in range(len(obs))]
-        rows = []
+        rows, fulls = [], []
         for o, c, b in zip(obs, cs, bases):
             f = features(o.inputs, c, o.level)
+            fulls.append(f)
             rows.append({k: (f[k] / b[k] if k in INVERSE else f[k]) for k in FITTED if k in f})
         active = [k for k in wanted if k not in held and any(r[k] for r in rows)]
         # each residual linearised at the current prediction p0: relative, (p - m) / m exactly;
         # log, log(p0 / m) + (p - p0) / p0; times sqrt(weight x IRLS weight)
         wrows, targets = [], []
-        for r, o, c, wi in zip(rows, obs, cs, weights):
+        for r, full, o, c, wi in zip(rows, fulls, obs, cs, weights):
             p0 = predicted_s(o, c)
             denom, offset = (p0, math.log(p0 / o.measured_s) - 1.0) if objective.error == "log" else (o.measured_s, -1.0)
             sw = math.sqrt(wi * objective.irls_weight(objective.residual(p0, o.measured_s)))
-            full = features(o.inputs, c, o.level)
             pc = parameters(c)
             rest = sum(full[k] * pc[k] for k in FITTED if k not in active) + unfitted_s(o.inputs, o.level)
             wrows.append({k: sw * r[k] / denom for k in active})

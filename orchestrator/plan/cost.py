@@ -31,11 +31,11 @@ dp / cfg replicas run independently, so one rank's time is the step time):
 
     step = layers x (gemm + attention + elementwise + all-to-all + ring merge + ring exposed
                      + overhead + eager host) + weight gather
-    job  = steps x step + fixed_s (text encoder: workload.kind inference only)
-           + decode (the VAE's, kind inference: output pixels x frames x decode_bytes_per_pixel
-             / HBM bandwidth for a video VAE, image_decode_bytes_per_pixel for an image one)
-           + expert switch (two experts, the idle one offloaded: the planner's
-             ``estimates.experts.switch_s``, bytes / the cluster's host <-> GPU rate; not fitted)
+    job  = startup + stage + load + encode + loop steps x step + expert switch + decode + save
+           + fixed_s (plan/phase_cost.py: each phase's own terms; encode, decode and fixed_s for a
+           job timed end to end, save for a generate job)
+    generation = encode + steps x step + switch + decode + fixed_s: what a published end-to-end
+           table times (its pipeline already loaded)
 
 GEMM FLOPs are 2 x the parameters a token passes through (``estimates.compute.token_parameters``:
 no modulation, one stream of a double block) per token, plus the cross-attention's text keys
@@ -43,7 +43,9 @@ and values on every rank. A plan compiles its blocks when ``workload.compile`` i
 and the parameters are not sharded (the runtime's rule on a GPU).
 
 ``occupancy = min(1, tiles / parallel_units)`` with one tile per 128 query rows x head x
-sample of a ring block: few heads per rank or short local sequences leave SMs idle.
+sample of a ring block: few heads per rank or short local sequences leave SMs idle. The GEMMs
+have theirs (``gemm_occupancy``: 128 x 128 output tiles of the rank's tokens x hidden): a small
+image over many GPUs does not scale like a long video.
 
 Constants come from the GPU model's row of ``data/gpus.yaml`` (priors) with the one fit to every
 published table applied (``data/fitted.yaml``, plan/validation.py), overridden by the cluster
@@ -62,7 +64,8 @@ from typing import Any, Mapping
 
 from sporch.orchestrator.contract.estimates_section import StepBreakdown
 from sporch.orchestrator.plan.cost_inputs import CostInputs
-from sporch.orchestrator.plan.cost_terms import DECODE, decode_features, layer_compute, layer_terms
+from sporch.orchestrator.plan.cost_terms import layer_compute, layer_terms
+from sporch.orchestrator.plan.phase_cost import GENERATION, PHASES, phase_times, phases_of
 
 #: Breakdown terms, in display order: the fields of the Plan's ``estimates.predicted.breakdown_s_per_step``.
 TERMS = tuple(f.name for f in fields(StepBreakdown))
@@ -86,12 +89,19 @@ class Prediction:
     switch_s: float  # per job: the expert switch's host <-> GPU copies
     ring_comm_bound: bool  # a ring transfer takes longer than the attention block it hides behind
     host_bound: bool = False  # eager: the host's launches take longer than the GPU's work (per layer)
+    phases: tuple[tuple[str, float], ...] = ()  # per job: PHASES' seconds, in order
+    generation_s: float = 0.0  # GENERATION's seconds + fixed_s: one generation, its pipeline loaded
+
+    def phase(self, name: str) -> float:
+        return dict(self.phases).get(name, 0.0)
 
     def breakdown(self) -> dict[str, float]:
         return {t: getattr(self, t) for t in TERMS}
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items() if k != "phases"}
+        out["phases"] = {k: round(v, 9) for k, v in self.phases}
+        return out
 
 
 def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
@@ -112,6 +122,10 @@ def predict(x: CostInputs, c: Mapping[str, float]) -> Prediction:
         step["weight_gather"] = t["gather"] + (L - 1) * max(0.0, t["gather"] - layer_compute(t))
     step_s = sum(step.values())
     fixed = c["fixed_s"] if x.inference_kind else 0.0
-    decode = sum(decode_features(x, c)[k] * c[k] for k in DECODE)
-    return Prediction(step_s=step_s, job_s=x.steps * step_s + fixed + decode + x.switch_s, fixed_s=fixed,
-                      decode_s=decode, switch_s=x.switch_s, ring_comm_bound=bound, host_bound=host_bound, **step)
+    times = phase_times(x, c)
+    times["denoise"] = phases_of(x).loop_steps * step_s
+    phases = tuple((ph, times[ph]) for ph in PHASES)
+    generation = fixed + sum(times[ph] for ph in GENERATION) - times["denoise"] + x.steps * step_s
+    return Prediction(step_s=step_s, job_s=sum(times.values()) + fixed, fixed_s=fixed, decode_s=times["decode"],
+                      switch_s=x.switch_s, ring_comm_bound=bound, host_bound=host_bound, phases=phases,
+                      generation_s=generation, **step)

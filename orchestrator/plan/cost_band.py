@@ -4,9 +4,12 @@ it rests on."""
 
 from __future__ import annotations
 
+import functools
+
 from sporch.orchestrator.plan.cost_constants import fitted_table, gpu_entry
 
 
+@functools.lru_cache(maxsize=128)
 def prediction_band(gpu_model: str, compiled: bool) -> tuple[float, str]:
     """(band, what it rests on): the largest held-out ratio error of the published tables of this
     GPU row and mode (plan/validation.py; ``data/fitted.yaml``'s ``bands``), else of every table of

@@ -23,9 +23,12 @@ FITTED_TABLE = Path(__file__).resolve().parent / "data" / "fitted.yaml"
 #: compiled rings up to 5.5x too slow) and a video VAE's FLOPs per pixel (worse held-out tables) are
 #: not fitted: they stay at the GPU rows' priors (0), for a calibration to set. ``ring_merge_bytes``
 #: stays at issue 13's kernel measurement (43): fitted beside ``eager_ring_step_s`` it fell to 0 and
-#: the held-out compiled H100 Flux table lost its ring 4 vs Ulysses 4 order.
+#: the held-out compiled H100 Flux table lost its ring 4 vs Ulysses 4 order. The all-to-all and ring
+#: latencies stay at the rows' priors (issue 49): fitted they went to 0, so an all-to-all's fixed
+#: cost no longer grew with the group; held, the held-out tables came out better. The phases'
+#: constants (plan/phase_cost.py) stay at the priors too, for ``sporch calibrate`` to measure.
 SHARED_FIT = ("gemm_efficiency", "attention_efficiency", "elementwise_bytes", "compiled_elementwise_bytes",
-              "eager_ring_step_s", "link_efficiency", "a2a_latency_s", "p2p_latency_s", "layer_overhead_s", "eager_layer_s",
+              "eager_ring_step_s", "link_efficiency", "layer_overhead_s", "eager_layer_s",
               "eager_a2a_message_s", "eager_ring_layer_s", "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
 
 
@@ -34,8 +37,10 @@ def gpu_table() -> tuple[dict[str, Any], ...]:
     return tuple(read_data_table(GPU_TABLE)["gpus"])
 
 
+@functools.lru_cache(maxsize=64)
 def gpu_entry(model: str) -> dict[str, Any]:
-    """The table row whose ``match`` patterns match ``model`` (case-insensitive); ``generic`` last."""
+    """The table row whose ``match`` patterns match ``model`` (case-insensitive); ``generic`` last
+    (the table's own row: read it, do not change it)."""
     name = (model or "").lower()
     for row in gpu_table():
         if any(fnmatch.fnmatchcase(name, pat.lower()) for pat in row["match"]):
@@ -59,7 +64,12 @@ def fitted_table() -> dict[str, Any]:
 
 def default_constants(gpu_model: str) -> dict[str, float]:
     """The GPU row's priors with the published tables' fit (``data/fitted.yaml``) applied; the
-    ``cpu`` row (gloo ranks: calibrate them) stays as it is."""
+    ``cpu`` row (gloo ranks: calibrate them) stays as it is. A new dict (the caller may change it)."""
+    return dict(_default_constants(gpu_model))
+
+
+@functools.lru_cache(maxsize=64)
+def _default_constants(gpu_model: str) -> dict[str, float]:
     consts = prior_constants(gpu_model)
     if gpu_entry(gpu_model)["name"] == "cpu":
         return consts

@@ -4,10 +4,11 @@ Plan's fields for it, and whether the plan's blocks compile."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from sporch.orchestrator.contract.quant import gemm_speedup
 from sporch.orchestrator.contract.sections import compile_off_reason
+from sporch.orchestrator.plan.phase_inputs import PhaseInputs, phase_inputs
 
 
 @dataclass(frozen=True)
@@ -31,16 +32,17 @@ class CostInputs:
     a2a_bw: float  # B/s, nominal
     ring_bw: float  # B/s, nominal
     steps: int
-    inference_kind: bool  # workload.kind == "inference": timed end to end (text encoder, VAE), fixed costs apply
+    inference_kind: bool  # timed end to end (workload.kind inference or generate): encode, decode and fixed_s apply
     gather_bytes: float = 0.0  # per step: the parameters' all-gathers (sharded weights)
     gather_bw: float = 1.0  # B/s, nominal
     compiled: bool = False  # blocks compiled (torch.compile): fused glue, no eager host terms
     switch_s: float = 0.0  # per job: an offloaded expert's copies at the switch (not fitted)
     pixels: float = 0.0  # per job and rank: output pixels x frames the VAE decodes (batch / dp samples)
     video: bool = False  # a video VAE (frames > 1) decodes them; else an image VAE
+    phases: Optional[PhaseInputs] = None  # the job's other phases (plan/phase_cost.py); None: denoising alone
 
 
-def inputs_from_plan(plan: Any) -> CostInputs:
+def inputs_from_plan(plan: Any, parts: Optional[Any] = None) -> CostInputs:
     """CostInputs from a Plan (its sections and its typed ``estimates``). Every read of plan fields
     in the cost model is here."""
     m, e = plan.model, plan.estimates
@@ -69,7 +71,7 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         a2a_bw=float(comm.all_to_all_gb_per_s) * 1e9,
         ring_bw=float(comm.ring_gb_per_s) * 1e9,
         steps=plan.workload.steps,
-        inference_kind=plan.workload.kind == "inference",
+        inference_kind=plan.workload.kind in ("inference", "generate"),
         gather_bytes=float(e.weights.weight_gather_bytes_per_rank_per_step or 0.0),
         gather_bw=float(e.weights.weight_gather_gb_per_s or 1.0) * 1e9,
         compiled=compiles(plan),
@@ -77,6 +79,7 @@ def inputs_from_plan(plan: Any) -> CostInputs:
         pixels=float(max(1, plan.workload.batch // max(1, plan.layout.dp)) * (plan.workload.frames or 1)
                      * (plan.workload.height or 0) * (plan.workload.width or 0)),
         video=(plan.workload.frames or 1) > 1,
+        phases=phase_inputs(plan, parts),
     )
 
 

@@ -1,5 +1,6 @@
 """The cost model's terms per layer (docs/plan.md; the formulas: plan/cost.py's docstring) and the
-counts they rest on: occupancy, the host's launches, the ring merge's elements, the VAE's decode.
+counts they rest on: the attention's and the GEMMs' occupancy, the host's launches, the ring merge's
+elements.
 :func:`.cost.predict` combines them into times, :func:`.cost_features.features` into the linear
 form calibration fits."""
 
@@ -12,10 +13,23 @@ from sporch.orchestrator.plan.cost_inputs import CostInputs
 
 A2A_CALLS_PER_LAYER = 2  # q/k/v in, output back (runtime/attention/ulysses.py)
 TILE_ROWS = 128
+#: A GEMM's output tile (rows x columns) on one SM: cuBLAS's and CUTLASS's usual 128 x 128 for bf16.
+GEMM_TILE = 128
+#: Constants that enter the model as 1 / value (rates: efficiencies); the others enter as they are (costs).
+INVERSE = ("gemm_efficiency", "attention_efficiency", "link_efficiency", "encode_efficiency")
 
 
 def occupancy(x: CostInputs, parallel_units: float) -> float:
     tiles = x.samples * x.q_heads_max * math.ceil(x.seq_total / x.ring / TILE_ROWS)
+    return min(1.0, tiles / max(parallel_units, 1.0))
+
+
+def gemm_occupancy(x: CostInputs, parallel_units: float) -> float:
+    """Of the SMs, the share a layer's narrowest GEMM (hidden outputs) keeps busy: one 128 x 128
+    output tile per SM, rows = this rank's tokens x samples. Few tokens per rank (a small image
+    over many GPUs) leave SMs idle; a long video's share fills them (1)."""
+    rows = x.samples * x.tokens_rank
+    tiles = math.ceil(rows / GEMM_TILE) * math.ceil(x.hidden / GEMM_TILE)
     return min(1.0, tiles / max(parallel_units, 1.0))
 
 
@@ -24,7 +38,7 @@ def layer_terms(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
     L = x.layers
     occ = occupancy(x, c["parallel_units"])
     t = {
-        "gemm": x.gemm_flops / L / (x.peak_flops * c["gemm_efficiency"]),
+        "gemm": x.gemm_flops / L / (x.peak_flops * c["gemm_efficiency"] * gemm_occupancy(x, c["parallel_units"])),
         "attention": x.attention_flops / L / (x.peak_flops * c["attention_efficiency"] * occ),
         "elementwise": x.samples * x.tokens_rank * x.hidden * _elementwise_bytes(x, c) / (c["hbm_gb_per_s"] * 1e9),
         "all_to_all": (x.a2a_bytes / (x.a2a_bw * c["link_efficiency"]) + a2a_messages(x) * c["a2a_latency_s"]
@@ -79,19 +93,3 @@ def _elementwise_bytes(x: CostInputs, c: Mapping[str, float]) -> float:
 def merge_elements(x: CostInputs) -> float:
     """Output elements one ring merge reads and writes (per layer, this rank)."""
     return x.samples * (x.seq_total / x.ring) * x.q_heads_max * x.head_dim
-
-
-#: The constants of the VAE's decode (per job, kind inference): a video VAE's FLOPs and bytes per
-#: output pixel x frame, an image VAE's bytes per pixel.
-DECODE = ("decode_flops_per_pixel", "decode_bytes_per_pixel", "image_decode_bytes_per_pixel")
-
-
-def decode_features(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
-    f = dict.fromkeys(DECODE, 0.0)
-    if x.inference_kind and x.pixels:
-        if x.video:
-            f["decode_flops_per_pixel"] = x.pixels / x.peak_flops
-            f["decode_bytes_per_pixel"] = x.pixels / (c["hbm_gb_per_s"] * 1e9)
-        else:
-            f["image_decode_bytes_per_pixel"] = x.pixels / (c["hbm_gb_per_s"] * 1e9)
-    return f

@@ -81,10 +81,18 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
     options = {key: _options(key, modes.get(key, "auto"), layout, world, generate, experts) for key in COST}
     for key, allowed in (choices or {}).items():
         options[key] = [o for o in options[key] if o in allowed] or options[key]
+    # the cheapest combination is each setting's cheapest option: when it fits (most plans), the
+    # others are never built
+    cheapest = {k: min(options[k], key=COST[k].__getitem__) for k in COST}
+    first = estimate_for(shard_degree(cheapest["shard_weights"], layout), cheapest["text_encoder"], cheapest["vae"],
+                         cheapest["experts"])
+    if first.memory.fits:
+        return _section(cheapest, layout, _why(modes, (cheapest, first), (cheapest, first), layout, generate,
+                                               experts)), first
     combos = sorted((dict(zip(COST, c)) for c in itertools.product(*options.values())),
                     key=lambda c: (sum(COST[k][v] for k, v in c.items()), *(COST[k][c[k]] for k in COST)))
-    tried: list[tuple[dict[str, str], Estimates]] = []
-    for combo in combos:
+    tried: list[tuple[dict[str, str], Estimates]] = [(cheapest, first)]
+    for combo in (c for c in combos if c != cheapest):
         est = estimate_for(shard_degree(combo["shard_weights"], layout), combo["text_encoder"], combo["vae"],
                            combo["experts"])
         tried.append((combo, est))

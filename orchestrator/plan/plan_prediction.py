@@ -7,9 +7,9 @@ import math
 from dataclasses import replace
 from typing import Any, Mapping, Optional
 
-from sporch.orchestrator.contract.estimates_section import PredictedTime, StepBreakdown
+from sporch.orchestrator.contract.estimates_section import PhaseTimes, PredictedTime, StepBreakdown
 from sporch.orchestrator.errors import SporchError
-from sporch.orchestrator.plan.cost import Prediction, predict
+from sporch.orchestrator.plan.cost import TERMS, Prediction, predict
 from sporch.orchestrator.plan.cost_band import prediction_band
 from sporch.orchestrator.plan.cost_constants import cluster_constants
 from sporch.orchestrator.plan.cost_inputs import compiles, inputs_from_plan
@@ -25,9 +25,10 @@ def prediction_record(plan: Any) -> PredictedTime:
     """What the Plan records as ``estimates.predicted`` (docs/plan.md)."""
     consts, source = cluster_constants(plan.cluster)
     p = predict(inputs_from_plan(plan), consts)
-    times = {"step": p.step_s, "job": p.job_s, **p.breakdown()}
-    bad = next((k for k, v in times.items() if not math.isfinite(v)), None)
-    if bad is not None:  # constants each finite but extreme (an efficiency of 1e-310, an overhead of 1e308)
+    if not math.isfinite(p.job_s + p.step_s):  # every term adds into them: a bad one shows there
+        times = {"step": p.step_s, "job": p.job_s, **p.breakdown(), **dict(p.phases)}
+        bad = next((k for k, v in times.items() if not math.isfinite(v)), "job")
+        # constants each finite but extreme (an efficiency of 1e-310, an overhead of 1e308)
         raise SporchError(f"the cost model's constants ({source}) predict a {bad} time of {times[bad]} s; "
                           "set them to realistic values (efficiencies near 0.1..1, latencies in seconds)")
     band, basis = _band(plan, source)
@@ -37,11 +38,14 @@ def prediction_record(plan: Any) -> PredictedTime:
         fixed_s=p.fixed_s,
         decode_s=round(p.decode_s, 9),
         switch_s=round(p.switch_s, 9),
-        breakdown_s_per_step=StepBreakdown(**{k: round(v, 9) for k, v in p.breakdown().items()}),
+        breakdown_s_per_step=StepBreakdown(**{k: round(getattr(p, k), 9) for k in TERMS}),
         ring_comm_bound=p.ring_comm_bound,
         constants=source,
         band=band,
         band_basis=basis,
+        phases_s=PhaseTimes(**{k: round(v, 6) for k, v in p.phases}),
+        generation_s=round(p.generation_s, 9),
+        gpu_hours=round(p.job_s * plan.world_size / 3600.0, 6),
     )
 
 

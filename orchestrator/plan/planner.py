@@ -21,7 +21,8 @@ from typing import Optional
 from sporch.orchestrator.config.cluster import bandwidth_warnings
 from sporch.orchestrator.config.job import job_relative
 from sporch.orchestrator.config.job_container import effective_container
-from sporch.orchestrator.config.job_spec import JobSpec, WorkloadSpec
+from sporch.orchestrator.config.job_spec import JobSpec, ParallelSpec, WorkloadSpec
+from sporch.orchestrator.config.loading import to_plain
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.plan_prediction import with_prediction
 from sporch.orchestrator.contract.estimates_section import Estimates
@@ -242,9 +243,50 @@ def cache_section(w: WorkloadSpec) -> Optional[sections.CacheSection]:
                                  order=int(c.order), ratios=None if c.ratios is None else [float(r) for r in c.ratios])
 
 
-def job_section(cluster: sections.ClusterSpec, job: JobSpec) -> sections.JobSection:
-    spec = job.to_dict()
-    spec.pop("source", None)
+@dataclasses.dataclass(frozen=True)
+class PlanBasis:
+    """What every plan of one job on one cluster shares whatever its layout (``parallel``): the
+    job's model resolved, the cluster section (its env and container in force), the job file's
+    dict but its parallel section. Many layouts of a job (a campaign's, a search's) are planned
+    from one (:func:`plan_basis`); each plan's ``job.spec`` shares its nested values (read only)."""
+
+    model: sections.ModelSection
+    cluster: sections.ClusterSpec
+    spec: dict  # job.to_dict() without ``source`` and ``parallel``
+    workload: sections.WorkloadSection
+    seq_len: int
+    grid: list
+    cluster_warnings: tuple[str, ...]  # the descriptor's own (bandwidth_warnings)
+    context: LayoutContext  # what the layout search checks a layout against
+
+
+def plan_basis(cluster: sections.ClusterSpec, job: JobSpec,
+               model: Optional[sections.ModelSection] = None) -> PlanBasis:
+    """The :class:`PlanBasis` of ``job`` on ``cluster`` (its model resolved here unless given)."""
+    model = model if model is not None else resolve_job_model(job)
+    spec = {k: to_plain(getattr(job, f.name)) for f in dataclasses.fields(job) if (k := f.name) not in
+            ("source", "parallel")}
+    seq_len, grid = sequence_shape(model, job.workload)
+    return PlanBasis(model=model, context=layout_context(cluster, job, model, seq_len),
+                     cluster=dataclasses.replace(cluster, env=cluster.resolved_env(),
+                                                 container=effective_container(cluster.container, job)),
+                     spec=spec, workload=workload_section(job.workload, model, job.source), seq_len=seq_len, grid=grid,
+                     cluster_warnings=tuple(bandwidth_warnings(cluster)))
+
+
+#: A job's dict's keys in order (JobSpec's fields but ``source``) and its parallel section's.
+_SPEC_KEYS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.name != "source")
+_PARALLEL_KEYS = tuple(f.name for f in dataclasses.fields(ParallelSpec))
+
+
+def job_section(cluster: sections.ClusterSpec, job: JobSpec, basis: Optional[PlanBasis] = None) -> sections.JobSection:
+    if basis is not None:  # the same dict as job.to_dict() (key order too), from the shared part
+        par = job.parallel  # plain values only (numbers, "auto", None): its fields as they are
+        spec = {**basis.spec, "parallel": {k: getattr(par, k) for k in _PARALLEL_KEYS}}
+        spec = {k: spec[k] for k in _SPEC_KEYS}
+    else:
+        spec = job.to_dict()
+        spec.pop("source", None)
     return sections.JobSection(name=job.name, output_dir=job.output_dir, entrypoint=job.entrypoint,
                       time=job.resources.time or cluster.slurm.time, source=job.source or None, spec=spec,
                       preflight=bool(job.runtime.preflight),
@@ -272,22 +314,25 @@ def memory_advice(est: Estimates, memory_gib: float, gpu_model: str, placement: 
 
 
 def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = True,
-              model: Optional[sections.ModelSection] = None) -> Plan:
+              model: Optional[sections.ModelSection] = None, basis: Optional[PlanBasis] = None) -> Plan:
     """The Plan of ``job`` on ``cluster``. ``tables=False`` leaves out the per-rank table and the
     groups (empty): what ranking many candidate layouts needs, at a fraction of the cost.
     ``model``: the job's model already resolved (:func:`resolve_job_model`); without it, it is
-    resolved here, once: the layout search reuses it. Pure from there on."""
-    model = model if model is not None else resolve_job_model(job)
-    seq_len, grid = sequence_shape(model, job.workload)
-    ctx = layout_context(cluster, job, model, seq_len)
-    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, model=model))
+    resolved here, once: the layout search reuses it. ``basis``: what the plans of ``job``'s
+    layouts share (:func:`plan_basis` of this job and cluster but for ``job.parallel``), for many
+    layouts of one job. Pure from there on."""
+    if basis is None:
+        basis = plan_basis(cluster, job, model)
+    model = basis.model
+    seq_len, grid = basis.seq_len, basis.grid
+    ctx = basis.context
+    chooser = FastestChooser(functools.partial(plan_with_layout, cluster, job, basis=basis))
     layout, warnings = resolve_layout(ctx, {d: getattr(job.parallel, d) for d in DIMS}, choose=chooser)
-    warnings = [*bandwidth_warnings(cluster), *warnings]
+    warnings = [*basis.cluster_warnings, *warnings]
     sequence = sequence_section(seq_len, grid, layout, model)
     heads = heads_section(model, layout)
-    workload = workload_section(job.workload, model, job.source)
-    cluster_s = dataclasses.replace(cluster, env=cluster.resolved_env(),
-                                    container=effective_container(cluster.container, job))
+    workload = basis.workload
+    cluster_s = basis.cluster
 
     generate = workload.kind == "generate"
 
@@ -338,7 +383,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         ranks=Plan.rank_table(layout, cluster.gpus_per_node) if tables else (),
         groups=layout.all_groups() if tables else {},
         cluster=cluster_s,
-        job=job_section(cluster, job),
+        job=job_section(cluster, job, basis),
         model=model,
         workload=workload,
         sequence=sequence,
@@ -350,19 +395,20 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
 
 def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout,
-                     model: Optional[sections.ModelSection] = None) -> Plan:
+                     model: Optional[sections.ModelSection] = None, basis: Optional[PlanBasis] = None) -> Plan:
     """The Plan of ``job`` with its layout fixed to ``layout``, without the rank table and groups:
-    what ranking compares (``model``: the job's model, resolved once for all candidates)."""
+    what ranking compares (``model``: the job's model, resolved once for all candidates; ``basis``:
+    all that the candidates share)."""
     parallel = dataclasses.replace(job.parallel, **layout.sizes())
-    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False, model=model)
+    return make_plan(cluster, dataclasses.replace(job, parallel=parallel), tables=False, model=model, basis=basis)
 
 
 def rank_feasible(cluster: sections.ClusterSpec, job: JobSpec) -> tuple[LayoutContext, list[Ranked]]:
     """The feasible layouts of ``job`` on ``cluster`` (whatever its parallel section asks; at most
     :data:`~sporch.orchestrator.plan.ranking.MAX_RANKED`, the most preferred), ranked."""
-    model = resolve_job_model(job)
-    ctx = job_context(cluster, job, model)
+    basis = plan_basis(cluster, job)
+    ctx = job_context(cluster, job, basis.model)
     feas = feasible_layouts(ctx)
     if not feas:
         raise LayoutError(feasible_text(ctx, feas), feas)
-    return ctx, rank(functools.partial(plan_with_layout, cluster, job, model=model), most_preferred(ctx, feas))
+    return ctx, rank(functools.partial(plan_with_layout, cluster, job, basis=basis), most_preferred(ctx, feas))

@@ -10,8 +10,9 @@ own run (a campaign point that repeats a published measurement).
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.config.cluster import ClusterSpec, GpuSpec, IntraNodeSpec, validate_cluster
 from sporch.orchestrator.config.job_checks import validate_job
@@ -22,7 +23,9 @@ from sporch.orchestrator.plan.cost_constants import gpu_entry
 from sporch.orchestrator.plan.cost_inputs import compiles, inputs_from_plan
 from sporch.orchestrator.plan.data_tables import read_data_table
 from sporch.orchestrator.plan.layouts import compact
+from sporch.orchestrator.plan.pipeline_estimate import known_parts
 from sporch.orchestrator.plan.planner import make_plan
+from sporch.orchestrator.plan.resolve import resolve_model
 
 #: The measurements file: one case per machine, model and workload.
 MEASUREMENTS_FILE = Path(__file__).resolve().parent / "data" / "published.yaml"
@@ -70,11 +73,28 @@ def level(c: dict[str, Any]) -> str:
     return "step" if c.get("per") == "step" else "job"
 
 
+@functools.lru_cache(maxsize=None)
+def pipeline_parts(preset: str) -> Optional[Mapping[str, Any]]:
+    """The text encoders' and VAE's facts of a family preset (a case's ``parts``: its model is a
+    stand-in shape of that preset's transformer, run in that preset's pipeline)."""
+    return known_parts(resolve_model(ModelSpec(preset=preset)))
+
+
 def observations(c: dict[str, Any]) -> list[Observation]:
-    return [Observation(inputs_from_plan(plan_case(c, Layout(*m["layout"]),
-                                                   shard_weights=m.get("shard_weights", "none"))),
-                        float(m["seconds"]), level(c), compact(Layout(*m["layout"])))
-            for m in c["measured"]]
+    """The case's measured layouts as observations; each run's text encoder where the table says it
+    ran (``text_encoder: cpu | sharded``, else on the leader's GPU), its pipeline the case's
+    ``parts`` preset's (else its model's family's)."""
+    parts = pipeline_parts(c["parts"]) if c.get("parts") else None
+    out = []
+    for m in c["measured"]:
+        lay = Layout(*m["layout"])
+        x = inputs_from_plan(plan_case(c, lay, shard_weights=m.get("shard_weights", "none")), parts)
+        placement = m.get("text_encoder", "leader")
+        if placement != "leader" and x.phases is not None:
+            degree = lay.ring * lay.ulysses if placement == "sharded" else 1
+            x = replace(x, phases=replace(x.phases, encoder_placement=placement, encode_degree=degree))
+        out.append(Observation(x, float(m["seconds"]), level(c), compact(lay)))
+    return out
 
 
 def published_seconds(plan: Plan) -> Optional[tuple[str, float]]:

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import RELATIVE_L2, Objective, Observation, SharedFit, fit_shared, predicted_s
+from sporch.orchestrator.plan.cost import predict
 from sporch.orchestrator.plan.cost_constants import SHARED_FIT, default_constants, gpu_entry, prior_constants
 
 #: Measured pairs closer than this (relative) are ties the model is not asked to order.
@@ -52,24 +53,63 @@ class TableScore:
     ordered: int  # of them, predicted in the measured order
     max_ratio_error: float  # the largest |ratio error| of the table's layouts
     rows: tuple[Row, ...]
+    #: an end-to-end table (seconds per generation) judged on the same fit's steps alone: the
+    #: largest ratio error without the phases around the denoising (None: a table of step times)
+    denoise_only_error: Optional[float] = None
+    #: of the prediction of the table's most parallel layout, the share not spent denoising
+    phase_share: Optional[float] = None
+
+    @property
+    def end_to_end(self) -> bool:
+        return self.denoise_only_error is not None
+
+    @property
+    def explained(self) -> Optional[float]:
+        """Points of the largest ratio error the phases around the denoising take away (negative:
+        they add to it)."""
+        return None if self.denoise_only_error is None else self.denoise_only_error - self.max_ratio_error
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "gpu": self.gpu, "compiled": self.compiled, "pairs": self.pairs,
-                "ordered": self.ordered, "max_ratio_error": round(self.max_ratio_error, 4),
-                "rows": [{"layout": r.layout, "measured_s": r.measured_s, "predicted_s": round(r.predicted_s, 6),
-                          "ratio_error": round(r.ratio_error, 4)} for r in self.rows]}
+        out = {"name": self.name, "gpu": self.gpu, "compiled": self.compiled, "pairs": self.pairs,
+               "ordered": self.ordered, "max_ratio_error": round(self.max_ratio_error, 4),
+               "rows": [{"layout": r.layout, "measured_s": r.measured_s, "predicted_s": round(r.predicted_s, 6),
+                         "ratio_error": round(r.ratio_error, 4)} for r in self.rows]}
+        if self.end_to_end:
+            out.update(end_to_end=True, denoise_only_error=round(self.denoise_only_error, 4),
+                       phases_explained=round(self.explained, 4), phase_share=round(self.phase_share or 0.0, 4))
+        return out
 
 
-def score(case: dict[str, Any], obs: Sequence[Observation], predictions: Sequence[float]) -> TableScore:
-    """The figures of one table from its observations and their predictions."""
+def _ratio_rows(obs: Sequence[Observation], predictions: Sequence[float]) -> tuple[Row, ...]:
     fastest = min(range(len(obs)), key=lambda i: obs[i].measured_s)
     mf, pf = obs[fastest].measured_s, predictions[fastest]
-    rows = tuple(Row(o.label, o.measured_s, p, (p / pf) / (o.measured_s / mf) - 1) for o, p in zip(obs, predictions))
+    return tuple(Row(o.label, o.measured_s, p, (p / pf) / (o.measured_s / mf) - 1) for o, p in zip(obs, predictions))
+
+
+def score(case: dict[str, Any], obs: Sequence[Observation], predictions: Sequence[float],
+          denoise: Optional[Sequence[float]] = None) -> TableScore:
+    """The figures of one table from its observations and their predictions; ``denoise``: the
+    same predictions' denoising steps alone (an end-to-end table), to say what the rest explains."""
+    rows = _ratio_rows(obs, predictions)
     pairs = [(i, j) for i in range(len(obs)) for j in range(len(obs))
              if obs[i].measured_s < obs[j].measured_s * (1 - ORDER_MARGIN)]
     ordered = sum(1 for i, j in pairs if predictions[i] < predictions[j])
+    only = share = None
+    if denoise is not None:
+        only = max(abs(r.ratio_error) for r in _ratio_rows(obs, denoise))
+        widest = max(range(len(obs)), key=lambda i: (obs[i].inputs.ring * obs[i].inputs.ulysses, -obs[i].measured_s))
+        share = 1 - denoise[widest] / predictions[widest] if predictions[widest] else 0.0
     return TableScore(case["name"], gpu_entry(case["gpu"]["model"])["name"], bool(case["compile"]), len(pairs),
-                      ordered, max(abs(r.ratio_error) for r in rows), rows)
+                      ordered, max(abs(r.ratio_error) for r in rows), rows, only, share)
+
+
+def judged(case: dict[str, Any], obs: Sequence[Observation], consts_of) -> TableScore:
+    """``score`` of a table predicted with ``consts_of(observation)``'s constants: an end-to-end
+    table (``level`` job) end to end, and by its steps alone beside it."""
+    preds = [predict(o.inputs, consts_of(o)) for o in obs]
+    full = [predicted_s(o, consts_of(o)) for o in obs]
+    denoise = [o.inputs.steps * p.step_s for o, p in zip(obs, preds)] if published.level(case) == "job" else None
+    return score(case, obs, full, denoise)
 
 
 def _tables(names: Optional[Iterable[str]] = None) -> list[tuple[dict[str, Any], list[Observation], dict[str, float]]]:
@@ -143,7 +183,7 @@ def leave_one_table_out(names: Sequence[str] = SHARED_FIT, cases: Optional[Itera
     for i, (c, obs, base) in enumerate(tables):
         fitted = _fit(tables[:i] + tables[i + 1:], names, choice)
         consts = fitted.constants(base)
-        out.append(score(c, obs, [predicted_s(o, consts) for o in obs]))
+        out.append(judged(c, obs, lambda o: consts))
     return out
 
 
@@ -153,7 +193,7 @@ def with_defaults(cases: Optional[Iterable[str]] = None) -> list[TableScore]:
     out = []
     for c, obs, _ in _tables(cases):
         consts = default_constants(c["gpu"]["model"])
-        out.append(score(c, obs, [predicted_s(o, consts) for o in obs]))
+        out.append(judged(c, obs, lambda o: consts))
     return out
 
 

@@ -11,8 +11,9 @@ when a phase starts); on the CPU it is the process's peak resident set when the 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -55,3 +56,18 @@ class PhaseTimer:
         if "denoise" in out and steps:
             out["denoise"].update(steps=steps, s_per_step=round(out["denoise"]["s"] / steps, 6))
         return out
+
+
+def process_start_time() -> Optional[float]:
+    """When this process started (seconds since the epoch), from Linux's /proc (the process's
+    start in clock ticks since boot + the boot time); None elsewhere. What ``metrics.stages.startup``
+    counts from: the process start, the imports and the process group's set-up before the job's
+    first phase."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/stat", encoding="ascii") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None

@@ -262,7 +262,7 @@ def test_the_plan_says_which_link_figures_were_measured(tmp_path, run_cli, monke
     (line,) = [row for row in planned(desc).splitlines() if row.startswith("links ")]
     (nominal,) = [row for row in planned(tmp_path / "slurmlab.yaml").splitlines() if row.startswith("links ")]
     assert line == (f"links     measured {when} by preflight {pf.resolve()} (gloo, calibration {cal.resolve()}): "
-                    f"intra-node {intra:.4g} GB/s, a2a latency 3e+03 us; descriptor's inter-node 1 GB/s; "
+                    f"intra-node {intra:.4g} GB/s, a2a latency 3,000 us; descriptor's inter-node 1 GB/s; "
                     "model's hop latency 200 us"), line
     assert nominal.startswith("links     none measured: descriptor's intra-node 5 GB/s, inter-node 1 GB/s; "
                               "model's a2a latency 200 us, hop latency 200 us"), nominal

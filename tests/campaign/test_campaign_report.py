@@ -170,6 +170,7 @@ STEPS = 4
 #: (id, gpus, layout, stages): g2 denoised everything; g4r reused every latent (no encode, load, denoise).
 GENERATE = [
     ("g2", 2, "1x1x1x2", {
+        "startup": {"s": 21.5},  # the runtime's start-up (no memory figure)
         "encode": {"s": 1.234567, "peak_memory_bytes": 3 * GIB + 12345},
         "load": {"s": 2.5, "peak_memory_bytes": 9 * GIB},
         "denoise": {"s": 10.2, "peak_memory_bytes": 11 * GIB + 1, "steps": STEPS, "s_per_step": 2.55},
@@ -205,7 +206,8 @@ def expected_stage_metrics(stages: dict) -> dict:
     out = {}
     for stage, rec in stages.items():
         out[f"stage_{stage}_s"] = rec["s"]
-        out[f"stage_{stage}_peak_memory_gib"] = rec["peak_memory_bytes"] / GIB
+        if "peak_memory_bytes" in rec:
+            out[f"stage_{stage}_peak_memory_gib"] = rec["peak_memory_bytes"] / GIB
         if "s_per_step" in rec:
             out[f"stage_{stage}_s_per_step"] = rec["s_per_step"]
     return out
@@ -330,7 +332,7 @@ def test_gpu_axes_have_a_tick_at_each_gpu_count(tmp_path):
 
 def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path, run_cli):
     """A point whose plan is a run of a published table (here xDiT's Flux.1-dev eager U2R2 on
-    H100) gets a row with the published seconds, the predicted job and its error, and its
+    H100) gets a row with the published seconds, the predicted generation and its error, and its
     own steps x median step; a point of no published run gets none."""
     from sporch.orchestrator.contract.plan import Layout
     from sporch.orchestrator.plan import published
@@ -344,7 +346,8 @@ def test_points_that_repeat_a_published_run_show_the_published_seconds(tmp_path,
     code, out, err = run_cli("campaign", "report", root)
     assert code == 0, out + err
     assert "published measurements" in out and "flux-dev-1024-h100-eager" in out
-    predicted = plan.estimates.predicted.job_s
+    predicted = plan.estimates.predicted.generation_s  # one generation, as the table times it (not startup, load)
+    assert predicted < plan.estimates.predicted.job_s
     html = (root / "report" / "report.html").read_text().split('id="published-points"')[1].split("</table>")[0]
     assert '<tr data-id="p2a">' in html and '<tr data-id="p2b">' not in html
     assert 'data-value="5.19"' in html and f'data-value="{predicted}"' in html
@@ -398,6 +401,39 @@ def test_compare_names_the_fingerprint_field_that_changed(tmp_path, run_cli, mon
     assert "changed: p4b (1x1x4x1): nothing in the fingerprint" in out
 
 
+def test_compare_names_every_version_that_moves_a_figure(tmp_path, run_cli, monkeypatch):
+    """Issue 49: Python, transformers, torchao and the attention kernel's own package are in the
+    fingerprint a run records (benchstats.fingerprint) and `campaign compare` names each that changed."""
+    from sporch.orchestrator.benchstats import fingerprint, kernel_package_version
+
+    import importlib.metadata
+    import platform
+
+    def installed(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    mine = fingerprint(attention_kernel="cudnn")
+    assert mine.python == platform.python_version() and mine.transformers == installed("transformers")
+    assert mine.torchao == installed("torchao")  # None without the quant extra
+    assert mine.attention_kernel_version is None and kernel_package_version("cudnn") is None  # torch's kernel
+    monkeypatch.setenv("COLUMNS", "200")
+    fp = {"sporch": "0.1.0", "torch": "2.5.1", "python": "3.11.7", "transformers": "4.57.1", "torchao": "0.13.0",
+          "attention_kernel": "flash_attn", "attention_kernel_version": "flash_attn 2.7.4", "gpu_model": "H100"}
+    a = make_campaign(tmp_path / "a")
+    b = make_campaign(tmp_path / "b", scale=1.2)
+    _fingerprint_runs(a, {pid: fp for pid, *_ in POINTS})
+    _fingerprint_runs(b, {pid: {**fp, "python": "3.12.3", "transformers": "5.0.0", "torchao": "0.14.1",
+                                "attention_kernel_version": "flash_attn 2.8.3"} for pid, *_ in POINTS})
+    code, out, _ = run_cli("campaign", "compare", a, b, "--threshold", "5%")
+    assert code == 1
+    line = next(line for line in out.splitlines() if line.startswith("changed: p2a"))
+    assert line == ("changed: p2a (1x1x1x2): Python 3.11.7 -> 3.12.3; transformers 4.57.1 -> 5.0.0; torchao "
+                    "0.13.0 -> 0.14.1; attention kernel package flash_attn 2.7.4 -> flash_attn 2.8.3")
+
+
 def test_summary_per_gpu_count_and_fingerprint(tmp_path):
     """The page's opening summary (campaign/summary.py): per GPU count the fastest layout (repeats
     by their median), its speed-up over the planner's default layout and over the 1-GPU point,
@@ -434,3 +470,37 @@ def test_summary_per_gpu_count_and_fingerprint(tmp_path):
     html = (report / "report.html").read_text()
     assert '<tr data-workload="" data-gpus="4">' in html and 'data-key="vs_default" data-value="1.24"' in html
     assert '<tr class="differs" data-key="NCCL">' in html
+
+
+def test_report_sets_each_phase_beside_its_prediction_and_writes_numbers_plainly(tmp_path, run_cli, monkeypatch):
+    """Issue 49: a generate point's phases (metrics.stages) beside the plan's predicted phases
+    (plan.json's estimates.predicted.phases_s) as ``measured / predicted``, their totals and error;
+    issue 51's wording: a fraction as a percentage, milliseconds without an exponent."""
+    from sporch.orchestrator.cli.campaign_views import metric_text
+
+    monkeypatch.setenv("COLUMNS", "200")
+    root = make_generate_campaign(tmp_path / "g")
+    phases = {"startup": 20.0, "stage": 0.0, "load": 2.0, "encode": 1.0, "denoise": 12.0, "switch": 0.0,
+              "decode": 3.0, "save": 0.01}
+    plan = {"estimates": {"predicted": {"job_s": 38.01, "gpu_hours": 0.0211, "phases_s": phases}}}
+    (root / "points" / "g2" / "plan.json").write_text(json.dumps(plan))
+    rows = {r.id: r for r in collect(root)}
+    assert rows["g2"].metrics["predicted_encode_s"] == 1.0 and rows["g2"].metrics["predicted_gpu_hours"] == 0.0211
+    assert "predicted_encode_s" not in rows["g4r"].metrics  # no plan.json: no prediction
+    code, out, _ = run_cli("campaign", "report", root)
+    assert code == 1  # g4r's decode misses its reference
+    assert "phases: measured / predicted seconds" in out
+    line = next(line for line in out.splitlines() if line.startswith("│ g2 ") and " / " in line)
+    cells = [c.strip() for c in line.strip("│").split("│")]
+    # startup, load, encode, denoise, decode, save; then the total of the phases both have and its error
+    assert cells[2:] == ["21.5 / 20.0", "2.50 / 2.00", "1.23 / 1.00", "10.2 / 12.0", "3.75 / 3.00",
+                         "0.0123 / 0.0100", "39.2 / 38.0", "-3%"]
+    g4r = next(line for line in out.splitlines() if line.startswith("│ g4r") and " / " in line)
+    assert "4.50 / -" in g4r  # measured, no prediction
+    # table.csv keeps the predicted columns; the terminal's main table leaves them to the phases table
+    with open(root / "report" / "table.csv") as fh:
+        header = next(csv.reader(fh))
+    assert "predicted_startup_s" in header and "predicted_gpu_hours" in header
+    assert metric_text("prediction_error", -0.9465) == "-94.7%" and metric_text("step_ms_median", 10360.4) == "10,360"
+    assert metric_text("step_ms_median", 12.345) == "12.3" and metric_text("step_ms_median", 0.5234) == "0.523"
+    assert metric_text("step_ms_median", 2e-5) == "0.00002"  # never 2e-05

@@ -200,13 +200,23 @@ def test_plan_command_text_and_json(run_cli):
     assert sorted(len(g["points"]) for g in doc["groups"]) == [2, 2]
     point = doc["groups"][0]["points"][0]
     assert point["predicted_ms_per_step"] > 0 and "band" in point and point["measured_links"] is False
+    # the budget (issue 49): each point's predicted job, GPU-hours and phases; per group and in total
+    every = [p for g in doc["groups"] for p in g["points"]]
+    assert all(p["predicted_job_s"] == pytest.approx(sum(p["phases_s"].values()), rel=1e-4) for p in every)
+    assert doc["budget"]["points"] == 4
+    assert doc["budget"]["gpu_hours"] == pytest.approx(sum(p["gpu_hours"] for p in every), rel=1e-4)
+    assert doc["budget"]["job_s"] == pytest.approx(sum(g["budget"]["job_s"] for g in doc["groups"]), rel=1e-4)
     code, out, _ = run_cli("campaign", "plan", EXAMPLES / "campaigns" / "wan14b-720p.yaml")
     assert code == 0 and "27 points in 3 groups" in out and "exceeds the 4 nodes of a100x32" in out
     # the predicted time with its band (issue 35), not the peak-rate "ideal"
     from sporch.orchestrator.plan.cost_constants import fitted_table
 
     band = f"±{fitted_table()['bands']['*']['compiled']:.0%}"  # A100: no compiled A100 table (follows a refit)
-    assert "predicted ms/step" in out and "ideal ms/step" not in out and band in out
+    header = next(line for line in out.splitlines() if " id " in line)
+    assert all(h in header for h in ("ms/step", "job", "GPU-h")) and "ideal" not in out and band in out
+    assert sum(line.startswith("budget    ") for line in out.splitlines()) == 3
+    total = next(line for line in out.splitlines() if line.startswith("total     "))
+    assert "27 points:" in total and "GPU-hours" in total
     # where the predictions' link figures come from, once per group's cluster
     links = [row for row in out.splitlines() if row.startswith("links (a100x32): ")]
     assert len(links) == 3 and "none measured: descriptor's intra-node" in links[0], links

@@ -22,7 +22,8 @@ from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan import published
-from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s, write_calibration
+from sporch.orchestrator.plan.calibration import Observation, fit, predicted_s
+from sporch.orchestrator.plan.calibration_output import write_calibration
 from sporch.orchestrator.plan.cost import predict
 from sporch.orchestrator.plan.cost_constants import (
     cluster_constants,
@@ -30,7 +31,7 @@ from sporch.orchestrator.plan.cost_constants import (
     gpu_entry,
     prior_constants,
 )
-from sporch.orchestrator.plan.cost_features import FITTED, features, parameters
+from sporch.orchestrator.plan.cost_features import FITTED, features, parameters, unfitted_s
 from sporch.orchestrator.plan.cost_inputs import CostInputs, inputs_from_plan
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.plan.ranking import TIE, pick
@@ -108,8 +109,11 @@ def test_prediction_is_the_sum_of_its_features():
         x = inputs_from_plan(p)
         f, par = features(x, CONSTS), parameters(CONSTS)
         assert sum(f[k] * par[k] for k in FITTED) == pytest.approx(predict(x, CONSTS).step_s, rel=1e-9)
-        fj = features(x, CONSTS, "job")
-        assert sum(fj[k] * par[k] for k in FITTED) == pytest.approx(predict(x, CONSTS).job_s, rel=1e-9)
+        pred = predict(x, CONSTS)
+        for level, want in (("job", pred.generation_s), ("all", pred.job_s), *pred.phases):
+            fl = features(x, CONSTS, level)
+            got = sum(fl[k] * par[k] for k in FITTED) + unfitted_s(x, level, CONSTS)
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12), level
 
 
 def test_ring_overlap_hides_transfers_until_they_exceed_the_block():
@@ -126,7 +130,9 @@ def test_ring_overlap_hides_transfers_until_they_exceed_the_block():
 
 def test_fixed_costs_only_for_inference_kind_runs():
     c = {**CONSTS, "fixed_s": 30.0}
-    assert predict(inputs(inference_kind=True), c).job_s == pytest.approx(50 * predict(inputs(), c).step_s + 30)
+    timed = predict(inputs(inference_kind=True), c)
+    assert timed.generation_s == pytest.approx(50 * predict(inputs(), c).step_s + 30 + timed.phase("encode"))
+    assert timed.phase("encode") == c["encode_fixed_s"]  # no encoder known: its fixed cost alone
     assert predict(inputs(inference_kind=False), c).fixed_s == 0
 
 
@@ -145,7 +151,13 @@ def test_plan_records_prediction_beside_ideal():
     ideal = p.estimates.compute.compute_s_per_step_ideal
     assert pred.step_s > ideal > 0  # efficiencies < 1
     assert sum(pred.breakdown_s_per_step.to_dict().values()) == pytest.approx(pred.step_s, rel=1e-6)
-    assert pred.job_s == pytest.approx(50 * pred.step_s, rel=1e-6)
+    # a benchmark job: its loop is warm-up + repeat steps; one generation would be 50 steps
+    phases = pred.phases_s.to_dict()
+    assert phases["denoise"] == pytest.approx(4 * pred.step_s, rel=1e-6)
+    assert pred.job_s == pytest.approx(sum(phases.values()) + pred.fixed_s, rel=1e-6)
+    assert pred.generation_s == pytest.approx(50 * pred.step_s, rel=1e-6)
+    assert phases["encode"] == phases["decode"] == phases["save"] == 0  # no pipeline in a benchmark
+    assert pred.gpu_hours == pytest.approx(pred.job_s * 32 / 3600, rel=1e-4)
     assert pred.constants == "A100 defaults"
 
 
@@ -193,7 +205,7 @@ def test_plan_rank_cli(run_cli):
 def test_plan_shows_prediction(run_cli):
     code, out, _ = run_cli("plan", "-c", "a100x8", WAN13B)
     assert code == 0
-    assert "predicted step" in out and "at peak rates" in out and "ring exposed" in out and "predicted job" in out
+    assert "predicted step" in out and "peak-rate step" in out and "ring exposed" in out and "predicted job" in out
     assert "(ideal" not in out  # a prediction below an "ideal" confused: it is the peak-rate sum, not overlapped
     assert "note      auto chose" in out
 

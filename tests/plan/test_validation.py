@@ -16,25 +16,25 @@ from sporch.orchestrator.plan.validation import all_tables_fit, bands, leave_one
 MARGIN = 0.03
 #: table -> (pairs ordered rightly, pairs measured > 10% apart, largest held-out ratio error)
 REACHED = {
-    "hunyuanvideo-720p-h100": (6, 6, 0.188),
+    "hunyuanvideo-720p-h100": (6, 6, 0.187),
     "hunyuanvideo-720p-h20": (6, 6, 0.006),
-    "hunyuanvideo-720p-l20": (3, 3, 0.185),
-    "hunyuanvideo-960-h100": (6, 6, 0.180),
+    "hunyuanvideo-720p-l20": (3, 3, 0.186),
+    "hunyuanvideo-960-h100": (6, 6, 0.179),
     "hunyuanvideo-960-h20": (6, 6, 0.005),
     "hunyuanvideo-960-l20": (3, 3, 0.022),
-    "consisid-480p-h100": (53, 54, 0.212),
-    "flux-dev-1024-h100-eager": (9, 11, 0.204),
+    "consisid-480p-h100": (53, 54, 0.211),
+    "flux-dev-1024-h100-eager": (9, 11, 0.198),
     "flux-dev-1024-h100x8-xdit-issue416": (2, 3, 0.208),
-    "flux-dev-1024-h100-compiled": (12, 12, 0.077),
-    "wan21-t2v-14b-720p-h800": (6, 6, 0.167),
-    "wan21-t2v-14b-720p-a800": (6, 6, 0.128),
-    "wan21-t2v-14b-720p-h20": (6, 6, 0.057),
+    "flux-dev-1024-h100-compiled": (12, 12, 0.110),
+    "wan21-t2v-14b-720p-h800": (6, 6, 0.166),
+    "wan21-t2v-14b-720p-a800": (6, 6, 0.127),
+    "wan21-t2v-14b-720p-h20": (6, 6, 0.056),
     "wan21-t2v-1.3b-480p-rtx4090": (5, 5, 0.097),
-    "flux-dev-1024-l20-diffusers": (2, 2, 0.128),
-    "flux-dev-1024-rtx4090-diffusers": (2, 2, 0.163),
-    "flux-dev-h20-xdit-eager": (1, 1, 0.131),
-    "flux-dev-h20-xdit-compiled": (1, 1, 0.218),
-    "flux-dev-1024-h100-cachedit": (1, 1, 0.030),
+    "flux-dev-1024-l20-diffusers": (2, 2, 0.134),
+    "flux-dev-1024-rtx4090-diffusers": (2, 2, 0.167),
+    "flux-dev-h20-xdit-eager": (1, 1, 0.095),
+    "flux-dev-h20-xdit-compiled": (1, 1, 0.191),
+    "flux-dev-1024-h100-cachedit": (1, 1, 0.035),
 }
 
 
@@ -90,3 +90,36 @@ def test_a_sharded_published_point_is_planned_sharded():
     plan = published.plan_case(c, Layout(1, 1, 1, 4), shard_weights="sequence")
     assert plan.placement.shard_weights == "sequence"
     assert published.observations(c)[2].inputs.gather_bytes > 0 and published.observations(c)[0].inputs.gather_bytes == 0
+
+
+def test_end_to_end_tables_are_judged_end_to_end(held_out):
+    """Issue 49: a table of whole generations is predicted with its phases (encode, steps,
+    decode) and beside it by the same fit's steps alone; a table of step times has no phases."""
+    e2e = {n for n, s in held_out.items() if s.end_to_end}
+    assert e2e == {c["name"] for c in published.checked_cases() if published.level(c) == "job"}
+    for name in e2e:
+        s = held_out[name]
+        assert 0 <= s.phase_share < 1 and s.explained == pytest.approx(s.denoise_only_error - s.max_ratio_error)
+    # Wan2.1-1.3B on RTX 4090: its 8-GPU row (112 s) barely beats its 4-GPU one (121 s); the steps
+    # alone cannot say why (a 4-to-8 speed-up that is not there), the phases that do not shrink can
+    wan = held_out["wan21-t2v-1.3b-480p-rtx4090"]
+    assert wan.denoise_only_error > 1.0 and wan.max_ratio_error < 0.2 and wan.phase_share > 0.5
+    for name in ("flux-dev-1024-l20-diffusers", "flux-dev-1024-rtx4090-diffusers"):  # ms per step
+        assert not held_out[name].end_to_end and held_out[name].to_dict().get("end_to_end") is None
+
+
+def test_published_rows_say_where_the_text_encoder_ran():
+    """Wan's --t5_cpu (one RTX 4090) and --t5_fsdp (the rest): the observation's encode phase is
+    the host's, or the sequence group's with the encoder's gathers; a stand-in model's pipeline is
+    its ``parts`` preset's (HunyuanVideo's Llama encoder for mmdit-video-12b)."""
+    from sporch.orchestrator.plan.cost import predict
+
+    obs = published.observations(published.case("wan21-t2v-1.3b-480p-rtx4090"))
+    phases = [o.inputs.phases for o in obs]
+    assert [p.encoder_placement for p in phases] == ["cpu", "sharded", "sharded", "sharded"]
+    assert [p.encode_degree for p in phases] == [1, 2, 4, 8]
+    consts = default_constants("RTX-4090")
+    cpu, gpu = (predict(o.inputs, consts).phase("encode") for o in obs[:2])
+    assert cpu > 10 * gpu  # 5.7 B parameters x 512 tokens x 2 prompts on the host: seconds
+    hunyuan = published.observations(published.case("hunyuanvideo-720p-h100"))[0].inputs.phases
+    assert hunyuan.encode_flops == pytest.approx(2 * 7_628_247_296 * 256, rel=1e-9)  # no CFG: one prompt
