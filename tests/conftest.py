@@ -12,6 +12,11 @@ and ``$SPORCH_HISTORY`` -- goes to a temporary folder for the whole run (subproc
 it); at the end, the real store's listing (:func:`store_snapshot`) must be what it was before,
 else the run fails.
 
+``_rank_pool`` (session, autouse): the ranks of ``run_distributed`` run on one
+:class:`sporch.runtime.rank_pool.RankPool` for the whole run: workers started at first use, with
+torch imported once, cleaned between calls (``SPORCH_TEST_FRESH_RANKS=1``: a fresh process per rank
+per call instead, as outside the tests).
+
 The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm, tests/submit,
 tests/campaign and tests/remote:
 
@@ -81,6 +86,21 @@ def _no_user_store(tmp_path_factory):
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         pytest.fail(f"the tests changed the user's own sporch store: {', '.join(changed[:10])}"
                     + (f" and {len(changed) - 10} more" if len(changed) > 10 else ""), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _rank_pool():
+    if os.environ.get("SPORCH_TEST_FRESH_RANKS", "") not in ("", "0"):
+        yield None
+        return
+    from sporch.runtime.rank_pool import RankPool  # imports nothing heavy: workers start at first use
+
+    pool = RankPool()
+    try:
+        with pool.serving():
+            yield pool
+    finally:
+        pool.close()
 
 
 def restore_env(saved: dict) -> None:
