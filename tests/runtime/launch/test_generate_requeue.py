@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from sporch.orchestrator.contract.exit_codes import EXIT_OK
 from sporch.orchestrator.submit.local_run import LocalRun
 from tests.runtime.launch.local_cli import REPO, sporch
+from tests.runtime.launch.on_ranks import run_point_on_ranks
 
 pytest.importorskip("diffusers")
 
@@ -49,9 +51,10 @@ def _newest_step(run_dir: Path) -> int:
 def test_usr2_mid_denoise_then_rerun_gives_the_same_latents(tmp_path):
     plan_path = _plan_file(tmp_path, tmp_path / "pipeline")
 
+    # the uninterrupted run: the same plan on the session's rank pool (run_point, as a launch runs
+    # it; it was a LocalRun launch); it also makes the tiny pipeline folder the launches read
     reference = tmp_path / "reference"
-    done = LocalRun(plan_path, reference).start().wait(timeout_s=600)
-    assert done.ok, done.logs
+    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 4
 
     interrupted = tmp_path / "interrupted"
     run = LocalRun(plan_path, interrupted).start()

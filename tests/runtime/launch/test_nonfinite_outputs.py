@@ -23,7 +23,9 @@ from sporch.runtime.model import build_model, tiny_model_dict  # noqa: E402
 from sporch.runtime.model.build import save_safetensors  # noqa: E402
 from sporch.runtime.model.finite import NonFiniteOutput, check_output  # noqa: E402
 from sporch.runtime.model.verify import verify  # noqa: E402
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED  # noqa: E402
 from tests.runtime.launch.local_cli import TINY, sporch  # noqa: E402
+from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks  # noqa: E402
 
 MODEL = tiny_model_dict("cross")
 GRID = (3, 4, 4)
@@ -85,12 +87,14 @@ def _result(run_dir) -> dict:
 
 
 def test_a_job_with_nonfinite_output_fails_naming_stage_and_rank(tmp_path):
+    """The point on the session's rank pool through the launcher's run_point (on_ranks.py; it was
+    a `sporch run --local` launch): result.json is what is asserted, and run_point writes it; the
+    launch's own exit code for a failed point is test_local_run.py's failing-rank test."""
     weights = _weights(tmp_path / "w.safetensors", **{"head.head.weight": 3e38})
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "workload.kind=inference",
-                  f"model.weights={weights}", "parallel.ring=2", "parallel.ulysses=2", "--run-dir", str(run_dir),
-                  "--timeout", "200")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    codes = run_point_on_ranks(plan_file(run_dir, "workload.kind=inference", f"model.weights={weights}",
+                                         "parallel.ring=2", "parallel.ulysses=2"), run_dir)
+    assert EXIT_FAILED in codes, codes
     result = _result(run_dir)
     assert result["status"] == "failed", result
     assert re.search(r"NonFiniteOutput: stage inference \(denoised latents\) on rank \d: \d+ of \d+ output values "
