@@ -13,7 +13,8 @@ A worker is a ``spawn`` process that imports ``preload`` (torch) once and then r
 time, each as a process the caller had just spawned would run it:
 
 * before the task: the caller's environment (``os.environ``, replaced whole), working directory
-  and ``sys.path`` as they were when it handed the task over; the task's stdout and stderr go to
+  and ``sys.path`` as they were when it handed the task over; the peak resident set reset (what a
+  CPU rank reports as its peak memory covers this task only); the task's stdout and stderr go to
   files that the caller copies to its own file descriptors 1 and 2 when the call ends (pytest's
   capture shows them in the test that ran them);
 * after it: the worker's own environment, directory and path again; every process group
@@ -32,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import faulthandler
+import gc
 import importlib
 import multiprocessing as mp
 import os
@@ -170,6 +172,20 @@ def _output_to(out_path: str, err_path: str) -> Iterator[None]:
             os.close(old)
 
 
+def _reset_peak_memory() -> None:
+    """The process's peak resident set (``ru_maxrss``, what a CPU rank reports as its peak memory)
+    starts again from what the worker holds now, as a fresh process's starts from its imports:
+    freed memory goes back to the system first (Linux; elsewhere the peak is the worker's)."""
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    with contextlib.suppress(OSError):
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset the high-water mark of the resident set
+
+
 def _end_with_parent() -> None:
     """SIGTERM when the process that started this worker ends (Linux; elsewhere the worker ends
     when its pipe closes, once it is idle)."""
@@ -216,6 +232,7 @@ def _run_task(task_path: str) -> None:
     _replace_environ(task["environ"])
     os.chdir(task["cwd"])
     sys.path[:] = task["sys_path"]
+    _reset_peak_memory()
     try:
         target, args = pickle.loads(task["call"])
         target(*args)

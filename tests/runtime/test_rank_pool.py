@@ -197,3 +197,26 @@ def test_without_a_serving_pool_each_rank_is_a_fresh_process():
     for p in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)
+
+
+def _peak_after(mib):
+    """This process's peak resident set (what a CPU rank reports as peak memory) after holding
+    ``mib`` MiB for a moment."""
+    import resource
+
+    import torch
+
+    if mib:
+        held = torch.ones(mib * 2**20 // 4)
+        del held
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_each_call_measures_its_own_peak_memory(pool):
+    """A reused worker's peak resident set starts again at each call, as a fresh process's would
+    (comparisons of peak memory between two calls stay meaningful)."""
+    with pool.serving():
+        big = run_distributed(_peak_after, 2, 400)
+        small = run_distributed(_peak_after, 2, 0)
+    for b, s in zip(big, small):
+        assert s < b - 300 * 2**20, (b, s)
