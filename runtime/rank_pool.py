@@ -18,7 +18,7 @@ time, each as a process the caller had just spawned would run it:
   files that the caller copies to its own file descriptors 1 and 2 when the call ends (pytest's
   capture shows them in the test that ran them);
 * after it: the worker's own environment, directory and path again; every process group
-  destroyed; Dynamo's caches cleared; torch's thread count, random state, grad mode, default dtype
+  destroyed; Dynamo's caches and torch.distributed's caches keyed by device mesh cleared; torch's thread count, random state, grad mode, default dtype
   and deterministic switch as they were when the worker started; signal handlers, the alarm and
   warning filters likewise. A task that leaves a thread running retires its worker.
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import faulthandler
+import functools
 import gc
 import importlib
 import multiprocessing as mp
@@ -134,6 +135,7 @@ class WorkerState:
             problems.append(f"destroy_process_group: {exc}")
         if "torch._dynamo" in sys.modules:
             torch._dynamo.reset()  # noqa: SLF001 - torch.compiler.reset() does the same
+        _forget_distributed_caches()
         if self.torch is None:
             return problems + ["torch was imported by a task, not at start: its state is unknown"]
         torch.set_num_threads(self.torch["threads"])
@@ -142,6 +144,30 @@ class WorkerState:
         torch.set_default_dtype(self.torch["dtype"])
         torch.use_deterministic_algorithms(self.torch["deterministic"])
         return problems
+
+
+def _forget_distributed_caches() -> None:
+    """Empty torch.distributed's caches keyed by DeviceMesh (DTensor's sharding decisions, the
+    redistribute plans): a mesh compares equal to an earlier world's mesh of the same ranks, and a
+    cached decision hands out that mesh, whose process groups are gone (or, as groups are named by
+    a count that starts again in each world, another group under the same name)."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    from torch.distributed.tensor import debug
+
+    debug._clear_sharding_prop_cache()  # noqa: SLF001 - the Python and C++ propagation caches
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch.distributed") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            owners = [value] + (list(vars(value).values()) if isinstance(value, type) else [])
+            for item in owners:
+                item = getattr(item, "__func__", item)  # a staticmethod's or classmethod's function
+                if isinstance(item, functools._lru_cache_wrapper):  # noqa: SLF001
+                    item.cache_clear()
+        clear = getattr(module, "clear_redistribute_planner_cache", None)
+        if callable(clear):
+            clear()
 
 
 def _replace_environ(environ: dict[str, str]) -> None:

@@ -220,3 +220,31 @@ def test_each_call_measures_its_own_peak_memory(pool):
         small = run_distributed(_peak_after, 2, 0)
     for b, s in zip(big, small):
         assert s < b - 300 * 2**20, (b, s)
+
+
+def _sharded_linear_rank(groups_before: int) -> int:
+    """FSDP2 shards a module made on the meta device over a new group's mesh (as parallel.shard_weights
+    does), after ``groups_before`` other groups; the rank its parameter's mesh names (torch caches
+    sharding decisions by mesh, and names groups by a count that starts again in each world)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    for _ in range(groups_before):
+        dist.new_group([0, 1])
+    mesh = DeviceMesh.from_group(dist.new_group([0, 1]), "cpu")
+    with torch.device("meta"):
+        module = torch.nn.Linear(4, 4)
+    fully_shard(module, mesh=mesh)
+    module.to_empty(device="cpu")
+    return module.weight.device_mesh.get_local_rank()
+
+
+def test_dtensor_caches_keyed_by_an_earlier_calls_mesh_are_forgotten(pool):
+    """An equal mesh of a later call must not be served the earlier call's cached decisions,
+    whose process groups are gone ("Could not resolve the process group registered under the
+    name ..." from a reused worker)."""
+    with pool.serving():
+        assert run_distributed(_sharded_linear_rank, 2, 5) == [0, 1]
+        assert run_distributed(_sharded_linear_rank, 2, 0) == [0, 1]  # its mesh's group: another name
