@@ -21,7 +21,6 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.submit.local_run import rank_environment
-from sporch.runtime.testing import run_distributed
 from tests.runtime.launch.local_cli import TINY
 
 #: A process group timeout far above any collective timeout a test sets (the launcher sets it
@@ -42,6 +41,8 @@ def plan_file(folder: Path, *overrides: str, cluster: str = "local", job: Path =
 def run_point_on_ranks(plan_path: Path, run_dir: Path, env: dict | None = None) -> list[int]:
     """The plan's point on its world of ranks, results in ``run_dir``; each rank's exit code
     (launch's EXIT_OK, EXIT_FAILED, ...). ``env``: more variables for the ranks (hooks, faults)."""
+    from sporch.runtime.testing import run_distributed  # torch: imported by the tests that run, not at collection
+
     plan = json.loads(Path(plan_path).read_text())
     rendezvous = run_dir / ".rendezvous-unused"  # run_distributed's ranks have joined already
     envs = [{**rank_environment(plan, r, rendezvous, "4242", run_dir), **(env or {})}
