@@ -8,7 +8,8 @@
 
     run_distributed(work, 4, 10)      # -> [0, 10, 20, 30]
 
-Each rank is a fresh process (``spawn``) with ``torch.distributed`` already initialised
+Each rank is a process of its own (``spawn``; where a :class:`sporch.runtime.rank_pool.RankPool`
+is serving, one of its workers, started once and cleaned between calls) with ``torch.distributed`` already initialised
 (gloo, a FileStore in a private temporary directory, so no TCP port is picked or raced for),
 ``torch.set_num_threads(threads)`` applied, and ``fn(*args, **kwargs)`` called. The rank
 is ``torch.distributed.get_rank()``. Return values are pickled back and returned as a list
@@ -47,6 +48,7 @@ from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
 from sporch.runtime.distributed import join_and_init
+from sporch.runtime.rank_pool import serving_pool
 
 #: How long the ranks may take to start (a process each, Python and torch imports, joining the
 #: process group) before ``run_distributed``'s own timeout begins.
@@ -200,6 +202,38 @@ def _stop(procs: list) -> None:
             p.join(2.0)
 
 
+class _Spawned:
+    """Fresh processes, one per rank (run_distributed where no pool is serving)."""
+
+    def __init__(self, ctx: Any, rank_args: list[tuple]) -> None:
+        self.procs: list = []
+        try:
+            for args in rank_args:
+                p = ctx.Process(target=_worker, name=f"sporch-rank{args[0]}", args=args, daemon=True)
+                p.start()
+                self.procs.append(p)
+        except BaseException:
+            _stop(self.procs)
+            raise
+
+    def is_alive(self, r: int) -> bool:
+        return self.procs[r].is_alive()
+
+    def exitcode(self, r: int) -> int | None:
+        return self.procs[r].exitcode
+
+    def returned(self, r: int) -> bool:
+        return not self.procs[r].is_alive() and self.procs[r].exitcode == 0
+
+    def release(self) -> None:
+        for p in self.procs:
+            p.join(5.0)
+        _stop(self.procs)
+
+    def stop(self) -> None:
+        _stop(self.procs)
+
+
 def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
                     backend: str = "gloo", threads: int | None = 1, start_method: str = "spawn",
                     **kwargs: Any) -> list[Any]:
@@ -208,65 +242,69 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, timeout
     ``fn`` must be importable by the children (defined at module level). ``timeout`` bounds
     ``fn``'s run, from the moment every rank has joined the process group, and every collective
     inside it; starting the ranks is bounded by :data:`STARTUP_TIMEOUT_S`. ``threads`` is
-    ``torch.set_num_threads`` in each rank (``None``: leave torch's default).
+    ``torch.set_num_threads`` in each rank (``None``: leave torch's default). The ranks run on
+    the serving :class:`~sporch.runtime.rank_pool.RankPool`'s workers when there is one (and
+    ``start_method`` is ``spawn``), else on fresh processes.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    ctx = mp.get_context(start_method)
     workdir = tempfile.mkdtemp(prefix="sporch-dist-")
-    procs = []
+    rank_args = [(rank, world_size, workdir, fn, args, kwargs, backend, timeout, threads) for rank in range(world_size)]
+    pool = serving_pool() if start_method == "spawn" else None
+    ranks: Any = None
     try:
-        for rank in range(world_size):
-            p = ctx.Process(target=_worker, name=f"sporch-rank{rank}",
-                            args=(rank, world_size, workdir, fn, args, kwargs, backend, timeout, threads),
-                            daemon=True)
-            p.start()
-            procs.append(p)
-
-        started = time.monotonic()
-        deadline = None  # set once every rank is up: the run's own timeout counts from then
-        done: set[int] = set()
-        while True:
-            failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
-            died = [r for r, p in enumerate(procs)
-                    if r not in done and not p.is_alive() and p.exitcode not in (0, None) and r not in failed]
-            if failed or died:
-                time.sleep(0.2)  # let near-simultaneous reports land, then pick the first
-                failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
-                _stop(procs)
-                _raise_failure(workdir, procs, failed)
-            for r, p in enumerate(procs):
-                if r not in done and not p.is_alive() and p.exitcode == 0:
-                    if os.path.exists(os.path.join(workdir, f"rank{r}.result")):
-                        done.add(r)
-            if len(done) == world_size:
-                break
-            if deadline is None:
-                up = {r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.ready"))}
-                if len(up) == world_size:
-                    deadline = time.monotonic() + timeout
-                elif time.monotonic() > started + STARTUP_TIMEOUT_S:
-                    pending = sorted(set(range(world_size)) - up)
-                    _stop(procs)
-                    raise DistributedTimeout(
-                        f"distributed run of {getattr(fn, '__qualname__', fn)!r}: ranks {pending} of {world_size} did "
-                        f"not start within {STARTUP_TIMEOUT_S:g}s", pending)
-            elif time.monotonic() > deadline:
-                pending = sorted(set(range(world_size)) - done)
-                _stop(procs)
-                raise DistributedTimeout(
-                    f"distributed run of {getattr(fn, '__qualname__', fn)!r} on {world_size} ranks did not finish "
-                    f"within {timeout:g}s; ranks still running: {pending}", pending)
-            time.sleep(0.01)
-        for p in procs:
-            p.join(5.0)
-        return [_read(os.path.join(workdir, f"rank{r}.result")) for r in range(world_size)]
+        ranks = pool.start(_worker, rank_args) if pool is not None else _Spawned(mp.get_context(start_method),
+                                                                                  rank_args)
+        _watch(ranks, workdir, world_size, fn, timeout)
+        values = [_read(os.path.join(workdir, f"rank{r}.result")) for r in range(world_size)]
+        ranks.release()
+        return values
     finally:
-        _stop(procs)
+        if ranks is not None:
+            ranks.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _raise_failure(workdir: str, procs: list, failed: list[int]) -> None:
+def _watch(ranks: Any, workdir: str, world_size: int, fn: Callable[..., Any], timeout: float) -> None:
+    """Wait until every rank has written its result; raise RankError / DistributedTimeout (the
+    ranks stopped) when one fails, dies, or the run overruns."""
+    started = time.monotonic()
+    deadline = None  # set once every rank is up: the run's own timeout counts from then
+    done: set[int] = set()
+    while True:
+        failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
+        died = [r for r in range(world_size)
+                if r not in done and not ranks.is_alive(r) and ranks.exitcode(r) not in (0, None) and r not in failed]
+        if failed or died:
+            time.sleep(0.2)  # let near-simultaneous reports land, then pick the first
+            failed = [r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.error"))]
+            ranks.stop()
+            _raise_failure(workdir, ranks, world_size, failed, died)
+        for r in range(world_size):
+            if r not in done and ranks.returned(r) and os.path.exists(os.path.join(workdir, f"rank{r}.result")):
+                done.add(r)
+        if len(done) == world_size:
+            return
+        if deadline is None:
+            up = {r for r in range(world_size) if os.path.exists(os.path.join(workdir, f"rank{r}.ready"))}
+            if len(up) == world_size:
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() > started + STARTUP_TIMEOUT_S:
+                pending = sorted(set(range(world_size)) - up)
+                ranks.stop()
+                raise DistributedTimeout(
+                    f"distributed run of {getattr(fn, '__qualname__', fn)!r}: ranks {pending} of {world_size} did "
+                    f"not start within {STARTUP_TIMEOUT_S:g}s", pending)
+        elif time.monotonic() > deadline:
+            pending = sorted(set(range(world_size)) - done)
+            ranks.stop()
+            raise DistributedTimeout(
+                f"distributed run of {getattr(fn, '__qualname__', fn)!r} on {world_size} ranks did not finish "
+                f"within {timeout:g}s; ranks still running: {pending}", pending)
+        time.sleep(0.01)
+
+
+def _raise_failure(workdir: str, ranks: Any, world_size: int, failed: list[int], died: list[int]) -> None:
     reports: dict[int, dict] = {}
     for r in failed:
         try:
@@ -275,9 +313,10 @@ def _raise_failure(workdir: str, procs: list, failed: list[int]) -> None:
             reports[r] = {"time": float("inf"), "type": "?", "message": "(unreadable error report)",
                           "traceback": "", "exception": None}
     if not reports:
-        # A rank died without reporting (signal, os._exit, segfault).
-        dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (0, None)]
-        r, code = dead[0] if dead else (-1, None)
+        # A rank died without reporting (signal, os._exit, segfault): the first seen dead, not a
+        # peer stopped afterwards.
+        dead = [(r, ranks.exitcode(r)) for r in range(world_size) if ranks.exitcode(r) not in (0, None)]
+        r, code = next(((d, c) for d, c in dead if d in died), dead[0] if dead else (-1, None))
         raise RankError(r, f"rank {r} died without reporting an error (exit code {code})",
                         failures={d: f"exit code {c}" for d, c in dead})
     first = min(reports, key=lambda r: (reports[r]["time"], r))

@@ -2,6 +2,9 @@
 # The test command: install, start the loopback Slurm cluster (root only), run every test.
 #   ./scripts/test.sh [pytest args...]
 # As root (CI), the Slurm tests are required to run; elsewhere they skip with a reason.
+# Budget: the whole suite within 25 minutes on the 2-core CI machine; the 15 slowest tests are
+# listed at the end (docs/testing.md). One folder, fast: python -m pytest -q tests/FOLDER -x
+# With COVERAGE_RCFILE set (scripts/coverage.sh), pytest runs under coverage.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -20,4 +23,7 @@ if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   { command -v podman >/dev/null && command -v runc >/dev/null; } || (apt-get update && apt-get install -y podman runc)
   export SPORCH_REQUIRE_PODMAN=1
 fi
-exec "$PY" -m pytest -q "$@"
+if [ -n "${COVERAGE_RCFILE:-}" ]; then
+  exec "$PY" -m coverage run -m pytest -q --durations=15 "$@"
+fi
+exec "$PY" -m pytest -q --durations=15 "$@"

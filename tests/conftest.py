@@ -9,8 +9,17 @@ conftest.py files use it for every test they hold).
 ``_no_user_store`` (session, autouse): what sporch writes under the user's home -- the job
 records and the history store, both under ``$SPORCH_HOME`` (default ``~/.local/share/sporch``),
 and ``$SPORCH_HISTORY`` -- goes to a temporary folder for the whole run (subprocesses inherit
-it); at the end, the real store's listing (:func:`store_snapshot`) must be what it was before,
-else the run fails.
+it); at the end, a file of the real store that this run wrote fails the run. The real store's
+listing (:func:`store_snapshot`) is compared with the one before, and a new or changed file is
+this run's when it names the run's temporary root (every job, run folder and campaign a test
+makes lives there, and sporch's records and history rows name their folders); changes that name
+none (another terminal, a cron job writing records meanwhile) are listed, not failed
+(:func:`changes_by_run`).
+
+``_rank_pool`` (session, autouse): the ranks of ``run_distributed`` run on one
+:class:`sporch.runtime.rank_pool.RankPool` for the whole run: workers started at first use, with
+torch imported once, cleaned between calls (``SPORCH_TEST_FRESH_RANKS=1``: a fresh process per rank
+per call instead, as outside the tests).
 
 The loopback Slurm lab (scripts/slurmlab/start.sh), used by tests/slurm, tests/submit,
 tests/campaign and tests/remote:
@@ -29,7 +38,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 
@@ -52,7 +61,8 @@ def real_store_paths(environ=None) -> List[Path]:
 
 
 def store_snapshot(paths) -> Dict[str, tuple]:
-    """Every file and folder under ``paths`` -> (size, mtime_ns): what a run must leave as it was."""
+    """Every file and folder under ``paths`` -> (is a folder, size, mtime_ns): what a run must leave
+    as it was."""
     out: Dict[str, tuple] = {}
     for root in paths:
         candidates = [root] + (sorted(root.rglob("*")) if root.is_dir() else [])
@@ -61,12 +71,33 @@ def store_snapshot(paths) -> Dict[str, tuple]:
                 st = p.lstat()
             except OSError:
                 continue
-            out[str(p)] = (st.st_size if not p.is_dir() else 0, st.st_mtime_ns)
+            folder = p.is_dir()
+            out[str(p)] = (folder, 0 if folder else st.st_size, st.st_mtime_ns)
     return out
 
 
+def changes_by_run(before: Dict[str, tuple], after: Dict[str, tuple], markers) -> Tuple[List[str], List[str]]:
+    """The files that differ between two :func:`store_snapshot` listings, split into (this run's,
+    others'): a file that is new or changed and whose bytes name one of ``markers`` (the run's
+    temporary root) is this run's; the rest -- files changed without naming it, files removed --
+    another process's. Folders are left out: their own files say who changed them."""
+    ours: List[str] = []
+    others: List[str] = []
+    needles = [m.encode() for m in markers]
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path), after.get(path)
+        if old == new or (new or old)[0]:
+            continue
+        try:
+            data = Path(path).read_bytes() if new is not None else b""
+        except OSError:
+            data = b""
+        (ours if any(n in data for n in needles) else others).append(path)
+    return ours, others
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _no_user_store(tmp_path_factory):
+def _no_user_store(tmp_path_factory, request):
     real = real_store_paths()
     before = store_snapshot(real)
     saved = {k: os.environ.get(k) for k in HOME_VARIABLES}
@@ -76,11 +107,41 @@ def _no_user_store(tmp_path_factory):
         yield real
     finally:
         restore_env(saved)
-    after = store_snapshot(real)
-    if after != before:
-        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-        pytest.fail(f"the tests changed the user's own sporch store: {', '.join(changed[:10])}"
-                    + (f" and {len(changed) - 10} more" if len(changed) > 10 else ""), pytrace=False)
+    ours, others = changes_by_run(before, store_snapshot(real), [str(tmp_path_factory.getbasetemp())])
+    if others:  # said in the summary (here, inside the last test's teardown, output is captured)
+        request.config.stash[OTHERS_CHANGES] = others
+    if ours:
+        pytest.fail(f"the tests changed the user's own sporch store: {_listing(ours)}", pytrace=False)
+
+
+def _listing(paths: List[str]) -> str:
+    return ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+
+
+#: The real store's files other processes changed during the run (the terminal summary lists them).
+OTHERS_CHANGES = pytest.StashKey[List[str]]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    others = config.stash.get(OTHERS_CHANGES, None)
+    if others:
+        terminalreporter.write_line(f"note: other processes changed the user's sporch store during the run (not "
+                                    f"this run's: they name none of its folders): {_listing(others)}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _rank_pool():
+    if os.environ.get("SPORCH_TEST_FRESH_RANKS", "") not in ("", "0"):
+        yield None
+        return
+    from sporch.runtime.rank_pool import RankPool  # imports nothing heavy: workers start at first use
+
+    pool = RankPool()
+    try:
+        with pool.serving():
+            yield pool
+    finally:
+        pool.close()
 
 
 def restore_env(saved: dict) -> None:

@@ -3,9 +3,9 @@
 ``read_lora(path)`` reads the header (no tensors; an ``.alpha`` scalar's few bytes) and returns a
 :class:`LoraFile`: its key format (lora_keys.py) and every adapted module with its rank and alpha
 (lora_alpha.py), and its whole-tensor differences; the down/up tensors are checked finite. Which
-of sporch's parameters each module changes: lora_targets.py. The merge is
+diffusers modules each names: lora_names.py. The merge is
 W += scale x (alpha / rank) x up @ down (no alpha: alpha = rank; PEFT's rsLoRA: alpha / sqrt(rank)),
-done by the runtime (sporch.runtime.model.lora).
+done by the runtime (sporch.runtime.model.generic.lora, through the family's diffusers loader and PEFT).
 """
 
 from __future__ import annotations

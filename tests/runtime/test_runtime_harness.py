@@ -1,4 +1,5 @@
-"""sporch.runtime.testing.run_distributed: results by rank, failures named, no hangs."""
+"""sporch.runtime.testing.run_distributed: results by rank, failures named, no hangs (on the
+session's rank pool; tests/runtime/test_rank_pool.py: the pool itself, and fresh processes)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,6 @@ def test_timeout_names_pending_ranks():
     every rank has joined (starting Python and torch on a loaded machine is not counted), so
     rank 0, which returns at once, is done well within it."""
     with pytest.raises(DistributedTimeout) as info:
-        run_distributed(_sleep_on, 2, 1, 120, timeout=20)
+        run_distributed(_sleep_on, 2, 1, 120, timeout=5)
     assert info.value.pending == [1]
     assert "ranks still running: [1]" in str(info.value)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,9 +101,12 @@ def test_bad_settings_are_one_line():
 
 
 def test_local_run_loads_the_staged_copy_and_reports_it(tmp_path):
-    """`sporch run --local` with model.stage=node: the first rank stages, the 4 ranks load the
-    copy (verify passes against the same weights), result.json has the record; a second run
-    reuses it."""
+    """A point with model.stage=node: the first rank stages, the 4 ranks load the copy (verify
+    passes against the same weights), result.json has the record; a second run reuses it. The
+    points run through the launcher's run_point on the session's rank pool (they were `sporch run
+    --local` launches; tests/submit/test_stage_live.py stages on the Slurm lab's 4 nodes for real)."""
+    from sporch.orchestrator.contract.exit_codes import EXIT_OK
+    from tests.runtime.launch.on_ranks import plan_file, result, run_point_on_ranks
     from tests.testutil import tiny_wan_folder
 
     ckpt = tiny_wan_folder(tmp_path / "ckpt", seed=3)  # config.json + the weights: two files
@@ -114,13 +115,10 @@ def test_local_run_loads_the_staged_copy_and_reports_it(tmp_path):
                        + f"node_local_dir: {tmp_path}/stage/{{node}}\n")
     records = []
     for i in range(2):
-        out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster",
-                              str(cluster), str(ROOT / "examples" / "tiny.yaml"), f"model.weights={ckpt}",
-                              "model.stage=node", f"output_dir={tmp_path / 'runs' / str(i)}"],
-                             capture_output=True, text=True, timeout=300, cwd=ROOT)
-        assert out.returncode == 0, out.stderr[-2000:]
-        (result,) = (tmp_path / "runs" / str(i)).glob("tiny/*/result.json")
-        records.append(json.loads(result.read_text()))
+        run_dir = tmp_path / "runs" / str(i)
+        plan_path = plan_file(run_dir, f"model.weights={ckpt}", "model.stage=node", cluster=str(cluster))
+        assert run_point_on_ranks(plan_path, run_dir) == [EXIT_OK] * 4
+        records.append(result(run_dir))
     first, second = (r["metrics"]["staging"] for r in records)
     (node, rec1), = first.items()
     assert rec1["copied"] == 2 and rec1["folder"].startswith(str(tmp_path / "stage" / node))

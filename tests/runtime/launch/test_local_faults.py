@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.launch.local_cli import REPO, TINY, hooks_env, sporch
+from sporch.orchestrator.contract.exit_codes import EXIT_OK
+from tests.runtime.launch.local_cli import HOOKS, REPO, TINY, hooks_env, sporch
+from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks
 
 
 def _run_hook(tmp_path, entrypoint: str, env: dict, *overrides: str):
@@ -29,14 +31,19 @@ def _run_hook(tmp_path, entrypoint: str, env: dict, *overrides: str):
     return proc, result, json.loads((run_dir / "local.json").read_text())
 
 
-def test_a_rank_that_finishes_late_is_gathered_not_failed(tmp_path):
+def test_a_rank_that_finishes_late_is_gathered_not_failed(tmp_path, monkeypatch):
     """Rank 3 finishes its workload 6 s after the others (longer than rank 0's wait for rank
-    files): every rank takes part in gathering the records, so the run completes with all 4."""
-    proc, result, _ = _run_hook(tmp_path, "launch_hooks:slow_rank", {"SPORCH_TEST_SLOW_RANK": "3",
-                                "SPORCH_TEST_SLOW_S": "6"}, "parallel.ring=4", "parallel.ulysses=1")
+    files): every rank takes part in gathering the records, so the run completes with all 4.
+    The gather is run_point's: the point runs on the session's rank pool (on_ranks.py; it was a
+    launch), and every rank's exit code is EXIT_OK, the launch's 0."""
+    monkeypatch.syspath_prepend(str(HOOKS))
+    run_dir = tmp_path / "run"
+    plan = plan_file(run_dir, "entrypoint=launch_hooks:slow_rank", "parallel.ring=4", "parallel.ulysses=1")
+    codes = run_point_on_ranks(plan, run_dir, {"SPORCH_TEST_SLOW_RANK": "3", "SPORCH_TEST_SLOW_S": "6"})
+    result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "completed", result
     assert sorted(result["hosts"]) == ["0", "1", "2", "3"]
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes == [EXIT_OK] * 4
 
 
 def test_a_killed_rank_is_blamed_not_the_peer_that_lost_its_connection(tmp_path):

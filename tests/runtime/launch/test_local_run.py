@@ -1,6 +1,8 @@
 """`sporch run --local`: real rank processes (gloo on CPU) running the sharded tiny DiT.
 
-Each run starts 4 Python processes that import torch: a few seconds each on 2 cores.
+Each run starts 4 Python processes that import torch: a few seconds each on 2 cores. Where a
+test's assertion is about the point and not the launch, the point runs through the launcher's
+run_point on the session's rank pool instead (on_ranks.py); each such test says so.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from sporch.orchestrator.contract.exit_codes import EXIT_OK
 from sporch.orchestrator.submit.local_run import LocalRun
-from tests.runtime.launch.local_cli import REPO, TINY, hooks_env, sporch
+from tests.runtime.launch.local_cli import HOOKS, REPO, TINY, hooks_env, sporch
+from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks
 
 # (cluster, overrides): the layouts of the USP runtime issue on 4 ranks, joint attention,
 # cfg=2 x ulysses=2, a sequence that does not divide, and 2 emulated nodes of slurmlab.
@@ -31,20 +35,16 @@ VERIFY_CASES = {
                                   "parallel.ulysses=2", "parallel.ring=2"]),
     "slurmlab-2-nodes": ("slurmlab", ["resources.nodes=2"]),
 }
+#: The cases `sporch run --local --verify` launches for real (its printed max_abs_err too); the
+#: other layouts' point runs on the session's rank pool through the launcher's run_point
+#: (on_ranks.py), where the same result.json assertions are made (they were launches before).
+LAUNCHED = ("u2r2", "slurmlab-2-nodes")
 
 
-@pytest.mark.parametrize("case", sorted(VERIFY_CASES))
-def test_verify_sharded_equals_unsharded(case, tmp_path):
-    cluster, overrides = VERIFY_CASES[case]
-    run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", cluster, str(TINY), *overrides, "--verify",
-                  "--run-dir", str(run_dir))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    m = re.search(r"^max_abs_err=(\S+)$", proc.stdout, re.M)
-    assert m, proc.stdout
+def _check_verified(run_dir: Path, case: str) -> dict:
+    """result.json of a verify point: sharded equals unsharded, and what the run recorded."""
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "completed" and result["verified"] is True
-    assert float(m.group(1)) == result["max_abs_err"]
     assert result["max_rel_err"] <= 1e-5
     assert result["metrics"]["attention_kernel"] == "cpu_flash"  # what backend="auto" ran, recorded
     assert len(result["hosts"]) == 4
@@ -58,14 +58,38 @@ def test_verify_sharded_equals_unsharded(case, tmp_path):
         assert result["distinct_hosts"] == ["slurmlab-node0", "slurmlab-node1"]
     if case == "uneven-seq-u2r2":
         assert plan["sequence"]["pad"] > 0
+    return result
 
 
-def test_entrypoint_hook_gets_context_and_plan(tmp_path):
+@pytest.mark.parametrize("case", LAUNCHED)
+def test_verify_sharded_equals_unsharded(case, tmp_path):
+    cluster, overrides = VERIFY_CASES[case]
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:report_layout",
-                  "parallel.ulysses=2", "parallel.ring=2", "--run-dir", str(run_dir), env=hooks_env())
+    proc = sporch("run", "--local", "--cluster", cluster, str(TINY), *overrides, "--verify",
+                  "--run-dir", str(run_dir))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    plan = json.loads((run_dir / "plan.json").read_text())
+    m = re.search(r"^max_abs_err=(\S+)$", proc.stdout, re.M)
+    assert m, proc.stdout
+    assert float(m.group(1)) == _check_verified(run_dir, case)["max_abs_err"]
+
+
+@pytest.mark.parametrize("case", sorted(set(VERIFY_CASES) - set(LAUNCHED)))
+def test_verify_sharded_equals_unsharded_on_the_pools_ranks(case, tmp_path):
+    cluster, overrides = VERIFY_CASES[case]
+    run_dir = tmp_path / "run"
+    codes = run_point_on_ranks(plan_file(run_dir, *overrides, "workload.kind=verify", cluster=cluster), run_dir)
+    assert codes == [EXIT_OK] * 4
+    _check_verified(run_dir, case)
+
+
+def test_entrypoint_hook_gets_context_and_plan(tmp_path, monkeypatch):
+    """On the pool's ranks (it was a launch: what a hook is given does not depend on how the ranks
+    started; test_failing_rank_is_named_and_ends_the_run below still launches a hook)."""
+    monkeypatch.syspath_prepend(str(HOOKS))
+    run_dir = tmp_path / "run"
+    plan_path = plan_file(run_dir, "entrypoint=launch_hooks:report_layout", "parallel.ulysses=2", "parallel.ring=2")
+    assert run_point_on_ranks(plan_path, run_dir) == [EXIT_OK] * 4
+    plan = json.loads(plan_path.read_text())
     for rank in range(4):
         metrics = json.loads((run_dir / "ranks" / f"rank{rank}.json").read_text())["metrics"]
         row = plan["ranks"][rank]
@@ -115,9 +139,10 @@ def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
     overrides = ("workload.kind=inference", f"workload.steps={steps}", "parallel.ulysses=2", "parallel.ring=2")
     plan_path = _plan_file(tmp_path, *overrides)
 
+    # the uninterrupted run: the same plan on the session's rank pool (run_point, as a launch
+    # runs it; it was a LocalRun launch), its latents the reference
     reference = tmp_path / "reference"
-    done = LocalRun(plan_path, reference).start().wait(timeout_s=300)
-    assert done.ok, done.logs
+    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 4
 
     interrupted = tmp_path / "interrupted"
     run = LocalRun(plan_path, interrupted).start()

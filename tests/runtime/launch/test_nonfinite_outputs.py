@@ -24,7 +24,9 @@ from sporch.runtime.model.finite import NonFiniteOutput, check_output  # noqa: E
 from sporch.runtime.model.generic import random_diffusers  # noqa: E402
 from sporch.runtime.model.generic.families.wan import TINY as WAN_TINY  # noqa: E402
 from sporch.runtime.model.generic.placed import build_transformer  # noqa: E402
+from sporch.orchestrator.contract.exit_codes import EXIT_FAILED  # noqa: E402
 from tests.runtime.launch.local_cli import TINY, sporch  # noqa: E402
+from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks  # noqa: E402
 
 #: a Wan parameter the forward reads (the second block's feed-forward output)
 PARAM = "blocks.1.ffn.net.2.weight"
@@ -67,12 +69,14 @@ def _result(run_dir) -> dict:
 
 
 def test_a_job_with_nonfinite_output_fails_naming_stage_and_rank(tmp_path):
+    """The point on the session's rank pool through the launcher's run_point (on_ranks.py; it was
+    a `sporch run --local` launch): result.json is what is asserted, and run_point writes it; the
+    launch's own exit code for a failed point is test_local_run.py's failing-rank test."""
     weights = _folder(tmp_path, **{"proj_out.weight": 3e38})
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "workload.kind=inference",
-                  f"model.weights={weights}", "model.preset=null", "parallel.ring=2", "parallel.ulysses=2",
-                  "--run-dir", str(run_dir), "--timeout", "200")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    codes = run_point_on_ranks(plan_file(run_dir, "workload.kind=inference", f"model.weights={weights}",
+                                         "model.preset=null", "parallel.ring=2", "parallel.ulysses=2"), run_dir)
+    assert EXIT_FAILED in codes, codes
     result = _result(run_dir)
     assert result["status"] == "failed", result
     assert re.search(r"NonFiniteOutput: stage inference \(denoised latents\) on rank \d: \d+ of \d+ output values "

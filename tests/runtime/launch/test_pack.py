@@ -14,14 +14,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_PACK_FAILED
 from sporch.orchestrator.plan.planner import make_plan
 from sporch.orchestrator.submit.local_run import rank_environment
-from sporch.runtime.testing import run_distributed
 from tests.runtime.launch.local_cli import TINY, hooks_env
 
 LAYOUTS = {"u4": ["parallel.ulysses=4", "parallel.ring=1"], "r4": ["parallel.ulysses=1", "parallel.ring=4"],
@@ -100,6 +98,7 @@ def test_a_failed_point_leaves_the_others_and_the_next_launch_goes_on(tmp_path):
 
 def _groups_after_points(layouts: list[dict]) -> list[int]:
     import torch
+    import torch.distributed as dist
 
     from sporch.orchestrator.contract.plan import Layout
     from sporch.runtime.parallel import ParallelContext
@@ -117,6 +116,8 @@ def _groups_after_points(layouts: list[dict]) -> list[int]:
 
 
 def test_contexts_re_formed_per_point_leak_no_groups():
+    from sporch.runtime.testing import run_distributed
+
     layouts = [{"ulysses": 4}, {"ring": 4}, {"ring": 2, "ulysses": 2}, {"cfg": 2, "ulysses": 2}] * 2
     for per_rank in run_distributed(_groups_after_points, 4, layouts):
         assert len(set(per_rank)) == 1, per_rank  # as many groups after every point as before the first
@@ -138,5 +139,7 @@ def _use_after_close() -> str:
 
 
 def test_a_closed_context_refuses_work():
+    from sporch.runtime.testing import run_distributed
+
     for text in run_distributed(_use_after_close, 2):
         assert "closed: its process groups were destroyed" in text

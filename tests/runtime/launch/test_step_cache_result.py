@@ -1,6 +1,10 @@
 """result.json's ``step_cache`` (issue 21): an inference run with a step cache records the
 steps computed and skipped and every rank's skipped steps; the summary flags ranks of one dp
-replica that disagree."""
+replica that disagree.
+
+The runs are points on the session's rank pool through the launcher's run_point (on_ranks.py):
+they were `sporch run --local` launches; what is asserted is result.json, which run_point writes
+alike (test_local_run.py keeps the real launches)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import json
 
 from sporch.orchestrator.contract.results import JobResult
 from sporch.orchestrator.contract.step_cache_summary import summarise_step_cache
-from tests.runtime.launch.local_cli import TINY, sporch
+from sporch.orchestrator.contract.exit_codes import EXIT_OK
+from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks
 
 # threshold 1e9: every step the policy allows is skipped, so the pattern is known in advance:
 # step 0 is warm-up, then at most 2 skips in a row, and the last step is always computed
@@ -18,11 +23,10 @@ COMPUTED, SKIPPED = [0, 3, 6, 7], [1, 2, 4, 5]
 
 def test_an_inference_run_with_a_cache_records_its_steps(tmp_path):
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "workload.kind=inference",
-                  f"workload.steps={STEPS}", "workload.guidance_scale=4", "parallel.cfg=2", "parallel.ulysses=2",
-                  "parallel.ring=1", "workload.cache.method=fbcache", "workload.cache.threshold=1e9",
-                  "workload.cache.max_consecutive=2", "--run-dir", str(run_dir))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = plan_file(run_dir, "workload.kind=inference", f"workload.steps={STEPS}", "workload.guidance_scale=4",
+                     "parallel.cfg=2", "parallel.ulysses=2", "parallel.ring=1", "workload.cache.method=fbcache",
+                     "workload.cache.threshold=1e9", "workload.cache.max_consecutive=2")
+    assert run_point_on_ranks(plan, run_dir) == [EXIT_OK] * 4
     result = JobResult.load(run_dir / "result.json")  # the contract reads it back
     cache = result.step_cache
     assert cache["method"] == "fbcache" and cache["threshold"] == 1e9 and cache["max_consecutive"] == 2
@@ -56,11 +60,11 @@ def test_a_generate_run_with_a_cache_records_its_steps(tmp_path):
     from tests.testutil import EXAMPLES
 
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(EXAMPLES / "tiny-generate.yaml"),
-                  f"model.weights={tmp_path / 'pipe'}", "workload.steps=5", "workload.frames=5",
-                  "workload.height=32", "workload.width=32", "workload.cache.method=teacache",
-                  "workload.cache.threshold=1e9", "workload.cache.max_consecutive=2", "--run-dir", str(run_dir))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = plan_file(run_dir, f"model.weights={tmp_path / 'pipe'}", "workload.steps=5", "workload.frames=5",
+                     "workload.height=32", "workload.width=32", "workload.cache.method=teacache",
+                     "workload.cache.threshold=1e9", "workload.cache.max_consecutive=2",
+                     job=EXAMPLES / "tiny-generate.yaml")
+    assert run_point_on_ranks(plan, run_dir) == [EXIT_OK] * 4
     result = JobResult.load(run_dir / "result.json")
     cache = result.step_cache
     assert (cache["method"], cache["steps_computed"], cache["steps_skipped"]) == ("teacache", 3, 2)
