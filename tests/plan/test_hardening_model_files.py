@@ -246,8 +246,8 @@ values = st.one_of(st.sampled_from([2, 4, 8, 16, 24]), st.integers(-3, 40), st.i
 
 def _model_problem(model: dict) -> Optional[str]:
     """Why the planned model is nonsensical (None when the ranks can build it and its numbers are
-    finite): every number finite, every size positive, and what the runtime's ModelConfig asserts
-    (sporch.runtime.model.config, restated here so the test needs no torch)."""
+    finite): every number finite, every size positive, and the shape rules a diffusers class
+    needs (restated here so the test needs no torch)."""
     def numbers(v):
         if isinstance(v, bool):
             return []
