@@ -12,7 +12,6 @@ from sporch.orchestrator.campaign.report_plot_data import _family, _plottable
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.config.job_spec import CacheSpec
-from sporch.orchestrator.contract import sections
 from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.contract.sections import CacheSection, compile_off_reason
 from sporch.orchestrator.plan.cost_inputs import compiles
@@ -71,10 +70,9 @@ def test_the_compile_rule_is_one_for_the_cost_model_and_the_runtime():
 
 def test_the_step_cache_defaults_are_written_once():
     pytest.importorskip("torch")
-    from sporch.runtime.model.cache import make_step_cache
+    from sporch.runtime.model.cache.decision import StepPolicy
 
     spec, section = CacheSpec(), CacheSection()
     assert (spec.warmup_steps, spec.max_consecutive) == (section.warmup_steps, section.max_consecutive) == (1, 0)
-    cache = make_step_cache({"method": "fbcache", "threshold": 0.1}, 8)
-    assert (cache.policy.warmup_steps, cache.policy.max_consecutive) == (section.warmup_steps, section.max_consecutive)
-    assert make_step_cache(sections.CacheSection(method="none"), 8) is None
+    policy = StepPolicy(num_steps=8, threshold=0.1)
+    assert (policy.warmup_steps, policy.max_consecutive) == (section.warmup_steps, section.max_consecutive)

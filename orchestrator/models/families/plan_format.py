@@ -113,7 +113,8 @@ def describe(plan: SplitPlan) -> str:
 def to_json(plan: SplitPlan) -> list:
     """The plan as JSON values, in its order (a cached derived plan, ``derived_plans.py``): one
     ``{"module", "split": [[key, spec or [specs]], ...]}`` or ``{"module", "gather": spec or [specs]}``
-    per entry (keys keep their type: an output index is a number, an input a string)."""
+    per entry (keys keep their type: an output index is a number, an input a string; a split
+    entry's output index may name a gather, as Helios's per-module plan does)."""
     def spec(s):
         if s is None:
             return None
@@ -138,6 +139,8 @@ def from_json(data: list) -> SplitPlan:
     def split(d):
         if isinstance(d, list):
             return tuple(split(x) for x in d)
+        if "gather_dim" in d:  # an output index gathered in a split entry (split on entry, gathered on exit)
+            return gather(d)
         return SplitInput(split_dim=int(d["split_dim"]), expected_dims=d.get("expected_dims"),
                           split_output=bool(d.get("split_output", False)), segments=tuple(d.get("segments", ())),
                           text=bool(d.get("text", False)))
