@@ -4,7 +4,7 @@
 
 1. Derived or refused, and the largest relative error on 2 and 4 gloo ranks (float32, 15 image +
    6 text tokens): the classes of the families whose plan is derived (CogView4, Lumina 2, Chroma)
-   and classes no family covers (tests/runtime/model/derive_specs.py: SkyReels-V2 with diffusion
+   and classes no family covers (tests/runtime/models/derive_specs.py: SkyReels-V2 with diffusion
    forcing, SANA, Mochi, HunyuanVideo 1.5, Z-Image), one world for all (runtime/derive_check.check).
 2. Derived vs the shipped table or the class's own ``_cp_plan`` for every class with one: equal
    record for record, or the same cut (the largest difference between what every block receives on
@@ -42,8 +42,8 @@ def main() -> None:
 
     from sporch.orchestrator.models.families.derived_plans import write_verdict
     from sporch.runtime.derive_check import check, compare, family_spec
-    from tests.runtime.model.derive_specs import CANDIDATES
-    from tests.runtime.model.test_derived_plans import _shipped_pairs
+    from tests.runtime.models.derive_specs import CANDIDATES
+    from tests.runtime.models.test_derived_plans import _shipped_pairs
 
     start = time.perf_counter()
     verdicts = check([family_spec(c) for c in FAMILY_CLASSES] + list(CANDIDATES.values()))

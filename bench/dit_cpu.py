@@ -7,7 +7,7 @@ Each family's diffusers class (``WanTransformer3DModel``: one block, cross-atten
 tokens; ``FluxTransformer2DModel``: one double-stream + one single-stream block, 64 text tokens in
 the joint attention) at ``--hidden`` wide, ``--heads`` heads, FFN 4x, seeded random weights
 (``random_diffusers``), runs one forward on the same seeded inputs (the family's ``inputs``):
-unsharded in one process, and through sporch's runner (``GenericSharded``: the split plan's hooks,
+unsharded in one process, and through sporch's runner (``ShardedTransformer``: the split plan's hooks,
 USP attention) on 4 ranks for each ``--layouts`` UxR. Every process uses one thread. Prints the
 median milliseconds per forward (the slowest rank's), the speed-up (single / sharded) and the
 sharded output's max relative error against the single-process output (bound 1e-5, float32).
@@ -55,8 +55,8 @@ def grid(family: str, seq: int) -> tuple[int, int, int]:
 
 
 def build(family: str, hidden: int, heads: int, seq: int):
-    from sporch.runtime.model.generic import random_diffusers
-    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.models.build import random_diffusers
+    from sporch.runtime.models.families import family_module
 
     conf = config(family, hidden, heads)
     model = random_diffusers(CLASSES[family], conf, seed=0)
@@ -89,12 +89,12 @@ def _rank(family: str, hidden: int, heads: int, seq: int, ulysses: int, ring: in
     """Runs on every rank (spawned by sporch.runtime.testing.run_distributed)."""
     import torch.distributed as dist
 
-    from sporch.runtime.model.generic import GenericSharded
+    from sporch.runtime.models.runner import ShardedTransformer
     from sporch.runtime.parallel import ParallelContext
 
     ctx = ParallelContext.from_layout(ulysses=ulysses, ring=ring)
     model, inputs = build(family, hidden, heads, seq)
-    runner = GenericSharded(model, ctx)
+    runner = ShardedTransformer(model, ctx)
     times, out = time_forward(lambda: runner.forward(**inputs), warmup, repeat, barrier=dist.barrier)
     return {"median_ms": statistics.median(times), "out": out if ctx.rank == 0 else None}
 

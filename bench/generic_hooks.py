@@ -1,5 +1,5 @@
 """CPU: the host work sporch's sequence-parallel hooks add to a diffusers forward, and the graphs
-a compiled forward takes with them (the generic path, runtime/model/generic/sequence_parallel.py).
+a compiled forward takes with them (the generic path, runtime/models/sequence_parallel.py).
 
     python bench/generic_hooks.py [--families pixart ltx-video sd3] [--repeat 20] [--calls 12]
 
@@ -72,10 +72,10 @@ def run_family(family: str, args, ctx) -> dict:
     import torch._dynamo
 
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model.generic import random_diffusers
-    from sporch.runtime.model.generic.families import family_module
-    from sporch.runtime.model.generic.plans import split_plan
-    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.models.build import random_diffusers
+    from sporch.runtime.models.families import family_module
+    from sporch.runtime.models.split_plans import split_plan
+    from sporch.runtime.models.sequence_parallel import SequenceParallel
 
     fam = get_family(family)
     cls = fam.classes[0]

@@ -101,7 +101,7 @@ def fill_random(model):
 def kept_in_float32(class_name: str) -> tuple[str, ...]:
     """The module names diffusers keeps in float32 when it loads ``class_name`` in a lower dtype
     (the class's ``_keep_in_fp32_modules``: Wan's norms, time embedder, RoPE, modulation tables)."""
-    from sporch.runtime.model.generic.build import diffusers_class
+    from sporch.runtime.models.build import diffusers_class
 
     return tuple(getattr(diffusers_class(class_name), "_keep_in_fp32_modules", None) or ())
 
@@ -117,7 +117,7 @@ def _empty_model(class_name: str, config: dict):
     some classes compute at init, e.g. RoPE's, which meta would lose)."""
     from accelerate import init_empty_weights
 
-    from sporch.runtime.model.generic.build import diffusers_class
+    from sporch.runtime.models.build import diffusers_class
 
     with init_empty_weights(include_buffers=False):
         return diffusers_class(class_name).from_config(config)
@@ -131,7 +131,7 @@ def device_model(class_name: str, config: dict, device, dtype, *, keep_float32: 
     to run as sporch runs it (eval, no grad, diffusers' ``native`` attention backend)."""
     import torch
 
-    from sporch.runtime.model.generic.build import prepare_model
+    from sporch.runtime.models.build import prepare_model
 
     keep = kept_in_float32(class_name) if keep_float32 else ()
     model = _empty_model(class_name, config)
@@ -157,7 +157,7 @@ def twin(model, class_name: str, config: dict, dtype, *, keep_float32: bool):
     compiled blocks on one do not touch the other."""
     import torch
 
-    from sporch.runtime.model.generic.build import prepare_model
+    from sporch.runtime.models.build import prepare_model
 
     keep = kept_in_float32(class_name) if keep_float32 else ()
     other = _empty_model(class_name, config)
@@ -186,8 +186,8 @@ def runtime_keeps_float32(class_name: str) -> bool:
     import torch
 
     from sporch.orchestrator.models.families import require_family
-    from sporch.runtime.model.generic.families import family_module
-    from sporch.runtime.model.generic.placed import build_transformer
+    from sporch.runtime.models.families import family_module
+    from sporch.runtime.models.placed import build_transformer
 
     keep = kept_in_float32(class_name)
     if not keep:
@@ -279,7 +279,7 @@ def diffusers_compile(model, backend: str, mode: str | None = None) -> str:
     """diffusers' regional compile: ``compile_repeated_blocks``, or where the class declares no
     ``_repeated_blocks`` (SD3, CogVideoX, PixArt in diffusers 0.42) the same call by hand on each
     block of its block lists (``Module.compile``). Returns which of the two it did."""
-    from sporch.runtime.model.blocks import block_lists
+    from sporch.runtime.models.blocks import block_lists
 
     if getattr(model, "_repeated_blocks", None):
         model.compile_repeated_blocks(backend=backend, mode=mode)
@@ -295,8 +295,8 @@ def sporch_hooks(model, ctx, kernel: str):
     sharded run adds on the critical path, the hooks, the routed attention and sporch's
     kernel ``kernel``), entered per forward as the runtime's runner enters it."""
     from sporch.orchestrator.models.families import require_family
-    from sporch.runtime.model.generic.plans import diffusers_type, split_plan
-    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.models.split_plans import diffusers_type, split_plan
+    from sporch.runtime.models.sequence_parallel import SequenceParallel
 
     cls = diffusers_type(type(model))
     return SequenceParallel(model, ctx, split_plan(cls), local_attention=require_family(cls.__name__).local_attention,

@@ -82,7 +82,7 @@ def cut_config(plan, blocks: int) -> tuple[dict, dict]:
 def run_case(family, args, device, ctx):
     import torch
 
-    from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice
+    from sporch.runtime.models.workload import inputs_from_plan, kernel_choice
 
     preset, shape = CASES[family]
     dtype = "float32" if args.cpu_smoke else "bfloat16"

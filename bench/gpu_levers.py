@@ -57,9 +57,9 @@ def main(argv=None) -> int:
     import torch
 
     from sporch.runtime.attention.select import run_choice
-    from sporch.runtime.model.generic.inference import denoise, flow_sigmas, timestep_scale
-    from sporch.runtime.model.generic.workload import inputs_from_plan
-    from sporch.runtime.model.quant import QuantError, quantize_weights, weight_bytes
+    from sporch.runtime.models.inference import denoise, flow_sigmas, timestep_scale
+    from sporch.runtime.models.workload import inputs_from_plan
+    from sporch.runtime.models.quant import QuantError, quantize_weights, weight_bytes
 
     device = pick_device(args.cpu_smoke, "gpu_levers.py")
     job = SMOKE if args.cpu_smoke else JOB

@@ -25,7 +25,7 @@ Columns: median ms per step, TFLOP/s and % of the cluster's peak from the plan's
 step's peak memory above the weights, the difference from diffusers' eager output (max abs / max
 abs), and the goals: issue 13's ms per step, and issue 50's 0.9x diffusers' compiled step for
 sporch's compiled row. At world size 1 a run's runner calls the model without the hooks
-(``GenericSharded``), so the sporch rows are what sharding adds, measured on one GPU.
+(``ShardedTransformer``), so the sporch rows are what sharding adds, measured on one GPU.
 
 Exit status: 0 after printing; 2 (one line on stderr) where there is no CUDA device and
 ``--cpu-smoke`` was not given.
@@ -76,7 +76,7 @@ def parse_args(argv):
 def run_model(job, goal, args, device, ctx, dtype_name):
     import torch
 
-    from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice
+    from sporch.runtime.models.workload import inputs_from_plan, kernel_choice
 
     job = {**job, "workload": {**job["workload"], "dtype": dtype_name}}
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster, job)

@@ -66,8 +66,8 @@ def accuracy(name, args, device, dtype, ctx):
     import diffusers
     import torch
 
-    from sporch.runtime.model.generic.placed import build_transformer
-    from sporch.runtime.model.generic.workload import inputs_from_plan, kernel_choice
+    from sporch.runtime.models.placed import build_transformer
+    from sporch.runtime.models.workload import inputs_from_plan, kernel_choice
 
     preset, reduced, shape = (SMOKE if args.cpu_smoke else MODELS)[name]
     plan = one_gpu_plan("local" if args.cpu_smoke else args.cluster,

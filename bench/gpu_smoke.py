@@ -14,7 +14,7 @@ Two tables:
 2. FSDP2 + compile: ``WanTransformer3DModel`` at Wan2.1-1.3B's widths and 4 blocks, bf16, built by
    sporch's ``build_transformer`` twice from one seed: its parameters sharded with FSDP2 over a
    world of 1 (``shard_weights: world``) and whole, each with its blocks compiled
-   (``compile_blocks``) and run by the runtime's runner (``GenericSharded``) on the generic path's
+   (``compile_blocks``) and run by the runtime's runner (``ShardedTransformer``) on the generic path's
    inputs for 832x480x81: max relative error and ms per step of each.
 
 Exit status: 0 when every row passed, 1 when one failed, 2 without CUDA (and no --cpu-smoke).
@@ -135,9 +135,9 @@ def fsdp_compile(args, device) -> bool:
     import torch.distributed as dist
 
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model.generic import GenericSharded
-    from sporch.runtime.model.generic.placed import build_transformer
-    from sporch.runtime.model.generic.workload import inputs_from_plan
+    from sporch.runtime.models.runner import ShardedTransformer
+    from sporch.runtime.models.placed import build_transformer
+    from sporch.runtime.models.workload import inputs_from_plan
     from sporch.runtime.parallel import ParallelContext
 
     if args.cpu_smoke:
@@ -162,7 +162,7 @@ def fsdp_compile(args, device) -> bool:
                 model = build_transformer(weights=None, class_name=plan.model.diffusers_class, config=config, ctx=ctx,
                                           shard_weights=mode, seed=0, dtype=dtype, device=device)
                 info = compile_blocks(model, backend="eager" if args.cpu_smoke else "inductor")
-                runner = GenericSharded(model, ctx)
+                runner = ShardedTransformer(model, ctx)
                 step = lambda: runner.forward(**inputs)  # noqa: E731
                 with torch.no_grad():
                     start = time.perf_counter()

@@ -56,7 +56,7 @@ install_deps() {
   fi
   ln -sfn "$ROOT/orchestrator" "$ns/orchestrator"
   ln -sfn "$ROOT/runtime" "$ns/runtime"
-  "$PY" -c "import sporch.orchestrator.plan.planner, sporch.runtime.model.generic, diffusers, accelerate; print('diffusers', diffusers.__version__, 'accelerate', accelerate.__version__)"
+  "$PY" -c "import sporch.orchestrator.plan.planner, sporch.runtime.models, diffusers, accelerate; print('diffusers', diffusers.__version__, 'accelerate', accelerate.__version__)"
 }
 
 environment() {

@@ -57,7 +57,7 @@ def write_checkpoint(family: str, root: Path) -> Path:
     from accelerate import init_empty_weights
     from safetensors.torch import save_file
 
-    from tests.runtime.model.published import WAN_TO_ORIGINAL, flux_to_original, original_wan_config, to_original
+    from tests.runtime.models.published import WAN_TO_ORIGINAL, flux_to_original, original_wan_config, to_original
 
     import diffusers
 
@@ -119,11 +119,11 @@ def _converter_on_weights(path, ctx, mode, dtype):
     import torch
     from diffusers.loaders import single_file_utils
 
-    from sporch.runtime.model.generic.build import allocate, diffusers_class, meta_model
-    from sporch.runtime.model.generic.checkpoint import open_weights
-    from sporch.runtime.model.generic.mapped import MappedCheckpoint
-    from sporch.runtime.model.shard_weights import shard_mesh, shard_model
-    from sporch.runtime.model.shards import local_rows
+    from sporch.runtime.models.build import allocate, diffusers_class, meta_model
+    from sporch.runtime.models.checkpoint import open_weights
+    from sporch.runtime.models.mapped import MappedCheckpoint
+    from sporch.runtime.models.shard_weights import shard_mesh, shard_model
+    from sporch.runtime.models.shards import local_rows
 
     ckpt, fmt = open_weights(path)
     model = meta_model(diffusers_class(fmt.class_name), fmt.config, dtype)
@@ -145,9 +145,9 @@ def _import_all() -> None:
     from diffusers.loaders import single_file_utils  # noqa: F401
 
     from sporch.orchestrator.plan.resolve import resolve_model  # noqa: F401
-    from sporch.runtime.model import build_model  # noqa: F401
-    from sporch.runtime.model.generic import build, checkpoint, original, placed  # noqa: F401
-    from sporch.runtime.model.shard_weights import build_sharded  # noqa: F401
+    from sporch.runtime.models import build_model  # noqa: F401
+    from sporch.runtime.models import build, checkpoint, original, placed  # noqa: F401
+    from sporch.runtime.models.shard_weights import build_sharded  # noqa: F401
 
     for cls in ("WanTransformer3DModel", "FluxTransformer2DModel"):  # diffusers imports its classes lazily
         getattr(diffusers, cls)
@@ -173,8 +173,8 @@ def _measure(family, path, loader, sharded):
         if loader == "hand-built (main)":
             from sporch.orchestrator.config.job_spec import ModelSpec
             from sporch.orchestrator.plan.resolve import resolve_model
-            from sporch.runtime.model import build_model
-            from sporch.runtime.model.shard_weights import build_sharded
+            from sporch.runtime.models import build_model
+            from sporch.runtime.models.shard_weights import build_sharded
 
             spec = ModelSpec(weights=str(path)) if family == "wan" else \
                 ModelSpec(preset="flux.1-dev", weights=str(path), depth=FLUX["num_layers"],
@@ -185,8 +185,8 @@ def _measure(family, path, loader, sharded):
         elif loader == "converter on weights":
             model = _converter_on_weights(path, ctx, "world", dtype)
         else:
-            from sporch.runtime.model.generic.build import load_diffusers
-            from sporch.runtime.model.generic.placed import load_sharded
+            from sporch.runtime.models.build import load_diffusers
+            from sporch.runtime.models.placed import load_sharded
 
             model = load_sharded(str(path), ctx, "world", dtype=dtype) if sharded else load_diffusers(str(path), dtype=dtype)
     seconds = time.perf_counter() - start

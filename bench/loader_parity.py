@@ -5,20 +5,20 @@ model path) beside sporch's hand-built loader and name tables, on tiny random mo
 
 Checkpoints: a Wan T2V and a Wan I2V in Wan-Video's ``WanModel`` names (with config.json) and a
 Flux in Black Forest Labs' names (one file), each written from a random diffusers model (the test
-helpers' independent name maps, tests/runtime/model/published.py). Each is loaded three ways: the
+helpers' independent name maps, tests/runtime/models/published.py). Each is loaded three ways: the
 diffusers folder of the same weights (``load_diffusers``), the original file through diffusers'
-single-file converter (runtime/model/generic/original.py), and sporch's hand-built model with its
+single-file converter (runtime/models/original.py), and sporch's hand-built model with its
 key maps (``build_model(weights=...)``, what main ran before the one path); printed: the max abs
 difference of each pair's outputs on the same inputs.
 
 Adapters: musubi-tuner's Wan (underscored original names, alphas), LightX2V's Wan (pairs, ``diff_b``,
 a norm ``diff``, ``diff_m``; without the head's ``diff``, which main's loader fails on) and sd-scripts' Flux (fused qkv, final layer), written by
-tests/runtime/model/test_generic_lora_formats.py's writers, merged at scale 0.7 by the one path
-(``generic.lora.apply_lora``) and by the hand-built loader (``runtime/model/lora.merge_loras``) into
+tests/runtime/models/test_generic_lora_formats.py's writers, merged at scale 0.7 by the one path
+(``generic.lora.apply_lora``) and by the hand-built loader (``runtime/models/lora.merge_loras``) into
 the same weights; printed: the max abs difference of the merged weights (the hand-built model's
 parameters mapped into diffusers' names by its own name table) and of the outputs.
 
-The hand-built half needs the hand-built stack (runtime/model/{wan,mmdit}.py, keymaps); it records
+The hand-built half needs the hand-built stack (runtime/models/{wan,mmdit}.py, keymaps); it records
 the comparison made before that stack is deleted (docs/model.md).
 """
 
@@ -32,10 +32,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.runtime.model.published import flux_reference, sporch_flux_dict, sporch_wan_dict  # noqa: E402
-from tests.runtime.model.test_generic_lora_formats import (CONFIGS, LOADERS, SCALE, base_model,  # noqa: E402
+from tests.runtime.models.published import flux_reference, sporch_flux_dict, sporch_wan_dict  # noqa: E402
+from tests.runtime.models.test_generic_lora_formats import (CONFIGS, LOADERS, SCALE, base_model,  # noqa: E402
                                                            kohya_flux, lightx2v_wan, musubi_wan)
-from tests.runtime.model.test_original_checkpoints import write_cases  # noqa: E402
+from tests.runtime.models.test_original_checkpoints import write_cases  # noqa: E402
 
 TEXT = 7
 I2V_TEXT = 512  # diffusers' Wan I2V takes the last 512 context tokens as text
@@ -71,7 +71,7 @@ def outputs(family, cfg, model, hand):
 
 
 def hand_built(family, cfg, weights):
-    from sporch.runtime.model import build_model
+    from sporch.runtime.models import build_model
 
     text = I2V_TEXT if cfg.get("image_dim") else TEXT
     md = sporch_wan_dict(cfg, text_len=text) if family == "wan" else sporch_flux_dict(cfg, text_len=TEXT)
@@ -82,7 +82,7 @@ def hand_built_in_diffusers_names(model, family, reference):
     """The hand-built model's parameters as diffusers' (its name table run backwards: each sporch
     parameter's diffusers sources and transform, applied to ``reference``'s, compared by the caller)."""
     from sporch.orchestrator.models import flux, wan
-    from sporch.runtime.model.keymaps.transforms import TRANSFORMS
+    from sporch.runtime.models.keymaps.transforms import TRANSFORMS
 
     table = wan.TABLE if family == "wan" else flux.TABLE
     theirs = reference.state_dict()
@@ -96,7 +96,7 @@ def hand_built_in_diffusers_names(model, family, reference):
 
 def checkpoints(root):
     from sporch.orchestrator.models.checkpoint_files import CheckpointError
-    from sporch.runtime.model.generic.build import load_diffusers
+    from sporch.runtime.models.build import load_diffusers
 
     cases = write_cases(root)
     print(f"{'checkpoint':<12} {'original vs diffusers folder':>29} {'original vs hand-built':>23} {'|output|':>9}")
@@ -126,8 +126,8 @@ def without_head_diff(path, want, model):
 
 
 def adapters(root):
-    from sporch.runtime.model.generic.lora import apply_lora
-    from sporch.runtime.model.lora import merge_loras
+    from sporch.runtime.models.lora import apply_lora
+    from sporch.runtime.models.lora import merge_loras
 
     print()
     print(f"{'adapter':<13} {'merged weights vs hand-built':>29} {'outputs vs hand-built':>22} {'vs arithmetic':>14} "

@@ -7,7 +7,7 @@ For each model (``WanTransformer3DModel``, cross attention, and ``FluxTransforme
 attention, a few sizes), each rank builds the model with sporch's ``build_transformer`` (what a run
 loads; seeded random weights) with ``parallel.shard_weights`` none and sequence (= world here: one
 replica of ``--ranks`` ranks, ulysses = ranks), runs one forward through sporch's runner
-(``GenericSharded``) and reports, per rank (the busiest):
+(``ShardedTransformer``) and reports, per rank (the busiest):
 
 - resident: parameter bytes held between forwards (the local shards),
 - peak: the most parameter bytes held at any block boundary during the forward (the shards,
@@ -46,11 +46,11 @@ def _measure(models):
     import torch
 
     from sporch.orchestrator.models.families import require_family
-    from sporch.runtime.model.blocks import block_lists
-    from sporch.runtime.model.generic import GenericSharded
-    from sporch.runtime.model.generic.families import family_module
-    from sporch.runtime.model.generic.placed import build_transformer
-    from sporch.runtime.model.shard_weights import ParameterPeak, resident_parameter_bytes
+    from sporch.runtime.models.blocks import block_lists
+    from sporch.runtime.models.runner import ShardedTransformer
+    from sporch.runtime.models.families import family_module
+    from sporch.runtime.models.placed import build_transformer
+    from sporch.runtime.models.shard_weights import ParameterPeak, resident_parameter_bytes
     from sporch.runtime.parallel import ParallelContext
 
     out = []
@@ -63,7 +63,7 @@ def _measure(models):
                                               generator=torch.Generator().manual_seed(0))
         for mode in ("none", "sequence"):
             model = build_transformer(weights=None, class_name=cls, config=config, ctx=ctx, shard_weights=mode, seed=1)
-            runner = GenericSharded(model, ctx)
+            runner = ShardedTransformer(model, ctx)
             resident = resident_parameter_bytes(model)
             with ParameterPeak(model) as peak:
                 runner.forward(**inputs)

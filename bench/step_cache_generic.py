@@ -4,11 +4,11 @@ without a cache (docs/performance.md, "Step caching", the generic path's table).
     python bench/step_cache_generic.py                   # 20 steps, every family, one CPU process
     python bench/step_cache_generic.py --steps 30 --only sd3 wan2.2
 
-Each family's tiny run is tests/runtime/model/step_cache_subjects.py's: its tiny diffusers pipeline
+Each family's tiny run is tests/runtime/models/step_cache_subjects.py's: its tiny diffusers pipeline
 (decoded frames in [0, 1], PSNR with peak 1) where the family has one, else a direct Euler loop on
 its tiny config (the denoised latents, PSNR with the uncached latents' largest |value| as peak);
 ``wan2.2`` is that loop with two experts. Unsharded, float32: the tests show a sharded run takes
-the same decisions (tests/runtime/model/test_generic_step_caches.py).
+the same decisions (tests/runtime/models/test_generic_step_caches.py).
 
 The thresholds follow each run's own measured changes, so every family skips about as much: fbcache
 the median first-block change of a run without skipping, TeaCache twice the median probe change

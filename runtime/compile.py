@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from sporch.runtime.model.blocks import block_lists
+from sporch.runtime.models.blocks import block_lists
 
 __all__ = ["CompileInfo", "block_lists", "compile_blocks", "time_first_call"]
 

@@ -1,7 +1,7 @@
 """Decode a generate job's saved latents: ``python -m sporch.runtime.decode RUN_DIR``.
 
 What ``sporch decode RUN_DIR`` runs (one process, this machine): for every prompt whose
-latents the job kept in ``RUN_DIR/latents/`` (runtime/pipelines/latents.py: written before
+latents the job kept in ``RUN_DIR/latents/`` (runtime/pipelines/latent_files.py: written before
 decoding, with a fingerprint of the job), load the pipeline's VAE, decode and write the file,
 as the job would have. No text encoder and no transformer is loaded; nothing is denoised.
 
@@ -19,7 +19,7 @@ import torch
 
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.pipelines.generate import decode_saved
-from sporch.runtime.pipelines.latents import SavedLatentsError
+from sporch.runtime.pipelines.latent_files import SavedLatentsError
 
 
 def main(argv: list[str] | None = None) -> int:

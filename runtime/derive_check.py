@@ -1,7 +1,7 @@
 """Derive and check split plans: the process behind a class whose split plan sporch derives.
 
 ``python -m sporch.runtime.derive_check [--json] -- CLASS...``: for each class (of a family),
-derive the candidate plans from a tiny instance (runtime/model/generic/derive.py), then check every
+derive the candidate plans from a tiny instance (runtime/models/derive.py), then check every
 class's candidates in one spawned world of 4 gloo ranks: each candidate on 2 sequence ranks
 (Ulysses, ring; dp 2) and on 4 (Ulysses, ring, both) over an uneven token count, against the
 unsharded class on the same inputs, until one is exact everywhere (relative error at most
@@ -9,7 +9,7 @@ unsharded class on the same inputs, until one is exact everywhere (relative erro
 error) is cached per class and diffusers version (models/families/derived_plans.py) and printed.
 
 The ranks of a job that need a plan not cached yet start this process
-(runtime/model/generic/derived.py), as does ``sporch inspect DIR`` for such a folder; :func:`check`
+(runtime/models/derived.py), as does ``sporch inspect DIR`` for such a folder; :func:`check`
 serves tests and benches with classes no family has yet (a :class:`DeriveSpec` of their own).
 """
 
@@ -30,11 +30,11 @@ from sporch.orchestrator.models.families import require_family
 from sporch.orchestrator.models.families.derived_plans import (SEQUENCE_RANKS, TOLERANCE, PlanVerdict, diffusers_version,
                                                                read_verdict, write_verdict)
 from sporch.orchestrator.models.families.plan_format import SplitPlan
-from sporch.runtime.model.generic.derive import IMAGE_GRIDS, VIDEO_GRIDS, DeriveSpec, derive
-from sporch.runtime.model.generic.derived import checking_lock
-from sporch.runtime.model.generic.families import family_module
-from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
-from sporch.runtime.model.generic.trace import block_lists, tensors_in
+from sporch.runtime.models.derive import IMAGE_GRIDS, VIDEO_GRIDS, DeriveSpec, derive
+from sporch.runtime.models.derived import checking_lock
+from sporch.runtime.models.families import family_module
+from sporch.runtime.models.sequence_parallel import SequenceParallel
+from sporch.runtime.models.trace import block_lists, tensors_in
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.testing import run_distributed
 

@@ -126,7 +126,7 @@ def run_point(plan: Plan, env: RankEnv, output_dir: Path, device: Any, place: di
     ParallelContext, closed after) and workload; this rank's record, and on rank 0 the point's
     result.json. Returns this rank's exit code (EXIT_OK: the point completed on every rank).
 
-    ``weight_cache``: a :class:`sporch.runtime.model.WeightCache` the points of a pack share
+    ``weight_cache``: a :class:`sporch.runtime.models.WeightCache` the points of a pack share
     (one weight load per model and dtype), or None. ``place["started"]`` is when the point
     began (a job's: when its process started). ``startup_s``: the job's start-up (process start to
     an open world), recorded as ``metrics.stages.startup`` beside a generate job's phases."""

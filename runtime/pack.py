@@ -39,7 +39,7 @@ from sporch.orchestrator.contract.results import JobResult, ResultFileError, res
 from sporch.orchestrator.safe_files import write_atomic
 from sporch.runtime.distributed import shutdown
 from sporch.runtime.launch import failure_record, finish_point, open_world, rank_place, run_point
-from sporch.runtime.model import WeightCache
+from sporch.runtime.models import WeightCache
 from sporch.runtime.pipelines.phase_timing import process_start_time
 from sporch.runtime.rank_env import RankEnv, RankEnvError
 from sporch.runtime.watchdog.stacks import dump_stacks_on_sigterm

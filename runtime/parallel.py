@@ -94,7 +94,7 @@ class ParallelContext:
         self.comm_stats: Any = None
         #: The rank's sporch.runtime.watchdog.thread.Watchdog over its collectives, or None (not watched).
         self.watchdog: Any = None
-        #: A sporch.runtime.model.WeightCache the points of a pack share (one weight load per
+        #: A sporch.runtime.models.WeightCache the points of a pack share (one weight load per
         #: model and dtype), or None: every build loads or draws its weights.
         self.weight_cache: Any = None
         if _groups is None:

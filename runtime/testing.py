@@ -43,7 +43,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
-from sporch.orchestrator.models.families import generic_preset, preset_shape, sequence_split
+from sporch.orchestrator.models.families import find_family_preset, preset_shape, sequence_split
 from sporch.orchestrator.contract.parallel import runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections
@@ -67,7 +67,7 @@ def preset_model(name: str = "tiny", **config: Any) -> dict[str, Any]:
     """``plan.model`` of preset ``name`` (its family, class, diffusers config with ``config``'s keys
     changed, its shape from that config), as the planner records a preset without overrides: for
     tests and benches that build a Plan without the planner (:func:`plan_for`)."""
-    found = generic_preset(name)
+    found = find_family_preset(name)
     if found is None:
         raise KeyError(f"unknown preset {name!r}")
     fam, preset = found

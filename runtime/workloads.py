@@ -4,7 +4,7 @@
   every rank with the ParallelContext and the Plan (``plan.job`` is the resolved job config,
   ``plan.model`` / ``plan.workload`` / ``plan.sequence`` the rest). It may return a dict of
   JSON-able metrics.
-Every model is its family's diffusers class run sequence-parallel (runtime/model/generic):
+Every model is its family's diffusers class run sequence-parallel (runtime/models):
 
 - ``inference``: the flow-matching Euler loop on the family's random inputs; progress (the
   latents) is saved after every step, so a requeued job resumes from its last finished step.
@@ -26,7 +26,7 @@ import torch
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.compile import CompileInfo, compile_blocks
-from sporch.runtime.model.generic.workload import kernel_choice, run_generic
+from sporch.runtime.models.workload import kernel_choice, run_model
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.pipelines.generate import run_generate
 from sporch.runtime.preflight import run as run_preflight
@@ -62,7 +62,7 @@ def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progre
     kind = plan.workload.kind
     compile_model = lambda model: _compile(plan, model, device)  # noqa: E731
     if kind in ("verify", "benchmark", "inference"):
-        return run_generic(plan, ctx, device, progress, compile_model=compile_model)
+        return run_model(plan, ctx, device, progress, compile_model=compile_model)
     if kind == "generate":
         return run_generate(plan, ctx, device, progress.output_dir, progress=progress, compile_model=compile_model)
     if kind == "preflight":

@@ -54,8 +54,8 @@ def tiny_wan_folder(folder: Path, seed: int = 0) -> Path:
     """The ``tiny`` preset's transformer (a tiny WanTransformer3DModel with seeded random weights)
     saved in the diffusers layout at ``folder`` (config.json + diffusion_pytorch_model.safetensors):
     what ``model.weights`` of examples/tiny.yaml loads."""
-    from sporch.runtime.model.generic import random_diffusers
-    from sporch.runtime.model.generic.families.wan import TINY
+    from sporch.runtime.models.build import random_diffusers
+    from sporch.runtime.models.families.wan import TINY
 
     random_diffusers("WanTransformer3DModel", dict(TINY), seed=seed).save_pretrained(str(folder))
     return folder

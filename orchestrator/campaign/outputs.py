@@ -3,7 +3,7 @@
 A layout changes how the work is split, never what is computed: every layout of one workload
 (same prompts, seeds, steps, shape, dtype, weights) must give the same video up to rounding.
 For each completed generate point this module reads what its job wrote into its folder
-(``latents/<index>.safetensors``, sporch.runtime.pipelines.latents; the decoded files of
+(``latents/<index>.safetensors``, sporch.runtime.pipelines.latent_files; the decoded files of
 ``result.json``'s ``outputs``) and compares them with the reference point's:
 
 * ``latent_max_abs_err``: the largest ``|a - b|`` over every prompt's final latents;
@@ -18,7 +18,7 @@ The reference point of a group of comparable points (same cluster, preset, shape
 axes (``caches``, ``quants``, ``attention_precisions``, ``steps``, ``recipes``), a layout or the
 fewest GPUs picks among the full-quality points (cache none, quant none, attention exact, the
 most steps, recipe base), so a lossy point's PSNR/SSIM is against the full-quality output (their
-latents share the ``subject`` hash, runtime/pipelines/latents.py). It gets 0 / inf / 1.
+latents share the ``subject`` hash, runtime/pipelines/latent_files.py). It gets 0 / inf / 1.
 Points whose latents carry another fingerprint (another prompt, seed, steps...) are not
 compared: their metrics stay empty and a one-line note says why.
 
@@ -47,7 +47,7 @@ class Outputs:
 
     latents: dict
     frames: dict
-    subjects: dict = None  # prompt index -> subject hash (runtime/pipelines/latents.py), when written
+    subjects: dict = None  # prompt index -> subject hash (runtime/pipelines/latent_files.py), when written
 
 
 def read_outputs(folder: Path, result: dict[str, Any]) -> Optional[Outputs]:

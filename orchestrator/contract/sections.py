@@ -103,7 +103,7 @@ class ModelSection(Section):
     # The model family (models/families: "wan", "flux", "qwen-image", "ltx-video", ...), resolved
     # once by the planner from the preset, the checkpoint's config.json or the shape's attention kind
     family: Optional[str] = None
-    # The diffusers transformer class every rank builds and runs sequence-parallel (runtime/model/generic)
+    # The diffusers transformer class every rank builds and runs sequence-parallel (runtime/models)
     diffusers_class: Optional[str] = None
     # Its config (config.json's keys): the checkpoint folder's (an original release's mapped to the
     # class's), or the preset's with the job's sizes; the runtime builds the class from it

@@ -1,6 +1,6 @@
 """result.json's ``step_cache`` (docs/contracts.md): the job's steps computed and skipped, and
 each rank's skip pattern, from the ranks' ``metrics["step_cache"]`` records (runtime:
-sporch.runtime.model.cache). Standard library only.
+sporch.runtime.models.cache). Standard library only.
 
 Every rank of a dp replica must skip the same steps (the runtime reduces the decision and
 raises when they differ); ``ranks_agree`` re-checks it on the records. Replicas hold different

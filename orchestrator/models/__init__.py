@@ -3,7 +3,7 @@ read it: the orchestrator on a login node or a laptop, the runtime on every rank
 
 The named models: :mod:`.families` holds every family fact, one module per family (its diffusers
 classes, its presets with their published configs and sources, its pipeline and its parts), found
-by one registry. Every model runs through its family's diffusers class (runtime/model/generic).
+by one registry. Every model runs through its family's diffusers class (runtime/models).
 
 The readers, no tensor loaded: :mod:`.checkpoint_files` (where a checkpoint's tensors are:
 safetensors headers, index), :mod:`.checkpoint_config` (the model a config.json describes),
@@ -28,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {p.name: families.preset_shape(fam, p) for 
 
 def preset_family(name: str | None) -> Optional[str]:
     """The family (models/families name) of preset ``name``; None for an unknown name."""
-    found = families.generic_preset(str(name or ""))
+    found = families.find_family_preset(str(name or ""))
     return found[0].name if found else None
 
 

@@ -1,7 +1,7 @@
 """Where a checkpoint's tensors are, from a local path in the publisher's layout.
 
 Stdlib only: ``sporch run --local`` checks ``model.weights`` with it before starting ranks
-(imported lazily); sporch.runtime.model.generic.checkpoint loads the tensors it finds.
+(imported lazily); sporch.runtime.models.checkpoint loads the tensors it finds.
 
 ``model.weights`` may name
 

@@ -5,7 +5,7 @@
 (lora_alpha.py), and its whole-tensor differences; the down/up tensors are checked finite. Which
 diffusers modules each names: lora_names.py. The merge is
 W += scale x (alpha / rank) x up @ down (no alpha: alpha = rank; PEFT's rsLoRA: alpha / sqrt(rank)),
-done by the runtime (sporch.runtime.model.generic.lora, through the family's diffusers loader and PEFT).
+done by the runtime (sporch.runtime.models.lora, through the family's diffusers loader and PEFT).
 """
 
 from __future__ import annotations

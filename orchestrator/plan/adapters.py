@@ -6,7 +6,7 @@ models/lora_names.py: the key plan the runtime hands diffusers' LoRA loader), so
 another model, size or family is refused by
 ``sporch plan`` in one line. The plan carries absolute paths and scales
 (``plan.model.lora``, each with the expert it adapts: ``both``, or one of Wan2.2's
-``transformer``/``transformer_2``); the runtime merges them at load (runtime/model/generic/lora.py).
+``transformer``/``transformer_2``); the runtime merges them at load (runtime/models/lora.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
     text-encoder keys); for a family whose original release sporch knows (Wan, Flux) every module
     matched in diffusers' or the release's names against the class's linear modules for the
     model's config, and whole-tensor differences against its parameters (models/lora_names.py:
-    what the runtime hands diffusers' loader, runtime/model/generic/lora.py, which refuses again
+    what the runtime hands diffusers' loader, runtime/models/lora.py, which refuses again
     whatever the model lacks)."""
     if not entries:
         return model

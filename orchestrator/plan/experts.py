@@ -19,7 +19,7 @@ from typing import Optional
 
 from sporch.orchestrator.config.job_spec import ModelSpec
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.families import FamilyPreset, generic_preset
+from sporch.orchestrator.models.families import FamilyPreset, find_family_preset
 from sporch.orchestrator.models.checkpoint_experts import read_expand_timesteps, read_experts
 from sporch.orchestrator.contract.estimates_section import Estimates, ExpertsEstimate
 from sporch.orchestrator.contract.sections import ClusterSpec, ModelSection
@@ -34,7 +34,7 @@ HOST_GB_PER_S = 25.0
 def _preset(spec: ModelSpec) -> Optional[FamilyPreset]:
     """The job's published preset (None: no preset, or a test model such as tiny, whose pipeline
     folder says what it has)."""
-    found = generic_preset(spec.preset) if spec.preset else None
+    found = find_family_preset(spec.preset) if spec.preset else None
     return found[1] if found is not None and not found[1].test_model else None
 
 

@@ -1,6 +1,6 @@
 """The families sporch runs, one row each (``sporch models``, docs/model.md's family table): what
 each family's record and the planner's rules allow, read from them, never restated. Every family
-runs its diffusers class (runtime/model/generic); what ``generic_checks`` plans for it is its row.
+runs its diffusers class (runtime/models); what ``family_checks`` plans for it is its row.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from sporch.orchestrator.models.families import FAMILIES, Family, PipelineCfg
 from sporch.orchestrator.models.families.base import STEP_CACHES
 
-from .generic_checks import GENERIC_WORKLOADS, generic_placements
+from .family_checks import MODEL_WORKLOADS, generate_placements
 
 __all__ = ["FamilyRow", "family_rows"]
 
@@ -54,10 +54,10 @@ def _row(family: Family) -> FamilyRow:
     split = "; ".join(f"{c}: {family.split_plan_source(c)}" for c in family.classes)
     lora = f"yes ({family.lora_loader}'s formats)" if family.lora_loader else ""
     generate = bool(family.pipeline_class)
-    placements = generic_placements(family) if generate else {"text_encoder": (), "vae": ()}
+    placements = generate_placements(family) if generate else {"text_encoder": (), "vae": ()}
     pipeline = " / ".join(p for p in (family.pipeline_class, family.image_pipeline_class) if p)
     return FamilyRow(family.name, family.title, family.classes, split, tuple(p.name for p in family.presets),
-                     GENERIC_WORKLOADS + (("generate",) if generate else ()), pipeline,
+                     MODEL_WORKLOADS + (("generate",) if generate else ()), pipeline,
                      _cfg(family) if generate else "", placements["text_encoder"], placements["vae"],
                      family.step_cache, lora, cache_refusal(family))
 

@@ -9,7 +9,7 @@ transformer. So the busiest rank holds ``max(text encoder, transformer + VAE + d
 runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by tile (diffusers),
 ``parallel`` splits the latent's rows over the leader's sequence group.
 
-The generic path's generate (``plan.model.diffusers_class`` set; runtime/pipelines/generic.py) loads
+The generic path's generate (``plan.model.diffusers_class`` set; runtime/pipelines/generate_run.py) loads
 the family's diffusers pipeline whole, every part in the workload dtype, the transformer first:
 its leader encodes with the transformer and the VAE already on the GPU (``pipeline.text_encoder:
 cpu`` keeps the encoders in host memory), frees the encoders, then denoises and decodes. So its

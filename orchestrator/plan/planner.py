@@ -36,7 +36,7 @@ from sporch.orchestrator.plan.layouts import (
 )
 from sporch.orchestrator.plan.pipeline_estimate import with_pipeline
 from sporch.orchestrator.plan.experts import with_experts
-from sporch.orchestrator.plan.generic_checks import check_generic, folder_vae_refusal, generic_placements, latent_rows
+from sporch.orchestrator.plan.family_checks import check_family, folder_vae_refusal, generate_placements, latent_rows
 from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging_estimate import staging_estimate
@@ -339,7 +339,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
     check_expert_keys(job, model)
     check_image(job, model)
     check_cache(job, model)
-    check_generic(job, model, layout)
+    check_family(job, model, layout)
     if layout.cfg > 1 and not cfg_on(model, job.workload):
         raise SporchError(f"parallel.cfg={layout.cfg} splits the two CFG passes, but CFG is off for this job "
                           f"({model.diffusers_class}, family {model.family}); set parallel.cfg=1")
@@ -352,7 +352,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
 
     modes = {"shard_weights": job.parallel.shard_weights, "text_encoder": job.pipeline.text_encoder,
              "vae": job.pipeline.vae, "experts": job.pipeline.experts}
-    choices = generic_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
+    choices = generate_placements(get_family(model.family), latent_rows(model, workload.height), layout.sequence_degree,
                                  folder_vae_refusal(model, get_family(model.family)))
     # the generate of a two-call CFG pipeline runs its cfg ranks' forwards at different times
     two_calls = generate and get_family(model.family).pipeline_cfg is PipelineCfg.TWO_CALLS

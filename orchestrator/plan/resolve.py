@@ -20,7 +20,7 @@ from sporch.orchestrator.config.presets import get_preset, preset_names
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.contract.vocab import ATTENTION_KINDS
 from sporch.orchestrator.models.checkpoint_files import CheckpointError
-from sporch.orchestrator.models.families import (SHAPE_FAMILIES, Family, config_class, config_problem, generic_preset,
+from sporch.orchestrator.models.families import (SHAPE_FAMILIES, Family, config_class, config_problem, find_family_preset,
                                                  get_family, preset_shape, shape_family)
 from sporch.orchestrator.plan.experts import boundary_ratio, expand_timesteps
 from sporch.orchestrator.models.checkpoint_config import (CheckpointModel, UnknownModelConfig,
@@ -244,7 +244,7 @@ def _family_config(spec: ModelSpec, ckpt: Optional[CheckpointModel], section: Mo
     """The family and the diffusers config of the job's model: the checkpoint's, the preset's with
     the job's sizes (its family's ``config_for``), or the shape's family's for a model given by its
     shape alone. A size the class cannot express is refused in one line naming the field."""
-    found = generic_preset(spec.preset) if spec.preset else None
+    found = find_family_preset(spec.preset) if spec.preset else None
     if found is None and ckpt is not None:
         return get_family(ckpt.family_key), dict(ckpt.config)
     if found is not None:
@@ -292,7 +292,7 @@ def _same(a: Any, b: Any) -> bool:
 def _check_checkpoint(spec: ModelSpec, ckpt: CheckpointModel, section: ModelSection, config: Mapping[str, Any]) -> None:
     """A preset or explicit fields (the job's model: ``section`` and its class's ``config``) that
     disagree with the checkpoint's config are refused, every disagreement in one line."""
-    found = generic_preset(spec.preset) if spec.preset else None
+    found = find_family_preset(spec.preset) if spec.preset else None
     wrong = disagreements(ckpt, section, config if found is not None else None)
     if found is not None and found[0].name != ckpt.family_key:
         wrong.insert(0, f"family {ckpt.family_key} (job: {found[0].name})")

@@ -1,5 +1,5 @@
 """The generate workload: prompts -> the family's diffusers pipeline around the sequence-parallel
-transformer -> one MP4/PNG per prompt (runtime/pipelines/generic.py, docs/generate.md), and
+transformer -> one MP4/PNG per prompt (runtime/pipelines/generate_run.py, docs/generate.md), and
 ``sporch decode RUN_DIR``: a job's kept latents decoded in one process, nothing denoised.
 """
 
@@ -16,14 +16,14 @@ from sporch.orchestrator.models.generate_inputs import require_pipelines
 from sporch.runtime.parallel import ParallelContext
 from sporch.runtime.progress import Progress
 
-from .generic import run_generic_generate
-from .generic_latents import KeptLatents, decodes_latents
-from .generic_load import load_pipeline
-from .generic_resume import FinishedPrompts
-from .generic_output import write_prompt
-from .params import generate_params
-from .phase_timing import PhaseTimer
-from .resume import plan_key
+from sporch.runtime.pipelines.generate_run import run_pipeline
+from sporch.runtime.pipelines.kept_latents import KeptLatents, decodes_latents
+from sporch.runtime.pipelines.load import load_pipeline
+from sporch.runtime.pipelines.resume import FinishedPrompts
+from sporch.runtime.pipelines.output import write_prompt
+from sporch.runtime.pipelines.params import generate_params
+from sporch.runtime.pipelines.phase_timing import PhaseTimer
+from sporch.runtime.pipelines.step_checkpoint import plan_key
 
 __all__ = ["run_generate", "decode_saved"]
 
@@ -33,11 +33,11 @@ def run_generate(plan: Plan, ctx: ParallelContext | None, device: torch.device, 
                  frames_sink: Callable[[int, Any], None] | None = None,
                  progress: Progress | None = None,
                  compile_model: Callable[[torch.nn.Module], Any] | None = None) -> dict[str, Any]:
-    """Run the generate workload of ``plan`` on this rank (runtime/pipelines/generic.py);
+    """Run the generate workload of ``plan`` on this rank (runtime/pipelines/generate_run.py);
     ``frames_sink(index, frames)`` (tests) also receives each prompt's decoded float frames
     [F, H, W, 3] on the leader."""
     require_pipelines()
-    return run_generic_generate(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink,
+    return run_pipeline(plan, ctx, device, output_dir, log=log, frames_sink=frames_sink,
                                 compile_model=compile_model, progress=progress)
 
 

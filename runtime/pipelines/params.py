@@ -16,7 +16,7 @@ from sporch.orchestrator.contract.plan import Plan
 
 @dataclass(frozen=True)
 class GenerateParams:
-    family: str  # plan.model.family (models/families; its runtime module: runtime/model/generic/families)
+    family: str  # plan.model.family (models/families; its runtime module: runtime/models/families)
     model: dict  # plan.model (its diffusers_config: the transformer's config, what a tiny folder is built from)
     root: str  # the diffusers pipeline folder (model.weights)
     tiny_weights: bool  # create a tiny random pipeline at ``root`` when it does not exist

@@ -1,166 +1,157 @@
-"""Denoising that survives a requeue: each rank's step state on disk, resumed bit for bit.
+"""A requeue in the middle of a generic-path prompt (:mod:`.generic`): resumed from the last
+finished step through the diffusers pipeline's own call, not a copy of its loop.
 
-After every denoising step each rank writes its own file
-``<job dir>/checkpoint/generate_rank<R>.b<batch>.s<step>.pt``: its token shard of the latents,
-its scheduler's state (UniPC's history of model outputs and timesteps, the step index,
-the last sample; every plain value and tensor the scheduler object holds) and the step times.
-The two newest files are kept; a file is written to a temporary name and renamed
-(safe_files.write_atomic).
+After every denoising step the pipeline's ``callback_on_step_end`` hands sporch the latents; each
+rank writes them and its scheduler's state into the step files of :mod:`.step_checkpoint` (same format,
+same replica-wide agreement on the step to resume from). A requeued run calls the pipeline again
+with the same arguments; while the finished steps replay, :class:`SkipTransformer` (a diffusers
+``ModelHook`` on the transformer) returns a placeholder instead of computing, the sequence- and
+CFG-parallel hooks are not attached yet, and the pipeline's scheduler steps on that placeholder
+(harmless: at the boundary step the callback puts the saved scheduler state back over it and
+returns the saved latents, which the pipeline takes as its own). From there the steps are the
+uninterrupted run's.
 
-A stop (USR2 before the time limit, see sporch.runtime.progress) is agreed inside the dp
-replica at a step boundary (every rank of the replica stops after the same step; replicas run
-their own prompts, so they do not wait for each other), then the job is requeued. The next
-run finds, per rank, the newest step of the batch it was denoising; the replica agrees on the
-oldest of them (a rank killed between two files has one step less), every rank loads that
-step's file, puts the scheduler's state back and carries on: the latents it ends with are the
-uninterrupted run's, bit for bit.
+That is exact only where the pipeline's loop keeps no state of its own between steps besides the
+latents and the scheduler object: :data:`RESUMABLE_SCHEDULERS` lists the scheduler classes checked
+(tests/runtime/pipelines/test_generate_generic_resume.py). CogVideoXPipeline with
+``CogVideoXDPMScheduler`` carries ``old_pred_original_sample`` in a local variable of its loop that
+no callback sees, and the step cache (``workload.cache``) keeps residuals in its hooks: for those
+:func:`resume_refusal` says why, no step files are written and a requeued prompt restarts.
 
-Each file carries the key of the run that wrote it (:func:`plan_key`: the Plan's model, workload,
-layout, sequence, heads and placement, hashed): a file another plan wrote (the job file changed
-and was run again into the same folder) is never resumed from; the batch restarts.
+A prompt the job already finished is not denoised again (:class:`FinishedPrompts`): once the
+leader has written a prompt's PNG/MP4 it records the result row with the file's SHA-256 and the
+run's :func:`~.step_checkpoint.plan_key` (``checkpoint/generate_done.<index>.json``); a later run of the
+same plan into the same folder (a requeue, the job run again) skips every prompt whose record
+matches and whose file is still the one recorded, agreed over the replica by its leader, and
+lists the recorded row in its result as if it had written it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Mapping, Sequence
 
 import torch
-import torch.distributed as dist
 
 from sporch.orchestrator.contract.job_files import JobFiles
-from sporch.orchestrator.safe_files import write_atomic
+from sporch.orchestrator.safe_files import NotAFileError, read_regular, write_atomic
 from sporch.runtime.parallel import ParallelContext
 
-_STEP = re.compile(r"\.s(\d+)\.pt$")
-#: Scheduler attributes that are configuration, not state.
-_SKIP = ("config", "_internal_dict")
+from sporch.runtime.pipelines.replica import share_from_leader
+
+__all__ = ["RESUMABLE_SCHEDULERS", "resume_refusal", "SkipTransformer", "FinishedPrompts"]
+
+#: Scheduler classes whose whole step state is the scheduler object's plain attributes and whose
+#: pipelines (Wan, Flux.1, Qwen-Image, SD3, CogVideoX, LTX-Video, HunyuanVideo) carry nothing else
+#: between steps but the latents: a resume with them is the uninterrupted run, checked per family
+#: (UniPC's history of model outputs and timesteps is among its attributes; RecipeSigmasScheduler is
+#: the flow-matching Euler scheduler with a few-step recipe's sigmas, runtime/pipelines/schedulers.py).
+RESUMABLE_SCHEDULERS = ("FlowMatchEulerDiscreteScheduler", "CogVideoXDDIMScheduler", "UniPCMultistepScheduler",
+                        "RecipeSigmasScheduler")
+
+#: The name the skip hook has in the transformer's diffusers hook registry.
+HOOK_NAME = "sporch_resume_skip"
 
 
-#: The Plan's parts that decide a denoising run's step states (not its job's name, time or
-#: estimates: a requeue or an identical job run again resumes).
-KEY_SECTIONS = ("layout", "model", "workload", "sequence", "heads", "placement")
+def resume_refusal(scheduler: Any, step_cache: bool) -> str | None:
+    """Why a prompt of this pipeline cannot resume exactly after a requeue (it restarts), or None."""
+    if step_cache:
+        return "workload.cache keeps its residuals in the transformer's hooks, which the step files do not hold"
+    name = type(scheduler).__name__
+    if name not in RESUMABLE_SCHEDULERS:
+        return (f"{name} is not among the schedulers whose resume is checked exact "
+                f"({', '.join(RESUMABLE_SCHEDULERS)})")
+    return None
 
 
-def plan_key(plan: Any) -> str:
-    """What decides the step files' contents, hashed from the Plan (a plain JSON dict)."""
-    doc = plan.to_dict()
-    text = json.dumps({k: doc.get(k) for k in KEY_SECTIONS}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+class SkipTransformer:
+    """While attached (a context manager), every call of each of the transformers (the pipeline's
+    one, or Wan2.2 A14B's two experts) returns a placeholder of its ``hidden_states``' shape (ones:
+    finite through any guidance arithmetic, e.g. Qwen-Image's norm rescaling) without computing
+    anything; ``calls`` counts them. Attached through diffusers' hook registry
+    (``ModelHook.new_forward``), detached with :meth:`detach` (the boundary step) or on exit."""
+
+    def __init__(self, transformers: Sequence[torch.nn.Module]) -> None:
+        self.transformers = list(transformers)
+        self.calls = 0
+        self._attached = False
+
+    def __enter__(self) -> "SkipTransformer":
+        from diffusers.hooks import HookRegistry, ModelHook
+
+        owner = self
+
+        class _Skip(ModelHook):
+            def new_forward(self, module, *args, **kwargs):
+                owner.calls += 1
+                if "hidden_states" not in kwargs:
+                    raise ValueError(f"resume: {type(module).__name__} was called without hidden_states by name")
+                out = torch.ones_like(kwargs["hidden_states"])
+                if kwargs.get("return_dict", True):
+                    from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+                    return Transformer2DModelOutput(sample=out)
+                return (out,)
+
+        for transformer in self.transformers:
+            HookRegistry.check_if_exists_or_initialize(transformer).register_hook(_Skip(), HOOK_NAME)
+        self._attached = True
+        return self
+
+    def detach(self) -> None:
+        if self._attached:
+            from diffusers.hooks import HookRegistry
+
+            for transformer in self.transformers:
+                HookRegistry.check_if_exists_or_initialize(transformer).remove_hook(HOOK_NAME, recurse=False)
+            self._attached = False
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
 
 
-def _plain(value: Any) -> bool:
-    """Whether ``value`` can be saved and loaded back with ``torch.load(weights_only=True)``."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
-    return False
+class FinishedPrompts:
+    """The prompts of this job whose output an earlier run wrote: one record per prompt,
+    ``checkpoint/generate_done.<index>.json`` (written by the replica's leader after the output
+    file, atomically): the run's key (:func:`~.step_checkpoint.plan_key`), the output file's SHA-256 and
+    the result row. A record counts only for the same key, the same file name and an unchanged
+    file: another plan, a deleted or replaced output denoises the prompt again."""
 
-
-def scheduler_state(scheduler: Any) -> dict[str, Any]:
-    """Every plain attribute of ``scheduler`` (tensors cloned to the CPU)."""
-    out = {}
-    for key, value in vars(scheduler).items():
-        if key in _SKIP or not _plain(value):
-            continue
-        out[key] = _to_cpu(value)
-    return out
-
-
-def restore_scheduler(scheduler: Any, state: dict[str, Any], device: torch.device) -> None:
-    """Put ``state`` back; each tensor goes where it was (the CPU, or ``device``: the GPU)."""
-    for key, value in state.items():
-        setattr(scheduler, key, _from_saved(value, device))
-
-
-def _to_cpu(value: Any) -> Any:
-    """Tensors as ``{"tensor": CPU copy, "on": device type}``, lists and tuples kept."""
-    if isinstance(value, torch.Tensor):
-        return {"tensor": value.detach().to("cpu").clone(), "on": value.device.type}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
-
-
-def _from_saved(value: Any, device: torch.device) -> Any:
-    if isinstance(value, dict) and set(value) == {"tensor", "on"}:
-        return value["tensor"].to("cpu" if value["on"] == "cpu" else device)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_from_saved(v, device) for v in value)
-    return value
-
-
-class DenoiseCheckpoint:
-    """This rank's step files, and the replica-wide agreement on stopping and resuming."""
-
-    def __init__(self, output_dir: str | os.PathLike, ctx: ParallelContext | None,
-                 stop_requested: Callable[[], bool] = lambda: False, key: str = "") -> None:
+    def __init__(self, output_dir: str | os.PathLike, key: str) -> None:
         self.folder = Path(JobFiles(str(output_dir)).checkpoint)
-        self.ctx = ctx
-        self.rank = ctx.rank if ctx is not None else 0
-        self.stop_requested = stop_requested
-        self.key = key  # plan_key of this run: a file written under another is not resumed from
+        self.key = key
 
-    def _path(self, batch: int, step: int) -> Path:
-        return self.folder / f"generate_rank{self.rank}.b{batch}.s{step}.pt"
+    def _path(self, index: int) -> Path:
+        return self.folder / f"generate_done.{index:05d}.json"
 
-    def _mine(self, batch: int) -> list[int]:
-        """Steps of ``batch`` this rank has a file for."""
-        found = (_STEP.search(p.name) for p in self.folder.glob(f"generate_rank{self.rank}.b{batch}.s*.pt"))
-        return sorted(int(m.group(1)) for m in found if m)
+    def record(self, row: Mapping[str, Any], output: Path) -> None:
+        """Prompt ``row["index"]`` is finished: its output ``output`` is written (leader)."""
+        doc = {"key": self.key, "sha256": _digest(output), "row": dict(row)}
+        write_atomic(self._path(int(row["index"])), json.dumps(doc, indent=1, sort_keys=True) + "\n", fsync=False)
 
-    def save(self, batch: int, step: int, x_local: torch.Tensor, scheduler: Any, step_ms: list[float]) -> None:
-        """After finished step ``step`` (1-based) of prompt batch ``batch``."""
-        buf = io.BytesIO()
-        torch.save({"x": x_local.detach().to("cpu").clone(), "scheduler": scheduler_state(scheduler),
-                    "step_ms": list(step_ms), "key": self.key}, buf)
-        write_atomic(self._path(batch, step), buf.getvalue(), fsync=False)
-        # the two newest stay: a rank one step behind its replica still finds the agreed step
-        self._path(batch, step - 2).unlink(missing_ok=True)
+    def row(self, index: int, output: Path) -> dict[str, Any] | None:
+        """The recorded result row of prompt ``index`` (its path the one given) when an earlier
+        run of this plan finished it and ``output`` is still the file it wrote; else None."""
+        try:
+            doc = json.loads(read_regular(self._path(index)))
+            row = doc["row"]
+            ok = (doc.get("key") == self.key and row.get("index") == index and row.get("file") == output.name
+                  and doc.get("sha256") == _digest(output))
+        except (OSError, NotAFileError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # none, unreadable or another format: the prompt is denoised
+        return {**row, "path": str(output)} if ok else None
 
-    def resume(self, batch: int, device: torch.device) -> tuple[int, dict[str, Any]] | None:
-        """(finished step, saved state) to resume ``batch`` from, the same step on every rank
-        of the replica; None when any rank of it has nothing, or a file another plan wrote
-        (its key differs: the batch restarts; collective over the replica)."""
-        steps = self._mine(batch)
-        newest = steps[-1] if steps else 0
-        agreed = self._replica_reduce(newest, dist.ReduceOp.MIN)
-        if agreed <= 0:
-            return None
-        # ranks of a replica meet in every step, so they are at most one step apart and each
-        # keeps its two newest files: all have the agreed one unless something removed it
-        state = torch.load(self._path(batch, agreed), map_location="cpu", weights_only=True) if agreed in steps else None
-        if not self._replica_reduce(int(state is not None and state.get("key") == self.key), dist.ReduceOp.MIN):
-            return None
-        state["x"] = state["x"].to(device)
-        return agreed, state
+    def agreed(self, ctx: ParallelContext | None, outputs: Mapping[int, Path]) -> dict[int, dict[str, Any]]:
+        """{index: recorded row} of the prompts ``outputs`` ({index: its output file}) that are
+        finished, as the replica's leader reads them, on every rank of the replica (collective)."""
+        def read() -> dict[int, dict[str, Any]]:
+            rows = {i: self.row(i, path) for i, path in outputs.items()}
+            return {i: r for i, r in rows.items() if r is not None}
+        return share_from_leader(ctx, read, "reading the finished prompts' records")
 
-    def stop_agreed(self) -> bool:
-        """Whether any rank of the replica was asked to stop (collective over the replica)."""
-        return bool(self._replica_reduce(1 if self.stop_requested() else 0, dist.ReduceOp.MAX))
 
-    def finish(self, batch: int) -> None:
-        """The batch's latents are kept: its step files are not needed any more."""
-        for step in self._mine(batch):
-            self._path(batch, step).unlink(missing_ok=True)
-
-    def _replica_reduce(self, value: int, op) -> int:
-        """``value`` reduced over this rank's dp replica (its sequence group, then its cfg group)."""
-        ctx = self.ctx
-        if ctx is None or not dist.is_initialized():
-            return value
-        t = torch.tensor([value], dtype=torch.int64)
-        if dist.get_backend() == "nccl":
-            t = t.to(ctx.device)
-        with ctx.guard():
-            if ctx.sequence_size > 1:
-                dist.all_reduce(t, op=op, group=ctx.sequence_group)
-            if ctx.cfg > 1:
-                dist.all_reduce(t, op=op, group=ctx.cfg_group)
-        return int(t.item())
+def _digest(path: Path) -> str:
+    return hashlib.sha256(read_regular(path)).hexdigest()

@@ -22,7 +22,7 @@ import functools
 import inspect
 from typing import Any
 
-from .params import GenerateParams
+from sporch.runtime.pipelines.params import GenerateParams
 
 __all__ = ["apply_scheduler_options", "call_takes_sigmas", "recipe_scheduler"]
 

@@ -1,7 +1,7 @@
 """The text encoders sharded over a sequence group (``pipeline.text_encoder: sharded``), and what a
 rank holds of them at its busiest.
 
-Placement (``plan.placement.text_encoder``; runtime/pipelines/generic_text.py encodes):
+Placement (``plan.placement.text_encoder``; runtime/pipelines/prompts.py encodes):
 
 * ``leader``: one rank per dp replica encodes (cfg rank 0, sequence rank 0: the *leader*) with
   the pipeline's own ``encode_prompt`` and frees the encoders; the embeddings go to the rest of
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from sporch.runtime.model.shard_weights import ParameterPeak
+from sporch.runtime.models.shard_weights import ParameterPeak
 from sporch.runtime.parallel import ParallelContext
 
 

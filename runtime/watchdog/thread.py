@@ -15,11 +15,11 @@ from sporch.orchestrator.contract.exit_codes import EXIT_HUNG
 from sporch.orchestrator.contract.job_files import JobFiles
 from sporch.orchestrator.hangs import HANG_SCHEMA_VERSION, HangDiagnosis, collective_timeout_s, diagnose
 
-from .collectives import CollectiveTracker
-from .hang_files import read_records, write_hang_files
-from .rendezvous import (ALERT_KEY, DONE_KEY, DUMPED_KEY, RECORDED_KEY, alerted, await_count, await_key, hosts,
+from sporch.runtime.watchdog.collectives import CollectiveTracker
+from sporch.runtime.watchdog.hang_files import read_records, write_hang_files
+from sporch.runtime.watchdog.rendezvous import (ALERT_KEY, DONE_KEY, DUMPED_KEY, RECORDED_KEY, alerted, await_count, await_key, hosts,
                          publish_host, store_call)
-from .stacks import main_thread_at
+from sporch.runtime.watchdog.stacks import main_thread_at
 
 __all__ = ["Watchdog", "job_timeout_s"]
 

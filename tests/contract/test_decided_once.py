@@ -70,7 +70,7 @@ def test_the_compile_rule_is_one_for_the_cost_model_and_the_runtime():
 
 def test_the_step_cache_defaults_are_written_once():
     pytest.importorskip("torch")
-    from sporch.runtime.model.cache.decision import StepPolicy
+    from sporch.runtime.models.cache.decision import StepPolicy
 
     spec, section = CacheSpec(), CacheSection()
     assert (spec.warmup_steps, spec.max_consecutive) == (section.warmup_steps, section.max_consecutive) == (1, 0)

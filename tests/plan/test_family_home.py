@@ -75,8 +75,8 @@ def test_every_family_fact_comes_from_its_module():
 
 def test_the_runtime_has_one_module_per_family_with_a_pipeline():
     pytest.importorskip("torch")
-    from sporch.runtime.model.generic.families import family_module
-    from sporch.runtime.pipelines.tiny_generic import tiny_generic_families
+    from sporch.runtime.models.families import family_module
+    from sporch.runtime.pipelines.tiny import tiny_generic_families
 
     generic = {f.name for f in FAMILIES if f.pipeline_class}  # generate: one tiny pipeline each
     assert generic == set(tiny_generic_families())

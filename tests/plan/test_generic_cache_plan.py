@@ -13,7 +13,7 @@ from sporch.orchestrator.contract.step_cache_summary import summarise_step_cache
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.plan.family_table import cache_refusal
-from sporch.orchestrator.plan.generic_checks import check_generic_cache
+from sporch.orchestrator.plan.family_checks import check_family_cache
 from tests.plan.test_families import VERIFY, folder, plan
 from tests.plan.test_generic_levers_plan import SD3
 
@@ -38,12 +38,12 @@ def test_a_method_a_family_does_not_list_is_one_line_naming_what_is_missing():
     family = dataclasses.replace(get_family("sd3"), step_cache=("fbcache",),
                                  step_cache_refusal="its head block has no time embedding for TeaCache's probe")
     with pytest.raises(SporchError) as exc:
-        check_generic_cache("teacache", family, "SD3Transformer2DModel (family sd3, the generic path)")
+        check_family_cache("teacache", family, "SD3Transformer2DModel (family sd3, the generic path)")
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("workload.cache.method=teacache is not built for SD3Transformer2DModel")
     assert "(its head block has no time embedding for TeaCache's probe); use fbcache or none" in msg
-    check_generic_cache("fbcache", family, "x")  # listed: planned
-    check_generic_cache("none", family, "x")
+    check_family_cache("fbcache", family, "x")  # listed: planned
+    check_family_cache("none", family, "x")
     assert cache_refusal(family) == ("not teacache, taylorseer, magcache: its head block has no time embedding "
                                       "for TeaCache's probe")
     assert cache_refusal(get_family("pixart")) == ""

@@ -131,7 +131,7 @@ def test_auto_never_shards_over_the_world_where_the_two_calls_are_split(tmp_path
     assert (split.shard_weights, split.shard_degree) == ("sequence", 2)
 
 
-#: a PixArt transformer config (runtime/model/generic/families/pixart.py's TINY), PixArt-Alpha 1024's conditions on
+#: a PixArt transformer config (runtime/models/families/pixart.py's TINY), PixArt-Alpha 1024's conditions on
 PIXART_ALPHA = {"_class_name": "PixArtTransformer2DModel", "num_attention_heads": 4, "attention_head_dim": 8,
                 "in_channels": 4, "out_channels": 8, "num_layers": 2, "cross_attention_dim": 32,
                 "caption_channels": 16, "sample_size": 128, "patch_size": 2, "norm_type": "ada_norm_single",

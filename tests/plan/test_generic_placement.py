@@ -75,7 +75,7 @@ def test_quant_with_sharded_parameters_is_one_line(run_cli, tmp_path):
 
 
 def test_lora_with_sharded_parameters_is_planned(run_cli, tmp_path):
-    """The generic path merges adapters into sharded parameters row by row (runtime/model/generic/lora.py
+    """The generic path merges adapters into sharded parameters row by row (runtime/models/lora.py
     ``merge_lora_rows``): the planner keeps both, from the CLI and from its API."""
     root = folder(tmp_path, LTX)
     lora = lora_file(tmp_path / "l.safetensors")

@@ -1,6 +1,6 @@
 """How the planner cuts the sequence, recorded once in ``plan.sequence`` (``split``, ``text_len``):
 every model's sequence is cut unpadded (``contract.parallel.sequence_chunks``, the rule
-runtime/model/generic/split.py cuts with) and cuts the text with the image's where its family's
+runtime/models/sequence_split.py cuts with) and cuts the text with the image's where its family's
 split plan does (LTX-Video's cross-attention too, so the text's keys and values are no longer
 counted whole on every rank)."""
 

@@ -12,7 +12,7 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.models.families import get_family
 from sporch.orchestrator.models.families.base import T5_XXL_LAYER
-from sporch.orchestrator.plan.generic_checks import generic_placements
+from sporch.orchestrator.plan.family_checks import generate_placements
 from sporch.orchestrator.plan.planner import make_plan
 
 GIB = 1024**3
@@ -34,7 +34,7 @@ def _plan(preset: str, cluster: str = "a100x32", **pipeline):
 def test_sharded_text_encoders_are_planned_with_a_share_and_the_largest_gathered_unit(preset):
     leader, sharded = _plan(preset, text_encoder="leader"), _plan(preset, text_encoder="sharded")
     fam = get_family(sharded.model.family)
-    assert "sharded" in generic_placements(fam)["text_encoder"]
+    assert "sharded" in generate_placements(fam)["text_encoder"]
     parts = fam.pipeline_parts(sharded.model.preset)
     p, est = sharded.placement, sharded.estimates.pipeline
     seq = sharded.layout.sequence_degree

@@ -19,7 +19,7 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.families import FAMILIES, get_family
-from sporch.orchestrator.plan.generic_checks import check_generic_vae, generic_placements
+from sporch.orchestrator.plan.family_checks import check_family_vae, generate_placements
 from sporch.orchestrator.plan.planner import make_plan
 
 GIB = 1024**3
@@ -51,8 +51,8 @@ def test_every_generic_family_declares_its_tiled_and_parallel_decode():
     assert {f.name for f in GENERIC if f.vae_tiling} >= names
     assert {f.name for f in GENERIC if f.vae_parallel} >= names
     for fam in GENERIC:
-        assert generic_placements(fam)["vae"] == ("leader", "parallel", "tiled")
-        assert generic_placements(fam, rows=7, degree=8)["vae"] == ("leader", "tiled")  # a rank would get no row
+        assert generate_placements(fam)["vae"] == ("leader", "parallel", "tiled")
+        assert generate_placements(fam, rows=7, degree=8)["vae"] == ("leader", "tiled")  # a rank would get no row
 
 
 @pytest.mark.parametrize("preset", sorted(USUAL))
@@ -90,11 +90,11 @@ def test_auto_takes_a_cheaper_decode_where_the_whole_decode_does_not_fit():
 
 def test_parallel_is_refused_in_one_line_where_the_vae_does_not_decode_by_rows():
     fam = dataclasses.replace(get_family("hunyuanvideo"), vae_parallel=False)
-    assert generic_placements(fam)["vae"] == ("leader", "tiled")
+    assert generate_placements(fam)["vae"] == ("leader", "tiled")
     with pytest.raises(SporchError, match="pipeline.vae=parallel is not supported for generate on "
                                           "HunyuanVideoTransformer3DModel .*: AutoencoderKLHunyuanVideo is not decoded "
                                           "exactly .*; set pipeline.vae=leader or tiled$") as exc:
-        check_generic_vae(fam, "parallel", "HunyuanVideoTransformer3DModel (family hunyuanvideo, the generic path)")
+        check_family_vae(fam, "parallel", "HunyuanVideoTransformer3DModel (family hunyuanvideo, the generic path)")
     assert "\n" not in str(exc.value)
 
 
@@ -108,12 +108,12 @@ def test_parallel_is_refused_where_a_rank_would_get_no_latent_row():
 
 def test_tiled_is_refused_for_a_family_without_a_tiled_decode():
     fam = dataclasses.replace(get_family("sd3"), vae_tiling=False, vae_parallel=False)
-    assert generic_placements(fam)["vae"] == ("leader",)
+    assert generate_placements(fam)["vae"] == ("leader",)
     with pytest.raises(SporchError, match="pipeline.vae=tiled is not supported .*set pipeline.vae=leader$") as exc:
-        check_generic_vae(fam, "tiled", "SD3Transformer2DModel (family sd3, the generic path)")
+        check_family_vae(fam, "tiled", "SD3Transformer2DModel (family sd3, the generic path)")
     assert "\n" not in str(exc.value)
-    check_generic_vae(fam, "leader", "x")
-    check_generic_vae(fam, "auto", "x")
+    check_family_vae(fam, "leader", "x")
+    check_family_vae(fam, "auto", "x")
 
 
 def test_the_cli_plans_parallel_and_tiled_and_refuses_too_few_rows_with_exit_2(run_cli, tmp_path):

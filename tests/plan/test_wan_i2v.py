@@ -18,7 +18,7 @@ from sporch.orchestrator.plan.planner import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 #: The published image_encoder/config.json's CLIPVisionModel, counted with transformers on the meta
-#: device (tests/runtime/model/test_published.py checks this number)
+#: device (tests/runtime/models/test_published.py checks this number)
 CLIP_VIT_H_VISION = 630_766_080
 SIZES = {"wan2.1-i2v-14b-480p": (480, 832), "wan2.1-i2v-14b-720p": (720, 1280)}
 

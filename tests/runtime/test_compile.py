@@ -23,23 +23,23 @@ def _rel(a, b):
 
 
 def _tiny():
-    from sporch.runtime.model.generic import random_diffusers
-    from sporch.runtime.model.generic.families.wan import TINY
+    from sporch.runtime.models.build import random_diffusers
+    from sporch.runtime.models.families.wan import TINY
 
     return random_diffusers("WanTransformer3DModel", dict(TINY), seed=7)
 
 
 def _inputs(seed: int = 3):
-    from sporch.runtime.model.generic.families.wan import TINY, inputs
+    from sporch.runtime.models.families.wan import TINY, inputs
 
     return inputs(TINY, batch=1, grid=GRID, text_len=5, generator=torch.Generator().manual_seed(seed))
 
 
 def _forward(model, ctx, seed=3):
-    from sporch.runtime.model.generic import GenericSharded
+    from sporch.runtime.models.runner import ShardedTransformer
 
     with torch.no_grad():
-        return GenericSharded(model, ctx).forward(**_inputs(seed))
+        return ShardedTransformer(model, ctx).forward(**_inputs(seed))
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_compiled_blocks_equal_eager_in_one_process():
 def _attention_calls():
     """The routed attention of a compiled block on 2 ranks runs eagerly: Dynamo never traces it."""
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.models.sequence_parallel import SequenceParallel
     from sporch.runtime.parallel import ParallelContext
 
     calls: list[bool] = []
@@ -76,7 +76,7 @@ def _attention_calls():
     ctx = ParallelContext.from_layout(ulysses=2)
     model = _tiny()
     compile_blocks(model, backend="eager")  # Dynamo's graph split is the same for every backend
-    from sporch.runtime.model.generic.plans import split_plan
+    from sporch.runtime.models.split_plans import split_plan
 
     with torch.no_grad(), Recording(model, ctx, split_plan(type(model))):
         model(**_inputs())

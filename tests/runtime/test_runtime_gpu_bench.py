@@ -90,7 +90,7 @@ def test_device_model_places_dtypes_as_diffusers_loads_them(tmp_path):
     shared where the dtype is the same and cast where sporch's rule differs."""
     import diffusers
 
-    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.models.families import family_module
 
     common = _import_common()
     config = dict(family_module("wan").TINY)

@@ -26,7 +26,7 @@ FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.F
                                 chroma.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
-           "supported_classes", "generic_preset", "config_problem", "original_config_family", "require_family",
+           "supported_classes", "find_family_preset", "config_problem", "original_config_family", "require_family",
            "shape_family", "preset_shape", "SHAPE_FAMILIES", "published_magcache_ratios"]
 
 
@@ -108,7 +108,7 @@ def supported_classes() -> list[str]:
     return [c for fam in FAMILIES for c in fam.classes]
 
 
-def generic_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
+def find_family_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
     """(family, preset) for a preset name (case-insensitive), or None."""
     key = name.strip().lower()
     for fam in FAMILIES:
@@ -123,7 +123,7 @@ def published_preset(model: Any) -> Optional[tuple[Family, FamilyPreset]]:
     shape fields) is: that preset with its shape unchanged, or, for a checkpoint folder (no
     preset), the preset of its class with the same shape (a published checkpoint's folder). None
     otherwise (another preset, a folder of another shape, a preset with fields overridden)."""
-    found = generic_preset(getattr(model, "preset", None) or "")
+    found = find_family_preset(getattr(model, "preset", None) or "")
     if found is not None:
         candidates = [found]
     elif getattr(model, "preset", None) is None and getattr(model, "diffusers_class", None):

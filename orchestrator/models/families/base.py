@@ -47,7 +47,7 @@ class ParameterCount:
     """A transformer's parameters as the planner's memory lines split them: ``blocks`` (every
     block of the class's top-level block lists), ``largest_block`` (the biggest one), ``root``
     (the rest: embeddings, text refiner, head). Counted on the meta device from the preset's
-    config (diffusers 0.42.1; tests/runtime/model/test_generic_parameters.py checks every preset)."""
+    config (diffusers 0.42.1; tests/runtime/models/test_generic_parameters.py checks every preset)."""
 
     blocks: int
     largest_block: int
@@ -95,11 +95,11 @@ class PipelineCfg(str, Enum):
 
     * ``BATCHED``: one transformer call per step on ``[uncond, cond]`` concatenated along the
       batch (SD3, CogVideoX, LTX-Video): each cfg rank computes its half of the rows
-      (runtime/model/generic/cfg_parallel.py);
+      (runtime/models/cfg_parallel.py);
     * ``TWO_CALLS``: true CFG, two transformer calls per step, the prompt's in
       ``cache_context("cond")`` then the negative prompt's in ``cache_context("uncond")``, neither
       output read before the second returns (Qwen-Image): cfg rank 0 computes the first, cfg rank 1
-      the second, and the two are exchanged (runtime/model/generic/cfg_two_calls.py);
+      the second, and the two are exchanged (runtime/models/cfg_two_calls.py);
     * ``NONE``: one pass per step (guidance-distilled, ``Family.cfg`` False: HunyuanVideo's
       embedded guidance), nothing to split.
 
@@ -150,7 +150,7 @@ class Family:
     #: classes whose split plan sporch derives (neither a ``_cp_plan`` nor a table in
     #: ``split_plans``): from a tiny instance built from the runtime module's ``TINY``, checked exact
     #: against the unsharded class on 2 and 4 gloo ranks before first use, the verdict cached per
-    #: class and diffusers version (``derived_plans.py``; runtime/model/generic/derive.py). A derived
+    #: class and diffusers version (``derived_plans.py``; runtime/models/derive.py). A derived
     #: plan needs no ``local_attention``: it splits nothing before the block stack, so attention
     #: outside the stack (a text refiner) runs whole.
     derived: tuple[str, ...] = ()
@@ -158,7 +158,7 @@ class Family:
     local_attention: tuple[str, ...] = ()
     #: the split plan cuts the text tokens over the sequence ranks like the image's (attention to
     #: them is sequence-parallel); False: the text stays whole on every rank (Wan's cross-attention).
-    #: The planner's sequence section records it; tests/runtime/model/test_generic_split_facts.py
+    #: The planner's sequence section records it; tests/runtime/models/test_generic_split_facts.py
     #: checks it against the runtime's split plan of every class.
     text_split: bool = True
     presets: tuple[FamilyPreset, ...] = ()
@@ -172,7 +172,7 @@ class Family:
     #: generate pipeline), whether it makes video (MP4) or images (PNG)
     pipeline_folders: tuple[str, ...] = ()
     video: bool = False
-    #: The diffusers pipeline class the generate workload (runtime/pipelines/generic.py) runs around
+    #: The diffusers pipeline class the generate workload (runtime/pipelines/generate_run.py) runs around
     #: the sequence-parallel transformer (None: no generate for this family), and the one it runs
     #: when the job gives ``workload.image`` (image-to-video or an edit: ``WanImageToVideoPipeline``;
     #: None: the family takes no image)
@@ -191,7 +191,7 @@ class Family:
     #: How that pipeline applies classifier-free guidance (:class:`PipelineCfg`: one batched call,
     #: two calls, or none), which decides how ``parallel.cfg=2`` splits its generate: the planner
     #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
-    #: runtime/pipelines/generic_placement.py attaches the matching hooks.
+    #: runtime/pipelines/placement.py attaches the matching hooks.
     pipeline_cfg: PipelineCfg = PipelineCfg.NONE
     #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
@@ -217,24 +217,24 @@ class Family:
     pipeline_parts: Callable[[Optional[str]], Optional[Mapping[str, Any]]] = no_pipeline_parts
     #: config.json -> the transformer's parameters (blocks, largest block, root): a pure formula of
     #: the diffusers class's layers, for a config of a shape no preset has (plan/estimates.py
-    #: ``parameter_parts``; tests/runtime/model/test_generic_parameters.py checks it against the class
+    #: ``parameter_parts``; tests/runtime/models/test_generic_parameters.py checks it against the class
     #: built on the meta device); None: the planner's generic shape formula
     count_parameters: Optional[Callable[[Mapping[str, Any]], ParameterCount]] = None
     notes: str = ""
     #: diffusers' LoRA loader mixin of the family's pipelines (``FluxLoraLoaderMixin``): its
     #: ``lora_state_dict`` converts the adapter formats it knows (kohya, the original release's
-    #: names) to diffusers' keys on the generic path (runtime/model/generic/lora.py); None: no LoRA
+    #: names) to diffusers' keys on the generic path (runtime/models/lora.py); None: no LoRA
     lora_loader: Optional[str] = None
     #: ``workload.cache.method`` values the generic path runs for the family's classes
-    #: (runtime/model/generic/cache.py: diffusers' cache hooks, the decision agreed over the ranks);
+    #: (runtime/models/cache/apply.py: diffusers' cache hooks, the decision agreed over the ranks);
     #: each needs the class's blocks in diffusers' ``TransformerBlockRegistry``, and teacache a head
-    #: block with what ``teacache_probe`` reads (tests/runtime/model/test_generic_cache_facts.py
+    #: block with what ``teacache_probe`` reads (tests/runtime/models/test_generic_cache_facts.py
     #: checks every family's classes)
     step_cache: tuple[str, ...] = STEP_CACHES
     #: why the methods of ``STEP_CACHES`` the family does not list cannot run on its classes (one
     #: clause naming what is missing; the planner's refusal and ``sporch models``' cache column)
     step_cache_refusal: Optional[str] = None
-    #: What TeaCache compares across steps (runtime/model/generic/cache_probe.py): ``timestep``, the
+    #: What TeaCache compares across steps (runtime/models/cache/probe.py): ``timestep``, the
     #: head block's time embedding, or ``modulated``, the head block's ``norm1(hidden_states,
     #: emb=temb)``; the probe the family's published coefficients were fitted on
     teacache_probe: str = "timestep"
@@ -269,7 +269,7 @@ class Family:
     #: a config.json -> why the family's split plan is not exact for that model (one clause: a config
     #: option the plan does not cover, e.g. Helios' ``is_amplify_history``), or None where it is; the
     #: planner refuses such a model on more than one sequence rank in one line
-    #: (plan/generic_checks.check_generic), the runtime before it splits (generic/runner.py). None: every
+    #: (plan/family_checks.check_family), the runtime before it splits (models/runner.py). None: every
     #: config of the family's classes splits exactly
     split_refusal: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 

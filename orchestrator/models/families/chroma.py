@@ -1,5 +1,5 @@
 """Chroma (diffusers ``ChromaTransformer2DModel``: neither a ``_cp_plan`` nor a table here; its split
-plan is derived, runtime/model/generic/derive.py).
+plan is derived, runtime/models/derive.py).
 
 Flux.1's layout without its guidance and pooled-text inputs: dual-stream blocks (joint attention
 over [text, image]) then single-stream blocks on the two joined, one RoPE table over [text, image]

@@ -38,7 +38,7 @@ COGVIDEOX_5B = {"num_attention_heads": 48, "attention_head_dim": 64, "in_channel
 #: FFN 10240, vocabulary 32128), vae/config.json: AutoencoderKLCogVideoX (block_out_channels [128, 256, 256,
 #: 512]: 128 decoder channels at full resolution; it decodes 2 latent frames, 8 video frames, at a time:
 #: ``num_latent_frames_batch_size``). Counted with those configs on the meta device (transformers, diffusers
-#: 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
     **T5_XXL_ENCODER,
     "vae": "AutoencoderKLCogVideoX", "vae_parameters": 215_583_907, "vae_channels": 128, "vae_chunk_frames": 8,

@@ -1,5 +1,5 @@
 """CogView4 (diffusers ``CogView4Transformer2DModel``: neither a ``_cp_plan`` nor a table here; its
-split plan is derived, runtime/model/generic/derive.py).
+split plan is derived, runtime/models/derive.py).
 
 MMDiT-style joint attention over [text, image] inside each block (the GLM-4 text stream is updated
 by every block, so the derived plan cuts it with the image), 2-D RoPE on the image tokens from the

@@ -6,7 +6,7 @@ a folder the class would refuse (or silently mis-size) is refused in one line na
 
 Standard library only. Bookkeeping keys (``_class_name``, ``_diffusers_version``, ...) are
 skipped; a key the family does not declare is refused: it may change the computation, and sporch
-never ignores one. tests/runtime/model/test_config_rules.py checks that every family declares
+never ignores one. tests/runtime/models/test_config_rules.py checks that every family declares
 exactly its class's constructor arguments.
 """
 

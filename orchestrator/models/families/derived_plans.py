@@ -1,9 +1,9 @@
 """Split plans sporch derives for diffusers classes, and their verdicts (standard library only).
 
 A class with neither diffusers' ``_cp_plan`` nor a table its family ships gets its plan derived
-from a tiny instance (runtime/model/generic/derive.py) and checked against the unsharded class on
+from a tiny instance (runtime/models/derive.py) and checked against the unsharded class on
 2 and 4 gloo ranks with an uneven token count before anything runs it
-(runtime/model/generic/verdict.py). The outcome is a :class:`PlanVerdict`, cached as one JSON file
+(runtime/models/verdict.py). The outcome is a :class:`PlanVerdict`, cached as one JSON file
 per class and diffusers version in :func:`cache_dir` (``$SPORCH_SPLIT_PLANS``, default
 ``$SPORCH_HOME/split-plans``): the user sees it with ``sporch inspect DIR`` and clears it by
 deleting the file (the next run derives and checks again). The planner and ``sporch inspect`` read

@@ -141,7 +141,7 @@ TEACACHE_COEFFICIENTS = {
     "flux.1-schnell": (4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01),
 }
 #: MagCache's magnitude ratios for 28 steps: diffusers 0.42.1 ``hooks/mag_cache.py`` ``FLUX_MAG_RATIOS``
-#: (from github.com/Zehong-Ma/MagCache; tests/runtime/model/test_generic_cache_facts.py checks the copy)
+#: (from github.com/Zehong-Ma/MagCache; tests/runtime/models/test_generic_cache_facts.py checks the copy)
 FLUX_MAG_RATIOS = (1.0, 1.21094, 1.11719, 1.07812, 1.0625, 1.03906, 1.03125, 1.03906, 1.02344, 1.03125, 1.02344,
                    0.98047, 1.01562, 1.00781, 1.0, 1.00781, 1.0, 1.00781, 1.0, 1.0, 0.99609, 0.99609, 0.98047,
                    0.98828, 0.96484, 0.95703, 0.93359, 0.89062)

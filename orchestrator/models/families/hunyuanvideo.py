@@ -48,7 +48,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"
 #: text_encoder_2/config.json: CLIPTextModel (CLIP-L: 12 layers x 768), vae/config.json:
 #: AutoencoderKLHunyuanVideo (block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
 #: resolution; framewise decoding, on by default, decodes 16 frames at a time). Counted with those configs on
-#: the meta device (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: the meta device (transformers, diffusers 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
     "text_encoder": "Llama-3-8B (llava-llama-3-8b LlamaModel) + CLIP-L text",
     "text_encoder_parameters": 7_505_186_816 + 123_060_480, "text_encoder_layers": 32 + 12,

@@ -32,7 +32,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transforme
 #: [5, 5, 5, 5], decoder noise injection. Its decoder ends at 1/4 of the resolution (patch 4: 16 pixels per
 #: position), so per output pixel it holds 128 / 16 = 8 (2B) or 256 / 16 = 16 (13B) channels, for every frame
 #: at once (no framewise decoding by default). Counted with those configs on the meta device (transformers,
-#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: diffusers 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS_2B: dict[str, Any] = {
     **T5_XXL_ENCODER,
     "vae": "AutoencoderKLLTXVideo (0.9.1)", "vae_parameters": 439_557_682, "vae_channels": 8,

@@ -1,5 +1,5 @@
 """Lumina-Image 2.0 (diffusers ``Lumina2Transformer2DModel``: neither a ``_cp_plan`` nor a table here;
-its split plan is derived, runtime/model/generic/derive.py).
+its split plan is derived, runtime/models/derive.py).
 
 A text refiner (self-attention over the whole prompt) and an image refiner run before the main
 blocks, which take text and image joined into one sequence ([text, image], padded per row to the

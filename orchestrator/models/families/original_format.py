@@ -6,7 +6,7 @@ single-file converter (``diffusers.loaders.single_file_utils``); the family says
 such a checkpoint from its tensor names, which converter maps it, and how the release's config.json
 (or, where it ships none, the tensors' shapes) becomes the diffusers class's config. The planner
 reads these facts from headers and config.json alone (models/checkpoint_format.py); the runtime
-runs the converter (runtime/model/generic/original.py).
+runs the converter (runtime/models/original.py).
 
 LoRA adapters trained on the original release name its modules (kohya / sd-scripts, musubi-tuner,
 LightX2V): ``lora_names`` lists the class's linear modules with the release's name for each
@@ -66,7 +66,7 @@ class OriginalFormat:
     #: rows the converter splits at a width of its own (Flux's converter cuts ``linear1`` at
     #: Flux.1's 3072): ``(name pattern with {i}, parts in units of the model's width, the
     #: converter's width)``; for another width sporch pads the parts to the converter's sizes
-    #: and drops the padding after (runtime/model/generic/original.py)
+    #: and drops the padding after (runtime/models/original.py)
     fixed_splits: tuple[tuple[str, tuple[int, ...], int], ...] = field(default_factory=tuple)
     #: the class's linear modules a LoRA may adapt, with the release's names
     lora_names: tuple[LoraName, ...] = field(default_factory=tuple)

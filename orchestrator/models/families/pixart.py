@@ -58,7 +58,7 @@ PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transforme
 #: 2, scaling_factor 0.13025, sample_size 512: enable_tiling's default tiles of 512 x 512 pixels). The 512 and
 #: 2K repositories hold only the transformer; their pipelines take these parts (the PixArt-Sigma model card's
 #: pipeline folder pixart_sigma_sdxlvae_T5_diffusers). Counted with those configs on the meta device
-#: (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: (transformers, diffusers 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
     **T5_XXL_ENCODER,
     "vae": "AutoencoderKL (SDXL VAE, 4 channels)", "vae_parameters": 83_653_863, "vae_channels": 128,

@@ -27,7 +27,7 @@ are joined in the same order, so the result lines up with the rank's concatenate
 ``text`` (sporch's own): the tensor carries text tokens though it is not named
 ``encoder_hidden_states`` (a joint [text, image] stream entering the blocks as one
 ``hidden_states``, its RoPE table and mask): the plan cuts the text with the image's
-(:func:`splits_text`). A derived plan (runtime/model/generic/derive.py) sets it only where no
+(:func:`splits_text`). A derived plan (runtime/models/derive.py) sets it only where no
 ``encoder_hidden_states`` is split, so plans that name their text stream compare equal whatever
 made them.
 """

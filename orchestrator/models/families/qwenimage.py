@@ -26,7 +26,7 @@ TEXT_LEN = 1024  # the pipeline's prompt length bound (max_sequence_length 1024 
 #: (language model 28 layers x 3584, GQA 4 KV heads, FFN 18944, vocabulary 152064, embedding and LM head
 #: untied; vision tower 32 layers x 1280), and vae/config.json: AutoencoderKLQwenImage (base_dim 96, z_dim 16,
 #: dim_mult [1, 2, 4, 4]: 96 decoder channels at full resolution). Counted with those configs on the meta
-#: device (transformers, diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: device (transformers, diffusers 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
     "text_encoder": "Qwen2.5-VL-7B (Qwen2_5_VLForConditionalGeneration)", "text_encoder_parameters": 8_292_166_656,
     "text_encoder_layers": 28 + 32, "text_encoder_embedding": 152_064 * 3584,

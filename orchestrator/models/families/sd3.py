@@ -42,7 +42,7 @@ TEXT_LEN = 333  # CLIP-L/G 77 + T5 256 tokens (StableDiffusion3Pipeline's defaul
 #: text_encoder_3/ T5EncoderModel (T5 v1.1 XXL: 24 layers x 4096, FFN 10240, vocabulary 32128), vae/
 #: AutoencoderKL (16 latent channels, block_out_channels [128, 256, 512, 512]: 128 decoder channels at full
 #: resolution, sample_size 1024). Counted with those config.json files on the meta device (transformers,
-#: diffusers 0.42.1; tests/runtime/model/test_generic_pipeline_parts.py).
+#: diffusers 0.42.1; tests/runtime/models/test_generic_pipeline_parts.py).
 PARTS: dict[str, Any] = {
     "text_encoder": "CLIP-L + CLIP-G (CLIPTextModelWithProjection) + T5-XXL encoder",
     "text_encoder_parameters": 123_650_304 + 694_659_840 + T5_XXL_PARAMETERS, "text_encoder_layers": 12 + 32 + T5_XXL_LAYERS,

@@ -9,7 +9,7 @@ A14B's two experts are the pipeline's ``transformer`` / ``transformer_2`` switch
 The presets are the published ``transformer/config.json`` files (Wan-AI's ``*-Diffusers`` folders on
 Hugging Face; the same numbers as the original releases' config.json), with the pipeline facts the
 folder's ``model_index.json`` adds (boundary_ratio, expand_timesteps) and the parameters counted
-from the config on the meta device (diffusers 0.42.1; tests/runtime/model/test_generic_parameters.py).
+from the config on the meta device (diffusers 0.42.1; tests/runtime/models/test_generic_parameters.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ I2V_A14B = {**T2V_14B, "in_channels": 36}
 TI2V_5B = {**_COMMON, "num_attention_heads": 24, "ffn_dim": 14336, "num_layers": 30, "in_channels": 48,
            "out_channels": 48}
 #: The test model: seconds on 4 CPU ranks (examples/tiny.yaml); its pipeline is built locally
-#: (runtime/model/generic/families/wan.py ``tiny_pipeline``), never downloaded.
+#: (runtime/models/families/wan.py ``tiny_pipeline``), never downloaded.
 TINY = {**_COMMON, "attention_head_dim": 16, "in_channels": 4, "out_channels": 4, "text_dim": 32,
         "num_attention_heads": 4, "ffn_dim": 128, "num_layers": 2}
 

@@ -13,8 +13,8 @@ from torch import nn
 
 from sporch.runtime.parallel import head_offsets  # the start of each part, given the sizes
 
-from .bands import _rank_and_size, gather_rows, split_rows
-from .surgery import parallelize_decoder
+from sporch.runtime.pipelines.vae_parallel.bands import _rank_and_size, gather_rows, split_rows
+from sporch.runtime.pipelines.vae_parallel.surgery import parallelize_decoder
 
 __all__ = ["decode_rows", "RowBands", "row_parallel_vae"]
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from sporch.runtime.parallel import head_offsets  # the start of each part, given the sizes
 
-from .bands import _all_gather, gather_rows
+from sporch.runtime.pipelines.vae_parallel.bands import _all_gather, gather_rows
 
 __all__ = ["attention_types", "GatherRows"]
 

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .bands import _all_gather, _rank_and_size
-from .conv_geometry import halo_rows
+from sporch.runtime.pipelines.vae_parallel.bands import _all_gather, _rank_and_size
+from sporch.runtime.pipelines.vae_parallel.conv_geometry import halo_rows
 
 __all__ = ["HaloConv"]
 

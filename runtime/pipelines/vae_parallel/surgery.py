@@ -10,10 +10,10 @@ import copy
 import torch.distributed as dist
 from torch import nn
 
-from .conv_geometry import _is_conv, halo_rows, padding_in_forward
-from .gathered_attention import GatherRows, attention_types
-from .group_norm import DistGroupNorm
-from .halo_conv import HaloConv
+from sporch.runtime.pipelines.vae_parallel.conv_geometry import _is_conv, halo_rows, padding_in_forward
+from sporch.runtime.pipelines.vae_parallel.gathered_attention import GatherRows, attention_types
+from sporch.runtime.pipelines.vae_parallel.group_norm import DistGroupNorm
+from sporch.runtime.pipelines.vae_parallel.halo_conv import HaloConv
 
 __all__ = ["parallelize_decoder"]
 

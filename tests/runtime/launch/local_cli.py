@@ -1,4 +1,4 @@
-"""``sporch`` as a subprocess for the local-run tests (tests/runtime/launch, tests/runtime/model):
+"""``sporch`` as a subprocess for the local-run tests (tests/runtime/launch, tests/runtime/models):
 the real CLI with the environment a user has, plus this folder on the ranks' PYTHONPATH for the
 ``launch_hooks:NAME`` entrypoints."""
 

@@ -5,7 +5,7 @@ not denoised again (its recorded row listed), the second resumes from its step, 
 equal an uninterrupted run's.
 
 Real rank processes (``sporch run --local``'s engine: LocalRun), 2 gloo ranks on U2, the tiny SD3.5
-pipeline folder (runtime/pipelines/tiny_generic.py: FlowMatchEulerDiscreteScheduler), 2 prompts.
+pipeline folder (runtime/pipelines/tiny.py: FlowMatchEulerDiscreteScheduler), 2 prompts.
 The Wan2.1 counterpart (UniPC, cfg 2 x U2): test_generate_requeue.py.
 """
 
@@ -36,9 +36,9 @@ PROMPTS = ("a red fox running in snow", "a lighthouse at dusk")
 
 
 def _plan_file(tmp_path: Path) -> Path:
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
-    weights = save_tiny_generic("sd3", tmp_path / "sd3", seed=5)
+    weights = save_tiny_pipeline("sd3", tmp_path / "sd3", seed=5)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
     job = tmp_path / "job.yaml"

@@ -20,10 +20,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 from sporch.orchestrator.models.checkpoint_files import CheckpointError  # noqa: E402
-from sporch.runtime.model.finite import NonFiniteOutput, check_output  # noqa: E402
-from sporch.runtime.model.generic import random_diffusers  # noqa: E402
-from sporch.runtime.model.generic.families.wan import TINY as WAN_TINY  # noqa: E402
-from sporch.runtime.model.generic.placed import build_transformer  # noqa: E402
+from sporch.runtime.models.finite import NonFiniteOutput, check_output  # noqa: E402
+from sporch.runtime.models.build import random_diffusers  # noqa: E402
+from sporch.runtime.models.families.wan import TINY as WAN_TINY  # noqa: E402
+from sporch.runtime.models.placed import build_transformer  # noqa: E402
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED  # noqa: E402
 from tests.runtime.launch.local_cli import TINY, sporch  # noqa: E402
 from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks  # noqa: E402

@@ -43,10 +43,10 @@ def _sporch(folder: Path, out: Path, threshold: float):
 
 @pytest.mark.parametrize("threshold", [0.42, 0.45])
 def test_fbcache_equals_diffusers_first_block_cache(tmp_path, threshold):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     model = _plan({"preset": "tiny"}, WORKLOAD, {}, "probe").model
-    save_tiny_generic("wan", tmp_path / "wan", seed=1, config=model.diffusers_config, text_len=8)
+    save_tiny_pipeline("wan", tmp_path / "wan", seed=1, config=model.diffusers_config, text_len=8)
     ref = _diffusers(tmp_path / "wan", threshold)
     got, rec = _sporch(tmp_path / "wan", tmp_path / "out", threshold)
     assert rec["skipped"] and STEPS - 1 in rec["computed"], rec  # the last step is computed either way here

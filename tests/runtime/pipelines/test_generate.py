@@ -32,7 +32,7 @@ from sporch.runtime.testing import run_distributed  # noqa: E402
 REPO = Path(__file__).resolve().parents[3]
 
 # Tolerance on decoded frames (values in [0, 1]), float32. The sharded transformer matches the
-# unsharded class within 1e-5 relative (tests/runtime/model/test_generic.py); everything else (text
+# unsharded class within 1e-5 relative (tests/runtime/models/test_generic.py); everything else (text
 # encoders, scheduler steps, VAE, post-processing) is diffusers' own code on the same inputs, and the
 # noise is drawn by the pipeline from the same generator. What remains is float32 rounding in a
 # different order (sharded attention, the CFG calls split over the cfg group), carried through 3
@@ -65,13 +65,13 @@ def _plan(model: dict, workload: dict, parallel: dict, name: str, pipeline: dict
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """The two tiny pipelines, saved in the diffusers layout, and the prompt file."""
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("pipelines")
     wan_model = _plan({"preset": "tiny"}, {**WAN_WORKLOAD, "prompt": "x"}, {}, "probe").model
     flux_model = _plan(FLUX_MODEL, {**FLUX_WORKLOAD, "prompt": "x"}, {"ulysses": 2, "ring": 2}, "probe").model
     for family, model, seed in (("wan", wan_model, 1), ("flux", flux_model, 2)):
-        save_tiny_generic(family, root / family, seed=seed, config=model.diffusers_config, text_len=model.text_len,
+        save_tiny_pipeline(family, root / family, seed=seed, config=model.diffusers_config, text_len=model.text_len,
                           vae_stride=tuple(model.vae_stride))
     prompts = root / "prompts.txt"
     prompts.write_text("# two prompts\n" + "\n".join(WAN_PROMPTS) + "\n\n", encoding="utf-8")

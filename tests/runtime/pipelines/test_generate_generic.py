@@ -1,6 +1,6 @@
 """`workload.kind: generate` on the generic path against diffusers' own pipelines.
 
-Tiny random pipeline folders of the generic families (runtime/pipelines/tiny_generic.py: the
+Tiny random pipeline folders of the generic families (runtime/pipelines/tiny.py: the
 family's real component classes, seeded weights, the word-level tokenizer) are generated from
 with sporch's generate workload, in one process (world 1) and on 4 gloo ranks (U2R2; SD3.5's
 12 image + 333 text tokens make uneven chunks; LTX-Video's 7-token prompt padded to 128 with a mask
@@ -23,7 +23,7 @@ The options the generic generate applies: ``model.lora`` (a PEFT-format adapter 
 Qwen-Image transformer at load, against diffusers' pipeline with ``load_lora_weights`` +
 ``set_adapters``, unfused) and ``workload.compile: true`` (SD3.5's blocks through ``torch.compile``
 with backend ``eager``, Dynamo's graph capture without Inductor's C++ build, as
-tests/runtime/model/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen-Image, 6 steps:
+tests/runtime/models/test_generic_levers.py) and ``workload.cache`` fbcache (Qwen-Image, 6 steps:
 the steps computed per cache context and the frames against diffusers' own First Block Cache on
 the unsharded pipeline, its last step forced computed as sporch's step policy does), at world 1
 and in the same 4-rank world.
@@ -119,7 +119,7 @@ def _lora_file(folder: Path, path: Path) -> str:
 
     from safetensors.torch import save_file
 
-    from sporch.runtime.model.generic import load_diffusers
+    from sporch.runtime.models.build import load_diffusers
 
     model = load_diffusers(str(folder))
     g = torch.Generator().manual_seed(11)
@@ -136,10 +136,10 @@ def _lora_file(folder: Path, path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("generic-pipelines")
-    out = {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
+    out = {fam: save_tiny_pipeline(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)} | {"root": root}
     out["lora"] = _lora_file(out[LORA_FAMILY], root / "adapter.safetensors")
     return out
 
@@ -265,13 +265,13 @@ def _world(cases, wrong: tuple[str, ...]):
     """Each case's generate on these ranks; then each of ``wrong``'s pipelines with every attention
     kept on the rank's own chunk (a wrong shard: what the comparison must catch)."""
     from sporch.orchestrator.contract.plan import Plan
-    from sporch.runtime.model.generic.plans import split_plan
-    from sporch.runtime.model.generic.sequence_parallel import SequenceParallel
+    from sporch.runtime.models.split_plans import split_plan
+    from sporch.runtime.models.sequence_parallel import SequenceParallel
     from sporch.runtime.parallel import ParallelContext
     from sporch.runtime.pipelines.generate import run_generate
-    from sporch.runtime.pipelines.generic_denoise import pipeline_arguments
-    from sporch.runtime.pipelines.generic_load import load_pipeline
-    from sporch.runtime.pipelines.generic_text import encode
+    from sporch.runtime.pipelines.denoise import pipeline_arguments
+    from sporch.runtime.pipelines.load import load_pipeline
+    from sporch.runtime.pipelines.prompts import encode
     from sporch.runtime.pipelines.params import generate_params
 
     import torch._dynamo
@@ -486,8 +486,8 @@ def test_a_workload_the_generic_path_does_not_run_is_refused(tmp_path):
     """Every generic family generates now (none is left without a pipeline); a workload kind the
     generic path does not run (inference) is refused at plan time, naming the class and the kinds
     that run."""
-    from sporch.runtime.model.generic import random_diffusers
-    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.models.build import random_diffusers
+    from sporch.runtime.models.families import family_module
 
     random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
                      seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
@@ -615,7 +615,7 @@ def test_cfg2_comparison_can_fail(pipes, references):
 
 def _two_call_problem(src: str) -> str | None:
     """Why a pipeline ``__call__``'s source (``src``) is not one that CFG parallel over two calls
-    (runtime/model/generic/cfg_two_calls.py) runs exactly, or None: its denoising loop calls the
+    (runtime/models/cfg_two_calls.py) runs exactly, or None: its denoising loop calls the
     transformer exactly twice, first inside ``cache_context("cond")`` then inside
     ``cache_context("uncond")``, each call's output (or its ``[0]``) bound as it is to a name (cfg rank
     1's "cond" placeholder is filled in place later, so a copy would keep the placeholder), and the

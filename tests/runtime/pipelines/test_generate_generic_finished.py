@@ -1,8 +1,8 @@
 """A prompt the generic generate already finished is not denoised again by a later run of the same
-plan (runtime/pipelines/generic_resume.py, FinishedPrompts): the requeued run skips it, lists its
+plan (runtime/pipelines/resume.py, FinishedPrompts): the requeued run skips it, lists its
 recorded result row once, and resumes the prompt it was stopped in.
 
-In this process, world 1, the tiny SD3.5 pipeline folder (runtime/pipelines/tiny_generic.py),
+In this process, world 1, the tiny SD3.5 pipeline folder (runtime/pipelines/tiny.py),
 2 prompts, float32. The real launcher path (USR2, exit 3, a second run) is
 tests/runtime/launch/test_generic_requeue.py.
 """
@@ -34,12 +34,12 @@ TOL = 1e-6
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("generic-finished")
     prompts = root / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS) + "\n", encoding="utf-8")
-    return save_tiny_generic(FAMILY, root / FAMILY, seed=3), prompts
+    return save_tiny_pipeline(FAMILY, root / FAMILY, seed=3), prompts
 
 
 def _plan(setup, **workload):

@@ -1,7 +1,7 @@
 """A generic-path generate stopped by USR2 after step k resumes from step k and ends with the
-uninterrupted run's frames (runtime/pipelines/generic_resume.py).
+uninterrupted run's frames (runtime/pipelines/resume.py).
 
-Tiny random pipeline folders (runtime/pipelines/tiny_generic.py), float32, world 1 in this
+Tiny random pipeline folders (runtime/pipelines/tiny.py), float32, world 1 in this
 process: Qwen-Image (FlowMatchEulerDiscreteScheduler with dynamic shift; true CFG, two transformer
 calls per step, norm rescaling), LTX-Video (FlowMatchEuler; both CFG passes batched into one call;
 packed video latents) and CogVideoX (CogVideoXDDIMScheduler; batched CFG). A stand-in for the launcher's Progress answers "stop" after step k; the run raises
@@ -102,10 +102,10 @@ def _stop_then_resume(plan, ctx, out: Path, usr2: bool = True):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("generic-resume")
-    return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FOLDERS)}
+    return {fam: save_tiny_pipeline(fam, root / fam, seed=i + 1) for i, fam in enumerate(FOLDERS)}
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ equal diffusers' own pipeline on the same folder with ``pipe.vae.enable_tiling()
 the VAE class's default tile sizes, which sporch uses too) within test_generate's FRAME_TOL, for
 SD3.5 (AutoencoderKL) and CogVideoX (AutoencoderKLCogVideoX).
 
-The tiny folders' VAEs (runtime/pipelines/tiny_generic.py) set the class defaults small: SD3's
+The tiny folders' VAEs (runtime/pipelines/tiny.py) set the class defaults small: SD3's
 ``sample_size`` 32 (32-pixel tiles: 4 x 4 latents), CogVideoX's ``sample_height/width`` 96 x 80 (half:
 48 x 40-pixel tiles, 6 x 5 latents), so the 64 x 48 image's 8 x 6 latent is split into several overlapping tiles: the
 decoder runs more often than untiled (counted) and the blended frames differ from the untiled ones
@@ -34,10 +34,10 @@ FRAMES = {"cogvideox": 9}
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("generic-tiled")
-    return {fam: save_tiny_generic(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)}
+    return {fam: save_tiny_pipeline(fam, root / fam, seed=i + 1) for i, fam in enumerate(FAMILIES)}
 
 
 def _reference(folder, fam: str, tiled: bool) -> tuple[np.ndarray, int]:

@@ -47,12 +47,12 @@ def i2v(tmp_path_factory):
     16 wide) and a first frame of another size than the video's (both pipelines resize it)."""
     from PIL import Image
 
-    from sporch.runtime.model.generic.families.wan import TINY
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.models.families.wan import TINY
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("wan21-i2v")
     hidden = TINY["num_attention_heads"] * TINY["attention_head_dim"]
-    save_tiny_generic("wan", root / "i2v", seed=5, text_len=TEXT_LEN,
+    save_tiny_pipeline("wan", root / "i2v", seed=5, text_len=TEXT_LEN,
                       config={**TINY, "in_channels": 12, "out_channels": 4, "image_dim": IMAGE_DIM,
                               "added_kv_proj_dim": hidden})
     pixels = (np.random.default_rng(0).random((40, 30, 3)) * 255).astype(np.uint8)
@@ -65,7 +65,7 @@ def _reference(i2v, encoder_seed=None):
     from diffusers import WanImageToVideoPipeline
     from PIL import Image
 
-    from sporch.runtime.model.tiny_parts import randomize
+    from sporch.runtime.models.tiny_parts import randomize
 
     pipe = WanImageToVideoPipeline.from_pretrained(i2v["folder"], dtype=torch.float32)
     if encoder_seed is not None:

@@ -50,11 +50,11 @@ def _plan(model: dict, parallel: dict, workload: dict = WORKLOAD):
 def ti2v(tmp_path_factory):
     from PIL import Image
 
-    from sporch.runtime.model.generic.families.wan import TINY
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.models.families.wan import TINY
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("ti2v")
-    save_tiny_generic("wan", root / "ti2v", seed=3, config=TINY, text_len=8, vae_stride=(4, 16, 16),
+    save_tiny_pipeline("wan", root / "ti2v", seed=3, config=TINY, text_len=8, vae_stride=(4, 16, 16),
                       expand_timesteps=True)
     pixels = (np.random.default_rng(0).random((50, 70, 3)) * 255).astype(np.uint8)
     Image.fromarray(pixels).save(root / "first.png")
@@ -89,21 +89,22 @@ def _inputs():
 
 
 def _per_token_sharded(cases):
-    from sporch.runtime.model.generic import GenericSharded, load_diffusers
+    from sporch.runtime.models.runner import ShardedTransformer
+    from sporch.runtime.models.build import load_diffusers
     from sporch.runtime.parallel import ParallelContext
 
     out = {}
     for name, layout, folder in cases:
         ctx = ParallelContext.from_layout(**layout)
         x, t, text = _inputs()
-        runner = GenericSharded(load_diffusers(folder), ctx)
+        runner = ShardedTransformer(load_diffusers(folder), ctx)
         out[name] = runner.forward(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)
         ctx.close()
     return out
 
 
 def test_per_token_timesteps_run_sequence_parallel_equal_to_the_class(ti2v):
-    from sporch.runtime.model.generic import load_diffusers
+    from sporch.runtime.models.build import load_diffusers
 
     theirs = load_diffusers(ti2v["folder"])
     x, t, text = _inputs()

@@ -47,10 +47,10 @@ def _plan(model: dict, parallel: dict, pipeline: dict | None = None, workload: d
 
 
 def _tiny(root, seed: int, **config):
-    from sporch.runtime.model.generic.families.wan import TINY
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.models.families.wan import TINY
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
-    return save_tiny_generic("wan", root, seed=seed, config={**TINY, **config}, text_len=8, boundary_ratio=BOUNDARY)
+    return save_tiny_pipeline("wan", root, seed=seed, config={**TINY, **config}, text_len=8, boundary_ratio=BOUNDARY)
 
 
 @pytest.fixture(scope="module")

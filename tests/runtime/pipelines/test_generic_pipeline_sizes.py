@@ -21,10 +21,10 @@ FAMILIES = {"sd3": (1, 64, 48), "hunyuanvideo": (9, 64, 48)}
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("sized-pipelines")
-    return {fam: save_tiny_generic(fam, root / fam, seed=3) for fam in FAMILIES}
+    return {fam: save_tiny_pipeline(fam, root / fam, seed=3) for fam in FAMILIES}
 
 
 def _count(module) -> int:

@@ -1,4 +1,4 @@
-"""``step_end_arguments`` (runtime/pipelines/generic_denoise.py): the generic generate's step callback reaches
+"""``step_end_arguments`` (runtime/pipelines/denoise.py): the generic generate's step callback reaches
 a pipeline through ``callback_on_step_end`` where its call takes it, else through diffusers' older
 ``callback(step, t, latents)`` (PixArt's pipelines: their ``**kwargs`` swallow ``callback_on_step_end``
 unused, so without this no step was timed, stopped or resumed), the latents it returns put in place."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sporch.runtime.pipelines.generic_denoise import step_end_arguments
+from sporch.runtime.pipelines.denoise import step_end_arguments
 
 
 class _NewStyle:

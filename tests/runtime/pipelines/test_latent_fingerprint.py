@@ -1,5 +1,5 @@
 """The saved latents' fingerprint changes with everything that changes the latents, so a re-run
-of an edited job never decodes stale latents (runtime/pipelines/latents.py)."""
+of an edited job never decodes stale latents (runtime/pipelines/latent_files.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from sporch.runtime.pipelines.latents import fingerprint  # noqa: E402
+from sporch.runtime.pipelines.latent_files import fingerprint  # noqa: E402
 from sporch.runtime.pipelines.params import GenerateParams  # noqa: E402
 
 

@@ -35,12 +35,12 @@ def _plan(model: dict, workload: dict, **pipeline):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from sporch.runtime.pipelines.tiny_generic import save_tiny_generic
+    from sporch.runtime.pipelines.tiny import save_tiny_pipeline
 
     root = tmp_path_factory.mktemp("placement")
     for family, model, seed in (("wan", _plan({"preset": "tiny"}, WAN_WORKLOAD).model, 1),
                                 ("flux", _plan(FLUX_MODEL, FLUX_WORKLOAD).model, 2)):
-        save_tiny_generic(family, root / family, seed=seed, config=model.diffusers_config, text_len=model.text_len,
+        save_tiny_pipeline(family, root / family, seed=seed, config=model.diffusers_config, text_len=model.text_len,
                           vae_stride=tuple(model.vae_stride))
     return root
 
@@ -59,8 +59,8 @@ def _encode_both(cases):
     from sporch.orchestrator.contract.plan import Plan
     from sporch.orchestrator.models.families import get_family
     from sporch.runtime.parallel import ParallelContext
-    from sporch.runtime.pipelines.generic_load import load_pipeline
-    from sporch.runtime.pipelines.generic_text import encode, text_encoders
+    from sporch.runtime.pipelines.load import load_pipeline
+    from sporch.runtime.pipelines.prompts import encode, text_encoders
     from sporch.runtime.pipelines.params import generate_params
     from sporch.runtime.pipelines.text import shard_encoder, shard_text_encoders
 

@@ -16,7 +16,7 @@ from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
 from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime import decode  # noqa: E402
-from sporch.runtime.pipelines.latents import LatentStore, SavedLatentsError  # noqa: E402
+from sporch.runtime.pipelines.latent_files import LatentStore, SavedLatentsError  # noqa: E402
 from sporch.runtime.pipelines.params import generate_params  # noqa: E402
 
 WORKLOAD = dict(kind="generate", frames=9, height=64, width=64, steps=2, prompt="a fox", dtype="float32")

@@ -52,7 +52,7 @@ def _shard_and_encode():
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    from sporch.runtime.model.shard_weights import resident_parameter_bytes
+    from sporch.runtime.models.shard_weights import resident_parameter_bytes
     from sporch.runtime.pipelines.text import encoder_peak, encoder_units, shard_encoder
 
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")

@@ -21,7 +21,7 @@ pytest.importorskip("diffusers")
 
 from torch import nn  # noqa: E402
 
-from sporch.runtime.model.tiny_parts import randomize  # noqa: E402
+from sporch.runtime.models.tiny_parts import randomize  # noqa: E402
 from sporch.runtime.pipelines.vae_parallel.bands import split_rows  # noqa: E402
 from sporch.runtime.pipelines.vae_parallel.decode import decode_rows  # noqa: E402
 from sporch.runtime.pipelines.vae_parallel.gathered_attention import GatherRows  # noqa: E402

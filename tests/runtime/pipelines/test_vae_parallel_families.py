@@ -47,7 +47,7 @@ SHAPES = {"sd3": (1, 4, None, 8), "qwen-image": (1, 4, 1, None, 8), "cogvideox":
 
 
 def tiny_vae(name: str) -> nn.Module:
-    from sporch.runtime.model.generic.families import family_module
+    from sporch.runtime.models.families import family_module
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
