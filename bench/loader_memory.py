@@ -1,13 +1,16 @@
-"""Host memory of loading an original-release checkpoint (about 1.2-1.4 GB in bfloat16), whole and
-sharded over 2 gloo ranks: main's hand-built loader, diffusers' converter run on the weights, and
-the one path's loader (diffusers' converter run on row labels, each rank copying its rows).
+"""Host memory of loading an original-release checkpoint (about 1.1-1.4 GB in bfloat16), whole and
+sharded over 2 gloo ranks: diffusers' converter run on the weights, and the one path's loader
+(diffusers' converter run on row labels, each rank copying its rows).
 
-    python bench/loader_memory.py [--model wan flux] [--folder DIR] [--keep]
+    python bench/loader_memory.py [--model wan flux] [--folder DIR] [--loaders ...] [--wan-blocks N]
 
 Checkpoints, written once (``--folder``, default a temporary folder removed after): a Wan2.1-1.3B
 wide model (1536 wide, 12 heads, ffn 8960) of 12 blocks in Wan-Video's names with its config.json,
 and a Flux.1-wide model (3072 wide, 24 heads) of 1 double + 2 single blocks in Black Forest Labs'
 names, one file (diffusers' converter cuts its linear1 at exactly this width: no padding).
+``--wan-blocks 1`` writes a Wan of one block (about 0.1 GB), a quick run of the code; Flux has no
+smaller form here (the converter needs a double block, and the ``converter on weights`` loader a
+3072-wide model).
 
 Each loader runs in fresh processes (``run_distributed``: 1 rank, or 2 ranks with
 ``parallel.shard_weights=world``), loading in bfloat16 on the CPU; a thread samples
@@ -20,11 +23,12 @@ Each loader runs in fresh processes (``run_distributed``: 1 rank, or 2 ranks wit
 * ``held``: the parameter bytes the rank holds after the load (its shard);
 * ``s``: wall seconds of the load.
 
-Loaders: ``hand-built (main)``: sporch's model and key maps (``build_model`` / ``build_sharded`` with
-``weights``); ``converter on weights``: the memory-mapped state dict given to diffusers' converter
+Loaders: ``converter on weights``: the memory-mapped state dict given to diffusers' converter
 as is, then each rank copying its rows from the converted tensors (what feeding the converter
 directly costs: Flux's converter copies every q, k, v and MLP cut); ``one path``:
-``generic.build.load_diffusers`` / ``generic.placed.load_sharded``.
+``generic.build.load_diffusers`` / ``generic.placed.load_sharded``. The hand-built loader
+(``build_model`` / ``build_sharded`` with ``weights``, main's before the one path) was retired with the
+hand-built stack; its last figures stay in docs/model.md.
 """
 
 from __future__ import annotations
@@ -45,11 +49,11 @@ WAN = dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=128,
 FLUX = dict(patch_size=1, in_channels=64, num_layers=1, num_single_layers=2, attention_head_dim=128,
             num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
             axes_dims_rope=(16, 56, 56))
-LOADERS = ("hand-built (main)", "converter on weights", "one path")
+LOADERS = ("converter on weights", "one path")
 MIB = 1024 ** 2
 
 
-def write_checkpoint(family: str, root: Path) -> Path:
+def write_checkpoint(family: str, root: Path, wan_blocks: int = WAN["num_layers"]) -> Path:
     """The original-format checkpoint of ``family`` under ``root`` (random bf16 weights), once."""
     import json
 
@@ -61,11 +65,11 @@ def write_checkpoint(family: str, root: Path) -> Path:
 
     import diffusers
 
-    folder = root / family
+    folder = root / (family if family == "flux" or wan_blocks == WAN["num_layers"] else f"wan-{wan_blocks}")
     target = folder / ("diffusion_pytorch_model.safetensors" if family == "wan" else "flux1-wide.safetensors")
     if target.exists():
         return target if family == "flux" else folder
-    cfg = WAN if family == "wan" else FLUX
+    cfg = dict(WAN, num_layers=wan_blocks) if family == "wan" else FLUX
     with init_empty_weights():
         model = getattr(diffusers, "WanTransformer3DModel" if family == "wan" else "FluxTransformer2DModel")(**cfg)
     shapes = {k: torch.empty(v.shape, device="meta") for k, v in model.state_dict().items()}
@@ -144,10 +148,8 @@ def _import_all() -> None:
     import diffusers  # noqa: F401
     from diffusers.loaders import single_file_utils  # noqa: F401
 
-    from sporch.orchestrator.plan.resolve import resolve_model  # noqa: F401
-    from sporch.runtime.models import build_model  # noqa: F401
-    from sporch.runtime.models import build, checkpoint, original, placed  # noqa: F401
-    from sporch.runtime.models.shard_weights import build_sharded  # noqa: F401
+    from sporch.runtime.models import build, checkpoint, mapped, original, placed  # noqa: F401
+    from sporch.runtime.models.shard_weights import shard_model  # noqa: F401
 
     for cls in ("WanTransformer3DModel", "FluxTransformer2DModel"):  # diffusers imports its classes lazily
         getattr(diffusers, cls)
@@ -170,19 +172,7 @@ def _measure(family, path, loader, sharded):
     before = Sampler.status()
     start = time.perf_counter()
     with Sampler() as sampler:
-        if loader == "hand-built (main)":
-            from sporch.orchestrator.config.job_spec import ModelSpec
-            from sporch.orchestrator.plan.resolve import resolve_model
-            from sporch.runtime.models import build_model
-            from sporch.runtime.models.shard_weights import build_sharded
-
-            spec = ModelSpec(weights=str(path)) if family == "wan" else \
-                ModelSpec(preset="flux.1-dev", weights=str(path), depth=FLUX["num_layers"],
-                          single_depth=FLUX["num_single_layers"])
-            md = resolve_model(spec).to_dict()
-            model = build_sharded(md, ctx, "world", dtype=dtype, weights=str(path)) if sharded else \
-                build_model(md, dtype=dtype, weights=str(path))
-        elif loader == "converter on weights":
+        if loader == "converter on weights":
             model = _converter_on_weights(path, ctx, "world", dtype)
         else:
             from sporch.runtime.models.build import load_diffusers
@@ -203,6 +193,8 @@ def main() -> int:
     p.add_argument("--model", nargs="+", default=["wan", "flux"], choices=["wan", "flux"])
     p.add_argument("--folder", help="where the checkpoints are written (kept); default: a temporary folder")
     p.add_argument("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS)
+    p.add_argument("--wan-blocks", type=int, default=WAN["num_layers"],
+                   help="the Wan's blocks (default 12, 1.09 GiB; 1: about 0.1 GiB, a quick run)")
     args = p.parse_args()
     from sporch.runtime.testing import run_distributed
 
@@ -212,7 +204,7 @@ def main() -> int:
         print(f"{'model':<6} {'GiB':>5} {'loader':<22} {'ranks':>5} {'anon MiB':>9} {'file MiB':>9} {'rss MiB':>8} "
               f"{'held MiB':>9} {'s':>6}")
         for family in args.model:
-            path = write_checkpoint(family, root)
+            path = write_checkpoint(family, root, args.wan_blocks)
             size = sum(f.stat().st_size for f in (path.glob("*.safetensors") if path.is_dir() else [path]))
             for loader in args.loaders:
                 for ranks in (1, 2):

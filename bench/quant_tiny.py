@@ -9,13 +9,16 @@ Each mode runs twice with ``sporch run --local``: a ``benchmark`` job (every ran
 ``resident_parameter_bytes`` and median step time, result ranks/rankN.json) and an ``inference``
 job (``workload.steps`` Euler steps; the final latents, compared with the ``none`` run's:
 largest |difference| and that over the reference's largest |value|). The float8 modes need a
-GPU (sm89+) and are refused on the CPU; on a GPU pass ``--cluster`` and ``--modes``.
+GPU (sm89+) and are refused on the CPU; on a GPU pass ``--cluster`` and ``--modes``. The runs keep
+their job records and history in the temporary folder (``SPORCH_HOME``, ``SPORCH_HISTORY``), not
+the user's store.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +33,9 @@ JOB = ROOT / "examples" / "tiny.yaml"
 def run(folder: Path, cluster: str, overrides: list[str]) -> Path:
     cmd = [sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", cluster, str(JOB),
            *overrides, "--run-dir", str(folder)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    home = folder.parent / "home"  # job records and history in the bench's temporary folder
+    env = {**os.environ, "SPORCH_HOME": str(home), "SPORCH_HISTORY": str(home / "history.sqlite")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(overrides)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return folder

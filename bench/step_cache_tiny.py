@@ -14,7 +14,8 @@ campaign/outputs.py) on the decoded frames, ``lat err`` the largest |latent diff
 ``ms/comp`` and ``ms/skip`` the median step time (rank 0) of computed steps (after the first)
 and of skipped ones: what one skip saves, less sensitive to a busy machine than the totals.
 A case the planner refuses (a cache not built for the model's diffusers class) prints its
-one-line reason under the table.
+one-line reason under the table. The runs keep their job records and history in the temporary
+folder (``SPORCH_HOME``, ``SPORCH_HISTORY``), not the user's store.
 """
 
 from __future__ import annotations
@@ -95,7 +96,9 @@ def run(name: str, overrides: list[str], work: Path, steps: int, layout: list[st
     cmd = [sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
            str(ROOT / "examples" / "tiny-generate.yaml"), f"model.weights={work / 'tiny-wan-pipeline'}",
            f"workload.steps={steps}", *layout, *extra, *overrides, "--run-dir", str(folder)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    home = work / "home"  # job records and history in the bench's temporary folder
+    env = {**os.environ, "SPORCH_HOME": str(home), "SPORCH_HISTORY": str(home / "history.sqlite")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = proc.stderr.strip().splitlines()
     if proc.returncode == 2 and lines and lines[-1].startswith("sporch: error:"):
         raise Refused(lines[-1].removeprefix("sporch: error:").strip())
