@@ -1,4 +1,5 @@
-"""``sporch models``: the model families sporch runs, one row each (orchestrator/plan/family_table.py)."""
+"""``sporch models``: the model families sporch runs, one row each (orchestrator/plan/family_table.py);
+``--wide``: also every family x every lever as the planner answers it (orchestrator/plan/lever_matrix.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,34 @@ from sporch.orchestrator.plan.family_table import family_rows
 
 @click.command("models", short_help="The model families: classes, presets, workloads, placements, cache, LoRA.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
-@click.option("--wide", is_flag=True, help="Every column (split plan, pipeline class, LoRA loader).")
-def models(as_json: bool, wide: bool) -> None:
+@click.option("--wide", is_flag=True, help="Every column (split plan, pipeline class, LoRA loader), and every family x "
+              "lever (workloads, generate, cfg 2, text sharded, VAE parallel, shard_weights, quant, LoRA, each "
+              "step cache) planned: accepted, or the planner's refusal.")
+@click.option("--cluster", default="a100x8", show_default=True,
+              help="The descriptor --wide plans the lever jobs on (name or YAML path).")
+def models(as_json: bool, wide: bool, cluster: str) -> None:
     """The model families sporch runs: per family its diffusers classes, presets, the workloads
     and generate placements it runs, step caches and LoRA (read from the family records and the
     planner's rules). A diffusers folder of any listed class runs with model.weights=DIR.
 
+    With --wide, each family x lever cell is a small job of the family's first published preset
+    with that lever set, planned on --cluster: filled when the planner accepts it, else the
+    planner's own one-line refusal (a footnote); the filled cells are counted.
+
     \b
     Example:
       sporch models
+      sporch models --wide
       sporch models --json | jq '.[].family'
     """
     rows = family_rows()
+    matrix = _matrix(cluster) if wide else None
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        out = [r.to_dict() for r in rows]
+        if matrix is not None:
+            for row, levers in zip(out, matrix):
+                row["levers"] = {c.lever: (True if c.ok else c.refusal) for c in levers.cells}
+        click.echo(json.dumps(out, indent=2))
         return
     table = plain_table(title="model families", show_lines=True)
     columns = ["family", "presets", "workloads", "generate placements", "cache", "LoRA"]
@@ -48,3 +63,47 @@ def models(as_json: bool, wide: bool) -> None:
         }
         table.add_row(*(cells[c] for c in columns))
     console().print(table)
+    if matrix is not None:
+        _print_matrix(matrix, cluster)
+
+
+def _matrix(cluster: str):
+    from sporch.orchestrator.config.cluster import find_cluster
+    from sporch.orchestrator.plan.lever_matrix import lever_matrix
+
+    return lever_matrix(find_cluster(cluster))
+
+
+def _print_matrix(matrix, cluster: str) -> None:
+    """The family x lever table: "yes", or a footnote number; the footnotes below give each refusal
+    once (the step caches' alike refusals of one family share one, naming its methods)."""
+    import re
+
+    from sporch.orchestrator.plan.lever_matrix import LEVERS
+
+    notes: dict[str, int] = {}
+    covers: dict[str, list[str]] = {}
+    table = plain_table(title=f"levers, as the planner answers them on {cluster}")
+    table.add_column("family")
+    for lever in LEVERS:
+        table.add_column(lever.name)
+    for row in matrix:
+        cells = []
+        for c in row.cells:
+            if c.ok:
+                cells.append("yes")
+                continue
+            key = re.sub(r"workload\.cache\.method=\w+", "workload.cache.method", c.refusal)
+            covers.setdefault(key, [])
+            if c.lever not in covers[key]:
+                covers[key].append(c.lever)
+            cells.append(f"[{notes.setdefault(key, len(notes) + 1)}]")
+        table.add_row(f"{row.family} ({row.preset})", *cells)
+    out = console()
+    out.print(table)
+    filled = sum(c.ok for row in matrix for c in row.cells)
+    total = sum(len(row.cells) for row in matrix)
+    out.print(f"filled: {filled} of {total} cells ({len(matrix)} families x {len(LEVERS)} levers); refused:",
+              highlight=False)
+    for why, n in notes.items():
+        out.print(f"  [{n}] {', '.join(covers[why])}: {why}", highlight=False, soft_wrap=True)

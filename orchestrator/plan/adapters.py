@@ -30,6 +30,16 @@ def lora_path(path: str, source: Optional[str]) -> str:
     return str(Path(job_relative(path, source)).expanduser().resolve())
 
 
+def check_lora_family(model: ModelSection):
+    """The model's family, when its classes take LoRA adapters (a diffusers LoRA loader); else the
+    one-line refusal (before any adapter file is read)."""
+    fam = require_family(model.diffusers_class)
+    if not fam.lora_loader:
+        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {fam.name}: no diffusers "
+                          "LoRA loader); remove model.lora")
+    return fam
+
+
 def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Optional[str] = None) -> ModelSection:
     """``model`` with ``plan.model.lora`` set from the job's ``model.lora`` entries (each
     ``path``/``scale``/``expert``): each file's header checked (LoRA pairs of one rank, no
@@ -40,10 +50,7 @@ def with_lora(model: ModelSection, entries: Optional[Sequence[Any]], source: Opt
     whatever the model lacks)."""
     if not entries:
         return model
-    fam = require_family(model.diffusers_class)
-    if not fam.lora_loader:
-        raise SporchError(f"model.lora is not supported for {model.diffusers_class} (family {fam.name}: no diffusers "
-                          "LoRA loader); remove model.lora")
+    fam = check_lora_family(model)
     try:
         config = {"_class_name": model.diffusers_class, **_generic_config(model)}
     except CheckpointError as exc:
