@@ -8,7 +8,8 @@ unsharded, and on 4 gloo ranks U2R2 (the idle expert offloaded to host memory) a
 FRAME_TOL of test_generate.py: the same pipeline on the same inputs, float32, 4 steps. The switch
 step (read from the pipeline's own calls) is compared with the one diffusers' rule gives on
 diffusers' own timesteps. Image-to-video as Wan2.2 I2V A14B (first frame as latent condition, no
-CLIP encoder) against ``WanImageToVideoPipeline`` likewise, unsharded and U2R2.
+CLIP encoder) against ``WanImageToVideoPipeline`` likewise, unsharded and U2R2. A two-expert
+generate stopped by USR2 before or at the switch step and requeued resumes exact.
 
 The boundary 0.75 falls exactly on a timestep (UniPC, flow_shift 3, 4 steps: 999, 900, 750,
 500): WanPipeline runs ``transformer`` at t == boundary (``t >= boundary``), so a ``>`` in
@@ -213,3 +214,40 @@ def test_a_step_cache_restarts_at_the_expert_switch(folder, tmp_path):
     switch, rec = got["expert_switch_step"], got["step_cache"]["batches"][0]
     assert 1 < switch < 7, switch
     assert rec["computed"] == [0, switch, 7] and rec["skipped"] == [s for s in range(1, 7) if s != switch]
+
+
+class _StopAfter:
+    """The launcher's Progress as the generate sees it: USR2 arrives during step ``k`` (read once
+    per finished step, at the replica's agreement)."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.reads = k, 0
+
+    @property
+    def stop_requested(self) -> bool:
+        self.reads += 1
+        return self.reads >= self.k
+
+
+@pytest.mark.parametrize("stop_after", [2, 3])  # the stop before the switch step (3) and at it
+def test_a_requeued_two_expert_generate_resumes_exact(folder, tmp_path, stop_after):
+    """Stopped by USR2 after step k, the job requeued into the same folder resumes from step k:
+    the expert that runs each remaining step is the one the uninterrupted run used (the switch
+    at step 3 whether the stop came before it or at it) and the frames are the uninterrupted
+    run's (float32, one process)."""
+    from sporch.runtime.pipelines.generate import run_generate
+    from sporch.runtime.progress import RequeueRequested
+
+    plan = _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1})
+    ref = _run(plan.to_json(), str(tmp_path / "uninterrupted"), unsharded=True)
+    out = tmp_path / "run"
+    with pytest.raises(RequeueRequested, match=f"after step {stop_after}/{STEPS}"):
+        run_generate(plan, None, torch.device("cpu"), out, frames_sink=lambda i, f: None,
+                     progress=_StopAfter(stop_after))
+    got = _run(plan.to_json(), str(out), unsharded=True)
+    err = float(np.abs(got["frames"][0] - ref["frames"][0]).max())
+    print(f"stopped after {stop_after}/{STEPS}, resumed: max |frames - uninterrupted| = {err:.3g}; switch step "
+          f"{got['expert_switch_step']}")
+    assert got["resumed"] == {"0": stop_after}, got["resumed"]
+    assert got["expert_switch_step"] == ref["expert_switch_step"] == 3
+    assert err <= 1e-6, err
