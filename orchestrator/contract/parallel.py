@@ -61,7 +61,7 @@ def padded_length(seq_len: int, degree: int) -> int:
 
 def sequence_chunks(seq_len: int, degree: int) -> list[int]:
     """Tokens per sequence rank where the sequence is cut unpadded (``SequenceSection.split``
-    ``"uneven"``, the generic path): the first ``seq_len % degree`` ranks get one more, as
+    ``"uneven"``, the one model path): the first ``seq_len % degree`` ranks get one more, as
     ``torch.tensor_split`` cuts (runtime/models/sequence_split.py cuts with this)."""
     if seq_len < 0 or degree < 1:
         raise ValueError(f"need seq_len >= 0 and degree >= 1, got {seq_len}, {degree}")

@@ -108,7 +108,7 @@ class ModelSection(Section):
     # Its config (config.json's keys): the checkpoint folder's (an original release's mapped to the
     # class's), or the preset's with the job's sizes; the runtime builds the class from it
     diffusers_config: Optional[Dict[str, Any]] = None
-    # A generic-path pipeline folder's text encoders and VAE as its safetensors headers size them
+    # A pipeline folder's text encoders and VAE as its safetensors headers size them
     # (models/pipeline_sizes.py: classes, parameters, layers, largest embedding), read once by the
     # planner for the generate memory estimate; None: not a pipeline folder (the family's published
     # sizes apply for a preset, or none are known)

@@ -6,7 +6,7 @@ Every rank of a dp replica must skip the same steps (the runtime reduces the dec
 raises when they differ); ``ranks_agree`` re-checks it on the records. Replicas hold different
 prompts and may skip differently: ``steps_computed`` / ``steps_skipped`` sum over replicas
 (each replica counted once). ``changes``: rank 0's measured change of each step of its first
-denoised batch (its first cache context's on the generic path): a MagCache run with threshold 0
+denoised batch (its first cache context's on the one model path): a MagCache run with threshold 0
 measures the ratios there, to be given back as ``workload.cache.ratios``."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ the class) and says:
   release's parameter they change (the runtime renames it with the family's checkpoint converter);
   only families that list ``delta_parameters`` (Wan) take them.
 
-A family without such a table (the other generic families) gets its adapter handed to diffusers'
+A family without such a table (the other families) gets its adapter handed to diffusers'
 loader as the file is; :func:`lora_naming` still tells which family's names an adapter uses.
 """
 

@@ -87,7 +87,7 @@ def inspect_checkpoint(path: str, gpus: Sequence[int] = (1, 2, 4, 8),
 
 
 def _generic(model, gpus: Sequence[int]) -> dict[str, Any]:
-    """The generic path's view: family, class, where its split plan comes from (for a derived one,
+    """The one model path's view: family, class, where its split plan comes from (for a derived one,
     its cached verdict: ``derived_plans.verdict_report``), heads and layers, and the Ulysses x ring
     layouts that work on each GPU count (Ulysses up to the head count: uneven heads are fine; the
     ring takes the rest)."""

@@ -44,8 +44,7 @@ def parameter_count(model: ModelSection) -> int:
 
 def parameter_parts(model: ModelSection) -> dict[str, int]:
     """The DiT's parameters by FSDP unit kind: ``blocks`` (all of them), ``largest_block`` (the
-    biggest one unit gathers), ``root`` (embeddings and head: the root unit). A generic-path
-    preset's are counted (models/families ``counted_parameters``); another generic-path model's follow
+    biggest one unit gathers), ``root`` (embeddings and head: the root unit). A     preset's are counted (models/families ``counted_parameters``); another model's follow
     its family's formula of its diffusers config (``config_parameters``); the rest follow the shape."""
     counted = counted_parameters(model) or config_parameters(model)
     if counted is not None:

@@ -26,7 +26,7 @@ def generic_workloads(model: sections.ModelSection) -> tuple[str, ...]:
     return MODEL_WORKLOADS + (("generate",) if fam is not None and fam.pipeline_class else ())
 
 
-#: The placements the generic path's generate runs (runtime/pipelines/generate_run.py: the diffusers
+#: The placements the one model path's generate runs (runtime/pipelines/generate_run.py: the diffusers
 #: pipeline's text encoders on the leader's GPU or its CPU, or sharded with FSDP2 over each sequence
 #: group, whose ranks all encode; the leader decodes whole, or in tiles with diffusers'
 #: ``enable_tiling`` where the family's VAE has it, or the leader's sequence group decodes the rows in
@@ -69,7 +69,7 @@ def generate_placements(family: Family, rows: int | None = None, degree: int = 1
 
 def check_family_vae(family: Family, vae: str, what: str, rows: int | None = None, degree: int = 1,
                       vae_refusal: str | None = None) -> None:
-    """``pipeline.vae`` on the generic generate: leader; tiled where the family's VAE has a tiled
+    """``pipeline.vae`` on generate: leader; tiled where the family's VAE has a tiled
     decode; parallel where it decodes exactly by row bands (``Family.vae_parallel``; the folder's
     VAE: no ``vae_refusal``), over a sequence group of ``degree`` ranks no larger than the latent's
     ``rows``."""
@@ -95,7 +95,7 @@ def check_family_vae(family: Family, vae: str, what: str, rows: int | None = Non
 
 def check_family_generate(job: JobSpec, what: str, layout: Layout, family: Family,
                            rows: int | None = None, vae_refusal: str | None = None) -> None:
-    """The generic generate runs the family's diffusers pipeline as it is on every rank of a
+    """Generate runs the family's diffusers pipeline as it is on every rank of a
     replica, the leader (or, with ``pipeline.text_encoder: sharded``, each sequence group) encoding
     and the leader decoding (runtime/pipelines/generate_run.py): what it cannot honour is refused in one
     line each."""
@@ -129,7 +129,7 @@ def check_derived_plan(class_name: str) -> None:
 
 
 def check_family_cache(method: str, family: Family, what: str) -> None:
-    """``workload.cache.method`` on the generic path: one the family lists (``Family.step_cache``:
+    """``workload.cache.method`` on the one model path: one the family lists (``Family.step_cache``:
     the generic denoise applies it, every rank deciding alike), or refused in one line
     with what its classes miss (``Family.step_cache_refusal``)."""
     if method == "none" or method in family.step_cache:

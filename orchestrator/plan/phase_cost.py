@@ -9,7 +9,7 @@ replicas run side by side):
               read = nodes x checkpoint bytes / the shared file system (every node reads at once),
                      or bytes x local_read_s_per_gb from the node's disk after staging
               copy = the GPU's share (sharded: 1/n; the experts resident: both) / host <-> GPU rate
-              (the generic path loads the text encoders and the VAE here too; the hand-built one
+              (the one model path loads the text encoders and the VAE here too; the hand-built one
               loads its encoders inside encode and its VAE inside decode, as the runtime times them)
     encode  = encode_fixed_s + the text encoders' (and image encoder's) FLOPs over one replica's
               prompts (x2 with CFG: the negative prompt) at peak x encode_efficiency on the leader
@@ -81,8 +81,7 @@ def linear_phases(x: CostInputs, c: Mapping[str, float]) -> dict[str, Linear]:
     load = _merge(({"load_fixed_s": 1.0}, 0.0), _read(p, p.dit_read_bytes, p.dit_gpu_bytes))
     encoders = _read(p, p.encoder_read_bytes, p.encoder_gpu_bytes) if p.encoder_read_bytes else ({}, 0.0)
     vae = _read(p, p.vae_read_bytes, p.vae_gpu_bytes) if p.vae_read_bytes else ({}, 0.0)
-    own = p.parts_load_in == "own"  # the hand-built path loads each part in the phase that uses it
-    out["load"] = load if own else _merge(_merge(load, encoders), vae)
+    out["load"] = _merge(_merge(load, encoders), vae)  # the whole pipeline is loaded before it runs
     if x.inference_kind:
         encode: dict[str, float] = {"encode_fixed_s": 1.0}
         if p.encoder_placement == "cpu":
@@ -92,8 +91,8 @@ def linear_phases(x: CostInputs, c: Mapping[str, float]) -> dict[str, Linear]:
             if p.encoder_placement == "sharded" and p.encode_degree > 1:
                 gathered = p.encoder_bytes * (p.encode_degree - 1) / p.encode_degree
                 encode["link_efficiency"] = gathered / (p.link_gb_per_s * 1e9)
-        out["encode"] = _merge((encode, 0.0), encoders) if own else (encode, 0.0)
-        out["decode"] = _merge(_decode(x, p, c), vae) if own else _decode(x, p, c)
+        out["encode"] = (encode, 0.0)
+        out["decode"] = _decode(x, p, c)
     if p.writes:
         out["save"] = ({"save_fixed_s": 1.0, "save_s_per_mpixel": x.pixels / 1e6}, 0.0)
     return out
@@ -127,13 +126,12 @@ def phase_times(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
         per_node = read_bytes / 1e9 * (c["local_read_s_per_gb"] if staged else p.nodes / p.storage_gb_per_s)
         return per_node + gpu_bytes / (p.host_gb_per_s * 1e9)
 
-    own = p.parts_load_in == "own"
     encoders = read(p.encoder_read_bytes, p.encoder_gpu_bytes) if p.encoder_read_bytes else 0.0
     vae = read(p.vae_read_bytes, p.vae_gpu_bytes) if p.vae_read_bytes else 0.0
-    load = c["load_fixed_s"] + read(p.dit_read_bytes, p.dit_gpu_bytes) + (0.0 if own else encoders + vae)
+    load = c["load_fixed_s"] + read(p.dit_read_bytes, p.dit_gpu_bytes) + encoders + vae
     encode = decode = save = 0.0
     if x.inference_kind:
-        encode = c["encode_fixed_s"] + (encoders if own else 0.0)
+        encode = c["encode_fixed_s"]
         if p.encoder_placement == "cpu":
             encode += p.encode_flops / 1e12 * c["cpu_encode_s_per_tflop"]
         else:
@@ -148,7 +146,6 @@ def phase_times(x: CostInputs, c: Mapping[str, float]) -> dict[str, float]:
                                              + work / hbm * c["decode_bytes_per_pixel"] if x.video
                                              else work / hbm * c["image_decode_bytes_per_pixel"])
             decode += p.gathered_bytes(x.pixels) / (p.link_gb_per_s * 1e9 * c["link_efficiency"])
-        decode += vae if own else 0.0
     if p.writes:
         save = c["save_fixed_s"] + x.pixels / 1e6 * c["save_s_per_mpixel"]
     return {"startup": c["startup_s"] + c["process_group_s"] * math.log2(max(1, p.world)), "stage": p.stage_s,

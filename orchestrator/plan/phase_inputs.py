@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from sporch.orchestrator.plan.experts import HOST_GB_PER_S
-from sporch.orchestrator.plan.pipeline_estimate import IMAGE_ENCODER_BYTES, VAE_BYTES, known_parts
+from sporch.orchestrator.plan.pipeline_estimate import known_parts
 
 CHECKPOINT_BYTES = 2  # bfloat16, as the parts are published
 #: A tiled decode recomputes the tiles' overlaps: diffusers' default tile stride is 3/4 of the
@@ -41,8 +41,6 @@ class PhaseInputs:
     encoder_gpu_bytes: float  # of them on the leader's GPU (a CPU text encoder: the image encoder's)
     vae_read_bytes: float  # the VAE, read per node (generate)
     vae_gpu_bytes: float
-    parts_load_in: str  # where the runtime loads them: "load" (generic path: the whole pipeline), or
-    #                     "own" (hand-built: the encoders inside encode, the VAE inside decode)
     staged: bool  # model.stage: node: read from the node's disk after the staging copy
     stage_s: float  # the staging copy (estimates.staging.s)
     storage_gb_per_s: float  # the descriptor's shared file system, all nodes together
@@ -62,7 +60,7 @@ class PhaseInputs:
         when only its denoising is known (cost inputs made by hand)."""
         return cls(world=1, nodes=1, writes=False, loop_steps=loop_steps, dit_read_bytes=0.0, dit_gpu_bytes=0.0,
                    encoder_read_bytes=0.0, encoder_gpu_bytes=0.0, vae_read_bytes=0.0, vae_gpu_bytes=0.0,
-                   parts_load_in="own", staged=False,
+                   staged=False,
                    stage_s=0.0, storage_gb_per_s=1.0, host_gb_per_s=HOST_GB_PER_S, link_gb_per_s=1.0,
                    encode_flops=0.0, encoder_placement="leader", encode_degree=1, encoder_bytes=0.0,
                    vae_placement="leader", vae_degree=1, decode_share=1.0)
@@ -96,15 +94,14 @@ def phase_inputs(plan: Any, parts: Optional[Mapping[str, Any]] = None) -> PhaseI
     dit_gpu = float(e.experts.gpu_bytes_per_gpu if e.experts is not None else e.weights.parameter_bytes_sharded)
     enc_read = enc_gpu = enc_bytes = flops = vae_read = vae_gpu = 0.0
     text_place = getattr(place, "text_encoder", "leader")
-    generic = bool(m.diffusers_class)
     if known:
         enc_params = float(known["text_encoder_parameters"])
         image_params = float(known.get("image_encoder_parameters") or 0)
-        vae_b = dtype_b if generic else VAE_BYTES
+        vae_b = dtype_b  # the pipeline's parts load in the workload dtype
         enc_read = (enc_params + image_params) * CHECKPOINT_BYTES
         enc_bytes = enc_params * dtype_b
         on_gpu = 0.0 if text_place == "cpu" else enc_bytes
-        enc_gpu = on_gpu + image_params * (dtype_b if generic else IMAGE_ENCODER_BYTES)
+        enc_gpu = on_gpu + image_params * dtype_b
         vae_read, vae_gpu = float(known["vae_parameters"]) * CHECKPOINT_BYTES, float(known["vae_parameters"]) * vae_b
         passes = prompts * (2 if w.cfg_enabled else 1)  # the negative prompt is encoded too
         flops = 2.0 * enc_params * max(1, int(m.text_len or 0)) * passes
@@ -122,7 +119,6 @@ def phase_inputs(plan: Any, parts: Optional[Mapping[str, Any]] = None) -> PhaseI
         dit_gpu_bytes=dit_gpu,
         encoder_read_bytes=enc_read if generate else 0.0, encoder_gpu_bytes=enc_gpu if generate else 0.0,
         vae_read_bytes=vae_read if generate else 0.0, vae_gpu_bytes=vae_gpu if generate else 0.0,
-        parts_load_in="load" if generic else "own",
         staged=m.stage == "node" and staging is not None, stage_s=float(staging.s) if staging is not None else 0.0,
         storage_gb_per_s=float(c.shared_fs_gb_per_s), host_gb_per_s=float(c.gpu.host_gb_per_s or HOST_GB_PER_S),
         link_gb_per_s=float(c.intra_node.gb_per_s),

@@ -9,7 +9,7 @@ transformer. So the busiest rank holds ``max(text encoder, transformer + VAE + d
 runs it in the leader's host memory; ``pipeline.vae: tiled`` decodes tile by tile (diffusers),
 ``parallel`` splits the latent's rows over the leader's sequence group.
 
-The generic path's generate (``plan.model.diffusers_class`` set; runtime/pipelines/generate_run.py) loads
+The one model path's generate (``plan.model.diffusers_class`` set; runtime/pipelines/generate_run.py) loads
 the family's diffusers pipeline whole, every part in the workload dtype, the transformer first:
 its leader encodes with the transformer and the VAE already on the GPU (``pipeline.text_encoder:
 cpu`` keeps the encoders in host memory), frees the encoders, then denoises and decodes. So its
@@ -31,10 +31,9 @@ from sporch.orchestrator.plan.estimates import memory_totals
 
 #: The published text encoders, VAEs and image encoders (sizes, blocks, widths) are facts of each
 #: family: ``Family.pipeline_parts(preset)`` in models/families/ (wan.PARTS, flux.PARTS, qwenimage.PARTS, ...).
-IMAGE_ENCODER_BYTES = 4  # float32
 #: Live full-resolution tensors in a VAE decoder block (rough: input, norm, conv out, residual...).
 VAE_LIVE_TENSORS = 6
-VAE_BYTES = 4  # a VAE decoding in float32 (the pipelines' VAE decodes in the workload dtype)
+VAE_BYTES = 4  # decoded frames (float32) and a VAE checkpoint's bytes per parameter
 #: A tiled decode keeps every decoded tile (they overlap: stride 3/4 of the tile, so about
 #: (4/3)^2 of the frames) and then the blended frames.
 TILED_OUTPUT_COPIES = 2.8
@@ -103,8 +102,7 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
                    for r in range(layout.ring) for u in range(layout.ulysses))  # every leader's sequence group
     known = known_parts(model)
     b = int(dit.compute.dtype_bytes)
-    generic = bool(model.diffusers_class)  # the diffusers pipeline, whole, in the workload dtype
-    vae_b = b if generic else VAE_BYTES
+    vae_b = b  # the diffusers pipeline, whole, in the workload dtype
     enc_ranks = tuple(range(layout.world_size)) if text_encoder == "sharded" and seq > 1 else leaders
     unknown = "the folder's (size unknown)"
     enc = PipelinePart(ranks=enc_ranks, placement=text_encoder, what=known["text_encoder"] if known else unknown)
@@ -113,7 +111,7 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
     image = None
     enc_gpu = vae_bytes = work = frames = image_gpu = 0
     if known and known.get("image_encoder"):
-        image_gpu = known["image_encoder_parameters"] * IMAGE_ENCODER_BYTES
+        image_gpu = known["image_encoder_parameters"] * b
         image = PipelinePart(ranks=leaders, what=known["image_encoder"], bytes=image_gpu)
     if known:
         enc_full = known["text_encoder_parameters"] * b
@@ -127,8 +125,7 @@ def pipeline_estimate(model: ModelSection, workload: WorkloadSection, layout: La
     mem = dit.memory
     reserved = int(mem.reserved_bytes_per_gpu)
     encode_phase = max(enc_gpu, image_gpu) + reserved  # one encoder at a time
-    if generic:  # the transformer and the VAE are loaded before the encoders run
-        encode_phase += int(mem.parameter_bytes_per_gpu) + vae_bytes
+    encode_phase += int(mem.parameter_bytes_per_gpu) + vae_bytes  # the transformer and the VAE are loaded first
     decode_phase = mem.memory_bytes_per_gpu + vae_bytes + work + frames
     return PipelineEstimate(
         text_encoder=enc, vae=dec, transformer=PipelinePart(ranks=tuple(range(layout.world_size))),

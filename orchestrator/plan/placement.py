@@ -61,11 +61,11 @@ def choose_placement(modes: dict[str, str], layout: Layout, estimate_for: Estima
     ``lockstep``: every dp replica runs the same number of forwards (benchmark, verify,
     inference; not generate, where replicas run their own prompts): ``world`` needs it, since
     every rank takes part in every gather. ``cfg_lockstep``: the cfg ranks of a replica run each
-    forward together (False: a generic generate whose pipeline's two CFG calls per step run one on
+    forward together (False: a generate whose pipeline's two CFG calls per step run one on
     each cfg rank, at different times, runtime/models/cfg_two_calls.py): ``world`` needs that
     too with ``parallel.cfg=2``.
 
-    ``choices``: the only options ``auto`` may try for some keys (the generic path's generate runs
+    ``choices``: the only options ``auto`` may try for some keys (the one model path's generate runs
     its text encoders on the leader or its CPU and decodes on the leader, in parallel over the leader's
     sequence group where the family's VAE decodes exactly by rows, or in tiles where it has a tiled
     decode: family_checks.generate_placements)."""

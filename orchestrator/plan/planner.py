@@ -1,7 +1,7 @@
 """``make_plan(cluster, job) -> Plan``.
 
 The only files the planner reads are the checkpoint's metadata: ``model.weights``' config.json
-(and its pipeline folder's model_index.json and vae/config.json; on the generic path its text
+(and its pipeline folder's model_index.json and vae/config.json; on the one model path its text
 encoders' and VAE's safetensors headers, models/pipeline_sizes.py) and the LoRA adapters' safetensors
 headers. :func:`resolve_job_model` reads them, once per plan, into the plain ``plan.model`` section;
 everything after it is pure (no I/O, no clock, no randomness) and takes that section.
@@ -131,7 +131,7 @@ def job_context(cluster: sections.ClusterSpec, job: JobSpec,
 def sequence_section(seq_len: int, grid: list[int], layout: Layout,
                      model: sections.ModelSection) -> sections.SequenceSection:
     """The sequence cut over ``layout``'s sequence ranks the way ``model``'s path cuts it
-    (contract/families ``sequence_split``: the generic path unpadded, its family's text split)."""
+    (contract/families ``sequence_split``: the one model path unpadded, its family's text split)."""
     split, text = sequence_split(model)
     return sections.SequenceSection.build(seq_len, grid, layout.sequence_degree, split=split, text_len=text)
 

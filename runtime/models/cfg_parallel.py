@@ -1,4 +1,4 @@
-"""CFG parallelism on the generic path: one transformer call on the two CFG passes' batch, each
+"""CFG parallelism on the one model path: one transformer call on the two CFG passes' batch, each
 half computed on its own cfg rank.
 
 A call whose batch holds both classifier-free-guidance passes (2 x B rows: the first half one
@@ -14,7 +14,7 @@ batch's output, in the rows of the call's input.
 * :class:`CfgParallel`: the same two steps as torch forward hooks on the model
   (``with CfgParallel(model, ctx, batched):``), for a caller that does not: a diffusers pipeline
   that batches both passes into one transformer call (SD3, CogVideoX, LTX-Video: ``[uncond, cond]``),
-  whose code stays as it is (the generic generate, runtime/pipelines/generate_run.py). Every rank still
+  whose code stays as it is (generate, runtime/pipelines/generate_run.py). Every rank still
   sees the whole noise prediction, so every rank's scheduler steps identically. Enter it inside
   ``SequenceParallel`` (its pre-hook is prepended, so the rows are cut before the sequence is; its
   forward hook is appended, so the output is gathered over the cfg group after the sequence's

@@ -1,4 +1,4 @@
-"""CFG parallelism on the generic path for a pipeline that calls the transformer twice per step
+"""CFG parallelism on the one model path for a pipeline that calls the transformer twice per step
 (true CFG: ``QwenImagePipeline`` calls it on the prompt inside ``transformer.cache_context("cond")``,
 then on the negative prompt inside ``cache_context("uncond")``), the pipeline's code unchanged.
 

@@ -1,4 +1,4 @@
-"""LoRA adapters on the generic path: ``plan.model.lora`` merged into a diffusers transformer with
+"""LoRA adapters on the one model path: ``plan.model.lora`` merged into a diffusers transformer with
 diffusers' and PEFT's own code, before the model is made sequence-parallel.
 
 For each adapter (``{"path", "scale", "expert"}``, as the planner records it):

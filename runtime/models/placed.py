@@ -1,7 +1,7 @@
-"""The generic path's transformer as the plan places it: sharded parameters (``parallel.shard_weights``)
+"""The one model path's transformer as the plan places it: sharded parameters (``parallel.shard_weights``)
 and low-bit weights (``model.quant``).
 
-:func:`build_transformer` is the one builder the generic verify, benchmark and generate call:
+:func:`build_transformer` is the one builder verify, benchmark and generate call:
 
 * unsharded (``shard_weights`` none, or no ParallelContext): the folder's weights
   (:func:`.build.load_diffusers`) or the config with seeded random weights, the plan's LoRA adapters

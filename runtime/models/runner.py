@@ -1,5 +1,5 @@
 """Run a diffusers transformer of a supported family sharded over a ParallelContext, and compare
-it with the same model unsharded (the generic path's verify).
+it with the same model unsharded (the one model path's verify).
 
 ``ShardedTransformer(model, ctx, family=)``: ``forward(**kwargs)`` -> the model's output, whole on
 every rank, computed sequence-parallel over ``ctx``'s sequence group (``SequenceParallel`` with

@@ -35,7 +35,7 @@ def check_recorded_split(sequence, plan: SplitPlan, class_name: str, degree: int
     text = bool(getattr(sequence, "text_len", 0))
     if getattr(sequence, "split", "padded") != "uneven" or text != splits_text(plan):
         raise ValueError(f"plan.sequence records split {getattr(sequence, 'split', None)!r} with text_len "
-                         f"{getattr(sequence, 'text_len', None)}, but the generic path cuts {class_name} unpadded "
+                         f"{getattr(sequence, 'text_len', None)}, but the one model path cuts {class_name} unpadded "
                          f"(uneven) with its text {'cut' if splits_text(plan) else 'whole'}: re-plan the job")
     if degree is not None and (sequence.degree != degree
                                or sequence.tokens_per_rank != max(chunk_sizes(sequence.seq_len, degree))):

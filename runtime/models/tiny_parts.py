@@ -1,5 +1,5 @@
 """The small parts every tiny random pipeline is built from (runtime/pipelines/tiny.py for Wan and
-Flux, each generic family's ``tiny_pipeline`` in runtime/models/families): a word-level
+Flux, each family's ``tiny_pipeline`` in runtime/models/families): a word-level
 tokenizer, seeded random weights, a one-layer T5 config, a small 2-D ``AutoencoderKL``. No hub
 access; every weight comes from a generator seeded by the caller.
 """

@@ -1,4 +1,4 @@
-"""Each prompt's denoising on the generic path (runtime/pipelines/generate_run.py): one call of the
+"""Each prompt's denoising on the one model path (runtime/pipelines/generate_run.py): one call of the
 family's diffusers pipeline with the prompt's embeddings, its arguments (:func:`pipeline_arguments`)
 and a step callback (:func:`step_end_arguments`) that times each step, keeps the rank's step file,
 stops the run where a USR2 stop is agreed over the replica, and, for a prompt resumed from a step

@@ -1,8 +1,8 @@
-"""The generate workload on the generic path: the family's diffusers pipeline, run as it is around
+"""The generate workload on the one model path: the family's diffusers pipeline, run as it is around
 the sequence-parallel transformer (docs/generate.md, "Generic families").
 
 Every rank of a dp replica loads the pipeline folder (``plan.model.weights``): the transformer with
-the generic path's strict loader (:func:`sporch.runtime.models.load_diffusers`, or sharded), the
+the one model path's strict loader (:func:`sporch.runtime.models.load_diffusers`, or sharded), the
 scheduler and VAE with diffusers' ``from_pretrained``; the replica's leader also loads the text
 encoders and tokenizers (on its GPU, or its CPU with ``pipeline.text_encoder: cpu``), encodes every
 prompt of the replica with the pipeline's own ``encode_prompt`` (as its call would), hands the
@@ -40,7 +40,7 @@ own decode tail (latent un-normalisation and unpacking, the VAE's ``decode``, th
 processor) runs unchanged around it; only the leader writes. The leader writes one PNG/MP4 per
 prompt through :mod:`.media` and returns one result row per prompt.
 
-The plan's options apply as on the generic verify/benchmark: ``model.lora`` merged into the
+The plan's options apply as on verify/benchmark: ``model.lora`` merged into the
 transformer at load (:func:`.load.load_pipeline`), its parameters sharded (``parallel.shard_weights``) or
 quantised (``model.quant``) as the plan places them, its blocks compiled by the caller's
 ``compile_model`` (runtime/workloads.py: ``workload.compile``'s rule), and ``workload.cache``

@@ -1,4 +1,4 @@
-"""The leader's output of one prompt on the generic path (runtime/pipelines/generate_run.py): the
+"""The leader's output of one prompt on the one model path (runtime/pipelines/generate_run.py): the
 pipeline's decoded frames checked and written as one PNG/MP4 (:mod:`.media`), the prompt's result
 row, and its record that a requeued run skips the prompt (:class:`.resume.FinishedPrompts`)."""
 

@@ -1,4 +1,4 @@
-"""How the plan's placement runs on this rank on the generic path (runtime/pipelines/generate_run.py):
+"""How the plan's placement runs on this rank on the one model path (runtime/pipelines/generate_run.py):
 the CFG split over the cfg group, the leader's tiled or the group's row-parallel decode, and the
 hooks that run the pipeline's transformer over the sequence and cfg groups. A placement the
 generic generate does not run is refused at plan time; a hand-edited plan gets one line here."""
@@ -46,7 +46,7 @@ def tiled_decode(family: Family, vae: str) -> bool:
     if vae == "leader" or (vae == "tiled" and family.vae_tiling) or (vae == "parallel" and family.vae_parallel):
         return vae == "tiled"
     built = ["leader"] + ["parallel"] * family.vae_parallel + ["tiled"] * family.vae_tiling
-    raise ValueError(f"pipeline.vae={vae} is not built for generate on family {family.name} (the generic path): "
+    raise ValueError(f"pipeline.vae={vae} is not built for generate on family {family.name} : "
                      f"plan with pipeline.vae={' or '.join(built)}")
 
 

@@ -1,4 +1,4 @@
-"""A requeue in the middle of a generic-path prompt (:mod:`.generic`): resumed from the last
+"""A requeue in the middle of a prompt (:mod:`.generic`): resumed from the last
 finished step through the diffusers pipeline's own call, not a copy of its loop.
 
 After every denoising step the pipeline's ``callback_on_step_end`` hands sporch the latents; each

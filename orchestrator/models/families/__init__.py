@@ -119,7 +119,7 @@ def find_family_preset(name: str) -> Optional[tuple[Family, FamilyPreset]]:
 
 
 def published_preset(model: Any) -> Optional[tuple[Family, FamilyPreset]]:
-    """The generic-path preset ``model`` (``plan.model``: its ``preset``, ``diffusers_class`` and
+    """The preset ``model`` (``plan.model``: its ``preset``, ``diffusers_class`` and
     shape fields) is: that preset with its shape unchanged, or, for a checkpoint folder (no
     preset), the preset of its class with the same shape (a published checkpoint's folder). None
     otherwise (another preset, a folder of another shape, a preset with fields overridden)."""
@@ -156,7 +156,7 @@ UNCOUNTED = ("text_len", "vae_stride")
 
 
 def config_parameters(model: Any) -> Optional[ParameterCount]:
-    """The parameters of a generic-path ``model`` (``plan.model``) from its diffusers config
+    """The parameters of a ``model`` (``plan.model``) from its diffusers config
     (``diffusers_config``: the preset's, or the checkpoint folder's config.json) by its family's
     formula (``Family.count_parameters``), when that config describes the model's shape; None
     otherwise (no config, a family without a formula, fields overridden on a preset)."""

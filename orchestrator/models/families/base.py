@@ -13,7 +13,7 @@ from sporch.orchestrator.models.families.original_format import OriginalFormat
 from sporch.orchestrator.models.families.plan_format import SplitPlan
 
 
-#: the step caches (``workload.cache.method`` but none) and TeaCache's probes the generic path has
+#: the step caches (``workload.cache.method`` but none) and TeaCache's probes the one model path has
 STEP_CACHES = tuple(m for m in CACHE_METHODS if m != "none")
 TEACACHE_PROBES = ("timestep", "modulated")
 
@@ -62,7 +62,7 @@ class ParameterCount:
 
 
 #: T5 v1.1 XXL's encoder (24 layers x 4096, FFN 10240, vocabulary 32128; transformers' T5EncoderModel
-#: counted on the meta device): the text encoder several generic families' pipelines share, in the
+#: counted on the meta device): the text encoder several families' pipelines share, in the
 #: PARTS keys (plan/pipeline_estimate.py)
 T5_XXL_PARAMETERS, T5_XXL_LAYERS, T5_XXL_EMBEDDING = 4_762_310_656, 24, 32_128 * 4096
 #: its largest layer (the first block: 4 attention projections, the gated FFN, 2 norms, the relative
@@ -91,7 +91,7 @@ def qk_norm_parameters(kind: Optional[str], width: int) -> int:
 
 class PipelineCfg(str, Enum):
     """How a family's diffusers pipeline (``Family.pipeline_class``) applies classifier-free
-    guidance as the generic generate calls it, i.e. what ``parallel.cfg=2`` has to split.
+    guidance as generate calls it, i.e. what ``parallel.cfg=2`` has to split.
 
     * ``BATCHED``: one transformer call per step on ``[uncond, cond]`` concatenated along the
       batch (SD3, CogVideoX, LTX-Video): each cfg rank computes its half of the rows
@@ -193,7 +193,7 @@ class Family:
     #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
     #: runtime/pipelines/placement.py attaches the matching hooks.
     pipeline_cfg: PipelineCfg = PipelineCfg.NONE
-    #: The generic generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
+    #: Generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
     #: sizes (diffusers' ``enable_tiling``); the planner's tiled
     #: decode estimate uses the PARTS fact ``vae_tile_pixels`` (those defaults for the published VAE).
@@ -203,7 +203,7 @@ class Family:
     vae_class: Optional[str] = None
     #: ``pipeline.vae: parallel``: ``vae_class`` decodes exactly with sporch's row-parallel decode
     #: (runtime/pipelines/vae_parallel/: halo convolutions, whole-image group norms, attention on
-    #: the gathered rows), over the leader's sequence group; the generic generate runs the pipeline's
+    #: the gathered rows), over the leader's sequence group; generate runs the pipeline's
     #: own decode tail around it (``row_parallel_vae``). False: the planner refuses it for the family
     #: in one line. tests/runtime/pipelines/test_vae_parallel_families.py checks it against
     #: ``parallelize_decoder`` on the family's tiny VAE and measures the decode against the whole one.
@@ -223,9 +223,9 @@ class Family:
     notes: str = ""
     #: diffusers' LoRA loader mixin of the family's pipelines (``FluxLoraLoaderMixin``): its
     #: ``lora_state_dict`` converts the adapter formats it knows (kohya, the original release's
-    #: names) to diffusers' keys on the generic path (runtime/models/lora.py); None: no LoRA
+    #: names) to diffusers' keys on the one model path (runtime/models/lora.py); None: no LoRA
     lora_loader: Optional[str] = None
-    #: ``workload.cache.method`` values the generic path runs for the family's classes
+    #: ``workload.cache.method`` values the one model path runs for the family's classes
     #: (runtime/models/cache/apply.py: diffusers' cache hooks, the decision agreed over the ranks);
     #: each needs the class's blocks in diffusers' ``TransformerBlockRegistry``, and teacache a head
     #: block with what ``teacache_probe`` reads (tests/runtime/models/test_generic_cache_facts.py

@@ -9,7 +9,7 @@ output has 8 channels (learned sigma: the pipeline keeps the first 4). ``PixArtS
 batches both CFG passes into one transformer call (``[uncond, cond]``).
 
 PixArt-Alpha's 1024 px model (``sample_size`` 128 without ``use_additional_conditions: false``)
-also embeds the image's resolution and aspect ratio (``added_cond_kwargs``); the generic verify
+also embeds the image's resolution and aspect ratio (``added_cond_kwargs``); verify
 builds them (runtime family module ``inputs``), the generate runs PixArt-Sigma's pipeline only.
 
 The published folders' transformer/config.json name diffusers' older shared class

@@ -1,4 +1,4 @@
-"""Step caching on the generic path: every ``workload.cache.method`` on any family's diffusers
+"""Step caching on the one model path: every ``workload.cache.method`` on any family's diffusers
 transformer, on diffusers' hooks, with the skip decision agreed over the ranks of a replica
 (docs/performance.md, "Step caching").
 
@@ -53,7 +53,7 @@ from sporch.runtime.models.split_plans import diffusers_type
 __all__ = ["GENERIC_CACHE_METHODS", "StepCacheHooks", "StepCacheRecord", "apply_step_cache", "cache_blocks",
            "registered", "remove_step_cache"]
 
-#: ``workload.cache.method`` values the generic path runs
+#: ``workload.cache.method`` values the one model path runs
 GENERIC_CACHE_METHODS = ("fbcache", "teacache", "taylorseer", "magcache")
 
 
@@ -184,7 +184,7 @@ def apply_step_cache(models: torch.nn.Module | Sequence[torch.nn.Module], sectio
     if section is None or section.method == "none":
         return None
     if section.method not in GENERIC_CACHE_METHODS:
-        raise ValueError(f"workload.cache.method={section.method} is not built for the generic path; use one of "
+        raise ValueError(f"workload.cache.method={section.method} is not built for the one model path; use one of "
                          f"{', '.join(GENERIC_CACHE_METHODS)}")
     models = (models,) if isinstance(models, torch.nn.Module) else tuple(models)
     heads = [_apply_one(m, section, ctx, num_steps, preset, tuple(groups)) for m in models]

@@ -1,4 +1,4 @@
-"""First Block Cache on the generic path: diffusers' own (``apply_first_block_cache``: every step
+"""First Block Cache on the one model path: diffusers' own (``apply_first_block_cache``: every step
 runs the first block; when its output residual changed little against the last computed step's,
 the other blocks are skipped and their cached residual added) with its head-block hook replaced
 by ``AgreedHeadHook``, a subclass of diffusers' ``FBCHeadBlockHook`` with its decision changed:

@@ -1,4 +1,4 @@
-"""TeaCache's probes on the generic path: what the head block's call gives that a family's
+"""TeaCache's probes on the one model path: what the head block's call gives that a family's
 rescale polynomial was fitted on (``Family.teacache_probe``, the torch-free record).
 
 * ``timestep``: the head block's time embedding (its ``temb`` argument, or ``timestep`` where

@@ -1,4 +1,4 @@
-"""What a step cache on the generic path records: per cache context, each step's branch and
+"""What a step cache on the one model path records: per cache context, each step's branch and
 measured change (:class:`StepCacheRecord`), and the ``step_cache`` a generate or inference
 workload's metrics carry (:func:`step_cache_result`).
 

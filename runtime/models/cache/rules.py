@@ -1,4 +1,4 @@
-"""The skip rules of the step caches that skip the whole block stack on the generic path
+"""The skip rules of the step caches that skip the whole block stack on the one model path
 (TeaCache, MagCache, TaylorSeer; :mod:`.cache_stack` runs them in diffusers' block hooks), and the
 reductions that make every rank of a replica take the same decision.
 

@@ -1,4 +1,4 @@
-"""The torch side of each family on the generic path: one module per family (the torch-free facts
+"""The torch side of each family on the one model path: one module per family (the torch-free facts
 are in ``sporch.orchestrator.models.families``), found by the same family name.
 
 Each module has ``TINY`` (a tiny config of the family's diffusers class, for tests and tiny
@@ -7,7 +7,7 @@ folders), ``BATCHED`` (the forward arguments with one row per sample) and
 arguments of a random job (latents of the token grid [f, h, w], random text embeddings of the
 config's text width, the family's other conditioning), whole on every rank.
 
-A family whose diffusers pipeline the generic generate runs (``Family.pipeline_class``) also has
+A family whose diffusers pipeline generate runs (``Family.pipeline_class``) also has
 what runtime/pipelines/generate_run.py calls around it:
 
 * ``encode(pipe, prompt, negative=, cfg=, text_len=, device=)``: the pipeline's own
@@ -36,9 +36,9 @@ def family_module(name: str) -> ModuleType:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise KeyError(f"no generic-path runtime for family {name!r}; known: {', '.join(_BY_NAME)}") from None
+        raise KeyError(f"no runtime for family {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
 def generate_families() -> tuple[str, ...]:
-    """The families whose module carries the generic generate's pipeline calls (``encode``)."""
+    """The families whose module carries generate's pipeline calls (``encode``)."""
     return tuple(name for name, module in _BY_NAME.items() if hasattr(module, "encode"))

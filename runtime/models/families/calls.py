@@ -1,4 +1,4 @@
-"""What the generic families' pipeline-side code shares: a pipeline call's own defaults."""
+"""What the families' pipeline-side code shares: a pipeline call's own defaults."""
 
 from __future__ import annotations
 

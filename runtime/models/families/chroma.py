@@ -1,4 +1,4 @@
-"""Chroma on the generic path: packed latent tokens with (0, row, column) ids, T5 text (no mask: the
+"""Chroma on the one model path: packed latent tokens with (0, row, column) ids, T5 text (no mask: the
 pipeline's mask over token pairs is not what sequence-parallel attention takes)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ChronoEdit on the generic path: Wan2.1-style latents [B, C, F, H, W] (the input and edited images as a
+"""ChronoEdit on the one model path: Wan2.1-style latents [B, C, F, H, W] (the input and edited images as a
 video's first and last frames), umT5 text and CLIP image tokens whole on every rank (cross-attention)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CogVideoX on the generic path: latents [B, F, C, H, W], T5 text, 3-D RoPE tables as the pipeline
+"""CogVideoX on the one model path: latents [B, F, C, H, W], T5 text, 3-D RoPE tables as the pipeline
 builds them (``get_3d_rotary_pos_embed``) when the config uses rotary embeddings."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CogView4 on the generic path: latents [B, C, H, W] (patch 2 x 2), GLM-4 text, SDXL-style size
+"""CogView4 on the one model path: latents [B, C, H, W] (patch 2 x 2), GLM-4 text, SDXL-style size
 conditions (original size, target size, crop corner: pixels)."""
 
 from __future__ import annotations

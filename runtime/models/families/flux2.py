@@ -1,4 +1,4 @@
-"""FLUX.2 on the generic path: packed latent tokens (2 x 2 latent pixels per token) with (t, h, w, l)
+"""FLUX.2 on the one model path: packed latent tokens (2 x 2 latent pixels per token) with (t, h, w, l)
 position ids, Mistral / Qwen3 text states (three hidden layers stacked) with (0, 0, 0, l) ids, an
 embedded guidance scale (FLUX.2 [dev]; FLUX.2 [klein] has none)."""
 

@@ -1,4 +1,4 @@
-"""Helios on the generic path: the chunk's latents [B, C, F, H, W] and the three history terms the
+"""Helios on the one model path: the chunk's latents [B, C, F, H, W] and the three history terms the
 pipeline keeps (short, mid, long: the last frames patched 1x, 2x and 4x coarser), their tokens in
 front of the chunk's; umT5 text whole on every rank (cross-attention, to the chunk's tokens only)."""
 

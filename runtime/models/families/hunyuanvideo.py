@@ -1,4 +1,4 @@
-"""HunyuanVideo on the generic path: latents [B, C, F, H, W], LLaMA text with its mask (all tokens
+"""HunyuanVideo on the one model path: latents [B, C, F, H, W], LLaMA text with its mask (all tokens
 valid), pooled CLIP, embedded guidance."""
 
 from __future__ import annotations

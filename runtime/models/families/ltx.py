@@ -1,4 +1,4 @@
-"""LTX-Video on the generic path: one token per latent pixel (patch 1 x 1 x 1), T5 text."""
+"""LTX-Video on the one model path: one token per latent pixel (patch 1 x 1 x 1), T5 text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LTX-2 on the generic path: video latent tokens (one per latent pixel) split over the sequence ranks,
+"""LTX-2 on the one model path: video latent tokens (one per latent pixel) split over the sequence ranks,
 the audio stream (latent frames of mel bins) whole on every rank; Gemma text states (from the
 pipeline's connectors) for video and audio, with their mask."""
 

@@ -1,4 +1,4 @@
-"""Lumina-Image 2.0 on the generic path: latents [B, C, H, W] (patch 2 x 2), Gemma text with its mask
+"""Lumina-Image 2.0 on the one model path: latents [B, C, H, W] (patch 2 x 2), Gemma text with its mask
 (a shorter prompt's padding dropped: the joint sequence is padded per row), a timestep in [0, 1]."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MiniMax-H3 on the generic path: one packed sequence of text, audio and video rows (the layout
+"""MiniMax-H3 on the one model path: one packed sequence of text, audio and video rows (the layout
 MiniMaxH3Blocks packs: the text block, the audio rows, the video rows), each row tagged with its
 modality and its timestep; the packed sequence is split over the sequence ranks at the first block."""
 

@@ -1,4 +1,4 @@
-"""PixArt-Sigma on the generic path: latents [B, C, H, W] (patch 2 x 2), T5 text with its mask (whole on
+"""PixArt-Sigma on the one model path: latents [B, C, H, W] (patch 2 x 2), T5 text with its mask (whole on
 every rank: cross-attention), adaLN-single timestep; PixArt-Alpha 1024's resolution / aspect-ratio
 conditions where the config uses them."""
 

@@ -1,4 +1,4 @@
-"""Qwen-Image on the generic path: packed latent tokens (2 x 2 latent pixels per token)."""
+"""Qwen-Image on the one model path: packed latent tokens (2 x 2 latent pixels per token)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SD3 / SD3.5 on the generic path: latents [B, C, H, W] (patch 2 x 2), text (CLIP + T5) and pooled CLIP."""
+"""SD3 / SD3.5 on the one model path: latents [B, C, H, W] (patch 2 x 2), text (CLIP + T5) and pooled CLIP."""
 
 from __future__ import annotations
 

@@ -57,9 +57,9 @@ injects noise drawn for its rows: LTX-Video 0.9.1's ``decoder_inject_noise``) ma
 :func:`.surgery.parallelize_decoder` raise ``ValueError`` naming it, rather than decode wrongly.
 
 :func:`.decode.row_parallel_vae` hands a caller that decodes the whole latent itself (a diffusers
-pipeline's decode tail: the generic generate) a copy whose decoder takes this rank's band of
+pipeline's decode tail: generate) a copy whose decoder takes this rank's band of
 rows and returns the whole output (:class:`.decode.RowBands`); everything around the decoder runs
-unchanged on every rank. Measured on every generic family's tiny VAE (SD3.5, CogVideoX,
+unchanged on every rank. Measured on every family's tiny VAE (SD3.5, CogVideoX,
 LTX-Video, Qwen-Image, HunyuanVideo; tests/runtime/pipelines/test_vae_parallel_families.py):
 within 7e-6 of the single decode, 2 and 4 ranks, uneven bands.
 
