@@ -8,6 +8,7 @@ import json
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
+from sporch.orchestrator.cli.terminal import echo
 from sporch.orchestrator.plan.family_table import family_rows
 
 
@@ -103,7 +104,6 @@ def _print_matrix(matrix, cluster: str) -> None:
     out.print(table)
     filled = sum(c.ok for row in matrix for c in row.cells)
     total = sum(len(row.cells) for row in matrix)
-    out.print(f"filled: {filled} of {total} cells ({len(matrix)} families x {len(LEVERS)} levers); refused:",
-              highlight=False)
+    echo(f"filled: {filled} of {total} cells ({len(matrix)} families x {len(LEVERS)} levers); refused:")
     for why, n in notes.items():
-        out.print(f"  [{n}] {', '.join(covers[why])}: {why}", highlight=False, soft_wrap=True)
+        echo(f"  [{n}] {', '.join(covers[why])}: {why}", indent=6)
