@@ -38,7 +38,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -187,6 +187,25 @@ def _unavailable(reason: str):
     pytest.skip(f"Slurm lab not available: {reason} (start it: sudo scripts/slurmlab/start.sh)")
 
 
+def _lab_problem(partition: str, tries: int = 3, timeout: float = 30.0) -> Optional[str]:
+    """Why the lab's controller does not list the partition (None: it does); ``tries`` sinfo calls,
+    a few seconds apart, each given ``timeout`` seconds (a 2-core machine under a test's load)."""
+    why = None
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(5)
+        try:
+            p = subprocess.run(["sinfo", "--noheader", "-p", partition, "-o", "%D %T"], capture_output=True,
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            why = f"sinfo did not answer within {timeout:g} s (slurmctld down?)"
+            continue
+        if p.returncode == 0 and p.stdout.strip():
+            return None
+        why = f"sinfo failed: {(p.stderr or p.stdout).strip() or p.returncode}"
+    return why
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     path = env_file()
@@ -199,13 +218,15 @@ def slurm_cluster():
     os.environ.update(env)
     try:
         partition = env.get("SLURMLAB_PARTITION", "lab")
-        try:
-            p = subprocess.run(["sinfo", "--noheader", "-p", partition, "-o", "%D %T"], capture_output=True,
-                               text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            _unavailable("sinfo did not answer within 10 s (slurmctld down?)")
-        if p.returncode != 0 or not p.stdout.strip():
-            _unavailable(f"sinfo failed: {(p.stderr or p.stdout).strip() or p.returncode}")
+        why = _lab_problem(partition)
+        if why and os.environ.get("SPORCH_REQUIRE_SLURM") == "1" and os.geteuid() == 0:
+            # required (CI): a controller that stopped answering (a loaded machine, a daemon that
+            # died) is started again once by the lab's idempotent script before the tests give up
+            start = Path(__file__).resolve().parents[1] / "scripts" / "slurmlab" / "start.sh"
+            subprocess.run(["bash", str(start)], capture_output=True, text=True, timeout=900)
+            why = _lab_problem(partition)
+        if why:
+            _unavailable(why)
         yield SlurmLab(
             env=env,
             partition=partition,
