@@ -285,7 +285,7 @@ def pipeline_rows(pipe: Optional[PipelineEstimate]) -> list[tuple[str, str]]:
         rows.append((name.replace("_", " "), f"{p.what}, {p.placement or 'leader'}, on {_ranks_text(p)} ({size})"))
     if pipe.image_encoder is not None:  # Wan2.1 I2V's CLIP image encoder, on the leaders after the text encoder
         p = pipe.image_encoder
-        rows.append(("image encoder", f"{p.what}, leader, on {_ranks_text(p)} ({human_bytes(p.bytes or 0)}, float32)"))
+        rows.append(("image encoder", f"{p.what}, leader, on {_ranks_text(p)} ({human_bytes(p.bytes or 0)})"))
     busy = pipe.busiest_rank
     rows.append(("busiest rank (a leader)", human_bytes(pipe.leader_memory_bytes) + f", peak in {busy.peak_stage}"))
     for key, label in (("dit_parameters", "DiT parameters"), ("dit_activations", "DiT activations"),
