@@ -60,10 +60,10 @@ def _check_names(own: Mapping[str, torch.Tensor], sources: Mapping[str, RowSourc
 
 def _nonfinite(where: str, src: str, name: str, value: torch.Tensor, dtype: torch.dtype) -> CheckpointError:
     bad = nonfinite_weight(value)
+    named = f"tensor {src!r}" + (f" (parameter {name})" if name != src else "")  # an original release's name differs
     if bad:
-        return CheckpointError(f"{where}: tensor {src!r} ({name}): {bad}; the checkpoint is corrupt (download or "
-                               "convert it again)")
-    return CheckpointError(f"{where}: tensor {src!r} ({name}) overflows {str(dtype).removeprefix('torch.')} "
+        return CheckpointError(f"{where}: {named}: {bad}; the checkpoint is corrupt (download or convert it again)")
+    return CheckpointError(f"{where}: {named} overflows {str(dtype).removeprefix('torch.')} "
                            f"({nonfinite_weight(value.to(dtype))}); run in a wider workload.dtype")
 
 

@@ -34,6 +34,7 @@ from sporch.orchestrator.models.lora_experts import for_expert
 from sporch.runtime.models.weight_cache import cache_key
 from sporch.runtime.models.build import from_state, read_config
 from sporch.runtime.models.cache.apply import apply_step_cache
+from sporch.runtime.models.cache.record import inference_step_cache
 from sporch.runtime.models.families import family_module
 from sporch.runtime.models.inference import denoise, flow_sigmas, replica_inputs, run_inference, timestep_scale
 from sporch.runtime.models.placed import build_transformer
@@ -186,7 +187,8 @@ def _inference(plan: Plan, ctx: ParallelContext, device: torch.device, progress:
     check_output(latents, "inference (denoised latents)")
     out["compile"] = info.record() if info is not None else None
     if hook is not None:
-        out["step_cache"] = {name: rec.record() for name, rec in hook.records.items()}
+        out["step_cache"] = inference_step_cache(wl.cache, {name: rec.record() for name, rec in hook.records.items()},
+                                                 ctx)
     if ctx.sequence_rank == 0 and ctx.cfg_rank == 0:
         from safetensors.torch import save_file
 

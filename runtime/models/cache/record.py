@@ -106,3 +106,14 @@ def step_cache_result(section: Any, batches: Iterable[dict[str, Any]], ctx: Para
     return {**agreed_fields(section, skipped, ctx), "batches": batches, "skipped": skipped,
             "steps_computed": sum(b["steps_computed"] for b in batches),
             "steps_skipped": sum(b["steps_skipped"] for b in batches)}
+
+
+def inference_step_cache(section: Any, contexts: dict[str, dict[str, Any]], ctx: ParallelContext | None) -> dict[str, Any]:
+    """A rank's ``metrics["step_cache"]`` of the inference workload (one denoising loop): the
+    agreed fields with its first context's steps (every context of a replica decides alike), the
+    counts over every context, and each context's record."""
+    first = next(iter(contexts.values()), {"computed": [], "skipped": [], "changes": []})
+    return {**agreed_fields(section, first["skipped"], ctx), "computed": first["computed"],
+            "skipped": first["skipped"], "changes": first.get("changes", []), "contexts": contexts,
+            "steps_computed": sum(len(r["computed"]) for r in contexts.values()),
+            "steps_skipped": sum(len(r["skipped"]) for r in contexts.values())}
