@@ -129,6 +129,18 @@ def pytest_terminal_summary(terminalreporter, config):
                                     f"this run's: they name none of its folders): {_listing(others)}")
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_size():
+    """A process the test starts sees COLUMNS / LINES only where the test sets them: importing
+    readline (pdb does) sets them in the C environment, which subprocesses inherit though
+    ``os.environ`` never shows them, so a CLI meant to print one unwrapped line to a pipe would
+    wrap at 80."""
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
+    yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _rank_pool():
     if os.environ.get("SPORCH_TEST_FRESH_RANKS", "") not in ("", "0"):

@@ -165,5 +165,5 @@ def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, cls, over):
     assert out.returncode == 0, out.stderr[-2000:]
     (result,) = (tmp_path / "runs").glob("g/*/result.json")
     metrics = json.loads(result.read_text())["metrics"]
-    assert metrics["family"] == fam and metrics["path"] == "generic"
+    assert metrics["family"] == fam and metrics["path"] == "diffusers"
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3

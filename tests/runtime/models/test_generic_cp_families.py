@@ -346,7 +346,7 @@ def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, over):
     metrics = json.loads(result.read_text())["metrics"]
     print(f"{fam} sporch run --verify {' '.join(over)}: max abs {metrics['max_abs_err']:.3g}, outputs "
           f"{metrics['forward'].get('output_errors')}")
-    assert metrics["family"] == fam and metrics["path"] == "generic"
+    assert metrics["family"] == fam and metrics["path"] == "diffusers"
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3
     assert len(metrics["forward"]["output_errors"]) == 2  # video and audio
 

@@ -367,7 +367,7 @@ def test_the_workload_dispatch_runs_the_generic_generate(folders, references, tm
 
     plan = _plan("sd3", folders["sd3"], {"ulysses": 1, "ring": 1, "dp": 1}, gpus=1)
     metrics = run_workload(plan, None, torch.device("cpu"), Progress(tmp_path, 0))
-    assert (metrics["kind"], metrics["path"]) == ("generate", "generic")
+    assert (metrics["kind"], metrics["path"]) == ("generate", "diffusers")
     assert metrics["pipeline"] == "StableDiffusion3Pipeline"
     (row,) = metrics["outputs"]
     assert np.array_equal(read(Path(row["path"])), to_uint8(references["sd3"][0]))
