@@ -62,7 +62,12 @@ def test_every_class_takes_every_cache_its_family_lists(family):
 
 
 def test_flux_magcache_ratios_are_diffusers():
-    from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
+    import importlib
+
+    import diffusers.hooks.mag_cache
+
+    # reloaded: a test that built a class under ``torch.device("meta")`` may have imported the module there
+    FLUX_MAG_RATIOS = importlib.reload(diffusers.hooks.mag_cache).FLUX_MAG_RATIOS
 
     from sporch.orchestrator.models.families import flux, published_magcache_ratios
 

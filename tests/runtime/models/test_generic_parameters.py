@@ -20,8 +20,12 @@ PRESETS = [(fam, p) for fam in FAMILIES for p in fam.presets]
 
 
 def meta_parts(class_name: str, config: dict) -> dict[str, int]:
-    """blocks (the children of the class's top-level ModuleLists), the largest, the rest."""
-    with torch.device("meta"):
+    """blocks (the children of the class's top-level ModuleLists), the largest, the rest. The
+    parameters on meta, nothing else (``torch.device("meta")`` would also put there the tensors of
+    any module the class imports on first use: diffusers' MagCache ratios)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
         model = getattr(diffusers, class_name).from_config(dict(config))
     blocks = [sum(p.numel() for p in b.parameters()) for _, child in model.named_children()
               if isinstance(child, torch.nn.ModuleList) for b in child]
