@@ -62,12 +62,11 @@ def test_every_class_takes_every_cache_its_family_lists(family):
 
 
 def test_flux_magcache_ratios_are_diffusers():
-    import importlib
+    import runpy
 
-    import diffusers.hooks.mag_cache
-
-    # reloaded: a test that built a class under ``torch.device("meta")`` may have imported the module there
-    FLUX_MAG_RATIOS = importlib.reload(diffusers.hooks.mag_cache).FLUX_MAG_RATIOS
+    # the module's source run afresh (sys.modules untouched): a test that built a class under
+    # ``torch.device("meta")`` may have imported the module there, its tensors on meta
+    FLUX_MAG_RATIOS = runpy.run_module("diffusers.hooks.mag_cache")["FLUX_MAG_RATIOS"]
 
     from sporch.orchestrator.models.families import flux, published_magcache_ratios
 
