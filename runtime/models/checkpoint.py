@@ -60,7 +60,7 @@ def _check_names(own: Mapping[str, torch.Tensor], sources: Mapping[str, RowSourc
 
 def _nonfinite(where: str, src: str, name: str, value: torch.Tensor, dtype: torch.dtype) -> CheckpointError:
     bad = nonfinite_weight(value)
-    named = f"tensor {src!r}" + (f" (parameter {name})" if name != src else "")  # an original release's name differs
+    named = f"tensor {src!r}" + (f" ({name})" if name != src else "")  # an original release names it otherwise
     if bad:
         return CheckpointError(f"{where}: {named}: {bad}; the checkpoint is corrupt (download or convert it again)")
     return CheckpointError(f"{where}: {named} overflows {str(dtype).removeprefix('torch.')} "

@@ -117,15 +117,21 @@ def run_model(plan: Plan, ctx: ParallelContext, device: torch.device, progress: 
         runner.forward(**inputs)
         sync(device)
         info.first_call_s = time.perf_counter() - start
-    times = []
+    # the timed steps a requeued run already finished are kept (progress.json): it times the rest
+    saved = (progress.load() or {}) if progress is not None else {}
+    times: list[float] = list(saved.get("step_ms", [])) if saved.get("kind") == "benchmark" else []
     out = None
-    for i in range(wl.warmup + wl.repeat):
+    for i in range(wl.warmup + len(times) if times else 0, wl.warmup + wl.repeat):  # warm-up: on a first run
         sync(device)
         start = time.perf_counter()
         out = runner.forward(**inputs)
         sync(device)
         if i >= wl.warmup:
             times.append((time.perf_counter() - start) * 1e3)
+            if progress is not None:  # rank 0 prints `sporch: step k/n`; a USR2 stops here, agreed
+                progress.step_done(len(times), {"kind": "benchmark", "step_ms": times, "total": wl.repeat})
+    if out is None:  # every timed step was done before the requeue: one forward for the output check
+        out = runner.forward(**inputs)
     check_output(out, "benchmark (velocity)")  # timings of NaN are no benchmark
     grid = plan.sequence.grid
     median = statistics.median(times) if times else None

@@ -23,13 +23,13 @@ from sporch.orchestrator.submit.local_run import LocalRun
 from tests.runtime.launch.local_cli import HOOKS, REPO, TINY, hooks_env, sporch
 from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks
 
-# (cluster, overrides): the layouts of the USP runtime issue on 4 ranks, joint attention,
+# (cluster, overrides): the layouts of the USP runtime issue on 4 ranks, joint attention (tiny Flux),
 # cfg=2 x ulysses=2, a sequence that does not divide, and 2 emulated nodes of slurmlab.
 VERIFY_CASES = {
     "u4": ("local", ["parallel.ulysses=4", "parallel.ring=1"]),
     "u2r2": ("local", ["parallel.ulysses=2", "parallel.ring=2"]),
     "r4": ("local", ["parallel.ulysses=1", "parallel.ring=4"]),
-    "joint-u2r2": ("local", ["model.attention=joint", "parallel.ulysses=2", "parallel.ring=2"]),
+    "joint-u2r2": ("local", ["model.preset=tiny-flux", "workload.frames=1", "parallel.ulysses=2", "parallel.ring=2"]),
     "cfg2-u2": ("local", ["parallel.cfg=2", "parallel.ulysses=2", "parallel.ring=1"]),
     "uneven-seq-u2r2": ("local", ["workload.frames=5", "workload.height=48", "workload.width=80",
                                   "parallel.ulysses=2", "parallel.ring=2"]),

@@ -96,7 +96,7 @@ def _pipeline_subject(family: Family, module: Any, steps: int) -> Subject:
             on_step(i)
             return {}
 
-        with torch.no_grad(), attach_hooks(pipe.transformer, ctx, family, split):
+        with torch.no_grad(), attach_hooks([pipe.transformer], ctx, family, split):
             out = pipe(**kw, **embeds, generator=torch.Generator().manual_seed(SEED),
                        output_type="np" if decode else "latent", **step_end_arguments(pipe, step_end))
         got = out.frames if family.video else out.images
@@ -119,7 +119,7 @@ def _loop_subject(name: str, family: Family, module: Any, steps: int) -> Subject
         x = inputs["hidden_states"]
         with torch.no_grad(), contextlib.ExitStack() as stack:
             for m in experts:
-                stack.enter_context(attach_hooks(m, ctx, family, None))
+                stack.enter_context(attach_hooks([m], ctx, family, None))
             for i in range(steps):
                 model = experts[0] if len(experts) == 1 or i < switch else experts[1]
                 kw = {**inputs, "hidden_states": x, "timestep": torch.full((1,), scale * float(sigmas[i]))}

@@ -204,5 +204,5 @@ def test_a_config_json_of_another_model_type_is_refused(cases, tmp_path):
 
     folder = _damaged(cases, tmp_path, lambda s: s)
     (folder / "config.json").write_text(json.dumps({**wan_config(WAN_TINY), "model_type": "vace"}))
-    with pytest.raises(CheckpointError, match=r"model_type 'vace' is not loadable"):
+    with pytest.raises(CheckpointError, match=r"model_type: 'vace' is not loadable"):
         read_config(folder)
