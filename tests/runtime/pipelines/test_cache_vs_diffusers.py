@@ -38,7 +38,7 @@ def _sporch(folder: Path, out: Path, threshold: float):
     plan = _plan({"weights": str(folder), "text_len": 8}, {**WORKLOAD, "cache": cache}, {"ulysses": 4}, "fbc")
     frames = {}
     got = run_generate(plan, None, torch.device("cpu"), out, frames_sink=lambda i, f: frames.__setitem__(i, f))
-    return np.asarray(frames[0]), got["step_cache"][0]["cond"]  # the prompt's "cond" cache context
+    return np.asarray(frames[0]), got["step_cache"]["batches"][0]["contexts"]["cond"]  # the prompt's "cond" context
 
 
 @pytest.mark.parametrize("threshold", [0.42, 0.45])

@@ -469,7 +469,6 @@ def test_comparison_can_fail(pipes, references, four_ranks):
 
 
 @pytest.mark.parametrize("parallel, workload, pipeline, match", [
-    ({}, {"shift": 3.0}, {}, "workload.shift is not supported for generate"),
     ({}, {"batch": 2}, {}, "workload.batch=2"),
     ({"ulysses": 4}, {"height": 16, "width": 128}, {"vae": "parallel"},
      "pipeline.vae=parallel is not supported for generate .* splits the latent's 2 rows over the 4 ranks"),
@@ -482,21 +481,18 @@ def test_what_generic_generate_does_not_do_is_refused_in_one_line(folders, paral
     assert "\n" not in str(exc.value) and "SD3Transformer2DModel" in str(exc.value)
 
 
-def test_a_workload_the_generic_path_does_not_run_is_refused(tmp_path):
-    """Every generic family generates now (none is left without a pipeline); a workload kind the
-    generic path does not run (inference) is refused at plan time, naming the class and the kinds
-    that run."""
-    from sporch.runtime.models.build import random_diffusers
-    from sporch.runtime.models.families import family_module
-
-    random_diffusers("HunyuanVideoTransformer3DModel", family_module("hunyuanvideo").TINY,
-                     seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
-    job = job_from_dict({"name": "g", "model": {"weights": str(tmp_path / "m")},
-                         "workload": {**WORKLOAD, "kind": "inference", "negative_prompt": None, "frames": 9}})
-    with pytest.raises(SporchError, match="workload.kind inference is not built for HunyuanVideoTransformer3DModel "
-                                          r".*; use one of: verify, benchmark, generate$") as exc:
+def test_a_scheduler_knob_on_a_pipeline_that_does_not_flow_match_is_refused(folders):
+    """workload.shift / sigmas / scheduler set a flow-matching scheduler; CogVideoX's pipeline runs its
+    folder's own DDIM: refused at plan time in one line naming the pipeline (SD3.5's flow-matching
+    scheduler takes the shift)."""
+    job = job_from_dict({"name": "g", "model": {"weights": str(folders["cogvideox"])},
+                         "workload": {**WORKLOAD, "frames": 9, "shift": 3.0}})
+    with pytest.raises(SporchError, match="workload.shift sets a flow-matching scheduler, but CogVideoXPipeline "
+                                          "runs its folder's own") as exc:
         make_plan(find_cluster("local"), job)
     assert "\n" not in str(exc.value)
+    ok = job_from_dict({"name": "g", "model": {"weights": str(folders["sd3"])}, "workload": {**WORKLOAD, "shift": 3.0}})
+    assert make_plan(find_cluster("local"), ok).workload.shift == 3.0
 
 
 def test_fbcache_generate_skips_the_steps_diffusers_first_block_cache_skips(folders, cache_reference, four_ranks,
