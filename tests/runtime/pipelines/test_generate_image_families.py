@@ -29,7 +29,7 @@ from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 FRAME_TOL = 1e-4  # as test_generate_generic.py: 1/40 of an 8-bit level
-FAMILIES = ("cogview4",)
+FAMILIES = ("cogview4", "lumina2")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
