@@ -1,5 +1,5 @@
-"""`workload.kind: generate` for the image families whose split plan is derived or shipped by their
-class (CogView4, Chroma, Lumina-Image 2.0), against their own diffusers pipelines.
+"""`workload.kind: generate` for CogView4, Lumina-Image 2.0 (split plans derived) and FLUX.2 [dev]
+(the class's ``_cp_plan``), against their own diffusers pipelines.
 
 Each family's tiny random pipeline folder (its ``tiny_pipeline``: the family's real component classes,
 seeded weights, the word-level tokenizer) is generated from with sporch's generate workload on 4 gloo
@@ -7,8 +7,10 @@ ranks (U2R2, float32), and the leader's frames are compared with the family's di
 loaded from the same folder and run unsharded (same prompt, negative prompt, seed, steps and guidance)
 within test_generate_generic's FRAME_TOL (1e-4). Where the family's pipeline applies CFG, cfg 2 x U2 runs
 in the same 4-rank world: each cfg rank computes one of the pipeline's two calls per step (CogView4's
-"cond" / "uncond", ``PipelineCfg.TWO_CALLS``) or one row of its [uncond, cond] batch (``BATCHED``), and
-the frames still equal the pipeline's. One spawned world runs every case.
+"cond" / "uncond", Lumina 2's two calls in no cache context, told apart by their order:
+``PipelineCfg.TWO_CALLS``) or one row of its [uncond, cond] batch (``BATCHED``), and the frames still
+equal the pipeline's; FLUX.2 [dev] is guidance-distilled (the scale embedded, one pass per step, no
+cfg 2). One spawned world runs every case. FLUX.2 [klein] and Chroma stay refused, in one line each.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 FRAME_TOL = 1e-4  # as test_generate_generic.py: 1/40 of an 8-bit level
-FAMILIES = ("cogview4", "lumina2")
+FAMILIES = ("cogview4", "lumina2", "flux2")
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 SEED, STEPS, GUIDANCE = 7, 3, 4.0
@@ -154,3 +156,17 @@ def test_cfg2_frames_equal_the_diffusers_pipeline(four_ranks, references, pipes,
         assert r["rows"] == ([1] * (2 * STEPS) if two_calls else [1] * STEPS), r["rows"]
     for rank in four_ranks[1:]:
         assert rank[f"cfg2 {fam}"]["outputs"] == [] and len(rank[f"cfg2 {fam}"]["step_ms"]) == STEPS
+
+
+def test_flux2_klein_and_chroma_generate_are_refused_in_one_line():
+    """FLUX.2 [klein] (no guidance embedding: its folders name Flux2KleinPipeline) and Chroma (its
+    pipeline's float [text, image] mask is a per-query bias) are refused at plan time, naming why."""
+    from sporch.orchestrator.errors import SporchError
+
+    for preset, needle in (("flux.2-klein-4b", "Flux2KleinPipeline"), ("chroma1-hd", "ChromaPipeline's attention mask")):
+        job = job_from_dict({"name": "g", "model": {"preset": preset},
+                             "workload": {**WORKLOAD, "negative_prompt": None, "height": 256, "width": 256,
+                                          "guidance_scale": 1.0}})
+        with pytest.raises(SporchError, match="workload.kind generate is not built for") as exc:
+            make_plan(find_cluster("local"), job)
+        assert needle in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
