@@ -1,4 +1,4 @@
-"""SkyReels-V2 on the generic path: video latents [B, C, F, H, W] (patch 1 x 2 x 2), umT5 text (whole on
+"""SkyReels-V2 on the one model path: video latents [B, C, F, H, W] (patch 1 x 2 x 2), umT5 text (whole on
 every rank: cross-attention), diffusion forcing's one timestep per latent frame (the DF checkpoints;
 the fullest call, from which the split plan is derived), CLIP image tokens where the config takes them
 (``image_dim``: I2V), the fps index where it embeds one (``inject_sample_info``: DF 1.3B)."""

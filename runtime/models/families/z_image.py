@@ -1,4 +1,4 @@
-"""Z-Image on the generic path: its forward takes lists (one latent [C, F, H, W] and one caption
+"""Z-Image on the one model path: its forward takes lists (one latent [C, F, H, W] and one caption
 [tokens, width] per sample, as ZImagePipeline calls it), a timestep in [0, 1] per sample."""
 
 from __future__ import annotations
