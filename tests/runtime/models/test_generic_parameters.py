@@ -194,6 +194,8 @@ OTHER_SHAPES = {
          "num_refiner_layers": 3, "ffn_dim": 8192, "in_channels": 16, "audio_in_channels": 64,
          "patch_size": [1, 1, 1], "text_dim": 4096}],
 }
+#: SkyReels-V2's and Z-Image's shapes live beside their sharding tests
+OTHER_SHAPES.update(__import__("tests.runtime.models.test_skyreels_zimage", fromlist=["OTHER_SHAPES"]).OTHER_SHAPES)
 SHAPES = [(fam, i, config) for fam in FAMILIES if fam.count_parameters is not None and fam.name in OTHER_SHAPES
           for i, config in enumerate(OTHER_SHAPES[fam.name])]
 #: the families whose split plan is derived keep their shapes (and tests) beside their derivation
