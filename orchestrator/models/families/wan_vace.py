@@ -47,7 +47,10 @@ VACE_14B = {**_COMMON, "num_attention_heads": 40, "ffn_dim": 13824, "num_layers"
 
 
 def shape(config: Mapping[str, Any]) -> dict:
-    return wan.shape(config)
+    """Wan's shape, its depth counting the VACE blocks too (each one a Wan block's work per step)."""
+    out = wan.shape(config)
+    out["depth"] += len(config.get("vace_layers", [0, 5, 10, 15, 20, 25, 30, 35]))
+    return out
 
 
 def count_parameters(config: Mapping[str, Any]) -> ParameterCount:
