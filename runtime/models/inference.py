@@ -118,6 +118,7 @@ def denoise(forward: Callable[..., torch.Tensor], inputs: Mapping[str, Any], sig
     passes (conditional rows first) and the velocity is ``uncond + g (cond - uncond)``. Returns
     the final latents (float32); ``after_step(i, x)`` after each step."""
     hidden = inputs["hidden_states"]
+    key = "timestep" if "timestep" in inputs else "timesteps"  # the forward's name for it (HiDream: timesteps)
     rows = hidden.shape[0] // (2 if cfg else 1)
     x0, condition = state_and_condition(hidden[:rows], out_channels)
     x = (x0 if state is None else state).float()
@@ -128,8 +129,8 @@ def denoise(forward: Callable[..., torch.Tensor], inputs: Mapping[str, Any], sig
             latents = torch.cat([latents, condition], dim=_channel_dim(x))
         if cfg:
             latents = torch.cat([latents, latents], dim=0)
-        t = torch.full((latents.shape[0],), s * scale, dtype=inputs["timestep"].dtype, device=latents.device)
-        out = velocity_of(forward(**{**inputs, "hidden_states": latents, "timestep": t}).float(), x)
+        t = torch.full((latents.shape[0],), s * scale, dtype=inputs[key].dtype, device=latents.device)
+        out = velocity_of(forward(**{**inputs, "hidden_states": latents, key: t}).float(), x)
         if cfg:
             cond, uncond = out[:rows], out[rows:]
             out = uncond + guidance_scale * (cond - uncond)
