@@ -4,8 +4,9 @@
 
 1. Derived or refused, and the largest relative error on 2 and 4 gloo ranks (float32, 15 image +
    6 text tokens): the classes of the families whose plan is derived (CogView4, Lumina 2, Chroma)
-   and classes no family covers (tests/runtime/models/derive_specs.py: SkyReels-V2 with diffusion
-   forcing, SANA, Mochi, HunyuanVideo 1.5, Z-Image), one world for all (runtime/derive_check.check).
+   and the specs of tests/runtime/models/derive_specs.py (SkyReels-V2 with diffusion forcing, since
+   a family deriving from its own inputs; SANA, Mochi, HunyuanVideo 1.5; Z-Image, refused here, since
+   a family with a shipped table), one world for all (runtime/derive_check.check).
 2. Derived vs the shipped table or the class's own ``_cp_plan`` for every class with one: equal
    record for record, or the same cut (the largest difference between what every block receives on
    every rank under each, U2R2 on 4 gloo ranks), or where they differ (derive_check.compare).

@@ -156,7 +156,9 @@ def check_family(job: JobSpec, model: sections.ModelSection, layout: Layout) -> 
     check_family_cache(job.workload.cache.method, family, what)
     kinds = generic_workloads(model)
     if job.workload.kind not in kinds:
-        raise SporchError(f"workload.kind {job.workload.kind} is not built for {what} yet; "
+        why = family.pipeline_refusal if job.workload.kind == "generate" else None
+        because = f": {why}" if why else " yet"
+        raise SporchError(f"workload.kind {job.workload.kind} is not built for {what}{because}; "
                           f"use one of: {', '.join(kinds)}")
     if job.workload.kind == "generate":
         family = get_family(model.family)

@@ -45,12 +45,14 @@ def _rows(value: Any) -> int | None:
 
 def keep_half(kwargs: Mapping[str, Any], batched: Sequence[str], ctx: ParallelContext) -> dict[str, Any]:
     """``kwargs`` with each of ``batched`` given (not None) cut to this cfg rank's half of the
-    batch (``hidden_states``' rows; a mapping argument: each of its entries); the rest as they are. Raises ValueError for an odd batch or a
-    batched argument of another row count (the call is not two CFG passes of one batch)."""
-    batch = _rows(kwargs.get("hidden_states"))
+    batch (``hidden_states``' rows, else the first batched argument's: Z-Image's ``x``, a list; a
+    mapping argument: each of its entries); the rest as they are. Raises ValueError for an odd batch
+    or a batched argument of another row count (the call is not two CFG passes of one batch)."""
+    first = "hidden_states" if "hidden_states" in kwargs or not batched else batched[0]
+    batch = _rows(kwargs.get(first))
     if batch is None or batch % 2 or not batched:
         raise ValueError(f"CFG parallel needs a call whose batch holds both CFG passes (an even number of "
-                         f"hidden_states rows) and the family's batched arguments; got batch {batch}")
+                         f"{first} rows) and the family's batched arguments; got batch {batch}")
     half, me = batch // 2, ctx.cfg_rank
 
     def cut(name: str, value: Any) -> Any:

@@ -17,6 +17,10 @@ set by the pipeline's ``cache_context``), and that name says which pass a call i
   returns the ``"uncond"`` one. When the pipeline combines them every rank holds both, the same,
   and every rank's scheduler steps identically.
 
+A pipeline that opens no cache context (``Lumina2Pipeline``: the prompt's call, then the negative
+prompt's, every step) is told apart by the calls' order instead: the first of a pair is ``"cond"``,
+the second ``"uncond"``.
+
 Each rank runs one transformer pass per step instead of two. This is exact only where the
 pipeline reads neither prediction between its two calls (cfg rank 1's ``"cond"`` prediction exists
 only once the ``"uncond"`` call has returned) and the second call's inputs do not depend on the
@@ -153,15 +157,18 @@ class CfgTwoCalls:
         parts = self._exchange(cond, like=kwargs["hidden_states"])
         return _as_output(parts[1], return_dict)
 
-    @staticmethod
-    def _context_name(module, states) -> str:
+    def _context_name(self, module, states) -> str:
+        """Which pass this call is: its cache context's name, or, for a pipeline that opens no cache
+        context (``Lumina2Pipeline``), its place in the pair: the prompt's call first, the negative
+        prompt's second."""
         try:
             name = states.context.name
-        except ValueError:  # diffusers' StateManager outside a cache_context
-            name = None
+        except ValueError:  # diffusers' StateManager outside a cache_context: the calls' order says
+            return "uncond" if self.pending else "cond"
         if name not in COMPUTED_BY:
             raise ValueError(f"CFG parallel over two calls needs each {type(module).__name__} call inside the "
-                             f"pipeline's cache_context(\"cond\") or (\"uncond\"); this call's context is {name!r}")
+                             f"pipeline's cache_context(\"cond\") or (\"uncond\"), or in none; this call's context "
+                             f"is {name!r}")
         return name
 
     def _exchange(self, mine: torch.Tensor, like: torch.Tensor) -> list[torch.Tensor]:

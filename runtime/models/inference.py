@@ -60,6 +60,15 @@ def timestep_scale(family: str) -> float:
     return float(getattr(family_module(family), "TIMESTEP_SCALE", 1000.0))
 
 
+def sampling_form(family: str, inputs: Mapping[str, Any], forward: Callable[..., Any]):
+    """(inputs, forward) as :func:`denoise` takes them for ``family``: as they are, or converted by its
+    runtime module's ``sampling(inputs, forward)`` where its class names its latents and timestep
+    otherwise (Z-Image: ``x``, a list per sample, and ``t``), so the loop's ``hidden_states`` and
+    ``timestep`` reach the class as its pipeline passes them."""
+    convert = getattr(family_module(family), "sampling", None)
+    return (inputs, forward) if convert is None else convert(inputs, forward)
+
+
 def _channel_dim(x: torch.Tensor) -> int:
     """Latents [B, C, ...] (images, videos) carry channels on dim 1; packed tokens [B, N, C] last."""
     return 1 if x.dim() >= 4 else -1
@@ -109,6 +118,7 @@ def denoise(forward: Callable[..., torch.Tensor], inputs: Mapping[str, Any], sig
     passes (conditional rows first) and the velocity is ``uncond + g (cond - uncond)``. Returns
     the final latents (float32); ``after_step(i, x)`` after each step."""
     hidden = inputs["hidden_states"]
+    key = "timestep" if "timestep" in inputs else "timesteps"  # the forward's name for it (HiDream: timesteps)
     rows = hidden.shape[0] // (2 if cfg else 1)
     x0, condition = state_and_condition(hidden[:rows], out_channels)
     x = (x0 if state is None else state).float()
@@ -119,8 +129,8 @@ def denoise(forward: Callable[..., torch.Tensor], inputs: Mapping[str, Any], sig
             latents = torch.cat([latents, condition], dim=_channel_dim(x))
         if cfg:
             latents = torch.cat([latents, latents], dim=0)
-        t = torch.full((latents.shape[0],), s * scale, dtype=inputs["timestep"].dtype, device=latents.device)
-        out = velocity_of(forward(**{**inputs, "hidden_states": latents, "timestep": t}).float(), x)
+        t = torch.full((latents.shape[0],), s * scale, dtype=inputs[key].dtype, device=latents.device)
+        out = velocity_of(forward(**{**inputs, "hidden_states": latents, key: t}).float(), x)
         if cfg:
             cond, uncond = out[:rows], out[rows:]
             out = uncond + guidance_scale * (cond - uncond)
@@ -159,7 +169,8 @@ def run_inference(plan: Plan, ctx: ParallelContext, device: torch.device, progre
     with torch.no_grad():
         sync(device)
         clock[0] = time.perf_counter()
-        latents = denoise(runner.forward, inputs, sigmas, scale=timestep_scale(fam), cfg=wl.cfg_enabled,
+        loop_inputs, forward = sampling_form(fam, inputs, runner.forward)
+        latents = denoise(forward, loop_inputs, sigmas, scale=timestep_scale(fam), cfg=wl.cfg_enabled,
                           guidance_scale=wl.guidance_scale, out_channels=out_channels, start=start, state=state,
                           after_step=after_step)
     progress.finish()

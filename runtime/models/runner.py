@@ -26,11 +26,20 @@ __all__ = ["ShardedTransformer", "verify_model"]
 
 def _outputs(out) -> tuple[torch.Tensor, ...]:
     """Every tensor a forward returned, in order: a tuple's tensors (LTX-2's and MiniMax-H3's video
-    then audio prediction), a diffusers output record's fields, or the tensor itself."""
+    then audio prediction), a diffusers output record's fields, or the tensor itself; a list of one
+    tensor per sample (Z-Image's prediction) stacked into one batch."""
     if hasattr(out, "to_tuple"):
         out = out.to_tuple()
     items = out if isinstance(out, (tuple, list)) else (out,)
+    if isinstance(out, tuple):
+        items = tuple(torch.stack(t) if _per_sample(t) else t for t in items)
     return tuple(t for t in items if torch.is_tensor(t))
+
+
+def _per_sample(value) -> bool:
+    """A non-empty list of tensors of one shape: one prediction per sample."""
+    return (isinstance(value, list) and bool(value) and all(torch.is_tensor(t) for t in value)
+            and len({tuple(t.shape) for t in value}) == 1)
 
 
 class ShardedTransformer:

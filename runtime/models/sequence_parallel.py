@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from sporch.orchestrator.models.families.plan_format import GatherOutput, SplitInput, SplitPlan, splits_text
+from sporch.orchestrator.models.families.plan_format import OWN, GatherOutput, SplitInput, SplitPlan, splits_text
 from sporch.runtime import faults
 from sporch.runtime.attention import usp_attention
 from sporch.runtime.parallel import ParallelContext
@@ -155,15 +155,18 @@ class SequenceParallel:
         """``x`` along ``split_dim`` = the named inputs' tokens, each whole, one after another:
         cut each as that input was cut and join this rank's pieces (plan_format ``segments``)."""
         dim = spec.split_dim % x.dim()
-        missing = [n for n in spec.segments if n not in self.state.lengths]
-        if missing:
-            raise ValueError(f"split plan: segments {list(spec.segments)} need {missing} split earlier in the forward")
-        sizes = [self.state.lengths[n] for n in spec.segments]
-        if sum(sizes) != x.shape[dim]:
+        missing = [n for n in spec.segments if n != OWN and n not in self.state.lengths]
+        if missing or list(spec.segments).count(OWN) > 1:
+            raise ValueError(f"split plan: segments {list(spec.segments)} need {missing} split earlier in the forward"
+                             if missing else f"split plan: segments {list(spec.segments)} name {OWN!r} twice")
+        known = sum(self.state.lengths[n] for n in spec.segments if n != OWN)
+        sizes = [self.state.lengths[n] if n != OWN else x.shape[dim] - known for n in spec.segments]
+        if sum(sizes) != x.shape[dim] or min(sizes) < 0:
             raise ValueError(f"split plan: a tensor of {x.shape[dim]} tokens along dim {dim} is not the segments "
                              f"{dict(zip(spec.segments, sizes))} (sum {sum(sizes)})")
         pieces = torch.split(x, sizes, dim=dim)
-        return torch.cat([split_local(p, dim, self.ctx) for p in pieces], dim=dim)
+        return torch.cat([p if n == OWN else split_local(p, dim, self.ctx) for n, p in zip(spec.segments, pieces)],
+                         dim=dim)
 
     def _split_inputs(self, args, kwargs, entry, names, params):
         args = list(args)

@@ -36,7 +36,8 @@ from sporch.runtime.models.build import from_state, read_config
 from sporch.runtime.models.cache.apply import apply_step_cache
 from sporch.runtime.models.cache.record import inference_step_cache
 from sporch.runtime.models.families import family_module
-from sporch.runtime.models.inference import denoise, flow_sigmas, replica_inputs, run_inference, timestep_scale
+from sporch.runtime.models.inference import (denoise, flow_sigmas, replica_inputs, run_inference, sampling_form,
+                                               timestep_scale)
 from sporch.runtime.models.placed import build_transformer
 from sporch.runtime.models.split_plans import split_plan
 from sporch.runtime.models.runner import ShardedTransformer, verify_model
@@ -160,8 +161,9 @@ def _verify(plan: Plan, ctx: ParallelContext, model: torch.nn.Module, config: di
     loop = dict(scale=timestep_scale(plan.model.family), cfg=wl.cfg_enabled, guidance_scale=wl.guidance_scale,
                 out_channels=int(config.get("out_channels") or config["in_channels"]))
     with torch.no_grad():
-        ref = denoise(lambda **kw: _first(model(**kw)), inputs, sigmas, **loop)
-        got = denoise(runner.forward, inputs, sigmas, **loop)
+        loop_inputs, whole = sampling_form(plan.model.family, inputs, lambda **kw: _first(model(**kw)))
+        ref = denoise(whole, loop_inputs, sigmas, **loop)
+        got = denoise(sampling_form(plan.model.family, inputs, runner.forward)[1], loop_inputs, sigmas, **loop)
     check_output(ref, "verify (unsharded sampling)")
     check_output(got, "verify (sharded sampling)")
     err = float((got - ref).abs().max())

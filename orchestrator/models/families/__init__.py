@@ -16,14 +16,15 @@ from typing import Any, Mapping, Optional
 
 from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, UnsupportedClass
 from .config_rules import key_problem
-from . import (chroma, chronoedit, cogvideox, cogview4, flux, flux2, helios, hunyuanvideo, ltx, ltx2, lumina2,
-               minimax_h3, pixart, qwenimage, sd3, wan)
+from . import (chroma, chronoedit, cogvideox, cogview4, cosmos, flux, flux2, helios, hidream, hunyuanvideo, ltx, ltx2,
+               lumina2, minimax_h3, pixart, qwenimage, sd3, skyreels_v2, wan, wan_vace, z_image)
 
 #: Every family, in the order docs/model.md lists them.
 FAMILIES: tuple[Family, ...] = (wan.FAMILY, flux.FAMILY, qwenimage.FAMILY, ltx.FAMILY, sd3.FAMILY,
                                 cogvideox.FAMILY, hunyuanvideo.FAMILY, pixart.FAMILY, flux2.FAMILY, ltx2.FAMILY,
                                 chronoedit.FAMILY, helios.FAMILY, minimax_h3.FAMILY, cogview4.FAMILY, lumina2.FAMILY,
-                                chroma.FAMILY)
+                                chroma.FAMILY, skyreels_v2.FAMILY, z_image.FAMILY, hidream.FAMILY, cosmos.FAMILY,
+                                wan_vace.FAMILY)
 
 __all__ = ["Family", "FamilyPreset", "ParameterCount", "PipelineCfg", "UnsupportedClass", "config_class", "config_parameters", "counted_parameters", "published_preset", "sequence_split", "FAMILIES", "family_of_class", "get_family",
            "supported_classes", "find_family_preset", "config_problem", "original_config_family", "require_family",

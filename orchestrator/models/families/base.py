@@ -178,6 +178,9 @@ class Family:
     #: None: the family takes no image)
     pipeline_class: Optional[str] = None
     image_pipeline_class: Optional[str] = None
+    #: without ``pipeline_class``: why the family's diffusers pipeline does not run on the generic
+    #: generate (one clause, in the planner's refusal of ``workload.kind generate``); None: not said
+    pipeline_refusal: Optional[str] = None
     #: the pipeline's scheduler is a flow-matching one (FlowMatchEulerDiscrete, UniPC with flow
     #: sigmas), which ``workload.shift`` / ``sigmas`` / ``scheduler`` set (runtime/pipelines/schedulers.py);
     #: False: the folder's own scheduler only (PixArt's DPM-Solver, CogVideoX's DDIM)

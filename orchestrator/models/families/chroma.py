@@ -5,8 +5,10 @@ Flux.1's layout without its guidance and pooled-text inputs: dual-stream blocks 
 over [text, image]) then single-stream blocks on the two joined, one RoPE table over [text, image]
 (the derived plan cuts it as the two streams' segments), modulation from a distilled
 approximator. Packed latents: 16 channels, 2 x 2 latent pixels per token (64 inputs), 8 x 8 pixels
-per latent. Verify and benchmark (no generate pipeline here yet: ChromaPipeline's attention mask
-masks query rows too, which sequence-parallel attention does not take).
+per latent. Verify and benchmark; no generate (``Family.pipeline_refusal``): ChromaPipeline hands every
+block a float mask over [text, image] x [text, image], its token mask's outer product, which SDPA adds
+to the scores (+1 between two kept tokens, 0 elsewhere: a bias that differs between queries, not a
+dropped key), and sequence-parallel attention takes masks that drop keys alike for every query only.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ FAMILY = Family(
     presets=(FamilyPreset("chroma1-hd", CHROMA1_HD, "huggingface.co/lodestones/Chroma1-HD transformer/config.json (8.9B)",
                           parameters=ParameterCount(8_608_715_776, 226_548_224, 291_267_648)),),
     count_parameters=count_parameters,
+    pipeline_refusal=("ChromaPipeline's attention mask is its token mask's outer product in float, added to the "
+                      "scores per query and key, which sequence-parallel attention does not take: it drops keys "
+                      "alike for every query only"),
     lora_loader=None, step_cache=(),  # LoRA and the step cache are not checked on this family yet
     step_cache_refusal="the step caches are not checked on Chroma's class yet (its split plan is derived)",
 )

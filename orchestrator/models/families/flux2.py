@@ -6,14 +6,16 @@ modulation shared by all blocks of a kind, SwiGLU feed-forwards, no biases and 4
 into 128 channels; text states are three hidden layers of the text encoder stacked (Mistral Small
 3.1 24B for [dev]: 3 x 5120; Qwen3 for [klein]: 3 x 2560, 3 x 4096). The ``_cp_plan`` splits image
 and text tokens and both position-id tables at the model's input, so joint attention is
-sequence-parallel over both.
+sequence-parallel over both. Generate runs ``Flux2Pipeline`` (FLUX.2 [dev]: Mistral 3 text encoder,
+the guidance an embedded input, one pass per step); [klein]'s folders name ``Flux2KleinPipeline``
+(Qwen3 text encoder), whose generate is refused in one line (``generate_refusal``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, linear
+from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, linear
 
 #: black-forest-labs/FLUX.2-dev transformer config: diffusers' scripts/convert_flux2_to_diffusers.py
 #: (``get_flux2_transformer_config("flux2-dev")``, the config it writes for that checkpoint)
@@ -30,6 +32,38 @@ _SOURCE = ("github.com/huggingface/diffusers scripts/convert_flux2_to_diffusers.
 
 #: Flux2Pipeline's prompt length (``max_sequence_length`` 512, every prompt padded to it)
 TEXT_LEN = 512
+
+#: The generate workload's pipeline folder (Flux2Pipeline: Mistral 3 text encoder and its processor).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+#: FLUX.2 [dev]'s other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS), as diffusers'
+#: scripts/convert_flux2_to_diffusers.py builds its folder: text_encoder/ Mistral3ForConditionalGeneration from
+#: mistralai/Mistral-Small-3.2-24B-Instruct-2506 (config.json: language model 40 layers x 5120, 32 heads of 128,
+#: 8 KV heads, FFN 32768, vocabulary 131072, LM head untied; Pixtral vision tower 24 layers x 1024, FFN 4096;
+#: the projector without biases, spatial merge 2), vae/ ``AutoencoderKLFlux2()`` at its defaults (32 latent
+#: channels, block_out_channels [128, 256, 512, 512], 2 layers per block, sample_size 1024: enable_tiling's
+#: default tiles of 1024 x 1024 pixels). Counted with those values on the meta device (transformers 5.x,
+#: diffusers 0.42.1).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Mistral Small 3.2 24B (Mistral3ForConditionalGeneration)",
+    "text_encoder_parameters": 23_340_272_640, "text_encoder_layers": 40 + 24,
+    "text_encoder_embedding": 131_072 * 5120, "text_encoder_layer": 555_755_520,  # a language-model layer
+    "vae": "AutoencoderKLFlux2 (32 channels)", "vae_parameters": 84_046_115, "vae_channels": 128,
+    "vae_chunk_frames": 1, "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """FLUX.2 [dev]'s text encoder and VAE; None for [klein] (another pipeline) and test models."""
+    return PARTS if preset == "flux.2-dev" else None
+
+
+def generate_refusal(config: Mapping[str, Any]) -> Optional[str]:
+    """A [klein] model (no guidance embedding) is published with Flux2KleinPipeline (a Qwen3 text encoder
+    and true CFG for its base models), which the generic generate does not run."""
+    if config.get("guidance_embeds", True):
+        return None
+    return ("a model without guidance_embeds is FLUX.2 [klein], whose folders name Flux2KleinPipeline (Qwen3 text "
+            "encoder), not Flux2Pipeline")
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -84,4 +118,9 @@ FAMILY = Family(
                           parameters=ParameterCount(8_724_162_560, 436_208_128, 354_418_688))),
     count_parameters=count_parameters,
     cfg=False,  # [dev]: embedded guidance; [klein]: step-distilled (its undistilled base's true CFG is not planned)
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="Flux2Pipeline", pipeline_parts=pipeline_parts,
+    pipeline_cfg=PipelineCfg.NONE,  # guidance-distilled: one pass per step, nothing to split
+    generate_refusal=generate_refusal,
+    vae_tiling=True,  # AutoencoderKLFlux2.enable_tiling: tiles of the config's sample_size (1024)
+    vae_class="AutoencoderKLFlux2", vae_parallel=True,  # AutoencoderKL's decoder layout: row bands exact
 )

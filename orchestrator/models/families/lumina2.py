@@ -6,14 +6,16 @@ blocks, which take text and image joined into one sequence ([text, image], padde
 longest prompt); 3-D RoPE over that joint sequence; grouped-query attention (8 key/value heads for
 24 query heads). The derived plan cuts the joint sequence at the main blocks' entry, so both
 refiners run whole on every rank and the text rides in the cut sequence. Latents: 16 channels, 8 x
-8 pixels each, patch 2 x 2. Verify and benchmark (no generate pipeline here yet).
+8 pixels each, patch 2 x 2. Generate runs ``Lumina2Pipeline``, whose true CFG calls the transformer
+twice per step (the prompt, then the negative prompt, in no cache context): ``parallel.cfg=2`` computes
+one call on each cfg rank, told apart by their order.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, linear
+from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, linear
 from .rope_rules import heads_per_kv_head, integer, rope_axes
 
 #: huggingface.co/Alpha-VLLM/Lumina-Image-2.0 transformer/config.json (2.6B; Gemma-2-2B text, 2304 wide).
@@ -22,6 +24,26 @@ LUMINA_IMAGE_2 = {"sample_size": 128, "patch_size": 2, "in_channels": 16, "out_c
                   "multiple_of": 256, "ffn_dim_multiplier": None, "norm_eps": 1e-5, "scaling_factor": 1.0,
                   "axes_dim_rope": [32, 32, 32], "axes_lens": [300, 512, 512], "cap_feat_dim": 2304}
 TEXT_LEN = 256  # Lumina2Pipeline's max_sequence_length
+
+#: The generate workload's pipeline folder (Lumina2Pipeline: Gemma-2 text encoder and its tokenizer).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/Alpha-VLLM/Lumina-Image-2.0: text_encoder/ Gemma2Model, Gemma-2-2B (26 layers x 2304, 8
+#: heads of 256, 4 KV heads, FFN 9216, vocabulary 256000), vae/ the FLUX.1 AutoencoderKL (16 latent channels,
+#: block_out_channels [128, 256, 512, 512], 2 layers per block, no quant convs, sample_size 1024: enable_tiling's
+#: default tiles of 1024 x 1024 pixels). Counted with those values on the meta device (transformers 5.x,
+#: diffusers 0.42.1).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Gemma-2-2B (Gemma2Model)", "text_encoder_parameters": 2_614_341_888, "text_encoder_layers": 26,
+    "text_encoder_embedding": 256_000 * 2304, "text_encoder_layer": 77_865_984,
+    "vae": "AutoencoderKL (FLUX.1's, 16 channels)", "vae_parameters": 83_819_683, "vae_channels": 128,
+    "vae_chunk_frames": 1, "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published Lumina-Image 2.0 pipeline's text encoder and VAE (its one preset)."""
+    return PARTS if preset == "lumina-image-2.0" else None
 
 
 def ffn_width(hidden: int, multiple_of: int, multiplier: Any) -> int:
@@ -82,6 +104,10 @@ FAMILY = Family(
                           "huggingface.co/Alpha-VLLM/Lumina-Image-2.0 transformer/config.json (2.6B)",
                           parameters=ParameterCount(2_600_484_480, 87_312_576, 9_284_672)),),
     count_parameters=count_parameters,
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="Lumina2Pipeline", pipeline_parts=pipeline_parts,
+    pipeline_cfg=PipelineCfg.TWO_CALLS,  # true CFG: the prompt's then the negative prompt's call, one per cfg rank
+    vae_tiling=True,  # AutoencoderKL.enable_tiling: tiles of the config's sample_size (1024 for FLUX.1's VAE)
+    vae_class="AutoencoderKL", vae_parallel=True,  # FLUX.1's AutoencoderKL: row bands exact
     lora_loader=None, step_cache=(),  # LoRA and the step cache are not checked on this family yet
     step_cache_refusal="the step caches are not checked on Lumina 2's class yet (its split plan is derived)",
 )

@@ -22,7 +22,10 @@ e.g. Wan's per-token timesteps are split, a timestep per sample is not).
 concatenation of tokens of the named inputs, each whole (e.g. HunyuanVideo's attention mask over
 [video tokens, text tokens], built before the blocks split either): each segment is cut as that
 input was (its length recorded when it was split earlier in the forward) and this rank's pieces
-are joined in the same order, so the result lines up with the rank's concatenated keys.
+are joined in the same order, so the result lines up with the rank's concatenated keys. One segment
+may be :data:`OWN` (``"~"``): the rest of the tensor, tokens of this rank's own already (made from
+tensors cut earlier, e.g. HiDream's text rows of a RoPE table built after its text projections were
+cut), kept as they are.
 
 ``text`` (sporch's own): the tensor carries text tokens though it is not named
 ``encoder_hidden_states`` (a joint [text, image] stream entering the blocks as one
@@ -36,6 +39,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple, Union
+
+
+#: a ``segments`` name: the rest of the tensor, already this rank's own tokens (kept, not cut again)
+OWN = "~"
 
 
 @dataclass(frozen=True)

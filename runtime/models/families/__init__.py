@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from sporch.runtime.models.families import (chroma, chronoedit, cogvideox, cogview4, flux, flux2, helios, hunyuanvideo, ltx, ltx2, lumina2,
-               minimax_h3, pixart, qwenimage, sd3, wan)
+from . import (chroma, chronoedit, cogvideox, cogview4, cosmos, flux, flux2, helios, hidream, hunyuanvideo, ltx, ltx2,
+               lumina2, minimax_h3, pixart, qwenimage, sd3, skyreels_v2, wan, wan_vace, z_image)
 
 _BY_NAME: dict[str, ModuleType] = {"wan": wan, "flux": flux, "qwen-image": qwenimage, "ltx-video": ltx, "sd3": sd3,
                                    "cogvideox": cogvideox,
                                    "hunyuanvideo": hunyuanvideo, "pixart": pixart, "flux2": flux2, "ltx2": ltx2,
                                    "chronoedit": chronoedit, "helios": helios, "minimax-h3": minimax_h3,
-                                   "cogview4": cogview4, "lumina2": lumina2, "chroma": chroma}
+                                   "cogview4": cogview4, "lumina2": lumina2, "chroma": chroma,
+                                   "skyreels-v2": skyreels_v2, "z-image": z_image, "hidream": hidream, "cosmos": cosmos,
+                                   "wan-vace": wan_vace}
 
 
 def family_module(name: str) -> ModuleType:

@@ -1,6 +1,8 @@
-"""Tiny instances of diffusers 0.42.1 transformer classes no family of sporch covers (neither a
-``_cp_plan`` nor a table), for the split-plan derivation's tests (test_derived_plans.py) and table
-(bench/derived_plans.py); and the inputs the comparisons with shipped tables and ``_cp_plan`` s use.
+"""Tiny instances of diffusers 0.42.1 transformer classes the derivation was measured on apart from
+the families' own specs (neither a ``_cp_plan`` nor a table when measured; SkyReels-V2 and Z-Image
+have families since: ``skyreels-v2`` derives with its family's inputs, ``z-image`` ships a table), for
+the split-plan derivation's tests (test_derived_plans.py) and table (bench/derived_plans.py); and the
+inputs the comparisons with shipped tables and ``_cp_plan`` s use.
 
 Each ``*_inputs`` builds the forward's keyword arguments for a token grid [f, h, w] and a text length,
 as the class's pipeline calls it (hand-written: how to call a class is not derived). The classes of

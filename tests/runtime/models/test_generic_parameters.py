@@ -194,15 +194,19 @@ OTHER_SHAPES = {
          "num_refiner_layers": 3, "ffn_dim": 8192, "in_channels": 16, "audio_in_channels": 64,
          "patch_size": [1, 1, 1], "text_dim": 4096}],
 }
+#: SkyReels-V2's and Z-Image's shapes live beside their sharding tests
+OTHER_SHAPES.update(__import__("tests.runtime.models.test_skyreels_zimage", fromlist=["OTHER_SHAPES"]).OTHER_SHAPES)
 SHAPES = [(fam, i, config) for fam in FAMILIES if fam.count_parameters is not None and fam.name in OTHER_SHAPES
           for i, config in enumerate(OTHER_SHAPES[fam.name])]
 #: the families whose split plan is derived keep their shapes (and tests) beside their derivation
 DERIVED_SHAPES = __import__("tests.runtime.models.test_derived_family_parameters", fromlist=["OTHER_SHAPES"]).OTHER_SHAPES
+#: and the families with a shipped table added with them (HiDream, Cosmos, Wan VACE), beside their sharded tests
+TABLE_SHAPES = __import__("tests.runtime.models.test_generic_table_families", fromlist=["OTHER_SHAPES"]).OTHER_SHAPES
 
 
 def test_every_generic_family_has_a_formula_and_other_shapes():
     assert {f.name for f in FAMILIES} == {f.name for f in FAMILIES if f.count_parameters}
-    assert set(OTHER_SHAPES) | set(DERIVED_SHAPES) == {f.name for f in FAMILIES if f.count_parameters}
+    assert set(OTHER_SHAPES) | set(DERIVED_SHAPES) | set(TABLE_SHAPES) == {f.name for f in FAMILIES if f.count_parameters}
 
 
 @pytest.mark.parametrize("fam, i, config", SHAPES, ids=[f"{f.name}-{i}" for f, i, _ in SHAPES])

@@ -611,12 +611,12 @@ def test_cfg2_comparison_can_fail(pipes, references):
 
 def _two_call_problem(src: str) -> str | None:
     """Why a pipeline ``__call__``'s source (``src``) is not one that CFG parallel over two calls
-    (runtime/models/cfg_two_calls.py) runs exactly, or None: its denoising loop calls the
-    transformer exactly twice, first inside ``cache_context("cond")`` then inside
-    ``cache_context("uncond")``, each call's output (or its ``[0]``) bound as it is to a name (cfg rank
-    1's "cond" placeholder is filled in place later, so a copy would keep the placeholder), and the
-    "cond" prediction is not read before the "uncond" call has returned (so neither the second
-    call's inputs nor anything else sees the placeholder)."""
+    (runtime/models/cfg_two_calls.py) runs exactly, or None: its denoising loop calls the transformer
+    exactly twice, first inside ``cache_context("cond")`` then inside ``cache_context("uncond")`` (or
+    both in no cache context, told apart by their order), each call's output (or its ``[0]``) bound as
+    it is to a name (cfg rank 1's "cond" placeholder is filled in place later, so a copy would keep the
+    placeholder), and the "cond" prediction is not read before the "uncond" call has returned (so
+    neither the second call's inputs nor anything else sees the placeholder)."""
     import ast
     import textwrap
 
@@ -638,6 +638,12 @@ def _two_call_problem(src: str) -> str | None:
     if len(transformer_calls(loop)) != 2:
         return f"{len(transformer_calls(loop))} transformer calls per step, not 2"
     withs = {context(n): n for n in ast.walk(loop) if context(n)}
+    if not withs:  # no cache context (Lumina2Pipeline): the first call is the prompt's, the second the negative's
+        calls = sorted(transformer_calls(loop), key=lambda c: c.lineno)
+        withs = {name: ast.With(items=[], body=[stmt], lineno=stmt.lineno, end_lineno=stmt.end_lineno)
+                 for name, call in zip(("cond", "uncond"), calls)
+                 for stmt in [next((a for a in ast.walk(loop) if isinstance(a, ast.Assign) and call in ast.walk(a)),
+                                   call)]}
     if set(withs) != {"cond", "uncond"}:
         return f"cache contexts {sorted(withs)}, not cond and uncond"
     cond, uncond = withs["cond"], withs["uncond"]
