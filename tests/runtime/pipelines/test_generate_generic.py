@@ -621,8 +621,11 @@ def _two_call_problem(src: str) -> str | None:
     import textwrap
 
     def transformer_calls(node) -> list:
-        return [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                and n.func.attr == "transformer"]
+        """Calls of ``self.transformer`` or of the expert the step picked (WanPipeline's ``current_model``,
+        ``self.transformer`` or ``self.transformer_2``)."""
+        return [n for n in ast.walk(node) if isinstance(n, ast.Call)
+                and ((isinstance(n.func, ast.Attribute) and n.func.attr == "transformer")
+                     or (isinstance(n.func, ast.Name) and n.func.id == "current_model"))]
 
     def context(node) -> str | None:
         for item in node.items if isinstance(node, ast.With) else ():
