@@ -166,5 +166,10 @@ def check_family(job: JobSpec, model: sections.ModelSection, layout: Layout) -> 
         if why:
             raise SporchError(f"workload.kind generate is not built for {what}: {why}; use workload.kind verify "
                               "or benchmark")
+        g = job.workload.guidance_scale
+        if family.cfg_from_zero and 0 < g <= 1:
+            raise SporchError(f"workload.guidance_scale {g:g} is not built for generate on {what}: "
+                              f"{family.pipeline_class} guides for any scale above 0 (its scale counts from 0), "
+                              "sporch's CFG from 1; set 0 (no guidance) or a scale above 1")
         check_family_generate(job, what, layout, family, latent_rows(model, job.workload.height),
                                folder_vae_refusal(model, family))

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from sporch.runtime.parallel import ParallelContext
 
-__all__ = ["CfgParallel", "by_name", "gather_halves", "keep_half"]
+__all__ = ["CfgParallel", "by_name", "gather_entries", "gather_halves", "keep_half"]
 
 
 def _rows(value: Any) -> int | None:
@@ -96,12 +96,26 @@ def gather_halves(out: torch.Tensor, ctx: ParallelContext) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
+def _tensor_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(torch.is_tensor(v) for v in value)
+
+
+def gather_entries(entries: Sequence[torch.Tensor], ctx: ParallelContext) -> list[torch.Tensor]:
+    """A prediction given as one tensor per sample (Z-Image's list of latents): this cfg rank's entries
+    and the other's, in cfg-rank order; ValueError, one line, for entries of unequal shapes."""
+    shapes = {tuple(e.shape) for e in entries}
+    if len(shapes) != 1:
+        raise ValueError(f"CFG parallel: the call's per-sample outputs have unequal shapes {sorted(shapes)}; "
+                         "cannot gather them over the cfg ranks")
+    return list(gather_halves(torch.stack(list(entries)), ctx).unbind(0))
+
+
 class CfgParallel:
     """Torch forward hooks on ``model`` (the transformer) while entered: its calls (by keyword, or
     positionally: :func:`by_name` names them) take this cfg rank's half of ``batched``
     (:func:`keep_half`) and return the whole batch's output (:func:`gather_halves` on each tensor
     of a tuple output or of diffusers' output record: a second stream's prediction too, LTX-2's
-    audio)."""
+    audio; a list of per-sample tensors in a tuple output, Z-Image's: :func:`gather_entries`)."""
 
     def __init__(self, model: torch.nn.Module, ctx: ParallelContext, batched: Sequence[str]) -> None:
         if ctx.cfg != 2:
@@ -125,7 +139,8 @@ class CfgParallel:
 
     def _gather(self, module, args, output):
         if isinstance(output, (tuple, list)):  # every prediction of the call (LTX-2: video, then audio)
-            return type(output)(gather_halves(t, self.ctx) if torch.is_tensor(t) else t for t in output)
+            return type(output)(gather_halves(t, self.ctx) if torch.is_tensor(t)
+                                else gather_entries(t, self.ctx) if _tensor_list(t) else t for t in output)
         if hasattr(output, "sample"):
             for name, value in list(output.items()):  # diffusers' output record: each of its tensors
                 if torch.is_tensor(value):

@@ -25,6 +25,7 @@ from sporch.runtime.pipelines.load import experts_of
 from sporch.runtime.pipelines.placement import attach_hooks
 from sporch.runtime.pipelines.resume import SkipTransformer
 from sporch.runtime.pipelines.params import GenerateParams
+from sporch.runtime.pipelines.prompts import on_device
 from sporch.runtime.pipelines.step_checkpoint import DenoiseCheckpoint, restore_scheduler
 from sporch.runtime.pipelines.schedulers import call_takes_sigmas
 
@@ -173,7 +174,7 @@ class PromptDenoiser:
                 clock["t"] = time.perf_counter()
 
         kw = {**pipeline_arguments(spec, self.family, seed, pipe, self.image),
-              **{n: (v.to(device) if torch.is_tensor(v) else v) for n, v in embeds.items()}}
+              **{n: on_device(v, device) for n, v in embeds.items()}}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
             with torch.no_grad(), attached, skip if done else contextlib.nullcontext():

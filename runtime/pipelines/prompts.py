@@ -53,7 +53,17 @@ def encode(pipe, spec: GenerateParams, family: Family, prompt: str, device: torc
     extra = {"image": image} if image is not None else {}
     out = family_module(family.name).encode(pipe, prompt, negative=spec.negative_prompt, cfg=spec.cfg,
                                             text_len=spec.text_len, device=device, **extra)
-    return {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in out.items()}
+    return {k: on_device(v, "cpu") for k, v in out.items()}
+
+
+def on_device(value: Any, device: Any) -> Any:
+    """An embedding argument on ``device``: a tensor, or each tensor of a list of them (Z-Image's
+    per-prompt caption states); anything else as it is."""
+    if torch.is_tensor(value):
+        return value.to(device)
+    if isinstance(value, (list, tuple)) and value and all(torch.is_tensor(v) for v in value):
+        return type(value)(v.to(device) for v in value)
+    return value
 
 
 def encode_prompts(pipe, spec: GenerateParams, family: Family, prompts: list[str], device: torch.device,

@@ -39,13 +39,14 @@ REFUSAL = "cfg 2: this model is guidance-distilled (one transformer pass per ste
 KNOWN = {"qwen-image": PipelineCfg.TWO_CALLS, "ltx-video": PipelineCfg.BATCHED, "sd3": PipelineCfg.BATCHED,
          "cogvideox": PipelineCfg.BATCHED, "hunyuanvideo": PipelineCfg.NONE, "pixart": PipelineCfg.BATCHED,
          "wan": PipelineCfg.TWO_CALLS, "flux": PipelineCfg.NONE, "cogview4": PipelineCfg.TWO_CALLS,
-         "lumina2": PipelineCfg.TWO_CALLS, "flux2": PipelineCfg.NONE}
+         "lumina2": PipelineCfg.TWO_CALLS, "flux2": PipelineCfg.NONE, "skyreels-v2": PipelineCfg.TWO_CALLS,
+         "z-image": PipelineCfg.BATCHED}
 
 
 def test_every_generic_generate_family_records_how_its_pipeline_applies_cfg():
-    """The record the planner and the runtime read: one batched call for SD3, LTX-Video, CogVideoX, PixArt-Sigma;
-    two calls for Qwen-Image, CogView4, Lumina 2 (true CFG) and Wan ("cond" then "uncond"); none for HunyuanVideo,
-    Flux.1 and FLUX.2 (guidance-distilled); and a record whose CFG and pipeline disagree is refused where it is written."""
+    """The record the planner and the runtime read: one batched call for SD3, LTX-Video, CogVideoX, PixArt-Sigma,
+    Z-Image; two calls for Qwen-Image, CogView4, Lumina 2 (true CFG), Wan and SkyReels-V2 ("cond" then "uncond");
+    none for HunyuanVideo, Flux.1 and FLUX.2 (guidance-distilled); and a record whose CFG and pipeline disagree is refused where it is written."""
     how = {f.name: f.pipeline_cfg for f in FAMILIES if f.pipeline_class}
     assert {k: v for k, v in how.items() if k in KNOWN} == KNOWN
     assert all(f.cfg == (f.pipeline_cfg is not PipelineCfg.NONE) for f in FAMILIES if f.pipeline_class)

@@ -25,7 +25,11 @@ USUAL = {"qwen-image": (1, 1328, 1328, 4.0), "sd3.5-large": (1, 1024, 1024, 3.5)
          "wan2.2-t2v-a14b": (81, 720, 1280, 4.0), "wan2.2-i2v-a14b": (81, 720, 1280, 3.5),
          "wan2.2-ti2v-5b": (121, 704, 1280, 5.0), "flux.1-dev": (1, 1024, 1024, 3.5), "flux.1-schnell": (1, 1024, 1024, 1.0),
          "cogview4-6b": (1, 1024, 1024, 5.0), "lumina-image-2.0": (1, 1024, 1024, 4.0),
-         "flux.2-dev": (1, 1024, 1024, 4.0)}
+         "flux.2-dev": (1, 1024, 1024, 4.0),
+         # SkyReelsV2Pipeline's defaults (97 x 544 x 960, guidance 6) and its 720P size; the I2V and DF 1.3B
+         # presets are refused (generate_refusal)
+         "skyreels-v2-t2v-14b-540p": (97, 544, 960, 6.0), "skyreels-v2-t2v-14b-720p": (121, 720, 1280, 6.0),
+         "z-image-turbo": (1, 1024, 1024, 0.0)}  # Turbo: no guidance (ZImagePipeline's scale counts from 0)
 #: every published preset a generic family generates with (FLUX.2 [klein]'s folders name another pipeline:
 #: refused, ``Family.generate_refusal``)
 GENERIC = [(fam, p.name) for fam in FAMILIES if fam.pipeline_class for p in fam.presets if not p.test_model

@@ -196,6 +196,10 @@ class Family:
     #: plans cfg 2 for ``BATCHED`` and ``TWO_CALLS`` (``NONE`` goes with ``cfg`` False), and
     #: runtime/pipelines/placement.py attaches the matching hooks.
     pipeline_cfg: PipelineCfg = PipelineCfg.NONE
+    #: that pipeline's guidance scale counts from 0 (``pos + g (pos - neg)``: ZImagePipeline guides for
+    #: any g > 0), sporch's from 1 (CFG for g > 1): generate refuses a scale in (0, 1] for it in one
+    #: line (plan/family_checks.py), and the family module's ``call_arguments`` passes 0 with CFG off
+    cfg_from_zero: bool = False
     #: Generate's ``pipeline.vae: tiled``: the family's diffusers VAE class has a tiled
     #: decode (``enable_tiling``), which the leader switches on with the class's own default tile
     #: sizes (diffusers' ``enable_tiling``); the planner's tiled

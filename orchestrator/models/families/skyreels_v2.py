@@ -6,7 +6,13 @@ whole on every rank, Wan2.1's VAE) with diffusion forcing: the DF checkpoints gi
 latent frame, so the blocks' modulation (``temb`` [B, 6, tokens, D]) and the head's shift and scale
 are per token. The derived plan cuts that modulation with the tokens at every block (a timestep per
 sample is left whole: the entry expects 4 dimensions) and gathers at ``norm_out``. The 1.3B DF model
-adds an fps embedding (``inject_sample_info``). Verify and benchmark (no generate pipeline here yet).
+adds an fps embedding (``inject_sample_info``).
+
+Generate runs diffusers' ``SkyReelsV2Pipeline`` (text-to-video, one timestep per sample: the
+modulation is left whole) as Wan's ``WanPipeline``: umT5 text, true CFG in two calls per step
+(``cache_context("cond")`` then ``"uncond"``; ``parallel.cfg=2`` computes one on each cfg rank),
+UniPC with flow sigmas, the Wan2.1 VAE. The image-to-video configs (SkyReelsV2ImageToVideoPipeline)
+and the fps-embedding DF 1.3B (SkyReelsV2DiffusionForcingPipeline) are refused in one line.
 
 The presets are the diffusers configs of Skywork's ``*-Diffusers`` folders on Hugging Face, as
 diffusers' SkyReels-V2 conversion script writes them (``get_transformer_config``); the parameters
@@ -18,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from . import wan
-from .base import Family, FamilyPreset, ParameterCount, linear
+from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, linear
 from .config_rules import Flag, Int
 
 _COMMON = {"patch_size": [1, 2, 2], "attention_head_dim": 128, "in_channels": 16, "out_channels": 16,
@@ -48,6 +54,37 @@ PRESETS = (
     FamilyPreset("skyreels-v2-i2v-14b-720p", I2V_14B, _HF.format("SkyReels-V2-I2V-14B-720P"),
                  parameters=ParameterCount(16_153_538_560, 403_838_464, 241_340_224)),
 )
+
+
+#: The generate workload's pipeline folder (SkyReelsV2Pipeline, the folder layout of WanPipeline's).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published text encoder and VAE (and the I2V image encoder) of preset ``preset``: Wan2.1's.
+    diffusers' scripts/convert_skyreelsv2_to_diffusers.py, which wrote Skywork's ``*-Diffusers`` folders,
+    takes the VAE from Wan-AI/Wan2.1-T2V-14B (``Wan2.1_VAE.pth`` into ``AutoencoderKLWan()``'s defaults),
+    the text encoder and tokenizer from google/umt5-xxl, and for I2V the CLIP ViT-H/14
+    (laion/CLIP-ViT-H-14-laion2B-s32B-b79K): wan.PARTS / wan.PARTS_I2V."""
+    name = preset or ""
+    if not name.startswith("skyreels-v2-"):
+        return None
+    return wan.PARTS_I2V if "-i2v-" in name else wan.PARTS
+
+
+def generate_refusal(config: Mapping[str, Any]) -> Optional[str]:
+    """What ``SkyReelsV2Pipeline`` (text-to-video) cannot run: an image-to-video config (the first
+    frame as latent condition, CLIP tokens: its folders name SkyReelsV2ImageToVideoPipeline) and the
+    fps embedding of DF 1.3B (``inject_sample_info``: the class needs an fps the text-to-video call
+    does not pass; its folder names SkyReelsV2DiffusionForcingPipeline)."""
+    c_in = int(config.get("in_channels", 16))
+    if c_in > int(config.get("out_channels") or c_in) or config.get("image_dim"):
+        return (f"in_channels {c_in} (image-to-video) runs in SkyReelsV2ImageToVideoPipeline, which generate does "
+                "not build; SkyReelsV2Pipeline is text-to-video")
+    if config.get("inject_sample_info"):
+        return ("inject_sample_info (the DF 1.3B fps embedding) needs the fps SkyReelsV2DiffusionForcingPipeline "
+                "passes, which generate does not build; SkyReelsV2Pipeline passes none")
+    return None
 
 
 def shape(config: Mapping[str, Any]) -> dict:
@@ -86,8 +123,10 @@ FAMILY = Family(
     name="skyreels-v2", title="SkyReels-V2", classes=("SkyReelsV2Transformer3DModel",), shape=shape,
     derived=("SkyReelsV2Transformer3DModel",), text_split=False, video=True, presets=PRESETS,
     count_parameters=count_parameters, config_keys=CONFIG_KEYS, config_rules=wan.config_rules,
-    pipeline_parts=lambda preset: (wan.PARTS_I2V if "-i2v-" in (preset or "") else wan.PARTS)
-    if (preset or "").startswith("skyreels-v2-") else None,
+    pipeline_parts=pipeline_parts, pipeline_folders=PIPELINE_FOLDERS, pipeline_class="SkyReelsV2Pipeline",
+    pipeline_cfg=PipelineCfg.TWO_CALLS,  # "cond" then "uncond" per step (as WanPipeline), one per cfg rank
+    generate_refusal=generate_refusal, vae_stride_from=wan.vae_stride, vae_class="AutoencoderKLWan",
+    vae_tiling=True, vae_parallel=True,  # Wan2.1's VAE: as the wan family's
     image_tokens=wan.image_tokens, split_refusal=split_refusal,
     lora_loader="SkyReelsV2LoraLoaderMixin", step_cache=(),
     step_cache_refusal="the step caches are not checked on SkyReels-V2's class yet (its split plan is derived)",

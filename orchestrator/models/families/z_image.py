@@ -8,7 +8,13 @@ key mask (a batch of unequal captions) at the main blocks, and gathers after the
 refiners run whole on every rank (they run before the split). The derivation cannot find this cut:
 no block input is as long as the image's tokens, or the image's and the caption's together (the
 padding), so the table is shipped and checked exact on gloo ranks
-(tests/runtime/models/test_skyreels_zimage.py). Verify and benchmark (no generate pipeline here yet).
+(tests/runtime/models/test_skyreels_zimage.py).
+
+Generate runs diffusers' ``ZImagePipeline``: Qwen3 caption states (the prompt's tokens only, a list of
+unequal lengths), one batched transformer call per step holding both CFG passes ([prompt, negative]:
+``parallel.cfg=2`` computes one list entry on each cfg rank), its output a list of per-sample latents.
+Its guidance counts from 0 (``pos + g (pos - neg)``: CFG runs for any g > 0), sporch's from 1, so a
+scale in (0, 1] is refused for generate in one line (``Family.cfg_from_zero``); Z-Image-Turbo's is 0.
 
 Z-Image-Turbo has 30 heads: Ulysses 4 (and 8) does not divide them; sporch's uneven heads run it.
 """
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .base import Family, FamilyPreset, ParameterCount, linear
+from .base import Family, FamilyPreset, ParameterCount, PipelineCfg, linear
 from .config_rules import Flag, Int, Ints, Number
 from .plan_format import GatherOutput, SplitInput
 
@@ -42,6 +48,34 @@ Z_IMAGE_PLAN = {
     "layers.*": {"attn_mask": SplitInput(split_dim=1, expected_dims=2, text=True), "freqs_cis": _JOINT},
     "all_final_layer.*": GatherOutput(gather_dim=1, expected_dims=3),
 }
+
+
+#: The generate workload's pipeline folder (ZImagePipeline: Qwen3 text encoder and its tokenizer).
+PIPELINE_FOLDERS = ("text_encoder", "tokenizer", "vae", "scheduler", "transformer")
+
+#: The published pipeline's other parts (plan/pipeline_estimate.py's memory estimate; keys as wan.PARTS),
+#: huggingface.co/Tongyi-MAI/Z-Image-Turbo: model_index.json's text_encoder ``Qwen3Model`` with
+#: text_encoder/config.json Qwen3-4B (36 layers x 2560, 32 heads of 128, 8 KV heads, FFN 9728, vocabulary
+#: 151936, tied embeddings), vae/ FLUX.1's AutoencoderKL (16 latent channels, block_out_channels
+#: [128, 256, 512, 512], 2 layers per block, no quant convs, scaling 0.3611, shift 0.1159, sample_size 1024:
+#: the counts of lumina2.PARTS). Qwen3Model counted with that config on the meta device (transformers 5.x).
+PARTS: dict[str, Any] = {
+    "text_encoder": "Qwen3-4B (Qwen3Model)", "text_encoder_parameters": 4_022_468_096, "text_encoder_layers": 36,
+    "text_encoder_embedding": 151_936 * 2560, "text_encoder_layer": 100_930_816,
+    "vae": "AutoencoderKL (FLUX.1's, 16 channels)", "vae_parameters": 83_819_683, "vae_channels": 128,
+    "vae_chunk_frames": 1, "vae_tile_pixels": 1024 * 1024}
+
+
+def pipeline_parts(preset: Optional[str]) -> Optional[Mapping[str, Any]]:
+    """The published Z-Image-Turbo pipeline's text encoder and VAE (its one preset)."""
+    return PARTS if preset == "z-image-turbo" else None
+
+
+def generate_refusal(config: Mapping[str, Any]) -> Optional[str]:
+    """The Omni variant (``siglip_feat_dim``) runs in ZImageOmniPipeline, which generate does not build."""
+    if config.get("siglip_feat_dim"):
+        return "siglip_feat_dim (Z-Image Omni) runs in ZImageOmniPipeline, which generate does not build"
+    return None
 
 
 def ffn_width(dim: int) -> int:
@@ -128,5 +162,9 @@ FAMILY = Family(
                           parameters=ParameterCount(6_143_056_384, 180_910_336, 11_852_352)),),
     count_parameters=count_parameters, config_keys=CONFIG_KEYS, config_rules=config_rules,
     split_refusal=split_refusal, lora_loader="ZImageLoraLoaderMixin", step_cache=(),
+    pipeline_folders=PIPELINE_FOLDERS, pipeline_class="ZImagePipeline", pipeline_parts=pipeline_parts,
+    pipeline_cfg=PipelineCfg.BATCHED,  # one call per step on [prompt, negative]: one list entry per cfg rank
+    generate_refusal=generate_refusal, cfg_from_zero=True,
+    vae_tiling=True, vae_class="AutoencoderKL", vae_parallel=True,  # FLUX.1's AutoencoderKL, as Lumina 2's
     step_cache_refusal="the step caches are not checked on Z-Image's class yet (its blocks take positional inputs)",
 )

@@ -681,7 +681,8 @@ def test_pipeline_cfg_is_the_pipelines_own_cfg():
 
     for fam in (f for f in FAMILIES if f.pipeline_class):
         src = inspect.getsource(getattr(diffusers, fam.pipeline_class).__call__)
-        batched = "torch.cat([latents] * 2)" in src
+        # the latents of both passes in one batch: concatenated, or repeated (ZImagePipeline's list entries)
+        batched = "torch.cat([latents] * 2)" in src or "latents_typed.repeat(2, 1, 1, 1)" in src
         if fam.pipeline_cfg is PipelineCfg.BATCHED:
             assert batched and 'cache_context("uncond")' not in src, fam.name
         elif fam.pipeline_cfg is PipelineCfg.TWO_CALLS:
