@@ -173,8 +173,10 @@ class PromptDenoiser:
             if not step_ms[start:]:
                 clock["t"] = time.perf_counter()
 
+        given = {n: on_device(v, device) for n, v in embeds.items()}
+        handed = getattr(family_module(self.family.name), "hand_embeddings", None)  # what the call cannot take
         kw = {**pipeline_arguments(spec, self.family, seed, pipe, self.image),
-              **{n: on_device(v, device) for n, v in embeds.items()}}
+              **(handed(pipe, given) if handed is not None else given)}
         handle = pipe.transformer.register_forward_pre_hook(first_call, with_kwargs=True)
         try:
             with torch.no_grad(), attached, skip if done else contextlib.nullcontext():

@@ -55,6 +55,48 @@ def encode(pipe, prompt: str, *, negative: str | None, cfg: bool, text_len: int,
     return out
 
 
+class _GivenImageTokens(torch.nn.Module):
+    """The image-encoder slot of a WanImageToVideoPipeline whose CLIP image tokens the replica's
+    leader encoded with the prompt (:func:`encode`): the pipeline's own ``encode_image`` reads them
+    from it (its ``hidden_states[-2]``), since the call refuses ``image_embeds`` beside the ``image``
+    its first-frame latent condition needs."""
+
+    def __init__(self, tokens: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("tokens", tokens, persistent=False)
+
+    @property
+    def device(self) -> torch.device:  # what the pipeline asks of its modules
+        return self.tokens.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tokens.dtype
+
+    def forward(self, **_: Any) -> Any:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(hidden_states=[self.tokens, self.tokens])
+
+
+class _GivenImage(dict):
+    """The image processor's output for :class:`_GivenImageTokens` (nothing to process)."""
+
+    def to(self, *_: Any) -> "_GivenImage":
+        return self
+
+
+def hand_embeddings(pipe, embeds: dict[str, Any]) -> dict[str, Any]:
+    """The call's embedding arguments: the prompt's as they are; Wan2.1 I2V's CLIP tokens handed to
+    the pipeline through its image-encoder slot (:class:`_GivenImageTokens`), not as ``image_embeds``."""
+    if "image_embeds" not in embeds:
+        return embeds
+    out = dict(embeds)
+    pipe.image_encoder = _GivenImageTokens(out.pop("image_embeds"))
+    pipe.image_processor = lambda images=None, return_tensors=None: _GivenImage()
+    return out
+
+
 def call_arguments(*, guidance_scale: float, cfg: bool, text_len: int) -> dict[str, Any]:
     """CFG as two calls per step (``guidance_scale`` > 1 turns it on); the plan's text length."""
     return {"guidance_scale": guidance_scale if cfg else 1.0, "max_sequence_length": text_len}
