@@ -60,26 +60,30 @@ def test_compiled_blocks_equal_eager_in_one_process():
 
 
 def _attention_calls():
-    """The routed attention of a compiled block on 2 ranks runs eagerly: Dynamo never traces it."""
+    """The routed attention of a compiled block on 2 ranks runs eagerly: Dynamo never traces it.
+    Recorded where ``SequenceParallel.attention`` calls USP (the module's ``usp_attention``, put
+    back after), so the method under test is the one the blocks reach."""
+    import sporch.runtime.models.sequence_parallel as sequence_parallel
     from sporch.runtime.compile import compile_blocks
-    from sporch.runtime.models.sequence_parallel import SequenceParallel
+    from sporch.runtime.models.split_plans import split_plan
     from sporch.runtime.parallel import ParallelContext
 
     calls: list[bool] = []
-    original = SequenceParallel.attention
+    original = sequence_parallel.usp_attention
 
-    class Recording(SequenceParallel):
-        def attention(self, *args, **kwargs):
-            calls.append(torch.compiler.is_compiling())
-            return original(self, *args, **kwargs)
+    def recording(*args, **kwargs):
+        calls.append(torch.compiler.is_compiling())
+        return original(*args, **kwargs)
 
     ctx = ParallelContext.from_layout(ulysses=2)
     model = _tiny()
     compile_blocks(model, backend="eager")  # Dynamo's graph split is the same for every backend
-    from sporch.runtime.models.split_plans import split_plan
-
-    with torch.no_grad(), Recording(model, ctx, split_plan(type(model))):
-        model(**_inputs())
+    sequence_parallel.usp_attention = recording
+    try:
+        with torch.no_grad(), sequence_parallel.SequenceParallel(model, ctx, split_plan(type(model))):
+            model(**_inputs())
+    finally:
+        sequence_parallel.usp_attention = original
     ctx.close()
     return calls
 
