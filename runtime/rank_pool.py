@@ -101,6 +101,8 @@ class WorkerState:
     def restore(self) -> list[str]:
         """Put everything back; returns what could not be (the worker is then retired)."""
         problems = []
+        warnings.filters[:] = self.warning_filters  # first: a task's "error" filter must not turn
+        warnings._filters_mutated()  # noqa: SLF001 - the clean-up's own deprecation warnings into errors
         if "torch" in sys.modules:
             problems += self._restore_torch()
         for sig, handler in self.handlers.items():
@@ -156,6 +158,12 @@ def _forget_distributed_caches() -> None:
     from torch.distributed.tensor import debug
 
     debug._clear_sharding_prop_cache()  # noqa: SLF001 - the Python and C++ propagation caches
+    with warnings.catch_warnings():  # reading a deprecated alias (torch.distributed.reduce_op) warns
+        warnings.simplefilter("ignore")
+        _clear_lru_caches()
+
+
+def _clear_lru_caches() -> None:
     for name, module in list(sys.modules.items()):
         if not name.startswith("torch.distributed") or module is None:
             continue
