@@ -47,7 +47,7 @@ LORA_CASES = [
 # some steps are skipped and some computed)
 CACHE_CASES = [
     ("flux-fbcache-U2R2", "flux", dict(ulysses=2, ring=2), (1, 3, 5), 7, 1, 1.0, 0.5),
-    ("wan-fbcache-cfg2U2", "wan", dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2, 1000.0, 0.28),
+    ("wan-fbcache-cfg2U2", "wan", dict(cfg=2, ulysses=2), (1, 3, 3), 5, 2, 1000.0, 0.35),
 ]
 CACHE_STEPS = 8
 # name, family, layout, grid, text tokens
