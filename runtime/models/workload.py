@@ -23,7 +23,8 @@ import torch
 from sporch.orchestrator.benchstats import step_summary
 from sporch.orchestrator.contract.plan import Plan
 from sporch.runtime.attention.select import Choice, run_choice
-from sporch.runtime.measure import peak_memory_bytes, sync
+from sporch.runtime.attention.comm_stats import CommStats
+from sporch.runtime.measure import collective_ms, peak_memory_bytes, sync
 from sporch.runtime.parallel import ParallelContext, replica_rows
 
 from sporch.runtime.models.dtypes import DTYPES as _DTYPES
@@ -134,12 +135,17 @@ def run_model(plan: Plan, ctx: ParallelContext, device: torch.device, progress: 
     if out is None:  # every timed step was done before the requeue: one forward for the output check
         out = runner.forward(**inputs)
     check_output(out, "benchmark (velocity)")  # timings of NaN are no benchmark
+    ctx.comm_stats = CommStats()  # the bytes this rank sends in one profiled step, and their time
+    comm_ms = collective_ms(lambda: runner.forward(**inputs), device)
+    sent, ctx.comm_stats = ctx.comm_stats, None
     grid = plan.sequence.grid
     median = statistics.median(times) if times else None
     return {"kind": "benchmark", **base,
             **step_summary(times, tokens_per_step=grid[0] * grid[1] * grid[2] * wl.batch, estimates=plan.estimates,
                            peak_tflops=plan.cluster.gpu.bf16_tflops),
             "compile": info.record(median / 1e3 if median is not None else None) if info is not None else None,
+            "comm_ms_per_step": comm_ms, "comm_bytes_per_step": sent.total, "comm_bytes_by_op": sent.as_dict(),
+            "comm_fraction": comm_ms / median if comm_ms is not None and median else None,
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
 
 
