@@ -189,15 +189,16 @@ PIPELINE_FIELDS = ("text_len", "vae_stride")
 
 
 def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any], keys: Mapping[str, str], label: str) -> list[str]:
-    """``name theirs (label: ours, config key K)`` for every shape field the two set differently."""
+    """``name theirs (label: ours[, config key K])`` for every shape field the two set differently."""
     out = []
     for name in sorted(theirs):
         if name in PIPELINE_FIELDS or name not in ours:
             continue
         a, b = theirs[name], ours[name]
         same = list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else a == b
-        if not same:
-            out.append(f"{name} {a!r} ({label}: {b!r}, config key {keys.get(name, name)})")
+        if not same:  # the key where the field has one of its own; a family's shape reads several
+            key = keys.get(name)
+            out.append(f"{name} {a!r} ({label}: {b!r}" + (f", config key {key})" if key and key != "config.json" else ")"))
     return out
 
 
@@ -213,7 +214,7 @@ def disagreements(ckpt: CheckpointModel, section: ModelSection, preset_config: O
         theirs = ckpt.config[key]
         same = list(theirs) == list(value) if isinstance(theirs, (list, tuple)) and isinstance(value, (list, tuple)) \
             else theirs == value
-        if not same and not any(f"config key {key})" in line for line in out):
+        if not same and not any(f"config key {key})" in line or line.startswith(f"{key} ") for line in out):
             out.append(f"{key} {theirs!r} ({label}: {value!r}, config.json)")
     return out
 
