@@ -26,8 +26,13 @@ from sporch.orchestrator.models.families import (config_class, config_problem, f
 
 
 class UnknownModelConfig(CheckpointError):
-    """A config.json that describes no model sporch knows (another class, or none): with a
-    preset named, the preset says what the model is and the loader checks the tensors."""
+    """A config.json that describes no model sporch knows: one naming no class (with a preset named,
+    the preset says what the model is and the loader checks the tensors), or another diffusers
+    class (``class_name``: refused whatever the preset)."""
+
+    def __init__(self, message: str, class_name: str | None = None) -> None:
+        super().__init__(message)
+        self.class_name = class_name
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def model_from_config(config: Mapping[str, Any], path: Path) -> CheckpointModel:
             raise UnknownModelConfig(
                 f"{path}: diffusers class {cls or '(none)'!r} is not supported: it is not a model sporch runs (no "
                 f"family holds a split plan for it: no _cp_plan sporch reads, no shipped table); supported: "
-                f"{', '.join(supported_classes())} (and the original Wan release's WanModel config)")
+                f"{', '.join(supported_classes())} (and the original Wan release's WanModel config)", cls or None)
         try:
             config = fam.original.diffusers_config(config, _original_shapes(path.parent))
         except CheckpointError as exc:

@@ -176,8 +176,10 @@ def checkpoint_model(spec: ModelSpec) -> Optional[CheckpointModel]:
     try:
         return read_checkpoint_model(spec.weights)
     except UnknownModelConfig as exc:
-        if spec.preset is not None:  # the preset says what it is; the loader checks the tensors
+        if spec.preset is not None and exc.class_name is None:  # the preset says what it is; the loader checks
             return None
+        if spec.preset is not None:  # a folder of another class: no preset makes sporch run it
+            raise SporchError(f"{exc}; model.weights is not a {spec.preset} checkpoint") from None
         raise SporchError(str(exc)) from None
     except CheckpointError as exc:
         raise SporchError(str(exc)) from None

@@ -170,6 +170,17 @@ def test_nan_eps_says_finite_even_with_a_preset(tmp_path):
     assert "eps: nan must be a finite number" in err and "disagrees" not in err, err
 
 
+def test_a_folder_of_an_unsupported_class_is_refused_even_with_a_preset(tmp_path):
+    """A preset beside a folder whose config.json names a class sporch does not run (SANA) is refused
+    in one line naming the class: the preset cannot make the folder a model of its own (the folder
+    was planned as the preset before)."""
+    folder = checkpoint(tmp_path / "ckpt", {"_class_name": "SanaTransformer2DModel", "num_attention_heads": 4,
+                                             "attention_head_dim": 8, "num_layers": 2})
+    code, _, err = plan(tmp_path, job(folder, preset="wan2.1-t2v-1.3b"))
+    assert_one_line(code, err)
+    assert "'SanaTransformer2DModel' is not supported" in err and "is not a wan2.1-t2v-1.3b checkpoint" in err, err
+
+
 def test_the_vae_strides_are_checked_not_defaulted(tmp_path):
     folder = checkpoint(tmp_path / "ckpt", WAN)
     (folder / "vae").mkdir()
