@@ -199,7 +199,7 @@ class SequenceSection(Section):
     padded_len: int  # rounded up to a multiple of degree: what the attention runs over
     pad: int
     tokens_per_rank: int  # the longest rank's chunk
-    grid: List[int]  # [f, h, w] token grid; [1, 1, seq_len] when the job gave seq_len
+    grid: List[int]  # [f, h, w] token grid; [1, h, w] with h x w = seq_len, as square as it divides, from seq_len
     degree: int  # ring x ulysses
     #: vocab.SEQUENCE_SPLITS: "uneven" (cut unpadded by parallel.sequence_chunks; only the
     #: attention pads a shorter chunk to tokens_per_rank) or "padded" (an older plan's: every

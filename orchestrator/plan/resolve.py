@@ -11,6 +11,8 @@ ratio when hidden changes).
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 from typing import Any, Mapping, Optional
 
@@ -399,8 +401,10 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
     latent frames = (frames - 1) // st + 1, latent h = height // sh, w = width // sw;
     tokens = (lf // pt) * (lh // ph) * (lw // pw).
     """
-    if workload.seq_len is not None:
-        return int(workload.seq_len), [1, 1, int(workload.seq_len)]
+    if workload.seq_len is not None:  # one frame of tokens, as square as the length divides
+        n = int(workload.seq_len)
+        side = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+        return n, _within_rope(model, [1, side, n // side])
     st, sh, sw = model.vae_stride
     pt, ph, pw = model.patch
     frames = workload.frames if workload.frames is not None else 1
@@ -411,9 +415,14 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
         raise SporchError(
             f"latent frames {lf} (from {frames} frames, VAE stride {st}) must be a multiple of the time patch {pt}"
         )
-    grid = [lf // pt, workload.height // sh // ph, workload.width // sw // pw]
+    grid = _within_rope(model, [lf // pt, workload.height // sh // ph, workload.width // sw // pw])
+    return grid[0] * grid[1] * grid[2], grid
+
+
+def _within_rope(model: ModelSection, grid: list[int]) -> list[int]:
+    """``grid``, or the refusal of an axis longer than the class's RoPE table (``rope_max_seq_len``)."""
     limit = (model.diffusers_config or {}).get("rope_max_seq_len")
     if isinstance(limit, int) and max(grid) > limit:
         raise SporchError(f"the token grid {grid} (frames x height x width) passes the model's rope_max_seq_len "
                           f"{limit} on an axis; make the video smaller")
-    return grid[0] * grid[1] * grid[2], grid
+    return grid
