@@ -93,8 +93,8 @@ def test_all_auto_pow2_repeats_presets_dtypes():
     assert auto.points[0].plan.estimates.layout_choice.startswith("auto chose 1x2x2x1")
     assert auto.points[0].params["layout"] == "auto"
     presets = expand(campaign_from_dict({"name": "p", "base": copy.deepcopy(TINY_BASE), "matrix": {
-        "clusters": ["local"], "presets": ["tiny", "class-dit-xl"], "shapes": [{"height": 64, "width": 64}]}}))
-    assert {p.plan.model.preset for p in presets.points} == {"tiny", "class-dit-xl"}
+        "clusters": ["local"], "presets": ["tiny", "tiny-flux"], "shapes": [{"height": 64, "width": 64}]}}))
+    assert {p.plan.model.preset for p in presets.points} == {"tiny", "tiny-flux"}
 
 
 def test_ids_are_stable_when_points_are_added():

@@ -34,8 +34,6 @@ NOT_REPRODUCED = {
     "flux-dev-h20-xdit-eager": "its source states neither the steps nor the image size",
     "flux-dev-h20-xdit-compiled": "its source states neither the steps nor the image size",
 }
-#: The real model a campaign runs where published.yaml plans the table with a stand-in of its shapes.
-REAL_MODEL = {"mmdit-video-12b": "hunyuanvideo"}
 
 
 def test_every_campaign_there_is_checked():
@@ -73,7 +71,7 @@ def test_each_point_carries_the_published_figure(name, run_cli, monkeypatch):
     assert (w["height"], w["width"], w["steps"], w["compile"]) == (case["workload"]["height"],
                                                                     case["workload"]["width"], steps, case["compile"])
     assert w.get("frames", 1) == case["workload"].get("frames", 1)
-    assert doc["base"]["model"]["preset"] == REAL_MODEL.get(case["model"], case["model"])
+    assert doc["base"]["model"]["preset"] == case["model"]
     code, out, err = run_cli("campaign", "plan", REPRODUCE / name, "--json")
     assert code == 0, err
     planned = json.loads(out)

@@ -110,8 +110,8 @@ def test_end_to_end_tables_are_judged_end_to_end(held_out):
 
 def test_published_rows_say_where_the_text_encoder_ran():
     """Wan's --t5_cpu (one RTX 4090) and --t5_fsdp (the rest): the observation's encode phase is
-    the host's, or the sequence group's with the encoder's gathers; a stand-in model's pipeline is
-    its ``parts`` preset's (HunyuanVideo's Llama encoder for mmdit-video-12b)."""
+    the host's, or the sequence group's with the encoder's gathers; each table's pipeline is its
+    preset's (HunyuanVideo's Llama encoder for the hunyuanvideo tables)."""
     from sporch.orchestrator.plan.cost import predict
 
     obs = published.observations(published.case("wan21-t2v-1.3b-480p-rtx4090"))
