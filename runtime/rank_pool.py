@@ -160,22 +160,18 @@ def _forget_distributed_caches() -> None:
     debug._clear_sharding_prop_cache()  # noqa: SLF001 - the Python and C++ propagation caches
     with warnings.catch_warnings():  # reading a deprecated alias (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
-        _clear_lru_caches()
-
-
-def _clear_lru_caches() -> None:
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("torch.distributed") or module is None:
-            continue
-        for value in list(vars(module).values()):
-            owners = [value] + (list(vars(value).values()) if isinstance(value, type) else [])
-            for item in owners:
-                item = getattr(item, "__func__", item)  # a staticmethod's or classmethod's function
-                if isinstance(item, functools._lru_cache_wrapper):  # noqa: SLF001
-                    item.cache_clear()
-        clear = getattr(module, "clear_redistribute_planner_cache", None)
-        if callable(clear):
-            clear()
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("torch.distributed") or module is None:
+                continue
+            for value in list(vars(module).values()):
+                owners = [value] + (list(vars(value).values()) if isinstance(value, type) else [])
+                for item in owners:
+                    item = getattr(item, "__func__", item)  # a staticmethod's or classmethod's function
+                    if isinstance(item, functools._lru_cache_wrapper):  # noqa: SLF001
+                        item.cache_clear()
+            clear = getattr(module, "clear_redistribute_planner_cache", None)
+            if callable(clear):
+                clear()
 
 
 def _replace_environ(environ: dict[str, str]) -> None:
