@@ -129,7 +129,8 @@ def denoise(forward: Callable[..., torch.Tensor], inputs: Mapping[str, Any], sig
             latents = torch.cat([latents, condition], dim=_channel_dim(x))
         if cfg:
             latents = torch.cat([latents, latents], dim=0)
-        t = torch.full((latents.shape[0],), s * scale, dtype=inputs[key].dtype, device=latents.device)
+        # the step's timestep in the shape the class's input has (a row each; MiniMax-H3: one per stream)
+        t = torch.full_like(inputs[key], s * scale, device=latents.device)
         out = velocity_of(forward(**{**inputs, "hidden_states": latents, key: t}).float(), x)
         if cfg:
             cond, uncond = out[:rows], out[rows:]
