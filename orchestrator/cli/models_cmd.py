@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.cli.terminal import echo
+from sporch.orchestrator.config.cluster import find_cluster
+from sporch.orchestrator.plan.lever_matrix import LEVERS, lever_matrix
 from sporch.orchestrator.plan.family_table import family_rows
 
 
@@ -69,19 +72,12 @@ def models(as_json: bool, wide: bool, cluster: str) -> None:
 
 
 def _matrix(cluster: str):
-    from sporch.orchestrator.config.cluster import find_cluster
-    from sporch.orchestrator.plan.lever_matrix import lever_matrix
-
     return lever_matrix(find_cluster(cluster))
 
 
 def _print_matrix(matrix, cluster: str) -> None:
     """The family x lever table: "yes", or a footnote number; the footnotes below give each refusal
     once (the step caches' alike refusals of one family share one, naming its methods)."""
-    import re
-
-    from sporch.orchestrator.plan.lever_matrix import LEVERS
-
     notes: dict[str, int] = {}
     covers: dict[str, list[str]] = {}
     table = plain_table(title=f"levers, as the planner answers them on {cluster}")

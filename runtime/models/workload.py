@@ -122,6 +122,7 @@ def run_model(plan: Plan, ctx: ParallelContext, device: torch.device, progress: 
     # the timed steps a requeued run already finished are kept (progress.json): it times the rest
     saved = (progress.load() or {}) if progress is not None else {}
     times: list[float] = list(saved.get("step_ms", [])) if saved.get("kind") == "benchmark" else []
+    resumed_from = len(times)
     out = None
     for i in range(wl.warmup + len(times) if times else 0, wl.warmup + wl.repeat):  # warm-up: on a first run
         sync(device)
@@ -146,6 +147,7 @@ def run_model(plan: Plan, ctx: ParallelContext, device: torch.device, progress: 
             "compile": info.record(median / 1e3 if median is not None else None) if info is not None else None,
             "comm_ms_per_step": comm_ms, "comm_bytes_per_step": sent.total, "comm_bytes_by_op": sent.as_dict(),
             "comm_fraction": comm_ms / median if comm_ms is not None and median else None,
+            "resumed": resumed_from > 0, "resumed_from_step": resumed_from,
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak_memory_bytes(device)}
 
 
