@@ -16,9 +16,18 @@ def sync(device: torch.device) -> None:
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this rank: allocated on the GPU, or the process's peak resident set on the CPU."""
+    """Peak memory of this rank: allocated on the GPU, or the process's peak resident set on the CPU
+    (Linux: ``VmHWM``, which ``/proc/self/clear_refs`` resets, where ``ru_maxrss`` keeps the peak
+    of threads that have ended; elsewhere ``ru_maxrss``)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
 

@@ -202,14 +202,14 @@ def test_without_a_serving_pool_each_rank_is_a_fresh_process():
 def _peak_after(mib):
     """This process's peak resident set (what a CPU rank reports as peak memory) after holding
     ``mib`` MiB for a moment."""
-    import resource
-
     import torch
+
+    from sporch.runtime.measure import peak_memory_bytes
 
     if mib:
         held = torch.ones(mib * 2**20 // 4)
         del held
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return peak_memory_bytes(torch.device("cpu"))
 
 
 def test_each_call_measures_its_own_peak_memory(pool):

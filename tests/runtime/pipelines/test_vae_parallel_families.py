@@ -44,7 +44,7 @@ ROWS = 7
 #: each family's latent (None: the rows), as its pipeline hands it to vae.decode
 SHAPES = {"sd3": (1, 4, None, 8), "qwen-image": (1, 4, 1, None, 8), "cogvideox": (1, 4, 3, None, 8),
           "ltx-video": (1, 8, 2, None, 3), "hunyuanvideo": (1, 4, 3, None, 8), "pixart": (1, 4, None, 8),
-          "cogview4": (1, 4, None, 8), "lumina2": (1, 4, None, 8), "flux2": (1, 4, None, 8),
+          "flux": (1, 4, None, 8), "cogview4": (1, 4, None, 8), "lumina2": (1, 4, None, 8), "flux2": (1, 4, None, 8),
           "wan": (1, 4, 3, None, 8), "skyreels-v2": (1, 4, 3, None, 8), "z-image": (1, 4, None, 8)}
 
 
