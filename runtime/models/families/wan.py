@@ -21,7 +21,9 @@ TINY = dict(TINY_PRESET)
 BATCHED = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_hidden_states_image")
 
 
-def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
+def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32, image_tokens: int | None = None):
+    """Random forward arguments of a Wan-style class (ChronoEdit and Wan VACE take them too);
+    ``image_tokens``: the CLIP image tokens of an I2V config (default :data:`IMAGE_TOKENS_TINY`)."""
     f, h, w = grid
     pt, ph, pw = config.get("patch_size", (1, 2, 2))
     out = dict(
@@ -30,7 +32,7 @@ def inputs(config, *, batch, grid, text_len, generator, dtype=torch.float32):
         encoder_hidden_states=torch.randn(batch, text_len, config["text_dim"], generator=generator).to(dtype),
         return_dict=False)
     if config.get("image_dim"):  # Wan2.1 I2V: CLIP image tokens beside the text
-        out["encoder_hidden_states_image"] = torch.randn(batch, IMAGE_TOKENS_TINY, config["image_dim"],
+        out["encoder_hidden_states_image"] = torch.randn(batch, image_tokens or IMAGE_TOKENS_TINY, config["image_dim"],
                                                          generator=generator).to(dtype)
     return out
 
