@@ -401,10 +401,9 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
     latent frames = (frames - 1) // st + 1, latent h = height // sh, w = width // sw;
     tokens = (lf // pt) * (lh // ph) * (lw // pw).
     """
-    if workload.seq_len is not None:  # one frame of tokens, as square as the length divides
+    if workload.seq_len is not None:
         n = int(workload.seq_len)
-        side = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
-        return n, _within_rope(model, [1, side, n // side])
+        return n, _seq_len_grid(model, n)
     st, sh, sw = model.vae_stride
     pt, ph, pw = model.patch
     frames = workload.frames if workload.frames is not None else 1
@@ -419,10 +418,44 @@ def sequence_shape(model: ModelSection, workload: WorkloadSpec) -> tuple[int, li
     return grid[0] * grid[1] * grid[2], grid
 
 
+def _rope_limit(model: ModelSection) -> Optional[int]:
+    limit = (model.diffusers_config or {}).get("rope_max_seq_len")
+    return limit if isinstance(limit, int) else None
+
+
+def token_grid(n: int, limit: Optional[int]) -> Optional[list[int]]:
+    """The squarest one-frame grid [1, h, w] of ``n`` tokens; if an axis would pass ``limit``, the fewest frames
+    [f, h, w] that keep every axis within it; None when no grid fits."""
+    side = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    if limit is None or n // side <= limit:
+        return [1, side, n // side]
+    for f in range(2, limit + 1):
+        if n % f == 0:
+            m = n // f
+            h = max(d for d in range(1, math.isqrt(m) + 1) if m % d == 0)
+            if m // h <= limit:
+                return [f, h, m // h]
+    return None
+
+
+def _seq_len_grid(model: ModelSection, n: int) -> list[int]:
+    """A sequence length's token grid: one frame, as square as the length divides, within the RoPE table."""
+    limit = _rope_limit(model)
+    grid = token_grid(n, limit)
+    if grid is not None:
+        return grid
+    near = [m for m in range(n - 1, 0, -1) if token_grid(m, limit)][:1] + \
+        [m for m in range(n + 1, 2 * n + 2) if token_grid(m, limit)][:1]
+    raise SporchError(
+        f"workload.seq_len {n} has no token grid (frames x height x width) with every axis within the model's "
+        f"rope_max_seq_len {limit}; use a length that factors, e.g. {' or '.join(map(str, near))}"
+    )
+
+
 def _within_rope(model: ModelSection, grid: list[int]) -> list[int]:
     """``grid``, or the refusal of an axis longer than the class's RoPE table (``rope_max_seq_len``)."""
-    limit = (model.diffusers_config or {}).get("rope_max_seq_len")
-    if isinstance(limit, int) and max(grid) > limit:
+    limit = _rope_limit(model)
+    if limit is not None and max(grid) > limit:
         raise SporchError(f"the token grid {grid} (frames x height x width) passes the model's rope_max_seq_len "
                           f"{limit} on an axis; make the video smaller")
     return grid

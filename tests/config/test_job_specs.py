@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sporch.orchestrator.config.job import job_from_dict, load_job
@@ -146,7 +148,19 @@ def test_image_and_seq_len_shapes():
     job = job_from_dict({"model": {"preset": "flux.1-dev"}, "workload": {"height": 1024, "width": 1024}})
     assert sequence_shape(flux, job.workload) == (4096, [1, 64, 64])
     job = job_from_dict({"model": {"preset": "tiny"}, "workload": {"seq_len": 1000}})
-    assert sequence_shape(model(preset="tiny"), job.workload) == (1000, [1, 1, 1000])
+    assert sequence_shape(model(preset="tiny"), job.workload) == (1000, [1, 25, 40])
+
+
+def test_seq_len_grid_stays_within_the_rope_table():
+    tiny = model(preset="tiny")
+    limit = tiny.diffusers_config["rope_max_seq_len"]
+    job = job_from_dict({"model": {"preset": "tiny"}, "workload": {"seq_len": 2 * limit + 2}})
+    n, grid = sequence_shape(tiny, job.workload)  # 2 x 1025 = 2 x 5^2 x 41: one frame [1, 41, 50]
+    assert n == grid[0] * grid[1] * grid[2] and max(grid) <= limit
+    prime = next(p for p in range(limit + 1, 2 * limit) if all(p % d for d in range(2, math.isqrt(p) + 1)))
+    job = job_from_dict({"model": {"preset": "tiny"}, "workload": {"seq_len": prime}})
+    with pytest.raises(SporchError, match=f"seq_len {prime} has no token grid.*e.g. {prime - 1} or {prime + 1}"):
+        sequence_shape(tiny, job.workload)
 
 
 @pytest.mark.parametrize(
