@@ -7,6 +7,7 @@ layouts that cannot fit or are obviously communication-bound, not to predict exa
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 from sporch.orchestrator.contract.quant import SCALE_BYTES, block_weight_bytes
 from sporch.orchestrator.models.families import config_parameters, counted_parameters, get_family
@@ -117,9 +118,11 @@ def estimate(
     heads: HeadsSection,
     cluster: ClusterSpec,
     shard_degree: int = 1,
+    parts: Optional[dict[str, int]] = None,
 ) -> Estimates:
     """The DiT's estimates (no pipeline, experts or prediction yet). ``shard_degree``: ranks one copy of the DiT's parameters is spread over (FSDP2,
-    PlacementSection); 1 = every rank holds them all."""
+    PlacementSection); 1 = every rank holds them all. ``parts``: :func:`parameter_parts` of
+    ``model`` when the caller has them (counted once for every layout of a job)."""
     b = DTYPE_BYTES[workload.dtype]
     U, R = layout.ulysses, layout.ring
     # Samples a rank pushes through the DiT per step: batch/dp, doubled by CFG unless cfg=2 splits it.
@@ -145,7 +148,7 @@ def estimate(
     # around the ring R - 1 times.
     ring_chunk = 2 * samples * (padded // R) * kv_local * hd * b
     ring_bytes = int(ring_chunk * (R - 1)) if R > 1 else 0
-    parts = parameter_parts(model)
+    parts = parts if parts is not None else parameter_parts(model)
     params = parts["blocks"] + parts["root"]
     # model.quant: the blocks' weights at one byte each plus a scale per output row (about
     # blocks / hidden rows); the root (embeddings, head) keeps the workload dtype

@@ -6,6 +6,7 @@ the numbers and the fix. Rejections list every feasible layout on that cluster.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
@@ -57,14 +58,16 @@ def divisors(n: int) -> list[int]:
     return low + [n // d for d in reversed(low) if d * d != n]
 
 
-def factorizations(world: int) -> list[Layout]:
-    """Every Layout with ``world_size == world``, sorted by (dp, cfg, ring, ulysses)."""
+@functools.lru_cache(maxsize=64)
+def factorizations(world: int) -> tuple[Layout, ...]:
+    """Every Layout with ``world_size == world``, sorted by (dp, cfg, ring, ulysses); made once per
+    world size (Layouts are frozen: the tuple is shared)."""
     out = []
     for dp in divisors(world):
         for cfg in divisors(world // dp):
             for ring in divisors(world // dp // cfg):
                 out.append(Layout(dp=dp, cfg=cfg, ring=ring, ulysses=world // dp // cfg // ring))
-    return out
+    return tuple(out)
 
 
 def compact(layout: Layout) -> str:

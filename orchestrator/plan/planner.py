@@ -26,7 +26,7 @@ from sporch.orchestrator.config.loading import to_plain
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.plan.plan_prediction import with_prediction
 from sporch.orchestrator.contract.estimates_section import Estimates
-from sporch.orchestrator.plan.estimates import GIB, estimate
+from sporch.orchestrator.plan.estimates import GIB, estimate, parameter_parts
 from sporch.orchestrator.plan.layouts import (
     LayoutContext,
     LayoutError,
@@ -258,6 +258,7 @@ class PlanBasis:
     grid: list
     cluster_warnings: tuple[str, ...]  # the descriptor's own (bandwidth_warnings)
     context: LayoutContext  # what the layout search checks a layout against
+    parameters: dict  # estimates.parameter_parts(model): the DiT's parameters by FSDP unit kind
 
 
 def plan_basis(cluster: sections.ClusterSpec, job: JobSpec,
@@ -271,7 +272,7 @@ def plan_basis(cluster: sections.ClusterSpec, job: JobSpec,
                      cluster=dataclasses.replace(cluster, env=cluster.resolved_env(),
                                                  container=effective_container(cluster.container, job)),
                      spec=spec, workload=workload_section(job.workload, model, job.source), seq_len=seq_len, grid=grid,
-                     cluster_warnings=tuple(bandwidth_warnings(cluster)))
+                     cluster_warnings=tuple(bandwidth_warnings(cluster)), parameters=parameter_parts(model))
 
 
 #: A job's dict's keys in order (JobSpec's fields but ``source``) and its parallel section's.
@@ -345,7 +346,8 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
                           f"({model.diffusers_class}, family {model.family}); set parallel.cfg=1")
 
     def estimate_for(degree: int, text_encoder: str, vae: str, experts: str) -> Estimates:
-        est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree)
+        est = estimate(model, workload, layout, sequence, heads, cluster_s, shard_degree=degree,
+                       parts=basis.parameters)
         if not generate:
             return est
         return with_pipeline(with_experts(est, model, cluster_s, experts), model, workload, layout, text_encoder, vae)
@@ -381,7 +383,7 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         nodes=ctx.nodes,
         gpus_per_node=cluster.gpus_per_node,
         ranks=Plan.rank_table(layout, cluster.gpus_per_node) if tables else (),
-        groups=layout.all_groups() if tables else {},
+        groups=shared_groups(layout) if tables else {},
         cluster=cluster_s,
         job=job_section(cluster, job, basis),
         model=model,
@@ -392,6 +394,13 @@ def make_plan(cluster: sections.ClusterSpec, job: JobSpec, *, tables: bool = Tru
         estimates=est,
         warnings=tuple(warnings),
     ))
+
+
+@functools.lru_cache(maxsize=256)
+def shared_groups(layout: Layout) -> dict[str, list[list[int]]]:
+    """``layout.all_groups()``, made once per layout and shared by the plans of that layout (read
+    only, as PlanBasis.spec is): a campaign's thousands of plans hold a few layouts' groups."""
+    return layout.all_groups()
 
 
 def plan_with_layout(cluster: sections.ClusterSpec, job: JobSpec, layout: Layout,
