@@ -11,7 +11,7 @@ import click
 from sporch.orchestrator.cli.common import console, plain_table
 from sporch.orchestrator.cli.terminal import echo
 from sporch.orchestrator.config.cluster import find_cluster
-from sporch.orchestrator.plan.lever_matrix import LEVERS, lever_matrix
+from sporch.orchestrator.plan.lever_matrix import LEVERS, lever_matrix_of
 from sporch.orchestrator.plan.family_table import family_rows
 
 
@@ -72,7 +72,7 @@ def models(as_json: bool, wide: bool, cluster: str) -> None:
 
 
 def _matrix(cluster: str):
-    return lever_matrix(find_cluster(cluster))
+    return lever_matrix_of(find_cluster(cluster))
 
 
 def _print_matrix(matrix, cluster: str) -> None:

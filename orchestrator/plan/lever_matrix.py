@@ -12,6 +12,7 @@ with a loader then takes any adapter that names its modules (checked per file at
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -25,7 +26,7 @@ from sporch.orchestrator.models.families.base import STEP_CACHES
 from .adapters import check_lora_family
 from .planner import make_plan
 
-__all__ = ["Lever", "LEVERS", "LeverCell", "FamilyLevers", "lever_matrix"]
+__all__ = ["Lever", "LEVERS", "LeverCell", "FamilyLevers", "lever_matrix", "lever_matrix_of"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +122,17 @@ def lever_matrix(cluster: ClusterSpec, families: Optional[tuple[Family, ...]] = 
         rows.append(FamilyLevers(family.name, preset,
                                  tuple(_cell(cluster, family, preset, lever, plan) for lever in LEVERS)))
     return rows
+
+
+#: the matrices made in this process, by the descriptor's contents: 294 cells are 294 plans, each
+#: ranking its layouts, and a process that prints or checks the table again plans it once
+_MADE: dict[str, tuple[FamilyLevers, ...]] = {}
+
+
+def lever_matrix_of(cluster: ClusterSpec) -> tuple[FamilyLevers, ...]:
+    """:func:`lever_matrix` of every family with the planner, made once per descriptor (its
+    contents, not its name) in a process."""
+    key = json.dumps(dataclasses.asdict(cluster), sort_keys=True, default=str)
+    if key not in _MADE:
+        _MADE[key] = tuple(lever_matrix(cluster))
+    return _MADE[key]

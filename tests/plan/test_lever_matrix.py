@@ -13,7 +13,7 @@ from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import job_from_dict
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.models.families import FAMILIES, get_family
-from sporch.orchestrator.plan.lever_matrix import LEVERS, _job, lever_matrix
+from sporch.orchestrator.plan.lever_matrix import LEVERS, _job, lever_matrix_of
 from sporch.orchestrator.plan.planner import make_plan
 
 CLUSTER = find_cluster("a100x8")
@@ -21,7 +21,7 @@ CLUSTER = find_cluster("a100x8")
 
 @pytest.fixture(scope="module")
 def matrix():
-    return {row.family: row for row in lever_matrix(CLUSTER)}
+    return {row.family: row for row in lever_matrix_of(CLUSTER)}  # the one `sporch models --wide` prints
 
 
 def test_every_family_has_every_lever_filled_or_refused_in_one_line(matrix):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sporch.orchestrator.cli import predict_cmd
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import fit, predicted_s
 from sporch.orchestrator.plan.cost_constants import default_constants
@@ -48,13 +49,20 @@ def test_the_wan_h800_table_as_docs_plan_says():
     assert "1x1x1x8" in text and "-29%" in text
 
 
-def test_validate_prints_the_held_out_table():
+def test_validate_prints_the_held_out_table(held_out, run_cli, monkeypatch):
     proc = _predict("--validate", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {r["name"]: r for r in json.loads(proc.stdout)}
     assert sorted(rows) == sorted(c["name"] for c in published.checked_cases())
     assert rows["wan21-t2v-14b-720p-h20"]["ordered"] == rows["wan21-t2v-14b-720p-h20"]["pairs"] == 6
-    assert "leave one table out" in _predict("--validate").stdout
+    for name, s in held_out.items():  # the command's figures are the validation's (tests/plan/conftest.py)
+        assert {k: v for k, v in rows[name].items() if k != "defaults"} == json.loads(json.dumps(s.to_dict()))
+    # the table as text, from the same figures (the fit is not made a third time)
+    monkeypatch.setattr(predict_cmd, "leave_one_table_out", lambda: list(held_out.values()))
+    code, out, _ = run_cli("predict", "--validate")
+    assert code == 0 and "leave one table out" in out
+    worst = max(held_out.values(), key=lambda s: s.max_ratio_error)
+    assert f"largest held-out ratio error {worst.max_ratio_error:.1%} ({worst.name})" in " ".join(out.split())
 
 
 def test_an_unknown_case_is_one_line():

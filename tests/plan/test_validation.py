@@ -11,7 +11,7 @@ from sporch.orchestrator.contract.plan import Layout
 from sporch.orchestrator.plan import published
 from sporch.orchestrator.plan.calibration import Observation
 from sporch.orchestrator.plan.cost_constants import default_constants, fitted_table, prior_constants
-from sporch.orchestrator.plan.validation import all_tables_fit, bands, leave_one_table_out, score
+from sporch.orchestrator.plan.validation import all_tables_fit, bands, score
 
 MARGIN = 0.03
 #: table -> (pairs ordered rightly, pairs measured > 10% apart, largest held-out ratio error)
@@ -38,9 +38,7 @@ REACHED = {
 }
 
 
-@pytest.fixture(scope="module")
-def held_out():
-    return {s.name: s for s in leave_one_table_out()}
+# held_out: tests/plan/conftest.py (one leave-one-table-out for this file and test_predict_cmd.py)
 
 
 def test_every_checked_table_is_validated(held_out):
