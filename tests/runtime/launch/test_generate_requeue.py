@@ -1,9 +1,11 @@
 """Issue 18 item 5: a generate job stopped by USR2 in the middle of denoising resumes from the
 step it stopped after, and ends with the uninterrupted run's latents, bit for bit.
 
-Real rank processes (``sporch run --local`` engine: LocalRun, 4 gloo ranks), the tiny Wan2.1
-pipeline with its UniPC scheduler (a multistep solver: its history of model outputs must be
-carried over exactly, or the latents differ), cfg 2 x ulysses 2.
+Real rank processes (``sporch run --local`` engine: LocalRun, 2 gloo ranks on clusters/local.yaml's
+2-rank twin local_cli.local2), the tiny Wan2.1 pipeline with its UniPC scheduler (a multistep
+solver: its history of model outputs must be carried over exactly, or the latents differ), cfg 2
+(each rank its own branch's history; it was cfg 2 x ulysses 2 on 4 ranks, 40 steps: the ulysses
+side of a resumed generate job is test_generic_requeue.py's U2).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_OK
 from sporch.orchestrator.submit.local_run import LocalRun
-from tests.runtime.launch.local_cli import REPO, sporch
+from tests.runtime.launch.local_cli import REPO, local2, sporch
 from tests.runtime.launch.on_ranks import run_point_on_ranks
 
 # found, not imported: collecting the tests stays free of diffusers' imports
@@ -27,13 +29,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("diffusers") is None,
                                 reason="needs diffusers (the pipelines extra)")
 
 GENERATE = REPO / "examples" / "tiny-generate.yaml"
-STEPS = 40
+STEPS = 24  # steps are fast: room for USR2 to arrive before the last one on a loaded machine
 
 
 def _plan_file(tmp_path: Path, weights: Path) -> Path:
-    proc = sporch("plan", "--cluster", "local", str(GENERATE), f"workload.steps={STEPS}", f"model.weights={weights}",
-                  "--json")
+    proc = sporch("plan", "--cluster", str(local2(tmp_path)), str(GENERATE), f"workload.steps={STEPS}",
+                  f"model.weights={weights}", "parallel.cfg=2", "parallel.ulysses=1", "--json")
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["world_size"] == 2
     path = tmp_path / "plan.json"
     path.write_text(proc.stdout)
     return path
@@ -57,7 +60,7 @@ def test_usr2_mid_denoise_then_rerun_gives_the_same_latents(tmp_path):
     # the uninterrupted run: the same plan on the session's rank pool (run_point, as a launch runs
     # it; it was a LocalRun launch); it also makes the tiny pipeline folder the launches read
     reference = tmp_path / "reference"
-    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 4
+    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 2
 
     interrupted = tmp_path / "interrupted"
     run = LocalRun(plan_path, interrupted).start()
@@ -77,7 +80,7 @@ def test_usr2_mid_denoise_then_rerun_gives_the_same_latents(tmp_path):
 
     second = LocalRun(plan_path, interrupted).start().wait(timeout_s=600)
     assert second.ok, second.logs
-    for rank in range(4):
+    for rank in range(2):
         rec = json.loads((interrupted / "ranks" / f"rank{rank}.json").read_text())["metrics"]
         assert rec["resumed"] == {"0": stopped_at}, rec["resumed"]
         assert len(rec["step_ms"]) == STEPS - stopped_at  # only the steps left were run

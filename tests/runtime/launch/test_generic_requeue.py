@@ -24,7 +24,7 @@ import pytest
 from sporch.orchestrator.contract.exit_codes import EXIT_OK
 from sporch.orchestrator.contract.results import JobResult
 from sporch.orchestrator.submit.local_run import LocalRun
-from tests.runtime.launch.local_cli import REPO, sporch
+from tests.runtime.launch.local_cli import local2, sporch
 from tests.runtime.launch.on_ranks import run_point_on_ranks
 
 # found, not imported: collecting the tests stays free of diffusers' imports
@@ -47,10 +47,7 @@ def _plan_file(tmp_path: Path) -> Path:
         "workload": {"kind": "generate", "prompt_file": str(prompts), "negative_prompt": "blurry", "height": 64,
                      "width": 48, "steps": STEPS, "guidance_scale": 4.0, "dtype": "float32", "seed": 7},
         "parallel": {"ulysses": 2, "ring": 1, "cfg": 1}, "resources": {"time": "00:10:00"}}))
-    cluster = tmp_path / "local2.yaml"  # clusters/local.yaml with 2 ranks
-    text = (REPO / "clusters" / "local.yaml").read_text(encoding="utf-8")
-    cluster.write_text(text.replace("name: local", "name: local2").replace("gpus_per_node: 4", "gpus_per_node: 2"))
-    proc = sporch("plan", "--cluster", str(cluster), str(job), "--json")
+    proc = sporch("plan", "--cluster", str(local2(tmp_path)), str(job), "--json")  # clusters/local.yaml with 2 ranks
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "plan.json"
     path.write_text(proc.stdout)

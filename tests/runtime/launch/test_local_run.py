@@ -1,8 +1,10 @@
 """`sporch run --local`: real rank processes (gloo on CPU) running the sharded tiny DiT.
 
-Each run starts 4 Python processes that import torch: a few seconds each on 2 cores. Where a
-test's assertion is about the point and not the launch, the point runs through the launcher's
-run_point on the session's rank pool instead (on_ranks.py); each such test says so.
+Each rank process imports torch: a few seconds of CPU each on 2 cores, so the launches here use
+the fewest ranks that show the behaviour (2, on clusters/local.yaml's 2-rank twin local_cli.local2,
+unless the layout needs 4). Where a test's assertion is about the point and not the launch, the
+point runs through the launcher's run_point on the session's rank pool instead (on_ranks.py);
+each such test says so.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from sporch.orchestrator.contract.exit_codes import EXIT_OK
 from sporch.orchestrator.submit.local_run import LocalRun
-from tests.runtime.launch.local_cli import HOOKS, REPO, TINY, hooks_env, sporch
+from tests.runtime.launch.local_cli import HOOKS, REPO, TINY, alive, cluster_twin, hooks_env, local2, rank_pids, sporch
 from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks
 
 # (cluster, overrides): the layouts of the USP runtime issue on 4 ranks, joint attention (tiny Flux),
@@ -35,10 +37,14 @@ VERIFY_CASES = {
                                   "parallel.ulysses=2", "parallel.ring=2"]),
     "slurmlab-2-nodes": ("slurmlab", ["resources.nodes=2"]),
 }
-#: The cases `sporch run --local --verify` launches for real (its printed max_abs_err too); the
-#: other layouts' point runs on the session's rank pool through the launcher's run_point
-#: (on_ranks.py), where the same result.json assertions are made (they were launches before).
-LAUNCHED = ("u2r2", "slurmlab-2-nodes")
+#: slurmlab-2-nodes is launched on 2 nodes x 1 rank (clusters/slurmlab.yaml with gpus_per_node 1;
+#: it was 2 x 2): what it shows is the emulated nodes, 2 ranks do.
+RANKS_PER_NODE_LAUNCHED = 1
+#: The case `sporch run --local --verify` launches for real (its printed max_abs_err too, 2
+#: emulated nodes); the other layouts' point runs on the session's rank pool through the
+#: launcher's run_point (on_ranks.py), where the same result.json assertions are made (they were
+#: launches before; u2r2 too, since issue 52).
+LAUNCHED = ("slurmlab-2-nodes",)
 
 
 def _check_verified(run_dir: Path, case: str) -> dict:
@@ -47,12 +53,13 @@ def _check_verified(run_dir: Path, case: str) -> dict:
     assert result["status"] == "completed" and result["verified"] is True
     assert result["max_rel_err"] <= 1e-5
     assert result["metrics"]["attention_kernel"] == "cpu_flash"  # what backend="auto" ran, recorded
-    assert len(result["hosts"]) == 4
+    plan = json.loads((run_dir / "plan.json").read_text())
+    world = plan["world_size"]
+    assert len(result["hosts"]) == world
     # what decides speed besides the plan (issue 35): schema 2's fingerprint
     fp = result["fingerprint"]
-    assert result["schema_version"] == 2 and fp["attention_kernel"] == "cpu_flash" and fp["gpu_count"] == 4
+    assert result["schema_version"] == 2 and fp["attention_kernel"] == "cpu_flash" and fp["gpu_count"] == world
     assert fp["torch"] and fp["diffusers"] and fp["sporch"] and fp["cuda"] is None  # gloo ranks on CPU
-    plan = json.loads((run_dir / "plan.json").read_text())
     assert result["layout"] == plan["layout"]
     if case == "slurmlab-2-nodes":
         assert result["distinct_hosts"] == ["slurmlab-node0", "slurmlab-node1"]
@@ -61,16 +68,25 @@ def _check_verified(run_dir: Path, case: str) -> dict:
     return result
 
 
+def _run_id(proc) -> str:
+    return re.search(r"id (tiny-\S+)", proc.stderr.replace("\n", " ")).group(1)
+
+
 @pytest.mark.parametrize("case", LAUNCHED)
 def test_verify_sharded_equals_unsharded(case, tmp_path):
     cluster, overrides = VERIFY_CASES[case]
-    run_dir = tmp_path / "run"
+    cluster = str(cluster_twin(tmp_path, cluster, gpus_per_node=RANKS_PER_NODE_LAUNCHED))
+    run_dir, env = tmp_path / "run", {"SPORCH_HOME": str(tmp_path / "home")}
     proc = sporch("run", "--local", "--cluster", cluster, str(TINY), *overrides, "--verify",
-                  "--run-dir", str(run_dir))
+                  "--run-dir", str(run_dir), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     m = re.search(r"^max_abs_err=(\S+)$", proc.stdout, re.M)
     assert m, proc.stdout
     assert float(m.group(1)) == _check_verified(run_dir, case)["max_abs_err"]
+    # moved from test_local_faults.py's test_status_shows_outcome_progress_and_the_record_keeps_the_final_state
+    # (its own verify launch): status's table shows a verify run's outcome
+    table = sporch("status", _run_id(proc), env={**env, "COLUMNS": "250"}).stdout
+    assert "verify ok: max_abs_err" in table, table
 
 
 @pytest.mark.parametrize("case", sorted(set(VERIFY_CASES) - set(LAUNCHED)))
@@ -101,24 +117,25 @@ def test_entrypoint_hook_gets_context_and_plan(tmp_path, monkeypatch):
 
 
 def test_failing_rank_is_named_and_ends_the_run(tmp_path):
+    """2 ranks (it was 4, rank 2 failing): rank 1 raises, rank 0 waits in a collective."""
     run_dir = tmp_path / "run"
-    env = {**hooks_env(), "SPORCH_TEST_FAIL_RANK": "2", "SPORCH_DIST_TIMEOUT_S": "60"}
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "entrypoint=launch_hooks:fail_on_rank",
-                  "--run-dir", str(run_dir), "--timeout", "120", env=env)
+    env = {**hooks_env(), "SPORCH_TEST_FAIL_RANK": "1", "SPORCH_DIST_TIMEOUT_S": "60"}
+    proc = sporch("run", "--local", "--cluster", str(local2(tmp_path)), str(TINY),
+                  "entrypoint=launch_hooks:fail_on_rank", "--run-dir", str(run_dir), "--timeout", "120", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    rank2 = json.loads((run_dir / "ranks" / "rank2.json").read_text())
-    assert rank2["status"] == "failed"
-    assert rank2["error"]["error"] == "ValueError: injected failure for the test"
+    rank1 = json.loads((run_dir / "ranks" / "rank1.json").read_text())
+    assert rank1["status"] == "failed"
+    assert rank1["error"]["error"] == "ValueError: injected failure for the test"
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "failed"
-    assert result["failed_rank"] == 2
+    assert result["failed_rank"] == 1
     assert result["error"] == "ValueError: injected failure for the test"
     assert "injected failure" in proc.stdout
 
 
 def _plan_file(tmp_path: Path, *overrides: str) -> Path:
-    proc = sporch("plan", "--cluster", "local", str(TINY), *overrides, "--json")
+    proc = sporch("plan", "--cluster", str(local2(tmp_path)), str(TINY), *overrides, "--json")
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "plan.json"
     path.write_text(proc.stdout)
@@ -134,15 +151,17 @@ def _latents(run_dir: Path):
 def test_usr2_stops_at_a_step_and_the_rerun_resumes(tmp_path):
     """USR2 -> every rank stops after the same finished step (exit 3, status requeued);
     starting again in the same folder resumes from that step and ends with exactly the
-    latents of an uninterrupted run."""
-    steps = 200  # long enough (seconds) that the signal lands mid-run on a fast machine too
-    overrides = ("workload.kind=inference", f"workload.steps={steps}", "parallel.ulysses=2", "parallel.ring=2")
+    latents of an uninterrupted run. 2 ranks, ulysses 2, 100 steps (it was 4 ranks, ulysses 2 x
+    ring 2, 200 steps: the same stop/requeue/resume path, each rank with its own checkpoint shard)."""
+    steps = 100  # long enough that the signal lands mid-run on a fast machine too
+    overrides = ("workload.kind=inference", f"workload.steps={steps}", "parallel.ulysses=2", "parallel.ring=1")
     plan_path = _plan_file(tmp_path, *overrides)
+    assert json.loads(plan_path.read_text())["world_size"] == 2
 
     # the uninterrupted run: the same plan on the session's rank pool (run_point, as a launch
     # runs it; it was a LocalRun launch), its latents the reference
     reference = tmp_path / "reference"
-    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 4
+    assert run_point_on_ranks(plan_path, reference) == [EXIT_OK] * 2
 
     interrupted = tmp_path / "interrupted"
     run = LocalRun(plan_path, interrupted).start()
@@ -182,17 +201,27 @@ def test_run_without_local_and_bad_input_are_one_line_errors(tmp_path):
 
 def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
     """A local run is a job of the local backend: it has a record, and the job commands work on
-    its id from other processes (while it runs and after it ended)."""
+    its id from other processes (while it runs and after it ended). 2 ranks (it was 4)."""
     env = {"SPORCH_HOME": str(tmp_path / "home")}
-    done = sporch("run", "--local", "--cluster", "local", str(TINY), "parallel.ulysses=2", "parallel.ring=2",
-                  "workload.kind=benchmark", "workload.repeat=1", "--run-dir", str(tmp_path / "done"), env=env)
+    cluster = str(local2(tmp_path))
+    done = sporch("run", "--local", "--cluster", cluster, str(TINY), "parallel.ulysses=2", "parallel.ring=1",
+                  "workload.kind=benchmark", "workload.repeat=3", "--run-dir", str(tmp_path / "done"), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    rec_id = re.search(r"id (tiny-\S+)", done.stderr.replace("\n", " ")).group(1)
+    rec_id = _run_id(done)
     st = sporch("status", "--json", rec_id, env=env)
     [s] = json.loads(st.stdout)
     # the run recorded its final state when it ended (source "record"); --refresh asks the backend again
     assert (s["state"], s["source"], s["result_status"], s["job_dir"]) == (
         "COMPLETED", "record", "completed", str(tmp_path / "done"))
+    # moved from test_local_faults.py's test_status_shows_outcome_progress_and_the_record_keeps_the_final_state
+    # (it launched its own benchmark, repeat=3): rank 0 prints a line per step (what `logs -f` shows);
+    # status shows the progress as step i/N and the outcome; record.json's final is set (issue 9 item 16)
+    log = (tmp_path / "done" / "logs" / "rank0.log").read_text()
+    assert [m.group(1) for m in re.finditer(r"^sporch: step (\d+/\d+)", log, re.M)] == ["1/3", "2/3", "3/3"]
+    assert s["progress"] == "step 3/3"
+    assert re.fullmatch(r"step [\d.e+-]+ ms \(median\)", s["outcome"]), s
+    record = json.loads((tmp_path / "done" / "record.json").read_text())
+    assert record["final"]["state"] == "COMPLETED" and record["final"]["outcome"] == s["outcome"]
     [s] = json.loads(sporch("status", "--json", "--refresh", rec_id, env=env).stdout)
     assert (s["state"], s["source"], s["result_status"]) == ("COMPLETED", "local", "completed")
     w = sporch("wait", rec_id, env=env)
@@ -202,20 +231,29 @@ def test_status_logs_wait_and_cancel_work_on_a_local_runs_id(tmp_path):
 
     # a run that sleeps: RUNNING, then cancelled through its id; wait says how it ended
     run_env = {**env, "SPORCH_SLEEP_S": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
+    proc = subprocess.Popen([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", cluster,
                              str(TINY), "entrypoint=examples.hooks:sleep", "--run-dir", str(tmp_path / "long")],
                             cwd=REPO, env={**os.environ, **run_env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "long" / "logs" / "rank3.log").exists() and time.monotonic() < deadline:
+        while not (tmp_path / "long" / "logs" / "rank1.log").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         [s] = json.loads(sporch("status", "--json", "tiny", env=run_env).stdout)  # the latest "tiny"
         assert s["state"] == "RUNNING" and s["job_dir"] == str(tmp_path / "long")
+        ranks = rank_pids(proc.pid)
+        assert len(ranks) == 2, ranks
         c = sporch("cancel", "tiny", env=run_env)
         assert c.returncode == 0 and "cancelled" in c.stdout, c.stdout + c.stderr
         w = sporch("wait", "tiny", "--timeout", "60", env=run_env)
         assert w.returncode == 3 and "CANCELLED" in w.stdout, w.stdout + w.stderr
         assert proc.wait(timeout=60) == 1
+        # moved from test_local_faults.py's test_terminating_the_runner_leaves_no_rank_behind[SIGTERM]
+        # (cancel sends the runner SIGTERM): no rank outlives it, and local.json says CANCELLED
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in ranks if alive(p)], "rank processes outlived the runner"
+        assert json.loads((tmp_path / "long" / "local.json").read_text())["state"] == "CANCELLED"
     finally:
         proc.kill()

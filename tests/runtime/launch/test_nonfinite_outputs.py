@@ -25,7 +25,7 @@ from sporch.runtime.models.build import random_diffusers  # noqa: E402
 from sporch.runtime.models.families.wan import TINY as WAN_TINY  # noqa: E402
 from sporch.runtime.models.placed import build_transformer  # noqa: E402
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED  # noqa: E402
-from tests.runtime.launch.local_cli import TINY, sporch  # noqa: E402
+from tests.runtime.launch.local_cli import TINY, local2, sporch  # noqa: E402
 from tests.runtime.launch.on_ranks import plan_file, run_point_on_ranks  # noqa: E402
 
 #: a Wan parameter the forward reads (the second block's feed-forward output)
@@ -85,8 +85,9 @@ def test_a_job_with_nonfinite_output_fails_naming_stage_and_rank(tmp_path):
 
 
 def test_verify_fails_on_a_wrong_shard(tmp_path):
+    """2 ranks, ring 2 (it was 4, ring 2 x ulysses 2): rank 1's shard is wrong."""
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), "parallel.ring=2", "parallel.ulysses=2",
+    proc = sporch("run", "--local", "--cluster", str(local2(tmp_path)), str(TINY), "parallel.ring=2", "parallel.ulysses=1",
                   "--run-dir", str(run_dir), "--timeout", "200", env={"SPORCH_FAULT_WRONG_SHARD": "1"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "sporch: verification failed: max_rel_err=" in proc.stderr, proc.stderr
