@@ -55,7 +55,7 @@ def test_diffusers_checkpoint_runs_and_verifies(tiny_wan_diffusers, tmp_path):
     run_dir = tmp_path / "run"
     plan = plan_file(run_dir, f"model.weights={tiny_wan_diffusers}", "parallel.ulysses=2", "parallel.ring=2",
                      "workload.kind=verify")
-    assert run_point_on_ranks(plan, run_dir) == [EXIT_OK] * 4
+    assert run_point_on_ranks(plan, run_dir) == [EXIT_OK] * 4  # was the launch's `proc.returncode == 0`
     out = result(run_dir)
     assert out["verified"] is True and out["max_rel_err"] <= 1e-5
     plan = json.loads((run_dir / "plan.json").read_text())
