@@ -38,16 +38,18 @@ def plan_file(folder: Path, *overrides: str, cluster: str = "local", job: Path =
     return path
 
 
-def run_point_on_ranks(plan_path: Path, run_dir: Path, env: dict | None = None) -> list[int]:
+def run_point_on_ranks(plan_path: Path, run_dir: Path, env: dict | None = None,
+                       timeout: float = TIMEOUT_S) -> list[int]:
     """The plan's point on its world of ranks, results in ``run_dir``; each rank's exit code
-    (launch's EXIT_OK, EXIT_FAILED, ...). ``env``: more variables for the ranks (hooks, faults)."""
+    (launch's EXIT_OK, EXIT_FAILED, ...). ``env``: more variables for the ranks (hooks, faults);
+    ``timeout``: the pool's wait for the ranks (a point that derives a split plan first takes longer)."""
     from sporch.runtime.testing import run_distributed  # torch: imported by the tests that run, not at collection
 
     plan = json.loads(Path(plan_path).read_text())
     rendezvous = run_dir / ".rendezvous-unused"  # run_distributed's ranks have joined already
     envs = [{**rank_environment(plan, r, rendezvous, "4242", run_dir), **(env or {})}
             for r in range(plan["world_size"])]
-    return run_distributed(_run_point, plan["world_size"], str(plan_path), str(run_dir), envs, timeout=TIMEOUT_S)
+    return run_distributed(_run_point, plan["world_size"], str(plan_path), str(run_dir), envs, timeout=timeout)
 
 
 def result(run_dir: Path) -> dict:

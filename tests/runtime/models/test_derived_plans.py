@@ -5,17 +5,15 @@ float32, relative error (max |sharded - unsharded| / max |unsharded|) <= 1e-5.
 Three spawned worlds in all: one checks every class's candidates (CogView4, Lumina 2, Chroma:
 families whose plan is derived; SkyReels-V2 with diffusion forcing: per-token modulation), one
 compares derived plans with the shipped tables and the classes' own ``_cp_plan`` (the block inputs
-every rank gets under each), and one ``sporch run --local --verify`` on a folder of a derived family
-with no verdict cached (its ranks derive and check first). SANA and Mochi are refused by the dry run
+every rank gets under each), and one ``sporch run --local --verify`` point (on the rank pool, as the
+launcher runs it) on a folder of a derived family with no verdict cached (its ranks derive and check
+first). The first world is conftest.py's ``derived_verdicts``, shared with the other model tests. SANA and Mochi are refused by the dry run
 alone (no world).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -26,7 +24,6 @@ from sporch.orchestrator.models.families.derived_plans import (TOLERANCE, PlanVe
                                                                write_verdict)
 from sporch.orchestrator.models.families.plan_format import SplitInput, splits_text  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
 FAMILIES = {"CogView4Transformer2DModel": "cogview4", "Lumina2Transformer2DModel": "lumina2",
             "ChromaTransformer2DModel": "chroma"}
 EXACT = tuple(FAMILIES) + ("SkyReelsV2Transformer3DModel",)
@@ -34,17 +31,12 @@ REFUSED = ("SanaTransformer2DModel", "MochiTransformer3DModel")
 
 
 @pytest.fixture(scope="module")
-def verdicts():
-    """Every class checked in one world; the families' verdicts cached where a run reads them (the
-    session's temporary $SPORCH_HOME/split-plans), as `sporch run` would leave them."""
-    from sporch.runtime.derive_check import check, family_spec
-    from tests.runtime.models.derive_specs import CANDIDATES
-
-    specs = [family_spec(c) for c in FAMILIES] + [CANDIDATES[c] for c in EXACT[3:] + REFUSED]
-    found = {v.class_name: v for v in check(specs)}
-    for name in FAMILIES:
-        write_verdict(found[name])
-    return found
+def verdicts(derived_verdicts):
+    """Every class checked in one world (conftest.py's ``derived_verdicts``, shared with the other model
+    tests); the families' verdicts cached where a run reads them (the session's temporary
+    $SPORCH_HOME/split-plans), as `sporch run` would leave them."""
+    families, others = derived_verdicts
+    return {**{c: families[c] for c in FAMILIES}, **others}
 
 
 @pytest.mark.parametrize("cls", EXACT)
@@ -185,26 +177,15 @@ def test_sporch_run_local_verify_derives_and_checks_first(tmp_path):
     """`sporch run --local --verify model.weights=DIR` on a tiny Chroma folder with no verdict cached:
     a rank derives and checks the plan first (its own process and gloo world, with the other derived
     classes; the other ranks wait on the cache's lock), caches the verdicts, and the 4 ranks (Ulysses
-    4, 15 image + 7 text tokens) equal the unsharded model."""
-    import os
-
-    from sporch.runtime.models.build import random_diffusers
+    4, 15 image + 7 text tokens) equal the unsharded model. The point on the pool's ranks, as the
+    launcher runs it (tests/runtime/models/tiny_folder.py; test_generic.py keeps the real launches)."""
     from sporch.runtime.models.families import family_module
+    from tests.runtime.models.tiny_folder import verify_on_ranks
 
-    random_diffusers("ChromaTransformer2DModel", family_module("chroma").TINY, seed=1).save_pretrained(
-        str(tmp_path / "m" / "transformer"))
-    job = tmp_path / "job.yaml"
-    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, frames: 1, steps: 1, guidance_scale: 1.0, "
-                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
     cache = tmp_path / "cache"
-    env = {**os.environ, "SPORCH_SPLIT_PLANS": str(cache)}
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
-                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", "parallel.ulysses=4",
-                          "workload.height=48", "workload.width=80", f"output_dir={tmp_path / 'runs'}"],
-                         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = (tmp_path / "runs").glob("g/*/result.json")
-    metrics = json.loads(result.read_text())["metrics"]
+    metrics = verify_on_ranks(tmp_path, "ChromaTransformer2DModel", family_module("chroma").TINY,
+                              ["parallel.ulysses=4", "workload.height=48", "workload.width=80"],
+                              env={"SPORCH_SPLIT_PLANS": str(cache)}, timeout=900)["metrics"]
     assert metrics["family"] == "chroma" and metrics["ok"] and metrics["max_rel_err"] <= TOLERANCE
     assert metrics["forward"]["ref_max_abs"] > 1e-3
     # the rank that checked took every derived class not checked yet (one world for all)

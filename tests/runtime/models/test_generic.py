@@ -145,25 +145,12 @@ def test_unsupported_class_is_refused():
 ])
 def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, cls, over):
     """`sporch run --local --verify model.weights=DIR`, no preset: a diffusers pipeline folder of a
-    family planned from its config.json, 4 gloo ranks against the unsharded model (15 tokens: uneven)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from sporch.runtime.models.build import random_diffusers
+    family planned from its config.json, 4 gloo ranks against the unsharded model (15 tokens: uneven).
+    The real launches of this path (a cross-attention video family, a joint-attention image one); the
+    other families run the same point on the pool's ranks (tests/runtime/models/tiny_folder.py)."""
     from sporch.runtime.models.families import family_module
+    from tests.runtime.models.tiny_folder import launch_verify
 
-    root = Path(__file__).resolve().parents[3]
-    random_diffusers(cls, family_module(fam).TINY, seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
-    job = tmp_path / "job.yaml"
-    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, frames: 1, steps: 1, guidance_scale: 1.0, "
-                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
-                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", *over,
-                          f"output_dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = (tmp_path / "runs").glob("g/*/result.json")
-    metrics = json.loads(result.read_text())["metrics"]
+    metrics = launch_verify(tmp_path, cls, family_module(fam).TINY, over)["metrics"]
     assert metrics["family"] == fam and metrics["path"] == "diffusers"
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3

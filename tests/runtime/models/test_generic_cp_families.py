@@ -325,25 +325,11 @@ def test_lora_merged_sharded_equals_the_update_by_hand(results, fam):
 def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, over):
     """`sporch run --local --verify model.weights=DIR`, no preset: a tiny diffusers folder of the family
     planned from its config.json, 4 gloo ranks against the unsharded model (15 video tokens: uneven), every
-    output compared (the audio prediction too)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
+    output compared (the audio prediction too). The point on the pool's ranks (tests/runtime/models/
+    tiny_folder.py; test_generic.py keeps the real launches of this path)."""
+    from tests.runtime.models.tiny_folder import verify_on_ranks
 
-    from sporch.runtime.models.build import random_diffusers
-
-    root = Path(__file__).resolve().parents[3]
-    random_diffusers(CLASSES[fam], _config(fam, {}), seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
-    job = tmp_path / "job.yaml"
-    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, frames: 1, steps: 1, guidance_scale: 1.0, "
-                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
-                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", *over,
-                          f"output_dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = (tmp_path / "runs").glob("g/*/result.json")
-    metrics = json.loads(result.read_text())["metrics"]
+    metrics = verify_on_ranks(tmp_path, CLASSES[fam], _config(fam, {}), over)["metrics"]
     print(f"{fam} sporch run --verify {' '.join(over)}: max abs {metrics['max_abs_err']:.3g}, outputs "
           f"{metrics['forward'].get('output_errors')}")
     assert metrics["family"] == fam and metrics["path"] == "diffusers"

@@ -8,14 +8,11 @@ error <= 1e-5. All cases run in ONE spawned world, with each family's LoRA (U2R2
 linear of the first block merged by the family's diffusers loader == the update added by hand).
 
 Besides: each family's parameter formula == the class on the meta device (presets and other shapes), and one
-``sporch run --local --verify model.weights=DIR`` per family on a tiny folder."""
+``sporch run --local --verify model.weights=DIR`` point per family on a tiny folder (on the rank pool)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +21,6 @@ pytest.importorskip("diffusers")
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 TOL = 1e-5
-ROOT = Path(__file__).resolve().parents[3]
 CLASSES = {"hidream": "HiDreamImageTransformer2DModel", "cosmos": "CosmosTransformer3DModel",
            "wan-vace": "WanVACETransformer3DModel"}
 #: the uneven-heads overrides (3 heads)
@@ -235,20 +231,13 @@ def test_the_family_formula_equals_the_class_on_meta(fam, label_, config):
 ])
 def test_sporch_run_local_verify_on_a_tiny_folder(tmp_path, fam, over):
     """`sporch run --local --verify model.weights=DIR`, no preset: a tiny diffusers folder of the family planned
-    from its config.json, 4 gloo ranks against the unsharded model (15 image tokens, HiDream's padded to 49)."""
-    from sporch.runtime.models.build import random_diffusers
+    from its config.json, 4 gloo ranks against the unsharded model (15 image tokens, HiDream's padded to 49).
+    The point on the pool's ranks (tests/runtime/models/tiny_folder.py; test_generic.py keeps the real
+    launches of this path)."""
+    from tests.runtime.models.tiny_folder import verify_on_ranks
 
-    random_diffusers(CLASSES[fam], _config(fam, {}), seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
-    job = tmp_path / "job.yaml"
-    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, frames: 1, steps: 1, guidance_scale: 1.0, "
-                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
-                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", *over,
-                          "workload.height=48", "workload.width=80", f"output_dir={tmp_path / 'runs'}"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = (tmp_path / "runs").glob("g/*/result.json")
-    metrics = json.loads(result.read_text())["metrics"]
+    metrics = verify_on_ranks(tmp_path, CLASSES[fam], _config(fam, {}),
+                              [*over, "workload.height=48", "workload.width=80"])["metrics"]
     print(f"{fam} sporch run --verify {' '.join(over)}: max abs {metrics['max_abs_err']:.3g}")
     assert metrics["family"] == fam and metrics["path"] == "diffusers"
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3

@@ -6,14 +6,11 @@ whole), an I2V config (CLIP image tokens in the cross-attention), the DF 1.3B's 
 with 6 heads on Ulysses 4 (Z-Image-Turbo's 30 heads on 4 ranks: 2 left over), a batch of unequal
 captions (a key mask over the joint sequence), and LoRA merged by each family's diffusers loader. One
 derivation world (SkyReels-V2's verdict, cached where the later runs read it) and ONE world for all the
-cases; then one ``sporch run --local --verify`` per family on a tiny folder."""
+cases; then one ``sporch run --local --verify`` point per family on a tiny folder (on the rank pool)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,6 @@ pytest.importorskip("diffusers")
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 TOL = 1e-5
-ROOT = Path(__file__).resolve().parents[3]
 CLASSES = {"skyreels-v2": "SkyReelsV2Transformer3DModel", "z-image": "ZImageTransformer2DModel"}
 #: config overrides by tag: 3 heads (dp 2 x U2: 2 does not divide 3), 6 heads (U4: 4 does not divide 6)
 OVERRIDES = {
@@ -172,15 +168,11 @@ def _lora(files: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def verdict():
+def verdict(derived_verdicts):
     """SkyReels-V2's derived plan checked (2 and 4 ranks, uneven tokens) and cached in the session's
-    $SPORCH_HOME/split-plans, where the world's ranks and `sporch run` read it."""
-    from sporch.orchestrator.models.families.derived_plans import write_verdict
-    from sporch.runtime.derive_check import check, family_spec
-
-    (v,) = check([family_spec(CLASSES["skyreels-v2"])])
-    write_verdict(v)
-    return v
+    $SPORCH_HOME/split-plans, where the world's ranks and `sporch run` read it (conftest.py's
+    ``derived_verdicts``: one world for every derived class of the model tests)."""
+    return derived_verdicts[0][CLASSES["skyreels-v2"]]
 
 
 @pytest.fixture(scope="module")
@@ -233,19 +225,12 @@ def test_lora_merged_sharded_equals_the_update_by_hand(results, fam):
 ])
 def test_sporch_run_local_verify_on_a_tiny_folder(verdict, tmp_path, fam, over):
     """`sporch run --local --verify model.weights=DIR`, no preset: a tiny diffusers folder planned from its
-    config.json, 4 gloo ranks against the unsharded model (SkyReels-V2's plan read from the cached verdict)."""
-    from sporch.runtime.models.build import random_diffusers
+    config.json, 4 gloo ranks against the unsharded model (SkyReels-V2's plan read from the cached verdict).
+    The point on the pool's ranks (tests/runtime/models/tiny_folder.py; test_generic.py keeps the real
+    launches of this path)."""
+    from tests.runtime.models.tiny_folder import verify_on_ranks
 
-    random_diffusers(CLASSES[fam], config(fam), seed=1).save_pretrained(str(tmp_path / "m" / "transformer"))
-    job = tmp_path / "job.yaml"
-    job.write_text("name: g\nmodel: {text_len: 7}\nworkload: {kind: verify, steps: 1, guidance_scale: 1.0, "
-                   "dtype: float32}\nresources: {time: '00:10:00'}\n")
-    out = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--verify",
-                          "--cluster", "local", str(job), f"model.weights={tmp_path / 'm'}", *over,
-                          f"output_dir={tmp_path / 'runs'}"], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (result,) = (tmp_path / "runs").glob("g/*/result.json")
-    metrics = json.loads(result.read_text())["metrics"]
+    metrics = verify_on_ranks(tmp_path, CLASSES[fam], config(fam), over, frames=False)["metrics"]
     print(f"{fam} sporch run --verify {' '.join(over)}: max abs {metrics['max_abs_err']:.3g}")
     assert metrics["family"] == fam
     assert metrics["ok"] and metrics["max_abs_err"] <= TOL and metrics["forward"]["ref_max_abs"] > 1e-3

@@ -45,12 +45,19 @@ def tiny_wan_diffusers(tmp_path_factory):
 
 
 def test_diffusers_checkpoint_runs_and_verifies(tiny_wan_diffusers, tmp_path):
+    """The point `sporch run --local --verify model.weights=DIR` plans, on the pool's ranks as the launcher
+    runs it (tests/runtime/launch/on_ranks.py): the sharded published-layout checkpoint loaded and verified.
+    The real launches of a weights folder: test_missing_tensor_exit_2_from_the_ranks below, and
+    tests/runtime/models/test_generic.py's test_sporch_run_local_verify_on_a_tiny_folder."""
+    from sporch.orchestrator.contract.exit_codes import EXIT_OK
+    from tests.runtime.launch.on_ranks import plan_file, result, run_point_on_ranks
+
     run_dir = tmp_path / "run"
-    proc = sporch("run", "--local", "--cluster", "local", str(TINY), f"model.weights={tiny_wan_diffusers}",
-                  "parallel.ulysses=2", "parallel.ring=2", "--verify", "--run-dir", str(run_dir))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads((run_dir / "result.json").read_text())
-    assert result["verified"] is True and result["max_rel_err"] <= 1e-5
+    plan = plan_file(run_dir, f"model.weights={tiny_wan_diffusers}", "parallel.ulysses=2", "parallel.ring=2",
+                     "workload.kind=verify")
+    assert run_point_on_ranks(plan, run_dir) == [EXIT_OK] * 4  # was the launch's `proc.returncode == 0`
+    out = result(run_dir)
+    assert out["verified"] is True and out["max_rel_err"] <= 1e-5
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["model"]["weights"] == str(tiny_wan_diffusers)
 
