@@ -3,7 +3,8 @@ before its first all-to-all (fault injection, SPORCH_FAULT_HANG_*, which Slurm p
 from the submitter's environment); the collective watchdog ends the job (no earlier than the
 collective timeout: how soon after it is load, not judged), ``sporch status`` names rank 3 and its
 node, and the stack files of ranks 0-2 show the all-to-all they waited in. Through both backends
-(sbatch and submitit), side by side.
+(sbatch and submitit), side by side. (The suite's 2-node launch through submitit: the verify
+jobs of test_submit_live.py and test_container_live.py run submitit on one node.)
 
 The ranks run the descriptor's ``python`` (the lab's: the sporch installed there).
 ``SPORCH_HANG_LIVE_CLUSTER=/path/to/descriptor.yaml`` runs the test on another descriptor of the
