@@ -19,8 +19,6 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
-
 from sporch.orchestrator.config.cluster import find_cluster
 from sporch.orchestrator.config.job import load_job
 from sporch.orchestrator.contract.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_PACK_FAILED
