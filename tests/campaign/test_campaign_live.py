@@ -40,8 +40,10 @@ CAMPAIGN = {
         "workload": {"kind": "benchmark", "frames": 9, "height": 64, "width": 64, "guidance_scale": 1.0,
                      "dtype": "float32", "warmup": 1, "repeat": 3},
     },
+    # 3 points: the default layout (Ulysses 2 in a node, ring across nodes) on 1 and 2 nodes, and
+    # ring 2 on the 1-node size only (a layout's ``gpus``): a 4-rank ring point adds ranks, not checks
     "matrix": {"clusters": ["slurmlab"], "nodes": [1, 2],
-               "layouts": [{"ulysses": 2, "ring": "auto"}, {"ulysses": 1, "ring": "auto"}]},
+               "layouts": [{"ulysses": 2, "ring": "auto"}, {"ulysses": 1, "ring": "auto", "gpus": 2}]},
     "references": [
         {"cluster": "slurmlab", "metrics": {"step_ms_median": [6e5, None, 0.0, "ms"],  # < the time limit: passes
                                             "comm_bytes_per_step": [1.0, None, 0.0, "bytes"]}},  # > 1 B: fails
@@ -59,7 +61,7 @@ def campaign_dir(tmp_path_factory):
     path.write_text(json.dumps({**CAMPAIGN, "output_dir": str(folder)}))  # JSON is YAML
     root = folder / "live"
     exp = expand(campaign_from_dict(CAMPAIGN))
-    assert len(exp.points) == 4 and not exp.skipped
+    assert len(exp.points) == 3 and not exp.skipped
     assert main(["campaign", "run", "--local", str(path)]) == 0
     state = json.loads((root / "state.json").read_text())
     assert sorted(state["points"]) == sorted(p.id for p in exp.points)
@@ -118,8 +120,8 @@ def test_report_numbers_plots_and_page_in_chromium(campaign_dir, tmp_path):
     by_layout = {(r["gpus"], r["layout"]): float(r["step_ms_median"]) for r in table}
     lat = data["latency_vs_gpus"]["series"]
     assert set(lat) == {"ulysses1", "ulysses2"}
+    assert lat["ulysses2"]["x"] == [2, 4] and lat["ulysses1"]["x"] == [2]
     for s in lat.values():
-        assert s["x"] == [2, 4]
         assert s["y"] == [by_layout[(str(g), lay)] for g, lay in zip(s["x"], s["layout"])]
     (best,) = data["best_layout"]["series"].values()
     assert best["y"] == [min(v for (g, _), v in by_layout.items() if g == str(n)) for n in (2, 4)]

@@ -1,6 +1,7 @@
-"""Packed points on the loopback Slurm lab (issue 20 item 1): the 12-point tiny campaign runs as
-one array task per resource group; a pack task killed mid-way is resumed by a re-run without
-redoing its finished points; a point that fails inside a pack leaves the others' results.
+"""Packed points on the loopback Slurm lab (issue 20 item 1): a 6-point tiny campaign (1 and 2
+nodes x 3 layouts, one shape: 3 points a pack) runs as one array task per resource group; a pack
+task killed mid-way is resumed by a re-run without redoing its finished points; a point that
+fails inside a pack leaves the others' results.
 
 The CLI runs as a subprocess with counting wrappers for ``sbatch`` and ``squeue`` (the helpers
 of test_campaign_run.py).
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def write(folder: Path, name: str, base: dict, **matrix) -> tuple[Path, dict]:
     doc = {"name": name, "output_dir": str(folder / "campaigns"), "base": base,
-           "matrix": {"clusters": ["slurmlab"], "nodes": [1, 2], "layouts": LAYOUTS, "shapes": SHAPES, **matrix},
+           "matrix": {"clusters": ["slurmlab"], "nodes": [1, 2], "layouts": LAYOUTS, "shapes": SHAPES[:1], **matrix},
            "run": {"retries": 1}}
     path = folder / f"{name}.yaml"
     path.write_text(json.dumps(doc, indent=1))
@@ -58,13 +59,13 @@ def test_a_packed_campaign_is_one_task_per_group_and_a_killed_pack_resumes(lab):
 
     root, cli = lab
     base = {**BASE, "workload": {**BASE["workload"], "repeat": 6}}  # a few seconds a point
-    path, doc = write(root, "pack12", base)
-    cdir = root / "campaigns" / "pack12"
+    path, doc = write(root, "pack6", base)
+    cdir = root / "campaigns" / "pack6"
     p = cli("campaign", "run", path, "--detach")
     assert p.returncode == 0, p.stderr
     subs = calls(root, "sbatch")
     manifest = json.loads((cdir / "manifest.json").read_text())
-    assert len(manifest["points"]) == 12 and len(subs) == 2
+    assert len(manifest["points"]) == 6 and len(subs) == 2
     # one pack (one array task) per group, holding all of its points in matrix order
     assert sorted(packs_of(s)[0] for s in subs) == sorted(g["points"] for g in manifest["groups"].values())
     assert all(len(packs_of(s)) == 1 for s in subs)
@@ -93,7 +94,7 @@ def test_a_packed_campaign_is_one_task_per_group_and_a_killed_pack_resumes(lab):
     # the re-run waits for the other pack, resubmits the killed pack's unfinished points only
     p = cli("campaign", "run", path, "--interval", "1", timeout=900)
     assert p.returncode == 0, p.stderr
-    assert "12 done" in p.stderr
+    assert "6 done" in p.stderr
     subs = calls(root, "sbatch")
     if left:
         assert len(subs) == 3 and packs_of(subs[2]) == [left]
@@ -113,7 +114,7 @@ def test_a_packed_campaign_is_one_task_per_group_and_a_killed_pack_resumes(lab):
 def test_a_point_that_fails_inside_a_pack_leaves_the_others(lab):
     root, cli = lab
     base = {**BASE, "entrypoint": "launch_hooks:fail_named"}
-    path, doc = write(root, "packfail", base, nodes=[1], shapes=SHAPES[:1])
+    path, doc = write(root, "packfail", base, nodes=[1])
     ids = [p.id for p in expand(campaign_from_dict(doc)).points]
     assert len(ids) == 3
     bad = ids[1]

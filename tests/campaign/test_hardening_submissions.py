@@ -187,9 +187,12 @@ def test_state_file_intents_are_checked(tmp_path):
 def test_campaign_run_and_status_ride_out_an_outage(slurm_cluster, tmp_path, cancel_after):
     name = _unique("outage")
     path = _campaign(tmp_path, name)
-    # slurmctld "restarting": the first 2 calls of each tool fail; the 3rd sbatch is accepted
-    # but its answer is lost, so the retry must find it in the queue instead of submitting again
-    bin_dir = _standins(tmp_path / "bin", sbatch=(2, "lose"), squeue=(2, ""), scontrol=(2, ""))
+    # slurmctld "restarting": the first call of each tool fails; the 2nd sbatch is accepted
+    # but its answer is lost, so the retry must find it in the queue instead of submitting again.
+    # (One failure a tool: each is a 1 s pause; the backoff over several failures in a row:
+    # tests/jobs/test_outages.py, test_wait_and_status_retry_while_slurmctld_restarts and
+    # test_retry_passes_other_errors_at_once_and_backs_off.)
+    bin_dir = _standins(tmp_path / "bin", sbatch=(1, "lose"), squeue=(1, ""), scontrol=(1, ""))
     env = _env(tmp_path, bin_dir)
     run = _cli(tmp_path, env, "campaign", "run", path, "--detach", "--grace", "120")
     lost = (bin_dir / "lost_id").read_text().strip() if (bin_dir / "lost_id").exists() else ""
@@ -202,7 +205,7 @@ def test_campaign_run_and_status_ride_out_an_outage(slurm_cluster, tmp_path, can
     (bin_dir / "squeue.calls").write_text("0")
     status = _cli(tmp_path, env, "campaign", "status", tmp_path / "campaigns" / name, "--json", "--grace", "120")
     assert status.returncode == 0, status.stdout + status.stderr
-    assert status.stderr.count("retrying in") == 2
+    assert status.stderr.count("retrying in") == 1
     assert json.loads(status.stdout)["arrays"] == [lost]
 
     _standins(bin_dir, squeue=(10 ** 6, ""))  # down for good: status gives up after its grace
