@@ -17,9 +17,42 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _run(script, *args):
+    """The script as its own process (``python bench/SCRIPT ARGS``)."""
     env = {**os.environ, "PYTHONPATH": ROOT}
     return subprocess.run([sys.executable, os.path.join(ROOT, "bench", script), *args], capture_output=True,
                           text=True, env=env, timeout=300)
+
+
+def _as_main(script: str, args: list[str]) -> dict:
+    """On a pool rank: the script run as ``__main__`` (runpy) with ``args`` as its command line,
+    stdout and stderr captured, its exit status from ``SystemExit`` (0 when it returns)."""
+    import contextlib
+    import io
+    import runpy
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    argv = sys.argv
+    sys.argv = [os.path.join(ROOT, "bench", script), *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+    return {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _run_on_a_rank(script, *args):
+    """The script as ``python bench/SCRIPT ARGS`` runs it, on one of the session's pool ranks (torch
+    already imported there: no process start and torch import per script; the pool cleans the rank's
+    process group, Dynamo and threads after). ``_run`` keeps one script a real process."""
+    from types import SimpleNamespace
+
+    from sporch.runtime.testing import run_distributed
+
+    (res,) = run_distributed(_as_main, 1, script, list(args), timeout=300)
+    return SimpleNamespace(**res)
 
 
 def _import_common():
@@ -32,7 +65,7 @@ def _import_common():
 
 
 def test_attention_cpu_smoke_prints_the_tables():
-    res = _run("gpu_attention.py", "--cpu-smoke")
+    res = _run_on_a_rank("gpu_attention.py", "--cpu-smoke")
     assert res.returncode == 0, res.stderr
     assert "smoke run, not a measurement" in res.stdout
     for row in ["cpu_flash*", "math", "eager   4"]:
@@ -44,7 +77,7 @@ def test_model_cpu_smoke_runs_diffusers_and_sporch_alike():
     and the same weights run with sporch's hooks (a world of one rank), eager and compiled (Dynamo's
     eager backend); in float32 sporch's output equals diffusers' eager one (diff column 0 on the
     CPU kernel)."""
-    res = _run("gpu_model.py", "--cpu-smoke", "--repeat", "1")
+    res = _run_on_a_rank("gpu_model.py", "--cpu-smoke", "--repeat", "1")
     assert res.returncode == 0, res.stderr
     assert "smoke run, not a measurement" in res.stdout
     rows = {}
@@ -65,7 +98,8 @@ def test_model_cpu_smoke_runs_diffusers_and_sporch_alike():
 @pytest.mark.parametrize("script", ["gpu_attention.py", "gpu_model.py", "gpu_families.py", "gpu_levers.py",
                                     "gpu_reference.py", "gpu_smoke.py"])
 def test_without_cuda_one_line_and_exit_2(script):
-    res = _run(script)
+    # one script as its own process (the scripts' start as `python bench/...`), the others on a pool rank
+    res = _run(script) if script == "gpu_attention.py" else _run_on_a_rank(script)
     assert res.returncode == 2
     assert res.stdout == "" and len(res.stderr.strip().splitlines()) == 1
     assert "no CUDA device here" in res.stderr and "--cpu-smoke" in res.stderr
@@ -74,7 +108,7 @@ def test_without_cuda_one_line_and_exit_2(script):
 def test_families_cpu_smoke_runs_sporch_and_diffusers_alike():
     """Two of the smallest families at their published widths, one block, eager: each row prints and
     sporch's hooked forward (a world of one rank) equals diffusers' own (diff 0 on the CPU kernel)."""
-    res = _run("gpu_families.py", "--cpu-smoke", "--families", "pixart", "ltx-video", "--no-compile")
+    res = _run_on_a_rank("gpu_families.py", "--cpu-smoke", "--families", "pixart", "ltx-video", "--no-compile")
     assert res.returncode == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines() if line.startswith(("pixart", "ltx-video"))]
     assert [r[0] for r in rows] == ["pixart", "ltx-video"], res.stdout
