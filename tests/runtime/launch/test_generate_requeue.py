@@ -80,6 +80,9 @@ def test_usr2_mid_denoise_then_rerun_gives_the_same_latents(tmp_path):
 
     second = LocalRun(plan_path, interrupted).start().wait(timeout_s=600)
     assert second.ok, second.logs
+    # the leader's step progress in its log (from tests/runtime/pipelines/test_generate.py's test_example_writes_a_video)
+    leader_log = second.logs[0].read_text()
+    assert f"step {STEPS}/{STEPS}" in leader_log and "s/step" in leader_log, leader_log[-2000:]
     for rank in range(2):
         rec = json.loads((interrupted / "ranks" / f"rank{rank}.json").read_text())["metrics"]
         assert rec["resumed"] == {"0": stopped_at}, rec["resumed"]

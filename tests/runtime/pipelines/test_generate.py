@@ -12,7 +12,6 @@ imageio.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -305,15 +304,17 @@ def test_a_failed_decode_loses_no_denoising(folders, generated, tmp_path):
     assert len(list(out.glob("*.mp4"))) == 2
 
 
-def test_decode_refuses_what_it_cannot_decode_in_one_line(tmp_path):
+def test_decode_refuses_what_it_cannot_decode_in_one_line(tmp_path, capsys):
+    from sporch.orchestrator.cli.main import main
     from sporch.runtime.testing import plan_for, preset_model
     from sporch.orchestrator.contract.plan import Layout
 
     def decode(folder):
-        p = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "decode", str(folder)],
-                           capture_output=True, text=True, timeout=120)
-        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
-        return p.stderr
+        # the command's entry point in this process (`sporch decode` as a process: test_a_failed_decode_loses_no_denoising)
+        rc = main(["decode", str(folder)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        return err
 
     assert "has no plan.json" in decode(tmp_path)
     (tmp_path / "plan.json").write_text(plan_for(Layout(ulysses=1), preset_model("tiny")).to_json())
@@ -354,25 +355,25 @@ def test_plan_places_encoder_and_vae(generated):
 # -- the example and the CLI ---------------------------------------------------------------
 
 def test_example_writes_a_video(tmp_path):
-    """`sporch run --local --cluster local examples/tiny-generate.yaml` creates its tiny random
-    pipeline, prints step progress, and lists the MP4 in result.json."""
+    """examples/tiny-generate.yaml's point (planned for the local cluster, as `sporch run --local
+    --cluster local` plans it) run by the launcher's own run_point on the pool's 4 ranks: it creates
+    its tiny random pipeline and lists the MP4 in result.json. (The `sporch run --local` command and
+    its launch are run for real by tests/runtime/launch/test_local_run.py; a generate job's real
+    LocalRun launches, and their step progress in the rank's log, by
+    tests/runtime/launch/test_generate_requeue.py.)"""
+    from sporch.orchestrator.contract.exit_codes import EXIT_OK
     from sporch.runtime.pipelines.media import read
+    from tests.runtime.launch.on_ranks import plan_file, result, run_point_on_ranks
 
     weights = tmp_path / "tiny-wan"
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "run", "--local", "--cluster", "local",
-                           "examples/tiny-generate.yaml", "--run-dir", str(run_dir), f"model.weights={weights}"],
-                          cwd=REPO, text=True, capture_output=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads((run_dir / "result.json").read_text())
-    (out,) = result["outputs"]
+    plan_path = plan_file(run_dir, f"model.weights={weights}", job=REPO / "examples" / "tiny-generate.yaml")
+    assert run_point_on_ranks(plan_path, run_dir) == [EXIT_OK] * 4
+    res = result(run_dir)
+    (out,) = res["outputs"]
     assert out["prompt"].startswith("a red fox") and out["seed"] == 0
     assert read(Path(out["path"])).shape == (out["frames"], out["height"], out["width"], 3)
-    assert set(result["peak_memory_bytes_by_rank"]) == {"0", "1", "2", "3"}
-    log = (run_dir / "logs" / "rank0.log").read_text() if (run_dir / "logs" / "rank0.log").exists() else ""
-    logs = log + "".join(p.read_text() for p in (run_dir / "logs").glob("*"))
-    assert "step 4/4" in logs and "s/step" in logs
+    assert set(res["peak_memory_bytes_by_rank"]) == {"0", "1", "2", "3"}
     assert (weights / "model_index.json").is_file()
 
 
