@@ -152,11 +152,22 @@ def _cases(folder):
     }
 
 
-def test_unsharded_equals_wan_pipeline_and_switches_at_its_step(folder, reference, tmp_path):
+def _unsharded_plan(folder):
+    return _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1})
+
+
+@pytest.fixture(scope="module")
+def unsharded(folder, tmp_path_factory):
+    """The two-expert generate in one process (no ParallelContext), uninterrupted: compared with
+    WanPipeline, and the run the requeued ones must equal."""
+    return _run(_unsharded_plan(folder).to_json(), str(tmp_path_factory.mktemp("wan22-unsharded")), unsharded=True)
+
+
+def test_unsharded_equals_wan_pipeline_and_switches_at_its_step(folder, reference, unsharded):
     ref, switch = reference
-    plan = _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1})
+    plan = _unsharded_plan(folder)
     assert plan.model.boundary_ratio == BOUNDARY and plan.placement.experts == "resident"
-    got = _run(plan.to_json(), str(tmp_path), unsharded=True)  # one process, no ParallelContext
+    got = unsharded  # one process, no ParallelContext
     err = np.abs(got["frames"][0] - ref).max()
     print(f"unsharded: max |frames - WanPipeline| = {err:.3g}; switch step {got['expert_switch_step']} (diffusers "
           f"{switch})")
@@ -230,7 +241,7 @@ class _StopAfter:
 
 
 @pytest.mark.parametrize("stop_after", [2, 3])  # the stop before the switch step (3) and at it
-def test_a_requeued_two_expert_generate_resumes_exact(folder, tmp_path, stop_after):
+def test_a_requeued_two_expert_generate_resumes_exact(folder, unsharded, tmp_path, stop_after):
     """Stopped by USR2 after step k, the job requeued into the same folder resumes from step k:
     the expert that runs each remaining step is the one the uninterrupted run used (the switch
     at step 3 whether the stop came before it or at it) and the frames are the uninterrupted
@@ -238,8 +249,8 @@ def test_a_requeued_two_expert_generate_resumes_exact(folder, tmp_path, stop_aft
     from sporch.runtime.pipelines.generate import run_generate
     from sporch.runtime.progress import RequeueRequested
 
-    plan = _plan({"weights": str(folder), "text_len": 8}, {"ulysses": 4, "ring": 1, "cfg": 1})
-    ref = _run(plan.to_json(), str(tmp_path / "uninterrupted"), unsharded=True)
+    plan = _unsharded_plan(folder)
+    ref = unsharded  # the uninterrupted run (one per module, shared with the WanPipeline comparison)
     out = tmp_path / "run"
     with pytest.raises(RequeueRequested, match=f"after step {stop_after}/{STEPS}"):
         run_generate(plan, None, torch.device("cpu"), out, frames_sink=lambda i, f: None,
