@@ -14,7 +14,6 @@ can fail. A scale in (0, 1] is refused at plan time in one line.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ pytest.importorskip("diffusers")
 from sporch.orchestrator.config.cluster import find_cluster  # noqa: E402
 from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
-from sporch.runtime.testing import run_distributed  # noqa: E402
+from tests.runtime.pipelines.four_rank_generate import plan_for, run_four_ranks  # noqa: E402
 from tests.runtime.pipelines.test_generate import FRAME_TOL  # noqa: E402
 
 PROMPT = "a red fox running in snow"
@@ -39,9 +38,7 @@ CASES = {"U2R2": {"ulysses": 2, "ring": 2}, "cfg2xU2": {"cfg": 2, "ulysses": 2, 
 
 
 def _plan(folder: Path, parallel: dict):
-    job = job_from_dict({"name": "g", "model": {"weights": str(folder)}, "workload": WORKLOAD,
-                         "parallel": {"cfg": 1, **parallel}})
-    return make_plan(dataclasses.replace(find_cluster("local"), gpus_per_node=4), job)
+    return plan_for(folder, WORKLOAD, parallel)
 
 
 @pytest.fixture(scope="module")
@@ -73,40 +70,10 @@ def reference(pipe):
     return _reference(pipe)
 
 
-def _world(cases):
-    """Each case's generate on these ranks: the leader's frames, the transformer calls' batch rows and
-    the passes through its first block (a call computed on the other cfg rank runs none here)."""
-    from sporch.orchestrator.contract.plan import Plan
-    from sporch.runtime.parallel import ParallelContext
-    from sporch.runtime.pipelines.generate import run_generate
-
-    out = {}
-    for name, plan_json, folder in cases:
-        plan = Plan.from_json(plan_json)
-        ctx = ParallelContext.from_plan(plan)
-        frames, rows, passes = {}, [], []
-
-        def attach(model):
-            # ZImagePipeline passes the latents positionally, a list (one entry per row)
-            model.register_forward_pre_hook(lambda m, args, kw: rows.append(len(args[0] if args else kw["x"])),
-                                            with_kwargs=True)
-            model.layers[0].register_forward_pre_hook(lambda m, args: passes.append(1))
-
-        metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
-                               frames_sink=lambda i, f: frames.__setitem__(i, f), compile_model=attach)
-        out[name] = {**metrics, "frames": frames, "rows": rows, "passes": len(passes)}
-        ctx.close()
-    return out
-
-
 @pytest.fixture(scope="module")
 def four_ranks(folder, tmp_path_factory):
-    root = tmp_path_factory.mktemp("z-image-out")
-    cases = []
-    for name, parallel in CASES.items():
-        (root / name).mkdir()
-        cases.append((name, _plan(folder, parallel).to_json(), str(root / name)))
-    return run_distributed(_world, 4, cases, timeout=900)
+    # ZImagePipeline passes the latents positionally, a list (one entry per row)
+    return run_four_ranks(folder, WORKLOAD, CASES, tmp_path_factory.mktemp("z-image-out"), "layers", latents="list")
 
 
 def test_the_plan_runs_z_image_pipeline(folder):
