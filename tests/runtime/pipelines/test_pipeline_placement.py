@@ -8,7 +8,6 @@ compared with diffusers' pipelines in test_generate.py and test_generate_generic
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
