@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sporch.orchestrator.campaign.arrays import array_limit, split_for_arrays
-from sporch.orchestrator.config.cluster import find_cluster, load_cluster_file
+from sporch.orchestrator.config.cluster import load_cluster_file
 from sporch.orchestrator.errors import SporchError
 from sporch.orchestrator.slurm.discover import DEFAULT_MAX_ARRAY_SIZE, array_size_of
 
