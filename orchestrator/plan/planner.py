@@ -41,7 +41,8 @@ from sporch.orchestrator.plan.adapters import with_lora
 from sporch.orchestrator.plan.placement import choose_placement
 from sporch.orchestrator.plan.staging_estimate import staging_estimate
 from sporch.orchestrator.plan.ranking import FastestChooser, Ranked, most_preferred, rank
-from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+from sporch.orchestrator.plan.resolve import resolve_model
+from sporch.orchestrator.plan.sequence_shape import sequence_shape
 from sporch.orchestrator.contract.parallel import DIMS, MAX_WORLD, runs_cfg
 from sporch.orchestrator.contract.plan import Layout, Plan
 from sporch.orchestrator.contract import sections

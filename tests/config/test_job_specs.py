@@ -6,7 +6,8 @@ import pytest
 
 from sporch.orchestrator.config.job import job_from_dict, load_job
 from sporch.orchestrator.config.job_spec import ModelSpec
-from sporch.orchestrator.plan.resolve import resolve_model, sequence_shape
+from sporch.orchestrator.plan.resolve import resolve_model
+from sporch.orchestrator.plan.sequence_shape import sequence_shape
 from sporch.orchestrator.config.presets import PRESETS
 from sporch.orchestrator.errors import SporchError
 from tests.testutil import EXAMPLES, write

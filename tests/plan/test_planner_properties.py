@@ -17,7 +17,7 @@ from sporch.orchestrator.config.job_spec import JobSpec, ModelSpec, ParallelSpec
 from sporch.orchestrator.plan.layouts import LayoutError, compact, divisors
 from sporch.orchestrator.plan.planner import make_plan, rank_feasible
 from sporch.orchestrator.plan.ranking import TIE
-from sporch.orchestrator.plan.resolve import token_grid
+from sporch.orchestrator.plan.sequence_shape import token_grid
 from sporch.orchestrator.contract.parallel import DIMS
 from sporch.orchestrator.contract.plan import Plan
 

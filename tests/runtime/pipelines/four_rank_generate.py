@@ -1,7 +1,8 @@
-"""The harness test_generate_skyreels_v2.py and test_generate_z_image.py share: a tiny pipeline
-folder's generate plan on a 4-GPU local node, and several such plans run in one world of 4 gloo
-ranks, each case recording the leader's frames, the transformer calls' batch rows and the passes
-through its first block (a call computed on the other cfg rank runs none on this one)."""
+"""The harness test_generate_skyreels_v2.py, test_generate_z_image.py and
+test_generate_image_families.py share: a tiny pipeline folder's generate plan on a 4-GPU local
+node, and several such plans run in one world of 4 gloo ranks, each case recording the leader's
+frames, the transformer calls' batch rows and the passes through its first block (a call computed
+on the other cfg rank runs none on this one)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def _rows(args: tuple, kw: dict, latents: str) -> int:
     return int(kw["hidden_states"].shape[0])
 
 
-def _world(cases, first_block: str, latents: str):
+def world(cases, blocks: tuple[str, ...], latents: str = "hidden_states"):
+    """Each case (name, plan JSON, output folder) generated on these ranks; ``blocks``: the
+    transformer's attributes that may hold its blocks (the first it has counts the passes)."""
     from sporch.orchestrator.contract.plan import Plan
     from sporch.runtime.parallel import ParallelContext
     from sporch.runtime.pipelines.generate import run_generate
@@ -43,7 +46,8 @@ def _world(cases, first_block: str, latents: str):
 
         def attach(model):
             model.register_forward_pre_hook(lambda m, args, kw: rows.append(_rows(args, kw, latents)), with_kwargs=True)
-            getattr(model, first_block)[0].register_forward_pre_hook(lambda m, args: passes.append(1))
+            first = next(getattr(model, b) for b in blocks if hasattr(model, b))[0]
+            first.register_forward_pre_hook(lambda m, args: passes.append(1))
 
         metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
                                frames_sink=lambda i, f: frames.__setitem__(i, f), compile_model=attach)
@@ -63,4 +67,4 @@ def run_four_ranks(folder: Path, workload: dict, cases: dict[str, dict], root: P
     for name, parallel in cases.items():
         (root / name).mkdir()
         tasks.append((name, plan_for(folder, workload, parallel).to_json(), str(root / name)))
-    return run_distributed(_world, 4, tasks, first_block, latents, timeout=900)
+    return run_distributed(world, 4, tasks, (first_block,), latents, timeout=900)

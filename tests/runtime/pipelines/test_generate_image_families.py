@@ -29,6 +29,7 @@ from sporch.orchestrator.config.job import job_from_dict  # noqa: E402
 from sporch.orchestrator.models.families import PipelineCfg, get_family  # noqa: E402
 from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
+from tests.runtime.pipelines.four_rank_generate import world  # noqa: E402
 
 FRAME_TOL = 1e-4  # as test_generate_generic.py: 1/40 of an 8-bit level
 FAMILIES = ("cogview4", "lumina2", "flux2")
@@ -83,32 +84,6 @@ def references(pipes):
     return {fam: _reference(pipes[fam], fam) for fam in FAMILIES}
 
 
-def _world(cases):
-    """Each case's generate on these ranks: the leader's frames, the transformer calls' batch rows and
-    the passes through its first block (a call computed on the other cfg rank runs none here)."""
-    from sporch.orchestrator.contract.plan import Plan
-    from sporch.runtime.parallel import ParallelContext
-    from sporch.runtime.pipelines.generate import run_generate
-
-    out = {}
-    for name, plan_json, folder in cases:
-        plan = Plan.from_json(plan_json)
-        ctx = ParallelContext.from_plan(plan)
-        frames, rows, passes = {}, [], []
-
-        def attach(model):
-            model.register_forward_pre_hook(lambda m, args, kw: rows.append(int(kw["hidden_states"].shape[0])),
-                                            with_kwargs=True)
-            first = (model.transformer_blocks if hasattr(model, "transformer_blocks") else model.layers)[0]
-            first.register_forward_pre_hook(lambda m, args: passes.append(1))
-
-        metrics = run_generate(plan, ctx, torch.device("cpu"), Path(folder),
-                               frames_sink=lambda i, f: frames.__setitem__(i, f), compile_model=attach)
-        out[name] = {**metrics, "frames": frames, "rows": rows, "passes": len(passes)}
-        ctx.close()
-    return out
-
-
 @pytest.fixture(scope="module")
 def four_ranks(folders):
     cases = []
@@ -117,7 +92,7 @@ def four_ranks(folders):
         out = folders["root"] / "out" / name
         out.mkdir(parents=True)
         cases.append((name, _plan(fam, folders[fam], parallel).to_json(), str(out)))
-    return run_distributed(_world, 4, cases, timeout=600)
+    return run_distributed(world, 4, cases, ("transformer_blocks", "layers"), timeout=600)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
