@@ -4,6 +4,10 @@
 # As root (CI), the Slurm tests are required to run; elsewhere they skip with a reason.
 # Budget: the whole suite within 25 minutes on the 2-core CI machine; the 15 slowest tests are
 # listed at the end (docs/testing.md). One folder, fast: python -m pytest -q tests/FOLDER -x
+# The tests run on SPORCH_TEST_WORKERS pytest-xdist workers (default 2, one per core; 0: in this
+# process, one after another): a module's tests on one worker, the Slurm lab's on one
+# (tests/conftest.py); while one worker's test waits (on the lab, a timeout, a sleeping rank) the
+# other's runs.
 # With COVERAGE_RCFILE set (scripts/coverage.sh), pytest runs under coverage.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +27,8 @@ if [ "$(id -u)" = 0 ] && [ "${SPORCH_SKIP_SLURM:-0}" != 1 ]; then
   { command -v podman >/dev/null && command -v runc >/dev/null; } || (apt-get update && apt-get install -y podman runc)
   export SPORCH_REQUIRE_PODMAN=1
 fi
+WORKERS=(-n "${SPORCH_TEST_WORKERS:-2}" --dist loadgroup)
 if [ -n "${COVERAGE_RCFILE:-}" ]; then
-  exec "$PY" -m coverage run -m pytest -q --durations=15 "$@"
+  exec "$PY" -m coverage run -m pytest -q --durations=15 "${WORKERS[@]}" "$@"
 fi
-exec "$PY" -m pytest -q --durations=15 "$@"
+exec "$PY" -m pytest -q --durations=15 "${WORKERS[@]}" "$@"

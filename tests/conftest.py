@@ -129,16 +129,45 @@ def pytest_terminal_summary(terminalreporter, config):
                                     f"this run's: they name none of its folders): {_listing(others)}")
 
 
+#: The fixtures that reach the one loopback Slurm lab: under pytest-xdist the tests that use them
+#: run on one worker, one after another (the lab's four nodes are one queue: two workers' jobs
+#: would wait on each other's and the tests would measure that queue).
+LAB_FIXTURES = frozenset({"slurm_cluster"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its worker plugin is registered after this file)
+def pytest_collection_modifyitems(config, items):
+    """Where the tests go when scripts/test.sh runs them on two pytest-xdist workers
+    (``--dist loadgroup``): a module's tests stay together (its module fixtures are built once, on
+    one worker), and every module with a test on the Slurm lab is in one group. Without xdist the marks do nothing."""
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    on_lab = {module(item) for item in items if LAB_FIXTURES.intersection(getattr(item, "fixturenames", ()))}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("slurmlab" if module(item) in on_lab else module(item)))
+
+
 @pytest.fixture(autouse=True)
 def _no_inherited_terminal_size():
     """A process the test starts sees COLUMNS / LINES only where the test sets them: importing
     readline (pdb does) sets them in the C environment, which subprocesses inherit though
     ``os.environ`` never shows them, so a CLI meant to print one unwrapped line to a pipe would
     wrap at 80."""
+    _unset_c_only_terminal_size()
+    yield
+
+
+def _unset_c_only_terminal_size() -> None:
     for name in ("COLUMNS", "LINES"):
         if name not in os.environ:
             os.unsetenv(name)
-    yield
+
+
+def pytest_configure(config):
+    """The same before pytest-xdist starts its workers: a worker inherits the C environment whole
+    (readline's COLUMNS=80 included) and its ``os.environ`` would then show it."""
+    _unset_c_only_terminal_size()
 
 
 @pytest.fixture(scope="session", autouse=True)
