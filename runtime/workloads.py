@@ -26,9 +26,7 @@ import torch
 from sporch.orchestrator.contract.plan import Plan
 from sporch.orchestrator.contract.sections import compile_off_reason
 from sporch.runtime.compile import CompileInfo, compile_blocks
-from sporch.runtime.models.workload import kernel_choice, run_model
 from sporch.runtime.parallel import ParallelContext
-from sporch.runtime.pipelines.generate import run_generate
 from sporch.runtime.preflight import run as run_preflight
 from sporch.runtime.progress import Progress
 
@@ -48,6 +46,8 @@ def resolve_entrypoint(spec: str) -> Callable[..., Any]:
 def run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progress: Progress) -> dict[str, Any]:
     result = _run_workload(plan, ctx, device, progress)
     if plan.workload.attention_precision != "exact" and not plan.job.entrypoint:
+        from sporch.runtime.models.workload import kernel_choice
+
         choice = kernel_choice(plan, ctx, device)
         result.setdefault("attention_kernel", choice.kernel)
         result.setdefault("attention_choice", choice.reason)
@@ -61,9 +61,15 @@ def _run_workload(plan: Plan, ctx: ParallelContext, device: torch.device, progre
         return {"entrypoint": entrypoint, **(result or {})}
     kind = plan.workload.kind
     compile_model = lambda model: _compile(plan, model, device)  # noqa: E731
+    # The model workloads import torch._dynamo (about 1.4 s of CPU of a rank's start) and then
+    # diffusers: paid only by the ranks that run a model, not by a preflight or an entrypoint.
     if kind in ("verify", "benchmark", "inference"):
+        from sporch.runtime.models.workload import run_model
+
         return run_model(plan, ctx, device, progress, compile_model=compile_model)
     if kind == "generate":
+        from sporch.runtime.pipelines.generate import run_generate
+
         return run_generate(plan, ctx, device, progress.output_dir, progress=progress, compile_model=compile_model)
     if kind == "preflight":
         return run_preflight(ctx, plan)

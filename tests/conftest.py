@@ -133,19 +133,32 @@ def pytest_terminal_summary(terminalreporter, config):
 #: run on one worker, one after another (the lab's four nodes are one queue: two workers' jobs
 #: would wait on each other's and the tests would measure that queue).
 LAB_FIXTURES = frozenset({"slurm_cluster"})
+#: Session fixtures that take seconds to build and that several modules read: the modules that use
+#: one run on one worker, so it is built once (tests/plan's leave-one-table-out fit,
+#: tests/runtime/models' derived split plans checked in one world).
+SHARED_SESSION_FIXTURES = ("held_out", "derived_verdicts")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (its worker plugin is registered after this file)
 def pytest_collection_modifyitems(config, items):
     """Where the tests go when scripts/test.sh runs them on two pytest-xdist workers
     (``--dist loadgroup``): a module's tests stay together (its module fixtures are built once, on
-    one worker), and every module with a test on the Slurm lab is in one group. Without xdist the marks do nothing."""
+    one worker), every module with a test on the Slurm lab is in one group, and so are the modules
+    that read one of the SHARED_SESSION_FIXTURES. Without xdist the marks do nothing."""
     def module(item) -> str:
         return item.nodeid.split("::", 1)[0]
 
-    on_lab = {module(item) for item in items if LAB_FIXTURES.intersection(getattr(item, "fixturenames", ()))}
+    group: Dict[str, str] = {}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group("slurmlab" if module(item) in on_lab else module(item)))
+        used = set(getattr(item, "fixturenames", ()))
+        if used & LAB_FIXTURES:
+            group[module(item)] = "slurmlab"
+        elif group.get(module(item)) != "slurmlab":
+            shared = next((name for name in SHARED_SESSION_FIXTURES if name in used), None)
+            if shared:
+                group[module(item)] = shared
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group.get(module(item), module(item))))
 
 
 @pytest.fixture(autouse=True)

@@ -61,6 +61,10 @@ LAZY_ALLOWED: Dict[Tuple[str, str], str] = {
     ("orchestrator/cli/submit_cmd.py", "function"): (
         "submitting (the backends, the job store, the ssh and Slurm runners) and --wait load only when "
         "used: `submit --dry-run` stays lean (bench/cli_startup.py, tests/project/test_cli_imports.py)"),
+    ("runtime/workloads.py", "function"): (
+        "the model workloads (torch._dynamo at import, about 1.4 s of CPU of a rank's start, then "
+        "diffusers) load only on ranks that run a model: a preflight or an entrypoint rank starts on "
+        "torch alone (tests/runtime/test_rank_imports.py)"),
 }
 
 MODULE_ATTR = re.compile(r"(sporch\.(?:orchestrator|runtime)(?:\.[A-Za-z_]\w*)*):[A-Za-z_][\w.]*")
