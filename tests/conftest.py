@@ -16,6 +16,8 @@ makes lives there, and sporch's records and history rows name their folders); ch
 none (another terminal, a cron job writing records meanwhile) are listed, not failed
 (:func:`changes_by_run`).
 
+``_one_torch_thread`` (session, autouse): this process's torch on one thread, as the ranks'.
+
 ``_rank_pool`` (session, autouse): the ranks of ``run_distributed`` run on one
 :class:`sporch.runtime.rank_pool.RankPool` for the whole run: workers started at first use, with
 torch imported once, cleaned between calls (``SPORCH_TEST_FRESH_RANKS=1``: a fresh process per rank
@@ -35,6 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +184,26 @@ def pytest_configure(config):
     """The same before pytest-xdist starts its workers: a worker inherits the C environment whole
     (readline's COLUMNS=80 included) and its ``os.environ`` would then show it."""
     _unset_c_only_terminal_size()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """The test process's torch on one intra-op thread, as every rank's (run_distributed's, and a
+    CPU rank's through runtime.distributed.limit_cpu_threads): the tiny models' ops are far too small
+    to share, and on two busy cores (two xdist workers) a second thread's spin-waits cost more CPU
+    than the work: a tiny Qwen-Image pipeline call took 1.1-2.5 s of CPU on torch's default two
+    threads and 0.04 s on one. Only where the collection already imported torch (an orchestrator
+    folder alone never loads it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", autouse=True)

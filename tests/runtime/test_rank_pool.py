@@ -138,7 +138,7 @@ def test_a_rank_that_hangs_is_stopped_and_replaced(pool):
     with pool.serving():
         before = run_distributed(_pid, 2)
         with pytest.raises(DistributedTimeout) as info:
-            run_distributed(_sleep_on, 2, 1, 600, timeout=3)
+            run_distributed(_sleep_on, 2, 1, 600, timeout=10)  # 10 s: rank 0 answers within it even on two busy cores
         assert info.value.pending == [1]
         after = run_distributed(_pid, 2)
     assert before[1] not in after  # the hung worker was stopped (rank 0's may have gone back)

@@ -134,17 +134,6 @@ def _lora_file(folder: Path, path: Path) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """This process's torch on one intra-op thread while the module runs (as every rank of
-    run_distributed): the tiny models' ops are far too small to share, and a second thread's
-    spin-waits on a busy machine cost more CPU than the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     from sporch.runtime.pipelines.tiny import save_tiny_pipeline
