@@ -32,7 +32,9 @@ from .test_generate import FRAME_TOL  # noqa: E402
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 STEPS, SEED, TEXT_LEN, IMAGE_DIM = 3, 11, 512, 16
-WORKLOAD = dict(kind="generate", frames=9, height=80, width=48, steps=STEPS, guidance_scale=5.0,
+# 5 frames of 48 x 32: 2 latent frames of 6 x 4 (stride 4 x 8 x 8), 2 x 3 x 2 = 12 tokens (3 per rank on 4)
+FRAMES, HEIGHT, WIDTH = 5, 48, 32
+WORKLOAD = dict(kind="generate", frames=FRAMES, height=HEIGHT, width=WIDTH, steps=STEPS, guidance_scale=5.0,
                 negative_prompt=NEGATIVE, dtype="float32", seed=SEED, prompt=PROMPT)
 
 
@@ -70,9 +72,9 @@ def _reference(i2v, encoder_seed=None):
     pipe = WanImageToVideoPipeline.from_pretrained(i2v["folder"], dtype=torch.float32)
     if encoder_seed is not None:
         randomize(pipe.image_encoder, encoder_seed)
-    return pipe(image=Image.open(i2v["image"]).convert("RGB"), prompt=PROMPT, negative_prompt=NEGATIVE, height=80,
-                width=48, num_frames=9, num_inference_steps=STEPS, guidance_scale=5.0, max_sequence_length=TEXT_LEN,
-                output_type="np",
+    return pipe(image=Image.open(i2v["image"]).convert("RGB"), prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT,
+                width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS, guidance_scale=5.0,
+                max_sequence_length=TEXT_LEN, output_type="np",
                 generator=torch.Generator().manual_seed(SEED)).frames[0]
 
 

@@ -35,8 +35,10 @@ TOL = 1e-5
 PROMPT = "a red fox running in snow"
 NEGATIVE = "blurry low quality"
 STEPS, SEED = 4, 11
-# 9 frames of 128 x 96: 3 latent frames of 8 x 6 (stride 16), 3 x 4 x 3 = 36 tokens
-WORKLOAD = dict(kind="generate", frames=9, height=128, width=96, steps=STEPS, guidance_scale=5.0,
+# 5 frames of 96 x 64: 2 latent frames of 6 x 4 (stride 16), 2 x 3 x 2 = 12 tokens (the transformer's own test
+# below: 36); a first latent frame (the image's) and one more is all the generation tests need
+FRAMES, HEIGHT, WIDTH = 5, 96, 64
+WORKLOAD = dict(kind="generate", frames=FRAMES, height=HEIGHT, width=WIDTH, steps=STEPS, guidance_scale=5.0,
                 negative_prompt=NEGATIVE, dtype="float32", seed=SEED, prompt=PROMPT)
 LAYOUTS = {"U4": dict(ulysses=4), "R4": dict(ring=4), "U2R2": dict(ulysses=2, ring=2)}
 
@@ -69,7 +71,7 @@ def _folder_plan(ti2v, parallel: dict, image: bool = False):
 def test_the_folder_says_one_timestep_per_token(ti2v, tmp_path):
     plan = _folder_plan(ti2v, {"ulysses": 4})
     assert plan.model.expand_timesteps and plan.model.vae_stride == [4, 16, 16]
-    assert list(plan.sequence.grid) == [3, 4, 3]
+    assert list(plan.sequence.grid) == [2, 3, 2]
     assert not _plan({"preset": "tiny"}, {}).model.expand_timesteps
     assert _plan({"preset": "wan2.2-ti2v-5b"}, {}, dict(WORKLOAD, frames=121, height=704, width=1280)).model.expand_timesteps
     # a published preset and a folder that disagree: one line
@@ -129,7 +131,7 @@ def _reference(ti2v, image=None):
 
     pipe = WanPipeline.from_pretrained(ti2v["folder"], dtype=torch.float32)
     assert pipe.config.expand_timesteps
-    args = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=128, width=96, num_frames=9,
+    args = dict(prompt=PROMPT, negative_prompt=NEGATIVE, height=HEIGHT, width=WIDTH, num_frames=FRAMES,
                 num_inference_steps=STEPS, guidance_scale=5.0, max_sequence_length=8, output_type="np",
                 generator=torch.Generator().manual_seed(SEED))
     if image is None:
@@ -145,32 +147,57 @@ def t2v_reference(ti2v):
     return _reference(ti2v)
 
 
-def _generate_both(ti2v, tmp_path, image: bool):
+def _run_cases(cases):
+    """Several generate runs on the same ranks, one after another: {name: _run's result}."""
+    return {name: _run(plan_json, out) for name, plan_json, out in cases}
+
+
+def _vae_parallel_plan(ti2v):
+    job = {"name": "ti2v", "model": {"weights": str(ti2v["folder"]), "text_len": 8}, "workload": WORKLOAD,
+           "parallel": {"ulysses": 2, "ring": 2}, "pipeline": {"vae": "parallel"}}
+    return make_plan(find_cluster("local"), job_from_dict(job))
+
+
+@pytest.fixture(scope="module")
+def u2r2(ti2v, tmp_path_factory):
+    """One 4-rank world for every sharded generate of the module: text- and image-to-video U2R2,
+    and text-to-video U2R2 with the parallel VAE (test_the_wan22_vae_decodes_in_parallel_rows)."""
+    root = tmp_path_factory.mktemp("ti2v-u2r2")
+    plans = {"t2v": _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image=False),
+             "i2v": _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image=True),
+             "vae-parallel": _vae_parallel_plan(ti2v)}
+    for name in plans:
+        (root / name).mkdir()
+    ranks = run_distributed(_run_cases, 4, [(n, p.to_json(), str(root / n)) for n, p in plans.items()], timeout=600)
+    return {"plans": plans, "ranks": ranks}
+
+
+def _writers(u2r2, name: str):
+    return [r[name] for r in u2r2["ranks"] if r[name]["frames"]]
+
+
+def _generate_both(ti2v, u2r2, tmp_path, image: bool):
     plain = _run(_folder_plan(ti2v, {"ulysses": 4}, image).to_json(), str(tmp_path / "one"), unsharded=True)
-    out = tmp_path / "u2r2"
-    out.mkdir()
-    ranks = run_distributed(_run, 4, _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image).to_json(), str(out),
-                            timeout=600)
-    writers = [r for r in ranks if r["frames"]]
+    writers = _writers(u2r2, "i2v" if image else "t2v")
     assert len(writers) == 1
     return {"unsharded": plain, "U2R2": writers[0]}
 
 
-def test_text_to_video_equals_wan_pipeline(ti2v, t2v_reference, tmp_path):
+def test_text_to_video_equals_wan_pipeline(ti2v, t2v_reference, u2r2, tmp_path):
     ref = t2v_reference
-    for name, got in _generate_both(ti2v, tmp_path, image=False).items():
+    for name, got in _generate_both(ti2v, u2r2, tmp_path, image=False).items():
         err = np.abs(got["frames"][0] - ref).max()
         print(f"ti2v text-to-video {name}: max |frames - WanPipeline| = {err:.3g}")
         assert ref.std() > 0.02 and err <= FRAME_TOL, (name, err)
 
 
-def test_image_to_video_equals_wan_image_to_video_pipeline(ti2v, t2v_reference, tmp_path):
+def test_image_to_video_equals_wan_image_to_video_pipeline(ti2v, t2v_reference, u2r2, tmp_path):
     """The first latent frame is the image's; another image moves the frames far beyond the
     tolerance, and so does denoising the first frame too (the image's latent only as the start)."""
     from PIL import Image
 
     ref = _reference(ti2v, ti2v["image"])
-    for name, got in _generate_both(ti2v, tmp_path, image=True).items():
+    for name, got in _generate_both(ti2v, u2r2, tmp_path, image=True).items():
         err = np.abs(got["frames"][0] - ref).max()
         print(f"ti2v image-to-video {name}: max |frames - WanImageToVideoPipeline| = {err:.3g}")
         assert err <= FRAME_TOL, (name, err)
@@ -180,16 +207,12 @@ def test_image_to_video_equals_wan_image_to_video_pipeline(ti2v, t2v_reference, 
     assert np.abs(t2v_reference - ref).max() > 100 * FRAME_TOL
 
 
-def test_the_wan22_vae_decodes_in_parallel_rows(ti2v, t2v_reference, tmp_path):
+def test_the_wan22_vae_decodes_in_parallel_rows(t2v_reference, u2r2):
     """``pipeline.vae: parallel`` on the Wan2.2 VAE (pixels folded 2 x 2, residual up blocks):
     the rows of the latent split over the U2R2 sequence group, the frames as WanPipeline's."""
     ref = t2v_reference
-    job = {"name": "ti2v", "model": {"weights": str(ti2v["folder"]), "text_len": 8}, "workload": WORKLOAD,
-           "parallel": {"ulysses": 2, "ring": 2}, "pipeline": {"vae": "parallel"}}
-    plan = make_plan(find_cluster("local"), job_from_dict(job))
-    assert plan.placement.vae == "parallel"
-    ranks = run_distributed(_run, 4, plan.to_json(), str(tmp_path), timeout=600)
-    writers = [r for r in ranks if r["frames"]]
+    assert u2r2["plans"]["vae-parallel"].placement.vae == "parallel"
+    writers = _writers(u2r2, "vae-parallel")  # on the module's one 4-rank world
     err = np.abs(writers[0]["frames"][0] - ref).max()
     print(f"ti2v parallel VAE U2R2: max |frames - WanPipeline| = {err:.3g}")
     assert len(writers) == 1 and err <= FRAME_TOL
