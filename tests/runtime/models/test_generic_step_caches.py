@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("diffusers")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_cache_subjects import STEPS, make_subject, run_cached, subject_names  # noqa: E402
+from step_cache_subjects import make_subject, run_cached, subject_names  # noqa: E402
 
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
@@ -41,22 +41,33 @@ CFG2 = {"ltx-video": "batched", "qwen-image": "two_calls"}
 CASES = ("fbcache", "teacache", "taylorseer", "magcache-measure", "magcache")
 #: TaylorSeer's schedule: computed at 0 (warm-up), 2, 4 and the last step
 TAYLOR = {"method": "taylorseer", "interval": 2, "order": 1}
+#: denoising steps: 5 (TaylorSeer computes 0, 2, 4 and skips 1, 3); Wan2.2 keeps 6, so that its second expert
+#: takes over at step 3, a step TaylorSeer's schedule would skip (test_the_second_expert_starts_with_a_computed_step)
+STEPS = {"wan2.2": 6}
 
 
-def _allowed(step: int) -> bool:
-    """sporch's step policy with the section's defaults (warm-up 1, no cap) on STEPS steps."""
-    return 1 <= step < STEPS - 1
+def _steps_of(name: str) -> int:
+    return STEPS.get(name, 5)
 
 
-def decision_values(method: str, record: dict, threshold: float) -> list[float]:
+def _subject(name: str):
+    return make_subject(name, _steps_of(name))
+
+
+def _allowed(step: int, steps: int) -> bool:
+    """sporch's step policy with the section's defaults (warm-up 1, no cap) on ``steps`` steps."""
+    return 1 <= step < steps - 1
+
+
+def decision_values(method: str, record: dict, threshold: float, steps: int) -> list[float]:
     """The numbers a run compared with ``threshold``: fbcache's change at each step the policy
     allowed to skip; TeaCache's accumulated (identity-rescaled) change there."""
     if method == "fbcache":
-        return [c for s, c in _steps(record) if _allowed(s) and c is not None]
+        return [c for s, c in _steps(record) if _allowed(s, steps) and c is not None]
     out, acc = [], 0.0
     for s, c in _steps(record):  # TeaCacheRule.decide, step by step
         skip = False
-        if c is not None and _allowed(s):
+        if c is not None and _allowed(s, steps):
             acc += c
             out.append(acc)
             skip = acc < threshold
@@ -83,7 +94,7 @@ def _choose(subject, method: str, candidates) -> tuple[dict, dict]:
     for section in candidates:
         got = run_cached(subject, None, CacheSection.from_dict(section))
         thr = section.get("threshold") or 0.0
-        values = [v for r in got["records"].values() for v in decision_values(method, r, thr)] \
+        values = [v for r in got["records"].values() for v in decision_values(method, r, thr, subject.steps)] \
             if method in ("fbcache", "teacache") else []
         clear = all(abs(v - thr) > MARGIN * max(thr, 1e-9) for v in values)
         tried.append((section.get("threshold"), {n: r["skipped"] for n, r in got["records"].items()}, clear))
@@ -107,7 +118,7 @@ def unsharded_cases(subject) -> dict[str, tuple[dict, dict]]:
     out = {}
     for method in ("fbcache", "teacache"):
         probe = run_cached(subject, None, CacheSection(method=method, threshold=0.0))
-        changes = [c for r in probe["records"].values() for s, c in _steps(r) if c is not None and _allowed(s)]
+        changes = [c for r in probe["records"].values() for s, c in _steps(r) if c is not None and _allowed(s, subject.steps)]
         scale = 1.0 if method == "fbcache" else 2.0  # TeaCache's sum: about two steps' change
         out[method] = _choose(subject, method, [{"method": method, "threshold": scale * t} for t in _between(changes)])
     out["taylorseer"] = _choose(subject, "taylorseer", [TAYLOR])
@@ -124,7 +135,7 @@ def _world(sections: dict) -> dict:
     from sporch.orchestrator.models.families import PipelineCfg
     from sporch.runtime.parallel import ParallelContext
 
-    subjects = {name: make_subject(name) for name in sections}
+    subjects = {name: _subject(name) for name in sections}
     out = {}
     for layout, sizes in LAYOUTS.items():
         ctx = ParallelContext.from_layout(**sizes)
@@ -141,7 +152,7 @@ def _world(sections: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def unsharded() -> dict:
-    return {name: unsharded_cases(make_subject(name)) for name in subject_names()}
+    return {name: unsharded_cases(_subject(name)) for name in subject_names()}
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +170,10 @@ def _close(a: list, b: list) -> bool:
 def test_the_second_expert_starts_with_a_computed_step(unsharded, case):
     """Wan2.2's low-noise expert has its own cache state: its first step computes (no residual of
     the other expert's blocks is reused), in every context."""
-    from step_cache_subjects import SWITCH
+    switch = _steps_of("wan2.2") // 2  # step_cache_subjects' _loop_subject: the second expert from steps // 2
 
     for context, rec in unsharded["wan2.2"][case][1]["records"].items():
-        assert SWITCH in rec["computed"], (case, context, rec)
+        assert switch in rec["computed"], (case, context, rec)
 
 
 @pytest.mark.timeout(1200)  # the first case sets the world up: 100 sharded runs of 4 ranks (2.5 CPU-minutes)
