@@ -210,11 +210,19 @@ def _limited(limit: int):
     return setup
 
 
+def _on_a_full_disk(args: list, limit: int, **env: str) -> subprocess.CompletedProcess:
+    """``sporch ARGS`` as a process that can write ``limit`` bytes per file. Not measured by
+    coverage.py (scripts/coverage.sh): its data file would not fit either, and its failure to save
+    it would be a traceback on the stderr the test reads."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COVERAGE_PROCESS_START", "COVERAGE_PROCESS_CONFIG")} | env
+    return subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", *map(str, args)],
+                          capture_output=True, text=True, preexec_fn=_limited(limit), env=env)
+
+
 def test_a_full_disk_during_report_leaves_no_half_written_table(tmp_path):
     root = synthetic(tmp_path / "c", {f"p{i}": {"gpus": 2 ** (i % 3 + 1), "layout": "1x1x1x2"} for i in range(40)})
     out = tmp_path / "r"
-    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "campaign", "report", str(root),
-                           "--out", str(out)], capture_output=True, text=True, preexec_fn=_limited(1000))
+    proc = _on_a_full_disk(["campaign", "report", root, "--out", out], 1000)
     assert not (out / "table.csv").exists()
     assert [p.name for p in out.iterdir()] == []  # no temporary files left either
     assert proc.returncode == 2, proc.stderr
@@ -231,8 +239,7 @@ def test_a_full_disk_during_prepare_is_one_line_and_leaves_no_half_written_plan(
            "matrix": {"clusters": ["local"], "nodes": [1], "layouts": [{"ulysses": 1, "ring": "auto"}]}}
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "campaign", "run", str(path),
-                           "--local"], capture_output=True, text=True, preexec_fn=_limited(1500))
+    proc = _on_a_full_disk(["campaign", "run", path, "--local"], 1500)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"sporch: error: cannot prepare the campaign directory {tmp_path / 'out' / 'c'} "
                                   "(File too large); free some space")
@@ -249,10 +256,8 @@ def test_a_full_disk_elsewhere_is_one_line_naming_the_file(tmp_path):
     machine): a cache that cannot be written is skipped, never the error."""
     fresh_tmp = tmp_path / "tmp"
     fresh_tmp.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "sporch.orchestrator.cli.main", "render", "--cluster", "a100x32",
-                           str(REPO / "examples" / "wan14b-720p.yaml"), "--out", str(tmp_path / "job")],
-                          capture_output=True, text=True, preexec_fn=_limited(200),
-                          env={**os.environ, "TMPDIR": str(fresh_tmp)})
+    proc = _on_a_full_disk(["render", "--cluster", "a100x32", REPO / "examples" / "wan14b-720p.yaml",
+                            "--out", tmp_path / "job"], 200, TMPDIR=str(fresh_tmp))
     assert proc.returncode != 0 and "internal error" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"sporch: error: cannot write {tmp_path / 'job'}/") and "File too large" in proc.stderr
     assert proc.stderr.count("\n") == 1
