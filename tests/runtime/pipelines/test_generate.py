@@ -380,6 +380,21 @@ def test_example_writes_a_video(tmp_path):
     assert read(Path(out["path"])).shape == (out["frames"], out["height"], out["width"], 3)
     assert set(res["peak_memory_bytes_by_rank"]) == {"0", "1", "2", "3"}
     assert (weights / "model_index.json").is_file()
+    # what `sporch run --local` prints at the end of this run: the video, its seed and its prompt
+    import io
+
+    from rich.console import Console
+
+    from sporch.orchestrator.cli.run_cmd import _print_summary
+    from sporch.orchestrator.contract.plan import Plan
+    from sporch.orchestrator.contract.results import JobResult
+    from sporch.orchestrator.submit.local_run import LocalRunResult
+
+    con = Console(file=io.StringIO(), width=400)
+    ran = LocalRunResult(run_dir, {rank: 0 for rank in range(4)}, JobResult.load(run_dir / "result.json"))
+    _print_summary(ran, Plan.from_json(plan_path.read_text()), con)
+    printed = con.file.getvalue()
+    assert f"{out['path']} (seed 0: {out['prompt']})" in printed and "completed" in printed, printed
 
 
 def test_missing_extra_is_one_line(monkeypatch, tmp_path, capsys):
