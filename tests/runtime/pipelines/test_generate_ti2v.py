@@ -29,7 +29,7 @@ from sporch.orchestrator.plan.planner import make_plan  # noqa: E402
 from sporch.runtime.testing import run_distributed  # noqa: E402
 
 from .test_generate import FRAME_TOL  # noqa: E402
-from .test_generate_wan22 import _run  # noqa: E402  (one generate run, unsharded or on a rank)
+from .test_generate_wan22 import _run, run_world  # noqa: E402  (one generate run, unsharded or on a rank; several on 4 ranks)
 
 TOL = 1e-5
 PROMPT = "a red fox running in snow"
@@ -147,11 +147,6 @@ def t2v_reference(ti2v):
     return _reference(ti2v)
 
 
-def _run_cases(cases):
-    """Several generate runs on the same ranks, one after another: {name: _run's result}."""
-    return {name: _run(plan_json, out) for name, plan_json, out in cases}
-
-
 def _vae_parallel_plan(ti2v):
     job = {"name": "ti2v", "model": {"weights": str(ti2v["folder"]), "text_len": 8}, "workload": WORKLOAD,
            "parallel": {"ulysses": 2, "ring": 2}, "pipeline": {"vae": "parallel"}}
@@ -162,14 +157,10 @@ def _vae_parallel_plan(ti2v):
 def u2r2(ti2v, tmp_path_factory):
     """One 4-rank world for every sharded generate of the module: text- and image-to-video U2R2,
     and text-to-video U2R2 with the parallel VAE (test_the_wan22_vae_decodes_in_parallel_rows)."""
-    root = tmp_path_factory.mktemp("ti2v-u2r2")
     plans = {"t2v": _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image=False),
              "i2v": _folder_plan(ti2v, {"ulysses": 2, "ring": 2}, image=True),
              "vae-parallel": _vae_parallel_plan(ti2v)}
-    for name in plans:
-        (root / name).mkdir()
-    ranks = run_distributed(_run_cases, 4, [(n, p.to_json(), str(root / n)) for n, p in plans.items()], timeout=600)
-    return {"plans": plans, "ranks": ranks}
+    return run_world(plans, tmp_path_factory.mktemp("ti2v-u2r2"))
 
 
 def _writers(u2r2, name: str):

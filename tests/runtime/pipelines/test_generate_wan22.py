@@ -184,16 +184,21 @@ def _run_cases(cases):
     return {name: _run(plan_json, out) for name, plan_json, out in cases}
 
 
-@pytest.fixture(scope="module")
-def sharded_runs(folder, i2v, tmp_path_factory):
-    """One 4-rank world for every sharded run of the module: the two text-to-video layouts and
-    the image-to-video U2R2 (test_image_to_video_equals_wan_image_to_video_pipeline)."""
-    root = tmp_path_factory.mktemp("wan22-sharded")
-    plans = {**_cases(folder), "i2v-U2R2": _i2v_plan(i2v, {"ulysses": 2, "ring": 2})}
+def run_world(plans: dict, root: Path) -> dict:
+    """Every plan of ``plans`` ({name: Plan}) generated on one world of 4 ranks, one after another,
+    each into ``root / name``: {"plans": plans, "ranks": each rank's {name: _run's result}}."""
     for name in plans:
         (root / name).mkdir()
     ranks = run_distributed(_run_cases, 4, [(n, p.to_json(), str(root / n)) for n, p in plans.items()], timeout=600)
     return {"plans": plans, "ranks": ranks}
+
+
+@pytest.fixture(scope="module")
+def sharded_runs(folder, i2v, tmp_path_factory):
+    """One 4-rank world for every sharded run of the module: the two text-to-video layouts and
+    the image-to-video U2R2 (test_image_to_video_equals_wan_image_to_video_pipeline)."""
+    plans = {**_cases(folder), "i2v-U2R2": _i2v_plan(i2v, {"ulysses": 2, "ring": 2})}
+    return run_world(plans, tmp_path_factory.mktemp("wan22-sharded"))
 
 
 def test_sharded_equals_wan_pipeline(folder, reference, sharded_runs):
